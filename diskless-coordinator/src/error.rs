@@ -1,0 +1,60 @@
+//! Errors of coordinator calls as a whole (per-batch and per-partition outcomes are [`ErrorCode`]s in
+//! the responses).
+
+use crate::ErrorCode;
+
+/// A boxed error source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a coordinator call failed as a whole.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoordinatorError {
+    /// A topic with this name or id already exists.
+    #[error("topic already exists: {0}")]
+    TopicAlreadyExists(String),
+    /// No live topic has this id.
+    #[error("unknown topic: {0}")]
+    UnknownTopic(String),
+    /// An object with this key was already committed; a WAL segment is committed once.
+    #[error("object already committed: {0}")]
+    ObjectAlreadyCommitted(String),
+    /// The request breaks a rule of the API (bad partition count, empty object key, ...).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// The call may or may not have taken effect (e.g. the connection was lost after the commit was
+    /// sent). The caller must not assume either; an idempotent producer's retry is safe.
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(#[source] BoxError),
+    /// The call did not take effect and may be retried (the database was unreachable, busy, ...).
+    #[error("coordinator unavailable: {0}")]
+    Unavailable(#[source] BoxError),
+    /// The coordinator's own store failed or holds data it cannot read.
+    #[error("coordinator storage error: {0}")]
+    Storage(#[source] BoxError),
+    /// The coordinator was closed.
+    #[error("coordinator closed")]
+    Closed,
+}
+
+impl CoordinatorError {
+    /// The Kafka error code a broker should answer with.
+    pub fn error_code(&self) -> ErrorCode {
+        match self {
+            CoordinatorError::TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists,
+            CoordinatorError::UnknownTopic(_) => ErrorCode::UnknownTopicOrPartition,
+            CoordinatorError::ObjectAlreadyCommitted(_) | CoordinatorError::InvalidRequest(_) => {
+                ErrorCode::InvalidRequest
+            }
+            CoordinatorError::OutcomeUnknown(_) => ErrorCode::RequestTimedOut,
+            CoordinatorError::Unavailable(_)
+            | CoordinatorError::Storage(_)
+            | CoordinatorError::Closed => ErrorCode::KafkaStorageError,
+        }
+    }
+
+    /// Whether the call certainly did not take effect and may simply be retried.
+    pub fn is_retriable(&self) -> bool {
+        matches!(self, CoordinatorError::Unavailable(_))
+    }
+}

@@ -1,0 +1,143 @@
+//! Kafka protocol error codes used by diskless topics.
+//!
+//! The numbers are Kafka's own (`org.apache.kafka.common.protocol.Errors`), so a host broker can put
+//! [`ErrorCode::code`] straight into a response.
+
+/// A Kafka protocol error code, as carried in Produce, Fetch, ListOffsets and DeleteRecords responses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+#[repr(i16)]
+pub enum ErrorCode {
+    /// The server experienced an unexpected error (-1).
+    UnknownServerError = -1,
+    /// No error (0).
+    None = 0,
+    /// The requested offset is outside the range the partition holds (1).
+    OffsetOutOfRange = 1,
+    /// A message failed its CRC check or could not be framed (2).
+    CorruptMessage = 2,
+    /// The topic or partition does not exist (3).
+    UnknownTopicOrPartition = 3,
+    /// The broker is not the leader or follower of the partition (6).
+    NotLeaderOrFollower = 6,
+    /// The request timed out (7).
+    RequestTimedOut = 7,
+    /// A batch is larger than `max.message.bytes` (10).
+    MessageTooLarge = 10,
+    /// A record's timestamp is out of the accepted range (32).
+    InvalidTimestamp = 32,
+    /// The topic already exists (36).
+    TopicAlreadyExists = 36,
+    /// The partition count is invalid (37).
+    InvalidPartitions = 37,
+    /// A topic configuration value is invalid (40).
+    InvalidConfig = 40,
+    /// The request is malformed or not allowed (42).
+    InvalidRequest = 42,
+    /// The producer sent a sequence number that does not follow the last one (45).
+    OutOfOrderSequenceNumber = 45,
+    /// The producer's epoch is older than the one the partition knows (47).
+    InvalidProducerEpoch = 47,
+    /// A storage error on the broker; the client may retry (56).
+    KafkaStorageError = 56,
+    /// The producer id is not known to the partition (59).
+    UnknownProducerId = 59,
+    /// A record failed validation (87).
+    InvalidRecord = 87,
+}
+
+impl ErrorCode {
+    /// The numeric Kafka error code.
+    pub fn code(self) -> i16 {
+        self as i16
+    }
+
+    /// Whether this code means success.
+    pub fn is_ok(self) -> bool {
+        self == ErrorCode::None
+    }
+
+    /// Whether a client may retry the request that got this error (Kafka's `RetriableException`).
+    pub fn is_retriable(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::CorruptMessage
+                | ErrorCode::UnknownTopicOrPartition
+                | ErrorCode::NotLeaderOrFollower
+                | ErrorCode::RequestTimedOut
+                | ErrorCode::OutOfOrderSequenceNumber
+                | ErrorCode::KafkaStorageError
+        )
+    }
+
+    /// The code for a number, if diskless-rs knows it.
+    pub fn from_code(code: i16) -> Option<ErrorCode> {
+        use ErrorCode::*;
+        [
+            UnknownServerError,
+            None,
+            OffsetOutOfRange,
+            CorruptMessage,
+            UnknownTopicOrPartition,
+            NotLeaderOrFollower,
+            RequestTimedOut,
+            MessageTooLarge,
+            InvalidTimestamp,
+            TopicAlreadyExists,
+            InvalidPartitions,
+            InvalidConfig,
+            InvalidRequest,
+            OutOfOrderSequenceNumber,
+            InvalidProducerEpoch,
+            KafkaStorageError,
+            UnknownProducerId,
+            InvalidRecord,
+        ]
+        .into_iter()
+        .find(|c| c.code() == code)
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            ErrorCode::UnknownServerError => "UNKNOWN_SERVER_ERROR",
+            ErrorCode::None => "NONE",
+            ErrorCode::OffsetOutOfRange => "OFFSET_OUT_OF_RANGE",
+            ErrorCode::CorruptMessage => "CORRUPT_MESSAGE",
+            ErrorCode::UnknownTopicOrPartition => "UNKNOWN_TOPIC_OR_PARTITION",
+            ErrorCode::NotLeaderOrFollower => "NOT_LEADER_OR_FOLLOWER",
+            ErrorCode::RequestTimedOut => "REQUEST_TIMED_OUT",
+            ErrorCode::MessageTooLarge => "MESSAGE_TOO_LARGE",
+            ErrorCode::InvalidTimestamp => "INVALID_TIMESTAMP",
+            ErrorCode::TopicAlreadyExists => "TOPIC_ALREADY_EXISTS",
+            ErrorCode::InvalidPartitions => "INVALID_PARTITIONS",
+            ErrorCode::InvalidConfig => "INVALID_CONFIG",
+            ErrorCode::InvalidRequest => "INVALID_REQUEST",
+            ErrorCode::OutOfOrderSequenceNumber => "OUT_OF_ORDER_SEQUENCE_NUMBER",
+            ErrorCode::InvalidProducerEpoch => "INVALID_PRODUCER_EPOCH",
+            ErrorCode::KafkaStorageError => "KAFKA_STORAGE_ERROR",
+            ErrorCode::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
+            ErrorCode::InvalidRecord => "INVALID_RECORD",
+        };
+        write!(f, "{name} ({})", self.code())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_match_kafka() {
+        assert_eq!(ErrorCode::CorruptMessage.code(), 2);
+        assert_eq!(ErrorCode::InvalidRecord.code(), 87);
+        assert_eq!(ErrorCode::OutOfOrderSequenceNumber.code(), 45);
+        for code in -1..=100 {
+            if let Some(c) = ErrorCode::from_code(code) {
+                assert_eq!(c.code(), code);
+            }
+        }
+        assert_eq!(ErrorCode::from_code(1000), None);
+    }
+}

@@ -1,0 +1,102 @@
+//! The batch coordinator of diskless topics (KIP-1164).
+//!
+//! The coordinator is the source of truth of a diskless topic. Brokers upload WAL segments to object
+//! storage on their own, then commit the coordinates of the batches in them here; the coordinator puts
+//! the batches of each partition in one global order, assigns their offsets (and LogAppendTime),
+//! enforces the idempotent-producer rules, answers offset queries and tracks the life of every object.
+//!
+//! [`BatchCoordinator`] is the trait; this crate implements it on SQLite ([`sqlite`], the embedded
+//! default) and PostgreSQL (feature `postgres`). `diskless-testkit` holds an in-memory reference model
+//! and the conformance suite that every implementation runs.
+
+mod clock;
+mod error;
+mod error_code;
+mod types;
+
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{BoxError, CoordinatorError};
+pub use error_code::ErrorCode;
+pub use types::*;
+
+use async_trait::async_trait;
+
+/// The batch coordinator (KIP-1164): orders batches, assigns offsets, tracks objects.
+///
+/// All methods are atomic: a call either takes effect as a whole or not at all (or, for
+/// [`CoordinatorError::OutcomeUnknown`], the caller cannot tell which). Per-partition and per-batch
+/// outcomes are [`ErrorCode`]s in the responses, in the order of the request.
+#[async_trait]
+pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
+    /// Creates a topic with its partitions, each empty (log start offset 0, high watermark 0).
+    async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError>;
+
+    /// Deletes a topic: its batches are deleted logically (their objects' live bytes drop) and the
+    /// topic id and name are free again.
+    async fn delete_topic(&self, topic_id: uuid::Uuid) -> Result<(), CoordinatorError>;
+
+    /// The live topics, ordered by name.
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError>;
+
+    /// Commits one uploaded WAL segment: registers the object and, batch by batch in request order,
+    /// appends each batch to its partition or rejects it. Returns one result per batch.
+    async fn commit_file(
+        &self,
+        request: CommitFileRequest,
+    ) -> Result<Vec<CommitBatchResult>, CoordinatorError>;
+
+    /// Finds the batches to read for a fetch, for many partitions at once. Per partition the batch
+    /// containing the offset comes first and is always included; more follow while the partition's
+    /// bytes stay within its `max_bytes` and the total within `fetch_max_bytes`.
+    async fn find_batches(
+        &self,
+        requests: &[FindBatchesRequest],
+        fetch_max_bytes: u32,
+    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError>;
+
+    /// ListOffsets, at batch granularity.
+    async fn list_offsets(
+        &self,
+        requests: &[ListOffsetsRequest],
+    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError>;
+
+    /// DeleteRecords: moves log start offsets forward.
+    async fn delete_records(
+        &self,
+        requests: &[DeleteRecordsRequest],
+    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError>;
+
+    /// Applies `retention.ms` and `retention.bytes` of every partition at the coordinator clock's now,
+    /// deleting at most `max_batches` batches in this pass.
+    async fn enforce_retention(
+        &self,
+        max_batches: u32,
+    ) -> Result<RetentionReport, CoordinatorError>;
+
+    /// Objects with no live bytes that were marked for deletion before `marked_before_ms`, oldest
+    /// first, at most `limit`.
+    async fn objects_to_delete(
+        &self,
+        marked_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ObjectToDelete>, CoordinatorError>;
+
+    /// Forgets objects that were physically deleted. Keys not marked for deletion are left alone.
+    async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError>;
+
+    /// Which of `object_keys` this coordinator knows (committed and not yet confirmed deleted).
+    async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError>;
+
+    /// What the coordinator knows of one object, if anything.
+    async fn object_info(&self, object_key: &str) -> Result<Option<ObjectInfo>, CoordinatorError>;
+
+    /// The idempotent-producer state of `producer_id` in `partition`, if any.
+    async fn producer_state(
+        &self,
+        partition: TopicIdPartition,
+        producer_id: i64,
+    ) -> Result<Option<ProducerState>, CoordinatorError>;
+}

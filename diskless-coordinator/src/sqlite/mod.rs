@@ -1,0 +1,1 @@
+//! The SQLite batch coordinator (implementation in progress).

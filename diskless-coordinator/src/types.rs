@@ -1,0 +1,376 @@
+//! The data model of diskless topics: partitions, topic configuration, batch coordinates, and the
+//! requests and responses of [`crate::BatchCoordinator`].
+
+use crate::ErrorCode;
+use uuid::Uuid;
+
+/// Offset query for the earliest offset (ListOffsets `-2`).
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+/// Offset query for the latest offset, the high watermark (ListOffsets `-1`).
+pub const LATEST_TIMESTAMP: i64 = -1;
+/// Offset query for the batch with the largest timestamp (ListOffsets `-3`, KIP-734).
+pub const MAX_TIMESTAMP: i64 = -3;
+/// "No timestamp" / "no producer" marker, as in Kafka.
+pub const NO_TIMESTAMP: i64 = -1;
+/// Producer id of a non-idempotent producer.
+pub const NO_PRODUCER_ID: i64 = -1;
+/// Producer epoch of a non-idempotent producer.
+pub const NO_PRODUCER_EPOCH: i16 = -1;
+/// Sequence number of a non-idempotent producer.
+pub const NO_SEQUENCE: i32 = -1;
+/// How many batches per (partition, producer id) Kafka keeps for duplicate detection.
+pub const PRODUCER_BATCH_WINDOW: usize = 5;
+
+/// The identity of a coordinator shard (KIP-1164: the coordinator is sharded, each partition belongs to
+/// one shard). A single-shard deployment uses shard 0.
+pub type ShardId = u32;
+
+/// A partition of a diskless topic, named by the topic's id (Kafka's `TopicIdPartition`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicIdPartition {
+    /// The topic id (a UUID, as in Kafka's metadata).
+    pub topic_id: Uuid,
+    /// The partition index, `0..partition_count`.
+    pub partition: i32,
+}
+
+impl TopicIdPartition {
+    /// A partition of a topic.
+    pub fn new(topic_id: Uuid, partition: i32) -> Self {
+        TopicIdPartition {
+            topic_id,
+            partition,
+        }
+    }
+}
+
+impl std::fmt::Display for TopicIdPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic_id, self.partition)
+    }
+}
+
+/// Which timestamp a topic keeps (`message.timestamp.type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum TimestampType {
+    /// The producer's timestamps are kept (`CreateTime`, the default).
+    #[default]
+    CreateTime,
+    /// The coordinator's commit time replaces them (`LogAppendTime`).
+    LogAppendTime,
+}
+
+impl TimestampType {
+    /// The attribute bit 3 value Kafka uses for this type in a record batch.
+    pub fn is_log_append_time(self) -> bool {
+        self == TimestampType::LogAppendTime
+    }
+}
+
+/// Per-topic configuration that the diskless write and read paths need. Defaults are Kafka 4's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicConfig {
+    /// `message.timestamp.type`.
+    pub timestamp_type: TimestampType,
+    /// `retention.ms`; `-1` keeps batches forever. Default 7 days.
+    pub retention_ms: i64,
+    /// `retention.bytes` per partition; `-1` means no size limit (the default).
+    pub retention_bytes: i64,
+    /// `max.message.bytes`: the largest batch accepted. Default 1048588.
+    pub max_message_bytes: i32,
+    /// `message.timestamp.before.max.ms`: how far in the past a CreateTime timestamp may be. Default
+    /// unlimited.
+    pub message_timestamp_before_max_ms: i64,
+    /// `message.timestamp.after.max.ms`: how far in the future a CreateTime timestamp may be. Default
+    /// one hour (Kafka 4.0).
+    pub message_timestamp_after_max_ms: i64,
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        TopicConfig {
+            timestamp_type: TimestampType::CreateTime,
+            retention_ms: 7 * 24 * 60 * 60 * 1000,
+            retention_bytes: -1,
+            max_message_bytes: 1_048_588,
+            message_timestamp_before_max_ms: i64::MAX,
+            message_timestamp_after_max_ms: 60 * 60 * 1000,
+        }
+    }
+}
+
+/// A request to create a diskless topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateTopicRequest {
+    /// The topic id; it names the topic in every other call.
+    pub topic_id: Uuid,
+    /// The topic name (unique among live topics).
+    pub name: String,
+    /// The number of partitions, at least 1.
+    pub partitions: i32,
+    /// The topic configuration.
+    pub config: TopicConfig,
+}
+
+/// What the coordinator knows of a live topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// The topic id.
+    pub topic_id: Uuid,
+    /// The topic name.
+    pub name: String,
+    /// The number of partitions.
+    pub partitions: i32,
+    /// The topic configuration.
+    pub config: TopicConfig,
+}
+
+/// The coordinates of one batch in a WAL segment, as the uploading broker commits them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitBatch {
+    /// The partition the batch is for.
+    pub partition: TopicIdPartition,
+    /// Where the batch starts in the object (after the 1-byte version header, so at least 1).
+    pub byte_offset: u64,
+    /// The batch's length in bytes (its whole RecordBatch, header included).
+    pub byte_size: u32,
+    /// The number of records (`lastOffsetDelta + 1`).
+    pub record_count: i32,
+    /// The batch's `baseTimestamp` as the producer sent it.
+    pub base_timestamp: i64,
+    /// The batch's `maxTimestamp` as the producer sent it.
+    pub max_timestamp: i64,
+    /// The timestamp type in the batch's attributes as the producer sent it.
+    pub timestamp_type: TimestampType,
+    /// `producerId`, or [`NO_PRODUCER_ID`].
+    pub producer_id: i64,
+    /// `producerEpoch`, or [`NO_PRODUCER_EPOCH`].
+    pub producer_epoch: i16,
+    /// `baseSequence`, or [`NO_SEQUENCE`].
+    pub base_sequence: i32,
+    /// The last sequence of the batch (with wrap-around at `i32::MAX`), or [`NO_SEQUENCE`].
+    pub last_sequence: i32,
+}
+
+/// A request to commit one uploaded WAL segment (KIP-1164 `CommitFile`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitFileRequest {
+    /// The object key the segment was uploaded under.
+    pub object_key: String,
+    /// The broker that uploaded it.
+    pub uploader_broker_id: i32,
+    /// The object's size in bytes, version header included.
+    pub object_size: u64,
+    /// The coordinator shards that hold batches of this object, in responsibility order (the first is
+    /// responsible for deleting it). A single-shard deployment passes `vec![0]`.
+    pub owners: Vec<ShardId>,
+    /// The batches, in the order the broker wants them appended. Batches of one partition keep this
+    /// order.
+    pub batches: Vec<CommitBatch>,
+}
+
+/// The outcome of one batch of a [`CommitFileRequest`], in the same position as the batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitBatchResult {
+    /// [`ErrorCode::None`] when the batch was appended (or was a duplicate), else why it was rejected.
+    pub error: ErrorCode,
+    /// The offset assigned to the batch's first record (the original one for a duplicate); `-1` on error.
+    pub base_offset: i64,
+    /// The commit time for LogAppendTime partitions, else [`NO_TIMESTAMP`].
+    pub log_append_time: i64,
+    /// The partition's log start offset after the commit; `-1` on error.
+    pub log_start_offset: i64,
+    /// Whether the batch was recognised as a duplicate of one already appended (and not appended again).
+    pub duplicate: bool,
+}
+
+impl CommitBatchResult {
+    /// A rejected batch.
+    pub fn error(error: ErrorCode) -> Self {
+        CommitBatchResult {
+            error,
+            base_offset: -1,
+            log_append_time: NO_TIMESTAMP,
+            log_start_offset: -1,
+            duplicate: false,
+        }
+    }
+}
+
+/// One partition of a [`crate::BatchCoordinator::find_batches`] call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FindBatchesRequest {
+    /// The partition.
+    pub partition: TopicIdPartition,
+    /// The fetch offset.
+    pub offset: i64,
+    /// The partition's byte limit (at least one batch is returned whatever its size).
+    pub max_bytes: u32,
+}
+
+/// Where one committed batch lives and what offsets it was given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchCoordinate {
+    /// The object holding the batch.
+    pub object_key: String,
+    /// The size of that object.
+    pub object_size: u64,
+    /// Where the batch starts in the object.
+    pub byte_offset: u64,
+    /// The batch's length in bytes.
+    pub byte_size: u32,
+    /// The offset of the batch's first record.
+    pub base_offset: i64,
+    /// The offset of the batch's last record.
+    pub last_offset: i64,
+    /// The batch's `baseTimestamp` as produced.
+    pub base_timestamp: i64,
+    /// The batch's `maxTimestamp` as produced.
+    pub max_timestamp: i64,
+    /// The partition's timestamp type when the batch was committed.
+    pub timestamp_type: TimestampType,
+    /// The commit time for LogAppendTime batches, else [`NO_TIMESTAMP`].
+    pub log_append_time: i64,
+    /// `producerId`.
+    pub producer_id: i64,
+    /// `producerEpoch`.
+    pub producer_epoch: i16,
+    /// `baseSequence`.
+    pub base_sequence: i32,
+    /// The last sequence.
+    pub last_sequence: i32,
+}
+
+impl BatchCoordinate {
+    /// The number of records in the batch.
+    pub fn record_count(&self) -> i64 {
+        self.last_offset - self.base_offset + 1
+    }
+
+    /// The timestamp a reader sees as the batch's max timestamp: the log append time for LogAppendTime
+    /// batches, else the producer's max timestamp.
+    pub fn effective_max_timestamp(&self) -> i64 {
+        match self.timestamp_type {
+            TimestampType::LogAppendTime => self.log_append_time,
+            TimestampType::CreateTime => self.max_timestamp,
+        }
+    }
+}
+
+/// The answer for one partition of a [`crate::BatchCoordinator::find_batches`] call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FindBatchesResponse {
+    /// [`ErrorCode::None`], [`ErrorCode::UnknownTopicOrPartition`] or [`ErrorCode::OffsetOutOfRange`].
+    pub error: ErrorCode,
+    /// The batches from the one containing the fetch offset onwards, in offset order.
+    pub batches: Vec<BatchCoordinate>,
+    /// The partition's log start offset (`-1` on error).
+    pub log_start_offset: i64,
+    /// The partition's high watermark, the offset the next batch will get (`-1` on error).
+    pub high_watermark: i64,
+}
+
+/// One partition of a ListOffsets call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListOffsetsRequest {
+    /// The partition.
+    pub partition: TopicIdPartition,
+    /// A timestamp in ms, or [`EARLIEST_TIMESTAMP`], [`LATEST_TIMESTAMP`], [`MAX_TIMESTAMP`].
+    pub timestamp: i64,
+}
+
+/// The answer for one partition of a ListOffsets call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListOffsetsResponse {
+    /// [`ErrorCode::None`] or [`ErrorCode::UnknownTopicOrPartition`].
+    pub error: ErrorCode,
+    /// The offset found, or `-1` when none.
+    pub offset: i64,
+    /// The timestamp of what was found, or [`NO_TIMESTAMP`].
+    pub timestamp: i64,
+}
+
+/// One partition of a DeleteRecords call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteRecordsRequest {
+    /// The partition.
+    pub partition: TopicIdPartition,
+    /// The new log start offset; `-1` means the high watermark.
+    pub offset: i64,
+}
+
+/// The answer for one partition of a DeleteRecords call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteRecordsResponse {
+    /// [`ErrorCode::None`], [`ErrorCode::UnknownTopicOrPartition`] or [`ErrorCode::OffsetOutOfRange`].
+    pub error: ErrorCode,
+    /// The log start offset afterwards (`-1` on error).
+    pub low_watermark: i64,
+}
+
+/// What one retention pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Batches logically deleted.
+    pub batches_deleted: u64,
+    /// Bytes of those batches.
+    pub bytes_deleted: u64,
+    /// Whether the pass stopped at its cap with more left to delete.
+    pub more: bool,
+}
+
+/// An object the coordinator has marked for deletion (no live bytes left).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectToDelete {
+    /// The object key.
+    pub object_key: String,
+    /// When it was marked (coordinator clock, ms).
+    pub marked_for_deletion_at: i64,
+    /// The object's size.
+    pub object_size: u64,
+}
+
+/// What the coordinator knows of one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// The object key.
+    pub object_key: String,
+    /// The broker that uploaded it.
+    pub uploader_broker_id: i32,
+    /// Its size.
+    pub object_size: u64,
+    /// Bytes of batches in it that are still live (not deleted and not rejected).
+    pub live_bytes: u64,
+    /// The owner list it was committed with.
+    pub owners: Vec<ShardId>,
+    /// Commit time (coordinator clock, ms).
+    pub committed_at: i64,
+    /// When it was marked for deletion, if it was.
+    pub marked_for_deletion_at: Option<i64>,
+}
+
+/// One of the batches kept per (partition, producer id) for duplicate detection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProducerBatch {
+    /// The batch's first sequence.
+    pub base_sequence: i32,
+    /// The batch's last sequence.
+    pub last_sequence: i32,
+    /// The offset it was given.
+    pub base_offset: i64,
+    /// The offset of its last record.
+    pub last_offset: i64,
+    /// Its log append time, or [`NO_TIMESTAMP`] for CreateTime.
+    pub log_append_time: i64,
+}
+
+/// The idempotent-producer state of one producer id in one partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProducerState {
+    /// The producer id.
+    pub producer_id: i64,
+    /// The latest epoch seen.
+    pub producer_epoch: i16,
+    /// The last [`PRODUCER_BATCH_WINDOW`] batches under that epoch, oldest first.
+    pub batches: Vec<ProducerBatch>,
+}

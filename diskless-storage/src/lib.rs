@@ -1,0 +1,52 @@
+//! Object storage for diskless topics: the [`ObjectStorage`] trait and its implementation over the
+//! [`object_store`] crate (in-memory, local filesystem, S3, GCS, Azure).
+//!
+//! KIP-1163 asks three things of object storage: upload a WAL segment under a fresh name, read byte
+//! ranges of it, and delete it (idempotently) once nothing in it is live. Orphan reconciliation also
+//! lists objects by prefix with their size and age.
+
+mod error;
+mod key;
+
+pub use error::StorageError;
+pub use key::ObjectKey;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use std::ops::Range;
+use std::time::SystemTime;
+
+/// An object as listed by [`ObjectStorage::list`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// The object's key.
+    pub key: ObjectKey,
+    /// Its size in bytes.
+    pub size: u64,
+    /// When the store last modified it.
+    pub last_modified: SystemTime,
+}
+
+/// What diskless topics need from an object store. Object-safe: hosts hold an
+/// `Arc<dyn ObjectStorage>`.
+#[async_trait]
+pub trait ObjectStorage: Send + Sync + std::fmt::Debug {
+    /// Uploads an object made of `payload`'s chunks, in order, create-only.
+    ///
+    /// If an object already exists under `key` with exactly the same content, this succeeds (a retry
+    /// of an upload whose outcome was unknown); with other content it fails with
+    /// [`StorageError::AlreadyExists`].
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError>;
+
+    /// Reads `range` of an object. A range that is empty, inverted or reaches past the end of the
+    /// object is [`StorageError::InvalidRange`], never a short read.
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError>;
+
+    /// Deletes objects. Idempotent: a missing object counts as deleted. Returns the keys whose
+    /// deletion the store confirmed (a key missing from the answer may be retried later).
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError>;
+
+    /// Lists the objects whose keys start with `prefix` (a validated prefix, see [`ObjectKey`]).
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>>;
+}

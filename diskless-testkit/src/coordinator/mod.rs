@@ -1,0 +1,1 @@
+//! The in-memory reference coordinator, its conformance suite and generators.

@@ -1,0 +1,1 @@
+//! Conformance suite, fault injection and an in-process S3 server for `ObjectStorage`.
