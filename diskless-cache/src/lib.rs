@@ -11,9 +11,9 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
-// mod moka_cache; (added with the implementation)
+mod moka_cache;
 
-// pub use moka_cache::{MokaCache, MokaCacheConfig};
+pub use moka_cache::{MokaCache, MokaCacheConfig};
 
 /// A boxed error source.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
