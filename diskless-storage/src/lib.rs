@@ -5,11 +5,24 @@
 //! ranges of it, and delete it (idempotently) once nothing in it is live. Orphan reconciliation also
 //! lists objects by prefix with their size and age.
 
+mod classify;
 mod error;
 mod key;
+pub mod ranges;
+pub mod retry;
+pub mod stats;
+mod store;
 
-pub use error::StorageError;
-pub use key::ObjectKey;
+pub use error::{BoxError, StorageError};
+pub use key::{MAX_KEY_LEN, ObjectKey, validate_prefix};
+pub use ranges::{RangeReadConfig, ReadPlan, fetch_ranges, plan_ranged_reads};
+pub use retry::RetryConfig;
+pub use stats::{CountingStorage, RequestCounters, RequestStats};
+pub use store::{ObjectStoreStorage, StorageOptions};
+
+/// The `object_store` crate this crate is built on, re-exported so that users can build their own
+/// configured stores (see [`ObjectStoreStorage::from_object_store`]) with the same version.
+pub use object_store;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -49,4 +62,25 @@ pub trait ObjectStorage: Send + Sync + std::fmt::Debug {
 
     /// Lists the objects whose keys start with `prefix` (a validated prefix, see [`ObjectKey`]).
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>>;
+}
+
+/// Shared storages are storages: lets wrappers ([`CountingStorage`], a test's fault injector)
+/// hold an `Arc<dyn ObjectStorage>`.
+#[async_trait]
+impl<T: ObjectStorage + ?Sized> ObjectStorage for std::sync::Arc<T> {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        (**self).upload(key, payload).await
+    }
+
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        (**self).fetch(key, range).await
+    }
+
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        (**self).delete(keys).await
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        (**self).list(prefix)
+    }
 }

@@ -1,0 +1,816 @@
+//! [`ObjectStoreStorage`]: [`ObjectStorage`] over any [`object_store::ObjectStore`].
+
+use crate::classify::{map_error, timeout_error};
+use crate::retry::Backoff;
+use crate::stats::ListingCounter;
+use crate::{
+    ObjectKey, ObjectMeta, ObjectStorage, RequestCounters, RetryConfig, StorageError,
+    validate_prefix,
+};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use object_store::path::Path;
+use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use std::future::Future;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+/// Keys per DELETE request (S3's `DeleteObjects` limit).
+pub(crate) const DELETE_BATCH: usize = 1000;
+
+/// Settings of an [`ObjectStoreStorage`].
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct StorageOptions {
+    /// Retries, timeouts and deadline of every call (see [`RetryConfig`] for the defaults).
+    pub retry: RetryConfig,
+    /// What to do on a backend that cannot upload create-only (`PutMode::Create` not implemented,
+    /// e.g. S3-compatible stores with conditional put disabled). `false` (the default): uploads fail
+    /// with [`StorageError::Permanent`]. `true`: fall back to plain overwriting PUTs. Then a retry
+    /// after an ambiguous upload still succeeds, but an upload over an existing object with other
+    /// content silently replaces it instead of failing with [`StorageError::AlreadyExists`];
+    /// diskless topics never reuse a key (keys embed a fresh UUID v7), so this is only safe when no
+    /// other writer shares the key space.
+    pub allow_overwrite_fallback: bool,
+}
+
+impl StorageOptions {
+    /// Default options with the given retry settings.
+    pub fn with_retry(mut self, retry: RetryConfig) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets [`StorageOptions::allow_overwrite_fallback`].
+    pub fn with_overwrite_fallback(mut self, allow: bool) -> Self {
+        self.allow_overwrite_fallback = allow;
+        self
+    }
+}
+
+/// [`ObjectStorage`] over an [`object_store::ObjectStore`]: in memory, local filesystem, S3, GCS
+/// or Azure (cargo features `s3`, `gcs`, `azure`), with retries, timeouts and request accounting.
+///
+/// - `upload` is one create-only PUT (`PutMode::Create`: `If-None-Match: *` on S3, a hard link
+///   on the local filesystem). When the object already exists (a retry after an attempt whose
+///   outcome was unknown, e.g. a timeout after the bytes were sent), it GETs the object and
+///   succeeds if the content is the same, else fails with [`StorageError::AlreadyExists`].
+/// - `fetch` is one ranged GET; a range past the end is [`StorageError::InvalidRange`], never a
+///   short read.
+/// - `delete` sends batches of up to 1000 keys (`DeleteObjects` on S3), treats a missing object
+///   as deleted and returns the keys confirmed.
+/// - `list` lists by prefix, matching whole `/`-separated segments (`a/b` lists `a/b/c`, not
+///   `a/bc`); keys that fail [`ObjectKey::parse`] are skipped with a warning. Listing is not
+///   retried: on error the stream yields it and the caller lists again.
+///
+/// Create-only on S3 relies on the store honouring `If-None-Match: *` (`object_store`'s default
+/// `S3ConditionalPut::ETagMatch`): AWS S3 does, atomically, since August 2024; GCS and Azure use
+/// their own preconditions. An S3-compatible store that ignores the header would overwrite
+/// silently — run the testkit's conformance suite (its `create_only` case) against yours.
+///
+/// Calls must run within a tokio runtime with time enabled (timeouts and backoff use
+/// `tokio::time`, and work with a paused test clock).
+///
+/// Every attempt counts in [`ObjectStoreStorage::counters`]; `object_store`'s own HTTP retries are
+/// turned off in the stores this type builds so that retries happen (and are counted) here once.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// use diskless_storage::{ObjectKey, ObjectStorage, ObjectStoreStorage};
+/// use bytes::Bytes;
+///
+/// let storage = ObjectStoreStorage::from_url("memory:///diskless", std::iter::empty::<(&str, &str)>()).unwrap();
+/// let key = ObjectKey::generate("wal").unwrap();
+/// storage.upload(&key, &[Bytes::from_static(b"hello "), Bytes::from_static(b"world")]).await.unwrap();
+/// assert_eq!(storage.fetch(&key, 6..11).await.unwrap(), "world");
+/// assert!(storage.fetch(&key, 6..12).await.is_err()); // past the end
+/// // A retried upload with the same content succeeds, with other content it fails.
+/// storage.upload(&key, &[Bytes::from_static(b"hello world")]).await.unwrap();
+/// assert!(storage.upload(&key, &[Bytes::from_static(b"other")]).await.is_err());
+/// assert_eq!(storage.delete(&[key.clone()]).await.unwrap(), vec![key]);
+/// assert_eq!(storage.counters().snapshot().put_requests, 3);
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct ObjectStoreStorage {
+    store: Arc<dyn ObjectStore>,
+    root: String,
+    options: StorageOptions,
+    counters: RequestCounters,
+    rng: parking_lot::Mutex<fastrand::Rng>,
+    create_unsupported: AtomicBool,
+}
+
+/// `object_store`'s internal HTTP retries: off, [`ObjectStoreStorage`] retries itself.
+#[cfg(any(feature = "s3", feature = "gcs", feature = "azure"))]
+fn no_internal_retries() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        max_retries: 0,
+        ..Default::default()
+    }
+}
+
+impl ObjectStoreStorage {
+    /// Storage over an existing store, with keys under `prefix` (`""` for the store's root; else
+    /// a prefix valid per [`validate_prefix`]).
+    ///
+    /// Configure the store's own retries consciously: `object_store`'s HTTP stores retry 5xx and
+    /// connection errors by themselves by default (up to 10 times over 3 minutes), which then
+    /// multiplies with this type's retries and hides requests from the counters. Prefer
+    /// `.with_retry(object_store::RetryConfig { max_retries: 0, ..Default::default() })` on the
+    /// builder.
+    pub fn from_object_store(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+    ) -> Result<Self, StorageError> {
+        if !prefix.is_empty() {
+            validate_prefix(prefix)?;
+        }
+        Ok(ObjectStoreStorage {
+            store,
+            root: prefix.to_string(),
+            options: StorageOptions::default(),
+            counters: RequestCounters::new(),
+            rng: parking_lot::Mutex::new(fastrand::Rng::new()),
+            create_unsupported: AtomicBool::new(false),
+        })
+    }
+
+    /// Storage in memory (lost when dropped), for tests and examples.
+    pub fn in_memory() -> Self {
+        ObjectStoreStorage {
+            store: Arc::new(object_store::memory::InMemory::new()),
+            root: String::new(),
+            options: StorageOptions::default(),
+            counters: RequestCounters::new(),
+            rng: parking_lot::Mutex::new(fastrand::Rng::new()),
+            create_unsupported: AtomicBool::new(false),
+        }
+    }
+
+    /// Storage in a directory of the local filesystem (created if missing), one file per object.
+    ///
+    /// Durability: `object_store`'s `LocalFileSystem` is built with `with_fsync(true)`, so an
+    /// upload writes a staging file, `fsync`s it, hard-links it to its final name (create-only)
+    /// and `fsync`s the parent directory (and any directory it created) before returning: an
+    /// acknowledged upload survives a crash or power loss (on Unix; elsewhere directory fsync is a
+    /// no-op). Deletes are not fsynced: after a crash a deleted object may reappear, and a later
+    /// idempotent delete removes it again.
+    #[cfg(feature = "fs")]
+    pub fn local_fs(path: impl AsRef<std::path::Path>) -> Result<Self, StorageError> {
+        let path = path.as_ref();
+        std::fs::create_dir_all(path).map_err(|e| {
+            StorageError::Config(format!("cannot create directory {}: {e}", path.display()))
+        })?;
+        let fs = object_store::local::LocalFileSystem::new_with_prefix(path)
+            .map_err(|e| StorageError::Config(format!("local filesystem {}: {e}", path.display())))?
+            .with_fsync(true);
+        Self::from_object_store(Arc::new(fs), "")
+    }
+
+    /// Storage from a URL and backend options:
+    ///
+    /// - `memory:///prefix`: in memory;
+    /// - `file:///absolute/path`: the local filesystem (see [`ObjectStoreStorage::local_fs`]);
+    /// - `s3://bucket/prefix` (feature `s3`), `gs://bucket/prefix` (feature `gcs`),
+    ///   `az://container/prefix` (feature `azure`; also `azure://`, `abfs://`, `abfss://`,
+    ///   `adl://`).
+    ///
+    /// `options` (and the URL's query parameters, which they override) are the `object_store`
+    /// builder's configuration keys, e.g. `aws_endpoint`, `aws_region`, `aws_access_key_id`,
+    /// `aws_secret_access_key`, `aws_allow_http`, `aws_virtual_hosted_style_request`,
+    /// `google_service_account`, `azure_storage_account_name`, `timeout`. An unknown key is an
+    /// error. Credentials not given are not read from the environment; pass
+    /// `std::env::vars()` filtered to the keys you want for that.
+    ///
+    /// ```
+    /// use diskless_storage::{ObjectStoreStorage, StorageError};
+    /// let no_options = std::iter::empty::<(&str, &str)>();
+    /// let storage = ObjectStoreStorage::from_url("memory:///wal-root", no_options).unwrap();
+    /// assert_eq!(storage.prefix(), "wal-root");
+    /// let options = [("aws_region", "eu-west-1"), ("aws_access_key_id", "id")];
+    /// let err = ObjectStoreStorage::from_url("ftp://host/x", options).unwrap_err();
+    /// assert!(matches!(err, StorageError::Config(_)));
+    /// ```
+    pub fn from_url<I, K, V>(url: &str, options: I) -> Result<Self, StorageError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: Into<String>,
+    {
+        let parsed = url::Url::parse(url)
+            .map_err(|e| StorageError::Config(format!("invalid storage URL {url:?}: {e}")))?;
+        let mut opts: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        opts.extend(
+            options
+                .into_iter()
+                .map(|(k, v)| (k.as_ref().to_string(), v.into())),
+        );
+        let prefix = Path::from_url_path(parsed.path())
+            .map_err(|e| StorageError::Config(format!("invalid path in storage URL {url:?}: {e}")))?
+            .to_string();
+        let mut base = parsed.clone();
+        base.set_query(None);
+        base.set_fragment(None);
+        let scheme = parsed.scheme().to_ascii_lowercase();
+        let no_options = |opts: &[(String, String)]| -> Result<(), StorageError> {
+            match opts.first() {
+                Some((k, _)) => Err(StorageError::Config(format!(
+                    "option {k:?} is not valid for a {scheme}:// URL"
+                ))),
+                None => Ok(()),
+            }
+        };
+        match scheme.as_str() {
+            "memory" => {
+                no_options(&opts)?;
+                Self::from_object_store(Arc::new(object_store::memory::InMemory::new()), &prefix)
+            }
+            "file" => {
+                no_options(&opts)?;
+                #[cfg(feature = "fs")]
+                {
+                    let path = parsed.to_file_path().map_err(|()| {
+                        StorageError::Config(format!(
+                            "invalid file URL {url:?}: expected file:///absolute/path"
+                        ))
+                    })?;
+                    Self::local_fs(path)
+                }
+                #[cfg(not(feature = "fs"))]
+                Err(feature_off("file", "fs"))
+            }
+            "s3" | "s3a" => {
+                #[cfg(feature = "s3")]
+                {
+                    use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+                    let mut builder = AmazonS3Builder::new().with_url(base.as_str());
+                    for (k, v) in opts {
+                        let key: AmazonS3ConfigKey = parse_key(&k, "s3")?;
+                        builder = builder.with_config(key, v);
+                    }
+                    let store = builder
+                        .with_retry(no_internal_retries())
+                        .build()
+                        .map_err(|e| StorageError::Config(format!("s3 store {url:?}: {e}")))?;
+                    Self::from_object_store(Arc::new(store), &prefix)
+                }
+                #[cfg(not(feature = "s3"))]
+                Err(feature_off(&scheme, "s3"))
+            }
+            "gs" => {
+                #[cfg(feature = "gcs")]
+                {
+                    use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+                    let mut builder = GoogleCloudStorageBuilder::new().with_url(base.as_str());
+                    for (k, v) in opts {
+                        let key: GoogleConfigKey = parse_key(&k, "gcs")?;
+                        builder = builder.with_config(key, v);
+                    }
+                    let store = builder
+                        .with_retry(no_internal_retries())
+                        .build()
+                        .map_err(|e| StorageError::Config(format!("gcs store {url:?}: {e}")))?;
+                    Self::from_object_store(Arc::new(store), &prefix)
+                }
+                #[cfg(not(feature = "gcs"))]
+                Err(feature_off(&scheme, "gcs"))
+            }
+            "az" | "azure" | "abfs" | "abfss" | "adl" => {
+                #[cfg(feature = "azure")]
+                {
+                    use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+                    let mut builder = MicrosoftAzureBuilder::new().with_url(base.as_str());
+                    for (k, v) in opts {
+                        let key: AzureConfigKey = parse_key(&k, "azure")?;
+                        builder = builder.with_config(key, v);
+                    }
+                    let store = builder
+                        .with_retry(no_internal_retries())
+                        .build()
+                        .map_err(|e| StorageError::Config(format!("azure store {url:?}: {e}")))?;
+                    Self::from_object_store(Arc::new(store), &prefix)
+                }
+                #[cfg(not(feature = "azure"))]
+                Err(feature_off(&scheme, "azure"))
+            }
+            other => Err(StorageError::Config(format!(
+                "unsupported storage URL scheme {other:?} in {url:?} \
+                 (expected memory, file, s3, gs or az)"
+            ))),
+        }
+    }
+
+    /// Replaces the options (retries, overwrite fallback).
+    pub fn with_options(mut self, options: StorageOptions) -> Result<Self, StorageError> {
+        options.retry.validate().map_err(StorageError::Config)?;
+        let rng = match options.retry.seed {
+            Some(seed) => fastrand::Rng::with_seed(seed),
+            None => fastrand::Rng::new(),
+        };
+        self.rng = parking_lot::Mutex::new(rng);
+        self.options = options;
+        Ok(self)
+    }
+
+    /// Replaces the retry settings.
+    pub fn with_retry(self, retry: RetryConfig) -> Result<Self, StorageError> {
+        let options = self.options.clone().with_retry(retry);
+        self.with_options(options)
+    }
+
+    /// Counts into `counters` (e.g. shared by several storages) instead of its own.
+    pub fn with_counters(mut self, counters: RequestCounters) -> Self {
+        self.counters = counters;
+        self
+    }
+
+    /// The request counters: one PUT/GET/DELETE/LIST per attempt sent to the store.
+    pub fn counters(&self) -> &RequestCounters {
+        &self.counters
+    }
+
+    /// The options.
+    pub fn options(&self) -> &StorageOptions {
+        &self.options
+    }
+
+    /// The prefix under which keys are stored in the store (`""` for the root).
+    pub fn prefix(&self) -> &str {
+        &self.root
+    }
+
+    /// The underlying store.
+    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    fn path(&self, key: &str) -> Result<Path, StorageError> {
+        let full = if self.root.is_empty() {
+            key.to_string()
+        } else if key.is_empty() {
+            self.root.clone()
+        } else {
+            format!("{}/{key}", self.root)
+        };
+        Path::parse(&full).map_err(|_| StorageError::InvalidKey {
+            key: key.chars().take(200).collect(),
+            reason: "rejected by the object store's path rules",
+        })
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or the retry budget is spent.
+    async fn with_retries<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        mut attempt: F,
+    ) -> Result<T, StorageError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StorageError>>,
+    {
+        let config = &self.options.retry;
+        let deadline = Instant::now() + config.deadline;
+        let mut backoff = Backoff::new(config);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let budget = config
+                .attempt_timeout
+                .min(deadline.saturating_duration_since(Instant::now()));
+            let result = match tokio::time::timeout(budget, attempt()).await {
+                Ok(result) => result,
+                Err(_) => Err(timeout_error(operation, budget)),
+            };
+            let error = match result {
+                Ok(value) => return Ok(value),
+                Err(error) => error,
+            };
+            if !error.is_transient() || attempts >= config.max_attempts {
+                return Err(error);
+            }
+            let delay = backoff.next_delay(&mut self.rng.lock());
+            if Instant::now() + delay >= deadline {
+                tracing::warn!(operation, key, attempts, %error, "deadline reached, giving up");
+                return Err(error);
+            }
+            tracing::warn!(operation, key, attempts, ?delay, %error, "transient error, retrying");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    async fn put_once(
+        &self,
+        path: &Path,
+        key: &ObjectKey,
+        payload: &[Bytes],
+        len: u64,
+    ) -> Result<(), StorageError> {
+        let overwrite = self.create_unsupported.load(Ordering::Relaxed);
+        let mode = if overwrite {
+            PutMode::Overwrite
+        } else {
+            PutMode::Create
+        };
+        self.counters.record_put(len);
+        let body: PutPayload = payload.iter().cloned().collect();
+        match self
+            .store
+            .put_opts(path, body, PutOptions::from(mode))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(object_store::Error::NotImplemented { operation, .. }) if !overwrite => {
+                if self.options.allow_overwrite_fallback {
+                    tracing::warn!(
+                        %key,
+                        "store cannot upload create-only ({operation}); falling back to overwrite"
+                    );
+                    self.create_unsupported.store(true, Ordering::Relaxed);
+                    self.counters.record_put(len);
+                    let body: PutPayload = payload.iter().cloned().collect();
+                    self.store
+                        .put_opts(path, body, PutOptions::from(PutMode::Overwrite))
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| map_error(e, key.as_str()))
+                } else {
+                    Err(StorageError::Permanent {
+                        source: format!(
+                            "the object store cannot upload create-only ({operation}); enable \
+                             conditional put on the store (S3: aws_conditional_put=etag, the \
+                             default) or set StorageOptions::allow_overwrite_fallback"
+                        )
+                        .into(),
+                    })
+                }
+            }
+            Err(e) => Err(map_error(e, key.as_str())),
+        }
+    }
+
+    /// After an upload found the key taken: the same content is success, other content is
+    /// [`StorageError::AlreadyExists`].
+    async fn verify_existing(
+        &self,
+        path: &Path,
+        key: &ObjectKey,
+        payload: &[Bytes],
+        len: u64,
+        already: StorageError,
+    ) -> Result<(), StorageError> {
+        let existing = self
+            .with_retries("upload-verify", key.as_str(), || async {
+                self.counters.record_get();
+                let result = self
+                    .store
+                    .get_opts(path, GetOptions::default())
+                    .await
+                    .map_err(|e| map_error(e, key.as_str()))?;
+                if result.meta.size != len {
+                    return Ok(None);
+                }
+                let bytes = result
+                    .bytes()
+                    .await
+                    .map_err(|e| map_error(e, key.as_str()))?;
+                self.counters.record_get_bytes(bytes.len() as u64);
+                Ok(Some(bytes))
+            })
+            .await;
+        match existing {
+            Ok(Some(bytes)) if same_content(&bytes, payload) => {
+                tracing::info!(%key, "upload found its object already there with the same content");
+                Ok(())
+            }
+            Ok(_) => Err(already),
+            Err(e) if e.is_not_found() => Err(StorageError::Transient {
+                source: format!("object {key} reported as existing but then not found").into(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn fetch_once(
+        &self,
+        path: &Path,
+        key: &ObjectKey,
+        range: &Range<u64>,
+    ) -> Result<Bytes, StorageError> {
+        let invalid = |size| StorageError::InvalidRange {
+            key: key.to_string(),
+            start: range.start,
+            end: range.end,
+            size,
+        };
+        self.counters.record_get();
+        let options = GetOptions::default().with_range(Some(range.clone()));
+        match self.store.get_opts(path, options).await {
+            Ok(result) => {
+                let size = result.meta.size;
+                if range.end > size {
+                    return Err(invalid(Some(size)));
+                }
+                let bytes = result
+                    .bytes()
+                    .await
+                    .map_err(|e| map_error(e, key.as_str()))?;
+                self.counters.record_get_bytes(bytes.len() as u64);
+                if bytes.len() as u64 != range.end - range.start {
+                    return Err(StorageError::Transient {
+                        source: format!(
+                            "short read of {key}: {} bytes for range {range:?}",
+                            bytes.len()
+                        )
+                        .into(),
+                    });
+                }
+                Ok(bytes)
+            }
+            Err(e) => {
+                let error = map_error(e, key.as_str());
+                if error.is_not_found() || error.is_transient() {
+                    return Err(error);
+                }
+                // Backends report a range past the end differently (HTTP 416, an internal error
+                // type): ask for the size to tell it apart from other failures.
+                self.counters.record_get();
+                match self.store.head(path).await {
+                    Ok(meta) if range.end > meta.size => Err(invalid(Some(meta.size))),
+                    _ => Err(error),
+                }
+            }
+        }
+    }
+
+    /// One round of deletes of `pending`; pushes the indices confirmed into `confirmed`.
+    async fn delete_round(
+        &self,
+        pending: &[(ObjectKey, Path)],
+        confirmed: &mut Vec<usize>,
+    ) -> Option<StorageError> {
+        let mut last_error = None;
+        for (chunk_index, chunk) in pending.chunks(DELETE_BATCH).enumerate() {
+            let base = chunk_index * DELETE_BATCH;
+            self.counters.record_delete(chunk.len() as u64);
+            let paths: Vec<Path> = chunk.iter().map(|(_, p)| p.clone()).collect();
+            let input = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
+            let results: Vec<object_store::Result<Path>> =
+                self.store.delete_stream(input).collect().await;
+            if results.len() == chunk.len() {
+                // One result per location, in order.
+                for (i, result) in results.into_iter().enumerate() {
+                    match result {
+                        Ok(_) | Err(object_store::Error::NotFound { .. }) => {
+                            confirmed.push(base + i)
+                        }
+                        Err(e) => last_error = Some(map_error(e, chunk[i].0.as_str())),
+                    }
+                }
+            } else {
+                // A batch failed as a whole: trust only the paths reported deleted.
+                for result in results {
+                    match result {
+                        Ok(path) => {
+                            if let Some(i) = chunk.iter().position(|(_, p)| *p == path) {
+                                confirmed.push(base + i);
+                            }
+                        }
+                        Err(object_store::Error::NotFound { .. }) => {}
+                        Err(e) => last_error = Some(map_error(e, "")),
+                    }
+                }
+            }
+        }
+        last_error
+    }
+}
+
+#[cfg(not(all(feature = "s3", feature = "gcs", feature = "azure", feature = "fs")))]
+fn feature_off(scheme: &str, feature: &str) -> StorageError {
+    StorageError::Config(format!(
+        "{scheme}:// storage needs the cargo feature `{feature}` of diskless-storage"
+    ))
+}
+
+#[cfg(any(feature = "s3", feature = "gcs", feature = "azure"))]
+fn parse_key<T: std::str::FromStr>(key: &str, store: &str) -> Result<T, StorageError> {
+    key.to_ascii_lowercase()
+        .parse()
+        .map_err(|_| StorageError::Config(format!("unknown {store} option {key:?}")))
+}
+
+fn same_content(bytes: &[u8], payload: &[Bytes]) -> bool {
+    let mut rest = bytes;
+    for chunk in payload {
+        match rest.split_at_checked(chunk.len()) {
+            Some((head, tail)) if head == chunk.as_ref() => rest = tail,
+            _ => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+fn system_time(t: &object_store::ObjectMeta) -> SystemTime {
+    let secs = t.last_modified.timestamp();
+    let nanos = t.last_modified.timestamp_subsec_nanos();
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs.unsigned_abs(), nanos)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nanos.into())
+    }
+}
+
+#[async_trait]
+impl ObjectStorage for ObjectStoreStorage {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        let len: u64 = payload.iter().map(|b| b.len() as u64).sum();
+        let span = tracing::debug_span!("upload", %key, len);
+        async {
+            let path = self.path(key.as_str())?;
+            let result = self
+                .with_retries("upload", key.as_str(), || {
+                    self.put_once(&path, key, payload, len)
+                })
+                .await;
+            match result {
+                Err(already @ StorageError::AlreadyExists { .. }) => {
+                    self.verify_existing(&path, key, payload, len, already)
+                        .await
+                }
+                other => other,
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        let span = tracing::debug_span!("fetch", %key, start = range.start, end = range.end);
+        async {
+            if range.start >= range.end || usize::try_from(range.end - range.start).is_err() {
+                return Err(StorageError::InvalidRange {
+                    key: key.to_string(),
+                    start: range.start,
+                    end: range.end,
+                    size: None,
+                });
+            }
+            let path = self.path(key.as_str())?;
+            self.with_retries("fetch", key.as_str(), || {
+                self.fetch_once(&path, key, &range)
+            })
+            .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        let span = tracing::debug_span!("delete", keys = keys.len());
+        async {
+            let mut pending = Vec::with_capacity(keys.len());
+            for key in keys {
+                pending.push((key.clone(), self.path(key.as_str())?));
+            }
+            let config = &self.options.retry;
+            let deadline = Instant::now() + config.deadline;
+            let mut backoff = Backoff::new(config);
+            let mut done = Vec::with_capacity(keys.len());
+            let mut last_error = None;
+            let mut attempts = 0;
+            while !pending.is_empty() {
+                attempts += 1;
+                let budget = config
+                    .attempt_timeout
+                    .min(deadline.saturating_duration_since(Instant::now()));
+                let mut confirmed = Vec::new();
+                let error =
+                    match tokio::time::timeout(budget, self.delete_round(&pending, &mut confirmed))
+                        .await
+                    {
+                        Ok(error) => error,
+                        Err(_) => Some(timeout_error("delete", budget)),
+                    };
+                let mut is_confirmed = vec![false; pending.len()];
+                for i in confirmed {
+                    is_confirmed[i] = true;
+                }
+                let mut flags = is_confirmed.into_iter();
+                pending.retain(|(key, _)| {
+                    let confirmed = flags.next().unwrap_or(false);
+                    if confirmed {
+                        done.push(key.clone());
+                    }
+                    !confirmed
+                });
+                let Some(error) = error else { continue };
+                let retry = error.is_transient() && attempts < config.max_attempts;
+                last_error = Some(error);
+                if !retry || pending.is_empty() {
+                    break;
+                }
+                let delay = backoff.next_delay(&mut self.rng.lock());
+                if Instant::now() + delay >= deadline {
+                    break;
+                }
+                tracing::warn!(
+                    attempts,
+                    pending = pending.len(),
+                    ?delay,
+                    "retrying deletes"
+                );
+                tokio::time::sleep(delay).await;
+            }
+            match last_error {
+                Some(error) if done.is_empty() && !pending.is_empty() => Err(error),
+                Some(error) if !pending.is_empty() => {
+                    tracing::warn!(
+                        unconfirmed = pending.len(),
+                        %error,
+                        "some deletes were not confirmed"
+                    );
+                    Ok(done)
+                }
+                _ => Ok(done),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        if !prefix.is_empty() {
+            if let Err(e) = validate_prefix(prefix) {
+                return futures::stream::once(async { Err(e) }).boxed();
+            }
+        }
+        let full = if prefix.is_empty() && self.root.is_empty() {
+            None
+        } else {
+            match self.path(prefix) {
+                Ok(path) => Some(path),
+                Err(e) => return futures::stream::once(async { Err(e) }).boxed(),
+            }
+        };
+        let root = if self.root.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.root)
+        };
+        let mut listing = ListingCounter::start(self.counters.clone());
+        tracing::debug!(prefix, "list");
+        self.store
+            .list(full.as_ref())
+            .filter_map(move |item| {
+                let out = match item {
+                    Ok(meta) => {
+                        listing.object();
+                        let location = meta.location.as_ref();
+                        match location.strip_prefix(root.as_str()).map(ObjectKey::parse) {
+                            Some(Ok(key)) => Some(Ok(ObjectMeta {
+                                key,
+                                size: meta.size,
+                                last_modified: system_time(&meta),
+                            })),
+                            _ => {
+                                tracing::warn!(
+                                    location,
+                                    "skipping listed object with an invalid key"
+                                );
+                                None
+                            }
+                        }
+                    }
+                    Err(e) => Some(Err(map_error(e, prefix))),
+                };
+                futures::future::ready(out)
+            })
+            .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_content_compares_chunked_payloads() {
+        let p = [Bytes::from_static(b"ab"), Bytes::from_static(b"cd")];
+        assert!(same_content(b"abcd", &p));
+        assert!(!same_content(b"abc", &p));
+        assert!(!same_content(b"abcde", &p));
+        assert!(!same_content(b"abce", &p));
+        assert!(same_content(b"", &[]));
+    }
+}

@@ -1,0 +1,457 @@
+//! Retries, timeouts, the ambiguous-upload path and request accounting, against an
+//! `object_store` that fails on a script, under tokio's paused clock.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use diskless_storage::object_store::{
+    self, CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, memory::InMemory, path::Path,
+};
+use diskless_storage::{
+    ObjectKey, ObjectStorage, ObjectStoreStorage, RetryConfig, StorageError, StorageOptions,
+};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// What the next call of an operation does.
+#[derive(Debug, Clone)]
+enum Fault {
+    /// Fail with this kind of error without touching the data.
+    Fail(ErrorKind),
+    /// Store the object, then hang (the caller's timeout fires).
+    LandThenHang,
+    /// Hang without storing.
+    Hang,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ErrorKind {
+    ConnectionReset,
+    Status(u16),
+    PermissionDenied,
+    NotImplemented,
+}
+
+fn make_error(kind: ErrorKind, path: &Path) -> object_store::Error {
+    #[derive(Debug, thiserror::Error)]
+    #[error("Server returned non-2xx status code: {0}: <Error/>")]
+    struct Status(String);
+    match kind {
+        ErrorKind::ConnectionReset => object_store::Error::Generic {
+            store: "scripted",
+            source: Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+        },
+        ErrorKind::Status(code) => object_store::Error::Generic {
+            store: "scripted",
+            source: Box::new(Status(format!("{code} Whatever"))),
+        },
+        ErrorKind::PermissionDenied => object_store::Error::PermissionDenied {
+            path: path.to_string(),
+            source: "denied".into(),
+        },
+        ErrorKind::NotImplemented => object_store::Error::NotImplemented {
+            operation: "put_opts with PutMode::Create".into(),
+            implementer: "scripted".into(),
+        },
+    }
+}
+
+/// An in-memory store whose puts, gets and deletes follow a script of faults.
+#[derive(Debug, Default)]
+struct Scripted {
+    inner: InMemory,
+    puts: Mutex<VecDeque<Fault>>,
+    gets: Mutex<VecDeque<Fault>>,
+    deletes: Mutex<VecDeque<Fault>>,
+    no_create: bool,
+}
+
+impl std::fmt::Display for Scripted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Scripted")
+    }
+}
+
+async fn hang() {
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+}
+
+#[async_trait]
+impl ObjectStore for Scripted {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        if self.no_create && matches!(opts.mode, PutMode::Create) {
+            return Err(make_error(ErrorKind::NotImplemented, location));
+        }
+        let fault = self.puts.lock().pop_front();
+        match fault {
+            None => self.inner.put_opts(location, payload, opts).await,
+            Some(Fault::Fail(kind)) => Err(make_error(kind, location)),
+            Some(Fault::LandThenHang) => {
+                self.inner.put_opts(location, payload, opts).await?;
+                hang().await;
+                unreachable!("the caller times out")
+            }
+            Some(Fault::Hang) => {
+                hang().await;
+                unreachable!("the caller times out")
+            }
+        }
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let fault = self.gets.lock().pop_front();
+        match fault {
+            None => self.inner.get_opts(location, options).await,
+            Some(Fault::Fail(kind)) => Err(make_error(kind, location)),
+            Some(Fault::LandThenHang | Fault::Hang) => {
+                hang().await;
+                unreachable!()
+            }
+        }
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        let fault = self.deletes.lock().pop_front();
+        match fault {
+            None => self.inner.delete_stream(locations),
+            Some(Fault::Fail(kind)) => locations
+                .map(move |l| l.and_then(|p| Err(make_error(kind, &p))))
+                .boxed(),
+            Some(_) => futures::stream::once(async {
+                hang().await;
+                unreachable!()
+            })
+            .boxed(),
+        }
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+fn retry() -> RetryConfig {
+    RetryConfig {
+        max_attempts: 5,
+        initial_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_secs(2),
+        attempt_timeout: Duration::from_secs(10),
+        deadline: Duration::from_secs(60),
+        seed: Some(42),
+        ..RetryConfig::default()
+    }
+}
+
+fn storage(store: Arc<Scripted>, config: RetryConfig) -> ObjectStoreStorage {
+    ObjectStoreStorage::from_object_store(store, "")
+        .unwrap()
+        .with_retry(config)
+        .unwrap()
+}
+
+fn payload() -> Vec<Bytes> {
+    vec![
+        Bytes::from_static(b"segment-"),
+        Bytes::from_static(b"bytes"),
+    ]
+}
+
+fn key() -> ObjectKey {
+    ObjectKey::generate("wal").unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_upload_is_one_put() {
+    let store = Arc::new(Scripted::default());
+    let s = storage(store, retry());
+    s.upload(&key(), &payload()).await.unwrap();
+    let stats = s.counters().snapshot();
+    assert_eq!(stats.put_requests, 1);
+    assert_eq!(stats.put_bytes, 13);
+    assert_eq!(stats.get_requests, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_errors_are_retried_with_backoff() {
+    let store = Arc::new(Scripted::default());
+    store.puts.lock().extend([
+        Fault::Fail(ErrorKind::ConnectionReset),
+        Fault::Fail(ErrorKind::Status(503)),
+        Fault::Fail(ErrorKind::Status(429)),
+    ]);
+    let s = storage(store.clone(), retry());
+    let k = key();
+    let start = Instant::now();
+    s.upload(&k, &payload()).await.unwrap();
+    let waited = start.elapsed();
+    assert_eq!(s.counters().snapshot().put_requests, 4);
+    // Three backoffs with equal jitter: [50, 100] + [100, 200] + [200, 400] ms.
+    assert!(
+        waited >= Duration::from_millis(350) && waited <= Duration::from_millis(700),
+        "{waited:?}"
+    );
+    assert_eq!(s.fetch(&k, 0..13).await.unwrap(), "segment-bytes");
+}
+
+#[tokio::test(start_paused = true)]
+async fn permanent_errors_are_not_retried() {
+    for kind in [
+        ErrorKind::PermissionDenied,
+        ErrorKind::Status(400),
+        ErrorKind::Status(403),
+    ] {
+        let store = Arc::new(Scripted::default());
+        store.puts.lock().push_back(Fault::Fail(kind));
+        let s = storage(store, retry());
+        let err = s.upload(&key(), &payload()).await.unwrap_err();
+        assert!(
+            matches!(err, StorageError::Permanent { .. }),
+            "{kind:?}: {err:?}"
+        );
+        assert_eq!(s.counters().snapshot().put_requests, 1, "{kind:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_stop_at_max_attempts() {
+    let store = Arc::new(Scripted::default());
+    store.puts.lock().extend(std::iter::repeat_n(
+        Fault::Fail(ErrorKind::Status(500)),
+        100,
+    ));
+    let s = storage(store, retry());
+    let err = s.upload(&key(), &payload()).await.unwrap_err();
+    assert!(err.is_transient());
+    assert_eq!(s.counters().snapshot().put_requests, 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_stop_at_the_deadline() {
+    let store = Arc::new(Scripted::default());
+    store
+        .puts
+        .lock()
+        .extend(std::iter::repeat_n(Fault::Hang, 100));
+    let config = RetryConfig {
+        max_attempts: 100,
+        attempt_timeout: Duration::from_secs(4),
+        deadline: Duration::from_secs(10),
+        ..retry()
+    };
+    let s = storage(store, config);
+    let start = Instant::now();
+    let err = s.upload(&key(), &payload()).await.unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    assert!(
+        start.elapsed() <= Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    let puts = s.counters().snapshot().put_requests;
+    assert!(
+        (2..=3).contains(&puts),
+        "{puts} attempts in a 10 s deadline of 4 s attempts"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn timed_out_upload_that_landed_is_verified_and_succeeds() {
+    let store = Arc::new(Scripted::default());
+    store.puts.lock().push_back(Fault::LandThenHang);
+    let s = storage(store, retry());
+    let k = key();
+    s.upload(&k, &payload()).await.unwrap();
+    let stats = s.counters().snapshot();
+    // The first PUT timed out (ambiguous), the second found the object, one GET compared it.
+    assert_eq!(stats.put_requests, 2);
+    assert_eq!(stats.get_requests, 1);
+    assert_eq!(stats.get_bytes, 13);
+    assert_eq!(s.fetch(&k, 0..13).await.unwrap(), "segment-bytes");
+}
+
+#[tokio::test(start_paused = true)]
+async fn timed_out_upload_over_other_content_is_already_exists() {
+    let store = Arc::new(Scripted::default());
+    let k = key();
+    // Another writer's object with the same length but other bytes.
+    store
+        .inner
+        .put_opts(
+            &Path::parse(k.as_str()).unwrap(),
+            PutPayload::from_static(b"SEGMENT-BYTES"),
+            PutOptions::default(),
+        )
+        .await
+        .unwrap();
+    store.puts.lock().push_back(Fault::Hang);
+    let s = storage(store, retry());
+    let err = s.upload(&k, &payload()).await.unwrap_err();
+    assert!(matches!(err, StorageError::AlreadyExists { .. }), "{err:?}");
+    assert_eq!(s.fetch(&k, 0..13).await.unwrap(), "SEGMENT-BYTES");
+}
+
+#[tokio::test(start_paused = true)]
+async fn verification_get_is_retried_too() {
+    let store = Arc::new(Scripted::default());
+    store.puts.lock().push_back(Fault::LandThenHang);
+    store
+        .gets
+        .lock()
+        .push_back(Fault::Fail(ErrorKind::Status(502)));
+    let s = storage(store, retry());
+    s.upload(&key(), &payload()).await.unwrap();
+    let stats = s.counters().snapshot();
+    assert_eq!((stats.put_requests, stats.get_requests), (2, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn fetch_retries_transient_but_not_missing() {
+    let store = Arc::new(Scripted::default());
+    let s = storage(store.clone(), retry());
+    let k = key();
+    s.upload(&k, &payload()).await.unwrap();
+    store
+        .gets
+        .lock()
+        .extend([Fault::Fail(ErrorKind::ConnectionReset), Fault::Hang]);
+    assert_eq!(s.fetch(&k, 8..13).await.unwrap(), "bytes");
+    assert_eq!(s.counters().snapshot().get_requests, 3);
+    s.counters().reset();
+    let err = s.fetch(&key(), 0..1).await.unwrap_err();
+    assert!(err.is_not_found());
+    assert_eq!(s.counters().snapshot().get_requests, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn delete_retries_transient_failures_and_confirms_all() {
+    let store = Arc::new(Scripted::default());
+    let s = storage(store.clone(), retry());
+    let keys: Vec<ObjectKey> = (0..3).map(|_| key()).collect();
+    for k in &keys[..2] {
+        s.upload(k, &payload()).await.unwrap();
+    }
+    store
+        .deletes
+        .lock()
+        .push_back(Fault::Fail(ErrorKind::Status(503)));
+    let mut confirmed = s.delete(&keys).await.unwrap();
+    confirmed.sort();
+    let mut expected = keys.clone();
+    expected.sort();
+    assert_eq!(confirmed, expected);
+    let stats = s.counters().snapshot();
+    assert_eq!((stats.delete_requests, stats.deleted_keys), (2, 6));
+}
+
+#[tokio::test(start_paused = true)]
+async fn delete_permanent_failure_is_an_error() {
+    let store = Arc::new(Scripted::default());
+    store
+        .deletes
+        .lock()
+        .push_back(Fault::Fail(ErrorKind::PermissionDenied));
+    let s = storage(store, retry());
+    let err = s.delete(&[key()]).await.unwrap_err();
+    assert!(matches!(err, StorageError::Permanent { .. }), "{err:?}");
+    assert_eq!(s.counters().snapshot().delete_requests, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn backend_without_create_only_fails_clearly_unless_overwrite_allowed() {
+    let store = Arc::new(Scripted {
+        no_create: true,
+        ..Scripted::default()
+    });
+    let s = storage(store.clone(), retry());
+    let err = s.upload(&key(), &payload()).await.unwrap_err();
+    assert!(matches!(err, StorageError::Permanent { .. }), "{err:?}");
+    assert!(err.to_string().contains("create-only") || format!("{err:?}").contains("create-only"));
+
+    let s = ObjectStoreStorage::from_object_store(store, "")
+        .unwrap()
+        .with_options(
+            StorageOptions::default()
+                .with_retry(retry())
+                .with_overwrite_fallback(true),
+        )
+        .unwrap();
+    let k = key();
+    s.upload(&k, &payload()).await.unwrap();
+    assert_eq!(s.fetch(&k, 0..7).await.unwrap(), "segment");
+    // The refused create-only PUT and the overwriting one; later uploads overwrite directly.
+    assert_eq!(s.counters().snapshot().put_requests, 2);
+    s.upload(&key(), &payload()).await.unwrap();
+    assert_eq!(s.counters().snapshot().put_requests, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn same_seed_same_backoff_schedule() {
+    async fn run(seed: u64) -> Duration {
+        let store = Arc::new(Scripted::default());
+        store
+            .puts
+            .lock()
+            .extend(std::iter::repeat_n(Fault::Fail(ErrorKind::Status(500)), 4));
+        let s = storage(
+            store,
+            RetryConfig {
+                seed: Some(seed),
+                ..retry()
+            },
+        );
+        let start = Instant::now();
+        s.upload(&key(), &payload()).await.unwrap();
+        start.elapsed()
+    }
+    assert_eq!(run(1).await, run(1).await);
+    assert_ne!(run(1).await, run(2).await);
+}
+
+#[test]
+fn invalid_retry_config_is_rejected() {
+    let err = ObjectStoreStorage::in_memory()
+        .with_retry(RetryConfig {
+            max_attempts: 0,
+            ..RetryConfig::default()
+        })
+        .unwrap_err();
+    assert!(matches!(err, StorageError::Config(_)));
+}

@@ -1,0 +1,355 @@
+//! The cases every [`ObjectStorage`] must pass.
+//!
+//! Each case is a public async function taking the storage under test and panicking (with a
+//! message) on a violation, like `object_store`'s integration tests; [`run_all`] runs them all
+//! with a fresh storage per case from a factory. Every case works under its own random prefix
+//! (`conformance/<uuid>/<case>`), so a factory may return storages sharing one bucket or
+//! directory.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! use diskless_storage::ObjectStoreStorage;
+//! use diskless_testkit::storage::conformance;
+//! use std::sync::Arc;
+//!
+//! conformance::run_all(|| async { Arc::new(ObjectStoreStorage::in_memory()) as _ }).await;
+//! # });
+//! ```
+
+use bytes::Bytes;
+use diskless_storage::{ObjectKey, ObjectMeta, ObjectStorage, StorageError};
+use futures::TryStreamExt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Size of the object of [`large_object`]: 16 MiB and a bit, so that it is not a power of two.
+pub const LARGE_OBJECT_SIZE: usize = 16 * 1024 * 1024 + 12_345;
+
+/// Number of uploads [`concurrent_uploads`] runs at once.
+pub const CONCURRENT_UPLOADS: usize = 32;
+
+/// Runs every case, each with a fresh storage from `factory`.
+pub async fn run_all<F, Fut>(factory: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Arc<dyn ObjectStorage>>,
+{
+    upload_then_fetch_edges(&*factory().await).await;
+    fetch_invalid_ranges(&*factory().await).await;
+    empty_object(&*factory().await).await;
+    create_only(&*factory().await).await;
+    retry_after_ambiguous_upload(&*factory().await).await;
+    idempotent_delete(&*factory().await).await;
+    list_by_prefix(&*factory().await).await;
+    invalid_keys_rejected(&*factory().await).await;
+    large_object(&*factory().await).await;
+    concurrent_uploads(factory().await).await;
+}
+
+/// A prefix no other case (or run) uses.
+pub fn unique_prefix(case: &str) -> String {
+    format!("conformance/{}/{case}", uuid::Uuid::new_v4().simple())
+}
+
+/// Deterministic test bytes: `len` bytes that differ from those of another `seed`.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ ((i >> 8) as u8))
+        .collect()
+}
+
+fn chunks(data: &[u8], chunk: usize) -> Vec<Bytes> {
+    data.chunks(chunk.max(1))
+        .map(Bytes::copy_from_slice)
+        .collect()
+}
+
+fn key(prefix: &str) -> ObjectKey {
+    ObjectKey::generate(prefix).expect("valid prefix")
+}
+
+fn assert_invalid_range(result: Result<Bytes, StorageError>, what: &str) {
+    match result {
+        Err(StorageError::InvalidRange { .. }) => {}
+        other => panic!("{what}: expected InvalidRange, got {other:?}"),
+    }
+}
+
+/// Uploads an object in several chunks, then fetches the first byte, the last byte, the whole
+/// object and ranges spanning chunk boundaries.
+pub async fn upload_then_fetch_edges(storage: &dyn ObjectStorage) {
+    let prefix = unique_prefix("edges");
+    let data = pattern(1000, 1);
+    let k = key(&prefix);
+    storage
+        .upload(&k, &chunks(&data, 300))
+        .await
+        .expect("upload");
+    let fetch = |start: u64, end: u64| {
+        let k = k.clone();
+        async move { storage.fetch(&k, start..end).await }
+    };
+    assert_eq!(fetch(0, 1).await.expect("first byte"), data[..1]);
+    assert_eq!(fetch(999, 1000).await.expect("last byte"), data[999..]);
+    assert_eq!(fetch(0, 1000).await.expect("whole object"), data[..]);
+    assert_eq!(
+        fetch(299, 301).await.expect("across chunks"),
+        data[299..301]
+    );
+    assert_eq!(fetch(123, 987).await.expect("middle"), data[123..987]);
+}
+
+/// Ranges past the end, empty or inverted ranges are [`StorageError::InvalidRange`], never a
+/// short read; a missing object is [`StorageError::NotFound`].
+pub async fn fetch_invalid_ranges(storage: &dyn ObjectStorage) {
+    let prefix = unique_prefix("invalid-ranges");
+    let data = pattern(100, 2);
+    let k = key(&prefix);
+    storage
+        .upload(&k, &[Bytes::from(data)])
+        .await
+        .expect("upload");
+    assert_invalid_range(storage.fetch(&k, 0..101).await, "one byte past the end");
+    assert_invalid_range(storage.fetch(&k, 50..1000).await, "far past the end");
+    assert_invalid_range(storage.fetch(&k, 100..101).await, "starting at the end");
+    assert_invalid_range(storage.fetch(&k, 500..600).await, "starting past the end");
+    assert_invalid_range(storage.fetch(&k, 10..10).await, "empty range");
+    #[allow(clippy::reversed_empty_ranges)]
+    let inverted = 20..10;
+    assert_invalid_range(storage.fetch(&k, inverted).await, "inverted range");
+    let missing = key(&prefix);
+    match storage.fetch(&missing, 0..1).await {
+        Err(e) if e.is_not_found() => {}
+        other => panic!("fetch of a missing object: expected NotFound, got {other:?}"),
+    }
+}
+
+/// A zero-byte object can be uploaded and listed; every range of it is invalid.
+pub async fn empty_object(storage: &dyn ObjectStorage) {
+    let prefix = unique_prefix("empty");
+    let k = key(&prefix);
+    storage.upload(&k, &[]).await.expect("upload empty");
+    assert_invalid_range(storage.fetch(&k, 0..1).await, "range of an empty object");
+    let listed: Vec<ObjectMeta> = storage.list(&prefix).try_collect().await.expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].size, 0);
+    // Retrying the empty upload is fine, other content is not.
+    storage.upload(&k, &[]).await.expect("retry empty");
+    assert!(matches!(
+        storage.upload(&k, &[Bytes::from_static(b"x")]).await,
+        Err(StorageError::AlreadyExists { .. })
+    ));
+}
+
+/// An upload never replaces an object with other content.
+pub async fn create_only(storage: &dyn ObjectStorage) {
+    let prefix = unique_prefix("create-only");
+    let k = key(&prefix);
+    let first = pattern(64, 3);
+    storage
+        .upload(&k, &[Bytes::from(first.clone())])
+        .await
+        .expect("first upload");
+    for other in [pattern(64, 4), pattern(65, 3), pattern(63, 3), vec![]] {
+        match storage.upload(&k, &[Bytes::from(other.clone())]).await {
+            Err(StorageError::AlreadyExists { .. }) => {}
+            r => panic!(
+                "upload over an object ({} bytes): expected AlreadyExists, got {r:?}",
+                other.len()
+            ),
+        }
+    }
+    assert_eq!(storage.fetch(&k, 0..64).await.expect("fetch"), first);
+}
+
+/// A retried upload (same key, same content, even chunked differently) succeeds; different
+/// content fails with [`StorageError::AlreadyExists`] and leaves the first content.
+pub async fn retry_after_ambiguous_upload(storage: &dyn ObjectStorage) {
+    let prefix = unique_prefix("retry");
+    let k = key(&prefix);
+    let data = pattern(5000, 5);
+    storage
+        .upload(&k, &chunks(&data, 1000))
+        .await
+        .expect("first upload");
+    storage
+        .upload(&k, &chunks(&data, 1000))
+        .await
+        .expect("retry with the same content");
+    storage
+        .upload(&k, &chunks(&data, 777))
+        .await
+        .expect("retry with the same content in other chunks");
+    let mut different = data.clone();
+    different[4999] ^= 0xff;
+    match storage.upload(&k, &chunks(&different, 1000)).await {
+        Err(StorageError::AlreadyExists { .. }) => {}
+        r => panic!("retry with one byte changed: expected AlreadyExists, got {r:?}"),
+    }
+    assert_eq!(storage.fetch(&k, 0..5000).await.expect("fetch"), data);
+}
+
+/// Deleting is idempotent: missing keys count as deleted, and every confirmed key is returned.
+pub async fn idempotent_delete(storage: &dyn ObjectStorage) {
+    let prefix = unique_prefix("delete");
+    let present: Vec<ObjectKey> = (0..3).map(|_| key(&prefix)).collect();
+    for (i, k) in present.iter().enumerate() {
+        storage
+            .upload(k, &[Bytes::from(pattern(10 + i, 6))])
+            .await
+            .expect("upload");
+    }
+    let missing = key(&prefix);
+    let mut all = present.clone();
+    all.push(missing.clone());
+    let mut confirmed = storage.delete(&all).await.expect("delete");
+    confirmed.sort();
+    all.sort();
+    assert_eq!(
+        confirmed, all,
+        "every key, present or missing, is confirmed"
+    );
+    for k in &present {
+        match storage.fetch(k, 0..1).await {
+            Err(e) if e.is_not_found() => {}
+            r => panic!("fetch after delete: expected NotFound, got {r:?}"),
+        }
+    }
+    let again = storage.delete(&present).await.expect("delete again");
+    assert_eq!(again.len(), present.len());
+    assert!(storage.delete(&[]).await.expect("empty delete").is_empty());
+    let listed: Vec<ObjectMeta> = storage.list(&prefix).try_collect().await.expect("list");
+    assert!(
+        listed.is_empty(),
+        "deleted objects still listed: {listed:?}"
+    );
+}
+
+/// Listing by prefix returns exactly the objects under it (whole segments), with their sizes
+/// and a plausible modification time.
+pub async fn list_by_prefix(storage: &dyn ObjectStorage) {
+    let prefix = unique_prefix("list");
+    let inside = format!("{prefix}/a");
+    let nested = format!("{prefix}/a/deeper");
+    let sibling = format!("{prefix}/ab");
+    let other = format!("{prefix}/b");
+    let mut expected = vec![];
+    for (i, p) in [&inside, &inside, &nested].into_iter().enumerate() {
+        let k = key(p);
+        storage
+            .upload(&k, &[Bytes::from(pattern(100 + i, 7))])
+            .await
+            .expect("upload");
+        expected.push((k, 100 + i as u64));
+    }
+    for p in [&sibling, &other] {
+        storage
+            .upload(&key(p), &[Bytes::from_static(b"elsewhere")])
+            .await
+            .expect("upload");
+    }
+    let mut listed: Vec<ObjectMeta> = storage.list(&inside).try_collect().await.expect("list");
+    listed.sort_by(|a, b| a.key.cmp(&b.key));
+    expected.sort();
+    let got: Vec<(ObjectKey, u64)> = listed.iter().map(|m| (m.key.clone(), m.size)).collect();
+    assert_eq!(got, expected, "list of {inside:?}");
+    let now = SystemTime::now();
+    for m in &listed {
+        assert!(
+            m.last_modified > now - Duration::from_secs(24 * 3600)
+                && m.last_modified < now + Duration::from_secs(3600),
+            "implausible last_modified {:?}",
+            m.last_modified
+        );
+    }
+    let all: Vec<ObjectMeta> = storage.list(&prefix).try_collect().await.expect("list all");
+    assert_eq!(all.len(), 5);
+    let none: Vec<ObjectMeta> = storage
+        .list(&format!("{prefix}/nothing"))
+        .try_collect()
+        .await
+        .expect("list nothing");
+    assert!(none.is_empty());
+}
+
+/// Invalid keys cannot be built, and invalid list prefixes fail with
+/// [`StorageError::InvalidKey`] before anything reaches the backend.
+pub async fn invalid_keys_rejected(storage: &dyn ObjectStorage) {
+    for bad in [
+        "../etc/passwd",
+        "/abs",
+        "a//b",
+        "a/./b",
+        "trailing/",
+        "a\\b",
+        "nul\0",
+    ] {
+        assert!(
+            matches!(ObjectKey::parse(bad), Err(StorageError::InvalidKey { .. })),
+            "{bad:?} parsed"
+        );
+        let result: Result<Vec<ObjectMeta>, StorageError> = storage.list(bad).try_collect().await;
+        assert!(
+            matches!(result, Err(StorageError::InvalidKey { .. })),
+            "list({bad:?}): expected InvalidKey, got {result:?}"
+        );
+    }
+}
+
+/// An object of [`LARGE_OBJECT_SIZE`] bytes uploaded in many chunks reads back intact.
+pub async fn large_object(storage: &dyn ObjectStorage) {
+    let prefix = unique_prefix("large");
+    let data = pattern(LARGE_OBJECT_SIZE, 8);
+    let payload = chunks(&data, 64 * 1024 + 3);
+    assert!(payload.len() > 200);
+    let k = key(&prefix);
+    storage.upload(&k, &payload).await.expect("upload large");
+    let size = LARGE_OBJECT_SIZE as u64;
+    let whole = storage.fetch(&k, 0..size).await.expect("fetch whole");
+    assert!(whole == data[..], "large object content differs");
+    let tail = storage.fetch(&k, size - 10..size).await.expect("tail");
+    assert_eq!(tail, data[LARGE_OBJECT_SIZE - 10..]);
+    let mid = storage
+        .fetch(&k, 8 * 1024 * 1024 - 5..8 * 1024 * 1024 + 5)
+        .await
+        .expect("middle");
+    assert_eq!(mid, data[8 * 1024 * 1024 - 5..8 * 1024 * 1024 + 5]);
+    assert_invalid_range(
+        storage.fetch(&k, 0..size + 1).await,
+        "past the end of a large object",
+    );
+    storage.delete(&[k]).await.expect("delete large");
+}
+
+/// [`CONCURRENT_UPLOADS`] uploads at once, each in its own tokio task, all land with their own
+/// content.
+pub async fn concurrent_uploads(storage: Arc<dyn ObjectStorage>) {
+    let prefix = unique_prefix("concurrent");
+    let keys: Vec<ObjectKey> = (0..CONCURRENT_UPLOADS).map(|_| key(&prefix)).collect();
+    let tasks: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let (storage, k) = (storage.clone(), k.clone());
+            tokio::spawn(async move {
+                storage
+                    .upload(&k, &chunks(&pattern(4096 + i, i as u8), 1000))
+                    .await
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("upload task").expect("concurrent upload");
+    }
+    let storage = &*storage;
+    let fetches = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| async move { (i, storage.fetch(k, 0..(4096 + i) as u64).await) });
+    for (i, result) in futures::future::join_all(fetches).await {
+        assert_eq!(result.expect("fetch"), pattern(4096 + i, i as u8));
+    }
+    let listed: Vec<ObjectMeta> = storage.list(&prefix).try_collect().await.expect("list");
+    assert_eq!(listed.len(), CONCURRENT_UPLOADS);
+}

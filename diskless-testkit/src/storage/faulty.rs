@@ -1,0 +1,620 @@
+//! [`FaultyStorage`]: a deterministic fault-injecting [`ObjectStorage`] wrapper.
+
+use bytes::Bytes;
+use diskless_storage::{ObjectKey, ObjectMeta, ObjectStorage, StorageError};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The error of an injected fault (the source of the [`StorageError::Transient`] or
+/// [`StorageError::NotFound`] returned). Tests can downcast to it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("injected fault: {kind:?} on {op:?}")]
+pub struct InjectedFault {
+    /// The operation.
+    pub op: Op,
+    /// What was injected.
+    pub kind: FaultKind,
+}
+
+/// An [`ObjectStorage`] operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `upload`.
+    Upload,
+    /// `fetch`.
+    Fetch,
+    /// `delete`.
+    Delete,
+    /// `list`.
+    List,
+}
+
+/// What a fault does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The call fails with a transient error without reaching the inner storage.
+    Fail,
+    /// The upload reached the inner storage (the object landed) and then "failed" with a
+    /// transient error: the caller cannot tell whether it landed.
+    AfterUpload,
+    /// The key was made unreadable (see [`FaultyStorage::make_unreadable`]).
+    Unreadable,
+}
+
+/// One injected fault or delay, as recorded in [`FaultyStorage::log`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultEvent {
+    /// The operation.
+    pub op: Op,
+    /// The key (upload/fetch), the keys joined by `,` (delete) or the prefix (list).
+    pub target: String,
+    /// The fault, if one was injected.
+    pub fault: Option<FaultKind>,
+    /// The latency added.
+    pub latency: Duration,
+}
+
+/// A log-normal latency distribution fitted to a median and a 99th percentile.
+///
+/// `ln(latency)` is normal with mean `ln(p50)` and standard deviation
+/// `ln(p99 / p50) / 2.3263` (2.3263 is the standard normal's 99th percentile). Draws are capped at
+/// `max`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Latency {
+    /// Median.
+    pub p50: Duration,
+    /// 99th percentile (>= `p50`).
+    pub p99: Duration,
+    /// Upper bound of any draw.
+    pub max: Duration,
+}
+
+impl Latency {
+    /// The distribution with these percentiles, capped at `4 * p99`.
+    pub fn log_normal(p50: Duration, p99: Duration) -> Self {
+        Latency {
+            p50,
+            p99: p99.max(p50),
+            max: p99.max(p50) * 4,
+        }
+    }
+
+    /// Roughly S3 standard's first-byte latency for small PUTs: p50 100 ms, p99 400 ms.
+    pub fn s3_like() -> Self {
+        Self::log_normal(Duration::from_millis(100), Duration::from_millis(400))
+    }
+
+    /// A draw.
+    pub fn sample(&self, rng: &mut fastrand::Rng) -> Duration {
+        let p50 = self.p50.as_secs_f64();
+        if p50 <= 0.0 {
+            return Duration::ZERO;
+        }
+        let sigma = (self.p99.as_secs_f64() / p50).ln() / 2.3263;
+        // Box-Muller.
+        let u1 = 1.0 - rng.f64(); // (0, 1]
+        let u2 = rng.f64();
+        let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+        let secs = (p50.ln() + sigma * z).exp();
+        Duration::try_from_secs_f64(secs)
+            .unwrap_or(self.max)
+            .min(self.max)
+    }
+}
+
+/// The knobs of a [`FaultyStorage`]. All rates are probabilities in `[0, 1]`; the default injects
+/// nothing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FaultConfig {
+    /// Seed of every random decision.
+    pub seed: u64,
+    /// Fraction of uploads failing before reaching the inner storage.
+    pub upload_failure_rate: f64,
+    /// Fraction of uploads that land in the inner storage and then report a transient error
+    /// (the ambiguous outcome). Drawn after `upload_failure_rate`.
+    pub ambiguous_upload_rate: f64,
+    /// Fraction of fetches failing.
+    pub fetch_failure_rate: f64,
+    /// Fraction of deletes failing (as a whole, before reaching the inner storage).
+    pub delete_failure_rate: f64,
+    /// Fraction of listings failing (the stream yields one error).
+    pub list_failure_rate: f64,
+    /// Latency added before every call (`None`: none). Uses `tokio::time::sleep`, so tests with
+    /// a paused clock (`#[tokio::test(start_paused = true)]`) run instantly.
+    pub latency: Option<Latency>,
+}
+
+#[derive(Debug)]
+enum Unreadable {
+    Fetches(u32),
+    Until(Instant),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    calls: HashMap<(Op, String), u64>,
+    unreadable: HashMap<ObjectKey, Unreadable>,
+    log: Vec<FaultEvent>,
+}
+
+/// Wraps an [`ObjectStorage`] and injects faults and latency, deterministically from
+/// [`FaultConfig::seed`].
+///
+/// Each decision draws from a random generator seeded by the seed, the operation, its target
+/// (key, keys or prefix) and how many times that operation was called on that target before. So
+/// the same calls give the same faults whatever the interleaving of concurrent tasks.
+///
+/// Besides the random faults (see [`FaultConfig`]):
+/// - [`FaultyStorage::make_unreadable`] / [`FaultyStorage::make_unreadable_for`]: fetches of a
+///   key fail (transient) for a number of calls or a time, then succeed again;
+/// - [`FaultyStorage::stall_uploads`] / [`FaultyStorage::release_uploads`]: while stalled,
+///   uploads wait (before reaching the inner storage) until released — for backpressure tests;
+///   [`FaultyStorage::stalled_uploads`] says how many are waiting.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+/// use diskless_storage::{ObjectKey, ObjectStorage, ObjectStoreStorage};
+/// use diskless_testkit::storage::{FaultConfig, FaultyStorage, Latency};
+///
+/// let storage = FaultyStorage::new(
+///     ObjectStoreStorage::in_memory(),
+///     FaultConfig { seed: 7, ambiguous_upload_rate: 1.0, latency: Some(Latency::s3_like()), ..Default::default() },
+/// );
+/// let key = ObjectKey::generate("wal").unwrap();
+/// let payload = [bytes::Bytes::from_static(b"segment")];
+/// assert!(storage.upload(&key, &payload).await.unwrap_err().is_transient());
+/// // ...but it landed:
+/// assert_eq!(storage.inner().fetch(&key, 0..7).await.unwrap(), "segment");
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct FaultyStorage<S = Arc<dyn ObjectStorage>> {
+    inner: S,
+    config: FaultConfig,
+    state: Mutex<State>,
+    stall: tokio::sync::watch::Sender<bool>,
+    stalled: AtomicUsize,
+}
+
+/// FNV-1a, stable across platforms and Rust versions.
+fn fnv(bytes: &[u8], mut hash: u64) -> u64 {
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x100_0000_01b3);
+    }
+    hash
+}
+
+impl<S: ObjectStorage> FaultyStorage<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, config: FaultConfig) -> Self {
+        FaultyStorage {
+            inner,
+            config,
+            state: Mutex::new(State::default()),
+            stall: tokio::sync::watch::Sender::new(false),
+            stalled: AtomicUsize::new(0),
+        }
+    }
+
+    /// The wrapped storage (calls to it bypass the faults).
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FaultConfig {
+        &self.config
+    }
+
+    /// Every fault and delay injected so far, in call order.
+    pub fn log(&self) -> Vec<FaultEvent> {
+        self.state.lock().log.clone()
+    }
+
+    /// How many faults of each kind were injected.
+    pub fn fault_count(&self, kind: FaultKind) -> usize {
+        self.state
+            .lock()
+            .log
+            .iter()
+            .filter(|e| e.fault == Some(kind))
+            .count()
+    }
+
+    /// The next `fetches` fetches of `key` fail with a transient error.
+    pub fn make_unreadable(&self, key: &ObjectKey, fetches: u32) {
+        self.state
+            .lock()
+            .unreadable
+            .insert(key.clone(), Unreadable::Fetches(fetches));
+    }
+
+    /// Fetches of `key` fail with a transient error for `duration` (tokio time) from now.
+    pub fn make_unreadable_for(&self, key: &ObjectKey, duration: Duration) {
+        self.state
+            .lock()
+            .unreadable
+            .insert(key.clone(), Unreadable::Until(Instant::now() + duration));
+    }
+
+    /// Makes `key` readable again.
+    pub fn make_readable(&self, key: &ObjectKey) {
+        self.state.lock().unreadable.remove(key);
+    }
+
+    /// From now on, uploads wait until [`FaultyStorage::release_uploads`].
+    pub fn stall_uploads(&self) {
+        self.stall.send_replace(true);
+    }
+
+    /// Lets stalled and future uploads proceed.
+    pub fn release_uploads(&self) {
+        self.stall.send_replace(false);
+    }
+
+    /// Uploads currently waiting on a stall.
+    pub fn stalled_uploads(&self) -> usize {
+        self.stalled.load(Ordering::SeqCst)
+    }
+
+    /// Draws the decision generator of the next call of `op` on `target`.
+    fn rng_for(&self, op: Op, target: &str) -> fastrand::Rng {
+        let mut state = self.state.lock();
+        let n = state.calls.entry((op, target.to_string())).or_insert(0);
+        let call = *n;
+        *n += 1;
+        let mut h = fnv(&self.config.seed.to_le_bytes(), 0xcbf2_9ce4_8422_2325);
+        h = fnv(&[op as u8], h);
+        h = fnv(target.as_bytes(), h);
+        h = fnv(&call.to_le_bytes(), h);
+        fastrand::Rng::with_seed(h)
+    }
+
+    /// Latency and the failure decision of one call; records the event and sleeps.
+    async fn decide(
+        &self,
+        op: Op,
+        target: String,
+        rates: &[(f64, FaultKind)],
+    ) -> Option<FaultKind> {
+        let mut rng = self.rng_for(op, &target);
+        let latency = self
+            .config
+            .latency
+            .as_ref()
+            .map_or(Duration::ZERO, |l| l.sample(&mut rng));
+        let mut fault = None;
+        for (rate, kind) in rates {
+            if rng.f64() < *rate {
+                fault = Some(*kind);
+                break;
+            }
+        }
+        if fault.is_some() || !latency.is_zero() {
+            self.state.lock().log.push(FaultEvent {
+                op,
+                target: target.clone(),
+                fault,
+                latency,
+            });
+        }
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        if let Some(kind) = fault {
+            tracing::debug!(?op, target, ?kind, "injecting fault");
+        }
+        fault
+    }
+
+    fn injected(op: Op, kind: FaultKind) -> StorageError {
+        StorageError::Transient {
+            source: Box::new(InjectedFault { op, kind }),
+        }
+    }
+
+    fn take_unreadable(&self, key: &ObjectKey) -> bool {
+        let mut state = self.state.lock();
+        let unreadable = match state.unreadable.get_mut(key) {
+            None => false,
+            Some(Unreadable::Fetches(0)) => false,
+            Some(Unreadable::Fetches(n)) => {
+                *n -= 1;
+                true
+            }
+            Some(Unreadable::Until(t)) => Instant::now() < *t,
+        };
+        if unreadable {
+            state.log.push(FaultEvent {
+                op: Op::Fetch,
+                target: key.to_string(),
+                fault: Some(FaultKind::Unreadable),
+                latency: Duration::ZERO,
+            });
+        } else {
+            state.unreadable.remove(key);
+        }
+        unreadable
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: ObjectStorage> ObjectStorage for FaultyStorage<S> {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        let mut stall = self.stall.subscribe();
+        if *stall.borrow_and_update() {
+            self.stalled.fetch_add(1, Ordering::SeqCst);
+            let _ = stall.wait_for(|stalled| !*stalled).await;
+            self.stalled.fetch_sub(1, Ordering::SeqCst);
+        }
+        let rates = [
+            (self.config.upload_failure_rate, FaultKind::Fail),
+            (self.config.ambiguous_upload_rate, FaultKind::AfterUpload),
+        ];
+        match self.decide(Op::Upload, key.to_string(), &rates).await {
+            Some(FaultKind::AfterUpload) => {
+                self.inner.upload(key, payload).await?;
+                Err(Self::injected(Op::Upload, FaultKind::AfterUpload))
+            }
+            Some(kind) => Err(Self::injected(Op::Upload, kind)),
+            None => self.inner.upload(key, payload).await,
+        }
+    }
+
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        let rates = [(self.config.fetch_failure_rate, FaultKind::Fail)];
+        if let Some(kind) = self.decide(Op::Fetch, key.to_string(), &rates).await {
+            return Err(Self::injected(Op::Fetch, kind));
+        }
+        if self.take_unreadable(key) {
+            return Err(Self::injected(Op::Fetch, FaultKind::Unreadable));
+        }
+        self.inner.fetch(key, range).await
+    }
+
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        let target = keys
+            .iter()
+            .map(ObjectKey::as_str)
+            .collect::<Vec<_>>()
+            .join(",");
+        let rates = [(self.config.delete_failure_rate, FaultKind::Fail)];
+        if let Some(kind) = self.decide(Op::Delete, target, &rates).await {
+            return Err(Self::injected(Op::Delete, kind));
+        }
+        self.inner.delete(keys).await
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        let rates = [(self.config.list_failure_rate, FaultKind::Fail)];
+        futures::stream::once(
+            async move { self.decide(Op::List, prefix.to_string(), &rates).await },
+        )
+        .flat_map(move |fault| match fault {
+            Some(kind) => {
+                futures::stream::once(async move { Err(Self::injected(Op::List, kind)) }).boxed()
+            }
+            None => self.inner.list(prefix),
+        })
+        .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use diskless_storage::ObjectStoreStorage;
+    use futures::TryStreamExt;
+
+    fn storage(config: FaultConfig) -> FaultyStorage<ObjectStoreStorage> {
+        FaultyStorage::new(ObjectStoreStorage::in_memory(), config)
+    }
+
+    fn keys(n: usize) -> Vec<ObjectKey> {
+        (0..n)
+            .map(|i| ObjectKey::parse(&format!("wal/k{i:03}")).unwrap())
+            .collect()
+    }
+
+    fn noisy(seed: u64) -> FaultConfig {
+        FaultConfig {
+            seed,
+            upload_failure_rate: 0.2,
+            ambiguous_upload_rate: 0.2,
+            fetch_failure_rate: 0.3,
+            delete_failure_rate: 0.3,
+            list_failure_rate: 0.3,
+            latency: Some(Latency::s3_like()),
+        }
+    }
+
+    async fn workload(s: &FaultyStorage<ObjectStoreStorage>) -> Vec<bool> {
+        let mut outcomes = vec![];
+        for k in keys(40) {
+            outcomes.push(s.upload(&k, &[Bytes::from_static(b"data")]).await.is_ok());
+            outcomes.push(s.fetch(&k, 0..4).await.is_ok());
+        }
+        outcomes.push(s.delete(&keys(5)).await.is_ok());
+        outcomes.push(s.list("wal").try_collect::<Vec<_>>().await.is_ok());
+        outcomes
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn same_seed_same_faults_and_latencies() {
+        let (a, b, c) = (storage(noisy(9)), storage(noisy(9)), storage(noisy(10)));
+        let (oa, ob) = (workload(&a).await, workload(&b).await);
+        workload(&c).await;
+        assert_eq!(oa, ob);
+        assert_eq!(a.log(), b.log());
+        assert_ne!(a.log(), c.log());
+        assert!(oa.iter().any(|ok| !ok) && oa.iter().any(|ok| *ok));
+        assert!(a.fault_count(FaultKind::AfterUpload) > 0);
+        assert!(a.fault_count(FaultKind::Fail) > 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn faults_do_not_depend_on_interleaving() {
+        let run = |s: FaultyStorage<ObjectStoreStorage>| async move {
+            let s = &s;
+            let results = futures::future::join_all(keys(30).into_iter().map(|k| async move {
+                let up = s.upload(&k, &[Bytes::from_static(b"x")]).await.is_ok();
+                (k, up)
+            }))
+            .await;
+            let mut log = s.log();
+            log.sort_by(|x, y| x.target.cmp(&y.target));
+            (results, log)
+        };
+        let (ra, la) = run(storage(noisy(3))).await;
+        let mut rb = vec![];
+        // The same calls made sequentially, in reverse order.
+        let s = storage(noisy(3));
+        for k in keys(30).into_iter().rev() {
+            let up = s.upload(&k, &[Bytes::from_static(b"x")]).await.is_ok();
+            rb.push((k, up));
+        }
+        rb.reverse();
+        let mut lb = s.log();
+        lb.sort_by(|x, y| x.target.cmp(&y.target));
+        assert_eq!(ra, rb);
+        assert_eq!(la, lb);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ambiguous_upload_lands_and_plain_failure_does_not() {
+        let k = ObjectKey::parse("wal/x").unwrap();
+        let s = storage(FaultConfig {
+            ambiguous_upload_rate: 1.0,
+            ..FaultConfig::default()
+        });
+        let err = s
+            .upload(&k, &[Bytes::from_static(b"abc")])
+            .await
+            .unwrap_err();
+        assert!(err.is_transient());
+        let source = std::error::Error::source(&err).unwrap();
+        assert_eq!(
+            source.downcast_ref::<InjectedFault>(),
+            Some(&InjectedFault {
+                op: Op::Upload,
+                kind: FaultKind::AfterUpload
+            })
+        );
+        assert_eq!(s.inner().fetch(&k, 0..3).await.unwrap(), "abc");
+
+        let s = storage(FaultConfig {
+            upload_failure_rate: 1.0,
+            ..FaultConfig::default()
+        });
+        assert!(s.upload(&k, &[Bytes::from_static(b"abc")]).await.is_err());
+        assert!(s.inner().fetch(&k, 0..3).await.unwrap_err().is_not_found());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn latency_uses_tokio_time() {
+        let s = storage(FaultConfig {
+            latency: Some(Latency::s3_like()),
+            ..FaultConfig::default()
+        });
+        let start = Instant::now();
+        for k in keys(10) {
+            s.upload(&k, &[Bytes::from_static(b"x")]).await.unwrap();
+        }
+        let total: Duration = s.log().iter().map(|e| e.latency).sum();
+        assert_eq!(s.log().len(), 10);
+        assert!(total > Duration::ZERO);
+        // Tokio's timer has a millisecond resolution: each sleep may round up by 1 ms.
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed >= total && elapsed <= total + Duration::from_millis(10),
+            "{elapsed:?} vs {total:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unreadable_keys_recover() {
+        let s = storage(FaultConfig::default());
+        let k = ObjectKey::parse("wal/u").unwrap();
+        s.upload(&k, &[Bytes::from_static(b"abc")]).await.unwrap();
+        s.make_unreadable(&k, 2);
+        assert!(s.fetch(&k, 0..1).await.unwrap_err().is_transient());
+        assert!(s.fetch(&k, 0..1).await.unwrap_err().is_transient());
+        assert!(s.fetch(&k, 0..1).await.is_ok());
+        s.make_unreadable_for(&k, Duration::from_secs(5));
+        assert!(s.fetch(&k, 0..1).await.is_err());
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(s.fetch(&k, 0..1).await.is_ok());
+        s.make_unreadable(&k, 100);
+        s.make_readable(&k);
+        assert!(s.fetch(&k, 0..1).await.is_ok());
+        assert_eq!(s.fault_count(FaultKind::Unreadable), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stalled_uploads_wait_for_release() {
+        let s = Arc::new(storage(FaultConfig::default()));
+        s.stall_uploads();
+        let k = ObjectKey::parse("wal/s").unwrap();
+        let task = tokio::spawn({
+            let (s, k) = (s.clone(), k.clone());
+            async move { s.upload(&k, &[Bytes::from_static(b"abc")]).await }
+        });
+        while s.stalled_uploads() == 0 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!task.is_finished());
+        assert!(s.inner().fetch(&k, 0..3).await.is_err());
+        s.release_uploads();
+        task.await.unwrap().unwrap();
+        assert_eq!(s.stalled_uploads(), 0);
+        assert_eq!(s.fetch(&k, 0..3).await.unwrap(), "abc");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delete_and_list_failures() {
+        let s = storage(FaultConfig {
+            delete_failure_rate: 1.0,
+            list_failure_rate: 1.0,
+            ..FaultConfig::default()
+        });
+        assert!(s.delete(&keys(2)).await.unwrap_err().is_transient());
+        let listed: Result<Vec<_>, _> = s.list("wal").try_collect().await;
+        assert!(listed.unwrap_err().is_transient());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_faults_it_passes_conformance() {
+        crate::storage::conformance::run_all(|| async {
+            Arc::new(FaultyStorage::new(
+                ObjectStoreStorage::in_memory(),
+                FaultConfig {
+                    latency: Some(Latency::s3_like()),
+                    ..FaultConfig::default()
+                },
+            )) as Arc<dyn ObjectStorage>
+        })
+        .await;
+    }
+
+    #[test]
+    fn latency_percentiles_match_the_fit() {
+        let latency = Latency::s3_like();
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut draws: Vec<Duration> = (0..20_000).map(|_| latency.sample(&mut rng)).collect();
+        draws.sort();
+        let p50 = draws[draws.len() / 2].as_secs_f64();
+        let p99 = draws[draws.len() * 99 / 100].as_secs_f64();
+        assert!((0.09..0.11).contains(&p50), "p50 {p50}");
+        assert!((0.36..0.44).contains(&p99), "p99 {p99}");
+        assert!(draws.iter().all(|d| *d <= latency.max));
+    }
+}
