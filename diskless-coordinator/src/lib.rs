@@ -14,6 +14,8 @@ mod error;
 mod error_code;
 mod types;
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

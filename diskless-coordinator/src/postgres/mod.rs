@@ -1,0 +1,1 @@
+//! The PostgreSQL batch coordinator (implementation in progress).

@@ -1,0 +1,1705 @@
+//! The conformance suite of [`BatchCoordinator`] implementations.
+//!
+//! Every case is a `pub async fn` taking a fresh [`Harness`] (an empty coordinator and the
+//! [`ManualClock`] it reads), so a failing case can be run on its own; [`run_all`] runs them all, each
+//! on a new harness from the factory. Cases panic on failure (they are tests).
+//!
+//! ```
+//! use diskless_coordinator::ManualClock;
+//! use diskless_testkit::coordinator::{InMemoryCoordinator, conformance};
+//! use std::sync::Arc;
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! conformance::run_all(|| async {
+//!     let clock = ManualClock::new(conformance::START_MS);
+//!     conformance::Harness {
+//!         coordinator: Arc::new(InMemoryCoordinator::new(clock.clone())),
+//!         clock,
+//!     }
+//! })
+//! .await;
+//! # });
+//! ```
+
+use diskless_coordinator::{
+    BatchCoordinate, BatchCoordinator, CommitBatch, CommitBatchResult, CommitFileRequest,
+    CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, EARLIEST_TIMESTAMP, ErrorCode,
+    FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
+    ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, TimestampType,
+    TopicConfig, TopicIdPartition,
+};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use uuid::Uuid;
+
+/// The clock's start time in every harness built by the suite's users (any positive value works).
+pub const START_MS: i64 = 1_700_000_000_000;
+
+/// A fresh coordinator under test and the clock it reads.
+#[derive(Debug, Clone)]
+pub struct Harness {
+    /// The coordinator, empty.
+    pub coordinator: Arc<dyn BatchCoordinator>,
+    /// The clock the coordinator reads its time from.
+    pub clock: Arc<ManualClock>,
+}
+
+macro_rules! cases {
+    ($($name:ident),* $(,)?) => {
+        /// The names of all cases, in the order [`run_all`] runs them.
+        pub const CASES: &[&str] = &[$(stringify!($name)),*];
+
+        /// Runs every case, each on a new harness from `factory`.
+        pub async fn run_all<F, Fut>(factory: F)
+        where
+            F: Fn() -> Fut,
+            Fut: Future<Output = Harness>,
+        {
+            $(
+                tracing::info!(case = stringify!($name), "coordinator conformance");
+                $name(factory().await).await;
+            )*
+        }
+    };
+}
+
+cases!(
+    create_and_list_topics,
+    create_topic_validation,
+    delete_topic,
+    commit_assigns_consecutive_offsets,
+    commit_to_unknown_partition,
+    log_append_time,
+    batches_of_one_file_keep_order,
+    multiple_producers_in_one_file,
+    large_files_and_many_keys,
+    producer_same_sequence_resent_is_duplicate,
+    producer_sequence_gap_rejected,
+    producer_higher_epoch_accepted,
+    producer_old_epoch_rejected,
+    producer_new_epoch_must_start_at_zero,
+    sequence_wrap_max_to_zero_accepted,
+    sequence_wrap_max_to_one_rejected,
+    duplicate_appends_window_of_five,
+    duplicate_partial_overlap_rejected,
+    duplicate_keeps_original_log_append_time,
+    duplicate_within_one_file,
+    no_producer_state_accepts_any_sequence,
+    non_idempotent_batches_skip_checks,
+    commit_validation,
+    duplicate_object_key_rejected,
+    object_live_bytes_and_marking,
+    object_with_only_rejected_batches_is_marked,
+    objects_to_delete_and_confirm,
+    find_batches_byte_limits,
+    find_batches_offsets_and_errors,
+    list_offsets_earliest_latest,
+    list_offsets_by_timestamp,
+    list_offsets_max_timestamp,
+    delete_records_moves_log_start,
+    cannot_move_log_start_past_high_watermark,
+    retention_by_time,
+    retention_by_size,
+    retention_cap_reports_more,
+    retention_disabled_and_log_append_time,
+    producer_state_survives_delete_records,
+);
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+static KEYS: AtomicU64 = AtomicU64::new(0);
+
+fn new_key() -> String {
+    format!("wal/{:020}", KEYS.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A batch of `records` records and `size` bytes for `p`, non-idempotent, CreateTime `ts`.
+fn plain(p: TopicIdPartition, records: i32, size: u32, ts: i64) -> CommitBatch {
+    CommitBatch {
+        partition: p,
+        byte_offset: 0,
+        byte_size: size,
+        record_count: records,
+        base_timestamp: ts,
+        max_timestamp: ts,
+        timestamp_type: TimestampType::CreateTime,
+        producer_id: NO_PRODUCER_ID,
+        producer_epoch: NO_PRODUCER_EPOCH,
+        base_sequence: NO_SEQUENCE,
+        last_sequence: NO_SEQUENCE,
+    }
+}
+
+/// An idempotent batch of `records` records starting at sequence `seq`.
+fn idem(p: TopicIdPartition, pid: i64, epoch: i16, seq: i32, records: i32) -> CommitBatch {
+    let last = ((i64::from(seq) + i64::from(records) - 1) % (i64::from(i32::MAX) + 1)) as i32;
+    CommitBatch {
+        producer_id: pid,
+        producer_epoch: epoch,
+        base_sequence: seq,
+        last_sequence: last,
+        ..plain(p, records, 100, START_MS)
+    }
+}
+
+/// A commit request laying `batches` out back to back after the 1-byte header.
+fn request(key: &str, mut batches: Vec<CommitBatch>) -> CommitFileRequest {
+    let mut at = 1u64;
+    for b in &mut batches {
+        b.byte_offset = at;
+        at += u64::from(b.byte_size);
+    }
+    CommitFileRequest {
+        object_key: key.to_string(),
+        uploader_broker_id: 7,
+        object_size: at,
+        owners: vec![0],
+        batches,
+    }
+}
+
+async fn commit(h: &Harness, batches: Vec<CommitBatch>) -> Vec<CommitBatchResult> {
+    commit_key(h, &new_key(), batches).await
+}
+
+async fn commit_key(h: &Harness, key: &str, batches: Vec<CommitBatch>) -> Vec<CommitBatchResult> {
+    let n = batches.len();
+    let results = h
+        .coordinator
+        .commit_file(request(key, batches))
+        .await
+        .expect("commit_file");
+    assert_eq!(results.len(), n, "one result per batch");
+    results
+}
+
+async fn topic_with(h: &Harness, name: &str, partitions: i32, config: TopicConfig) -> Uuid {
+    let id = Uuid::new_v4();
+    h.coordinator
+        .create_topic(CreateTopicRequest {
+            topic_id: id,
+            name: name.to_string(),
+            partitions,
+            config,
+        })
+        .await
+        .expect("create_topic");
+    id
+}
+
+async fn topic(h: &Harness, partitions: i32) -> Uuid {
+    let name = format!("t-{}", Uuid::new_v4());
+    topic_with(h, &name, partitions, TopicConfig::default()).await
+}
+
+fn tp(id: Uuid, p: i32) -> TopicIdPartition {
+    TopicIdPartition::new(id, p)
+}
+
+/// All live batches of a partition, with its log start offset and high watermark.
+async fn all_batches(h: &Harness, p: TopicIdPartition) -> (Vec<BatchCoordinate>, i64, i64) {
+    let lso = list(h, p, EARLIEST_TIMESTAMP).await.offset;
+    let r = h
+        .coordinator
+        .find_batches(
+            &[FindBatchesRequest {
+                partition: p,
+                offset: lso,
+                max_bytes: u32::MAX,
+            }],
+            u32::MAX,
+        )
+        .await
+        .expect("find_batches")
+        .remove(0);
+    assert_eq!(r.error, ErrorCode::None);
+    (r.batches, r.log_start_offset, r.high_watermark)
+}
+
+async fn list(h: &Harness, p: TopicIdPartition, timestamp: i64) -> ListOffsetsResponse {
+    h.coordinator
+        .list_offsets(&[ListOffsetsRequest {
+            partition: p,
+            timestamp,
+        }])
+        .await
+        .expect("list_offsets")
+        .remove(0)
+}
+
+async fn delete_records(h: &Harness, p: TopicIdPartition, offset: i64) -> (ErrorCode, i64) {
+    let r = h
+        .coordinator
+        .delete_records(&[DeleteRecordsRequest {
+            partition: p,
+            offset,
+        }])
+        .await
+        .expect("delete_records")
+        .remove(0);
+    (r.error, r.low_watermark)
+}
+
+fn ok_at(r: &CommitBatchResult, base_offset: i64) {
+    assert_eq!(r.error, ErrorCode::None, "{r:?}");
+    assert_eq!(r.base_offset, base_offset, "{r:?}");
+    assert!(!r.duplicate, "{r:?}");
+}
+
+fn dup_of(r: &CommitBatchResult, base_offset: i64) {
+    assert_eq!(r.error, ErrorCode::None, "{r:?}");
+    assert_eq!(r.base_offset, base_offset, "{r:?}");
+    assert!(r.duplicate, "{r:?}");
+}
+
+fn rejected(r: &CommitBatchResult, code: ErrorCode) {
+    assert_eq!(r, &CommitBatchResult::error(code));
+}
+
+fn invalid<T: std::fmt::Debug>(r: Result<T, CoordinatorError>) {
+    assert!(
+        matches!(r, Err(CoordinatorError::InvalidRequest(_))),
+        "expected InvalidRequest, got {r:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Topics
+
+/// Topics are listed by name with their partition count and configuration.
+pub async fn create_and_list_topics(h: Harness) {
+    assert!(h.coordinator.list_topics().await.unwrap().is_empty());
+    let config = TopicConfig {
+        timestamp_type: TimestampType::LogAppendTime,
+        retention_ms: 1000,
+        retention_bytes: 5000,
+        max_message_bytes: 2000,
+        message_timestamp_before_max_ms: 10,
+        message_timestamp_after_max_ms: 20,
+    };
+    let b = topic_with(&h, "bbb", 3, config.clone()).await;
+    let a = topic_with(&h, "aaa", 1, TopicConfig::default()).await;
+    let topics = h.coordinator.list_topics().await.unwrap();
+    assert_eq!(topics.len(), 2);
+    assert_eq!((topics[0].topic_id, topics[0].name.as_str()), (a, "aaa"));
+    assert_eq!(topics[0].partitions, 1);
+    assert_eq!(topics[0].config, TopicConfig::default());
+    assert_eq!((topics[1].topic_id, topics[1].name.as_str()), (b, "bbb"));
+    assert_eq!(topics[1].partitions, 3);
+    assert_eq!(topics[1].config, config);
+    for p in 0..3 {
+        let (batches, lso, hwm) = all_batches(&h, tp(b, p)).await;
+        assert!(batches.is_empty());
+        assert_eq!((lso, hwm), (0, 0));
+    }
+}
+
+/// Bad partition counts, names and configuration values are invalid; ids and names are unique.
+pub async fn create_topic_validation(h: Harness) {
+    let req = |name: &str, partitions: i32, config: TopicConfig| CreateTopicRequest {
+        topic_id: Uuid::new_v4(),
+        name: name.to_string(),
+        partitions,
+        config,
+    };
+    let c = &h.coordinator;
+    invalid(c.create_topic(req("x", 0, TopicConfig::default())).await);
+    invalid(c.create_topic(req("x", -1, TopicConfig::default())).await);
+    invalid(c.create_topic(req("", 1, TopicConfig::default())).await);
+    invalid(
+        c.create_topic(req(&"n".repeat(250), 1, TopicConfig::default()))
+            .await,
+    );
+    for config in [
+        TopicConfig {
+            retention_ms: -2,
+            ..TopicConfig::default()
+        },
+        TopicConfig {
+            retention_bytes: -5,
+            ..TopicConfig::default()
+        },
+        TopicConfig {
+            max_message_bytes: -1,
+            ..TopicConfig::default()
+        },
+        TopicConfig {
+            message_timestamp_after_max_ms: -1,
+            ..TopicConfig::default()
+        },
+    ] {
+        invalid(c.create_topic(req("x", 1, config)).await);
+    }
+    invalid(
+        c.create_topic(CreateTopicRequest {
+            topic_id: Uuid::nil(),
+            ..req("x", 1, TopicConfig::default())
+        })
+        .await,
+    );
+    assert!(c.list_topics().await.unwrap().is_empty());
+
+    let first = req("x", 2, TopicConfig::default());
+    c.create_topic(first.clone()).await.unwrap();
+    let r = c.create_topic(req("x", 1, TopicConfig::default())).await;
+    assert!(
+        matches!(r, Err(CoordinatorError::TopicAlreadyExists(_))),
+        "{r:?}"
+    );
+    let r = c
+        .create_topic(CreateTopicRequest {
+            name: "y".into(),
+            ..first.clone()
+        })
+        .await;
+    assert!(
+        matches!(r, Err(CoordinatorError::TopicAlreadyExists(_))),
+        "{r:?}"
+    );
+    let topics = c.list_topics().await.unwrap();
+    assert_eq!(topics.len(), 1);
+    assert_eq!(topics[0].partitions, 2);
+}
+
+/// Deleting a topic deletes its batches logically, frees its name and id, and releases the bytes of
+/// its objects.
+pub async fn delete_topic(h: Harness) {
+    let c = &h.coordinator;
+    let gone = topic_with(&h, "gone", 2, TopicConfig::default()).await;
+    let kept = topic_with(&h, "kept", 1, TopicConfig::default()).await;
+    let shared = new_key();
+    let only_gone = new_key();
+    commit_key(
+        &h,
+        &shared,
+        vec![
+            plain(tp(gone, 0), 1, 100, START_MS),
+            plain(tp(kept, 0), 1, 50, START_MS),
+        ],
+    )
+    .await;
+    commit_key(&h, &only_gone, vec![plain(tp(gone, 1), 3, 70, START_MS)]).await;
+    let r = c.delete_topic(Uuid::new_v4()).await;
+    assert!(matches!(r, Err(CoordinatorError::UnknownTopic(_))), "{r:?}");
+
+    h.clock.advance(10);
+    c.delete_topic(gone).await.unwrap();
+    let topics = c.list_topics().await.unwrap();
+    assert_eq!(topics.len(), 1);
+    assert_eq!(topics[0].topic_id, kept);
+    let r = c.delete_topic(gone).await;
+    assert!(matches!(r, Err(CoordinatorError::UnknownTopic(_))), "{r:?}");
+
+    let shared_info = c.object_info(&shared).await.unwrap().unwrap();
+    assert_eq!(shared_info.live_bytes, 50);
+    assert_eq!(shared_info.marked_for_deletion_at, None);
+    let gone_info = c.object_info(&only_gone).await.unwrap().unwrap();
+    assert_eq!(gone_info.live_bytes, 0);
+    assert_eq!(gone_info.marked_for_deletion_at, Some(START_MS + 10));
+
+    // The partitions are unknown now.
+    let f = c
+        .find_batches(
+            &[FindBatchesRequest {
+                partition: tp(gone, 0),
+                offset: 0,
+                max_bytes: 1000,
+            }],
+            1000,
+        )
+        .await
+        .unwrap();
+    assert_eq!(f[0].error, ErrorCode::UnknownTopicOrPartition);
+    assert_eq!(
+        list(&h, tp(gone, 1), LATEST_TIMESTAMP).await.error,
+        ErrorCode::UnknownTopicOrPartition
+    );
+    let r = commit(&h, vec![plain(tp(gone, 0), 1, 10, START_MS)]).await;
+    rejected(&r[0], ErrorCode::UnknownTopicOrPartition);
+
+    // The name can be used again; the new topic starts empty.
+    let again = topic_with(&h, "gone", 1, TopicConfig::default()).await;
+    let (batches, lso, hwm) = all_batches(&h, tp(again, 0)).await;
+    assert!(batches.is_empty());
+    assert_eq!((lso, hwm), (0, 0));
+    // The kept topic is untouched.
+    let (batches, _, hwm) = all_batches(&h, tp(kept, 0)).await;
+    assert_eq!(batches.len(), 1);
+    assert_eq!(hwm, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commits
+
+/// Offsets are assigned consecutively per partition, across files; coordinates round-trip.
+pub async fn commit_assigns_consecutive_offsets(h: Harness) {
+    let t = topic(&h, 2).await;
+    let (p0, p1) = (tp(t, 0), tp(t, 1));
+    let key = new_key();
+    let r = commit_key(
+        &h,
+        &key,
+        vec![
+            plain(p0, 3, 100, START_MS - 5),
+            plain(p1, 2, 200, START_MS - 4),
+            plain(p0, 1, 50, START_MS - 3),
+        ],
+    )
+    .await;
+    ok_at(&r[0], 0);
+    ok_at(&r[1], 0);
+    ok_at(&r[2], 3);
+    for x in &r {
+        assert_eq!(x.log_append_time, NO_TIMESTAMP);
+        assert_eq!(x.log_start_offset, 0);
+    }
+    let r = commit(&h, vec![plain(p0, 10, 10, START_MS)]).await;
+    ok_at(&r[0], 4);
+
+    let (batches, lso, hwm) = all_batches(&h, p0).await;
+    assert_eq!((lso, hwm), (0, 14));
+    assert_eq!(batches.len(), 3);
+    let b = &batches[0];
+    assert_eq!(b.object_key, key);
+    assert_eq!(b.object_size, 351);
+    assert_eq!((b.byte_offset, b.byte_size), (1, 100));
+    assert_eq!((b.base_offset, b.last_offset), (0, 2));
+    assert_eq!(b.record_count(), 3);
+    assert_eq!(
+        (b.base_timestamp, b.max_timestamp),
+        (START_MS - 5, START_MS - 5)
+    );
+    assert_eq!(b.timestamp_type, TimestampType::CreateTime);
+    assert_eq!(b.log_append_time, NO_TIMESTAMP);
+    assert_eq!(b.producer_id, NO_PRODUCER_ID);
+    assert_eq!((batches[1].byte_offset, batches[1].byte_size), (301, 50));
+    assert_eq!((batches[1].base_offset, batches[1].last_offset), (3, 3));
+    assert_eq!((batches[2].base_offset, batches[2].last_offset), (4, 13));
+    let (batches, _, hwm) = all_batches(&h, p1).await;
+    assert_eq!(hwm, 2);
+    assert_eq!((batches[0].byte_offset, batches[0].base_offset), (101, 0));
+}
+
+/// A batch for an unknown topic or partition is rejected alone; the others are appended.
+pub async fn commit_to_unknown_partition(h: Harness) {
+    let t = topic(&h, 1).await;
+    let r = commit(
+        &h,
+        vec![
+            plain(tp(t, 0), 1, 10, START_MS),
+            plain(tp(t, 1), 1, 10, START_MS),
+            plain(tp(Uuid::new_v4(), 0), 1, 10, START_MS),
+            plain(tp(t, -1), 1, 10, START_MS),
+            plain(tp(t, 0), 1, 10, START_MS),
+        ],
+    )
+    .await;
+    ok_at(&r[0], 0);
+    rejected(&r[1], ErrorCode::UnknownTopicOrPartition);
+    rejected(&r[2], ErrorCode::UnknownTopicOrPartition);
+    rejected(&r[3], ErrorCode::UnknownTopicOrPartition);
+    ok_at(&r[4], 1);
+}
+
+/// LogAppendTime partitions get the commit time; CreateTime partitions keep the producer's.
+pub async fn log_append_time(h: Harness) {
+    let lat = topic_with(
+        &h,
+        "lat",
+        1,
+        TopicConfig {
+            timestamp_type: TimestampType::LogAppendTime,
+            ..TopicConfig::default()
+        },
+    )
+    .await;
+    let ct = topic(&h, 1).await;
+    h.clock.advance(1234);
+    let now = START_MS + 1234;
+    let r = commit(
+        &h,
+        vec![plain(tp(lat, 0), 2, 10, 5), plain(tp(ct, 0), 2, 10, 6)],
+    )
+    .await;
+    ok_at(&r[0], 0);
+    assert_eq!(r[0].log_append_time, now);
+    ok_at(&r[1], 0);
+    assert_eq!(r[1].log_append_time, NO_TIMESTAMP);
+
+    let (b, _, _) = all_batches(&h, tp(lat, 0)).await;
+    assert_eq!(b[0].timestamp_type, TimestampType::LogAppendTime);
+    assert_eq!(b[0].log_append_time, now);
+    assert_eq!(b[0].max_timestamp, 5);
+    assert_eq!(b[0].effective_max_timestamp(), now);
+    let (b, _, _) = all_batches(&h, tp(ct, 0)).await;
+    assert_eq!(b[0].timestamp_type, TimestampType::CreateTime);
+    assert_eq!(b[0].effective_max_timestamp(), 6);
+}
+
+/// Batches of one file to one partition keep the file's order, interleaved with other partitions.
+pub async fn batches_of_one_file_keep_order(h: Harness) {
+    let t = topic(&h, 3).await;
+    let mut batches = Vec::new();
+    for i in 0..30 {
+        batches.push(plain(
+            tp(t, i % 3),
+            1 + i,
+            10 + i as u32,
+            START_MS + i64::from(i),
+        ));
+    }
+    let r = commit(&h, batches).await;
+    for p in 0..3 {
+        let (found, _, _) = all_batches(&h, tp(t, p)).await;
+        assert_eq!(found.len(), 10);
+        let mut next = 0;
+        for (k, b) in found.iter().enumerate() {
+            let i = p + 3 * k as i32;
+            assert_eq!(b.base_offset, next);
+            assert_eq!(b.record_count(), i64::from(1 + i));
+            assert_eq!(b.max_timestamp, START_MS + i64::from(i));
+            assert_eq!(r[i as usize].base_offset, next);
+            next = b.last_offset + 1;
+        }
+    }
+}
+
+/// Several producers in one file each get their own sequence checks.
+pub async fn multiple_producers_in_one_file(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    let r = commit(
+        &h,
+        vec![
+            idem(p, 1, 0, 0, 2),
+            idem(p, 2, 0, 0, 3),
+            idem(p, 1, 0, 2, 2),
+            idem(p, 2, 0, 3, 1),
+            idem(p, 2, 0, 10, 1),
+            idem(p, 1, 0, 0, 2),
+        ],
+    )
+    .await;
+    ok_at(&r[0], 0);
+    ok_at(&r[1], 2);
+    ok_at(&r[2], 5);
+    ok_at(&r[3], 7);
+    rejected(&r[4], ErrorCode::OutOfOrderSequenceNumber);
+    dup_of(&r[5], 0);
+    let s1 = h.coordinator.producer_state(p, 1).await.unwrap().unwrap();
+    assert_eq!(s1.producer_epoch, 0);
+    assert_eq!(s1.batches.len(), 2);
+    assert_eq!(
+        (s1.batches[1].base_sequence, s1.batches[1].last_sequence),
+        (2, 3)
+    );
+    assert_eq!(
+        (s1.batches[1].base_offset, s1.batches[1].last_offset),
+        (5, 6)
+    );
+    let s2 = h.coordinator.producer_state(p, 2).await.unwrap().unwrap();
+    assert_eq!(s2.batches.len(), 2);
+    assert_eq!(s2.batches[0].base_offset, 2);
+    assert!(h.coordinator.producer_state(p, 3).await.unwrap().is_none());
+    let (_, _, hwm) = all_batches(&h, p).await;
+    assert_eq!(hwm, 8);
+}
+
+/// Files with many batches over many partitions and producers, and key lists longer than an
+/// implementation's statement batching, behave like small ones.
+pub async fn large_files_and_many_keys(h: Harness) {
+    const PARTITIONS: i32 = 70;
+    let t = topic(&h, PARTITIONS).await;
+    let mut keys = Vec::new();
+    let mut hwm = vec![0i64; PARTITIONS as usize];
+    for f in 0..3 {
+        let mut batches = Vec::new();
+        let mut expected = Vec::new();
+        for i in 0..150 {
+            let p = i % PARTITIONS;
+            let producer = i64::from(i % 3);
+            // Batch i of file f is the k-th batch of (p, producer) overall.
+            let k = (0..=i)
+                .filter(|j| j % PARTITIONS == p && j % 3 == i % 3)
+                .count() as i32
+                - 1;
+            let per_file = (0..150)
+                .filter(|j| j % PARTITIONS == p && j % 3 == i % 3)
+                .count() as i32;
+            let seq = 2 * (f * per_file + k);
+            batches.push(idem(tp(t, p), producer, 0, seq, 2));
+            expected.push(hwm[p as usize]);
+            hwm[p as usize] += 2;
+        }
+        let key = new_key();
+        let r = commit_key(&h, &key, batches.clone()).await;
+        for (r, e) in r.iter().zip(&expected) {
+            ok_at(r, *e);
+        }
+        // Re-sent as a whole under another key: every batch is a duplicate of the first commit
+        // (fewer than 5 batches per producer and partition per file, so all are still kept).
+        let again = commit(&h, batches).await;
+        for (r, e) in again.iter().zip(&expected) {
+            dup_of(r, *e);
+        }
+        keys.push(key);
+    }
+    for p in 0..PARTITIONS {
+        let (batches, _, high) = all_batches(&h, tp(t, p)).await;
+        assert_eq!(high, hwm[p as usize]);
+        let mut next = 0;
+        for b in &batches {
+            assert_eq!(b.base_offset, next);
+            next = b.last_offset + 1;
+        }
+    }
+    // Key lists longer than any statement batching.
+    let mut many: Vec<String> = (0..150).map(|i| format!("wal/none/{i}")).collect();
+    many.insert(75, keys[1].clone());
+    many.push(keys[0].clone());
+    assert_eq!(
+        h.coordinator.known_objects(&many).await.unwrap(),
+        vec![keys[1].clone(), keys[0].clone()]
+    );
+    delete_records_all(&h, t, PARTITIONS).await;
+    let marked = h
+        .coordinator
+        .objects_to_delete(i64::MAX, 1000)
+        .await
+        .unwrap();
+    assert_eq!(marked.len(), 6, "3 files and 3 all-duplicate files");
+    let mut confirm: Vec<String> = (0..100).map(|i| format!("wal/none/{i}")).collect();
+    confirm.extend(marked.iter().map(|m| m.object_key.clone()));
+    h.coordinator.confirm_deleted(&confirm).await.unwrap();
+    assert!(h.coordinator.known_objects(&keys).await.unwrap().is_empty());
+}
+
+async fn delete_records_all(h: &Harness, t: Uuid, partitions: i32) {
+    let reqs: Vec<DeleteRecordsRequest> = (0..partitions)
+        .map(|p| DeleteRecordsRequest {
+            partition: tp(t, p),
+            offset: -1,
+        })
+        .collect();
+    let r = h.coordinator.delete_records(&reqs).await.unwrap();
+    assert!(r.iter().all(|r| r.error == ErrorCode::None));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Idempotent producers (Kafka's ProducerStateManagerTest and UnifiedLogTest)
+
+/// The same sequence range re-sent under the same epoch is a duplicate of the original.
+pub async fn producer_same_sequence_resent_is_duplicate(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    ok_at(&commit(&h, vec![idem(p, 5, 1, 0, 3)]).await[0], 0);
+    let r = commit(&h, vec![idem(p, 5, 1, 0, 3)]).await;
+    dup_of(&r[0], 0);
+    assert_eq!(r[0].log_start_offset, 0);
+    let (batches, _, hwm) = all_batches(&h, p).await;
+    assert_eq!((batches.len(), hwm), (1, 3));
+    ok_at(&commit(&h, vec![idem(p, 5, 1, 3, 1)]).await[0], 3);
+}
+
+/// A gap in the sequence is OUT_OF_ORDER_SEQUENCE_NUMBER and changes nothing.
+pub async fn producer_sequence_gap_rejected(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    ok_at(&commit(&h, vec![idem(p, 5, 0, 0, 1)]).await[0], 0);
+    let before = h.coordinator.producer_state(p, 5).await.unwrap();
+    rejected(
+        &commit(&h, vec![idem(p, 5, 0, 2, 1)]).await[0],
+        ErrorCode::OutOfOrderSequenceNumber,
+    );
+    assert_eq!(h.coordinator.producer_state(p, 5).await.unwrap(), before);
+    ok_at(&commit(&h, vec![idem(p, 5, 0, 1, 1)]).await[0], 1);
+}
+
+/// A higher epoch starting at sequence 0 is accepted and starts a new window.
+pub async fn producer_higher_epoch_accepted(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    ok_at(&commit(&h, vec![idem(p, 9, 0, 0, 5)]).await[0], 0);
+    ok_at(&commit(&h, vec![idem(p, 9, 3, 0, 2)]).await[0], 5);
+    let s = h.coordinator.producer_state(p, 9).await.unwrap().unwrap();
+    assert_eq!(s.producer_epoch, 3);
+    assert_eq!(s.batches.len(), 1);
+    assert_eq!(s.batches[0].base_offset, 5);
+    // The old epoch's batch is no duplicate any more: the old epoch is fenced.
+    rejected(
+        &commit(&h, vec![idem(p, 9, 0, 0, 5)]).await[0],
+        ErrorCode::InvalidProducerEpoch,
+    );
+}
+
+/// An older epoch is INVALID_PRODUCER_EPOCH.
+pub async fn producer_old_epoch_rejected(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    ok_at(&commit(&h, vec![idem(p, 9, 5, 0, 1)]).await[0], 0);
+    rejected(
+        &commit(&h, vec![idem(p, 9, 4, 1, 1)]).await[0],
+        ErrorCode::InvalidProducerEpoch,
+    );
+    rejected(
+        &commit(&h, vec![idem(p, 9, 4, 0, 1)]).await[0],
+        ErrorCode::InvalidProducerEpoch,
+    );
+    ok_at(&commit(&h, vec![idem(p, 9, 5, 1, 1)]).await[0], 1);
+}
+
+/// A new epoch must start at sequence 0.
+pub async fn producer_new_epoch_must_start_at_zero(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    ok_at(&commit(&h, vec![idem(p, 9, 0, 0, 1)]).await[0], 0);
+    rejected(
+        &commit(&h, vec![idem(p, 9, 1, 1, 1)]).await[0],
+        ErrorCode::OutOfOrderSequenceNumber,
+    );
+    let s = h.coordinator.producer_state(p, 9).await.unwrap().unwrap();
+    assert_eq!(s.producer_epoch, 0);
+}
+
+/// After sequence i32::MAX the next batch starts at 0.
+pub async fn sequence_wrap_max_to_zero_accepted(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    ok_at(
+        &commit(&h, vec![idem(p, 1, 0, i32::MAX - 1, 2)]).await[0],
+        0,
+    );
+    ok_at(&commit(&h, vec![idem(p, 1, 0, 0, 1)]).await[0], 2);
+    // A batch spanning the wrap: base MAX, last 1.
+    let t2 = topic(&h, 1).await;
+    let q = tp(t2, 0);
+    let b = idem(q, 1, 0, i32::MAX, 2);
+    assert_eq!(b.last_sequence, 0);
+    ok_at(&commit(&h, vec![b]).await[0], 0);
+    ok_at(&commit(&h, vec![idem(q, 1, 0, 1, 1)]).await[0], 2);
+}
+
+/// After sequence i32::MAX a batch starting at 1 is out of order.
+pub async fn sequence_wrap_max_to_one_rejected(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    ok_at(&commit(&h, vec![idem(p, 1, 0, i32::MAX, 1)]).await[0], 0);
+    rejected(
+        &commit(&h, vec![idem(p, 1, 0, 1, 1)]).await[0],
+        ErrorCode::OutOfOrderSequenceNumber,
+    );
+    ok_at(&commit(&h, vec![idem(p, 1, 0, 0, 1)]).await[0], 1);
+}
+
+/// UnifiedLogTest.testDuplicateAppends: the last five batches are recognised as duplicates and
+/// answered with their original offsets; an older one is out of order.
+pub async fn duplicate_appends_window_of_five(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    let mut offsets = Vec::new();
+    for i in 0..7 {
+        // Interleave non-idempotent batches so the offsets are not a plain multiple.
+        commit(&h, vec![plain(p, 1, 10, START_MS)]).await;
+        let r = commit(&h, vec![idem(p, 3, 0, 2 * i, 2)]).await;
+        assert_eq!(r[0].error, ErrorCode::None);
+        offsets.push(r[0].base_offset);
+    }
+    let (_, _, hwm) = all_batches(&h, p).await;
+    for i in 2..7 {
+        dup_of(
+            &commit(&h, vec![idem(p, 3, 0, 2 * i, 2)]).await[0],
+            offsets[i as usize],
+        );
+    }
+    for i in 0..2 {
+        rejected(
+            &commit(&h, vec![idem(p, 3, 0, 2 * i, 2)]).await[0],
+            ErrorCode::OutOfOrderSequenceNumber,
+        );
+    }
+    let (_, _, after) = all_batches(&h, p).await;
+    assert_eq!(after, hwm, "duplicates do not append");
+    let s = h.coordinator.producer_state(p, 3).await.unwrap().unwrap();
+    let seqs: Vec<i32> = s.batches.iter().map(|b| b.base_sequence).collect();
+    assert_eq!(seqs, vec![4, 6, 8, 10, 12]);
+    let bases: Vec<i64> = s.batches.iter().map(|b| b.base_offset).collect();
+    assert_eq!(bases, offsets[2..].to_vec());
+    // The sequence continues.
+    ok_at(&commit(&h, vec![idem(p, 3, 0, 14, 1)]).await[0], hwm);
+}
+
+/// A batch overlapping a kept one without matching it exactly is out of order.
+pub async fn duplicate_partial_overlap_rejected(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    ok_at(&commit(&h, vec![idem(p, 3, 0, 0, 5)]).await[0], 0);
+    ok_at(&commit(&h, vec![idem(p, 3, 0, 5, 5)]).await[0], 5);
+    for (seq, n) in [(0, 4), (1, 4), (3, 4), (5, 6), (6, 4)] {
+        rejected(
+            &commit(&h, vec![idem(p, 3, 0, seq, n)]).await[0],
+            ErrorCode::OutOfOrderSequenceNumber,
+        );
+    }
+    dup_of(&commit(&h, vec![idem(p, 3, 0, 0, 5)]).await[0], 0);
+}
+
+/// A duplicate answers the original log append time, not the time of the retry.
+pub async fn duplicate_keeps_original_log_append_time(h: Harness) {
+    let t = topic_with(
+        &h,
+        "lat",
+        1,
+        TopicConfig {
+            timestamp_type: TimestampType::LogAppendTime,
+            ..TopicConfig::default()
+        },
+    )
+    .await;
+    let p = tp(t, 0);
+    let first = commit(&h, vec![idem(p, 3, 0, 0, 1)]).await;
+    assert_eq!(first[0].log_append_time, START_MS);
+    h.clock.advance(5000);
+    let again = commit(&h, vec![idem(p, 3, 0, 0, 1)]).await;
+    dup_of(&again[0], 0);
+    assert_eq!(again[0].log_append_time, START_MS);
+    let s = h.coordinator.producer_state(p, 3).await.unwrap().unwrap();
+    assert_eq!(s.batches[0].log_append_time, START_MS);
+}
+
+/// A duplicate of a batch earlier in the same file is recognised.
+pub async fn duplicate_within_one_file(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    let key = new_key();
+    let r = commit_key(
+        &h,
+        &key,
+        vec![
+            idem(p, 3, 0, 0, 2),
+            idem(p, 3, 0, 0, 2),
+            idem(p, 3, 0, 2, 2),
+        ],
+    )
+    .await;
+    ok_at(&r[0], 0);
+    dup_of(&r[1], 0);
+    ok_at(&r[2], 2);
+    // The duplicate's bytes are not live.
+    let info = h.coordinator.object_info(&key).await.unwrap().unwrap();
+    assert_eq!(info.live_bytes, 200);
+}
+
+/// Without producer state any epoch and sequence is accepted.
+pub async fn no_producer_state_accepts_any_sequence(h: Harness) {
+    let t = topic(&h, 2).await;
+    ok_at(&commit(&h, vec![idem(tp(t, 0), 8, 4, 1000, 3)]).await[0], 0);
+    ok_at(&commit(&h, vec![idem(tp(t, 0), 8, 4, 1003, 1)]).await[0], 3);
+    // State is per partition.
+    ok_at(&commit(&h, vec![idem(tp(t, 1), 8, 2, 77, 1)]).await[0], 0);
+}
+
+/// Non-idempotent batches (producer id -1) are never checked.
+pub async fn non_idempotent_batches_skip_checks(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    let r = commit(
+        &h,
+        vec![plain(p, 1, 10, START_MS), plain(p, 1, 10, START_MS)],
+    )
+    .await;
+    ok_at(&r[0], 0);
+    ok_at(&r[1], 1);
+    let r = commit(&h, vec![plain(p, 1, 10, START_MS)]).await;
+    ok_at(&r[0], 2);
+    assert!(
+        h.coordinator
+            .producer_state(p, NO_PRODUCER_ID)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// Malformed commits fail as a whole and register nothing.
+pub async fn commit_validation(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    let c = &h.coordinator;
+    let good = || request(&new_key(), vec![plain(p, 1, 10, START_MS)]);
+    let mut bad = Vec::new();
+    bad.push(CommitFileRequest {
+        object_key: String::new(),
+        ..good()
+    });
+    bad.push(CommitFileRequest {
+        owners: vec![],
+        ..good()
+    });
+    let mut r = good();
+    r.object_size = 5; // the batch ends at 11
+    bad.push(r);
+    let mut r = good();
+    r.batches[0].record_count = 0;
+    bad.push(r);
+    let mut r = good();
+    r.batches[0].byte_size = 0;
+    bad.push(r);
+    let mut r = request(&new_key(), vec![idem(p, 1, 0, 0, 3)]);
+    r.batches[0].last_sequence = 5; // does not match 3 records
+    bad.push(r);
+    let mut r = request(&new_key(), vec![idem(p, 1, 0, 0, 3)]);
+    r.batches[0].base_sequence = -4;
+    bad.push(r);
+    let mut r = request(&new_key(), vec![idem(p, 1, 0, 0, 3)]);
+    r.batches[0].producer_epoch = -1;
+    bad.push(r);
+    for r in bad {
+        let key = r.object_key.clone();
+        invalid(c.commit_file(r).await);
+        if !key.is_empty() {
+            assert_eq!(c.object_info(&key).await.unwrap(), None);
+        }
+    }
+    let (batches, _, hwm) = all_batches(&h, p).await;
+    assert!(batches.is_empty());
+    assert_eq!(hwm, 0);
+    // An object with no batches is accepted (and immediately unreferenced).
+    let key = new_key();
+    assert!(commit_key(&h, &key, vec![]).await.is_empty());
+    let info = c.object_info(&key).await.unwrap().unwrap();
+    assert_eq!(info.marked_for_deletion_at, Some(START_MS));
+}
+
+/// An object key is committed once.
+pub async fn duplicate_object_key_rejected(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    let key = new_key();
+    commit_key(&h, &key, vec![plain(p, 1, 10, START_MS)]).await;
+    let r = h
+        .coordinator
+        .commit_file(request(&key, vec![plain(p, 1, 10, START_MS)]))
+        .await;
+    assert!(
+        matches!(r, Err(CoordinatorError::ObjectAlreadyCommitted(_))),
+        "{r:?}"
+    );
+    let (_, _, hwm) = all_batches(&h, p).await;
+    assert_eq!(hwm, 1, "the second commit appended nothing");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Objects
+
+/// Live bytes count only appended batches and drop as batches are deleted; the object is marked
+/// when none are left.
+pub async fn object_live_bytes_and_marking(h: Harness) {
+    let t = topic(&h, 2).await;
+    let (p0, p1) = (tp(t, 0), tp(t, 1));
+    let key = new_key();
+    h.clock.advance(3);
+    commit_key(
+        &h,
+        &key,
+        vec![
+            plain(p0, 1, 100, START_MS),
+            plain(tp(t, 9), 1, 1000, START_MS),
+            plain(p1, 1, 30, START_MS),
+            plain(p0, 1, 20, START_MS),
+        ],
+    )
+    .await;
+    let info = h.coordinator.object_info(&key).await.unwrap().unwrap();
+    assert_eq!(info.object_key, key);
+    assert_eq!(info.uploader_broker_id, 7);
+    assert_eq!(info.object_size, 1151);
+    assert_eq!(info.live_bytes, 150);
+    assert_eq!(info.owners, vec![0]);
+    assert_eq!(info.committed_at, START_MS + 3);
+    assert_eq!(info.marked_for_deletion_at, None);
+    assert_eq!(h.coordinator.object_info("nope").await.unwrap(), None);
+
+    h.clock.advance(10);
+    assert_eq!(delete_records(&h, p0, 1).await, (ErrorCode::None, 1));
+    let info = h.coordinator.object_info(&key).await.unwrap().unwrap();
+    assert_eq!(info.live_bytes, 50);
+    assert_eq!(info.marked_for_deletion_at, None);
+    assert_eq!(delete_records(&h, p1, -1).await, (ErrorCode::None, 1));
+    assert_eq!(
+        h.coordinator
+            .object_info(&key)
+            .await
+            .unwrap()
+            .unwrap()
+            .live_bytes,
+        20
+    );
+    h.clock.advance(10);
+    assert_eq!(delete_records(&h, p0, 2).await, (ErrorCode::None, 2));
+    let info = h.coordinator.object_info(&key).await.unwrap().unwrap();
+    assert_eq!(info.live_bytes, 0);
+    assert_eq!(info.marked_for_deletion_at, Some(START_MS + 23));
+    assert!(
+        h.coordinator
+            .objects_to_delete(i64::MAX, 10)
+            .await
+            .unwrap()
+            .iter()
+            .any(|o| o.object_key == key)
+    );
+}
+
+/// An object none of whose batches was appended is marked for deletion at its commit.
+pub async fn object_with_only_rejected_batches_is_marked(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    commit(&h, vec![idem(p, 1, 2, 0, 1)]).await;
+    let key = new_key();
+    h.clock.advance(7);
+    let r = commit_key(
+        &h,
+        &key,
+        vec![
+            idem(p, 1, 1, 1, 1),              // old epoch
+            idem(p, 1, 2, 5, 1),              // gap
+            idem(p, 1, 2, 0, 1),              // duplicate
+            plain(tp(t, 3), 1, 10, START_MS), // unknown partition
+        ],
+    )
+    .await;
+    rejected(&r[0], ErrorCode::InvalidProducerEpoch);
+    rejected(&r[1], ErrorCode::OutOfOrderSequenceNumber);
+    dup_of(&r[2], 0);
+    rejected(&r[3], ErrorCode::UnknownTopicOrPartition);
+    let info = h.coordinator.object_info(&key).await.unwrap().unwrap();
+    assert_eq!(info.live_bytes, 0);
+    assert_eq!(info.marked_for_deletion_at, Some(START_MS + 7));
+    let marked = h
+        .coordinator
+        .objects_to_delete(START_MS + 8, 10)
+        .await
+        .unwrap();
+    assert_eq!(marked.len(), 1);
+    assert_eq!(marked[0].object_key, key);
+    assert_eq!(marked[0].marked_for_deletion_at, START_MS + 7);
+    assert_eq!(marked[0].object_size, info.object_size);
+}
+
+/// objects_to_delete lists marked objects oldest first, before a time, up to a limit;
+/// confirm_deleted forgets only marked objects; known_objects tells which keys are known.
+pub async fn objects_to_delete_and_confirm(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    let live = new_key();
+    let (a, b, c) = (new_key(), new_key(), new_key());
+    commit_key(&h, &a, vec![plain(p, 1, 10, START_MS)]).await; // offset 0
+    commit_key(&h, &b, vec![plain(p, 1, 10, START_MS)]).await; // offset 1
+    commit_key(&h, &c, vec![plain(p, 1, 10, START_MS)]).await; // offset 2
+    commit_key(&h, &live, vec![plain(p, 1, 10, START_MS)]).await; // offset 3
+    h.clock.advance(100);
+    delete_records(&h, p, 1).await; // a at +100
+    h.clock.advance(100);
+    delete_records(&h, p, 3).await; // b, c at +200
+    let co = &h.coordinator;
+    let all = co.objects_to_delete(i64::MAX, 100).await.unwrap();
+    let keys: Vec<&str> = all.iter().map(|o| o.object_key.as_str()).collect();
+    let mut bc = [b.as_str(), c.as_str()];
+    bc.sort();
+    assert_eq!(keys, vec![a.as_str(), bc[0], bc[1]]);
+    assert_eq!(all[0].marked_for_deletion_at, START_MS + 100);
+    assert_eq!(all[1].marked_for_deletion_at, START_MS + 200);
+    assert_eq!(all[0].object_size, 11);
+    let early = co.objects_to_delete(START_MS + 200, 100).await.unwrap();
+    assert_eq!(early.len(), 1);
+    assert_eq!(early[0].object_key, a);
+    assert_eq!(co.objects_to_delete(i64::MAX, 2).await.unwrap().len(), 2);
+    assert!(
+        co.objects_to_delete(START_MS + 100, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(co.objects_to_delete(i64::MAX, 0).await.unwrap().is_empty());
+
+    let unknown = "wal/unknown".to_string();
+    let known = co
+        .known_objects(&[unknown.clone(), live.clone(), a.clone(), live.clone()])
+        .await
+        .unwrap();
+    assert_eq!(known, vec![live.clone(), a.clone()]);
+
+    co.confirm_deleted(&[a.clone(), live.clone(), unknown.clone()])
+        .await
+        .unwrap();
+    assert_eq!(co.object_info(&a).await.unwrap(), None);
+    assert!(
+        co.object_info(&live).await.unwrap().is_some(),
+        "not marked: kept"
+    );
+    let rest = co.objects_to_delete(i64::MAX, 100).await.unwrap();
+    assert_eq!(rest.len(), 2);
+    assert_eq!(
+        co.known_objects(&[a.clone(), b.clone()]).await.unwrap(),
+        vec![b.clone()]
+    );
+    // A confirmed-deleted key is forgotten, so it can never be confused with a live one.
+    assert!(
+        co.known_objects(std::slice::from_ref(&a))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads
+
+/// find_batches honours the partition and total byte limits, always returning the first batch.
+pub async fn find_batches_byte_limits(h: Harness) {
+    let t = topic(&h, 2).await;
+    let (p0, p1) = (tp(t, 0), tp(t, 1));
+    commit(
+        &h,
+        (0..5)
+            .flat_map(|_| [plain(p0, 2, 100, START_MS), plain(p1, 1, 100, START_MS)])
+            .collect(),
+    )
+    .await;
+    let find = |reqs: Vec<(TopicIdPartition, i64, u32)>, total: u32| {
+        let c = h.coordinator.clone();
+        async move {
+            let reqs: Vec<FindBatchesRequest> = reqs
+                .into_iter()
+                .map(|(partition, offset, max_bytes)| FindBatchesRequest {
+                    partition,
+                    offset,
+                    max_bytes,
+                })
+                .collect();
+            c.find_batches(&reqs, total)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| {
+                    assert_eq!(r.error, ErrorCode::None);
+                    r.batches.iter().map(|b| b.base_offset).collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(find(vec![(p0, 0, 250)], 10_000).await, vec![vec![0, 2]]);
+    assert_eq!(find(vec![(p0, 0, 300)], 10_000).await, vec![vec![0, 2, 4]]);
+    // The first batch always comes, even over both limits.
+    assert_eq!(find(vec![(p0, 3, 10)], 10).await, vec![vec![2]]);
+    // The total limit spans partitions; each partition still gets its first batch.
+    assert_eq!(
+        find(vec![(p0, 0, 10_000), (p1, 2, 10_000)], 250).await,
+        vec![vec![0, 2], vec![2]]
+    );
+    assert_eq!(
+        find(vec![(p0, 0, 200), (p1, 0, 10_000)], 450).await,
+        vec![vec![0, 2], vec![0, 1]]
+    );
+    assert_eq!(
+        find(vec![(p0, 8, 10_000), (p1, 4, 10_000)], 10_000).await,
+        vec![vec![8], vec![4]]
+    );
+}
+
+/// find_batches starts at the batch containing the offset; errors per partition.
+pub async fn find_batches_offsets_and_errors(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    commit(
+        &h,
+        vec![
+            plain(p, 5, 10, START_MS),
+            plain(p, 5, 10, START_MS),
+            plain(p, 5, 10, START_MS),
+        ],
+    )
+    .await;
+    let req = |partition, offset| FindBatchesRequest {
+        partition,
+        offset,
+        max_bytes: 1000,
+    };
+    let r = h
+        .coordinator
+        .find_batches(
+            &[
+                req(p, 7),
+                req(p, 14),
+                req(p, 15),
+                req(p, 16),
+                req(p, -1),
+                req(tp(t, 1), 0),
+                req(tp(Uuid::new_v4(), 0), 0),
+            ],
+            10_000,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.len(), 7);
+    let bases = |i: usize| {
+        r[i].batches
+            .iter()
+            .map(|b| b.base_offset)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(r[0].error, ErrorCode::None);
+    assert_eq!(bases(0), vec![5, 10]);
+    assert_eq!((r[0].log_start_offset, r[0].high_watermark), (0, 15));
+    assert_eq!(bases(1), vec![10]);
+    assert_eq!(
+        r[2].error,
+        ErrorCode::None,
+        "the high watermark itself is in range"
+    );
+    assert!(r[2].batches.is_empty());
+    assert_eq!(r[2].high_watermark, 15);
+    for (i, code) in [
+        (3, ErrorCode::OffsetOutOfRange),
+        (4, ErrorCode::OffsetOutOfRange),
+        (5, ErrorCode::UnknownTopicOrPartition),
+        (6, ErrorCode::UnknownTopicOrPartition),
+    ] {
+        assert_eq!(r[i].error, code, "request {i}");
+        assert!(r[i].batches.is_empty());
+        assert_eq!((r[i].log_start_offset, r[i].high_watermark), (-1, -1));
+    }
+    // Below the log start offset is out of range; at it, the straddling batch comes first.
+    delete_records(&h, p, 7).await;
+    let r = h
+        .coordinator
+        .find_batches(&[req(p, 6), req(p, 7)], 10_000)
+        .await
+        .unwrap();
+    assert_eq!(r[0].error, ErrorCode::OffsetOutOfRange);
+    assert_eq!(r[1].error, ErrorCode::None);
+    assert_eq!(r[1].batches[0].base_offset, 5);
+    assert_eq!(r[1].log_start_offset, 7);
+}
+
+/// EARLIEST is the log start offset, LATEST the high watermark.
+pub async fn list_offsets_earliest_latest(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    for ts in [EARLIEST_TIMESTAMP, LATEST_TIMESTAMP] {
+        let r = list(&h, p, ts).await;
+        assert_eq!(
+            (r.error, r.offset, r.timestamp),
+            (ErrorCode::None, 0, NO_TIMESTAMP)
+        );
+    }
+    let r = list(&h, p, MAX_TIMESTAMP).await;
+    assert_eq!(
+        (r.error, r.offset, r.timestamp),
+        (ErrorCode::None, -1, NO_TIMESTAMP)
+    );
+    commit(
+        &h,
+        vec![plain(p, 4, 10, START_MS), plain(p, 4, 10, START_MS)],
+    )
+    .await;
+    delete_records(&h, p, 5).await;
+    assert_eq!(list(&h, p, EARLIEST_TIMESTAMP).await.offset, 5);
+    assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 8);
+    let r = list(&h, tp(t, 1), EARLIEST_TIMESTAMP).await;
+    assert_eq!(
+        (r.error, r.offset, r.timestamp),
+        (ErrorCode::UnknownTopicOrPartition, -1, NO_TIMESTAMP)
+    );
+    let r = list(&h, p, -7).await;
+    assert_eq!(r.error, ErrorCode::InvalidRequest);
+}
+
+/// By timestamp: the first batch whose max timestamp is at or after the target.
+pub async fn list_offsets_by_timestamp(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    commit(
+        &h,
+        vec![
+            plain(p, 2, 10, 100), // 0..1
+            plain(p, 2, 10, 300), // 2..3
+            plain(p, 2, 10, 200), // 4..5
+            plain(p, 2, 10, 400), // 6..7
+        ],
+    )
+    .await;
+    let at = |ts| list(&h, p, ts);
+    let r = at(0).await;
+    assert_eq!((r.offset, r.timestamp), (0, 100));
+    let r = at(100).await;
+    assert_eq!((r.offset, r.timestamp), (0, 100));
+    let r = at(101).await;
+    assert_eq!((r.offset, r.timestamp), (2, 300));
+    let r = at(250).await;
+    assert_eq!((r.offset, r.timestamp), (2, 300));
+    let r = at(301).await;
+    assert_eq!((r.offset, r.timestamp), (6, 400));
+    let r = at(401).await;
+    assert_eq!(
+        (r.error, r.offset, r.timestamp),
+        (ErrorCode::None, -1, NO_TIMESTAMP)
+    );
+    // Deleted batches are not found; a straddling batch answers the log start offset.
+    delete_records(&h, p, 3).await;
+    let r = at(0).await;
+    assert_eq!((r.offset, r.timestamp), (3, 300));
+}
+
+/// MAX_TIMESTAMP: the earliest batch with the largest timestamp (KIP-734), at batch granularity.
+pub async fn list_offsets_max_timestamp(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    commit(
+        &h,
+        vec![
+            plain(p, 2, 10, 100),
+            plain(p, 2, 10, 500),
+            plain(p, 2, 10, 200),
+            plain(p, 2, 10, 500),
+        ],
+    )
+    .await;
+    let r = list(&h, p, MAX_TIMESTAMP).await;
+    assert_eq!((r.error, r.offset, r.timestamp), (ErrorCode::None, 2, 500));
+    delete_records(&h, p, 4).await;
+    let r = list(&h, p, MAX_TIMESTAMP).await;
+    assert_eq!((r.offset, r.timestamp), (6, 500));
+
+    let lat = topic_with(
+        &h,
+        "lat",
+        1,
+        TopicConfig {
+            timestamp_type: TimestampType::LogAppendTime,
+            ..TopicConfig::default()
+        },
+    )
+    .await;
+    let q = tp(lat, 0);
+    commit(&h, vec![plain(q, 3, 10, 9_999_999_999_999)]).await;
+    h.clock.advance(10);
+    commit(&h, vec![plain(q, 3, 10, 1)]).await;
+    let r = list(&h, q, MAX_TIMESTAMP).await;
+    assert_eq!((r.offset, r.timestamp), (3, START_MS + 10));
+    let r = list(&h, q, START_MS + 1).await;
+    assert_eq!((r.offset, r.timestamp), (3, START_MS + 10));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deletion
+
+/// DeleteRecords moves the log start offset forward and deletes the batches wholly before it.
+pub async fn delete_records_moves_log_start(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    commit(
+        &h,
+        vec![
+            plain(p, 3, 10, START_MS),
+            plain(p, 3, 10, START_MS),
+            plain(p, 3, 10, START_MS),
+        ],
+    )
+    .await;
+    assert_eq!(delete_records(&h, p, 4).await, (ErrorCode::None, 4));
+    let (batches, lso, hwm) = all_batches(&h, p).await;
+    assert_eq!((lso, hwm), (4, 9));
+    assert_eq!(
+        batches.iter().map(|b| b.base_offset).collect::<Vec<_>>(),
+        vec![3, 6]
+    );
+    // At or below the log start offset: no-op.
+    assert_eq!(delete_records(&h, p, 2).await, (ErrorCode::None, 4));
+    assert_eq!(delete_records(&h, p, 4).await, (ErrorCode::None, 4));
+    // Exactly at a batch boundary.
+    assert_eq!(delete_records(&h, p, 6).await, (ErrorCode::None, 6));
+    let (batches, _, _) = all_batches(&h, p).await;
+    assert_eq!(batches.len(), 1);
+    // -1 means the high watermark.
+    assert_eq!(delete_records(&h, p, -1).await, (ErrorCode::None, 9));
+    let (batches, lso, hwm) = all_batches(&h, p).await;
+    assert!(batches.is_empty());
+    assert_eq!((lso, hwm), (9, 9));
+    // New commits continue after the high watermark; results carry the log start offset.
+    let r = commit(&h, vec![plain(p, 1, 10, START_MS)]).await;
+    ok_at(&r[0], 9);
+    assert_eq!(r[0].log_start_offset, 9);
+    assert_eq!(
+        delete_records(&h, tp(t, 5), 0).await,
+        (ErrorCode::UnknownTopicOrPartition, -1)
+    );
+    assert_eq!(
+        delete_records(&h, p, -2).await,
+        (ErrorCode::OffsetOutOfRange, -1)
+    );
+}
+
+/// UnifiedLogTest: the log start offset cannot move past the high watermark.
+pub async fn cannot_move_log_start_past_high_watermark(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    assert_eq!(
+        delete_records(&h, p, 1).await,
+        (ErrorCode::OffsetOutOfRange, -1)
+    );
+    commit(&h, vec![plain(p, 3, 10, START_MS)]).await;
+    assert_eq!(
+        delete_records(&h, p, 4).await,
+        (ErrorCode::OffsetOutOfRange, -1)
+    );
+    let (batches, lso, _) = all_batches(&h, p).await;
+    assert_eq!((batches.len(), lso), (1, 0));
+    assert_eq!(delete_records(&h, p, 3).await, (ErrorCode::None, 3));
+}
+
+async fn retention_topic(h: &Harness, retention_ms: i64, retention_bytes: i64) -> TopicIdPartition {
+    let t = topic_with(
+        h,
+        &format!("r-{}", Uuid::new_v4()),
+        1,
+        TopicConfig {
+            retention_ms,
+            retention_bytes,
+            ..TopicConfig::default()
+        },
+    )
+    .await;
+    tp(t, 0)
+}
+
+/// Time retention deletes the prefix of batches older than retention.ms, and no more.
+pub async fn retention_by_time(h: Harness) {
+    let p = retention_topic(&h, 1000, -1).await;
+    let now = START_MS;
+    commit(
+        &h,
+        vec![
+            plain(p, 1, 10, now - 5000),
+            plain(p, 1, 10, now - 2000),
+            plain(p, 1, 10, now - 100),
+            plain(p, 1, 10, now - 3000), // old, but after a young one: kept
+            plain(p, 1, 10, now),
+        ],
+    )
+    .await;
+    let report = h.coordinator.enforce_retention(100).await.unwrap();
+    assert_eq!(report.batches_deleted, 2);
+    assert_eq!(report.bytes_deleted, 20);
+    assert!(!report.more);
+    let (batches, lso, _) = all_batches(&h, p).await;
+    assert_eq!((batches.len(), lso), (3, 2));
+    // Exactly retention.ms old is kept (strictly greater deletes).
+    h.clock.set(now + 900);
+    assert_eq!(
+        h.coordinator
+            .enforce_retention(100)
+            .await
+            .unwrap()
+            .batches_deleted,
+        0
+    );
+    h.clock.set(now + 901);
+    let report = h.coordinator.enforce_retention(100).await.unwrap();
+    assert_eq!(
+        report.batches_deleted, 2,
+        "the young one and the old one after it"
+    );
+    h.clock.set(now + 1001);
+    assert_eq!(
+        h.coordinator
+            .enforce_retention(100)
+            .await
+            .unwrap()
+            .batches_deleted,
+        1
+    );
+    let (batches, lso, hwm) = all_batches(&h, p).await;
+    assert!(batches.is_empty());
+    assert_eq!((lso, hwm), (5, 5));
+}
+
+/// Size retention deletes the oldest batches while what is left stays >= retention.bytes.
+pub async fn retention_by_size(h: Harness) {
+    let p = retention_topic(&h, -1, 250).await;
+    commit(
+        &h,
+        vec![
+            plain(p, 1, 100, 0),
+            plain(p, 1, 100, 0),
+            plain(p, 1, 100, 0),
+            plain(p, 1, 100, 0),
+        ],
+    )
+    .await;
+    // 400 bytes; deleting one leaves 300 >= 250, deleting two would leave 200 < 250.
+    let report = h.coordinator.enforce_retention(100).await.unwrap();
+    assert_eq!((report.batches_deleted, report.bytes_deleted), (1, 100));
+    let (batches, lso, _) = all_batches(&h, p).await;
+    assert_eq!((batches.len(), lso), (3, 1));
+    assert_eq!(
+        h.coordinator
+            .enforce_retention(100)
+            .await
+            .unwrap()
+            .batches_deleted,
+        0
+    );
+
+    // Exactly at the limit: deleting leaves 200 >= 200.
+    let q = retention_topic(&h, -1, 200).await;
+    commit(
+        &h,
+        vec![
+            plain(q, 1, 100, 0),
+            plain(q, 1, 100, 0),
+            plain(q, 1, 100, 0),
+        ],
+    )
+    .await;
+    assert_eq!(
+        h.coordinator
+            .enforce_retention(100)
+            .await
+            .unwrap()
+            .batches_deleted,
+        1
+    );
+    // retention.bytes 0 deletes everything.
+    let z = retention_topic(&h, -1, 0).await;
+    commit(&h, vec![plain(z, 1, 100, 0), plain(z, 1, 100, 0)]).await;
+    assert_eq!(
+        h.coordinator
+            .enforce_retention(100)
+            .await
+            .unwrap()
+            .batches_deleted,
+        2
+    );
+    let (batches, lso, hwm) = all_batches(&h, z).await;
+    assert!(batches.is_empty());
+    assert_eq!((lso, hwm), (2, 2));
+    // Time and size together: time first, then size on what is left.
+    let both = retention_topic(&h, 1000, 150).await;
+    commit(
+        &h,
+        vec![
+            plain(both, 1, 100, START_MS - 5000),
+            plain(both, 1, 100, START_MS),
+            plain(both, 1, 100, START_MS),
+            plain(both, 1, 100, START_MS),
+        ],
+    )
+    .await;
+    // The old one goes by time (300 bytes left), then one more by size (200 >= 150), not a third
+    // (100 < 150).
+    let report = h.coordinator.enforce_retention(100).await.unwrap();
+    assert_eq!(report.batches_deleted, 2);
+    let (batches, lso, _) = all_batches(&h, both).await;
+    assert_eq!((batches.len(), lso), (2, 2));
+}
+
+/// A pass deletes at most max_batches and says whether more is left.
+pub async fn retention_cap_reports_more(h: Harness) {
+    let p = retention_topic(&h, 10, -1).await;
+    let q = retention_topic(&h, 10, -1).await;
+    let key = new_key();
+    commit_key(
+        &h,
+        &key,
+        (0..3)
+            .flat_map(|_| [plain(p, 1, 10, 0), plain(q, 1, 10, 0)])
+            .collect(),
+    )
+    .await;
+    let r = h.coordinator.enforce_retention(4).await.unwrap();
+    assert_eq!((r.batches_deleted, r.bytes_deleted, r.more), (4, 40, true));
+    let r = h.coordinator.enforce_retention(0).await.unwrap();
+    assert_eq!((r.batches_deleted, r.more), (0, true));
+    assert!(
+        h.coordinator
+            .object_info(&key)
+            .await
+            .unwrap()
+            .unwrap()
+            .marked_for_deletion_at
+            .is_none()
+    );
+    let r = h.coordinator.enforce_retention(2).await.unwrap();
+    assert_eq!((r.batches_deleted, r.more), (2, false));
+    let info = h.coordinator.object_info(&key).await.unwrap().unwrap();
+    assert_eq!(info.live_bytes, 0);
+    assert_eq!(info.marked_for_deletion_at, Some(START_MS));
+    let r = h.coordinator.enforce_retention(2).await.unwrap();
+    assert_eq!(r, Default::default());
+}
+
+/// -1 disables both limits; LogAppendTime batches age from their commit time.
+pub async fn retention_disabled_and_log_append_time(h: Harness) {
+    let p = retention_topic(&h, -1, -1).await;
+    commit(&h, vec![plain(p, 1, 10, 0), plain(p, 1, 10, 0)]).await;
+    h.clock.advance(1_000_000_000);
+    assert_eq!(
+        h.coordinator
+            .enforce_retention(100)
+            .await
+            .unwrap()
+            .batches_deleted,
+        0
+    );
+
+    let lat = topic_with(
+        &h,
+        "lat",
+        1,
+        TopicConfig {
+            timestamp_type: TimestampType::LogAppendTime,
+            retention_ms: 1000,
+            ..TopicConfig::default()
+        },
+    )
+    .await;
+    let q = tp(lat, 0);
+    commit(&h, vec![plain(q, 1, 10, 0)]).await; // producer timestamp 0: ignored
+    h.clock.advance(1000);
+    assert_eq!(
+        h.coordinator
+            .enforce_retention(100)
+            .await
+            .unwrap()
+            .batches_deleted,
+        0
+    );
+    h.clock.advance(1);
+    assert_eq!(
+        h.coordinator
+            .enforce_retention(100)
+            .await
+            .unwrap()
+            .batches_deleted,
+        1
+    );
+}
+
+/// Producer state outlives the batches it was built from (KIP-360): duplicates are still answered.
+pub async fn producer_state_survives_delete_records(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    ok_at(&commit(&h, vec![idem(p, 4, 0, 0, 2)]).await[0], 0);
+    delete_records(&h, p, -1).await;
+    let s = h.coordinator.producer_state(p, 4).await.unwrap().unwrap();
+    assert_eq!(s.batches.len(), 1);
+    let r = commit(&h, vec![idem(p, 4, 0, 0, 2)]).await;
+    dup_of(&r[0], 0);
+    assert_eq!(r[0].log_start_offset, 2);
+    rejected(
+        &commit(&h, vec![idem(p, 4, 0, 5, 1)]).await[0],
+        ErrorCode::OutOfOrderSequenceNumber,
+    );
+    ok_at(&commit(&h, vec![idem(p, 4, 0, 2, 1)]).await[0], 2);
+}

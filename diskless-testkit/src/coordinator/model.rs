@@ -1,0 +1,712 @@
+//! [`InMemoryCoordinator`]: the reference model of a [`BatchCoordinator`].
+//!
+//! Written for obviousness, not speed: one mutex over plain maps and vectors, every rule spelled out
+//! where it applies. The conformance suite and the model-based property tests compare real
+//! implementations against it, so when the two disagree the model is the one to read first.
+//!
+//! # Decisions where Kafka leaves the batch-granularity answer open
+//!
+//! - **Rejected batches** are not stored and never count towards an object's live bytes. An object
+//!   none of whose batches were appended (all rejected or duplicates, or no batches at all) is
+//!   registered with zero live bytes and marked for deletion at its commit time: nothing will ever
+//!   read it, and a cleaner can delete it after the grace period.
+//! - **MAX_TIMESTAMP** (`-3`) answers the base offset of the earliest batch holding the largest
+//!   effective max timestamp (log append time for LogAppendTime batches), together with that
+//!   timestamp. Kafka before 3.8 answered the batch's last offset ("shallow" offset of max timestamp);
+//!   Kafka 3.8+ (KAFKA-16310) answers the exact record, which for LogAppendTime is the batch's first
+//!   record. At batch granularity the base offset is the answer that never skips the record with the
+//!   largest timestamp when a consumer seeks to it. An empty partition answers offset `-1`.
+//! - **Offsets answered by ListOffsets** are never below the log start offset (a batch that straddles
+//!   the log start offset answers the log start offset), as Kafka's segment lookup starts at the log
+//!   start offset.
+//! - **Retention** follows Kafka 3.x `deleteOldSegments`: time first (a prefix of batches whose
+//!   `now - effective max timestamp > retention.ms`), then size on what is left (delete the oldest batch
+//!   only while the bytes left after deleting it stay `>= retention.bytes`). Partitions are visited in
+//!   (topic id, partition) order; a pass stops after `max_batches` deletions and reports `more` when
+//!   anything deletable remains.
+//! - **Producer state** survives DeleteRecords and retention (Kafka keeps it since KIP-360); it goes
+//!   with its topic. Producer-id expiration is not modelled.
+//! - **Request validation** (whole call fails with `InvalidRequest`, nothing applied): a topic needs a
+//!   non-nil id, a name of 1..=249 bytes, at least one partition, `retention.ms`/`retention.bytes`
+//!   `>= -1` and the other config values `>= 0`; a commit needs a non-empty key and owner list, an
+//!   object size `<= i64::MAX`, and batches with at least one record and one byte lying inside the
+//!   object; idempotent batches (producer id `>= 0`) need epoch `>= 0`, base sequence `>= 0` and a
+//!   last sequence equal to `(base + records - 1) mod 2^31`. A commit with no batches is valid.
+//! - **Unsupported ListOffsets timestamps** (any negative value other than -1, -2, -3) answer
+//!   `INVALID_REQUEST`.
+
+use diskless_coordinator::{
+    BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest,
+    CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse,
+    EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, FindBatchesResponse, LATEST_TIMESTAMP,
+    ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, NO_PRODUCER_ID, NO_TIMESTAMP,
+    ObjectInfo, ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerState,
+    RetentionReport, ShardId, TimestampType, TopicConfig, TopicIdPartition, TopicInfo,
+};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// The in-memory reference [`BatchCoordinator`]. See the [module docs](self) for the decisions it
+/// embodies.
+///
+/// ```
+/// use diskless_coordinator::{BatchCoordinator, CreateTopicRequest, ManualClock, TopicConfig};
+/// use diskless_testkit::coordinator::InMemoryCoordinator;
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let coordinator = InMemoryCoordinator::new(ManualClock::new(1_000));
+/// coordinator
+///     .create_topic(CreateTopicRequest {
+///         topic_id: uuid::Uuid::from_u128(1),
+///         name: "orders".into(),
+///         partitions: 3,
+///         config: TopicConfig::default(),
+///     })
+///     .await
+///     .unwrap();
+/// assert_eq!(coordinator.list_topics().await.unwrap().len(), 1);
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct InMemoryCoordinator {
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    topics: BTreeMap<Uuid, Topic>,
+    objects: BTreeMap<String, Object>,
+}
+
+#[derive(Debug)]
+struct Topic {
+    name: String,
+    config: TopicConfig,
+    partitions: Vec<Log>,
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    log_start_offset: i64,
+    high_watermark: i64,
+    /// Live batches in offset order.
+    batches: Vec<BatchCoordinate>,
+    producers: BTreeMap<i64, ProducerState>,
+}
+
+#[derive(Debug, Clone)]
+struct Object {
+    uploader_broker_id: i32,
+    object_size: u64,
+    live_bytes: u64,
+    owners: Vec<ShardId>,
+    committed_at: i64,
+    marked_for_deletion_at: Option<i64>,
+}
+
+impl InMemoryCoordinator {
+    /// An empty coordinator reading time from `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        InMemoryCoordinator {
+            clock,
+            state: Mutex::new(State::default()),
+        }
+    }
+}
+
+/// Checks a topic creation request (shared rules: see the conformance suite).
+fn validate_create(request: &CreateTopicRequest) -> Result<(), CoordinatorError> {
+    let bad = |m: &str| Err(CoordinatorError::InvalidRequest(m.to_string()));
+    let c = &request.config;
+    if request.topic_id.is_nil() {
+        return bad("the topic id must not be the nil UUID");
+    }
+    if request.name.is_empty() || request.name.len() > 249 {
+        return bad("the topic name must have 1 to 249 characters");
+    }
+    if request.partitions < 1 {
+        return bad("a topic needs at least one partition");
+    }
+    if c.retention_ms < -1 || c.retention_bytes < -1 {
+        return bad("retention.ms and retention.bytes must be >= -1");
+    }
+    if c.max_message_bytes < 0
+        || c.message_timestamp_before_max_ms < 0
+        || c.message_timestamp_after_max_ms < 0
+    {
+        return bad("max.message.bytes and the timestamp bounds must be >= 0");
+    }
+    Ok(())
+}
+
+/// The last sequence of a batch of `count` records starting at `base`, with Kafka's wrap-around.
+fn last_sequence(base: i32, count: i32) -> i64 {
+    (i64::from(base) + i64::from(count) - 1) % (i64::from(i32::MAX) + 1)
+}
+
+fn validate_commit(request: &CommitFileRequest) -> Result<(), CoordinatorError> {
+    let bad = |m: String| Err(CoordinatorError::InvalidRequest(m));
+    if request.object_key.is_empty() {
+        return bad("the object key must not be empty".into());
+    }
+    if request.owners.is_empty() {
+        return bad("the owner list must not be empty".into());
+    }
+    if request.object_size > i64::MAX as u64 {
+        return bad("the object size is too large".into());
+    }
+    for (i, b) in request.batches.iter().enumerate() {
+        if b.record_count < 1 || b.byte_size == 0 {
+            return bad(format!("batch {i}: empty batch"));
+        }
+        if b.byte_offset.checked_add(u64::from(b.byte_size)) > Some(request.object_size) {
+            return bad(format!("batch {i}: lies outside the object"));
+        }
+        if b.producer_id < NO_PRODUCER_ID {
+            return bad(format!("batch {i}: invalid producer id"));
+        }
+        if b.producer_id != NO_PRODUCER_ID
+            && (b.producer_epoch < 0
+                || b.base_sequence < 0
+                || i64::from(b.last_sequence) != last_sequence(b.base_sequence, b.record_count))
+        {
+            return bad(format!("batch {i}: invalid producer epoch or sequence"));
+        }
+    }
+    Ok(())
+}
+
+/// Kafka's `inSequence`: `next` follows `last`, wrapping from `i32::MAX` to 0.
+fn in_sequence(last: i32, next: i32) -> bool {
+    i64::from(next) == i64::from(last) + 1 || (next == 0 && last == i32::MAX)
+}
+
+/// What the producer rules say about one batch.
+enum Verdict {
+    Append,
+    Duplicate(ProducerBatch),
+    Reject(ErrorCode),
+}
+
+fn check_producer(state: Option<&ProducerState>, batch: &CommitBatch) -> Verdict {
+    let Some(state) = state else {
+        // No state: any epoch and sequence is accepted.
+        return Verdict::Append;
+    };
+    if batch.producer_epoch == state.producer_epoch
+        && let Some(original) = state.batches.iter().find(|b| {
+            b.base_sequence == batch.base_sequence && b.last_sequence == batch.last_sequence
+        })
+    {
+        return Verdict::Duplicate(original.clone());
+    }
+    if batch.producer_epoch < state.producer_epoch {
+        return Verdict::Reject(ErrorCode::InvalidProducerEpoch);
+    }
+    if batch.producer_epoch > state.producer_epoch {
+        return if batch.base_sequence == 0 {
+            Verdict::Append
+        } else {
+            Verdict::Reject(ErrorCode::OutOfOrderSequenceNumber)
+        };
+    }
+    match state.batches.last() {
+        Some(last) if !in_sequence(last.last_sequence, batch.base_sequence) => {
+            Verdict::Reject(ErrorCode::OutOfOrderSequenceNumber)
+        }
+        _ => Verdict::Append,
+    }
+}
+
+impl State {
+    fn log_mut(&mut self, p: TopicIdPartition) -> Option<(&TopicConfig, &mut Log)> {
+        let topic = self.topics.get_mut(&p.topic_id)?;
+        let log = usize::try_from(p.partition)
+            .ok()
+            .and_then(|i| topic.partitions.get_mut(i))?;
+        Some((&topic.config, log))
+    }
+
+    fn log(&self, p: TopicIdPartition) -> Option<&Log> {
+        let topic = self.topics.get(&p.topic_id)?;
+        usize::try_from(p.partition)
+            .ok()
+            .and_then(|i| topic.partitions.get(i))
+    }
+
+    /// Takes `bytes` off an object's live bytes, marking it when none are left.
+    fn release(objects: &mut BTreeMap<String, Object>, key: &str, bytes: u64, now: i64) {
+        if let Some(object) = objects.get_mut(key) {
+            object.live_bytes = object.live_bytes.saturating_sub(bytes);
+            if object.live_bytes == 0 && object.marked_for_deletion_at.is_none() {
+                object.marked_for_deletion_at = Some(now);
+            }
+        }
+    }
+
+    /// Deletes the first `n` batches of a log, moving its log start offset past them.
+    fn delete_prefix(
+        objects: &mut BTreeMap<String, Object>,
+        log: &mut Log,
+        n: usize,
+        now: i64,
+    ) -> u64 {
+        let mut bytes = 0;
+        for batch in log.batches.drain(..n) {
+            log.log_start_offset = log.log_start_offset.max(batch.last_offset + 1);
+            bytes += u64::from(batch.byte_size);
+            Self::release(objects, &batch.object_key, u64::from(batch.byte_size), now);
+        }
+        bytes
+    }
+}
+
+/// How many leading batches retention would delete from `log` right now.
+fn retention_count(config: &TopicConfig, log: &Log, now: i64) -> usize {
+    let mut n = 0;
+    if config.retention_ms >= 0 {
+        while n < log.batches.len()
+            && now.saturating_sub(log.batches[n].effective_max_timestamp()) > config.retention_ms
+        {
+            n += 1;
+        }
+    }
+    if config.retention_bytes >= 0 {
+        let mut remaining: i64 = log.batches[n..]
+            .iter()
+            .map(|b| i64::from(b.byte_size))
+            .sum();
+        while n < log.batches.len()
+            && remaining - i64::from(log.batches[n].byte_size) >= config.retention_bytes
+        {
+            remaining -= i64::from(log.batches[n].byte_size);
+            n += 1;
+        }
+    }
+    n
+}
+
+#[async_trait::async_trait]
+impl BatchCoordinator for InMemoryCoordinator {
+    async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
+        validate_create(&request)?;
+        let mut state = self.state.lock();
+        if state.topics.contains_key(&request.topic_id) {
+            return Err(CoordinatorError::TopicAlreadyExists(
+                request.topic_id.to_string(),
+            ));
+        }
+        if state.topics.values().any(|t| t.name == request.name) {
+            return Err(CoordinatorError::TopicAlreadyExists(request.name));
+        }
+        let partitions = (0..request.partitions).map(|_| Log::default()).collect();
+        state.topics.insert(
+            request.topic_id,
+            Topic {
+                name: request.name,
+                config: request.config,
+                partitions,
+            },
+        );
+        Ok(())
+    }
+
+    async fn delete_topic(&self, topic_id: Uuid) -> Result<(), CoordinatorError> {
+        let now = self.clock.now_ms();
+        let mut state = self.state.lock();
+        let topic = state
+            .topics
+            .remove(&topic_id)
+            .ok_or_else(|| CoordinatorError::UnknownTopic(topic_id.to_string()))?;
+        for log in topic.partitions {
+            for batch in log.batches {
+                State::release(
+                    &mut state.objects,
+                    &batch.object_key,
+                    u64::from(batch.byte_size),
+                    now,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
+        let state = self.state.lock();
+        let mut topics: Vec<TopicInfo> = state
+            .topics
+            .iter()
+            .map(|(id, t)| TopicInfo {
+                topic_id: *id,
+                name: t.name.clone(),
+                partitions: t.partitions.len() as i32,
+                config: t.config.clone(),
+            })
+            .collect();
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(topics)
+    }
+
+    async fn commit_file(
+        &self,
+        request: CommitFileRequest,
+    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
+        validate_commit(&request)?;
+        let now = self.clock.now_ms();
+        let mut state = self.state.lock();
+        if state.objects.contains_key(&request.object_key) {
+            return Err(CoordinatorError::ObjectAlreadyCommitted(request.object_key));
+        }
+        let mut live_bytes = 0u64;
+        let mut results = Vec::with_capacity(request.batches.len());
+        for batch in &request.batches {
+            let Some((config, log)) = state.log_mut(batch.partition) else {
+                results.push(CommitBatchResult::error(ErrorCode::UnknownTopicOrPartition));
+                continue;
+            };
+            let timestamp_type = config.timestamp_type;
+            let idempotent = batch.producer_id != NO_PRODUCER_ID;
+            if idempotent {
+                match check_producer(log.producers.get(&batch.producer_id), batch) {
+                    Verdict::Reject(code) => {
+                        results.push(CommitBatchResult::error(code));
+                        continue;
+                    }
+                    Verdict::Duplicate(original) => {
+                        results.push(CommitBatchResult {
+                            error: ErrorCode::None,
+                            base_offset: original.base_offset,
+                            log_append_time: original.log_append_time,
+                            log_start_offset: log.log_start_offset,
+                            duplicate: true,
+                        });
+                        continue;
+                    }
+                    Verdict::Append => {}
+                }
+            }
+            let base_offset = log.high_watermark;
+            let last_offset = base_offset + i64::from(batch.record_count) - 1;
+            let log_append_time = match timestamp_type {
+                TimestampType::LogAppendTime => now,
+                TimestampType::CreateTime => NO_TIMESTAMP,
+            };
+            log.high_watermark = last_offset + 1;
+            log.batches.push(BatchCoordinate {
+                object_key: request.object_key.clone(),
+                object_size: request.object_size,
+                byte_offset: batch.byte_offset,
+                byte_size: batch.byte_size,
+                base_offset,
+                last_offset,
+                base_timestamp: batch.base_timestamp,
+                max_timestamp: batch.max_timestamp,
+                timestamp_type,
+                log_append_time,
+                producer_id: batch.producer_id,
+                producer_epoch: batch.producer_epoch,
+                base_sequence: batch.base_sequence,
+                last_sequence: batch.last_sequence,
+            });
+            live_bytes += u64::from(batch.byte_size);
+            if idempotent {
+                let producer =
+                    log.producers
+                        .entry(batch.producer_id)
+                        .or_insert_with(|| ProducerState {
+                            producer_id: batch.producer_id,
+                            producer_epoch: batch.producer_epoch,
+                            batches: Vec::new(),
+                        });
+                if producer.producer_epoch != batch.producer_epoch {
+                    // A new epoch starts a new window.
+                    producer.producer_epoch = batch.producer_epoch;
+                    producer.batches.clear();
+                }
+                producer.batches.push(ProducerBatch {
+                    base_sequence: batch.base_sequence,
+                    last_sequence: batch.last_sequence,
+                    base_offset,
+                    last_offset,
+                    log_append_time,
+                });
+                if producer.batches.len() > PRODUCER_BATCH_WINDOW {
+                    producer.batches.remove(0);
+                }
+            }
+            results.push(CommitBatchResult {
+                error: ErrorCode::None,
+                base_offset,
+                log_append_time,
+                log_start_offset: log.log_start_offset,
+                duplicate: false,
+            });
+        }
+        state.objects.insert(
+            request.object_key,
+            Object {
+                uploader_broker_id: request.uploader_broker_id,
+                object_size: request.object_size,
+                live_bytes,
+                owners: request.owners,
+                committed_at: now,
+                marked_for_deletion_at: (live_bytes == 0).then_some(now),
+            },
+        );
+        Ok(results)
+    }
+
+    async fn find_batches(
+        &self,
+        requests: &[FindBatchesRequest],
+        fetch_max_bytes: u32,
+    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        let state = self.state.lock();
+        let mut total: u64 = 0;
+        let mut responses = Vec::with_capacity(requests.len());
+        for request in requests {
+            let error = |code| FindBatchesResponse {
+                error: code,
+                batches: Vec::new(),
+                log_start_offset: -1,
+                high_watermark: -1,
+            };
+            let Some(log) = state.log(request.partition) else {
+                responses.push(error(ErrorCode::UnknownTopicOrPartition));
+                continue;
+            };
+            if request.offset < log.log_start_offset || request.offset > log.high_watermark {
+                responses.push(error(ErrorCode::OffsetOutOfRange));
+                continue;
+            }
+            let mut batches: Vec<BatchCoordinate> = Vec::new();
+            let mut partition_bytes: u64 = 0;
+            for batch in log
+                .batches
+                .iter()
+                .filter(|b| b.last_offset >= request.offset)
+            {
+                let size = u64::from(batch.byte_size);
+                let fits = partition_bytes + size <= u64::from(request.max_bytes)
+                    && total + size <= u64::from(fetch_max_bytes);
+                if !batches.is_empty() && !fits {
+                    break;
+                }
+                partition_bytes += size;
+                total += size;
+                batches.push(batch.clone());
+            }
+            responses.push(FindBatchesResponse {
+                error: ErrorCode::None,
+                batches,
+                log_start_offset: log.log_start_offset,
+                high_watermark: log.high_watermark,
+            });
+        }
+        Ok(responses)
+    }
+
+    async fn list_offsets(
+        &self,
+        requests: &[ListOffsetsRequest],
+    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
+        let state = self.state.lock();
+        let answer = |error, offset, timestamp| ListOffsetsResponse {
+            error,
+            offset,
+            timestamp,
+        };
+        let mut responses = Vec::with_capacity(requests.len());
+        for request in requests {
+            let Some(log) = state.log(request.partition) else {
+                responses.push(answer(ErrorCode::UnknownTopicOrPartition, -1, NO_TIMESTAMP));
+                continue;
+            };
+            let found = |b: &BatchCoordinate| {
+                answer(
+                    ErrorCode::None,
+                    b.base_offset.max(log.log_start_offset),
+                    b.effective_max_timestamp(),
+                )
+            };
+            let response = match request.timestamp {
+                EARLIEST_TIMESTAMP => answer(ErrorCode::None, log.log_start_offset, NO_TIMESTAMP),
+                LATEST_TIMESTAMP => answer(ErrorCode::None, log.high_watermark, NO_TIMESTAMP),
+                MAX_TIMESTAMP => {
+                    let mut best: Option<&BatchCoordinate> = None;
+                    for b in &log.batches {
+                        // Strictly greater: the earliest batch wins ties.
+                        if best.is_none_or(|x| {
+                            b.effective_max_timestamp() > x.effective_max_timestamp()
+                        }) {
+                            best = Some(b);
+                        }
+                    }
+                    best.map_or(answer(ErrorCode::None, -1, NO_TIMESTAMP), found)
+                }
+                t if t < 0 => answer(ErrorCode::InvalidRequest, -1, NO_TIMESTAMP),
+                t => log
+                    .batches
+                    .iter()
+                    .find(|b| b.effective_max_timestamp() >= t)
+                    .map_or(answer(ErrorCode::None, -1, NO_TIMESTAMP), found),
+            };
+            responses.push(response);
+        }
+        Ok(responses)
+    }
+
+    async fn delete_records(
+        &self,
+        requests: &[DeleteRecordsRequest],
+    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
+        let now = self.clock.now_ms();
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        let mut responses = Vec::with_capacity(requests.len());
+        for request in requests {
+            let error = |code| DeleteRecordsResponse {
+                error: code,
+                low_watermark: -1,
+            };
+            let Some(log) = state
+                .topics
+                .get_mut(&request.partition.topic_id)
+                .and_then(|t| {
+                    usize::try_from(request.partition.partition)
+                        .ok()
+                        .and_then(|i| t.partitions.get_mut(i))
+                })
+            else {
+                responses.push(error(ErrorCode::UnknownTopicOrPartition));
+                continue;
+            };
+            let target = if request.offset == -1 {
+                log.high_watermark
+            } else {
+                request.offset
+            };
+            if target < 0 || target > log.high_watermark {
+                responses.push(error(ErrorCode::OffsetOutOfRange));
+                continue;
+            }
+            if target > log.log_start_offset {
+                let n = log
+                    .batches
+                    .iter()
+                    .take_while(|b| b.last_offset < target)
+                    .count();
+                State::delete_prefix(&mut state.objects, log, n, now);
+                log.log_start_offset = target;
+            }
+            responses.push(DeleteRecordsResponse {
+                error: ErrorCode::None,
+                low_watermark: log.log_start_offset,
+            });
+        }
+        Ok(responses)
+    }
+
+    async fn enforce_retention(
+        &self,
+        max_batches: u32,
+    ) -> Result<RetentionReport, CoordinatorError> {
+        let now = self.clock.now_ms();
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        let mut report = RetentionReport::default();
+        let mut budget = u64::from(max_batches);
+        for topic in state.topics.values_mut() {
+            for log in &mut topic.partitions {
+                let n = retention_count(&topic.config, log, now) as u64;
+                if n > budget {
+                    report.more = true;
+                }
+                let take = n.min(budget);
+                if take > 0 {
+                    let bytes = State::delete_prefix(&mut state.objects, log, take as usize, now);
+                    report.batches_deleted += take;
+                    report.bytes_deleted += bytes;
+                    budget -= take;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    async fn objects_to_delete(
+        &self,
+        marked_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
+        let state = self.state.lock();
+        let mut marked: Vec<ObjectToDelete> = state
+            .objects
+            .iter()
+            .filter_map(|(key, o)| {
+                let at = o.marked_for_deletion_at?;
+                (at < marked_before_ms).then(|| ObjectToDelete {
+                    object_key: key.clone(),
+                    marked_for_deletion_at: at,
+                    object_size: o.object_size,
+                })
+            })
+            .collect();
+        marked.sort_by(|a, b| {
+            (a.marked_for_deletion_at, &a.object_key)
+                .cmp(&(b.marked_for_deletion_at, &b.object_key))
+        });
+        marked.truncate(limit as usize);
+        Ok(marked)
+    }
+
+    async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
+        let mut state = self.state.lock();
+        for key in object_keys {
+            if state
+                .objects
+                .get(key)
+                .is_some_and(|o| o.marked_for_deletion_at.is_some())
+            {
+                state.objects.remove(key);
+            }
+        }
+        Ok(())
+    }
+
+    async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        let state = self.state.lock();
+        let mut seen = HashSet::new();
+        Ok(object_keys
+            .iter()
+            .filter(|k| state.objects.contains_key(*k) && seen.insert(k.as_str()))
+            .cloned()
+            .collect())
+    }
+
+    async fn object_info(&self, object_key: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
+        let state = self.state.lock();
+        Ok(state.objects.get(object_key).map(|o| ObjectInfo {
+            object_key: object_key.to_string(),
+            uploader_broker_id: o.uploader_broker_id,
+            object_size: o.object_size,
+            live_bytes: o.live_bytes,
+            owners: o.owners.clone(),
+            committed_at: o.committed_at,
+            marked_for_deletion_at: o.marked_for_deletion_at,
+        }))
+    }
+
+    async fn producer_state(
+        &self,
+        partition: TopicIdPartition,
+        producer_id: i64,
+    ) -> Result<Option<ProducerState>, CoordinatorError> {
+        let state = self.state.lock();
+        Ok(state
+            .log(partition)
+            .and_then(|log| log.producers.get(&producer_id).cloned()))
+    }
+}

@@ -1,0 +1,769 @@
+//! Random operation sequences for model-based tests of [`BatchCoordinator`] implementations.
+//!
+//! [`ops_strategy`] generates sequences of [`Op`]s: topic creation and deletion, commits of files with
+//! random batches over a few partitions and producers (in-sequence batches, duplicates, gaps, epoch
+//! bumps and fenced epochs, sequences near `i32::MAX`, unknown partitions), DeleteRecords, clock
+//! advances with retention passes, garbage collection of objects, and queries.
+//! [`check_against_model`] applies each op to an implementation and to the [`InMemoryCoordinator`]
+//! and asserts equal results and, after every op, equal observable state.
+//!
+//! Ops are abstract ("the next sequence of producer 2", "half-way between log start and high
+//! watermark"); the driver resolves them against the model's state just before applying them, so that
+//! random sequences exercise the interesting paths instead of being rejected wholesale.
+
+use super::InMemoryCoordinator;
+use super::conformance::Harness;
+use diskless_coordinator::{
+    BatchCoordinator, Clock, CommitBatch, CommitFileRequest, CoordinatorError, CreateTopicRequest,
+    DeleteRecordsRequest, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, LATEST_TIMESTAMP,
+    ListOffsetsRequest, MAX_TIMESTAMP, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+    TimestampType, TopicConfig, TopicIdPartition,
+};
+use proptest::prelude::*;
+use std::collections::HashMap;
+use uuid::Uuid;
+
+/// How many topic slots ops address.
+pub const TOPIC_SLOTS: usize = 3;
+/// Partitions per topic ops address (some may not exist: unknown partitions are exercised too).
+pub const PARTITIONS: i32 = 3;
+/// Producer ids ops use (0..PRODUCERS).
+pub const PRODUCERS: i64 = 2;
+
+/// How an idempotent batch picks its epoch, relative to the producer's current one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpochChoice {
+    /// The current epoch (0 when none).
+    Same,
+    /// The current epoch plus one.
+    Bump,
+    /// The current epoch minus one (fenced), or 0.
+    Older,
+}
+
+/// How an idempotent batch picks its base sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeqChoice {
+    /// The next one (0 after an epoch bump).
+    Next,
+    /// Re-send the n-th most recent kept batch (n modulo the window; a duplicate).
+    Resend(usize),
+    /// Skip `n` sequence numbers.
+    Gap(i32),
+    /// Exactly this sequence number.
+    Exact(i32),
+}
+
+/// The producer side of a generated batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProducerSpec {
+    /// The producer id, 0..PRODUCERS.
+    pub producer_id: i64,
+    /// The epoch choice.
+    pub epoch: EpochChoice,
+    /// The sequence choice.
+    pub seq: SeqChoice,
+}
+
+/// A generated batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchSpec {
+    /// The topic slot.
+    pub slot: usize,
+    /// The partition (may not exist).
+    pub partition: i32,
+    /// Record count.
+    pub records: i32,
+    /// Byte size.
+    pub size: u32,
+    /// Max timestamp relative to the clock's now.
+    pub ts_delta: i64,
+    /// Idempotent producer, if any.
+    pub producer: Option<ProducerSpec>,
+}
+
+/// Where an offset of a DeleteRecords or Fetch op lies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OffsetChoice {
+    /// `-1` (the high watermark for DeleteRecords).
+    MinusOne,
+    /// The log start offset plus this delta (may be below it or beyond the high watermark).
+    FromStart(i64),
+    /// The given fraction (0..=100 percent) of the way from log start to the high watermark.
+    Fraction(u8),
+}
+
+/// One generated operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Create the topic of a slot.
+    CreateTopic {
+        /// Slot.
+        slot: usize,
+        /// Partition count (0 is invalid and exercises validation).
+        partitions: i32,
+        /// LogAppendTime or CreateTime.
+        log_append_time: bool,
+        /// retention.ms.
+        retention_ms: i64,
+        /// retention.bytes.
+        retention_bytes: i64,
+    },
+    /// Delete the topic of a slot.
+    DeleteTopic {
+        /// Slot.
+        slot: usize,
+    },
+    /// Commit a file (optionally re-using the previous key: a duplicate object).
+    Commit {
+        /// Batches in order.
+        batches: Vec<BatchSpec>,
+        /// Re-use the last committed key.
+        reuse_key: bool,
+    },
+    /// DeleteRecords on one partition.
+    DeleteRecords {
+        /// Slot.
+        slot: usize,
+        /// Partition.
+        partition: i32,
+        /// Offset.
+        offset: OffsetChoice,
+    },
+    /// Move the clock forward.
+    AdvanceClock(i64),
+    /// Run a retention pass.
+    EnforceRetention {
+        /// The cap.
+        max_batches: u32,
+    },
+    /// Collect marked objects older than `age` ms and confirm up to `limit` deleted.
+    CollectGarbage {
+        /// Minimum age of the mark.
+        age: i64,
+        /// Limit.
+        limit: u32,
+    },
+    /// A fetch on up to a few partitions.
+    Find {
+        /// (slot, partition, offset, max bytes).
+        partitions: Vec<(usize, i32, OffsetChoice, u32)>,
+        /// The total limit.
+        fetch_max_bytes: u32,
+    },
+    /// ListOffsets on one partition with a timestamp relative to now (or -1/-2/-3).
+    ListOffsets {
+        /// Slot.
+        slot: usize,
+        /// Partition.
+        partition: i32,
+        /// `Some(delta)`: now + delta; `None`: the special value `special`.
+        relative: Option<i64>,
+        /// -1, -2 or -3.
+        special: i64,
+    },
+}
+
+fn producer_strategy() -> impl Strategy<Value = Option<ProducerSpec>> {
+    let epoch = prop_oneof![
+        8 => Just(EpochChoice::Same),
+        1 => Just(EpochChoice::Bump),
+        1 => Just(EpochChoice::Older),
+    ];
+    let seq = prop_oneof![
+        10 => Just(SeqChoice::Next),
+        5 => (0usize..6).prop_map(SeqChoice::Resend),
+        1 => (1i32..3).prop_map(SeqChoice::Gap),
+        1 => prop_oneof![Just(0), Just(i32::MAX - 1), Just(i32::MAX), 0..100i32]
+            .prop_map(SeqChoice::Exact),
+    ];
+    prop_oneof![
+        1 => Just(None),
+        2 => (0..PRODUCERS, epoch, seq).prop_map(|(producer_id, epoch, seq)| Some(ProducerSpec {
+            producer_id,
+            epoch,
+            seq
+        })),
+    ]
+}
+
+fn batch_strategy() -> impl Strategy<Value = BatchSpec> {
+    (
+        prop_oneof![4 => 0..2usize, 1 => 0..TOPIC_SLOTS],
+        prop_oneof![10 => 0..PARTITIONS, 1 => Just(PARTITIONS)],
+        1i32..5,
+        1u32..300,
+        -5_000i64..1_000,
+        producer_strategy(),
+    )
+        .prop_map(
+            |(slot, partition, records, size, ts_delta, producer)| BatchSpec {
+                slot,
+                partition,
+                records,
+                size,
+                ts_delta,
+                producer,
+            },
+        )
+}
+
+fn offset_strategy() -> impl Strategy<Value = OffsetChoice> {
+    prop_oneof![
+        1 => Just(OffsetChoice::MinusOne),
+        2 => (-2i64..4).prop_map(OffsetChoice::FromStart),
+        4 => (0u8..=100).prop_map(OffsetChoice::Fraction),
+    ]
+}
+
+fn create_strategy() -> impl Strategy<Value = Op> {
+    (
+        0..TOPIC_SLOTS,
+        prop_oneof![10 => 1i32..=PARTITIONS, 1 => Just(0)],
+        any::<bool>(),
+        prop_oneof![Just(-1i64), Just(2_000), Just(10_000)],
+        prop_oneof![Just(-1i64), Just(0), Just(500), Just(1_500)],
+    )
+        .prop_map(
+            |(slot, partitions, log_append_time, retention_ms, retention_bytes)| Op::CreateTopic {
+                slot,
+                partitions,
+                log_append_time,
+                retention_ms,
+                retention_bytes,
+            },
+        )
+}
+
+/// One random op.
+pub fn op_strategy() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => create_strategy(),
+        1 => (0..TOPIC_SLOTS).prop_map(|slot| Op::DeleteTopic { slot }),
+        12 => (prop::collection::vec(batch_strategy(), 0..8), prop::bool::weighted(0.05))
+            .prop_map(|(batches, reuse_key)| Op::Commit { batches, reuse_key }),
+        3 => (0..TOPIC_SLOTS, 0..PARTITIONS, offset_strategy())
+            .prop_map(|(slot, partition, offset)| Op::DeleteRecords { slot, partition, offset }),
+        2 => prop_oneof![Just(1i64), Just(500), Just(3_000)].prop_map(Op::AdvanceClock),
+        2 => (0u32..6).prop_map(|max_batches| Op::EnforceRetention { max_batches }),
+        1 => (prop_oneof![Just(0i64), Just(1_000)], 0u32..4)
+            .prop_map(|(age, limit)| Op::CollectGarbage { age, limit }),
+        2 => (
+            prop::collection::vec(
+                (0..TOPIC_SLOTS, 0..=PARTITIONS, offset_strategy(), 1u32..800),
+                1..3
+            ),
+            1u32..1_500
+        )
+            .prop_map(|(partitions, fetch_max_bytes)| Op::Find { partitions, fetch_max_bytes }),
+        2 => (
+            0..TOPIC_SLOTS,
+            0..PARTITIONS,
+            prop::option::weighted(0.6, -6_000i64..2_000),
+            prop_oneof![Just(LATEST_TIMESTAMP), Just(EARLIEST_TIMESTAMP), Just(MAX_TIMESTAMP)]
+        )
+            .prop_map(|(slot, partition, relative, special)| Op::ListOffsets {
+                slot,
+                partition,
+                relative,
+                special
+            }),
+    ]
+}
+
+/// Random op sequences of up to `max_len` ops, starting with the creation of two topics.
+pub fn ops_strategy(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
+    (
+        create_strategy(),
+        create_strategy(),
+        prop::collection::vec(op_strategy(), 0..max_len),
+    )
+        .prop_map(|(a, b, rest)| {
+            let fix = |op: Op, slot: usize| match op {
+                Op::CreateTopic {
+                    log_append_time,
+                    retention_ms,
+                    retention_bytes,
+                    ..
+                } => Op::CreateTopic {
+                    slot,
+                    partitions: PARTITIONS,
+                    log_append_time,
+                    retention_ms,
+                    retention_bytes,
+                },
+                other => other,
+            };
+            let mut ops = vec![fix(a, 0), fix(b, 1)];
+            ops.extend(rest);
+            ops
+        })
+}
+
+/// The topic id of a slot (stable, so a re-created topic re-uses its id).
+pub fn slot_topic_id(slot: usize) -> Uuid {
+    Uuid::from_u128(0x5107_0000_0000_0000_0000_0000_0000_0000 + slot as u128 + 1)
+}
+
+fn error_kind(e: &CoordinatorError) -> &'static str {
+    match e {
+        CoordinatorError::TopicAlreadyExists(_) => "TopicAlreadyExists",
+        CoordinatorError::UnknownTopic(_) => "UnknownTopic",
+        CoordinatorError::ObjectAlreadyCommitted(_) => "ObjectAlreadyCommitted",
+        CoordinatorError::InvalidRequest(_) => "InvalidRequest",
+        CoordinatorError::OutcomeUnknown(_) => "OutcomeUnknown",
+        CoordinatorError::Unavailable(_) => "Unavailable",
+        CoordinatorError::Storage(_) => "Storage",
+        CoordinatorError::Closed => "Closed",
+        _ => "other",
+    }
+}
+
+/// Asserts that two results are equal (errors compared by kind).
+fn assert_same<T: PartialEq + std::fmt::Debug>(
+    step: usize,
+    op: &Op,
+    what: &str,
+    real: Result<T, CoordinatorError>,
+    model: Result<T, CoordinatorError>,
+) -> Option<T> {
+    match (real, model) {
+        (Ok(r), Ok(m)) => {
+            assert_eq!(
+                r, m,
+                "step {step} {op:?}: {what} differs (left: implementation)"
+            );
+            Some(r)
+        }
+        (Err(r), Err(m)) => {
+            assert_eq!(
+                error_kind(&r),
+                error_kind(&m),
+                "step {step} {op:?}: {what} errors differ: {r} vs {m}"
+            );
+            None
+        }
+        (r, m) => panic!("step {step} {op:?}: {what}: implementation {r:?}, model {m:?}"),
+    }
+}
+
+/// What a run of [`check_against_model`] exercised (to check that generators reach the interesting
+/// paths).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpStats {
+    /// Batches appended.
+    pub appended: u64,
+    /// Batches answered as duplicates.
+    pub duplicates: u64,
+    /// Batches rejected with OUT_OF_ORDER_SEQUENCE_NUMBER.
+    pub out_of_order: u64,
+    /// Batches rejected with INVALID_PRODUCER_EPOCH.
+    pub fenced: u64,
+    /// Batches rejected with UNKNOWN_TOPIC_OR_PARTITION.
+    pub unknown_partition: u64,
+    /// Whole calls that failed (duplicate object, invalid topic, ...).
+    pub failed_calls: u64,
+    /// Batches deleted by retention.
+    pub retention_deleted: u64,
+    /// DeleteRecords that moved a log start offset.
+    pub log_start_moves: u64,
+    /// Objects confirmed deleted.
+    pub objects_collected: u64,
+}
+
+/// Producer sequence bookkeeping while resolving one file.
+#[derive(Clone, Copy)]
+struct Pending {
+    epoch: i16,
+    next_seq: i32,
+}
+
+struct Driver<'a> {
+    real: &'a dyn BatchCoordinator,
+    model: InMemoryCoordinator,
+    harness: &'a Harness,
+    keys: Vec<String>,
+    key_counter: u64,
+    stats: OpStats,
+}
+
+impl Driver<'_> {
+    async fn bounds(&self, p: TopicIdPartition) -> (i64, i64) {
+        let r = self
+            .model
+            .list_offsets(&[
+                ListOffsetsRequest {
+                    partition: p,
+                    timestamp: EARLIEST_TIMESTAMP,
+                },
+                ListOffsetsRequest {
+                    partition: p,
+                    timestamp: LATEST_TIMESTAMP,
+                },
+            ])
+            .await
+            .unwrap_or_default();
+        match r.as_slice() {
+            [a, b] if a.offset >= 0 => (a.offset, b.offset),
+            _ => (0, 0),
+        }
+    }
+
+    async fn resolve_offset(&self, p: TopicIdPartition, choice: OffsetChoice) -> i64 {
+        let (lso, hwm) = self.bounds(p).await;
+        match choice {
+            OffsetChoice::MinusOne => -1,
+            OffsetChoice::FromStart(d) => lso + d,
+            OffsetChoice::Fraction(f) => lso + (hwm - lso) * i64::from(f) / 100,
+        }
+    }
+
+    async fn resolve_commit(
+        &mut self,
+        batches: &[BatchSpec],
+        reuse_key: bool,
+    ) -> CommitFileRequest {
+        let now = self.harness.clock.now_ms();
+        let mut pending: HashMap<(TopicIdPartition, i64), Pending> = HashMap::new();
+        let mut out = Vec::new();
+        let mut at = 1u64;
+        for spec in batches {
+            let partition = TopicIdPartition::new(slot_topic_id(spec.slot), spec.partition);
+            let (producer_id, producer_epoch, base_sequence, last_sequence) = match &spec.producer {
+                None => (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_SEQUENCE),
+                Some(ps) => {
+                    let state = self
+                        .model
+                        .producer_state(partition, ps.producer_id)
+                        .await
+                        .ok()
+                        .flatten();
+                    let current = match pending.get(&(partition, ps.producer_id)) {
+                        Some(p) => Some(*p),
+                        None => state.as_ref().map(|s| Pending {
+                            epoch: s.producer_epoch,
+                            next_seq: s.batches.last().map_or(0, |b| {
+                                if b.last_sequence == i32::MAX {
+                                    0
+                                } else {
+                                    b.last_sequence + 1
+                                }
+                            }),
+                        }),
+                    };
+                    // New producers start at epoch 2 so that an older epoch exists.
+                    let cur_epoch = current.map_or(2, |c| c.epoch);
+                    let epoch = match ps.epoch {
+                        EpochChoice::Same => cur_epoch,
+                        EpochChoice::Bump => cur_epoch.saturating_add(1),
+                        EpochChoice::Older => cur_epoch.saturating_sub(1).max(0),
+                    };
+                    let next = if epoch != cur_epoch {
+                        0
+                    } else {
+                        current.map_or(0, |c| c.next_seq)
+                    };
+                    let seq = match ps.seq {
+                        SeqChoice::Next => next,
+                        SeqChoice::Gap(g) => next.saturating_add(g),
+                        SeqChoice::Exact(s) => s,
+                        SeqChoice::Resend(n) => match &state {
+                            Some(s) if !s.batches.is_empty() => {
+                                let b = &s.batches[s.batches.len() - 1 - n % s.batches.len()];
+                                b.base_sequence
+                            }
+                            _ => next,
+                        },
+                    };
+                    // A resend keeps the original batch's record count, so it is an exact match.
+                    let records = match (ps.seq, &state) {
+                        (SeqChoice::Resend(_), Some(s)) => s
+                            .batches
+                            .iter()
+                            .find(|b| b.base_sequence == seq)
+                            .map_or(spec.records, |b| (b.last_offset - b.base_offset + 1) as i32),
+                        _ => spec.records,
+                    };
+                    let last = ((i64::from(seq) + i64::from(records) - 1)
+                        % (i64::from(i32::MAX) + 1)) as i32;
+                    let next_seq = if last == i32::MAX { 0 } else { last + 1 };
+                    if epoch >= cur_epoch {
+                        pending.insert((partition, ps.producer_id), Pending { epoch, next_seq });
+                    }
+                    out.push(CommitBatch {
+                        partition,
+                        byte_offset: at,
+                        byte_size: spec.size,
+                        record_count: records,
+                        base_timestamp: now + spec.ts_delta - 10,
+                        max_timestamp: now + spec.ts_delta,
+                        timestamp_type: TimestampType::CreateTime,
+                        producer_id: ps.producer_id,
+                        producer_epoch: epoch,
+                        base_sequence: seq,
+                        last_sequence: last,
+                    });
+                    at += u64::from(spec.size);
+                    continue;
+                }
+            };
+            out.push(CommitBatch {
+                partition,
+                byte_offset: at,
+                byte_size: spec.size,
+                record_count: spec.records,
+                base_timestamp: now + spec.ts_delta - 10,
+                max_timestamp: now + spec.ts_delta,
+                timestamp_type: TimestampType::CreateTime,
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                last_sequence,
+            });
+            at += u64::from(spec.size);
+        }
+        let object_key = match (reuse_key, self.keys.last()) {
+            (true, Some(k)) => k.clone(),
+            _ => {
+                self.key_counter += 1;
+                let k = format!("wal/model/{:08}", self.key_counter);
+                self.keys.push(k.clone());
+                k
+            }
+        };
+        CommitFileRequest {
+            object_key,
+            uploader_broker_id: 1,
+            object_size: at + 3,
+            owners: vec![0],
+            batches: out,
+        }
+    }
+
+    async fn apply(&mut self, step: usize, op: &Op) {
+        let (real, model) = (self.real, &self.model);
+        match op {
+            Op::CreateTopic {
+                slot,
+                partitions,
+                log_append_time,
+                retention_ms,
+                retention_bytes,
+            } => {
+                let req = CreateTopicRequest {
+                    topic_id: slot_topic_id(*slot),
+                    name: format!("topic-{slot}"),
+                    partitions: *partitions,
+                    config: TopicConfig {
+                        timestamp_type: if *log_append_time {
+                            TimestampType::LogAppendTime
+                        } else {
+                            TimestampType::CreateTime
+                        },
+                        retention_ms: *retention_ms,
+                        retention_bytes: *retention_bytes,
+                        ..TopicConfig::default()
+                    },
+                };
+                let r = real.create_topic(req.clone()).await;
+                let m = model.create_topic(req).await;
+                if assert_same(step, op, "create_topic", r, m).is_none() {
+                    self.stats.failed_calls += 1;
+                }
+            }
+            Op::DeleteTopic { slot } => {
+                let r = real.delete_topic(slot_topic_id(*slot)).await;
+                let m = model.delete_topic(slot_topic_id(*slot)).await;
+                assert_same(step, op, "delete_topic", r, m);
+            }
+            Op::Commit { batches, reuse_key } => {
+                let req = self.resolve_commit(batches, *reuse_key).await;
+                let r = self.real.commit_file(req.clone()).await;
+                let m = self.model.commit_file(req).await;
+                match assert_same(step, op, "commit_file", r, m) {
+                    None => self.stats.failed_calls += 1,
+                    Some(results) => {
+                        for r in results {
+                            let s = &mut self.stats;
+                            match r.error {
+                                ErrorCode::None if r.duplicate => s.duplicates += 1,
+                                ErrorCode::None => s.appended += 1,
+                                ErrorCode::OutOfOrderSequenceNumber => s.out_of_order += 1,
+                                ErrorCode::InvalidProducerEpoch => s.fenced += 1,
+                                ErrorCode::UnknownTopicOrPartition => s.unknown_partition += 1,
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+            }
+            Op::DeleteRecords {
+                slot,
+                partition,
+                offset,
+            } => {
+                let p = TopicIdPartition::new(slot_topic_id(*slot), *partition);
+                let req = [DeleteRecordsRequest {
+                    partition: p,
+                    offset: self.resolve_offset(p, *offset).await,
+                }];
+                let (lso, _) = self.bounds(p).await;
+                let r = real.delete_records(&req).await;
+                let m = model.delete_records(&req).await;
+                if let Some(r) = assert_same(step, op, "delete_records", r, m)
+                    && r.iter().any(|r| r.low_watermark > lso)
+                {
+                    self.stats.log_start_moves += 1;
+                }
+            }
+            Op::AdvanceClock(ms) => self.harness.clock.advance(*ms),
+            Op::EnforceRetention { max_batches } => {
+                let r = real.enforce_retention(*max_batches).await;
+                let m = model.enforce_retention(*max_batches).await;
+                if let Some(r) = assert_same(step, op, "enforce_retention", r, m) {
+                    self.stats.retention_deleted += r.batches_deleted;
+                }
+            }
+            Op::CollectGarbage { age, limit } => {
+                let before = self.harness.clock.now_ms() - age;
+                let r = real.objects_to_delete(before, *limit).await;
+                let m = model.objects_to_delete(before, *limit).await;
+                if let Some(list) = assert_same(step, op, "objects_to_delete", r, m) {
+                    let keys: Vec<String> = list.into_iter().map(|o| o.object_key).collect();
+                    self.stats.objects_collected += keys.len() as u64;
+                    let r = real.confirm_deleted(&keys).await;
+                    let m = model.confirm_deleted(&keys).await;
+                    assert_same(step, op, "confirm_deleted", r, m);
+                }
+            }
+            Op::Find {
+                partitions,
+                fetch_max_bytes,
+            } => {
+                let mut reqs = Vec::new();
+                for (slot, partition, offset, max_bytes) in partitions {
+                    let p = TopicIdPartition::new(slot_topic_id(*slot), *partition);
+                    reqs.push(FindBatchesRequest {
+                        partition: p,
+                        offset: self.resolve_offset(p, *offset).await,
+                        max_bytes: *max_bytes,
+                    });
+                }
+                let r = real.find_batches(&reqs, *fetch_max_bytes).await;
+                let m = model.find_batches(&reqs, *fetch_max_bytes).await;
+                assert_same(step, op, "find_batches", r, m);
+            }
+            Op::ListOffsets {
+                slot,
+                partition,
+                relative,
+                special,
+            } => {
+                let timestamp = relative.map_or(*special, |d| self.harness.clock.now_ms() + d);
+                let req = [ListOffsetsRequest {
+                    partition: TopicIdPartition::new(slot_topic_id(*slot), *partition),
+                    timestamp,
+                }];
+                let r = real.list_offsets(&req).await;
+                let m = model.list_offsets(&req).await;
+                assert_same(step, op, "list_offsets", r, m);
+            }
+        }
+    }
+
+    /// Compares everything observable.
+    async fn compare_state(&self, step: usize, op: &Op) {
+        let (real, model) = (self.real, &self.model);
+        assert_same(
+            step,
+            op,
+            "list_topics",
+            real.list_topics().await,
+            model.list_topics().await,
+        );
+        let mut list_reqs = Vec::new();
+        for slot in 0..TOPIC_SLOTS {
+            for partition in 0..=PARTITIONS {
+                let p = TopicIdPartition::new(slot_topic_id(slot), partition);
+                let (lso, _) = self.bounds(p).await;
+                let find = [FindBatchesRequest {
+                    partition: p,
+                    offset: lso,
+                    max_bytes: u32::MAX,
+                }];
+                assert_same(
+                    step,
+                    op,
+                    &format!("state: batches of {p}"),
+                    real.find_batches(&find, u32::MAX).await,
+                    model.find_batches(&find, u32::MAX).await,
+                );
+                for timestamp in [EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP] {
+                    list_reqs.push(ListOffsetsRequest {
+                        partition: p,
+                        timestamp,
+                    });
+                }
+                for producer_id in 0..PRODUCERS {
+                    assert_same(
+                        step,
+                        op,
+                        &format!("state: producer {producer_id} of {p}"),
+                        real.producer_state(p, producer_id).await,
+                        model.producer_state(p, producer_id).await,
+                    );
+                }
+            }
+        }
+        assert_same(
+            step,
+            op,
+            "state: list_offsets",
+            real.list_offsets(&list_reqs).await,
+            model.list_offsets(&list_reqs).await,
+        );
+        for key in &self.keys {
+            assert_same(
+                step,
+                op,
+                &format!("state: object {key}"),
+                real.object_info(key).await,
+                model.object_info(key).await,
+            );
+        }
+        assert_same(
+            step,
+            op,
+            "state: known_objects",
+            real.known_objects(&self.keys).await,
+            model.known_objects(&self.keys).await,
+        );
+        assert_same(
+            step,
+            op,
+            "state: objects_to_delete",
+            real.objects_to_delete(i64::MAX, u32::MAX).await,
+            model.objects_to_delete(i64::MAX, u32::MAX).await,
+        );
+    }
+}
+
+/// Applies `ops` to the harness's coordinator and to a fresh [`InMemoryCoordinator`] sharing its
+/// clock, asserting after every op that both gave equal results and show equal state. Panics on the
+/// first difference (so proptest can shrink the sequence). Returns what the run exercised.
+pub async fn check_against_model(harness: Harness, ops: &[Op]) -> OpStats {
+    let model = InMemoryCoordinator::new(harness.clock.clone());
+    let mut driver = Driver {
+        real: harness.coordinator.as_ref(),
+        model,
+        harness: &harness,
+        keys: Vec::new(),
+        key_counter: 0,
+        stats: OpStats::default(),
+    };
+    for (step, op) in ops.iter().enumerate() {
+        driver.apply(step, op).await;
+        driver.compare_state(step, op).await;
+    }
+    driver.stats
+}
