@@ -1,2 +1,66 @@
-//! Kafka RecordBatch v2 and WAL segment formats, and the `WalWriter` / `Fetcher` façade of diskless
-//! topics (work in progress).
+//! Kafka RecordBatch v2 and WAL segment formats for diskless topics: parsing, validation with
+//! Kafka's error codes, fetch-path rewrites and the KIP-1163 segment object format.
+//!
+//! - [`RecordBatch`] — a zero-copy view of one v2 batch; [`split_batches`] splits a Produce request's
+//!   records into batches.
+//! - [`validate_batch`] / [`Validator`] — every check Kafka applies to what a producer sends, returning a
+//!   [`ValidatedBatch`] with what the commit needs, or a [`ValidationError`] with the Kafka error code.
+//! - [`rewrite_batch`] — inject the assigned offset, partition leader epoch and LogAppendTime without
+//!   copying the records.
+//! - [`SegmentBuilder`] / [`SegmentReader`] — the WAL segment object.
+//! - [`RecordBatchBuilder`] — build batches for tests, demos and benchmarks.
+//!
+//! ```
+//! use diskless_core::{validate_batch, RecordBatchBuilder, SegmentBuilder, SegmentReader};
+//! use diskless_coordinator::{TopicConfig, TopicIdPartition};
+//!
+//! let now = 1_700_000_000_000;
+//! let batch = RecordBatchBuilder::new().record(now, Some(b"k"), Some(b"v")).build().unwrap();
+//! let validated = validate_batch(&batch, &TopicConfig::default(), now).unwrap();
+//!
+//! let partition = TopicIdPartition::new(uuid::Uuid::from_u128(1), 0);
+//! let mut segment = SegmentBuilder::new();
+//! segment.add(partition, batch.clone());
+//! let segment = segment.finish();
+//! let loc = &segment.batches[0];
+//! let commit = validated.commit_batch(partition, loc.byte_offset);
+//! assert_eq!(commit.byte_size, loc.byte_size);
+//!
+//! let reader = SegmentReader::new(segment.to_bytes()).unwrap();
+//! assert_eq!(reader.read_batch(loc.byte_offset, loc.byte_size).unwrap(), batch);
+//! ```
+
+pub mod batch;
+pub mod builder;
+pub mod compression;
+pub mod fetcher;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod records;
+pub mod rewrite;
+pub mod segment;
+pub mod validate;
+pub mod writer;
+
+pub use batch::{
+    Attributes, BatchError, Compression, HEADER_LEN, RecordBatch, increment_sequence, split_batches,
+};
+pub use builder::{NewRecord, RecordBatchBuilder};
+pub use compression::CompressionError;
+pub use records::{Record, RecordError, RecordErrorKind, RecordIter};
+pub use rewrite::{BatchRewrite, RewrittenBatch, rewrite_batch};
+pub use segment::{
+    SEGMENT_HEADER_LEN, SEGMENT_VERSION, Segment, SegmentBatch, SegmentBuilder, SegmentError,
+    SegmentReader,
+};
+pub use validate::{
+    ValidatedBatch, ValidationError, ValidationErrorKind, ValidationOptions, Validator,
+    default_decompression_limit, validate_batch, verify_stored_batch,
+};
+pub use fetcher::{
+    DEFAULT_CACHE_BLOCK_SIZE, FetchError, FetchPartition, FetchedPartition, Fetcher, FetcherConfig,
+};
+pub use writer::{
+    Backpressure, PartitionResponse, PendingProduce, ProducePartition, ProduceRecordError,
+    WalWriter, WalWriterConfig, WriterError, WriterStats,
+};

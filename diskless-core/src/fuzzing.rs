@@ -1,0 +1,103 @@
+//! Bodies of the cargo-fuzz targets in `fuzz/`, as plain functions so that the committed corpus is
+//! replayed by an ordinary test (`tests/fuzz_corpus.rs`). Not a stable API.
+
+use bytes::Bytes;
+use diskless_coordinator::TopicConfig;
+
+use crate::batch::split_batches;
+use crate::rewrite::BatchRewrite;
+use crate::segment::SegmentReader;
+use crate::validate::{ValidationOptions, Validator, verify_stored_batch};
+
+/// A fixed broker clock for the fuzz targets (2023-11-14).
+pub const FUZZ_NOW_MS: i64 = 1_700_000_000_000;
+
+/// Target `batch_validator`: split the input into batches, validate each; for every valid batch, check
+/// that the rewrites keep it valid. Panics only on a broken invariant.
+pub fn fuzz_batch_validator(data: &[u8]) {
+    let config = TopicConfig::default();
+    let mut validator = Validator::new(ValidationOptions {
+        max_decompressed_bytes: Some(1 << 20),
+    });
+    let batches = match split_batches(Bytes::copy_from_slice(data)) {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = e.error_code();
+            return;
+        }
+    };
+    for batch in batches {
+        match validator.validate(&batch, &config, FUZZ_NOW_MS) {
+            Ok(v) => {
+                assert_eq!(v.byte_size as usize, batch.len());
+                assert_eq!(v.record_count, batch.last_offset_delta() + 1);
+                let out = batch
+                    .rewrite(&BatchRewrite {
+                        base_offset: 1000,
+                        partition_leader_epoch: 5,
+                        log_append_time: Some(FUZZ_NOW_MS),
+                    })
+                    .to_record_batch();
+                assert!(out.crc_is_valid(), "rewrite broke the CRC");
+                if let Err(e) = verify_stored_batch(&out) {
+                    // Only the decompression bound may differ between the two validators.
+                    assert!(
+                        matches!(
+                            e.kind,
+                            crate::ValidationErrorKind::DecompressedTooLarge { .. }
+                        ),
+                        "rewritten batch does not verify: {e}"
+                    );
+                }
+            }
+            Err(e) => {
+                let _ = e.error_code();
+            }
+        }
+    }
+}
+
+/// Target `segment_reader`: the first 12 bytes are coordinates (u64 byte offset, u32 size), the rest a
+/// segment. Reads at the coordinates, at every batch the walk finds, and from a ranged slice.
+pub fn fuzz_segment_reader(data: &[u8]) {
+    if data.len() < 12 {
+        return;
+    }
+    let mut off = [0u8; 8];
+    off.copy_from_slice(&data[..8]);
+    let byte_offset = u64::from_le_bytes(off) % (data.len() as u64 + 16);
+    let byte_size = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
+    let object = Bytes::copy_from_slice(&data[12..]);
+    let Ok(reader) = SegmentReader::new(object.clone()) else {
+        return;
+    };
+    let _ = reader.read_batch(byte_offset, byte_size);
+    for item in reader.batches() {
+        match item {
+            Ok((at, batch)) => {
+                let again = reader
+                    .read_batch(at, batch.len() as u32)
+                    .expect("a walked batch reads back");
+                assert_eq!(again, batch);
+                // The same batch from a ranged read that starts at it.
+                let end = at as usize + batch.len();
+                let ranged = SegmentReader::from_range(
+                    object.slice(at as usize..end),
+                    at,
+                    Some(object.len() as u64),
+                )
+                .expect("ranged reader");
+                assert_eq!(
+                    ranged
+                        .read_batch(at, batch.len() as u32)
+                        .expect("ranged read"),
+                    batch
+                );
+                let _ = verify_stored_batch(&batch);
+            }
+            Err(e) => {
+                let _ = e.error_code();
+            }
+        }
+    }
+}

@@ -1,0 +1,531 @@
+//! Validation of the record batches a producer sends, with Kafka's error codes.
+//!
+//! [`validate_batch`] (or a reusable [`Validator`]) applies, in Kafka's order:
+//!
+//! 1. size: the batch (header included) larger than `max.message.bytes` → `MESSAGE_TOO_LARGE` (10);
+//! 2. CRC-32C of bytes 21..end → `CORRUPT_MESSAGE` (2);
+//! 3. Kafka's `LogValidator.validateBatch` for client batches: `lastOffsetDelta + 1 <= 0`,
+//!    `recordsCount <= 0`, the two inconsistent, a control batch, `producerId >= 0` with
+//!    `baseSequence < 0` → `INVALID_RECORD` (87);
+//! 4. diskless-specific (the batch is stored exactly as sent, so what Kafka would silently rewrite is
+//!    rejected instead): `baseOffset != 0` → `INVALID_RECORD`; an unknown codec (5..7) → `INVALID_RECORD`;
+//!    the LogAppendTime bit set by the producer → `INVALID_TIMESTAMP` (32), whatever the topic's
+//!    timestamp type (Kafka rejects it on LogAppendTime topics and rewrites it on CreateTime ones);
+//! 5. the records, decompressed if needed (bounded by [`ValidationOptions::max_decompressed_bytes`],
+//!    beyond which `MESSAGE_TOO_LARGE`): every record must frame (varints, lengths, headers), the
+//!    count must equal `recordsCount` with no bytes left over (`INVALID_RECORD`); each record's
+//!    `offsetDelta` must equal its index (`INVALID_RECORD`); with CreateTime, each timestamp other than
+//!    -1 must lie within `[now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]`
+//!    (`INVALID_TIMESTAMP`).
+//!
+//! As in Kafka, a structural error (a record that does not parse) wins over per-record errors, and
+//! among per-record errors a timestamp error wins (`INVALID_TIMESTAMP`); the error names the first
+//! failing record.
+
+use diskless_coordinator::{
+    CommitBatch, ErrorCode, NO_TIMESTAMP, TimestampType, TopicConfig, TopicIdPartition,
+};
+
+use crate::batch::{BatchError, Compression, HEADER_LEN, RecordBatch};
+use crate::compression::{CompressionError, decompress};
+use crate::records::{RecordErrorKind, RecordIter};
+
+/// What exactly failed in a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ValidationErrorKind {
+    /// The bytes do not frame as a v2 batch.
+    Framing(BatchError),
+    /// The stored CRC does not match.
+    CrcMismatch {
+        /// The CRC in the header.
+        stored: u32,
+        /// The CRC of the bytes.
+        computed: u32,
+    },
+    /// The batch is larger than `max.message.bytes`.
+    TooLarge {
+        /// The batch size.
+        size: usize,
+        /// The limit.
+        max: i32,
+    },
+    /// `lastOffsetDelta + 1 <= 0`.
+    InvalidOffsetRange,
+    /// `recordsCount <= 0`.
+    InvalidRecordCount,
+    /// `lastOffsetDelta + 1 != recordsCount`.
+    InconsistentCount,
+    /// A client sent a control batch.
+    ControlBatch,
+    /// `producerId >= 0` with `baseSequence < 0`.
+    InvalidSequence,
+    /// A client sent `baseOffset != 0`.
+    NonZeroBaseOffset,
+    /// Compression codec id 5..7.
+    UnknownCompression(u8),
+    /// The records section does not decompress.
+    Decompression(CompressionError),
+    /// The decompressed records are larger than the configured bound.
+    DecompressedTooLarge {
+        /// The bound.
+        limit: usize,
+    },
+    /// A record does not parse, or the record count does not match.
+    Record(RecordErrorKind),
+    /// A record's `offsetDelta` is not its index.
+    NonSequentialOffset {
+        /// The record's index (the expected delta).
+        expected: i32,
+        /// The record's offsetDelta.
+        actual: i32,
+    },
+    /// A CreateTime timestamp outside the accepted window.
+    TimestampOutOfRange {
+        /// The record's timestamp.
+        timestamp: i64,
+    },
+    /// The producer set the LogAppendTime attribute bit.
+    LogAppendTimeFromProducer,
+}
+
+impl ValidationErrorKind {
+    /// The Kafka error code of this kind of failure.
+    pub fn error_code(&self) -> ErrorCode {
+        use ValidationErrorKind::*;
+        match self {
+            Framing(e) => e.error_code(),
+            CrcMismatch { .. } => ErrorCode::CorruptMessage,
+            TooLarge { .. } | DecompressedTooLarge { .. } => ErrorCode::MessageTooLarge,
+            TimestampOutOfRange { .. } | LogAppendTimeFromProducer => ErrorCode::InvalidTimestamp,
+            InvalidOffsetRange
+            | InvalidRecordCount
+            | InconsistentCount
+            | ControlBatch
+            | InvalidSequence
+            | NonZeroBaseOffset
+            | UnknownCompression(_)
+            | Decompression(_)
+            | Record(_)
+            | NonSequentialOffset { .. } => ErrorCode::InvalidRecord,
+        }
+    }
+}
+
+/// A batch failed validation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+#[error("{message}")]
+pub struct ValidationError {
+    /// What failed.
+    pub kind: ValidationErrorKind,
+    /// A human-readable message (what Kafka would put in the response's error message).
+    pub message: String,
+    /// The index of the record that failed, for record-level failures.
+    pub record_index: Option<usize>,
+}
+
+impl ValidationError {
+    fn new(kind: ValidationErrorKind, message: String) -> Self {
+        ValidationError {
+            kind,
+            message,
+            record_index: None,
+        }
+    }
+
+    fn at(mut self, index: usize) -> Self {
+        self.record_index = Some(index);
+        self
+    }
+
+    /// The Kafka error code to answer the producer with.
+    pub fn error_code(&self) -> ErrorCode {
+        self.kind.error_code()
+    }
+}
+
+impl From<BatchError> for ValidationError {
+    fn from(e: BatchError) -> Self {
+        ValidationError::new(ValidationErrorKind::Framing(e.clone()), e.to_string())
+    }
+}
+
+/// What the produce path needs from a batch that passed validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidatedBatch {
+    /// `recordsCount` (= `lastOffsetDelta + 1`).
+    pub record_count: i32,
+    /// `baseTimestamp` as sent.
+    pub base_timestamp: i64,
+    /// `maxTimestamp` as sent (what a consumer of a CreateTime topic sees as the batch's timestamp).
+    pub max_timestamp: i64,
+    /// The largest record timestamp found in the records (-1 when none has one).
+    pub max_record_timestamp: i64,
+    /// The timestamp type bit as sent (always CreateTime for an accepted batch).
+    pub timestamp_type: TimestampType,
+    /// `producerId`.
+    pub producer_id: i64,
+    /// `producerEpoch`.
+    pub producer_epoch: i16,
+    /// `baseSequence`.
+    pub base_sequence: i32,
+    /// The last sequence, with Kafka's wrap at `i32::MAX`, or -1.
+    pub last_sequence: i32,
+    /// Whether the batch is transactional.
+    pub transactional: bool,
+    /// The codec.
+    pub compression: Compression,
+    /// The batch size in bytes, header included.
+    pub byte_size: u32,
+    /// The size of the records section after decompression.
+    pub uncompressed_records_size: usize,
+}
+
+impl ValidatedBatch {
+    /// The coordinates to commit for this batch, stored at `byte_offset` of a WAL segment.
+    pub fn commit_batch(&self, partition: TopicIdPartition, byte_offset: u64) -> CommitBatch {
+        CommitBatch {
+            partition,
+            byte_offset,
+            byte_size: self.byte_size,
+            record_count: self.record_count,
+            base_timestamp: self.base_timestamp,
+            max_timestamp: self.max_timestamp,
+            timestamp_type: self.timestamp_type,
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: self.base_sequence,
+            last_sequence: self.last_sequence,
+        }
+    }
+}
+
+/// Tuning of the validator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ValidationOptions {
+    /// The largest decompressed records section accepted; `None` means
+    /// [`default_decompression_limit`] of the topic's `max.message.bytes`.
+    pub max_decompressed_bytes: Option<usize>,
+}
+
+/// The default bound on a batch's decompressed records: 32 × `max.message.bytes`, at least 32 MiB.
+pub fn default_decompression_limit(max_message_bytes: i32) -> usize {
+    let mmb = usize::try_from(max_message_bytes.max(0)).unwrap_or(0);
+    mmb.saturating_mul(32).max(32 << 20)
+}
+
+/// Scratch buffers above this size are released after use rather than kept.
+const SCRATCH_KEEP: usize = 4 << 20;
+
+/// A validator that keeps its decompression buffer between batches (no allocation per batch in the
+/// steady state). One per thread/task.
+#[derive(Debug, Default)]
+pub struct Validator {
+    options: ValidationOptions,
+    scratch: Vec<u8>,
+}
+
+enum Mode<'a> {
+    Client {
+        config: &'a TopicConfig,
+        now_ms: i64,
+    },
+    Stored,
+}
+
+/// Validate a batch a client produced, for a topic with `config`, at broker time `now_ms`.
+///
+/// ```
+/// use diskless_core::{validate_batch, RecordBatchBuilder};
+/// use diskless_coordinator::{ErrorCode, TopicConfig};
+///
+/// let now = 1_700_000_000_000;
+/// let batch = RecordBatchBuilder::new().producer(5, 0, 0).record(now, None, Some(b"v")).build().unwrap();
+/// let ok = validate_batch(&batch, &TopicConfig::default(), now).unwrap();
+/// assert_eq!((ok.record_count, ok.last_sequence), (1, 0));
+///
+/// let too_old = RecordBatchBuilder::new().record(now - 10_000, None, Some(b"v")).build().unwrap();
+/// let config = TopicConfig { message_timestamp_before_max_ms: 1_000, ..TopicConfig::default() };
+/// let err = validate_batch(&too_old, &config, now).unwrap_err();
+/// assert_eq!(err.error_code(), ErrorCode::InvalidTimestamp);
+/// assert_eq!(err.record_index, Some(0));
+/// ```
+pub fn validate_batch(
+    batch: &RecordBatch,
+    config: &TopicConfig,
+    now_ms: i64,
+) -> Result<ValidatedBatch, ValidationError> {
+    Validator::default().validate(batch, config, now_ms)
+}
+
+/// Check a batch as stored or served (after the fetch-path rewrites): framing, CRC, header
+/// consistency and record structure, without the client-only rules (base offset, control batches,
+/// timestamps, size).
+pub fn verify_stored_batch(batch: &RecordBatch) -> Result<ValidatedBatch, ValidationError> {
+    Validator::default().verify_stored(batch)
+}
+
+impl Validator {
+    /// A validator with the given options.
+    pub fn new(options: ValidationOptions) -> Self {
+        Validator {
+            options,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// See [`validate_batch`].
+    pub fn validate(
+        &mut self,
+        batch: &RecordBatch,
+        config: &TopicConfig,
+        now_ms: i64,
+    ) -> Result<ValidatedBatch, ValidationError> {
+        let limit = self
+            .options
+            .max_decompressed_bytes
+            .unwrap_or_else(|| default_decompression_limit(config.max_message_bytes));
+        self.run(batch, Mode::Client { config, now_ms }, limit)
+    }
+
+    /// See [`verify_stored_batch`].
+    pub fn verify_stored(
+        &mut self,
+        batch: &RecordBatch,
+    ) -> Result<ValidatedBatch, ValidationError> {
+        let limit = self.options.max_decompressed_bytes.unwrap_or_else(|| {
+            default_decompression_limit(TopicConfig::default().max_message_bytes)
+        });
+        self.run(batch, Mode::Stored, limit)
+    }
+
+    fn run(
+        &mut self,
+        batch: &RecordBatch,
+        mode: Mode<'_>,
+        limit: usize,
+    ) -> Result<ValidatedBatch, ValidationError> {
+        let result = self.run_inner(batch, &mode, limit);
+        if self.scratch.capacity() > SCRATCH_KEEP {
+            self.scratch = Vec::new();
+        }
+        result
+    }
+
+    fn run_inner(
+        &mut self,
+        batch: &RecordBatch,
+        mode: &Mode<'_>,
+        limit: usize,
+    ) -> Result<ValidatedBatch, ValidationError> {
+        use ValidationErrorKind as K;
+        let size = batch.len();
+        let max_size = match mode {
+            Mode::Client { config, .. } => i64::from(config.max_message_bytes),
+            Mode::Stored => i64::MAX,
+        };
+        if size as i64 > max_size {
+            return Err(ValidationError::new(
+                K::TooLarge {
+                    size,
+                    max: max_size as i32,
+                },
+                format!(
+                    "the record batch size {size} bytes exceeds the maximum configured value of {max_size} (max.message.bytes)"
+                ),
+            ));
+        }
+        let computed = batch.compute_crc();
+        if computed != batch.crc() {
+            return Err(ValidationError::new(
+                K::CrcMismatch {
+                    stored: batch.crc(),
+                    computed,
+                },
+                format!(
+                    "record is corrupt (stored crc = {}, computed crc = {computed})",
+                    batch.crc()
+                ),
+            ));
+        }
+        let count_from_offsets = i64::from(batch.last_offset_delta()) + 1;
+        if count_from_offsets <= 0 {
+            return Err(ValidationError::new(
+                K::InvalidOffsetRange,
+                format!(
+                    "batch has an invalid offset range: [{}, {}]",
+                    batch.base_offset(),
+                    batch.last_offset()
+                ),
+            ));
+        }
+        let count = batch.records_count();
+        if count <= 0 {
+            return Err(ValidationError::new(
+                K::InvalidRecordCount,
+                format!("invalid reported count for record batch: {count}"),
+            ));
+        }
+        if count_from_offsets != i64::from(count) {
+            return Err(ValidationError::new(
+                K::InconsistentCount,
+                format!(
+                    "inconsistent batch offset range [{}, {}] and count of records {count}",
+                    batch.base_offset(),
+                    batch.last_offset()
+                ),
+            ));
+        }
+        let attributes = batch.attributes();
+        if let Mode::Client { .. } = mode {
+            if attributes.is_control() {
+                return Err(ValidationError::new(
+                    K::ControlBatch,
+                    "clients are not allowed to write control records".into(),
+                ));
+            }
+            if batch.has_producer_id() && batch.base_sequence() < 0 {
+                return Err(ValidationError::new(
+                    K::InvalidSequence,
+                    format!(
+                        "invalid sequence number {} in record batch with producerId {}",
+                        batch.base_sequence(),
+                        batch.producer_id()
+                    ),
+                ));
+            }
+            if batch.base_offset() != 0 {
+                return Err(ValidationError::new(
+                    K::NonZeroBaseOffset,
+                    format!(
+                        "record batch from a client has baseOffset {}, expected 0",
+                        batch.base_offset()
+                    ),
+                ));
+            }
+        }
+        let Some(compression) = attributes.compression() else {
+            let id = attributes.compression_id();
+            return Err(ValidationError::new(
+                K::UnknownCompression(id),
+                format!("unknown compression type id {id}"),
+            ));
+        };
+        let timestamp_type = attributes.timestamp_type();
+        if matches!(mode, Mode::Client { .. }) && timestamp_type == TimestampType::LogAppendTime {
+            return Err(ValidationError::new(
+                K::LogAppendTimeFromProducer,
+                "invalid timestamp type in record batch: producer should not set timestamp type to LogAppendTime".into(),
+            )
+            .at(0));
+        }
+
+        // Records.
+        let raw = &batch.as_bytes()[HEADER_LEN..];
+        let records: &[u8] = if compression == Compression::None {
+            raw
+        } else {
+            match decompress(compression, raw, limit, &mut self.scratch) {
+                Ok(()) => &self.scratch,
+                Err(CompressionError::TooLarge { limit }) => {
+                    return Err(ValidationError::new(
+                        K::DecompressedTooLarge { limit },
+                        format!("decompressed records exceed the limit of {limit} bytes"),
+                    ));
+                }
+                Err(e) => {
+                    let msg = format!("records of a {compression:?} batch do not decompress: {e}");
+                    return Err(ValidationError::new(K::Decompression(e), msg));
+                }
+            }
+        };
+
+        let (check_ts, now_ms, before, after) = match mode {
+            Mode::Client { config, now_ms }
+                if config.timestamp_type == TimestampType::CreateTime =>
+            {
+                (
+                    true,
+                    *now_ms,
+                    config.message_timestamp_before_max_ms,
+                    config.message_timestamp_after_max_ms,
+                )
+            }
+            _ => (false, 0, 0, 0),
+        };
+        let base_ts = batch.base_timestamp();
+        let mut max_ts = NO_TIMESTAMP;
+        let mut first_ts_error: Option<ValidationError> = None;
+        let mut first_record_error: Option<ValidationError> = None;
+        for (i, rec) in RecordIter::new(records, count as usize).enumerate() {
+            let rec = match rec {
+                Ok(r) => r,
+                Err(e) => {
+                    let err = ValidationError::new(
+                        K::Record(e.kind),
+                        format!("found invalid record structure: {e}"),
+                    );
+                    return Err(if e.kind == RecordErrorKind::TrailingBytes {
+                        err
+                    } else {
+                        err.at(e.index)
+                    });
+                }
+            };
+            if rec.offset_delta != i as i32 && first_record_error.is_none() {
+                first_record_error = Some(
+                    ValidationError::new(
+                        K::NonSequentialOffset {
+                            expected: i as i32,
+                            actual: rec.offset_delta,
+                        },
+                        format!(
+                            "record {i} has offsetDelta {}, expected {i} (inner offsets must be sequential)",
+                            rec.offset_delta
+                        ),
+                    )
+                    .at(i),
+                );
+            }
+            let ts = rec.timestamp(base_ts);
+            if ts > max_ts {
+                max_ts = ts;
+            }
+            if check_ts && ts != NO_TIMESTAMP && first_ts_error.is_none() {
+                let diff = i128::from(now_ms) - i128::from(ts);
+                if diff > i128::from(before) || -diff > i128::from(after) {
+                    first_ts_error = Some(
+                        ValidationError::new(
+                            K::TimestampOutOfRange { timestamp: ts },
+                            format!(
+                                "timestamp {ts} of record {i} is out of range: it should be within [{}, {}]",
+                                now_ms.saturating_sub(before),
+                                now_ms.saturating_add(after)
+                            ),
+                        )
+                        .at(i),
+                    );
+                }
+            }
+        }
+        if let Some(e) = first_ts_error.or(first_record_error) {
+            return Err(e);
+        }
+        Ok(ValidatedBatch {
+            record_count: count,
+            base_timestamp: base_ts,
+            max_timestamp: batch.max_timestamp(),
+            max_record_timestamp: max_ts,
+            timestamp_type,
+            producer_id: batch.producer_id(),
+            producer_epoch: batch.producer_epoch(),
+            base_sequence: batch.base_sequence(),
+            last_sequence: batch.last_sequence(),
+            transactional: attributes.is_transactional(),
+            compression,
+            byte_size: u32::try_from(size).unwrap_or(u32::MAX),
+            uncompressed_records_size: records.len(),
+        })
+    }
+}

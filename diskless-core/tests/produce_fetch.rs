@@ -1,0 +1,787 @@
+//! The produce and fetch paths end to end: WalWriter + Fetcher over the testkit's in-memory
+//! coordinator, in-memory or faulty object storage, with and without the cache.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
+use diskless_coordinator::*;
+use diskless_core::*;
+use diskless_storage::{ObjectKey, ObjectStorage, ObjectStoreStorage};
+use diskless_testkit::coordinator::InMemoryCoordinator;
+use diskless_testkit::storage::{FaultConfig, FaultyStorage, Latency};
+use uuid::Uuid;
+
+const NOW: i64 = 1_750_000_000_000;
+
+fn clock() -> Arc<ManualClock> {
+    ManualClock::new(NOW)
+}
+
+async fn topic(
+    coordinator: &dyn BatchCoordinator,
+    name: &str,
+    partitions: i32,
+    config: TopicConfig,
+) -> Uuid {
+    let topic_id = Uuid::new_v4();
+    coordinator
+        .create_topic(CreateTopicRequest {
+            topic_id,
+            name: name.to_string(),
+            partitions,
+            config,
+        })
+        .await
+        .unwrap();
+    topic_id
+}
+
+fn batch(values: &[&str]) -> RecordBatch {
+    let mut b = RecordBatchBuilder::new();
+    for (i, v) in values.iter().enumerate() {
+        b = b.record(NOW + i as i64, Some(b"key"), Some(v.as_bytes()));
+    }
+    b.build().unwrap()
+}
+
+fn idempotent_batch(producer_id: i64, epoch: i16, seq: i32, values: &[&str]) -> RecordBatch {
+    let mut b = RecordBatchBuilder::new().producer(producer_id, epoch, seq);
+    for v in values {
+        b = b.record(NOW, None, Some(v.as_bytes()));
+    }
+    b.build().unwrap()
+}
+
+fn produce(partition: TopicIdPartition, config: &TopicConfig, b: &RecordBatch) -> ProducePartition {
+    ProducePartition {
+        partition,
+        config: Arc::new(config.clone()),
+        records: b.as_bytes().clone(),
+    }
+}
+
+fn fetch_req(partition: TopicIdPartition, offset: i64) -> FetchPartition {
+    FetchPartition {
+        partition,
+        fetch_offset: offset,
+        partition_max_bytes: 1 << 20,
+        leader_epoch: 0,
+    }
+}
+
+/// Whether a served batch is the produced one but for the injected base offset and leader epoch.
+fn same_but_injected(served: &RecordBatch, produced: &[u8]) -> bool {
+    let s = served.as_bytes();
+    s.len() == produced.len() && s[8..12] == produced[8..12] && s[16..] == produced[16..]
+}
+
+/// Parses a fetched partition's records into batches, checking each CRC.
+fn served_batches(p: &FetchedPartition) -> Vec<RecordBatch> {
+    let batches = split_batches(p.records_bytes()).unwrap();
+    for b in &batches {
+        assert!(b.crc_is_valid(), "served batch with a bad CRC");
+        verify_stored_batch(b).unwrap();
+    }
+    batches
+}
+
+fn small_config() -> WalWriterConfig {
+    WalWriterConfig {
+        commit_interval: Duration::from_millis(50),
+        ..WalWriterConfig::default()
+    }
+}
+
+struct Env {
+    storage: Arc<ObjectStoreStorage>,
+    coordinator: Arc<InMemoryCoordinator>,
+    cache: Option<Arc<MokaCache>>,
+    writer: WalWriter,
+    fetcher: Fetcher,
+}
+
+fn env(config: WalWriterConfig, with_cache: bool) -> Env {
+    let storage = Arc::new(ObjectStoreStorage::in_memory());
+    let coordinator = Arc::new(InMemoryCoordinator::new(clock()));
+    let cache = with_cache.then(|| Arc::new(MokaCache::new(MokaCacheConfig::default())));
+    let dyn_cache = cache.clone().map(|c| c as Arc<dyn LocalCache>);
+    let writer = WalWriter::new(
+        config,
+        storage.clone(),
+        coordinator.clone(),
+        dyn_cache.clone(),
+        clock(),
+    )
+    .unwrap();
+    let fetcher = Fetcher::new(
+        FetcherConfig::default(),
+        storage.clone(),
+        coordinator.clone(),
+        dyn_cache,
+    );
+    Env {
+        storage,
+        coordinator,
+        cache,
+        writer,
+        fetcher,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn produce_then_fetch_round_trips_with_injected_offsets() {
+    let e = env(small_config(), false);
+    let config = TopicConfig::default();
+    let t = topic(e.coordinator.as_ref(), "t", 2, config.clone()).await;
+    let p0 = TopicIdPartition::new(t, 0);
+    let p1 = TopicIdPartition::new(t, 1);
+
+    let b1 = batch(&["a", "b", "c"]);
+    let b2 = batch(&["d"]);
+    let b3 = batch(&["e", "f"]);
+    let first = e
+        .writer
+        .produce(vec![produce(p0, &config, &b1), produce(p1, &config, &b2)])
+        .await;
+    assert_eq!(first.len(), 2);
+    assert!(
+        first.iter().all(|r| r.error == ErrorCode::None),
+        "{first:?}"
+    );
+    assert_eq!((first[0].base_offset, first[1].base_offset), (0, 0));
+    let second = e.writer.produce(vec![produce(p0, &config, &b3)]).await;
+    assert_eq!(second[0].base_offset, 3);
+    assert_eq!(e.storage.counters().snapshot().put_requests, 2);
+
+    let fetched = e
+        .fetcher
+        .fetch(&[fetch_req(p0, 0), fetch_req(p1, 0)], 10 << 20)
+        .await
+        .unwrap();
+    assert_eq!(fetched[0].error, ErrorCode::None);
+    assert_eq!(fetched[0].high_watermark, 5);
+    assert_eq!(fetched[0].log_start_offset, 0);
+    let got = served_batches(&fetched[0]);
+    assert_eq!(got.len(), 2);
+    assert_eq!((got[0].base_offset(), got[1].base_offset()), (0, 3));
+    // Bytes identical to what was produced except the injected fields (base offset, epoch).
+    assert!(same_but_injected(&got[0], b1.as_bytes()));
+    assert!(same_but_injected(&got[1], b3.as_bytes()));
+    assert_eq!(fetched[1].high_watermark, 1);
+    assert!(same_but_injected(
+        &served_batches(&fetched[1])[0],
+        b2.as_bytes()
+    ));
+
+    // A fetch offset inside a batch returns that whole batch first.
+    let mid = e.fetcher.fetch(&[fetch_req(p0, 4)], 1 << 20).await.unwrap();
+    assert_eq!(served_batches(&mid[0])[0].base_offset(), 3);
+    // At the high watermark: empty, no error. Beyond it or below log start: out of range.
+    let at_end = e.fetcher.fetch(&[fetch_req(p0, 5)], 1 << 20).await.unwrap();
+    assert_eq!(
+        (at_end[0].error, at_end[0].records_len()),
+        (ErrorCode::None, 0)
+    );
+    let past = e.fetcher.fetch(&[fetch_req(p0, 6)], 1 << 20).await.unwrap();
+    assert_eq!(past[0].error, ErrorCode::OffsetOutOfRange);
+    e.writer.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn log_append_time_topics_get_the_commit_time_and_a_valid_crc() {
+    let e = env(small_config(), true);
+    let config = TopicConfig {
+        timestamp_type: TimestampType::LogAppendTime,
+        ..TopicConfig::default()
+    };
+    let t = topic(e.coordinator.as_ref(), "lat", 1, config.clone()).await;
+    let p = TopicIdPartition::new(t, 0);
+    let answer = e
+        .writer
+        .produce(vec![produce(p, &config, &batch(&["x", "y"]))])
+        .await;
+    assert_eq!(answer[0].error, ErrorCode::None);
+    assert_eq!(answer[0].log_append_time, NOW);
+    let fetched = e.fetcher.fetch(&[fetch_req(p, 0)], 1 << 20).await.unwrap();
+    let got = served_batches(&fetched[0]);
+    assert_eq!(got[0].timestamp_type(), TimestampType::LogAppendTime);
+    assert_eq!(got[0].max_timestamp(), NOW);
+    e.writer.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_partitions_fail_at_once_and_valid_ones_go_on() {
+    let e = env(small_config(), false);
+    let config = TopicConfig::default();
+    let t = topic(e.coordinator.as_ref(), "t", 3, config.clone()).await;
+    let good = batch(&["ok"]);
+    let mut corrupt = good.as_bytes().to_vec();
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff; // breaks the CRC
+    let answers = e
+        .writer
+        .produce(vec![
+            produce(TopicIdPartition::new(t, 0), &config, &good),
+            ProducePartition {
+                partition: TopicIdPartition::new(t, 1),
+                config: Arc::new(config.clone()),
+                records: Bytes::from(corrupt),
+            },
+            ProducePartition {
+                partition: TopicIdPartition::new(t, 2),
+                config: Arc::new(config.clone()),
+                records: Bytes::from_static(b"garbage"),
+            },
+        ])
+        .await;
+    assert_eq!(answers[0].error, ErrorCode::None);
+    assert_eq!(answers[1].error, ErrorCode::CorruptMessage);
+    assert_ne!(answers[2].error, ErrorCode::None);
+    assert_eq!(answers[2].base_offset, -1);
+
+    // A partition of no known topic is rejected by the coordinator, per batch.
+    let unknown = TopicIdPartition::new(Uuid::new_v4(), 0);
+    let answers = e
+        .writer
+        .produce(vec![produce(unknown, &config, &good)])
+        .await;
+    assert_eq!(answers[0].error, ErrorCode::UnknownTopicOrPartition);
+
+    // Transactional produce is refused clearly.
+    let txn = RecordBatchBuilder::new()
+        .producer(1, 0, 0)
+        .transactional(true)
+        .record(NOW, None, Some(b"v"))
+        .build()
+        .unwrap();
+    let answers = e
+        .writer
+        .produce(vec![produce(TopicIdPartition::new(t, 0), &config, &txn)])
+        .await;
+    assert_eq!(answers[0].error, ErrorCode::InvalidRecord);
+    e.writer.close().await;
+}
+
+/// 1,000 partitions written within one interval cost exactly one PUT; a cold fetch across them
+/// one GET per object; a hot fetch none.
+#[tokio::test(start_paused = true)]
+async fn cost_one_put_per_segment_one_get_per_object_none_when_hot() {
+    let e = env(small_config(), true);
+    let config = TopicConfig::default();
+    let t = topic(e.coordinator.as_ref(), "wide", 1000, config.clone()).await;
+    let b = batch(&["v"]);
+    let pending: Vec<_> = {
+        let mut v = Vec::new();
+        for chunk in (0..1000).collect::<Vec<i32>>().chunks(100) {
+            let parts = chunk
+                .iter()
+                .map(|&i| produce(TopicIdPartition::new(t, i), &config, &b))
+                .collect();
+            v.push(e.writer.append(parts).await);
+        }
+        v
+    };
+    for p in pending {
+        assert!(p.await.iter().all(|r| r.error == ErrorCode::None));
+    }
+    let stats = e.storage.counters().snapshot();
+    assert_eq!(stats.put_requests, 1);
+    assert_eq!(e.writer.stats().segments_committed, 1);
+
+    let requests: Vec<_> = (0..1000)
+        .map(|i| fetch_req(TopicIdPartition::new(t, i), 0))
+        .collect();
+    // The writer put the fresh segment into the cache: reading it costs no GET.
+    let hot = e.fetcher.fetch(&requests, 100 << 20).await.unwrap();
+    assert!(hot.iter().all(|p| served_batches(p).len() == 1));
+    assert_eq!(e.storage.counters().snapshot().get_requests, 0);
+
+    // Cold: a fetcher with an empty cache reads the one object with one GET.
+    let cold_cache: Arc<dyn LocalCache> = Arc::new(MokaCache::new(MokaCacheConfig::default()));
+    let cold = Fetcher::new(
+        FetcherConfig::default(),
+        e.storage.clone(),
+        e.coordinator.clone(),
+        Some(cold_cache),
+    );
+    let got = cold.fetch(&requests, 100 << 20).await.unwrap();
+    assert!(got.iter().all(|p| served_batches(p).len() == 1));
+    assert_eq!(e.storage.counters().snapshot().get_requests, 1);
+    // ...and then it is hot.
+    cold.fetch(&requests, 100 << 20).await.unwrap();
+    assert_eq!(e.storage.counters().snapshot().get_requests, 1);
+
+    // Without a cache: one GET per object too.
+    let uncached = Fetcher::new(
+        FetcherConfig::default(),
+        e.storage.clone(),
+        e.coordinator.clone(),
+        None,
+    );
+    uncached.fetch(&requests, 100 << 20).await.unwrap();
+    assert_eq!(e.storage.counters().snapshot().get_requests, 2);
+    assert!(e.cache.is_some());
+    e.writer.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn buffer_closes_by_size_and_by_time() {
+    let config = WalWriterConfig {
+        buffer_max_bytes: 4096,
+        commit_interval: Duration::from_secs(3600),
+        ..WalWriterConfig::default()
+    };
+    let e = env(config, false);
+    let tc = TopicConfig::default();
+    let t = topic(e.coordinator.as_ref(), "t", 1, tc.clone()).await;
+    let p = TopicIdPartition::new(t, 0);
+    let big = "x".repeat(1500);
+    let b = batch(&[big.as_str()]);
+    // Three ~1.6 KB requests: the third would overflow 4 KiB, so the first two form a segment.
+    let a1 = e.writer.append(vec![produce(p, &tc, &b)]).await;
+    let a2 = e.writer.append(vec![produce(p, &tc, &b)]).await;
+    let a3 = e.writer.append(vec![produce(p, &tc, &b)]).await;
+    assert_eq!(a1.await[0].base_offset, 0);
+    assert_eq!(a2.await[0].base_offset, 1);
+    assert_eq!(e.writer.stats().segments_closed, 1);
+    // The third waits for the (hour-long) interval; time is paused, so it passes at once.
+    assert_eq!(a3.await[0].base_offset, 2);
+    assert_eq!(e.writer.stats().segments_closed, 2);
+    e.writer.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn kip74_first_batch_always_then_limits() {
+    let e = env(small_config(), false);
+    let tc = TopicConfig::default();
+    let t = topic(e.coordinator.as_ref(), "t", 2, tc.clone()).await;
+    let p0 = TopicIdPartition::new(t, 0);
+    let p1 = TopicIdPartition::new(t, 1);
+    let big = "y".repeat(5000);
+    for _ in 0..3 {
+        let b = batch(&[big.as_str()]);
+        let r = e
+            .writer
+            .produce(vec![produce(p0, &tc, &b), produce(p1, &tc, &b)])
+            .await;
+        assert!(r.iter().all(|r| r.error == ErrorCode::None));
+    }
+    // Limits smaller than one batch: the first partition still gets one batch, the second none.
+    let mut reqs = vec![fetch_req(p0, 0), fetch_req(p1, 0)];
+    reqs[0].partition_max_bytes = 100;
+    reqs[1].partition_max_bytes = 100;
+    let got = e.fetcher.fetch(&reqs, 100).await.unwrap();
+    assert_eq!(served_batches(&got[0]).len(), 1);
+    assert_eq!(got[1].records_len(), 0);
+    assert_eq!(got[1].error, ErrorCode::None);
+    // A request limit of about two batches.
+    let got = e.fetcher.fetch(&[fetch_req(p0, 0)], 10_200).await.unwrap();
+    assert_eq!(served_batches(&got[0]).len(), 2);
+    e.writer.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_drains_and_later_appends_fail() {
+    let config = WalWriterConfig {
+        commit_interval: Duration::from_secs(3600),
+        ..WalWriterConfig::default()
+    };
+    let e = env(config, false);
+    let tc = TopicConfig::default();
+    let t = topic(e.coordinator.as_ref(), "t", 1, tc.clone()).await;
+    let p = TopicIdPartition::new(t, 0);
+    let pending = e.writer.append(vec![produce(p, &tc, &batch(&["a"]))]).await;
+    e.writer.close().await;
+    assert_eq!(pending.await[0].error, ErrorCode::None);
+    let after = e
+        .writer
+        .produce(vec![produce(p, &tc, &batch(&["b"]))])
+        .await;
+    assert_eq!(after[0].error, ErrorCode::KafkaStorageError);
+}
+
+/// N writers (brokers) × M partitions concurrently: every acknowledged batch is read back exactly
+/// once, in offset order, gap-free, bytes identical but for the injected fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_writers_many_partitions_read_back_exactly_once() {
+    let storage = Arc::new(ObjectStoreStorage::in_memory());
+    let coordinator = Arc::new(InMemoryCoordinator::new(Arc::new(SystemClock)));
+    let tc = TopicConfig::default();
+    let t = topic(coordinator.as_ref(), "t", 8, tc.clone()).await;
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let writer = Arc::new(
+            WalWriter::new(
+                WalWriterConfig {
+                    broker_id: w,
+                    commit_interval: Duration::from_millis(5),
+                    ..WalWriterConfig::default()
+                },
+                storage.clone(),
+                coordinator.clone(),
+                None,
+                Arc::new(SystemClock),
+            )
+            .unwrap(),
+        );
+        let tc = tc.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut acked: Vec<(TopicIdPartition, i64, Bytes)> = Vec::new();
+            for round in 0..20 {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as i64;
+                let parts: Vec<_> = (0..8)
+                    .map(|i| {
+                        let value = format!("w{w}-r{round}-p{i}");
+                        let b = RecordBatchBuilder::new()
+                            .record(now, None, Some(value.as_bytes()))
+                            .record(now, None, Some(b"second"))
+                            .build()
+                            .unwrap();
+                        produce(TopicIdPartition::new(t, i), &tc, &b)
+                    })
+                    .collect();
+                let sent: Vec<Bytes> = parts.iter().map(|p| p.records.clone()).collect();
+                let answers = writer.produce(parts).await;
+                for (a, bytes) in answers.into_iter().zip(sent) {
+                    assert_eq!(a.error, ErrorCode::None, "{a:?}");
+                    acked.push((a.partition, a.base_offset, bytes));
+                }
+            }
+            writer.close().await;
+            acked
+        }));
+    }
+    let mut acked: BTreeMap<(TopicIdPartition, i64), Bytes> = BTreeMap::new();
+    for task in tasks {
+        for (p, offset, bytes) in task.await.unwrap() {
+            assert!(
+                acked.insert((p, offset), bytes).is_none(),
+                "offset given twice"
+            );
+        }
+    }
+    assert_eq!(acked.len(), 4 * 20 * 8);
+
+    let fetcher = Fetcher::new(FetcherConfig::default(), storage, coordinator, None);
+    for i in 0..8 {
+        let p = TopicIdPartition::new(t, i);
+        let mut offset = 0;
+        let mut seen = 0;
+        loop {
+            let got = fetcher
+                .fetch(&[fetch_req(p, offset)], 1 << 20)
+                .await
+                .unwrap();
+            assert_eq!(got[0].error, ErrorCode::None);
+            let batches = served_batches(&got[0]);
+            if batches.is_empty() {
+                break;
+            }
+            for b in batches {
+                assert_eq!(b.base_offset(), offset, "offsets must be gap-free");
+                let sent = &acked[&(p, offset)];
+                assert!(same_but_injected(&b, sent));
+                offset = b.last_offset() + 1;
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 4 * 20);
+        assert_eq!(offset, 4 * 20 * 2);
+    }
+}
+
+/// Failed uploads answer KAFKA_STORAGE_ERROR and leave no object; ambiguous uploads too; slow
+/// uploads still commit in segment order. An idempotent producer retrying every failure ends with
+/// each batch exactly once.
+#[tokio::test(start_paused = true)]
+async fn upload_faults_lose_nothing_and_idempotent_retries_never_duplicate() {
+    let inner = Arc::new(ObjectStoreStorage::in_memory());
+    let faulty = Arc::new(FaultyStorage::new(
+        inner.clone() as Arc<dyn ObjectStorage>,
+        FaultConfig {
+            seed: 42,
+            upload_failure_rate: 0.2,
+            ambiguous_upload_rate: 0.2,
+            latency: Some(Latency::s3_like()),
+            ..FaultConfig::default()
+        },
+    ));
+    let coordinator = Arc::new(InMemoryCoordinator::new(clock()));
+    let tc = TopicConfig::default();
+    let t = topic(coordinator.as_ref(), "t", 4, tc.clone()).await;
+    let writer = Arc::new(
+        WalWriter::new(
+            WalWriterConfig {
+                commit_interval: Duration::from_millis(20),
+                ..WalWriterConfig::default()
+            },
+            faulty.clone(),
+            coordinator.clone(),
+            None,
+            clock(),
+        )
+        .unwrap(),
+    );
+    // Four idempotent producers, one per partition, each sending 30 batches in order and retrying
+    // each until it is acknowledged (max.in.flight = 1).
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let writer = writer.clone();
+        let tc = tc.clone();
+        tasks.push(tokio::spawn(async move {
+            let p = TopicIdPartition::new(t, i);
+            let mut failures = 0;
+            for seq in 0..30 {
+                let b = idempotent_batch(100 + i64::from(i), 0, seq, &[&format!("p{i}-s{seq}")]);
+                loop {
+                    let r = writer.produce(vec![produce(p, &tc, &b)]).await;
+                    match r[0].error {
+                        ErrorCode::None => {
+                            assert_eq!(r[0].base_offset, i64::from(seq));
+                            break;
+                        }
+                        ErrorCode::KafkaStorageError | ErrorCode::RequestTimedOut => failures += 1,
+                        other => panic!("unexpected {other}"),
+                    }
+                }
+            }
+            failures
+        }));
+    }
+    let mut failures = 0;
+    for task in tasks {
+        failures += task.await.unwrap();
+    }
+    assert!(
+        failures > 0,
+        "the fault injection should have failed some uploads"
+    );
+    writer.close().await;
+
+    // Every partition holds its 30 batches exactly once, in order.
+    let fetcher = Fetcher::new(
+        FetcherConfig::default(),
+        inner.clone(),
+        coordinator.clone(),
+        None,
+    );
+    for i in 0..4 {
+        let p = TopicIdPartition::new(t, i);
+        let got = fetcher.fetch(&[fetch_req(p, 0)], 10 << 20).await.unwrap();
+        let batches = served_batches(&got[0]);
+        assert_eq!(got[0].high_watermark, 30);
+        assert_eq!(batches.len(), 30);
+        for (seq, b) in batches.iter().enumerate() {
+            assert_eq!(b.base_sequence(), seq as i32);
+            assert_eq!(b.base_offset(), seq as i64);
+        }
+    }
+    // No garbage: every object in storage is known to the coordinator (failed uploads, ambiguous
+    // ones included, were deleted by the writer).
+    tokio::time::sleep(Duration::from_secs(60)).await; // let the background deletes finish
+    use futures::TryStreamExt;
+    let listed: Vec<String> = inner
+        .list("wal")
+        .map_ok(|m| m.key.into_string())
+        .try_collect()
+        .await
+        .unwrap();
+    let known = coordinator.known_objects(&listed).await.unwrap();
+    assert_eq!(
+        known.len(),
+        listed.len(),
+        "orphans left: {listed:?} vs {known:?}"
+    );
+}
+
+/// A coordinator whose commits apply but whose answers are lost.
+#[derive(Debug)]
+struct LosingCoordinator {
+    inner: Arc<InMemoryCoordinator>,
+    lose_next: parking_lot::Mutex<u32>,
+}
+
+#[async_trait]
+impl BatchCoordinator for LosingCoordinator {
+    async fn create_topic(&self, r: CreateTopicRequest) -> Result<(), CoordinatorError> {
+        self.inner.create_topic(r).await
+    }
+    async fn delete_topic(&self, id: Uuid) -> Result<(), CoordinatorError> {
+        self.inner.delete_topic(id).await
+    }
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
+        self.inner.list_topics().await
+    }
+    async fn commit_file(
+        &self,
+        r: CommitFileRequest,
+    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
+        let result = self.inner.commit_file(r).await;
+        let mut lose = self.lose_next.lock();
+        if *lose > 0 {
+            *lose -= 1;
+            return Err(CoordinatorError::OutcomeUnknown("connection lost".into()));
+        }
+        result
+    }
+    async fn find_batches(
+        &self,
+        r: &[FindBatchesRequest],
+        m: u32,
+    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        self.inner.find_batches(r, m).await
+    }
+    async fn list_offsets(
+        &self,
+        r: &[ListOffsetsRequest],
+    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
+        self.inner.list_offsets(r).await
+    }
+    async fn delete_records(
+        &self,
+        r: &[DeleteRecordsRequest],
+    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
+        self.inner.delete_records(r).await
+    }
+    async fn enforce_retention(&self, m: u32) -> Result<RetentionReport, CoordinatorError> {
+        self.inner.enforce_retention(m).await
+    }
+    async fn objects_to_delete(
+        &self,
+        b: i64,
+        l: u32,
+    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
+        self.inner.objects_to_delete(b, l).await
+    }
+    async fn confirm_deleted(&self, k: &[String]) -> Result<(), CoordinatorError> {
+        self.inner.confirm_deleted(k).await
+    }
+    async fn known_objects(&self, k: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        self.inner.known_objects(k).await
+    }
+    async fn object_info(&self, k: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
+        self.inner.object_info(k).await
+    }
+    async fn producer_state(
+        &self,
+        p: TopicIdPartition,
+        id: i64,
+    ) -> Result<Option<ProducerState>, CoordinatorError> {
+        self.inner.producer_state(p, id).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_commit_outcome_is_an_error_and_the_idempotent_retry_gets_the_original_offsets() {
+    let storage = Arc::new(ObjectStoreStorage::in_memory());
+    let inner = Arc::new(InMemoryCoordinator::new(clock()));
+    let coordinator = Arc::new(LosingCoordinator {
+        inner: inner.clone(),
+        lose_next: parking_lot::Mutex::new(1),
+    });
+    let tc = TopicConfig::default();
+    let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
+    let p = TopicIdPartition::new(t, 0);
+    let writer =
+        WalWriter::new(small_config(), storage.clone(), coordinator, None, clock()).unwrap();
+    let b = idempotent_batch(7, 0, 0, &["once"]);
+    let first = writer.produce(vec![produce(p, &tc, &b)]).await;
+    assert_eq!(first[0].error, ErrorCode::RequestTimedOut);
+    // The object stays (it may be committed: here it is).
+    assert_eq!(storage.counters().snapshot().delete_requests, 0);
+    let retry = writer.produce(vec![produce(p, &tc, &b)]).await;
+    assert_eq!(retry[0].error, ErrorCode::None);
+    assert_eq!(retry[0].base_offset, 0);
+    let fetched = Fetcher::new(FetcherConfig::default(), storage, inner, None)
+        .fetch(&[fetch_req(p, 0)], 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(fetched[0].high_watermark, 1, "the retry must not duplicate");
+    writer.close().await;
+}
+
+/// While storage stalls, the bytes buffered plus in flight stay within the bound: later appends
+/// wait (or fail fast), and everything completes once storage recovers.
+#[tokio::test(start_paused = true)]
+async fn backpressure_bounds_pending_bytes_while_storage_stalls() {
+    for mode in [Backpressure::Wait, Backpressure::FailFast] {
+        let inner: Arc<dyn ObjectStorage> = Arc::new(ObjectStoreStorage::in_memory());
+        let faulty = Arc::new(FaultyStorage::new(inner, FaultConfig::default()));
+        faulty.stall_uploads();
+        let coordinator = Arc::new(InMemoryCoordinator::new(clock()));
+        let tc = TopicConfig::default();
+        let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
+        let p = TopicIdPartition::new(t, 0);
+        let bound = 64 * 1024;
+        let writer = Arc::new(
+            WalWriter::new(
+                WalWriterConfig {
+                    buffer_max_bytes: 16 * 1024,
+                    max_pending_bytes: bound,
+                    // Many upload slots, so that only the byte bound limits what piles up.
+                    max_concurrent_uploads: 64,
+                    commit_interval: Duration::from_millis(10),
+                    backpressure: mode,
+                    ..WalWriterConfig::default()
+                },
+                faulty.clone(),
+                coordinator.clone(),
+                None,
+                clock(),
+            )
+            .unwrap(),
+        );
+        let value = "z".repeat(4000);
+        let mut producers = Vec::new();
+        for _ in 0..40 {
+            let w = writer.clone();
+            let b = batch(&[value.as_str()]);
+            let tc = tc.clone();
+            producers.push(tokio::spawn(async move {
+                w.produce(vec![produce(p, &tc, &b)]).await
+            }));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            assert!(
+                writer.stats().pending_bytes <= bound as u64,
+                "pending bytes {} over the bound",
+                writer.stats().pending_bytes
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // 40 requests of ~4 KB (160 KB) were offered; segments close at 16 KiB, so without the
+        // 64 KiB bound about ten segments would be stuck in upload. With it, at most four.
+        let stalled = faulty.stalled_uploads();
+        assert!((1..=4).contains(&stalled), "{stalled} uploads stalled");
+        assert!(writer.stats().pending_bytes <= bound as u64);
+        if mode == Backpressure::Wait {
+            assert!(
+                producers.iter().all(|t| !t.is_finished()),
+                "nothing can be acknowledged"
+            );
+        }
+        faulty.release_uploads();
+        let mut ok = 0;
+        let mut refused = 0;
+        for task in producers {
+            match task.await.unwrap()[0].error {
+                ErrorCode::None => ok += 1,
+                ErrorCode::KafkaStorageError => refused += 1,
+                other => panic!("unexpected {other}"),
+            }
+        }
+        match mode {
+            Backpressure::Wait => assert_eq!((ok, refused), (40, 0)),
+            Backpressure::FailFast => assert!(refused > 0 && ok > 0, "{ok} ok, {refused} refused"),
+        }
+        writer.close().await;
+        assert_eq!(writer.stats().pending_bytes, 0);
+        let _ = ObjectKey::generate("x").unwrap();
+    }
+}

@@ -1,0 +1,525 @@
+//! Every validation rule of the produce path, including the cases of Kafka's own LogValidatorTest.
+
+use bytes::Bytes;
+use diskless_coordinator::{ErrorCode, TimestampType, TopicConfig};
+use diskless_core::batch::{CONTROL_MASK, HEADER_LEN, MAGIC_OFFSET, update_crc};
+use diskless_core::{
+    Attributes, BatchRewrite, Compression, NewRecord, RecordBatch, RecordBatchBuilder,
+    RecordErrorKind, ValidationErrorKind as K, ValidationOptions, Validator, split_batches,
+    validate_batch, verify_stored_batch,
+};
+
+const NOW: i64 = 1_700_000_000_000;
+
+/// Kafka's `createRecords`: three records "hello", "there", "beautiful".
+fn kafka_like(codec: Compression) -> RecordBatchBuilder {
+    RecordBatchBuilder::new()
+        .compression(codec)
+        .record(NOW, None, Some(b"hello"))
+        .record(NOW, None, Some(b"there"))
+        .record(NOW, None, Some(b"beautiful"))
+}
+
+fn cfg() -> TopicConfig {
+    TopicConfig::default()
+}
+
+fn check(
+    batch: &RecordBatch,
+) -> Result<diskless_core::ValidatedBatch, diskless_core::ValidationError> {
+    validate_batch(batch, &cfg(), NOW)
+}
+
+fn patched(batch: &RecordBatch, f: impl FnOnce(&mut Vec<u8>)) -> RecordBatch {
+    let mut v = batch.as_bytes().to_vec();
+    f(&mut v);
+    update_crc(&mut v);
+    RecordBatch::parse(Bytes::from(v)).unwrap()
+}
+
+#[test]
+fn valid_batches_of_every_codec_pass() {
+    for codec in Compression::ALL {
+        let b = kafka_like(codec)
+            .producer(42, 3, 7)
+            .transactional(true)
+            .build()
+            .unwrap();
+        let v = check(&b).unwrap();
+        assert_eq!(v.record_count, 3, "{codec:?}");
+        assert_eq!(v.base_timestamp, NOW);
+        assert_eq!(v.max_timestamp, NOW);
+        assert_eq!(v.max_record_timestamp, NOW);
+        assert_eq!(v.timestamp_type, TimestampType::CreateTime);
+        assert_eq!((v.producer_id, v.producer_epoch), (42, 3));
+        assert_eq!((v.base_sequence, v.last_sequence), (7, 9));
+        assert!(v.transactional);
+        assert_eq!(v.compression, codec);
+        assert_eq!(v.byte_size as usize, b.len());
+        assert!(v.uncompressed_records_size > 0);
+    }
+}
+
+#[test]
+fn inconsistent_count_and_offset() {
+    // Kafka: testInvalidCountAndOffset / validateRecordBatchWithCountOverrides.
+    for codec in Compression::ALL {
+        for (delta, count, kind) in [
+            (0, 3, K::InconsistentCount),
+            (15, 3, K::InconsistentCount),
+            (-3, 3, K::InvalidOffsetRange),
+        ] {
+            let b = kafka_like(codec)
+                .last_offset_delta(delta)
+                .records_count(count)
+                .build()
+                .unwrap();
+            let e = check(&b).unwrap_err();
+            assert_eq!(
+                e.error_code(),
+                ErrorCode::InvalidRecord,
+                "{codec:?} {delta},{count}"
+            );
+            assert_eq!(e.kind, kind);
+            assert_eq!(e.record_index, None);
+        }
+    }
+}
+
+#[test]
+fn unmatched_number_of_records() {
+    // Kafka: testUnmatchedNumberOfRecordsInBatch — the header is consistent, the records are not.
+    for codec in Compression::ALL {
+        for (delta, count, kind) in [
+            (5, 6, RecordErrorKind::Truncated),
+            (1, 2, RecordErrorKind::TrailingBytes),
+        ] {
+            let b = kafka_like(codec)
+                .last_offset_delta(delta)
+                .records_count(count)
+                .build()
+                .unwrap();
+            let e = check(&b).unwrap_err();
+            assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+            assert_eq!(e.kind, K::Record(kind), "{codec:?} {delta},{count}");
+        }
+    }
+    // Too many declared: the first missing record is named.
+    let b = kafka_like(Compression::None)
+        .last_offset_delta(5)
+        .records_count(6)
+        .build()
+        .unwrap();
+    assert_eq!(check(&b).unwrap_err().record_index, Some(3));
+}
+
+#[test]
+fn empty_batch_is_rejected() {
+    let b = RecordBatchBuilder::new().build().unwrap();
+    assert_eq!((b.records_count(), b.last_offset_delta()), (0, -1));
+    let e = check(&b).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    assert_eq!(e.kind, K::InvalidOffsetRange);
+    let b = RecordBatchBuilder::new()
+        .last_offset_delta(0)
+        .records_count(0)
+        .build()
+        .unwrap();
+    assert_eq!(check(&b).unwrap_err().kind, K::InvalidRecordCount);
+    let b = RecordBatchBuilder::new()
+        .last_offset_delta(0)
+        .records_count(-1)
+        .build()
+        .unwrap();
+    assert_eq!(check(&b).unwrap_err().kind, K::InvalidRecordCount);
+}
+
+#[test]
+fn client_control_batch_is_rejected() {
+    let b = kafka_like(Compression::None).control(true).build().unwrap();
+    let e = check(&b).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    assert_eq!(e.kind, K::ControlBatch);
+    // A stored control batch (e.g. a transaction marker) is fine for the fetch-path check.
+    verify_stored_batch(&b).unwrap();
+    assert_ne!(b.attributes().0 & CONTROL_MASK, 0);
+}
+
+#[test]
+fn invalid_sequence() {
+    let b = kafka_like(Compression::Gzip)
+        .producer(1, 0, -2)
+        .build()
+        .unwrap();
+    let e = check(&b).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    assert_eq!(e.kind, K::InvalidSequence);
+    // Without a producer id, the sequence is not checked (Kafka's hasProducerId).
+    let b = kafka_like(Compression::None)
+        .producer(-1, -1, -2)
+        .build()
+        .unwrap();
+    check(&b).unwrap();
+}
+
+#[test]
+fn sequence_wraps_from_max_to_zero() {
+    let b = kafka_like(Compression::None)
+        .producer(9, 0, i32::MAX - 1)
+        .build()
+        .unwrap();
+    let v = check(&b).unwrap();
+    assert_eq!(v.base_sequence, i32::MAX - 1);
+    // MAX - 1, MAX, 0.
+    assert_eq!(v.last_sequence, 0);
+    let b = RecordBatchBuilder::new()
+        .producer(9, 0, i32::MAX)
+        .record(NOW, None, Some(b"a"))
+        .record(NOW, None, Some(b"b"))
+        .build()
+        .unwrap();
+    assert_eq!(check(&b).unwrap().last_sequence, 0);
+}
+
+#[test]
+fn non_sequential_inner_offsets() {
+    for codec in Compression::ALL {
+        let b = kafka_like(codec)
+            .offset_deltas(vec![0, 2, 3])
+            .build()
+            .unwrap();
+        let e = check(&b).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::InvalidRecord, "{codec:?}");
+        assert_eq!(
+            e.kind,
+            K::NonSequentialOffset {
+                expected: 1,
+                actual: 2
+            }
+        );
+        assert_eq!(e.record_index, Some(1));
+        // The fetch-path check rejects it too.
+        assert!(verify_stored_batch(&b).is_err());
+    }
+}
+
+#[test]
+fn non_zero_base_offset_from_client() {
+    for codec in [Compression::None, Compression::Lz4] {
+        let b = kafka_like(codec).base_offset(15).build().unwrap();
+        let e = check(&b).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+        assert_eq!(e.kind, K::NonZeroBaseOffset);
+        verify_stored_batch(&b).unwrap();
+    }
+}
+
+#[test]
+fn crc_mismatch_is_corrupt_message() {
+    for codec in Compression::ALL {
+        let b = kafka_like(codec).build().unwrap();
+        let mut v = b.as_bytes().to_vec();
+        let last = v.len() - 1;
+        v[last] ^= 1;
+        let bad = RecordBatch::parse(Bytes::from(v)).unwrap();
+        let e = check(&bad).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::CorruptMessage);
+        assert!(matches!(e.kind, K::CrcMismatch { .. }));
+        // Attributes are covered by the CRC as well.
+        let mut v = b.as_bytes().to_vec();
+        v[22] ^= 0x10;
+        let e = check(&RecordBatch::parse(Bytes::from(v)).unwrap()).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::CorruptMessage);
+    }
+}
+
+#[test]
+fn batch_larger_than_max_message_bytes() {
+    let b = kafka_like(Compression::None).build().unwrap();
+    let mut config = cfg();
+    config.max_message_bytes = b.len() as i32;
+    validate_batch(&b, &config, NOW).unwrap();
+    config.max_message_bytes = b.len() as i32 - 1;
+    let e = validate_batch(&b, &config, NOW).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::MessageTooLarge);
+    // Size is checked before the CRC, as Kafka does.
+    let mut v = b.as_bytes().to_vec();
+    v[HEADER_LEN + 2] ^= 0xff;
+    let bad = RecordBatch::parse(Bytes::from(v)).unwrap();
+    assert_eq!(
+        validate_batch(&bad, &config, NOW).unwrap_err().error_code(),
+        ErrorCode::MessageTooLarge
+    );
+}
+
+#[test]
+fn past_and_future_timestamps() {
+    let config = TopicConfig {
+        message_timestamp_before_max_ms: 1_000,
+        message_timestamp_after_max_ms: 2_000,
+        ..cfg()
+    };
+    for codec in Compression::ALL {
+        let ok = RecordBatchBuilder::new()
+            .compression(codec)
+            .record(NOW - 1_000, None, Some(b"a"))
+            .record(NOW + 2_000, None, Some(b"b"))
+            .record(-1, None, Some(b"no timestamp"))
+            .build()
+            .unwrap();
+        let v = validate_batch(&ok, &config, NOW).unwrap();
+        assert_eq!(v.max_record_timestamp, NOW + 2_000);
+
+        let past = RecordBatchBuilder::new()
+            .compression(codec)
+            .record(NOW, None, Some(b"a"))
+            .record(NOW - 1_001, None, Some(b"b"))
+            .build()
+            .unwrap();
+        let e = validate_batch(&past, &config, NOW).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::InvalidTimestamp, "{codec:?}");
+        assert_eq!(e.record_index, Some(1));
+        assert_eq!(
+            e.kind,
+            K::TimestampOutOfRange {
+                timestamp: NOW - 1_001
+            }
+        );
+
+        let future = RecordBatchBuilder::new()
+            .compression(codec)
+            .record(NOW + 2_001, None, Some(b"a"))
+            .build()
+            .unwrap();
+        let e = validate_batch(&future, &config, NOW).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::InvalidTimestamp);
+        assert_eq!(e.record_index, Some(0));
+
+        // LogAppendTime topics ignore the producer's timestamps.
+        let lat = TopicConfig {
+            timestamp_type: TimestampType::LogAppendTime,
+            ..config.clone()
+        };
+        validate_batch(&past, &lat, NOW).unwrap();
+        validate_batch(&future, &lat, NOW).unwrap();
+    }
+    // Defaults: unlimited in the past (up to what `now - timestamp` can express, as in Kafka), one
+    // hour in the future; extreme values do not overflow.
+    let ancient = RecordBatchBuilder::new()
+        .record(-5_000, None, Some(b"a"))
+        .record(0, None, Some(b"b"))
+        .build()
+        .unwrap();
+    check(&ancient).unwrap();
+    let absurd = RecordBatchBuilder::new()
+        .record(i64::MIN + 5, None, Some(b"a"))
+        .build()
+        .unwrap();
+    assert_eq!(
+        check(&absurd).unwrap_err().error_code(),
+        ErrorCode::InvalidTimestamp
+    );
+    let far = RecordBatchBuilder::new()
+        .record(i64::MAX, None, Some(b"a"))
+        .build()
+        .unwrap();
+    assert_eq!(
+        check(&far).unwrap_err().error_code(),
+        ErrorCode::InvalidTimestamp
+    );
+}
+
+#[test]
+fn producer_setting_log_append_time_is_rejected() {
+    let b = kafka_like(Compression::Snappy)
+        .timestamp_type(TimestampType::LogAppendTime)
+        .build()
+        .unwrap();
+    for topic_type in [TimestampType::LogAppendTime, TimestampType::CreateTime] {
+        let config = TopicConfig {
+            timestamp_type: topic_type,
+            ..cfg()
+        };
+        let e = validate_batch(&b, &config, NOW).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::InvalidTimestamp);
+        assert_eq!(e.kind, K::LogAppendTimeFromProducer);
+        assert_eq!(e.record_index, Some(0));
+    }
+}
+
+#[test]
+fn error_precedence_matches_kafka() {
+    // A timestamp error wins over an offset error (both per-record errors in Kafka).
+    let config = TopicConfig {
+        message_timestamp_before_max_ms: 10,
+        ..cfg()
+    };
+    let b = RecordBatchBuilder::new()
+        .offset_deltas(vec![0, 5, 2])
+        .record(NOW, None, Some(b"a"))
+        .record(NOW, None, Some(b"b"))
+        .record(NOW - 100, None, Some(b"c"))
+        .build()
+        .unwrap();
+    let e = validate_batch(&b, &config, NOW).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::InvalidTimestamp);
+    assert_eq!(e.record_index, Some(2));
+    // A structural error wins over both.
+    let b = RecordBatchBuilder::new()
+        .records_count(4)
+        .last_offset_delta(3)
+        .record(NOW - 100, None, Some(b"a"))
+        .record(NOW, None, Some(b"b"))
+        .record(NOW, None, Some(b"c"))
+        .build()
+        .unwrap();
+    let e = validate_batch(&b, &config, NOW).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    assert_eq!(e.kind, K::Record(RecordErrorKind::Truncated));
+}
+
+#[test]
+fn malformed_records_are_invalid_record() {
+    let b = RecordBatchBuilder::new()
+        .push(NewRecord {
+            timestamp: NOW,
+            key: Some(Bytes::from_static(b"key")),
+            value: Some(Bytes::from_static(b"value")),
+            headers: vec![(Bytes::from_static(b"h"), None)],
+        })
+        .record(NOW, None, Some(b"second"))
+        .build()
+        .unwrap();
+    check(&b).unwrap();
+    // Record 0: length 1 + attributes 1 + tsDelta 1 + offsetDelta 1 + keyLen (zigzag 3 = 6) at 4.
+    let at = HEADER_LEN + 4;
+    assert_eq!(b.as_bytes()[at], 6);
+    // Key length larger than the record.
+    let bad = patched(&b, |v| v[at] = 100);
+    let e = check(&bad).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    assert_eq!(e.record_index, Some(0));
+    assert!(matches!(e.kind, K::Record(_)));
+    // Record length of the first record one too small.
+    let bad = patched(&b, |v| v[HEADER_LEN] -= 2);
+    let e = check(&bad).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    // A negative header key length.
+    let hdr_key_at = HEADER_LEN + 1 + 1 + 1 + 1 + 1 + 3 + 1 + 5 + 1;
+    assert_eq!(b.as_bytes()[hdr_key_at], 2);
+    let bad = patched(&b, |v| v[hdr_key_at] = 1); // zigzag 1 = -1
+    assert_eq!(
+        check(&bad).unwrap_err().kind,
+        K::Record(RecordErrorKind::InvalidLength)
+    );
+    // Records truncated by a shorter batch (framing still consistent).
+    let mut v = b.as_bytes().to_vec();
+    v.truncate(v.len() - 3);
+    let len = (v.len() - 12) as i32;
+    v[8..12].copy_from_slice(&len.to_be_bytes());
+    update_crc(&mut v);
+    let bad = RecordBatch::parse(Bytes::from(v)).unwrap();
+    let e = check(&bad).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    assert_eq!(e.record_index, Some(1));
+}
+
+#[test]
+fn unknown_codec_and_undecompressable_payload() {
+    let b = kafka_like(Compression::None)
+        .attributes(Attributes(5))
+        .build()
+        .unwrap();
+    let e = check(&b).unwrap_err();
+    assert_eq!(e.kind, K::UnknownCompression(5));
+    assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    for codec in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let b = kafka_like(Compression::None).build().unwrap();
+        // Claim a codec the (uncompressed) records are not in.
+        let bad = patched(&b, |v| v[22] = codec.id());
+        let e = check(&bad).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::InvalidRecord, "{codec:?}: {e}");
+    }
+}
+
+#[test]
+fn decompression_bomb_is_message_too_large() {
+    let big = vec![0u8; 256 << 10];
+    for codec in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let b = RecordBatchBuilder::new()
+            .compression(codec)
+            .record(NOW, None, Some(&big))
+            .build()
+            .unwrap();
+        assert!(b.len() < big.len() / 4, "{codec:?} compresses zeros");
+        let mut v = Validator::new(ValidationOptions {
+            max_decompressed_bytes: Some(64 << 10),
+        });
+        let e = v.validate(&b, &cfg(), NOW).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::MessageTooLarge);
+        assert!(matches!(e.kind, K::DecompressedTooLarge { limit } if limit == 64 << 10));
+        // The same validator accepts it with the default bound.
+        let mut v = Validator::default();
+        v.validate(&b, &cfg(), NOW).unwrap();
+    }
+}
+
+#[test]
+fn framing_errors_map_to_kafka_codes() {
+    let b = kafka_like(Compression::None).build().unwrap();
+    let mut v = b.as_bytes().to_vec();
+    v[MAGIC_OFFSET] = 1;
+    let e = RecordBatch::parse(Bytes::from(v.clone())).unwrap_err();
+    let ve: diskless_core::ValidationError = e.into();
+    assert_eq!(ve.error_code(), ErrorCode::InvalidRecord);
+    v[MAGIC_OFFSET] = 7;
+    let e = split_batches(Bytes::from(v)).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::CorruptMessage);
+    let e = split_batches(b.as_bytes().slice(..30)).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::CorruptMessage);
+}
+
+#[test]
+fn log_append_time_rewrite_keeps_batch_valid() {
+    for codec in Compression::ALL {
+        let b = kafka_like(codec).producer(4, 0, 0).build().unwrap();
+        check(&b).unwrap();
+        let out = b
+            .rewrite(&BatchRewrite {
+                base_offset: 77,
+                partition_leader_epoch: 2,
+                log_append_time: Some(NOW + 5),
+            })
+            .to_record_batch();
+        assert!(out.crc_is_valid());
+        assert_eq!(out.timestamp_type(), TimestampType::LogAppendTime);
+        let v = verify_stored_batch(&out).unwrap();
+        assert_eq!(v.record_count, 3);
+        assert_eq!(v.max_timestamp, NOW + 5);
+        assert_eq!(out.last_offset(), 79);
+    }
+}
+
+#[test]
+fn validator_reuse_does_not_leak_state() {
+    let mut v = Validator::default();
+    let good = kafka_like(Compression::Zstd).build().unwrap();
+    let bad = kafka_like(Compression::Zstd)
+        .offset_deltas(vec![0, 0, 0])
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        v.validate(&good, &cfg(), NOW).unwrap();
+        v.validate(&bad, &cfg(), NOW).unwrap_err();
+    }
+}
