@@ -242,9 +242,11 @@ pub struct BatchCoordinate {
 }
 
 impl BatchCoordinate {
-    /// The number of records in the batch.
+    /// The number of records in the batch (saturating: a corrupt coordinate cannot overflow).
     pub fn record_count(&self) -> i64 {
-        self.last_offset - self.base_offset + 1
+        self.last_offset
+            .saturating_sub(self.base_offset)
+            .saturating_add(1)
     }
 
     /// The timestamp a reader sees as the batch's max timestamp: the log append time for LogAppendTime

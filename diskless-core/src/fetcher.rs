@@ -30,7 +30,7 @@ use futures::StreamExt;
 use tracing::warn;
 
 use crate::batch::RecordBatch;
-use crate::rewrite::BatchRewrite;
+use crate::rewrite::{BatchRewrite, RewrittenBatch, rewrite_batch_verified};
 
 /// The default block size of the object cache: 4 MiB (a WAL segment of the default 8 MiB is two
 /// blocks).
@@ -227,7 +227,12 @@ impl Fetcher {
         let mut by_object: HashMap<&str, ObjectReads> = HashMap::new();
         for (pi, batches) in selected.iter().enumerate() {
             for (bi, b) in batches.iter().enumerate() {
-                let range = b.byte_offset..b.byte_offset + u64::from(b.byte_size);
+                // An overflowing range (a corrupt row) becomes an empty one, refused by read_object.
+                let end = b
+                    .byte_offset
+                    .checked_add(u64::from(b.byte_size))
+                    .unwrap_or(b.byte_offset);
+                let range = b.byte_offset..end;
                 by_object
                     .entry(b.object_key.as_str())
                     .or_insert_with(|| (b.object_size, Vec::new()))
@@ -369,6 +374,15 @@ impl Fetcher {
                         .await
                         .map_err(|e| Box::new(e) as diskless_cache::BoxError)?;
                     let len = bytes.len() as u64;
+                    // A block that is a slice of a longer read would keep the whole read alive
+                    // while weighing one block: blocks of a multi-block read are copied out.
+                    let block = |start: u64, end: u64| {
+                        if len > bs {
+                            Bytes::copy_from_slice(&bytes[start as usize..end as usize])
+                        } else {
+                            bytes.slice(start as usize..end as usize)
+                        }
+                    };
                     // Every block of the span but the first goes into the cache here; the first is
                     // the loader's own result.
                     for index in first + 1..=last {
@@ -378,13 +392,10 @@ impl Fetcher {
                         }
                         let end = (start + bs).min(len);
                         cache
-                            .insert(
-                                BlockKey::new(object.clone(), bs, index),
-                                bytes.slice(start as usize..end as usize),
-                            )
+                            .insert(BlockKey::new(object.clone(), bs, index), block(start, end))
                             .await;
                     }
-                    Ok(bytes.slice(0..(bs.min(len) as usize)))
+                    Ok(block(0, bs.min(len)))
                 }
             };
             let block = cache
@@ -481,8 +492,12 @@ fn serve_batch(
             coordinate.byte_offset, coordinate.byte_size, coordinate.object_key
         )
     })?;
+    let records = coordinate
+        .last_offset
+        .checked_sub(coordinate.base_offset)
+        .and_then(|d| d.checked_add(1));
     if batch.len() != coordinate.byte_size as usize
-        || i64::from(batch.last_offset_delta()) + 1 != coordinate.record_count()
+        || Some(i64::from(batch.last_offset_delta()) + 1) != records
     {
         return Err(format!(
             "stored batch at {}+{} of {} does not match its coordinates",
@@ -491,11 +506,21 @@ fn serve_batch(
     }
     let log_append_time = (coordinate.timestamp_type == TimestampType::LogAppendTime)
         .then_some(coordinate.log_append_time);
-    Ok(batch
-        .rewrite(&BatchRewrite {
+    // With LogAppendTime the CRC is recomputed, so the stored one is checked first (same pass):
+    // corruption must reach the consumer as an error, never behind a fresh valid CRC.
+    rewrite_batch_verified(
+        &batch,
+        &BatchRewrite {
             base_offset: coordinate.base_offset,
             partition_leader_epoch: leader_epoch,
             log_append_time,
-        })
-        .into_chunks())
+        },
+    )
+    .map(RewrittenBatch::into_chunks)
+    .map_err(|e| {
+        format!(
+            "stored batch at {}+{} of {}: {e}",
+            coordinate.byte_offset, coordinate.byte_size, coordinate.object_key
+        )
+    })
 }

@@ -48,7 +48,9 @@ pub use batch::{
 pub use builder::{NewRecord, RecordBatchBuilder};
 pub use compression::CompressionError;
 pub use records::{Record, RecordError, RecordErrorKind, RecordIter};
-pub use rewrite::{BatchRewrite, RewrittenBatch, rewrite_batch};
+pub use rewrite::{
+    BatchRewrite, RewrittenBatch, StoredCrcMismatch, rewrite_batch, rewrite_batch_verified,
+};
 pub use segment::{
     SEGMENT_HEADER_LEN, SEGMENT_VERSION, Segment, SegmentBatch, SegmentBuilder, SegmentError,
     SegmentReader,

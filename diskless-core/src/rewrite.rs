@@ -108,6 +108,40 @@ impl RewrittenBatch {
 /// assert!(served.crc_is_valid());
 /// ```
 pub fn rewrite_batch(batch: &RecordBatch, rewrite: &BatchRewrite) -> RewrittenBatch {
+    rewrite_inner(batch, rewrite, false).0
+}
+
+/// The stored CRC of a batch did not match its bytes; serving it with a recomputed CRC would hide
+/// the corruption from the consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("stored batch fails its CRC check (stored {stored:#010x}, computed {computed:#010x})")]
+pub struct StoredCrcMismatch {
+    /// The CRC in the stored header.
+    pub stored: u32,
+    /// The CRC of the stored bytes.
+    pub computed: u32,
+}
+
+/// Like [`rewrite_batch`], but when the rewrite recomputes the CRC (LogAppendTime) it first checks
+/// the stored CRC, in the same single pass over the records: a corrupted stored batch is refused
+/// instead of being served with a fresh, valid CRC. Without LogAppendTime the stored CRC is kept, so
+/// the consumer's own check still sees any corruption, and nothing is computed.
+pub fn rewrite_batch_verified(
+    batch: &RecordBatch,
+    rewrite: &BatchRewrite,
+) -> Result<RewrittenBatch, StoredCrcMismatch> {
+    match rewrite_inner(batch, rewrite, true) {
+        (out, None) => Ok(out),
+        (_, Some(mismatch)) => Err(mismatch),
+    }
+}
+
+/// The rewrite, and with `verify` whether the stored CRC failed (checked only when recomputed).
+fn rewrite_inner(
+    batch: &RecordBatch,
+    rewrite: &BatchRewrite,
+    verify: bool,
+) -> (RewrittenBatch, Option<StoredCrcMismatch>) {
     let mut header = [0u8; HEADER_LEN];
     header.copy_from_slice(batch.header_bytes());
     header[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8]
@@ -115,19 +149,40 @@ pub fn rewrite_batch(batch: &RecordBatch, rewrite: &BatchRewrite) -> RewrittenBa
     header[PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4]
         .copy_from_slice(&rewrite.partition_leader_epoch.to_be_bytes());
     let body = batch.records_bytes();
+    let mut mismatch = None;
     if let Some(t) = rewrite.log_append_time {
+        // One pass over the records; the header parts are combined in (crc32c_combine).
+        let body_crc = crc32c::crc32c(&body);
+        if verify {
+            let stored = crc32c::crc32c_combine(
+                crc32c::crc32c(&batch.header_bytes()[ATTRIBUTES_OFFSET..]),
+                body_crc,
+                body.len(),
+            );
+            if stored != batch.crc() {
+                mismatch = Some(StoredCrcMismatch {
+                    stored: batch.crc(),
+                    computed: stored,
+                });
+            }
+        }
         let attrs = batch
             .attributes()
             .with_timestamp_type(TimestampType::LogAppendTime);
         header[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attrs.0.to_be_bytes());
         header[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8].copy_from_slice(&t.to_be_bytes());
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&header[ATTRIBUTES_OFFSET..]), &body);
+        let crc = crc32c::crc32c_combine(
+            crc32c::crc32c(&header[ATTRIBUTES_OFFSET..]),
+            body_crc,
+            body.len(),
+        );
         header[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
     }
-    RewrittenBatch {
+    let out = RewrittenBatch {
         header: Bytes::copy_from_slice(&header),
         body,
-    }
+    };
+    (out, mismatch)
 }
 
 impl RecordBatch {

@@ -184,6 +184,10 @@ pub struct ValidatedBatch {
 
 impl ValidatedBatch {
     /// The coordinates to commit for this batch, stored at `byte_offset` of a WAL segment.
+    ///
+    /// The max timestamp committed is the largest record timestamp found by validation, not the
+    /// header's `maxTimestamp`: Kafka overwrites the header with that value, and the coordinator
+    /// bases time retention and ListOffsets on it, so a producer's header must not be trusted.
     pub fn commit_batch(&self, partition: TopicIdPartition, byte_offset: u64) -> CommitBatch {
         CommitBatch {
             partition,
@@ -191,7 +195,7 @@ impl ValidatedBatch {
             byte_size: self.byte_size,
             record_count: self.record_count,
             base_timestamp: self.base_timestamp,
-            max_timestamp: self.max_timestamp,
+            max_timestamp: self.max_record_timestamp,
             timestamp_type: self.timestamp_type,
             producer_id: self.producer_id,
             producer_epoch: self.producer_epoch,

@@ -92,6 +92,10 @@ pub struct WalWriterConfig {
     /// Block size used to put freshly uploaded segments into the cache; must equal the fetcher's.
     /// Default [`crate::DEFAULT_CACHE_BLOCK_SIZE`].
     pub cache_block_size: u64,
+    /// How many requests may be validated at once. Validating a compressed batch decompresses it
+    /// (up to 32 × `max.message.bytes`, see [`crate::default_decompression_limit`]) before the
+    /// request is counted in `max_pending_bytes`, so this bounds that memory too. Default 8.
+    pub max_concurrent_validations: usize,
 }
 
 impl Default for WalWriterConfig {
@@ -106,6 +110,7 @@ impl Default for WalWriterConfig {
             backpressure: Backpressure::Wait,
             owners: vec![0],
             cache_block_size: crate::DEFAULT_CACHE_BLOCK_SIZE,
+            max_concurrent_validations: 8,
         }
     }
 }
@@ -120,6 +125,9 @@ pub enum WriterError {
     /// The object prefix is not a valid key prefix.
     #[error("invalid object prefix: {0}")]
     Prefix(#[from] StorageError),
+    /// `WalWriter::new` was called outside a tokio runtime.
+    #[error("WalWriter::new must be called within a tokio runtime")]
+    NoRuntime,
 }
 
 /// One partition of a Produce request.
@@ -300,6 +308,11 @@ struct Sealed {
 
 struct Shared {
     config: WalWriterConfig,
+    /// The runtime the writer's tasks run on (so that `flush` and `Drop` work from any thread).
+    runtime: tokio::runtime::Handle,
+    validations: Semaphore,
+    /// Becomes true when the committer has answered everything and stopped.
+    finished: tokio::sync::watch::Sender<bool>,
     storage: Arc<dyn ObjectStorage>,
     coordinator: Arc<dyn BatchCoordinator>,
     cache: Option<Arc<dyn LocalCache>>,
@@ -400,11 +413,20 @@ impl WalWriter {
         if config.cache_block_size == 0 {
             return Err(WriterError::Config("cache_block_size must be > 0".into()));
         }
+        if config.max_concurrent_validations == 0 {
+            return Err(WriterError::Config(
+                "max_concurrent_validations must be > 0".into(),
+            ));
+        }
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| WriterError::NoRuntime)?;
         // Fail now, not at the first upload, on a bad prefix.
         ObjectKey::generate(&config.object_prefix)?;
 
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
+            runtime: runtime.clone(),
+            validations: Semaphore::new(config.max_concurrent_validations),
+            finished: tokio::sync::watch::Sender::new(false),
             budget: Arc::new(Semaphore::new(config.max_pending_bytes)),
             uploads: Arc::new(Semaphore::new(config.max_concurrent_uploads)),
             config,
@@ -418,8 +440,8 @@ impl WalWriter {
             closed: AtomicBool::new(false),
             counters: Counters::default(),
         });
-        let timer = tokio::spawn(run_timer(shared.clone()));
-        let committer = tokio::spawn(run_committer(shared.clone(), rx));
+        let timer = runtime.spawn(run_timer(shared.clone()));
+        let committer = runtime.spawn(run_committer(shared.clone(), rx));
         Ok(WalWriter {
             shared,
             tasks: Mutex::new(vec![timer, committer]),
@@ -439,6 +461,9 @@ impl WalWriter {
         }
 
         // 1. Validate every partition; the answer slots of invalid ones are filled now.
+        let Ok(validating) = shared.validations.acquire().await else {
+            return ready_errors(&names, ErrorCode::KafkaStorageError, "the writer is closed");
+        };
         let now_ms = shared.clock.now_ms();
         let mut validator = Validator::default();
         let mut responses = Vec::with_capacity(partitions.len());
@@ -463,6 +488,7 @@ impl WalWriter {
         let Ok(want) = u32::try_from(want) else {
             return fill_errors(responses, ErrorCode::MessageTooLarge, "request too large");
         };
+        drop(validating);
         let permit = match shared.config.backpressure {
             Backpressure::Wait => shared.budget.clone().acquire_many_owned(want).await.ok(),
             Backpressure::FailFast => match shared.budget.clone().try_acquire_many_owned(want) {
@@ -546,15 +572,23 @@ impl WalWriter {
     }
 
     /// Flushes, waits until every buffered request is answered, and stops the writer. Later
-    /// `append`s fail with `KAFKA_STORAGE_ERROR`.
+    /// `append`s fail with `KAFKA_STORAGE_ERROR`. Every concurrent caller waits for the drain.
     pub async fn close(&self) {
         shutdown(&self.shared);
         let tasks = std::mem::take(&mut *self.tasks.lock());
+        let joined = !tasks.is_empty();
         for task in tasks {
             if let Err(e) = task.await {
                 warn!(error = %e, "a writer task failed");
             }
         }
+        if joined {
+            // The committer has ended (even by a panic): nothing more will be answered.
+            self.shared.finished.send_replace(true);
+        }
+        let mut finished = self.shared.finished.subscribe();
+        // Err: the sender is gone, which cannot be while `self` holds `shared`.
+        let _ = finished.wait_for(|done| *done).await;
     }
 
     /// The writer's counters.
@@ -595,6 +629,7 @@ fn shutdown(shared: &Arc<Shared>) {
     shared.pipeline.lock().take();
     drop(buffer);
     shared.budget.close();
+    shared.validations.close();
     shared.timer.notify_one();
 }
 
@@ -728,7 +763,7 @@ fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
         let uploads = shared.uploads.clone();
         let key = key.clone();
         let chunks = chunks.clone();
-        tokio::spawn(async move {
+        shared.runtime.spawn(async move {
             let _permit = uploads.acquire_owned().await.ok();
             storage.upload(&key, &chunks).await
         })
@@ -796,6 +831,7 @@ async fn run_committer(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Seal
     while let Some(sealed) = rx.recv().await {
         commit_one(&shared, sealed).await;
     }
+    shared.finished.send_replace(true);
 }
 
 async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
@@ -821,7 +857,7 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
         // An attempt may have landed before the failure was seen: leave no garbage.
         let storage = shared.storage.clone();
         let k = key.clone();
-        tokio::spawn(async move {
+        shared.runtime.spawn(async move {
             if let Err(e) = storage.delete(std::slice::from_ref(&k)).await {
                 warn!(key = %k, error = %e, "could not delete a failed upload; orphan collection will");
             }
@@ -909,16 +945,25 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
         }
         Err(e) => {
             counters.commit_failures.fetch_add(1, Ordering::Relaxed);
+            // Only errors that say the commit certainly did not apply make the object garbage;
+            // anything else (outcome unknown, "already committed" after some retry layer) keeps it
+            // for the orphan collector, which asks the coordinator first.
+            let certainly_not_applied = matches!(
+                e,
+                CoordinatorError::Unavailable(_)
+                    | CoordinatorError::InvalidRequest(_)
+                    | CoordinatorError::Closed
+            );
             let code = match &e {
-                CoordinatorError::OutcomeUnknown(_) => ErrorCode::RequestTimedOut,
+                CoordinatorError::OutcomeUnknown(_)
+                | CoordinatorError::ObjectAlreadyCommitted(_) => ErrorCode::RequestTimedOut,
                 other => other.error_code(),
             };
             warn!(key = %key, error = %e, "segment commit failed");
-            if !matches!(e, CoordinatorError::OutcomeUnknown(_)) {
-                // Certainly not committed: the object is garbage now, remove it.
+            if certainly_not_applied {
                 let storage = shared.storage.clone();
                 let k = key.clone();
-                tokio::spawn(async move {
+                shared.runtime.spawn(async move {
                     if let Err(e) = storage.delete(std::slice::from_ref(&k)).await {
                         warn!(key = %k, error = %e, "could not delete an uncommitted segment");
                     }
@@ -940,7 +985,13 @@ pub(crate) async fn fill_cache(
     block_size: u64,
 ) {
     let object: Arc<str> = Arc::from(key);
-    let mut block = Vec::with_capacity(usize::try_from(block_size.min(size)).unwrap_or(0));
+    // Each block is allocated at its exact final size (the last one is usually shorter): a
+    // `Bytes` keeps its whole allocation, and the cache weighs blocks by length.
+    let capacity = |index: u64| {
+        usize::try_from(block_size.min(size.saturating_sub(index.saturating_mul(block_size))))
+            .unwrap_or(0)
+    };
+    let mut block = Vec::with_capacity(capacity(0));
     let mut index = 0u64;
     for chunk in chunks {
         let mut rest = &chunk[..];
@@ -950,10 +1001,7 @@ pub(crate) async fn fill_cache(
             block.extend_from_slice(&rest[..take]);
             rest = &rest[take..];
             if block.len() as u64 == block_size {
-                let full = std::mem::replace(
-                    &mut block,
-                    Vec::with_capacity(usize::try_from(block_size).unwrap_or(0)),
-                );
+                let full = std::mem::replace(&mut block, Vec::with_capacity(capacity(index + 1)));
                 cache
                     .insert(
                         BlockKey::new(object.clone(), block_size, index),

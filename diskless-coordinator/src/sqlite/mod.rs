@@ -209,16 +209,26 @@ impl std::fmt::Debug for SqliteCoordinator {
 }
 
 const MIGRATION_0001: &str = include_str!("../../migrations/sqlite/0001_initial.sql");
+const MIGRATION_0002: &str = include_str!("../../migrations/sqlite/0002_batches_object_index.sql");
 
 /// The embedded schema migrations, applied on open (sqlx's migrator, table `_sqlx_migrations`).
 pub fn migrator() -> Migrator {
-    Migrator::with_migrations(vec![Migration::new(
-        1,
-        "initial".into(),
-        MigrationType::Simple,
-        MIGRATION_0001.into_sql_str(),
-        false,
-    )])
+    Migrator::with_migrations(vec![
+        Migration::new(
+            1,
+            "initial".into(),
+            MigrationType::Simple,
+            MIGRATION_0001.into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            2,
+            "batches object index".into(),
+            MigrationType::Simple,
+            MIGRATION_0002.into_sql_str(),
+            false,
+        ),
+    ])
 }
 
 impl SqliteCoordinator {
@@ -1115,7 +1125,10 @@ impl BatchCoordinator for SqliteCoordinator {
                     }
                     partition_bytes += size;
                     total += size;
-                    from = batch.last_offset + 1;
+                    from = batch
+                        .last_offset
+                        .checked_add(1)
+                        .ok_or_else(|| corrupt("a batch's last offset is i64::MAX"))?;
                     batches.push(batch);
                 }
                 if !full_page {

@@ -161,7 +161,8 @@ fn validate_commit(request: &CommitFileRequest) -> Result<(), CoordinatorError> 
         if b.record_count < 1 || b.byte_size == 0 {
             return bad(format!("batch {i}: empty batch"));
         }
-        if b.byte_offset.checked_add(u64::from(b.byte_size)) > Some(request.object_size) {
+        if !matches!(b.byte_offset.checked_add(u64::from(b.byte_size)), Some(end) if end <= request.object_size)
+        {
             return bad(format!("batch {i}: lies outside the object"));
         }
         if b.producer_id < NO_PRODUCER_ID {
