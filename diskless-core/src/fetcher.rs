@@ -224,7 +224,9 @@ impl Fetcher {
         }
 
         // Group the ranges to read by object.
-        let mut by_object: HashMap<&str, ObjectReads> = HashMap::new();
+        // Owned keys: a future holding `&str` keys across awaits is not `Send` for every lifetime
+        // (a rustc limitation), and hosts spawn their fetch handlers.
+        let mut by_object: HashMap<String, ObjectReads> = HashMap::new();
         for (pi, batches) in selected.iter().enumerate() {
             for (bi, b) in batches.iter().enumerate() {
                 // An overflowing range (a corrupt row) becomes an empty one, refused by read_object.
@@ -234,7 +236,7 @@ impl Fetcher {
                     .unwrap_or(b.byte_offset);
                 let range = b.byte_offset..end;
                 by_object
-                    .entry(b.object_key.as_str())
+                    .entry(b.object_key.clone())
                     .or_insert_with(|| (b.object_size, Vec::new()))
                     .1
                     .push(((pi, bi), range));
@@ -243,7 +245,7 @@ impl Fetcher {
         let reads = futures::stream::iter(by_object.into_iter().map(
             |(object, (size, wanted))| async move {
                 let ranges: Vec<Range<u64>> = wanted.iter().map(|(_, r)| r.clone()).collect();
-                let result = self.read_object(object, size, &ranges).await;
+                let result = self.read_object(&object, size, &ranges).await;
                 (object, wanted, result)
             },
         ))
@@ -259,7 +261,7 @@ impl Fetcher {
                     }
                 }
                 Err(e) => {
-                    warn!(object, error = %e, "reading a WAL segment failed");
+                    warn!(object = %object, error = %e, "reading a WAL segment failed");
                     for (slot, _) in wanted {
                         bytes_of.insert(slot, Err(format!("reading object {object}: {e}")));
                     }

@@ -942,3 +942,29 @@ fn drop_outside_the_runtime_and_concurrent_close() {
     drop(writer);
     drop(rt);
 }
+
+/// Hosts spawn their Produce and Fetch handlers: both futures must be `Send + 'static` when owned.
+#[tokio::test(start_paused = true)]
+async fn produce_and_fetch_futures_can_be_spawned() {
+    let e = env(small_config(), false);
+    let tc = TopicConfig::default();
+    let t = topic(e.coordinator.as_ref(), "t", 1, tc.clone()).await;
+    let p = TopicIdPartition::new(t, 0);
+    let writer = Arc::new(e.writer);
+    let fetcher = Arc::new(e.fetcher);
+    let w = writer.clone();
+    let produced =
+        tokio::spawn(async move { w.produce(vec![produce(p, &tc, &batch(&["s"]))]).await })
+            .await
+            .unwrap();
+    assert_eq!(produced[0].error, ErrorCode::None);
+    let fetched = tokio::spawn(async move {
+        let requests = vec![fetch_req(p, 0)];
+        fetcher.fetch(&requests, 1 << 20).await
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(served_batches(&fetched[0]).len(), 1);
+    writer.close().await;
+}
