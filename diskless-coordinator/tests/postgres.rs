@@ -1,0 +1,997 @@
+//! The PostgreSQL coordinator against a real server: the conformance suite, the model-based test,
+//! concurrent writers, a connection cut mid-commit, read pool separation and migrations.
+//!
+//! The server comes from `DISKLESS_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`).
+//! Every test works in a fresh schema of its own (random name), dropped at the end even when the
+//! test fails, so tests run in parallel and leave nothing behind. Without a reachable server the
+//! tests print `skipped: no PostgreSQL at <url>` and pass, unless `DISKLESS_REQUIRE_POSTGRES=1`.
+
+use diskless_coordinator::postgres::{PostgresCoordinator, PostgresOptions, migrate};
+use diskless_coordinator::{
+    BatchCoordinator, CommitBatch, CommitFileRequest, CoordinatorError, CreateTopicRequest,
+    ErrorCode, FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest, ManualClock,
+    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, TimestampType, TopicConfig, TopicIdPartition,
+};
+use diskless_testkit::coordinator::conformance::{self, Harness, START_MS};
+use diskless_testkit::coordinator::ops::{check_against_model, ops_strategy};
+use proptest::prelude::*;
+use sqlx::postgres::PgConnection;
+use sqlx::{AssertSqlSafe, Connection};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// The server URL when a server is reachable; `None` (after printing the skip notice) when not and
+/// `DISKLESS_REQUIRE_POSTGRES` is not `1`; panics when it is.
+fn pg_url() -> Option<String> {
+    static AVAILABLE: OnceLock<Result<String, String>> = OnceLock::new();
+    let url = std::env::var("DISKLESS_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_string());
+    let available = AVAILABLE.get_or_init(|| {
+        let probe = url.clone();
+        // A thread of its own: callers may be inside a runtime.
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&probe))
+                    .await
+                {
+                    Ok(Ok(conn)) => {
+                        let _ = conn.close().await;
+                        Ok(probe)
+                    }
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err("connection timed out".to_string()),
+                }
+            })
+        })
+        .join()
+        .unwrap()
+    });
+    match available {
+        Ok(url) => Some(url.clone()),
+        Err(e) => {
+            if std::env::var("DISKLESS_REQUIRE_POSTGRES").as_deref() == Ok("1") {
+                panic!("no PostgreSQL at {url} ({e}) and DISKLESS_REQUIRE_POSTGRES=1");
+            }
+            println!("skipped: no PostgreSQL at {url}");
+            None
+        }
+    }
+}
+
+/// A fresh schema name, dropped (with everything in it) when the guard is dropped.
+struct Schema {
+    url: String,
+    name: String,
+}
+
+impl Schema {
+    fn new(url: &str) -> Schema {
+        Schema {
+            url: url.to_string(),
+            name: format!("diskless_test_{}", Uuid::new_v4().simple()),
+        }
+    }
+
+    fn options(&self) -> PostgresOptions {
+        PostgresOptions::new(self.url.clone())
+            .schema(self.name.clone())
+            .max_connections(4)
+            .read_max_connections(2)
+            // Unique per test, to find our backends in pg_stat_activity.
+            .application_name(self.name.clone())
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let mut conn = PgConnection::connect(&url).await?;
+                // Backends of this test (e.g. a lock holder left by a failed test) go first.
+                sqlx::query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE application_name LIKE $1 || '%' AND pid <> pg_backend_pid()",
+                )
+                .bind(&name)
+                .execute(&mut conn)
+                .await?;
+                sqlx::raw_sql(AssertSqlSafe(format!(
+                    "SET lock_timeout = '20s'; DROP SCHEMA IF EXISTS \"{name}\" CASCADE"
+                )))
+                .execute(&mut conn)
+                .await?;
+                conn.close().await
+            })
+        })
+        .join();
+        match dropped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("dropping schema {} failed: {e}", self.name),
+            Err(_) => eprintln!("dropping schema {} panicked", self.name),
+        }
+    }
+}
+
+/// An extra connection for the test itself (lock holders, inspection), named after the schema.
+async fn side_connection(schema: &Schema, suffix: &str) -> PgConnection {
+    let mut conn = PgConnection::connect(&schema.url).await.unwrap();
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "SET application_name = '{}{suffix}'; SET search_path = \"{}\"",
+        schema.name, schema.name
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn
+}
+
+async fn coordinator(schema: &Schema, clock: Arc<ManualClock>) -> Arc<PostgresCoordinator> {
+    Arc::new(
+        PostgresCoordinator::connect(schema.options(), clock)
+            .await
+            .unwrap(),
+    )
+}
+
+async fn create_topic(c: &PostgresCoordinator, partitions: i32) -> Uuid {
+    let topic_id = Uuid::new_v4();
+    c.create_topic(CreateTopicRequest {
+        topic_id,
+        name: format!("t-{topic_id}"),
+        partitions,
+        config: TopicConfig::default(),
+    })
+    .await
+    .unwrap();
+    topic_id
+}
+
+fn idempotent(p: TopicIdPartition, pid: i64, epoch: i16, seq: i32, records: i32) -> CommitBatch {
+    CommitBatch {
+        partition: p,
+        byte_offset: 0,
+        byte_size: 100,
+        record_count: records,
+        base_timestamp: START_MS,
+        max_timestamp: START_MS,
+        timestamp_type: TimestampType::CreateTime,
+        producer_id: pid,
+        producer_epoch: epoch,
+        base_sequence: seq,
+        last_sequence: seq + records - 1,
+    }
+}
+
+fn plain(p: TopicIdPartition, records: i32) -> CommitBatch {
+    CommitBatch {
+        producer_id: NO_PRODUCER_ID,
+        producer_epoch: NO_PRODUCER_EPOCH,
+        base_sequence: NO_SEQUENCE,
+        last_sequence: NO_SEQUENCE,
+        ..idempotent(p, 0, 0, 0, records)
+    }
+}
+
+/// A request laying the batches out back to back after the 1-byte header.
+fn request(key: &str, mut batches: Vec<CommitBatch>) -> CommitFileRequest {
+    let mut at = 1u64;
+    for b in &mut batches {
+        b.byte_offset = at;
+        at += u64::from(b.byte_size);
+    }
+    CommitFileRequest {
+        object_key: key.to_string(),
+        uploader_broker_id: 1,
+        object_size: at,
+        owners: vec![0],
+        batches,
+    }
+}
+
+async fn all_batches(
+    c: &dyn BatchCoordinator,
+    p: TopicIdPartition,
+) -> diskless_coordinator::FindBatchesResponse {
+    c.find_batches(
+        &[FindBatchesRequest {
+            partition: p,
+            offset: 0,
+            max_bytes: u32::MAX,
+        }],
+        u32::MAX,
+    )
+    .await
+    .unwrap()
+    .remove(0)
+}
+
+/// The whole conformance suite, every case on a fresh schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_conformance() {
+    let Some(url) = pg_url() else { return };
+    let schemas: Arc<Mutex<Vec<Schema>>> = Arc::default();
+    conformance::run_all(|| {
+        let schemas = schemas.clone();
+        let url = url.clone();
+        async move {
+            let schema = Schema::new(&url);
+            let options = schema.options();
+            schemas.lock().unwrap().push(schema);
+            let clock = ManualClock::new(START_MS);
+            let coordinator = PostgresCoordinator::connect(options, clock.clone())
+                .await
+                .unwrap();
+            Harness {
+                coordinator: Arc::new(coordinator),
+                clock,
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        schemas.lock().unwrap().len(),
+        conformance::CASES.len(),
+        "every case ran on its own schema"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Random operation sequences give the same results and state as the reference model.
+    #[test]
+    fn postgres_matches_model(ops in ops_strategy(30)) {
+        let Some(url) = pg_url() else { return Ok(()) };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let schema = Schema::new(&url);
+        rt.block_on(async {
+            let clock = ManualClock::new(START_MS);
+            let coordinator = coordinator(&schema, clock.clone()).await;
+            check_against_model(
+                Harness { coordinator: coordinator.clone(), clock },
+                &ops,
+            )
+            .await;
+            coordinator.close().await;
+        });
+    }
+}
+
+/// 8 writers, each on its own pool connection, commit files to overlapping partitions (in varying
+/// orders inside a file) for about 3 seconds. Afterwards every partition's offsets are gap-free
+/// and unique, each writer's batches appear in its commit order, and nothing failed, deadlocked or
+/// needed a conflict retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_concurrent_writers() {
+    let Some(url) = pg_url() else { return };
+    const WRITERS: i64 = 8;
+    const PARTITIONS: i32 = 4;
+    let schema = Schema::new(&url);
+    let clock = ManualClock::new(START_MS);
+    let c = Arc::new(
+        PostgresCoordinator::connect(
+            schema.options().max_connections(WRITERS as u32),
+            clock.clone(),
+        )
+        .await
+        .unwrap(),
+    );
+    let topic = create_topic(&c, PARTITIONS).await;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let pid = 1000 + w;
+            let mut next_seq = [0i32; PARTITIONS as usize];
+            // Per partition, the base offsets this writer got, in commit order.
+            let mut committed: HashMap<i32, Vec<(i32, i64)>> = HashMap::new();
+            let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (w as u64).wrapping_mul(0x2545_f491);
+            let mut file = 0u64;
+            while Instant::now() < deadline {
+                rng = rng
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                // 2 to 4 batches over the partitions, starting at a random one and going around
+                // in either direction, plus a non-idempotent batch.
+                let start = (rng >> 33) as i32 % PARTITIONS;
+                let count = 2 + (rng >> 40) as i32 % 3;
+                let step = if (rng >> 50) & 1 == 0 {
+                    1
+                } else {
+                    PARTITIONS - 1
+                };
+                let mut batches = Vec::new();
+                let mut order = Vec::new();
+                for k in 0..count {
+                    let p = (start + k * step) % PARTITIONS;
+                    let records = 1 + ((rng >> (k * 3)) & 3) as i32;
+                    let seq = next_seq[p as usize];
+                    batches.push(idempotent(
+                        TopicIdPartition::new(topic, p),
+                        pid,
+                        0,
+                        seq,
+                        records,
+                    ));
+                    next_seq[p as usize] += records;
+                    order.push((p, seq));
+                }
+                batches.push(plain(TopicIdPartition::new(topic, start), 1));
+                file += 1;
+                let results = c
+                    .commit_file(request(&format!("wal/writer-{w}/{file:06}"), batches))
+                    .await
+                    .unwrap_or_else(|e| panic!("writer {w} file {file}: {e}"));
+                for (r, (p, seq)) in results.iter().zip(&order) {
+                    assert_eq!(r.error, ErrorCode::None, "writer {w}: {r:?}");
+                    assert!(!r.duplicate, "writer {w}: {r:?}");
+                    committed.entry(*p).or_default().push((*seq, r.base_offset));
+                }
+                assert_eq!(results.last().unwrap().error, ErrorCode::None);
+            }
+            (pid, committed, file)
+        }));
+    }
+    let mut by_writer = Vec::new();
+    for t in tasks {
+        let done = tokio::time::timeout(Duration::from_secs(120), t)
+            .await
+            .expect("a writer hung (deadlock?)")
+            .expect("a writer failed");
+        by_writer.push(done);
+    }
+    let files: u64 = by_writer.iter().map(|(_, _, f)| f).sum();
+    assert!(files >= WRITERS as u64, "every writer committed");
+    eprintln!("{WRITERS} writers committed {files} files");
+
+    for p in 0..PARTITIONS {
+        let tp = TopicIdPartition::new(topic, p);
+        let found = all_batches(c.as_ref(), tp).await;
+        assert_eq!(found.error, ErrorCode::None);
+        assert_eq!(found.log_start_offset, 0);
+        // Gap-free and unique.
+        let mut next = 0;
+        for b in &found.batches {
+            assert_eq!(
+                b.base_offset, next,
+                "partition {p}: gap or overlap at {b:?}"
+            );
+            next = b.last_offset + 1;
+        }
+        assert_eq!(next, found.high_watermark, "partition {p}");
+        // Each writer's batches in its commit order, exactly as acknowledged.
+        for (pid, committed, _) in &by_writer {
+            let in_log: Vec<(i32, i64)> = found
+                .batches
+                .iter()
+                .filter(|b| b.producer_id == *pid)
+                .map(|b| (b.base_sequence, b.base_offset))
+                .collect();
+            let acked = committed.get(&p).cloned().unwrap_or_default();
+            assert_eq!(in_log, acked, "partition {p} producer {pid}");
+            let seqs: Vec<i32> = in_log.iter().map(|(s, _)| *s).collect();
+            assert!(
+                seqs.windows(2).all(|w| w[0] < w[1]),
+                "partition {p}: {seqs:?}"
+            );
+        }
+    }
+    assert_eq!(
+        c.conflict_retries(),
+        0,
+        "the fixed lock order avoids deadlocks"
+    );
+    c.close().await;
+}
+
+/// Waits until one of this test's write-pool backends is blocked on a lock; returns its pid.
+async fn blocked_backend(inspector: &mut PgConnection, application_name: &str) -> i32 {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let pid: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1 \
+             AND wait_event_type = 'Lock' LIMIT 1",
+        )
+        .bind(application_name)
+        .fetch_optional(&mut *inspector)
+        .await
+        .unwrap();
+        if let Some(pid) = pid {
+            return pid;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the commit never blocked on the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A commit whose connection is cut while it runs reports an unknown outcome; an idempotent retry
+/// then appends the batch exactly once (a second retry is recognised as a duplicate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_connection_cut_mid_commit() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    let clock = ManualClock::new(START_MS);
+    let c = coordinator(&schema, clock.clone()).await;
+    let topic = create_topic(&c, 1).await;
+    let p = TopicIdPartition::new(topic, 0);
+    let r = c
+        .commit_file(request("wal/first", vec![idempotent(p, 7, 0, 0, 1)]))
+        .await
+        .unwrap();
+    assert_eq!((r[0].error, r[0].base_offset), (ErrorCode::None, 0));
+
+    // Hold the partition's row lock from another transaction, so the commit blocks inside the
+    // commit function; then terminate the commit's backend.
+    let mut locker = side_connection(&schema, "-locker").await;
+    sqlx::raw_sql("BEGIN; SELECT 1 FROM partitions FOR UPDATE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let blocked = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.commit_file(request("wal/cut", vec![idempotent(p, 7, 0, 1, 2)]))
+                .await
+        })
+    };
+    let mut inspector = side_connection(&schema, "-inspector").await;
+    let pid = blocked_backend(&mut inspector, &schema.name).await;
+    let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&mut inspector)
+        .await
+        .unwrap();
+    assert!(terminated);
+    let outcome = blocked.await.unwrap();
+    assert!(
+        matches!(outcome, Err(CoordinatorError::OutcomeUnknown(_))),
+        "{outcome:?}"
+    );
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+
+    // The producer retries the batch in a new WAL file: appended once...
+    let r = c
+        .commit_file(request("wal/retry-1", vec![idempotent(p, 7, 0, 1, 2)]))
+        .await
+        .unwrap();
+    assert_eq!(r[0].error, ErrorCode::None);
+    let appended_at = r[0].base_offset;
+    assert_eq!(appended_at, 1);
+    // ...and once more: a duplicate with the original offset.
+    let r = c
+        .commit_file(request("wal/retry-2", vec![idempotent(p, 7, 0, 1, 2)]))
+        .await
+        .unwrap();
+    assert_eq!(
+        (r[0].error, r[0].base_offset),
+        (ErrorCode::None, appended_at)
+    );
+    assert!(r[0].duplicate);
+
+    let found = all_batches(c.as_ref(), p).await;
+    let seqs: Vec<(i32, i64)> = found
+        .batches
+        .iter()
+        .map(|b| (b.base_sequence, b.base_offset))
+        .collect();
+    assert_eq!(
+        seqs,
+        vec![(0, 0), (1, 1)],
+        "nothing lost, nothing duplicated"
+    );
+    assert_eq!(found.high_watermark, 3);
+    // The cut commit registered nothing (it was rolled back); the retries are known.
+    let known = c
+        .known_objects(&["wal/cut".into(), "wal/retry-1".into(), "wal/retry-2".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        known,
+        vec!["wal/retry-1".to_string(), "wal/retry-2".to_string()]
+    );
+    c.close().await;
+}
+
+/// Reads go to the read pool (its own connections, from `read_url`) and proceed while every write
+/// connection is stuck behind a lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_read_pool_separation() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    // The same server under another user when the URL names the default user, to tell the pools'
+    // connections apart.
+    let read_url = url.replacen("://postgres@", "://root@", 1);
+    let read_user = if read_url != url { Some("root") } else { None };
+    let clock = ManualClock::new(START_MS);
+    let c = Arc::new(
+        PostgresCoordinator::connect(
+            schema
+                .options()
+                .max_connections(1)
+                .read_url(read_url.clone())
+                .acquire_timeout(Duration::from_secs(60)),
+            clock.clone(),
+        )
+        .await
+        .unwrap(),
+    );
+    let topic = create_topic(&c, 1).await;
+    let p = TopicIdPartition::new(topic, 0);
+    c.commit_file(request("wal/a", vec![plain(p, 5)]))
+        .await
+        .unwrap();
+
+    // Block the only write connection in a commit.
+    let mut locker = side_connection(&schema, "-locker").await;
+    sqlx::raw_sql("BEGIN; SELECT 1 FROM partitions FOR UPDATE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let blocked = {
+        let c = c.clone();
+        tokio::spawn(async move { c.commit_file(request("wal/b", vec![plain(p, 1)])).await })
+    };
+    let mut inspector = side_connection(&schema, "-inspector").await;
+    blocked_backend(&mut inspector, &schema.name).await;
+
+    // Reads answer meanwhile, from the committed state.
+    let reads = async {
+        let found = all_batches(c.as_ref(), p).await;
+        assert_eq!(found.high_watermark, 5);
+        assert_eq!(found.batches.len(), 1);
+        let latest = c
+            .list_offsets(&[ListOffsetsRequest {
+                partition: p,
+                timestamp: LATEST_TIMESTAMP,
+            }])
+            .await
+            .unwrap();
+        assert_eq!(latest[0].offset, 5);
+        assert_eq!(c.list_topics().await.unwrap().len(), 1);
+    };
+    tokio::time::timeout(Duration::from_secs(30), reads)
+        .await
+        .expect("reads waited for the blocked write connection");
+    let readers: Vec<String> = sqlx::query_scalar(
+        "SELECT usename::text FROM pg_stat_activity WHERE application_name = $1",
+    )
+    .bind(format!("{}-read", schema.name))
+    .fetch_all(&mut inspector)
+    .await
+    .unwrap();
+    assert!(!readers.is_empty(), "the read pool has its own connections");
+    if let Some(user) = read_user {
+        assert!(readers.iter().all(|u| u == user), "{readers:?}");
+    }
+
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let r = blocked.await.unwrap().unwrap();
+    assert_eq!(r[0].base_offset, 5);
+    c.close().await;
+}
+
+/// Migrations are explicit, idempotent, safe to run concurrently, recorded in the schema, and
+/// checked: a schema behind the build is refused without migrate_on_start, an edited migration is
+/// reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_migrations() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    let clock = ManualClock::new(START_MS);
+    let options = schema.options().migrate_on_start(false);
+
+    let r = PostgresCoordinator::connect(options.clone(), clock.clone()).await;
+    assert!(matches!(r, Err(CoordinatorError::Storage(_))), "{r:?}");
+
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            let options = options.clone();
+            tokio::spawn(async move { migrate(&options).await })
+        })
+        .collect();
+    let mut applied = 0;
+    for r in runs {
+        applied += r.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        applied, 1,
+        "exactly one concurrent migrator applied the migration"
+    );
+    assert_eq!(migrate(&options).await.unwrap(), 0);
+
+    let c = PostgresCoordinator::connect(options.clone(), clock.clone())
+        .await
+        .unwrap();
+    assert_eq!(c.migrate().await.unwrap(), 0);
+    let topic = create_topic(&c, 1).await;
+    assert_eq!(c.list_topics().await.unwrap()[0].topic_id, topic);
+    c.close().await;
+
+    let mut conn = side_connection(&schema, "-inspector").await;
+    let recorded: Vec<(i32, String)> =
+        sqlx::query_as("SELECT version, name FROM schema_migrations ORDER BY version")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(recorded, vec![(1, "initial".to_string())]);
+    sqlx::query("UPDATE schema_migrations SET checksum = 'edited'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let r = migrate(&options).await;
+    assert!(matches!(r, Err(CoordinatorError::Storage(_))), "{r:?}");
+}
+
+/// Errors before anything reaches a server: bad options are invalid, an unreachable server is
+/// unavailable (retriable). Needs no server.
+#[tokio::test]
+async fn postgres_connect_errors() {
+    let clock = ManualClock::new(START_MS);
+    let r = PostgresCoordinator::connect(
+        PostgresOptions::new(DEFAULT_URL).schema("Bad-Name"),
+        clock.clone(),
+    )
+    .await;
+    assert!(
+        matches!(r, Err(CoordinatorError::InvalidRequest(_))),
+        "{r:?}"
+    );
+    let r = PostgresCoordinator::connect(PostgresOptions::new("not a url"), clock.clone()).await;
+    assert!(
+        matches!(r, Err(CoordinatorError::InvalidRequest(_))),
+        "{r:?}"
+    );
+    // Port 1 on localhost: nothing listens there.
+    let r = PostgresCoordinator::connect(
+        PostgresOptions::new("postgres://postgres@127.0.0.1:1/test")
+            .acquire_timeout(Duration::from_secs(2)),
+        clock,
+    )
+    .await;
+    match r {
+        Err(e) => assert!(e.is_retriable(), "{e:?}"),
+        Ok(_) => panic!("connected to nothing"),
+    }
+}
+
+/// A commit of many batches over many partitions and producers is one call and matches what a
+/// batch-by-batch reading of the rules gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_large_commit() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    let clock = ManualClock::new(START_MS);
+    let c = coordinator(&schema, clock.clone()).await;
+    let topic = create_topic(&c, 10).await;
+    let mut batches = Vec::new();
+    let mut seq = HashMap::new();
+    for i in 0..200 {
+        let p = TopicIdPartition::new(topic, (i * 7) % 10);
+        let pid = i64::from(i % 3);
+        let s = seq.entry((p.partition, pid)).or_insert(0);
+        batches.push(idempotent(p, pid, 0, *s, 2));
+        *s += 2;
+    }
+    let results = c
+        .commit_file(request("wal/large", batches.clone()))
+        .await
+        .unwrap();
+    let mut expected: HashMap<i32, i64> = HashMap::new();
+    for (b, r) in batches.iter().zip(&results) {
+        let next = expected.entry(b.partition.partition).or_insert(0);
+        assert_eq!((r.error, r.base_offset), (ErrorCode::None, *next), "{b:?}");
+        *next += 2;
+    }
+    // Re-sending the last batch of every producer is a duplicate.
+    let r = c
+        .commit_file(request("wal/large-again", batches[195..].to_vec()))
+        .await
+        .unwrap();
+    assert!(r.iter().all(|r| r.duplicate), "{r:?}");
+    let info = c.object_info("wal/large").await.unwrap().unwrap();
+    assert_eq!(info.live_bytes, 200 * 100);
+    c.close().await;
+}
+
+/// Writers, DeleteRecords and retention run concurrently on overlapping partitions: nothing fails
+/// or deadlocks, every log stays gap-free from its log start offset, and the bookkeeping (live
+/// bytes of objects and partitions, deletion marks) matches the batches that are left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_concurrent_writers_and_deleters() {
+    let Some(url) = pg_url() else { return };
+    const PARTITIONS: i32 = 4;
+    let schema = Schema::new(&url);
+    let clock = ManualClock::new(START_MS);
+    let c = Arc::new(
+        PostgresCoordinator::connect(schema.options().max_connections(8), clock.clone())
+            .await
+            .unwrap(),
+    );
+    let topic = Uuid::new_v4();
+    c.create_topic(CreateTopicRequest {
+        topic_id: topic,
+        name: "churn".into(),
+        partitions: PARTITIONS,
+        config: TopicConfig {
+            retention_bytes: 3_000,
+            ..TopicConfig::default()
+        },
+    })
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut tasks = Vec::new();
+    for w in 0..4i32 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut file = 0;
+            while Instant::now() < deadline {
+                file += 1;
+                let batches = (0..3)
+                    .map(|k| plain(TopicIdPartition::new(topic, (w + file + k) % PARTITIONS), 2))
+                    .collect();
+                let r = c
+                    .commit_file(request(&format!("wal/w{w}/{file}"), batches))
+                    .await
+                    .unwrap();
+                assert!(r.iter().all(|r| r.error == ErrorCode::None), "{r:?}");
+            }
+        }));
+    }
+    for d in 0..2i32 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut round = 0;
+            while Instant::now() < deadline {
+                round += 1;
+                // All partitions, in an order that differs between deleters and rounds.
+                let order: Vec<i32> = (0..PARTITIONS)
+                    .map(|k| if d == 0 { k } else { PARTITIONS - 1 - k })
+                    .map(|k| (k + round) % PARTITIONS)
+                    .collect();
+                let mut requests = Vec::new();
+                for p in order {
+                    let tp = TopicIdPartition::new(topic, p);
+                    let latest = c
+                        .list_offsets(&[ListOffsetsRequest {
+                            partition: tp,
+                            timestamp: LATEST_TIMESTAMP,
+                        }])
+                        .await
+                        .unwrap();
+                    requests.push(diskless_coordinator::DeleteRecordsRequest {
+                        partition: tp,
+                        offset: latest[0].offset / 2,
+                    });
+                }
+                let r = c.delete_records(&requests).await.unwrap();
+                assert!(r.iter().all(|r| r.error == ErrorCode::None), "{r:?}");
+            }
+        }));
+    }
+    {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                c.enforce_retention(7).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(120), t)
+            .await
+            .expect("a task hung (deadlock?)")
+            .expect("a task failed");
+    }
+    for p in 0..PARTITIONS {
+        let tp = TopicIdPartition::new(topic, p);
+        let lso = c
+            .list_offsets(&[ListOffsetsRequest {
+                partition: tp,
+                timestamp: diskless_coordinator::EARLIEST_TIMESTAMP,
+            }])
+            .await
+            .unwrap()[0]
+            .offset;
+        let found = c
+            .find_batches(
+                &[FindBatchesRequest {
+                    partition: tp,
+                    offset: lso,
+                    max_bytes: u32::MAX,
+                }],
+                u32::MAX,
+            )
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(found.error, ErrorCode::None);
+        let mut next = None;
+        for b in &found.batches {
+            if let Some(n) = next {
+                assert_eq!(b.base_offset, n, "partition {p}: gap at {b:?}");
+            } else {
+                assert!(
+                    b.base_offset <= lso && lso <= b.last_offset,
+                    "{b:?} vs {lso}"
+                );
+            }
+            next = Some(b.last_offset + 1);
+        }
+        assert_eq!(next.unwrap_or(lso), found.high_watermark, "partition {p}");
+    }
+    let mut conn = side_connection(&schema, "-inspector").await;
+    let bad_objects: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM objects o WHERE o.live_bytes <> coalesce((SELECT sum(b.byte_size) \
+         FROM batches b WHERE b.object_id = o.object_id), 0) \
+         OR (o.live_bytes = 0) <> (o.marked_for_deletion_at IS NOT NULL)",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        bad_objects, 0,
+        "object live bytes and marks match the batches"
+    );
+    let bad_partitions: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM partitions pa WHERE pa.byte_size <> coalesce((SELECT \
+         sum(b.byte_size) FROM batches b WHERE b.partition_id = pa.partition_id), 0)",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(bad_partitions, 0, "partition byte sizes match the batches");
+    let marked: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM objects WHERE marked_for_deletion_at IS NOT NULL")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert!(marked > 0, "deletions released whole objects");
+    assert_eq!(
+        c.conflict_retries(),
+        0,
+        "the fixed lock order avoids deadlocks"
+    );
+    c.close().await;
+}
+
+/// A statement that outlives statement_timeout is cancelled: the call fails as unavailable
+/// (retriable: nothing was applied), and the retry succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_statement_timeout_is_unavailable() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    let clock = ManualClock::new(START_MS);
+    let c = PostgresCoordinator::connect(
+        schema
+            .options()
+            .statement_timeout(Duration::from_millis(300)),
+        clock,
+    )
+    .await
+    .unwrap();
+    let topic = create_topic(&c, 1).await;
+    let p = TopicIdPartition::new(topic, 0);
+    let mut locker = side_connection(&schema, "-locker").await;
+    sqlx::raw_sql("BEGIN; SELECT 1 FROM partitions FOR UPDATE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let r = c
+        .commit_file(request("wal/slow", vec![idempotent(p, 3, 0, 0, 1)]))
+        .await;
+    assert!(matches!(r, Err(CoordinatorError::Unavailable(_))), "{r:?}");
+    assert!(r.unwrap_err().is_retriable());
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    assert_eq!(c.object_info("wal/slow").await.unwrap(), None);
+    let r = c
+        .commit_file(request("wal/slow", vec![idempotent(p, 3, 0, 0, 1)]))
+        .await
+        .unwrap();
+    assert_eq!(
+        (r[0].error, r[0].base_offset, r[0].duplicate),
+        (ErrorCode::None, 0, false)
+    );
+    c.close().await;
+}
+
+/// Retention over partitions larger than one page of the retention scan, with and without a cap,
+/// agrees with the reference model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_retention_of_long_logs_matches_model() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    let clock = ManualClock::new(START_MS);
+    let c = coordinator(&schema, clock.clone()).await;
+    let model = diskless_testkit::coordinator::InMemoryCoordinator::new(clock.clone());
+    let both: [&dyn BatchCoordinator; 2] = [c.as_ref(), &model];
+    let topic = Uuid::new_v4();
+    for x in both {
+        x.create_topic(CreateTopicRequest {
+            topic_id: topic,
+            name: "long".into(),
+            partitions: 2,
+            config: TopicConfig {
+                retention_bytes: 1_000,
+                retention_ms: 60_000,
+                ..TopicConfig::default()
+            },
+        })
+        .await
+        .unwrap();
+    }
+    for file in 0..6 {
+        let batches: Vec<CommitBatch> = (0..500)
+            .map(|i| {
+                let mut b = plain(TopicIdPartition::new(topic, i % 2), 1);
+                b.max_timestamp = START_MS + i64::from(file * 500 + i);
+                b
+            })
+            .collect();
+        let req = request(&format!("wal/long/{file}"), batches);
+        let r = c.commit_file(req.clone()).await.unwrap();
+        assert_eq!(r, model.commit_file(req).await.unwrap());
+    }
+    // Time makes the first ~1200 batches expire, size the rest beyond 10 per partition.
+    clock.advance(61_200);
+    for cap in [1_500, 1, 0, u32::MAX, 10] {
+        let real = c.enforce_retention(cap).await.unwrap();
+        let expected = model.enforce_retention(cap).await.unwrap();
+        assert_eq!(real, expected, "cap {cap}");
+        for p in 0..2 {
+            let tp = TopicIdPartition::new(topic, p);
+            let req = [ListOffsetsRequest {
+                partition: tp,
+                timestamp: diskless_coordinator::EARLIEST_TIMESTAMP,
+            }];
+            let lso = model.list_offsets(&req).await.unwrap()[0].offset;
+            assert_eq!(c.list_offsets(&req).await.unwrap()[0].offset, lso);
+            let find = [FindBatchesRequest {
+                partition: tp,
+                offset: lso,
+                max_bytes: u32::MAX,
+            }];
+            assert_eq!(
+                c.find_batches(&find, u32::MAX).await.unwrap(),
+                model.find_batches(&find, u32::MAX).await.unwrap()
+            );
+        }
+    }
+    for file in 0..6 {
+        let key = format!("wal/long/{file}");
+        assert_eq!(
+            c.object_info(&key).await.unwrap(),
+            model.object_info(&key).await.unwrap()
+        );
+    }
+    c.close().await;
+}
