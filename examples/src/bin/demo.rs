@@ -9,8 +9,11 @@
 //!
 //! ```text
 //! cargo run --release -p diskless-examples --bin demo -- [--dir DIR] [--brokers N] [--partitions N]
-//!     [--batches N] [--records N] [--commit-interval-ms MS]
+//!     [--batches N] [--records N] [--commit-interval-ms MS] [--coordinator URL]
 //! ```
+//!
+//! `--coordinator` takes `sqlite://PATH` (default: `coordinator.db` in the data directory) or
+//! `postgres://user@host:port/db` for the PostgreSQL coordinator (tables in schema `diskless`).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -19,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
+use diskless_coordinator::postgres::PostgresCoordinator;
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions};
 use diskless_coordinator::{
     BatchCoordinator, Clock, CreateTopicRequest, ErrorCode, SystemClock, TopicConfig,
@@ -38,6 +42,7 @@ struct Args {
     batches: i32,
     records: i32,
     commit_interval_ms: u64,
+    coordinator: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -48,6 +53,7 @@ fn parse_args() -> Result<Args, String> {
         batches: 50,
         records: 10,
         commit_interval_ms: 50,
+        coordinator: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -62,10 +68,11 @@ fn parse_args() -> Result<Args, String> {
             "--commit-interval-ms" => {
                 args.commit_interval_ms = number(value()?)?.clamp(1, 60_000) as u64
             }
+            "--coordinator" => args.coordinator = Some(value()?),
             "-h" | "--help" => {
                 return Err(
                     "usage: demo [--dir DIR] [--brokers N] [--partitions N] [--batches N] \
-                            [--records N] [--commit-interval-ms MS]"
+                            [--records N] [--commit-interval-ms MS] [--coordinator URL]"
                         .into(),
                 );
             }
@@ -131,13 +138,28 @@ async fn run(args: Args) -> Result<bool, Error> {
 
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let storage = Arc::new(ObjectStoreStorage::local_fs(dir.join("objects"))?);
-    let coordinator = Arc::new(
-        SqliteCoordinator::open(
-            dir.join("coordinator.db"),
-            SqliteOptions::default(),
-            clock.clone(),
-        )
-        .await?,
+    let coordinator: Arc<dyn BatchCoordinator> = match args.coordinator.as_deref() {
+        None => Arc::new(
+            SqliteCoordinator::open(
+                dir.join("coordinator.db"),
+                SqliteOptions::default(),
+                clock.clone(),
+            )
+            .await?,
+        ),
+        Some(url) if url.starts_with("sqlite:") => Arc::new(
+            SqliteCoordinator::open_url(url, SqliteOptions::default(), clock.clone()).await?,
+        ),
+        Some(url) if url.starts_with("postgres:") || url.starts_with("postgresql:") => {
+            Arc::new(PostgresCoordinator::connect_url(url, clock.clone()).await?)
+        }
+        Some(url) => return Err(format!("unsupported coordinator URL {url}").into()),
+    };
+    println!(
+        "  coordinator      {}",
+        args.coordinator
+            .as_deref()
+            .unwrap_or("sqlite (coordinator.db in the data directory)")
     );
     let topic_id = uuid::Uuid::now_v7();
     let config = TopicConfig::default();
@@ -341,6 +363,5 @@ async fn run(args: Args) -> Result<bool, Error> {
     } else {
         println!("FAILED: what was read back differs from what was acknowledged");
     }
-    coordinator.close().await;
     Ok(ok)
 }
