@@ -16,6 +16,7 @@ mod types;
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod sharded;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

@@ -36,6 +36,8 @@ pub mod compression;
 pub mod fetcher;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gateway;
+pub mod lifecycle;
 pub mod records;
 pub mod rewrite;
 pub mod segment;
@@ -47,6 +49,9 @@ pub use batch::{
 };
 pub use builder::{NewRecord, RecordBatchBuilder};
 pub use compression::CompressionError;
+pub use fetcher::{
+    DEFAULT_CACHE_BLOCK_SIZE, FetchError, FetchPartition, FetchedPartition, Fetcher, FetcherConfig,
+};
 pub use records::{Record, RecordError, RecordErrorKind, RecordIter};
 pub use rewrite::{
     BatchRewrite, RewrittenBatch, StoredCrcMismatch, rewrite_batch, rewrite_batch_verified,
@@ -58,9 +63,6 @@ pub use segment::{
 pub use validate::{
     ValidatedBatch, ValidationError, ValidationErrorKind, ValidationOptions, Validator,
     default_decompression_limit, validate_batch, verify_stored_batch,
-};
-pub use fetcher::{
-    DEFAULT_CACHE_BLOCK_SIZE, FetchError, FetchPartition, FetchedPartition, Fetcher, FetcherConfig,
 };
 pub use writer::{
     Backpressure, PartitionResponse, PendingProduce, ProducePartition, ProduceRecordError,

@@ -1,0 +1,1036 @@
+//! Sharded coordinators (KIP-1164): a [`ShardedCoordinator`] routes every call to the coordinator
+//! shard owning each partition, commits a WAL segment to every shard with batches in it under one
+//! shuffled owner list, and hands an object's deletion down that list.
+//!
+//! # Placement
+//!
+//! A partition belongs to exactly one shard, chosen when its topic is created and stored in a
+//! [`ShardMapStore`] ([`FileShardMap`] on disk, [`MemoryShardMap`] in memory, or the host's own cluster
+//! metadata). The router reads the stored map when it opens, so a restart routes identically, and
+//! adding shards later never moves an existing partition. New partitions go to the shard holding the
+//! fewest partitions (ties: lowest id), so shards fill evenly.
+//!
+//! Every topic is created on **every** shard (same id, name, partition count and config): a shard
+//! holds all partitions of the topic but only ever receives batches for its own. This keeps topic
+//! name uniqueness, `list_topics` and topic deletion simple; an unused partition costs a row.
+//! Creation runs shard 0 first (the serialisation point for name and id uniqueness), then stores the
+//! placement, then creates the topic on the other shards. A creation that failed half-way is completed
+//! by retrying it (shards that already have the same topic count as done).
+//!
+//! # Commits and owner lists
+//!
+//! `commit_file` splits the batches by shard and commits to each shard concurrently, each with the
+//! same owner list: the shards that received batches, shuffled by a seeded generator so that no
+//! shard is first (responsible) for every object. The owner list a caller passes is replaced. The
+//! results are merged back in request order. Batches of partitions no shard owns are answered
+//! `UNKNOWN_TOPIC_OR_PARTITION`; an object none of whose batches is routable is still registered on
+//! one shard (with no batches), so that it is marked at once and cleaned after the grace period.
+//!
+//! **Cross-shard atomicity.** Each shard's commit is atomic on its own, but the commit across shards
+//! is not (KIP-1164 accepts this). If some shards applied the commit and others failed, the call
+//! fails with [`CoordinatorError::OutcomeUnknown`] (source: [`PartialCommitError`]) — never with an
+//! error that claims nothing was applied, because the writer deletes the object after such errors.
+//! The producer's retry is then recognised as a duplicate by the shards that applied it (idempotent
+//! producers) and appended by the others. Non-idempotent producers may see duplicates, as with any
+//! `REQUEST_TIMED_OUT` in Kafka. Calls that fail on every shard return the first shard's error, or
+//! `OutcomeUnknown` if any shard's outcome is unknown.
+//!
+//! **Commit deadline.** A commit of an object whose key carries a UUID v7 time older than
+//! [`ShardedConfig::max_commit_age`] (router clock) is refused with `InvalidRequest` before reaching
+//! any shard. Together with the assumption that a coordinator call that started lands within
+//! `max_commit_age`, this bounds how late a shard can learn of an object, which the hand-over below
+//! and the orphan collector rely on.
+//!
+//! # Hand-over and deletion
+//!
+//! Each shard tracks its own live bytes of an object and marks the object when they reach zero. The
+//! object is responsible on the first owner in its list that still has live bytes
+//! ([`ShardedCoordinator::responsible_owner`]); as owners' live bytes reach zero, responsibility passes
+//! down the list, and the object becomes deletable when the last owner marks it. The router's
+//! `objects_to_delete` answers exactly those objects: every owner marked it before `marked_before_ms`
+//! (its marking time is the latest owner's). An owner that does not know the object at all (its part
+//! of a partial commit failed, or it already confirmed the deletion) counts as released only once the
+//! key's UUID v7 time is older than `2 × max_commit_age`, when no commit of it can still land.
+//! `confirm_deleted` goes to every shard; `known_objects` is the union of the shards' answers.
+//!
+//! Each shard is asked for a page of its oldest marked objects. Objects a shard marked long ago may
+//! still be held by other owners (a topic with long retention shares segments with one with short
+//! retention), so when a page yields too few deletable objects and some shard's page was full, the
+//! router asks again with pages four times larger, up to [`ShardedConfig::max_delete_scan`]. More
+//! held objects than that on one shard delay (never advance) the deletion of its later objects;
+//! produce gateways keep most objects single-owner, which avoids this. A true per-shard hand-over
+//! (each shard listing only objects it is responsible for) needs coordinator support (a cursor in
+//! `objects_to_delete`, or a hand-over call between shards).
+
+mod map;
+
+pub use map::{FileShardMap, MemoryShardMap, Placements, ShardMapStore};
+
+use crate::{
+    BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest, CoordinatorError,
+    CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode, FindBatchesRequest,
+    FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, NO_PRODUCER_ID, NO_TIMESTAMP,
+    ObjectInfo, ObjectToDelete, ProducerState, RetentionReport, ShardId, TopicIdPartition,
+    TopicInfo,
+};
+use async_trait::async_trait;
+use futures::future::join_all;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Settings of a [`ShardedCoordinator`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardedConfig {
+    /// Seed of the owner-list shuffle (fixed in tests for determinism). Default: from the system time.
+    pub seed: u64,
+    /// The oldest an object may be (by its key's UUID v7 time) when its commit starts; older commits
+    /// are refused. Must be at least the writer's upload + commit time, and at most the orphan
+    /// collector's `max_commit_age`. Default 10 minutes.
+    pub max_commit_age: Duration,
+    /// The most marked objects asked of one shard in one `objects_to_delete` call, when its oldest
+    /// marked objects are still held by other owners. Default 100 000.
+    pub max_delete_scan: u32,
+}
+
+impl Default for ShardedConfig {
+    fn default() -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0x5eed);
+        ShardedConfig {
+            seed,
+            max_commit_age: Duration::from_secs(600),
+            max_delete_scan: 100_000,
+        }
+    }
+}
+
+/// The source of [`CoordinatorError::OutcomeUnknown`] when a commit was applied by some shards and
+/// failed on others.
+#[derive(Debug, thiserror::Error)]
+#[error("commit of {object_key} applied by shards {applied:?} but failed on {failed:?}")]
+pub struct PartialCommitError {
+    /// The object key.
+    pub object_key: String,
+    /// Shards that applied the commit.
+    pub applied: Vec<ShardId>,
+    /// Shards where it failed, with the error's text.
+    pub failed: Vec<(ShardId, String)>,
+}
+
+/// A [`BatchCoordinator`] over N shard coordinators (shard ids `0..N`). See the
+/// [module docs](self) for placement, commits, hand-over and the atomicity limits.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// use diskless_coordinator::sharded::{MemoryShardMap, ShardedConfig, ShardedCoordinator};
+/// use diskless_coordinator::sqlite::SqliteCoordinator;
+/// use diskless_coordinator::{BatchCoordinator, CreateTopicRequest, ManualClock, TopicConfig};
+/// use std::sync::Arc;
+///
+/// let clock = ManualClock::new(1_000);
+/// let mut shards: Vec<Arc<dyn BatchCoordinator>> = Vec::new();
+/// for _ in 0..3 {
+///     shards.push(Arc::new(SqliteCoordinator::in_memory(clock.clone()).await.unwrap()));
+/// }
+/// let router = ShardedCoordinator::open(
+///     shards,
+///     Arc::new(MemoryShardMap::new()),
+///     clock,
+///     ShardedConfig { seed: 1, ..Default::default() },
+/// )
+/// .await
+/// .unwrap();
+/// let topic_id = uuid::Uuid::from_u128(1);
+/// router
+///     .create_topic(CreateTopicRequest {
+///         topic_id,
+///         name: "orders".into(),
+///         partitions: 6,
+///         config: TopicConfig::default(),
+///     })
+///     .await
+///     .unwrap();
+/// // Six partitions spread evenly over three shards.
+/// let shards: Vec<u32> =
+///     (0..6).map(|p| router.shard_of(diskless_coordinator::TopicIdPartition::new(topic_id, p)).unwrap()).collect();
+/// assert_eq!(shards, vec![0, 1, 2, 0, 1, 2]);
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct ShardedCoordinator {
+    shards: Vec<Arc<dyn BatchCoordinator>>,
+    store: Arc<dyn ShardMapStore>,
+    placements: RwLock<Placements>,
+    clock: Arc<dyn Clock>,
+    config: ShardedConfig,
+    rng: Mutex<u64>,
+    retention_cursor: AtomicUsize,
+    owners_cache: Mutex<HashMap<String, Arc<[ShardId]>>>,
+}
+
+/// The UUID v7 time (ms) in an object key's last segment, if it has one.
+pub fn object_key_time_ms(key: &str) -> Option<i64> {
+    let last = key.rsplit('/').next()?;
+    let uuid = Uuid::try_parse(last).ok()?;
+    if uuid.get_version_num() != 7 {
+        return None;
+    }
+    let (secs, nanos) = uuid.get_timestamp()?.to_unix();
+    i64::try_from(secs)
+        .ok()?
+        .checked_mul(1000)?
+        .checked_add(i64::from(nanos / 1_000_000))
+}
+
+/// The last sequence of a batch of `count` records starting at `base`, with Kafka's wrap-around.
+fn last_sequence(base: i32, count: i32) -> i64 {
+    (i64::from(base) + i64::from(count) - 1) % (i64::from(i32::MAX) + 1)
+}
+
+/// The request rules every shard applies, checked before any shard is called so that an invalid
+/// request fails as a whole instead of on some shards only.
+fn validate_commit(request: &CommitFileRequest) -> Result<(), CoordinatorError> {
+    let bad = |m: String| Err(CoordinatorError::InvalidRequest(m));
+    if request.object_key.is_empty() {
+        return bad("the object key must not be empty".into());
+    }
+    if request.owners.is_empty() {
+        // Replaced by the router, but still part of the request contract.
+        return bad("the owner list must not be empty".into());
+    }
+    if request.object_size > i64::MAX as u64 {
+        return bad("the object size is too large".into());
+    }
+    for (i, b) in request.batches.iter().enumerate() {
+        if b.record_count < 1 || b.byte_size == 0 {
+            return bad(format!("batch {i}: empty batch"));
+        }
+        if b.byte_offset.checked_add(u64::from(b.byte_size)) > Some(request.object_size) {
+            return bad(format!("batch {i}: lies outside the object"));
+        }
+        if b.producer_id < NO_PRODUCER_ID {
+            return bad(format!("batch {i}: invalid producer id"));
+        }
+        if b.producer_id != NO_PRODUCER_ID
+            && (b.producer_epoch < 0
+                || b.base_sequence < 0
+                || i64::from(b.last_sequence) != last_sequence(b.base_sequence, b.record_count))
+        {
+            return bad(format!("batch {i}: invalid producer epoch or sequence"));
+        }
+    }
+    Ok(())
+}
+
+fn poisoned() -> CoordinatorError {
+    CoordinatorError::Storage("sharded coordinator lock poisoned".into())
+}
+
+/// Assigns `partitions` new partitions, each to the shard with the fewest partitions so far.
+fn place(counts: &mut [u64], partitions: usize) -> Vec<ShardId> {
+    (0..partitions)
+        .map(|_| {
+            let (shard, _) = counts
+                .iter()
+                .enumerate()
+                .min_by_key(|(i, c)| (**c, *i))
+                .unwrap_or((0, &0));
+            counts[shard] += 1;
+            shard as ShardId
+        })
+        .collect()
+}
+
+impl ShardedCoordinator {
+    /// A router over `shards` (shard `i` is `shards[i]`), reading the stored placements from `store`.
+    pub async fn open(
+        shards: Vec<Arc<dyn BatchCoordinator>>,
+        store: Arc<dyn ShardMapStore>,
+        clock: Arc<dyn Clock>,
+        config: ShardedConfig,
+    ) -> Result<Self, CoordinatorError> {
+        if shards.is_empty() {
+            return Err(CoordinatorError::InvalidRequest(
+                "a sharded coordinator needs at least one shard".into(),
+            ));
+        }
+        let placements = store.load().await?;
+        for (topic, p) in &placements {
+            if let Some(s) = p.iter().find(|s| **s as usize >= shards.len()) {
+                return Err(CoordinatorError::Storage(
+                    format!(
+                        "the stored placement of topic {topic} names shard {s} but only {} shards exist",
+                        shards.len()
+                    )
+                    .into(),
+                ));
+            }
+        }
+        let seed = config.seed;
+        Ok(ShardedCoordinator {
+            shards,
+            store,
+            placements: RwLock::new(placements),
+            clock,
+            config,
+            rng: Mutex::new(seed),
+            retention_cursor: AtomicUsize::new(0),
+            owners_cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Shard `id`'s coordinator.
+    pub fn shard(&self, id: ShardId) -> Option<&Arc<dyn BatchCoordinator>> {
+        self.shards.get(id as usize)
+    }
+
+    /// The shard a partition belongs to, if its topic was created through a router on this store.
+    pub fn shard_of(&self, partition: TopicIdPartition) -> Option<ShardId> {
+        let placements = self.placements.read().ok()?;
+        let p = placements.get(&partition.topic_id)?;
+        usize::try_from(partition.partition)
+            .ok()
+            .and_then(|i| p.get(i).copied())
+    }
+
+    /// A copy of every topic's placement.
+    pub fn placements(&self) -> Placements {
+        self.placements
+            .read()
+            .map(|p| p.clone())
+            .unwrap_or_default()
+    }
+
+    /// The shard currently responsible for an object: the first owner in its list that still has
+    /// live bytes in it. `None` when the object is unknown or every owner released it (it is then
+    /// deletable once the grace period has passed).
+    pub async fn responsible_owner(
+        &self,
+        object_key: &str,
+    ) -> Result<Option<ShardId>, CoordinatorError> {
+        let Some(info) = self.object_info(object_key).await? else {
+            return Ok(None);
+        };
+        for owner in info.owners {
+            let Some(shard) = self.shard(owner) else {
+                continue;
+            };
+            if shard
+                .object_info(object_key)
+                .await?
+                .is_some_and(|i| i.live_bytes > 0)
+            {
+                return Ok(Some(owner));
+            }
+        }
+        Ok(None)
+    }
+
+    fn next_random(&self) -> u64 {
+        // splitmix64.
+        let mut state = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn shuffle(&self, items: &mut [ShardId]) {
+        for i in (1..items.len()).rev() {
+            let j = (self.next_random() % (i as u64 + 1)) as usize;
+            items.swap(i, j);
+        }
+    }
+
+    /// Groups item indexes by the shard of their partition; indexes of unroutable partitions last.
+    fn group(
+        &self,
+        partitions: impl Iterator<Item = TopicIdPartition>,
+    ) -> (BTreeMap<ShardId, Vec<usize>>, Vec<usize>) {
+        let mut groups: BTreeMap<ShardId, Vec<usize>> = BTreeMap::new();
+        let mut unknown = Vec::new();
+        for (i, p) in partitions.enumerate() {
+            match self.shard_of(p) {
+                Some(s) => groups.entry(s).or_default().push(i),
+                None => unknown.push(i),
+            }
+        }
+        (groups, unknown)
+    }
+
+    async fn has_same_topic(
+        &self,
+        shard: usize,
+        request: &CreateTopicRequest,
+    ) -> Result<bool, CoordinatorError> {
+        Ok(self.shards[shard].list_topics().await?.iter().any(|t| {
+            t.topic_id == request.topic_id
+                && t.name == request.name
+                && t.partitions == request.partitions
+        }))
+    }
+
+    /// Creates the topic on one shard; `Ok(true)` if created, `Ok(false)` if it was there already.
+    async fn create_on(
+        &self,
+        shard: usize,
+        request: &CreateTopicRequest,
+    ) -> Result<bool, CoordinatorError> {
+        match self.shards[shard].create_topic(request.clone()).await {
+            Ok(()) => Ok(true),
+            Err(CoordinatorError::TopicAlreadyExists(what)) => {
+                if self.has_same_topic(shard, request).await? {
+                    Ok(false)
+                } else {
+                    Err(CoordinatorError::TopicAlreadyExists(what))
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The placement to store for a new topic.
+    fn new_placement(&self, partitions: usize) -> Result<Arc<[ShardId]>, CoordinatorError> {
+        let placements = self.placements.read().map_err(|_| poisoned())?;
+        let mut counts = vec![0u64; self.shards.len()];
+        for p in placements.values() {
+            for s in p.iter() {
+                if let Some(c) = counts.get_mut(*s as usize) {
+                    *c += 1;
+                }
+            }
+        }
+        Ok(place(&mut counts, partitions).into())
+    }
+
+    /// The owner list of `key`, from the cache or from a shard that listed it.
+    async fn owners_of(
+        &self,
+        key: &str,
+        listed: &BTreeMap<ShardId, i64>,
+    ) -> Result<Option<Arc<[ShardId]>>, CoordinatorError> {
+        if let Some(owners) = self.owners_cache.lock().map_err(|_| poisoned())?.get(key) {
+            return Ok(Some(owners.clone()));
+        }
+        let Some((first, _)) = listed.first_key_value() else {
+            return Ok(None);
+        };
+        let Some(info) = self.shards[*first as usize].object_info(key).await? else {
+            return Ok(None);
+        };
+        let owners: Arc<[ShardId]> = info.owners.into();
+        let mut cache = self.owners_cache.lock().map_err(|_| poisoned())?;
+        if cache.len() >= OWNERS_CACHE_CAPACITY {
+            cache.clear();
+        }
+        cache.insert(key.to_string(), owners.clone());
+        Ok(Some(owners))
+    }
+
+    /// Whether every owner of `key` marked it before `check.marked_before`; returns the latest
+    /// marking time if so.
+    async fn released_by_all(
+        &self,
+        key: &str,
+        owners: &[ShardId],
+        check: ReleaseCheck<'_>,
+    ) -> Result<Option<i64>, CoordinatorError> {
+        let mut marked_at = check.listed.values().copied().max().unwrap_or(i64::MIN);
+        let settled = object_key_time_ms(key).is_some_and(|t| t < check.unknown_horizon);
+        let mut seen = HashSet::new();
+        for owner in owners {
+            if !seen.insert(*owner) || check.listed.contains_key(owner) {
+                continue;
+            }
+            let Some(shard) = self.shard(*owner) else {
+                tracing::warn!(
+                    object = key,
+                    owner,
+                    "owner list names a shard that does not exist"
+                );
+                return Ok(None);
+            };
+            if check
+                .complete
+                .get(*owner as usize)
+                .copied()
+                .unwrap_or(false)
+                && !settled
+            {
+                // The owner's answer was complete and does not list the key: it has not released
+                // it (or does not know it, which counts only once settled).
+                return Ok(None);
+            }
+            match shard.object_info(key).await? {
+                Some(info) => match info.marked_for_deletion_at {
+                    Some(t) if t < check.marked_before => marked_at = marked_at.max(t),
+                    // This owner still has live batches (or marked too recently): it holds the object.
+                    _ => return Ok(None),
+                },
+                None => {
+                    // The owner never applied its part of the commit, or already confirmed the
+                    // deletion. Only once no commit of the key can land any more does that count.
+                    if !settled {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        Ok(Some(marked_at))
+    }
+}
+
+/// What [`ShardedCoordinator::released_by_all`] checks an object against.
+#[derive(Clone, Copy)]
+struct ReleaseCheck<'a> {
+    /// The shards that listed the object as marked, with their marking times.
+    listed: &'a BTreeMap<ShardId, i64>,
+    /// Per shard: whether its list was complete (shorter than the page asked for).
+    complete: &'a [bool],
+    marked_before: i64,
+    /// Keys dated before this can no longer be committed anywhere.
+    unknown_horizon: i64,
+}
+
+/// Owner lists remembered (they never change for a key); cleared when this many are held.
+const OWNERS_CACHE_CAPACITY: usize = 65_536;
+
+/// Merges the per-shard outcomes of one commit.
+///
+/// Every shard applied it: the results in request order. Some applied and some failed, or any
+/// outcome is unknown: [`CoordinatorError::OutcomeUnknown`]. None applied: the first error, except
+/// that a mix of "already committed" (that shard references the object) and other errors is
+/// `OutcomeUnknown` too, since the object must not be deleted.
+fn merge_commit(
+    request: &CommitFileRequest,
+    groups: &BTreeMap<ShardId, Vec<usize>>,
+    outcomes: Vec<(ShardId, Result<Vec<CommitBatchResult>, CoordinatorError>)>,
+    mut results: Vec<Option<CommitBatchResult>>,
+) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
+    let mut applied = Vec::new();
+    let mut failed = Vec::new();
+    let mut first_error = None;
+    let mut unknown = false;
+    let mut already_committed = 0;
+    for (shard, outcome) in outcomes {
+        let indexes = groups.get(&shard).map(Vec::as_slice).unwrap_or(&[]);
+        match outcome {
+            Ok(shard_results) if shard_results.len() == indexes.len() => {
+                applied.push(shard);
+                for (i, r) in indexes.iter().zip(shard_results) {
+                    results[*i] = Some(r);
+                }
+            }
+            Ok(shard_results) => {
+                applied.push(shard);
+                unknown = true;
+                failed.push((
+                    shard,
+                    format!(
+                        "answered {} results for {} batches",
+                        shard_results.len(),
+                        indexes.len()
+                    ),
+                ));
+            }
+            Err(e) => {
+                unknown |= matches!(e, CoordinatorError::OutcomeUnknown(_));
+                if matches!(e, CoordinatorError::ObjectAlreadyCommitted(_)) {
+                    already_committed += 1;
+                }
+                failed.push((shard, e.to_string()));
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if failed.is_empty() {
+        return Ok(results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| CommitBatchResult::error(ErrorCode::UnknownServerError)))
+            .collect());
+    }
+    let mixed_exists = already_committed > 0 && already_committed < failed.len();
+    match first_error {
+        Some(e) if applied.is_empty() && !unknown && !mixed_exists => Err(e),
+        _ => {
+            tracing::warn!(
+                object = request.object_key,
+                ?applied,
+                ?failed,
+                "commit partially applied across shards"
+            );
+            Err(CoordinatorError::OutcomeUnknown(Box::new(
+                PartialCommitError {
+                    object_key: request.object_key.clone(),
+                    applied,
+                    failed,
+                },
+            )))
+        }
+    }
+}
+
+#[async_trait]
+impl BatchCoordinator for ShardedCoordinator {
+    async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
+        let partitions = usize::try_from(request.partitions)
+            .ok()
+            .filter(|p| *p >= 1)
+            .ok_or_else(|| {
+                CoordinatorError::InvalidRequest("a topic needs at least one partition".into())
+            })?;
+        let mut created_any = self.create_on(0, &request).await?;
+        let placement = self.new_placement(partitions)?;
+        let placement = self
+            .store
+            .put_if_absent(request.topic_id, placement)
+            .await?;
+        if placement.len() != partitions {
+            return Err(CoordinatorError::Storage(
+                format!(
+                    "the stored placement of topic {} has {} partitions, not {partitions}",
+                    request.topic_id,
+                    placement.len()
+                )
+                .into(),
+            ));
+        }
+        self.placements
+            .write()
+            .map_err(|_| poisoned())?
+            .insert(request.topic_id, placement);
+        for shard in 1..self.shards.len() {
+            created_any |= self.create_on(shard, &request).await?;
+        }
+        if created_any {
+            Ok(())
+        } else {
+            Err(CoordinatorError::TopicAlreadyExists(
+                request.topic_id.to_string(),
+            ))
+        }
+    }
+
+    async fn delete_topic(&self, topic_id: Uuid) -> Result<(), CoordinatorError> {
+        let outcomes = join_all(self.shards.iter().map(|s| s.delete_topic(topic_id))).await;
+        let mut deleted_any = false;
+        let mut error = None;
+        for outcome in outcomes {
+            match outcome {
+                Ok(()) => deleted_any = true,
+                Err(CoordinatorError::UnknownTopic(_)) => {}
+                Err(e) => {
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        self.store.remove(topic_id).await?;
+        self.placements
+            .write()
+            .map_err(|_| poisoned())?
+            .remove(&topic_id);
+        if deleted_any {
+            Ok(())
+        } else {
+            Err(CoordinatorError::UnknownTopic(topic_id.to_string()))
+        }
+    }
+
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
+        let topics = self.shards[0].list_topics().await?;
+        let placements = self.placements.read().map_err(|_| poisoned())?;
+        Ok(topics
+            .into_iter()
+            .filter(|t| placements.contains_key(&t.topic_id))
+            .collect())
+    }
+
+    async fn commit_file(
+        &self,
+        request: CommitFileRequest,
+    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
+        validate_commit(&request)?;
+        let max_age = i64::try_from(self.config.max_commit_age.as_millis()).unwrap_or(i64::MAX);
+        let now = self.clock.now_ms();
+        if let Some(t) = object_key_time_ms(&request.object_key)
+            && t < now.saturating_sub(max_age)
+        {
+            return Err(CoordinatorError::InvalidRequest(format!(
+                "object {} is older than the commit deadline ({} ms)",
+                request.object_key, max_age
+            )));
+        }
+        let (mut groups, unknown) = self.group(request.batches.iter().map(|b| b.partition));
+        let mut results: Vec<Option<CommitBatchResult>> = vec![None; request.batches.len()];
+        for i in unknown {
+            results[i] = Some(CommitBatchResult::error(ErrorCode::UnknownTopicOrPartition));
+        }
+        if groups.is_empty() {
+            // Register the object on one shard anyway: marked at commit, cleaned after the grace.
+            let shard = (self.next_random() % self.shards.len() as u64) as ShardId;
+            groups.insert(shard, Vec::new());
+        }
+        let mut owners: Vec<ShardId> = groups.keys().copied().collect();
+        self.shuffle(&mut owners);
+        let calls = groups.iter().map(|(shard, indexes)| {
+            let sub = CommitFileRequest {
+                object_key: request.object_key.clone(),
+                uploader_broker_id: request.uploader_broker_id,
+                object_size: request.object_size,
+                owners: owners.clone(),
+                batches: indexes
+                    .iter()
+                    .map(|i| request.batches[*i].clone())
+                    .collect(),
+            };
+            let shard = *shard;
+            async move { (shard, self.shards[shard as usize].commit_file(sub).await) }
+        });
+        let outcomes = join_all(calls).await;
+        merge_commit(&request, &groups, outcomes, results)
+    }
+
+    async fn find_batches(
+        &self,
+        requests: &[FindBatchesRequest],
+        fetch_max_bytes: u32,
+    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        // Runs of consecutive partitions on one shard are asked in request order with what is left of
+        // `fetch_max_bytes`, which gives exactly the answer one coordinator would give.
+        let mut responses = Vec::with_capacity(requests.len());
+        let mut total: u64 = 0;
+        let mut i = 0;
+        while i < requests.len() {
+            let shard = self.shard_of(requests[i].partition);
+            let mut j = i + 1;
+            while j < requests.len() && self.shard_of(requests[j].partition) == shard {
+                j += 1;
+            }
+            match shard {
+                None => {
+                    for _ in i..j {
+                        responses.push(FindBatchesResponse {
+                            error: ErrorCode::UnknownTopicOrPartition,
+                            batches: Vec::new(),
+                            log_start_offset: -1,
+                            high_watermark: -1,
+                        });
+                    }
+                }
+                Some(s) => {
+                    let left = u64::from(fetch_max_bytes).saturating_sub(total);
+                    let left = u32::try_from(left).unwrap_or(u32::MAX);
+                    let run = self.shards[s as usize]
+                        .find_batches(&requests[i..j], left)
+                        .await?;
+                    if run.len() != j - i {
+                        return Err(CoordinatorError::Storage(
+                            format!("shard {s} answered {} of {} partitions", run.len(), j - i)
+                                .into(),
+                        ));
+                    }
+                    for r in run {
+                        total += r
+                            .batches
+                            .iter()
+                            .map(|b| u64::from(b.byte_size))
+                            .sum::<u64>();
+                        responses.push(r);
+                    }
+                }
+            }
+            i = j;
+        }
+        Ok(responses)
+    }
+
+    async fn list_offsets(
+        &self,
+        requests: &[ListOffsetsRequest],
+    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
+        let (groups, unknown) = self.group(requests.iter().map(|r| r.partition));
+        let mut out: Vec<Option<ListOffsetsResponse>> = vec![None; requests.len()];
+        for i in unknown {
+            out[i] = Some(ListOffsetsResponse {
+                error: ErrorCode::UnknownTopicOrPartition,
+                offset: -1,
+                timestamp: NO_TIMESTAMP,
+            });
+        }
+        let calls = groups.iter().map(|(shard, indexes)| async move {
+            let sub: Vec<ListOffsetsRequest> =
+                indexes.iter().map(|i| requests[*i].clone()).collect();
+            (
+                indexes,
+                self.shards[*shard as usize].list_offsets(&sub).await,
+            )
+        });
+        for (indexes, outcome) in join_all(calls).await {
+            let answers = outcome?;
+            if answers.len() != indexes.len() {
+                return Err(CoordinatorError::Storage(
+                    "a shard answered the wrong number of partitions".into(),
+                ));
+            }
+            for (i, a) in indexes.iter().zip(answers) {
+                out[*i] = Some(a);
+            }
+        }
+        out.into_iter()
+            .map(|r| r.ok_or_else(|| CoordinatorError::Storage("missing answer".into())))
+            .collect()
+    }
+
+    async fn delete_records(
+        &self,
+        requests: &[DeleteRecordsRequest],
+    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
+        // Not atomic across shards: if one shard fails the call fails, though other shards may have
+        // moved their log start offsets. DeleteRecords is idempotent, so the client's retry is safe.
+        let (groups, unknown) = self.group(requests.iter().map(|r| r.partition));
+        let mut out: Vec<Option<DeleteRecordsResponse>> = vec![None; requests.len()];
+        for i in unknown {
+            out[i] = Some(DeleteRecordsResponse {
+                error: ErrorCode::UnknownTopicOrPartition,
+                low_watermark: -1,
+            });
+        }
+        let calls = groups.iter().map(|(shard, indexes)| async move {
+            let sub: Vec<DeleteRecordsRequest> =
+                indexes.iter().map(|i| requests[*i].clone()).collect();
+            (
+                indexes,
+                self.shards[*shard as usize].delete_records(&sub).await,
+            )
+        });
+        let mut error = None;
+        for (indexes, outcome) in join_all(calls).await {
+            match outcome {
+                Ok(answers) if answers.len() == indexes.len() => {
+                    for (i, a) in indexes.iter().zip(answers) {
+                        out[*i] = Some(a);
+                    }
+                }
+                Ok(_) => {
+                    error.get_or_insert(CoordinatorError::Storage(
+                        "a shard answered the wrong number of partitions".into(),
+                    ));
+                }
+                Err(e) => {
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        out.into_iter()
+            .map(|r| r.ok_or_else(|| CoordinatorError::Storage("missing answer".into())))
+            .collect()
+    }
+
+    /// Visits the shards in turn (starting one further each call, so every shard gets its share of
+    /// a small budget), each with what is left of `max_batches`. `more` is also set when the budget
+    /// ran out before every shard was visited.
+    async fn enforce_retention(
+        &self,
+        max_batches: u32,
+    ) -> Result<RetentionReport, CoordinatorError> {
+        let n = self.shards.len();
+        let start = self.retention_cursor.fetch_add(1, Ordering::Relaxed) % n;
+        let mut report = RetentionReport::default();
+        let mut budget = max_batches;
+        for k in 0..n {
+            if budget == 0 {
+                report.more = true;
+                break;
+            }
+            let shard = &self.shards[(start + k) % n];
+            let r = shard.enforce_retention(budget).await?;
+            report.batches_deleted += r.batches_deleted;
+            report.bytes_deleted += r.bytes_deleted;
+            report.more |= r.more;
+            budget = budget.saturating_sub(u32::try_from(r.batches_deleted).unwrap_or(u32::MAX));
+        }
+        Ok(report)
+    }
+
+    /// Objects every owner released before `marked_before_ms` (see the [module docs](self)). Each
+    /// shard is asked for `limit` marked objects first; while that yields fewer than `limit`
+    /// deletable objects and some shard's answer was cut at the page size (its oldest marked objects
+    /// may all be held by other owners), the page grows fourfold, up to
+    /// [`ShardedConfig::max_delete_scan`].
+    async fn objects_to_delete(
+        &self,
+        marked_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
+        if self.shards.len() == 1 {
+            return self.shards[0]
+                .objects_to_delete(marked_before_ms, limit)
+                .await;
+        }
+        let max_age = i64::try_from(self.config.max_commit_age.as_millis()).unwrap_or(i64::MAX);
+        let unknown_horizon = self
+            .clock
+            .now_ms()
+            .saturating_sub(max_age.saturating_mul(2));
+        let mut page = limit.max(1);
+        loop {
+            let lists = join_all(
+                self.shards
+                    .iter()
+                    .map(|s| s.objects_to_delete(marked_before_ms, page)),
+            )
+            .await;
+            let mut complete = Vec::with_capacity(lists.len());
+            // key -> (shard -> marked at), and the size.
+            let mut marked: BTreeMap<String, (BTreeMap<ShardId, i64>, u64)> = BTreeMap::new();
+            for (shard, list) in lists.into_iter().enumerate() {
+                let list = list?;
+                complete.push(list.len() < page as usize);
+                for o in list {
+                    let entry = marked
+                        .entry(o.object_key)
+                        .or_insert_with(|| (BTreeMap::new(), o.object_size));
+                    entry.0.insert(shard as ShardId, o.marked_for_deletion_at);
+                }
+            }
+            let mut out = Vec::new();
+            for (key, (listed, object_size)) in marked {
+                let Some(owners) = self.owners_of(&key, &listed).await? else {
+                    continue; // confirmed in the meantime
+                };
+                let check = ReleaseCheck {
+                    listed: &listed,
+                    complete: &complete,
+                    marked_before: marked_before_ms,
+                    unknown_horizon,
+                };
+                if let Some(at) = self.released_by_all(&key, &owners, check).await? {
+                    out.push(ObjectToDelete {
+                        object_key: key,
+                        marked_for_deletion_at: at,
+                        object_size,
+                    });
+                }
+            }
+            let exhausted = complete.iter().all(|c| *c) || page >= self.config.max_delete_scan;
+            if out.len() >= limit as usize || exhausted {
+                out.sort_by(|a, b| {
+                    (a.marked_for_deletion_at, &a.object_key)
+                        .cmp(&(b.marked_for_deletion_at, &b.object_key))
+                });
+                out.truncate(limit as usize);
+                return Ok(out);
+            }
+            page = page
+                .saturating_mul(4)
+                .min(self.config.max_delete_scan.max(1));
+        }
+    }
+
+    async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
+        let outcomes = join_all(self.shards.iter().map(|s| s.confirm_deleted(object_keys))).await;
+        outcomes.into_iter().collect::<Result<(), _>>()?;
+        let mut cache = self.owners_cache.lock().map_err(|_| poisoned())?;
+        for key in object_keys {
+            cache.remove(key);
+        }
+        Ok(())
+    }
+
+    async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        let answers = join_all(self.shards.iter().map(|s| s.known_objects(object_keys))).await;
+        let mut known = HashSet::new();
+        for answer in answers {
+            known.extend(answer?);
+        }
+        let mut seen = HashSet::new();
+        Ok(object_keys
+            .iter()
+            .filter(|k| known.contains(*k) && seen.insert(k.as_str()))
+            .cloned()
+            .collect())
+    }
+
+    /// The object as the shards that know it see it together: live bytes summed, committed at the
+    /// earliest, marked (at the latest marking) only if every shard that knows it marked it.
+    async fn object_info(&self, object_key: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
+        let answers = join_all(self.shards.iter().map(|s| s.object_info(object_key))).await;
+        let mut merged: Option<ObjectInfo> = None;
+        let mut all_marked = true;
+        for answer in answers {
+            let Some(info) = answer? else {
+                continue;
+            };
+            all_marked &= info.marked_for_deletion_at.is_some();
+            merged = Some(match merged {
+                None => info,
+                Some(mut m) => {
+                    m.live_bytes += info.live_bytes;
+                    m.committed_at = m.committed_at.min(info.committed_at);
+                    m.marked_for_deletion_at =
+                        m.marked_for_deletion_at.max(info.marked_for_deletion_at);
+                    m
+                }
+            });
+        }
+        Ok(merged.map(|mut m| {
+            if !all_marked {
+                m.marked_for_deletion_at = None;
+            }
+            m
+        }))
+    }
+
+    async fn producer_state(
+        &self,
+        partition: TopicIdPartition,
+        producer_id: i64,
+    ) -> Result<Option<ProducerState>, CoordinatorError> {
+        match self.shard_of(partition) {
+            Some(s) => {
+                self.shards[s as usize]
+                    .producer_state(partition, producer_id)
+                    .await
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_fills_the_emptiest_shard() {
+        let mut counts = vec![2, 0, 1];
+        assert_eq!(place(&mut counts, 4), vec![1, 1, 2, 0]);
+        assert_eq!(counts, vec![3, 2, 2]);
+    }
+
+    #[test]
+    fn key_time_reads_uuid_v7_only() {
+        let ts = uuid::Timestamp::from_unix(uuid::NoContext, 1_700_000_000, 123_000_000);
+        let key = format!("wal/{}", Uuid::new_v7(ts));
+        assert_eq!(object_key_time_ms(&key), Some(1_700_000_000_123));
+        assert_eq!(object_key_time_ms("wal/not-a-uuid"), None);
+        assert_eq!(object_key_time_ms(&format!("wal/{}", Uuid::new_v4())), None);
+    }
+}

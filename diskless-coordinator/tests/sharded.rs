@@ -1,0 +1,899 @@
+//! Tests of the sharded coordinator router: conformance, placement persistence, owner lists,
+//! partial failures, hand-over, and equivalence with one coordinator under random workloads.
+
+use async_trait::async_trait;
+use diskless_coordinator::sharded::{
+    FileShardMap, MemoryShardMap, PartialCommitError, ShardMapStore, ShardedConfig,
+    ShardedCoordinator,
+};
+use diskless_coordinator::sqlite::SqliteCoordinator;
+use diskless_coordinator::*;
+use diskless_testkit::coordinator::InMemoryCoordinator;
+use diskless_testkit::coordinator::conformance::{self, Harness, START_MS};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use uuid::Uuid;
+
+fn model_shards(clock: &Arc<ManualClock>, n: usize) -> Vec<Arc<dyn BatchCoordinator>> {
+    (0..n)
+        .map(|_| Arc::new(InMemoryCoordinator::new(clock.clone())) as Arc<dyn BatchCoordinator>)
+        .collect()
+}
+
+async fn sqlite_shards(clock: &Arc<ManualClock>, n: usize) -> Vec<Arc<dyn BatchCoordinator>> {
+    let mut shards: Vec<Arc<dyn BatchCoordinator>> = Vec::new();
+    for _ in 0..n {
+        shards.push(Arc::new(
+            SqliteCoordinator::in_memory(clock.clone()).await.unwrap(),
+        ));
+    }
+    shards
+}
+
+fn config(seed: u64) -> ShardedConfig {
+    ShardedConfig {
+        seed,
+        max_commit_age: Duration::from_secs(600),
+        ..ShardedConfig::default()
+    }
+}
+
+async fn router(
+    shards: Vec<Arc<dyn BatchCoordinator>>,
+    clock: &Arc<ManualClock>,
+) -> ShardedCoordinator {
+    ShardedCoordinator::open(
+        shards,
+        Arc::new(MemoryShardMap::new()),
+        clock.clone(),
+        config(42),
+    )
+    .await
+    .unwrap()
+}
+
+/// A v7 key dated `ms`.
+fn key_at(ms: i64) -> String {
+    let ts = uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        (ms / 1000) as u64,
+        ((ms % 1000) * 1_000_000) as u32,
+    );
+    format!("wal/{}", Uuid::new_v7(ts))
+}
+
+fn batch(p: TopicIdPartition, size: u32, ts: i64) -> CommitBatch {
+    CommitBatch {
+        partition: p,
+        byte_offset: 0,
+        byte_size: size,
+        record_count: 1,
+        base_timestamp: ts,
+        max_timestamp: ts,
+        timestamp_type: TimestampType::CreateTime,
+        producer_id: NO_PRODUCER_ID,
+        producer_epoch: NO_PRODUCER_EPOCH,
+        base_sequence: NO_SEQUENCE,
+        last_sequence: NO_SEQUENCE,
+    }
+}
+
+fn request(key: &str, mut batches: Vec<CommitBatch>) -> CommitFileRequest {
+    let mut at = 1u64;
+    for b in &mut batches {
+        b.byte_offset = at;
+        at += u64::from(b.byte_size);
+    }
+    CommitFileRequest {
+        object_key: key.to_string(),
+        uploader_broker_id: 1,
+        object_size: at,
+        owners: vec![0],
+        batches,
+    }
+}
+
+async fn create(c: &dyn BatchCoordinator, id: u128, partitions: i32, config: TopicConfig) -> Uuid {
+    let topic_id = Uuid::from_u128(id);
+    c.create_topic(CreateTopicRequest {
+        topic_id,
+        name: format!("t{id}"),
+        partitions,
+        config,
+    })
+    .await
+    .unwrap();
+    topic_id
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conformance
+
+#[tokio::test]
+async fn single_shard_router_passes_conformance() {
+    conformance::run_all(|| async {
+        let clock = ManualClock::new(START_MS);
+        Harness {
+            coordinator: Arc::new(router(model_shards(&clock, 1), &clock).await),
+            clock,
+        }
+    })
+    .await;
+}
+
+/// Cases that check something the router defines differently on purpose: the owner list (the router
+/// replaces it with the shuffled list of the shards it committed to).
+const DIVERGING: &[&str] = &["object_live_bytes_and_marking"];
+
+#[tokio::test]
+async fn three_shard_router_passes_conformance_cases() {
+    macro_rules! run {
+        ($($case:ident),* $(,)?) => {$(
+            if !DIVERGING.contains(&stringify!($case)) {
+                for sqlite in [false, true] {
+                    let clock = ManualClock::new(START_MS);
+                    let shards = if sqlite {
+                        sqlite_shards(&clock, 3).await
+                    } else {
+                        model_shards(&clock, 3)
+                    };
+                    let coordinator = Arc::new(router(shards, &clock).await);
+                    conformance::$case(Harness { coordinator, clock }).await;
+                }
+            }
+        )*};
+    }
+    run!(
+        create_and_list_topics,
+        create_topic_validation,
+        delete_topic,
+        commit_assigns_consecutive_offsets,
+        commit_to_unknown_partition,
+        log_append_time,
+        batches_of_one_file_keep_order,
+        multiple_producers_in_one_file,
+        large_files_and_many_keys,
+        producer_same_sequence_resent_is_duplicate,
+        producer_sequence_gap_rejected,
+        producer_higher_epoch_accepted,
+        producer_old_epoch_rejected,
+        producer_new_epoch_must_start_at_zero,
+        sequence_wrap_max_to_zero_accepted,
+        sequence_wrap_max_to_one_rejected,
+        duplicate_appends_window_of_five,
+        duplicate_partial_overlap_rejected,
+        duplicate_keeps_original_log_append_time,
+        duplicate_within_one_file,
+        no_producer_state_accepts_any_sequence,
+        non_idempotent_batches_skip_checks,
+        commit_validation,
+        duplicate_object_key_rejected,
+        object_live_bytes_and_marking,
+        object_with_only_rejected_batches_is_marked,
+        objects_to_delete_and_confirm,
+        find_batches_byte_limits,
+        find_batches_offsets_and_errors,
+        list_offsets_earliest_latest,
+        list_offsets_by_timestamp,
+        list_offsets_max_timestamp,
+        delete_records_moves_log_start,
+        cannot_move_log_start_past_high_watermark,
+        retention_by_time,
+        retention_by_size,
+        retention_cap_reports_more,
+        retention_disabled_and_log_append_time,
+        producer_state_survives_delete_records,
+    );
+    assert_eq!(
+        conformance::CASES.len(),
+        39,
+        "a conformance case was added: list it above"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Placement
+
+#[tokio::test]
+async fn placement_is_stored_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let map_path = dir.path().join("shards.map");
+    let clock = ManualClock::new(START_MS);
+    let mut shards = Vec::new();
+    for i in 0..3 {
+        shards.push(Arc::new(
+            SqliteCoordinator::open(
+                dir.path().join(format!("shard-{i}.db")),
+                sqlite::SqliteOptions::default(),
+                clock.clone(),
+            )
+            .await
+            .unwrap(),
+        ) as Arc<dyn BatchCoordinator>);
+    }
+    let store = Arc::new(FileShardMap::open(&map_path).await.unwrap());
+    let r = ShardedCoordinator::open(shards.clone(), store, clock.clone(), config(1))
+        .await
+        .unwrap();
+    let a = create(&r, 1, 4, TopicConfig::default()).await;
+    let b = create(&r, 2, 5, TopicConfig::default()).await;
+    let before = r.placements();
+    // Partitions spread evenly: 9 partitions over 3 shards, 3 each.
+    let mut per_shard = BTreeMap::new();
+    for p in before.values().flat_map(|p| p.iter()) {
+        *per_shard.entry(*p).or_insert(0) += 1;
+    }
+    assert_eq!(
+        per_shard.values().copied().collect::<Vec<_>>(),
+        vec![3, 3, 3]
+    );
+    // Every shard holds both topics.
+    for s in &shards {
+        assert_eq!(s.list_topics().await.unwrap().len(), 2);
+    }
+    drop(r);
+
+    // A new router on the same file routes identically.
+    let store = Arc::new(FileShardMap::open(&map_path).await.unwrap());
+    let r = ShardedCoordinator::open(shards.clone(), store, clock.clone(), config(2))
+        .await
+        .unwrap();
+    assert_eq!(r.placements(), before);
+    for (topic, n) in [(a, 4), (b, 5)] {
+        for p in 0..n {
+            let tp = TopicIdPartition::new(topic, p);
+            let shard = r.shard_of(tp).unwrap();
+            let res = r
+                .commit_file(request(&key_at(START_MS), vec![batch(tp, 10, START_MS)]))
+                .await
+                .unwrap();
+            assert_eq!(res[0].error, ErrorCode::None);
+            // The batch is in the shard the stored map names, and nowhere else.
+            for (i, s) in shards.iter().enumerate() {
+                let hw = s
+                    .list_offsets(&[ListOffsetsRequest {
+                        partition: tp,
+                        timestamp: LATEST_TIMESTAMP,
+                    }])
+                    .await
+                    .unwrap()[0]
+                    .offset;
+                assert_eq!(hw, i64::from(i as u32 == shard), "partition {tp} shard {i}");
+            }
+        }
+    }
+    assert_eq!(r.list_topics().await.unwrap().len(), 2);
+    r.delete_topic(a).await.unwrap();
+    assert!(r.shard_of(TopicIdPartition::new(a, 0)).is_none());
+    let store = FileShardMap::open(&map_path).await.unwrap();
+    assert!(!store.load().await.unwrap().contains_key(&a));
+    // A router with fewer shards than the stored map names refuses to open.
+    let store = Arc::new(FileShardMap::open(&map_path).await.unwrap());
+    assert!(
+        ShardedCoordinator::open(shards[..1].to_vec(), store, clock.clone(), config(3))
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn a_half_created_topic_is_completed_by_a_retry() {
+    let clock = ManualClock::new(START_MS);
+    let shards = model_shards(&clock, 3);
+    let r = router(shards.clone(), &clock).await;
+    let req = CreateTopicRequest {
+        topic_id: Uuid::from_u128(5),
+        name: "t".into(),
+        partitions: 3,
+        config: TopicConfig::default(),
+    };
+    // As if an earlier attempt had reached shards 0 and 2 only.
+    shards[0].create_topic(req.clone()).await.unwrap();
+    shards[2].create_topic(req.clone()).await.unwrap();
+    r.create_topic(req.clone()).await.unwrap();
+    for s in &shards {
+        assert_eq!(s.list_topics().await.unwrap().len(), 1);
+    }
+    // Now complete: a second creation is a duplicate.
+    assert!(matches!(
+        r.create_topic(req.clone()).await,
+        Err(CoordinatorError::TopicAlreadyExists(_))
+    ));
+    // Another topic with the same name is refused without touching the map.
+    let other = CreateTopicRequest {
+        topic_id: Uuid::from_u128(6),
+        ..req
+    };
+    assert!(matches!(
+        r.create_topic(other).await,
+        Err(CoordinatorError::TopicAlreadyExists(_))
+    ));
+    assert!(!r.placements().contains_key(&Uuid::from_u128(6)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commits, owners, hand-over
+
+#[tokio::test]
+async fn commit_splits_by_shard_and_merges_in_request_order() {
+    let clock = ManualClock::new(START_MS);
+    let shards = model_shards(&clock, 3);
+    let r = router(shards.clone(), &clock).await;
+    let t = create(&r, 1, 3, TopicConfig::default()).await;
+    let p = |i| TopicIdPartition::new(t, i);
+    let mut first_owners = BTreeMap::new();
+    for round in 0..30i64 {
+        let key = key_at(START_MS);
+        let res = r
+            .commit_file(request(
+                &key,
+                vec![
+                    batch(p(2), 10, START_MS),
+                    batch(p(0), 20, START_MS),
+                    batch(TopicIdPartition::new(Uuid::from_u128(99), 0), 5, START_MS),
+                    batch(p(2), 30, START_MS),
+                    batch(p(1), 40, START_MS),
+                ],
+            ))
+            .await
+            .unwrap();
+        let offsets: Vec<(ErrorCode, i64)> = res.iter().map(|r| (r.error, r.base_offset)).collect();
+        assert_eq!(
+            offsets,
+            vec![
+                (ErrorCode::None, 2 * round),
+                (ErrorCode::None, round),
+                (ErrorCode::UnknownTopicOrPartition, -1),
+                (ErrorCode::None, 2 * round + 1),
+                (ErrorCode::None, round),
+            ]
+        );
+        // Every shard got the same owner list, a permutation of the three shards.
+        let mut lists = Vec::new();
+        for s in &shards {
+            lists.push(s.object_info(&key).await.unwrap().unwrap().owners);
+        }
+        assert!(lists.iter().all(|l| *l == lists[0]));
+        let mut sorted = lists[0].clone();
+        sorted.sort();
+        assert_eq!(sorted, vec![0, 1, 2]);
+        *first_owners.entry(lists[0][0]).or_insert(0) += 1;
+        let merged = r.object_info(&key).await.unwrap().unwrap();
+        assert_eq!(merged.live_bytes, 100);
+    }
+    // The shuffle spreads responsibility: every shard is first owner of some objects.
+    assert_eq!(first_owners.len(), 3, "{first_owners:?}");
+}
+
+#[tokio::test]
+async fn an_object_is_deletable_only_when_every_owner_released_it() {
+    let clock = ManualClock::new(START_MS);
+    let r = router(model_shards(&clock, 3), &clock).await;
+    let t = create(&r, 1, 3, TopicConfig::default()).await;
+    let p = |i| TopicIdPartition::new(t, i);
+    let key = key_at(START_MS);
+    r.commit_file(request(
+        &key,
+        vec![
+            batch(p(0), 10, START_MS),
+            batch(p(1), 10, START_MS),
+            batch(p(2), 10, START_MS),
+        ],
+    ))
+    .await
+    .unwrap();
+    let owners = r.object_info(&key).await.unwrap().unwrap().owners;
+    // Release the partitions in owner order: responsibility moves down the list.
+    let partition_of = |shard: ShardId| {
+        (0..3)
+            .map(p)
+            .find(|tp| r.shard_of(*tp) == Some(shard))
+            .unwrap()
+    };
+    for (i, owner) in owners.iter().enumerate() {
+        assert_eq!(r.responsible_owner(&key).await.unwrap(), Some(*owner));
+        assert!(r.objects_to_delete(i64::MAX, 100).await.unwrap().is_empty());
+        assert_eq!(
+            r.object_info(&key)
+                .await
+                .unwrap()
+                .unwrap()
+                .marked_for_deletion_at,
+            None
+        );
+        clock.advance(1000);
+        let res = r
+            .delete_records(&[DeleteRecordsRequest {
+                partition: partition_of(*owner),
+                offset: -1,
+            }])
+            .await
+            .unwrap();
+        assert_eq!(res[0].error, ErrorCode::None);
+        let _ = i;
+    }
+    assert_eq!(r.responsible_owner(&key).await.unwrap(), None);
+    // Marked when the last owner released it.
+    let last_mark = START_MS + 3000;
+    assert!(
+        r.objects_to_delete(last_mark, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let to_delete = r.objects_to_delete(last_mark + 1, 100).await.unwrap();
+    assert_eq!(to_delete.len(), 1);
+    assert_eq!(to_delete[0].marked_for_deletion_at, last_mark);
+    assert_eq!(
+        r.object_info(&key)
+            .await
+            .unwrap()
+            .unwrap()
+            .marked_for_deletion_at,
+        Some(last_mark)
+    );
+    r.confirm_deleted(std::slice::from_ref(&key)).await.unwrap();
+    assert_eq!(
+        r.known_objects(std::slice::from_ref(&key)).await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(r.object_info(&key).await.unwrap(), None);
+}
+
+/// A shard wrapper whose commits can be made to fail (nothing applied) or to apply and then report
+/// an unknown outcome.
+#[derive(Debug)]
+struct Flaky {
+    inner: Arc<dyn BatchCoordinator>,
+    fail: AtomicBool,
+    apply_then_unknown: AtomicBool,
+}
+
+impl Flaky {
+    fn new(inner: Arc<dyn BatchCoordinator>) -> Arc<Self> {
+        Arc::new(Flaky {
+            inner,
+            fail: AtomicBool::new(false),
+            apply_then_unknown: AtomicBool::new(false),
+        })
+    }
+}
+
+#[async_trait]
+impl BatchCoordinator for Flaky {
+    async fn create_topic(&self, r: CreateTopicRequest) -> Result<(), CoordinatorError> {
+        self.inner.create_topic(r).await
+    }
+    async fn delete_topic(&self, id: Uuid) -> Result<(), CoordinatorError> {
+        self.inner.delete_topic(id).await
+    }
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
+        self.inner.list_topics().await
+    }
+    async fn commit_file(
+        &self,
+        r: CommitFileRequest,
+    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(CoordinatorError::Unavailable("injected".into()));
+        }
+        let out = self.inner.commit_file(r).await;
+        if self.apply_then_unknown.load(Ordering::SeqCst) {
+            return Err(CoordinatorError::OutcomeUnknown("injected".into()));
+        }
+        out
+    }
+    async fn find_batches(
+        &self,
+        r: &[FindBatchesRequest],
+        m: u32,
+    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        self.inner.find_batches(r, m).await
+    }
+    async fn list_offsets(
+        &self,
+        r: &[ListOffsetsRequest],
+    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
+        self.inner.list_offsets(r).await
+    }
+    async fn delete_records(
+        &self,
+        r: &[DeleteRecordsRequest],
+    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
+        self.inner.delete_records(r).await
+    }
+    async fn enforce_retention(&self, m: u32) -> Result<RetentionReport, CoordinatorError> {
+        self.inner.enforce_retention(m).await
+    }
+    async fn objects_to_delete(
+        &self,
+        b: i64,
+        l: u32,
+    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
+        self.inner.objects_to_delete(b, l).await
+    }
+    async fn confirm_deleted(&self, k: &[String]) -> Result<(), CoordinatorError> {
+        self.inner.confirm_deleted(k).await
+    }
+    async fn known_objects(&self, k: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        self.inner.known_objects(k).await
+    }
+    async fn object_info(&self, k: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
+        self.inner.object_info(k).await
+    }
+    async fn producer_state(
+        &self,
+        p: TopicIdPartition,
+        id: i64,
+    ) -> Result<Option<ProducerState>, CoordinatorError> {
+        self.inner.producer_state(p, id).await
+    }
+}
+
+#[tokio::test]
+async fn partial_commits_are_outcome_unknown_and_settle_after_the_horizon() {
+    let clock = ManualClock::new(START_MS);
+    let flaky: Vec<Arc<Flaky>> = model_shards(&clock, 3)
+        .into_iter()
+        .map(Flaky::new)
+        .collect();
+    let shards: Vec<Arc<dyn BatchCoordinator>> = flaky
+        .iter()
+        .map(|f| f.clone() as Arc<dyn BatchCoordinator>)
+        .collect();
+    let r = router(shards, &clock).await;
+    let t = create(&r, 1, 3, TopicConfig::default()).await;
+    let p = |i| TopicIdPartition::new(t, i);
+    let on = |shard: u32| {
+        (0..3)
+            .map(p)
+            .find(|tp| r.shard_of(*tp) == Some(shard))
+            .unwrap()
+    };
+
+    // Shard 1 is down: shards 0 and 2 apply, the whole commit is OutcomeUnknown.
+    flaky[1].fail.store(true, Ordering::SeqCst);
+    let key = key_at(START_MS);
+    let all = vec![
+        batch(on(0), 10, START_MS),
+        batch(on(1), 10, START_MS),
+        batch(on(2), 10, START_MS),
+    ];
+    let err = r.commit_file(request(&key, all.clone())).await.unwrap_err();
+    let CoordinatorError::OutcomeUnknown(source) = &err else {
+        panic!("{err:?}")
+    };
+    let partial = source.downcast_ref::<PartialCommitError>().unwrap();
+    assert_eq!(partial.applied, vec![0, 2]);
+    assert_eq!(partial.failed.len(), 1);
+    assert_eq!(
+        r.known_objects(std::slice::from_ref(&key)).await.unwrap(),
+        vec![key.clone()]
+    );
+
+    // Every shard down: the error says nothing was applied.
+    for f in &flaky {
+        f.fail.store(true, Ordering::SeqCst);
+    }
+    let err = r
+        .commit_file(request(&key_at(START_MS), all.clone()))
+        .await
+        .unwrap_err();
+    assert!(err.is_retriable(), "{err:?}");
+    // Applied everywhere but one answer lost: OutcomeUnknown.
+    for f in &flaky {
+        f.fail.store(false, Ordering::SeqCst);
+    }
+    flaky[2].apply_then_unknown.store(true, Ordering::SeqCst);
+    let err = r
+        .commit_file(request(&key_at(START_MS), all))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CoordinatorError::OutcomeUnknown(_)));
+    flaky[2].apply_then_unknown.store(false, Ordering::SeqCst);
+
+    // The partially committed object: shards 0 and 2 release it; shard 1 never knew it.
+    for s in [0, 2] {
+        r.delete_records(&[DeleteRecordsRequest {
+            partition: on(s),
+            offset: -1,
+        }])
+        .await
+        .unwrap();
+    }
+    async fn deletable(r: &ShardedCoordinator, key: &str) -> bool {
+        r.objects_to_delete(i64::MAX, 100)
+            .await
+            .unwrap()
+            .iter()
+            .any(|o| o.object_key == key)
+    }
+    // Not yet: shard 1's commit could in principle still land until 2 × max_commit_age.
+    clock.advance(1_199_000);
+    assert!(!deletable(&r, &key).await);
+    clock.advance(2_000);
+    assert!(deletable(&r, &key).await);
+}
+
+#[tokio::test]
+async fn commits_past_the_deadline_are_refused() {
+    let clock = ManualClock::new(START_MS);
+    let r = router(model_shards(&clock, 2), &clock).await;
+    let t = create(&r, 1, 2, TopicConfig::default()).await;
+    let old = key_at(START_MS - 600_001);
+    let err = r
+        .commit_file(request(
+            &old,
+            vec![batch(TopicIdPartition::new(t, 0), 10, START_MS)],
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, CoordinatorError::InvalidRequest(_)),
+        "{err:?}"
+    );
+    assert!(r.known_objects(&[old]).await.unwrap().is_empty());
+    let fresh = key_at(START_MS - 599_000);
+    r.commit_file(request(
+        &fresh,
+        vec![batch(TopicIdPartition::new(t, 0), 10, START_MS)],
+    ))
+    .await
+    .unwrap();
+    // Unroutable-only commits are registered (and marked) on one shard.
+    let lost = key_at(START_MS);
+    let res = r
+        .commit_file(request(
+            &lost,
+            vec![batch(
+                TopicIdPartition::new(Uuid::from_u128(9), 0),
+                10,
+                START_MS,
+            )],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(res[0].error, ErrorCode::UnknownTopicOrPartition);
+    let info = r.object_info(&lost).await.unwrap().unwrap();
+    assert_eq!(info.owners.len(), 1);
+    assert_eq!(info.marked_for_deletion_at, Some(START_MS));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random workloads: a router over 3 shards answers like one coordinator.
+
+#[derive(Clone, Debug)]
+enum Step {
+    Create {
+        slot: u8,
+        partitions: i32,
+        retention_ms: i64,
+        retention_bytes: i64,
+    },
+    Delete {
+        slot: u8,
+    },
+    Commit {
+        batches: Vec<(u8, i32, u32)>,
+    },
+    DeleteRecords {
+        slot: u8,
+        partition: i32,
+        back: i64,
+    },
+    Advance(i64),
+    Retention,
+    Gc {
+        age: i64,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        1 => (0u8..3, 1i32..5, prop_oneof![Just(-1i64), 100i64..5000], prop_oneof![Just(-1i64), 50i64..400])
+            .prop_map(|(slot, partitions, retention_ms, retention_bytes)| Step::Create { slot, partitions, retention_ms, retention_bytes }),
+        1 => (0u8..3).prop_map(|slot| Step::Delete { slot }),
+        6 => prop::collection::vec((0u8..3, 0i32..5, 1u32..120), 0..6).prop_map(|batches| Step::Commit { batches }),
+        2 => (0u8..3, 0i32..5, 0i64..4).prop_map(|(slot, partition, back)| Step::DeleteRecords { slot, partition, back }),
+        3 => (1i64..2000).prop_map(Step::Advance),
+        2 => Just(Step::Retention),
+        2 => (0i64..3000).prop_map(|age| Step::Gc { age }),
+    ]
+}
+
+fn same_object(a: Option<ObjectInfo>, b: Option<ObjectInfo>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(mut a), Some(mut b)) => {
+            a.owners.clear();
+            b.owners.clear();
+            a == b
+        }
+        _ => false,
+    }
+}
+
+async fn run_equivalence(steps: Vec<Step>, sqlite: bool) {
+    let clock = ManualClock::new(START_MS);
+    let shards = if sqlite {
+        sqlite_shards(&clock, 3).await
+    } else {
+        model_shards(&clock, 3)
+    };
+    let real = router(shards, &clock).await;
+    let model = InMemoryCoordinator::new(clock.clone());
+    let mut keys = Vec::new();
+    let slot_id = |slot: u8| Uuid::from_u128(100 + u128::from(slot));
+    for (i, s) in steps.iter().enumerate() {
+        match s.clone() {
+            Step::Create {
+                slot,
+                partitions,
+                retention_ms,
+                retention_bytes,
+            } => {
+                let req = CreateTopicRequest {
+                    topic_id: slot_id(slot),
+                    name: format!("topic-{slot}"),
+                    partitions,
+                    config: TopicConfig {
+                        retention_ms,
+                        retention_bytes,
+                        ..TopicConfig::default()
+                    },
+                };
+                let a = real
+                    .create_topic(req.clone())
+                    .await
+                    .map_err(|e| e.error_code());
+                let b = model.create_topic(req).await.map_err(|e| e.error_code());
+                assert_eq!(a, b, "step {i}: {s:?}");
+            }
+            Step::Delete { slot } => {
+                let a = real
+                    .delete_topic(slot_id(slot))
+                    .await
+                    .map_err(|e| e.error_code());
+                let b = model
+                    .delete_topic(slot_id(slot))
+                    .await
+                    .map_err(|e| e.error_code());
+                assert_eq!(a, b, "step {i}: {s:?}");
+            }
+            Step::Commit { batches } => {
+                let key = format!("wal/{i:06}");
+                keys.push(key.clone());
+                let now = clock.now_ms();
+                let req = request(
+                    &key,
+                    batches
+                        .iter()
+                        .map(|(slot, p, size)| {
+                            batch(TopicIdPartition::new(slot_id(*slot), *p), *size, now)
+                        })
+                        .collect(),
+                );
+                let a = real.commit_file(req.clone()).await.unwrap();
+                let b = model.commit_file(req).await.unwrap();
+                assert_eq!(a, b, "step {i}: {s:?}");
+            }
+            Step::DeleteRecords {
+                slot,
+                partition,
+                back,
+            } => {
+                let tp = TopicIdPartition::new(slot_id(slot), partition);
+                let hw = model
+                    .list_offsets(&[ListOffsetsRequest {
+                        partition: tp,
+                        timestamp: LATEST_TIMESTAMP,
+                    }])
+                    .await
+                    .unwrap()[0]
+                    .offset;
+                let req = [DeleteRecordsRequest {
+                    partition: tp,
+                    offset: (hw - back).max(0),
+                }];
+                let a = real.delete_records(&req).await.unwrap();
+                let b = model.delete_records(&req).await.unwrap();
+                assert_eq!(a, b, "step {i}: {s:?}");
+            }
+            Step::Advance(ms) => clock.advance(ms),
+            Step::Retention => {
+                let a = real.enforce_retention(u32::MAX).await.unwrap();
+                let b = model.enforce_retention(u32::MAX).await.unwrap();
+                assert_eq!(
+                    (a.batches_deleted, a.bytes_deleted),
+                    (b.batches_deleted, b.bytes_deleted),
+                    "step {i}"
+                );
+            }
+            Step::Gc { age } => {
+                let before = clock.now_ms() - age;
+                let a = real.objects_to_delete(before, 1000).await.unwrap();
+                let b = model.objects_to_delete(before, 1000).await.unwrap();
+                assert_eq!(a, b, "step {i}: {s:?}");
+                let keys: Vec<String> = a.into_iter().map(|o| o.object_key).collect();
+                real.confirm_deleted(&keys).await.unwrap();
+                model.confirm_deleted(&keys).await.unwrap();
+            }
+        }
+        // State: every partition's batches, every object.
+        let mut finds = Vec::new();
+        for slot in 0..3 {
+            for p in 0..5 {
+                finds.push(FindBatchesRequest {
+                    partition: TopicIdPartition::new(slot_id(slot), p),
+                    offset: 0,
+                    max_bytes: u32::MAX,
+                });
+            }
+        }
+        let starts = model
+            .list_offsets(
+                &finds
+                    .iter()
+                    .map(|f| ListOffsetsRequest {
+                        partition: f.partition,
+                        timestamp: EARLIEST_TIMESTAMP,
+                    })
+                    .collect::<Vec<_>>(),
+            )
+            .await
+            .unwrap();
+        for (f, s) in finds.iter_mut().zip(starts) {
+            f.offset = s.offset.max(0);
+        }
+        assert_eq!(
+            real.find_batches(&finds, u32::MAX).await.unwrap(),
+            model.find_batches(&finds, u32::MAX).await.unwrap(),
+            "state after step {i}"
+        );
+        // A small fetch budget over partitions of several shards answers the same too.
+        assert_eq!(
+            real.find_batches(&finds, 150).await.unwrap(),
+            model.find_batches(&finds, 150).await.unwrap(),
+            "budgeted find after step {i}"
+        );
+        for key in &keys {
+            assert!(
+                same_object(
+                    real.object_info(key).await.unwrap(),
+                    model.object_info(key).await.unwrap()
+                ),
+                "object {key} after step {i}"
+            );
+        }
+        assert_eq!(
+            real.known_objects(&keys).await.unwrap(),
+            model.known_objects(&keys).await.unwrap()
+        );
+        assert_eq!(
+            real.objects_to_delete(i64::MAX, u32::MAX).await.unwrap(),
+            model.objects_to_delete(i64::MAX, u32::MAX).await.unwrap(),
+            "objects to delete after step {i}"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn three_model_shards_answer_like_one_coordinator(steps in prop::collection::vec(step(), 1..40)) {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run_equivalence(steps, false));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    #[test]
+    fn three_sqlite_shards_answer_like_one_coordinator(steps in prop::collection::vec(step(), 1..30)) {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run_equivalence(steps, true));
+    }
+}
