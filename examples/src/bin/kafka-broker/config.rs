@@ -1,0 +1,311 @@
+//! The command line of the example broker (hand-rolled: no argument-parser dependency).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `--help` text.
+pub const USAGE: &str = "\
+usage: kafka-broker [OPTIONS]
+
+A Kafka-protocol example broker serving diskless topics (diskless-rs).
+
+Options:
+  --data-dir DIR            data directory (default ./diskless-data): objects/, coordinator.db,
+                            broker.db (committed offsets, producer ids)
+  --base-port PORT          run --brokers logical brokers on 127.0.0.1:PORT, PORT+1, ...
+                            (default 19092)
+  --brokers N               number of logical brokers with --base-port (default 3)
+  --listeners LIST          instead of --base-port: comma-separated HOST:PORT, one per broker
+                            (node ids 1, 2, ...)
+  --racks LIST              comma-separated rack of each broker (default rack-1, rack-2, ...)
+  --advertised-host HOST    host announced in Metadata (default: the listener's host, 127.0.0.1
+                            for a wildcard address)
+  --storage URL             object storage (default file://<data-dir>/objects); also memory:///,
+                            s3://bucket/prefix (with the s3 feature of diskless-storage)
+  --coordinator URL         batch coordinator (default sqlite://<data-dir>/coordinator.db);
+                            also postgres://user:pass@host/db, memory:// (nothing survives)
+  --commit-interval-ms MS   WAL commit interval (default 250)
+  --buffer-max-bytes N      WAL buffer size that closes a segment early (default 8388608)
+  --cache-max-bytes N       object cache size (default 268435456)
+  --retention-check-ms MS   how often retention.ms/retention.bytes are applied and deleted
+                            objects removed from storage (default 30000)
+  --create-topic NAME[:N]   create diskless topic NAME with N partitions (default 3) at start
+                            unless it exists (repeatable; clients can use CreateTopics too)
+  --cluster-id ID           cluster id announced in Metadata (default diskless-example)
+  -h, --help                this text
+
+Logging: RUST_LOG (default info).";
+
+/// What the command line asks for.
+pub enum Parsed {
+    /// Run the broker.
+    Run(Config),
+    /// Print the usage.
+    Help,
+}
+
+/// One logical broker's listener.
+#[derive(Clone, Debug)]
+pub struct ListenerConfig {
+    /// Node id (1-based).
+    pub node_id: i32,
+    /// Address to bind.
+    pub bind: SocketAddr,
+    /// Host announced in Metadata.
+    pub advertised_host: String,
+    /// Rack.
+    pub rack: String,
+}
+
+/// The broker's configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub listeners: Vec<ListenerConfig>,
+    pub storage_url: Option<String>,
+    pub coordinator_url: Option<String>,
+    pub commit_interval: Duration,
+    pub buffer_max_bytes: usize,
+    pub cache_max_bytes: u64,
+    pub cluster_id: String,
+    pub retention_check: Duration,
+    /// Topics to create at start: (name, partitions).
+    pub create_topics: Vec<(String, i32)>,
+}
+
+fn value(
+    name: &str,
+    inline: Option<String>,
+    args: &mut impl Iterator<Item = String>,
+) -> Result<String, String> {
+    match inline {
+        Some(v) => Ok(v),
+        None => args.next().ok_or_else(|| format!("{name} needs a value")),
+    }
+}
+
+fn number<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, String> {
+    v.parse()
+        .map_err(|_| format!("{name}: {v:?} is not a valid number"))
+}
+
+impl Config {
+    /// Parses the arguments (without the program name).
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
+        let mut args = args.into_iter();
+        let mut data_dir = PathBuf::from("./diskless-data");
+        let mut base_port: Option<u16> = None;
+        let mut brokers: usize = 3;
+        let mut listeners: Option<String> = None;
+        let mut racks: Option<String> = None;
+        let mut advertised: Option<String> = None;
+        let mut storage_url = None;
+        let mut coordinator_url = None;
+        let mut commit_interval_ms: u64 = 250;
+        let mut buffer_max_bytes: usize = 8 << 20;
+        let mut cache_max_bytes: u64 = 256 << 20;
+        let mut cluster_id = "diskless-example".to_string();
+        let mut retention_check_ms: u64 = 30_000;
+        let mut create_topics = Vec::new();
+        while let Some(arg) = args.next() {
+            let (name, inline) = match arg.split_once('=') {
+                Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+                _ => (arg.clone(), None),
+            };
+            match name.as_str() {
+                "-h" | "--help" => return Ok(Parsed::Help),
+                "--data-dir" => data_dir = PathBuf::from(value(&name, inline, &mut args)?),
+                "--base-port" => {
+                    base_port = Some(number(&name, &value(&name, inline, &mut args)?)?)
+                }
+                "--brokers" => brokers = number(&name, &value(&name, inline, &mut args)?)?,
+                "--listeners" => listeners = Some(value(&name, inline, &mut args)?),
+                "--racks" => racks = Some(value(&name, inline, &mut args)?),
+                "--advertised-host" => advertised = Some(value(&name, inline, &mut args)?),
+                "--storage" => storage_url = Some(value(&name, inline, &mut args)?),
+                "--coordinator" => coordinator_url = Some(value(&name, inline, &mut args)?),
+                "--commit-interval-ms" => {
+                    commit_interval_ms = number(&name, &value(&name, inline, &mut args)?)?
+                }
+                "--buffer-max-bytes" => {
+                    buffer_max_bytes = number(&name, &value(&name, inline, &mut args)?)?
+                }
+                "--cache-max-bytes" => {
+                    cache_max_bytes = number(&name, &value(&name, inline, &mut args)?)?
+                }
+                "--cluster-id" => cluster_id = value(&name, inline, &mut args)?,
+                "--retention-check-ms" => {
+                    retention_check_ms = number(&name, &value(&name, inline, &mut args)?)?
+                }
+                "--create-topic" => {
+                    let v = value(&name, inline, &mut args)?;
+                    let (topic, partitions) = match v.rsplit_once(':') {
+                        Some((t, n)) => (t.to_string(), number::<i32>(&name, n)?),
+                        None => (v, 3),
+                    };
+                    if topic.is_empty() || partitions < 1 {
+                        return Err(format!("{name}: expected NAME[:PARTITIONS>0]"));
+                    }
+                    create_topics.push((topic, partitions));
+                }
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        if retention_check_ms == 0 {
+            return Err("--retention-check-ms must be > 0".into());
+        }
+        if commit_interval_ms == 0 {
+            return Err("--commit-interval-ms must be > 0".into());
+        }
+        if buffer_max_bytes == 0 {
+            return Err("--buffer-max-bytes must be > 0".into());
+        }
+        let addrs: Vec<(String, u16)> = match (listeners, base_port) {
+            (Some(_), Some(_)) => return Err("give --listeners or --base-port, not both".into()),
+            (Some(list), None) => list
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|hp| {
+                    let (h, p) = hp
+                        .rsplit_once(':')
+                        .ok_or_else(|| format!("listener {hp:?} is not HOST:PORT"))?;
+                    Ok((
+                        h.trim_matches(['[', ']']).to_string(),
+                        number("--listeners", p)?,
+                    ))
+                })
+                .collect::<Result<_, String>>()?,
+            (None, base) => {
+                if brokers == 0 || brokers > 64 {
+                    return Err("--brokers must be within 1..=64".into());
+                }
+                let base = base.unwrap_or(19092);
+                (0..brokers)
+                    .map(|i| {
+                        u16::try_from(usize::from(base) + i)
+                            .map(|p| ("127.0.0.1".to_string(), p))
+                            .map_err(|_| "--base-port too high".to_string())
+                    })
+                    .collect::<Result<_, String>>()?
+            }
+        };
+        if addrs.is_empty() {
+            return Err("no listener".into());
+        }
+        let racks: Vec<String> = match racks {
+            Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+            None => (1..=addrs.len()).map(|i| format!("rack-{i}")).collect(),
+        };
+        if racks.len() != addrs.len() {
+            return Err(format!(
+                "--racks names {} racks for {} brokers",
+                racks.len(),
+                addrs.len()
+            ));
+        }
+        let mut out = Vec::with_capacity(addrs.len());
+        for (i, ((host, port), rack)) in addrs.into_iter().zip(racks).enumerate() {
+            let bind = (host.as_str(), port)
+                .to_socket_addrs()
+                .map_err(|e| format!("cannot resolve {host}:{port}: {e}"))?
+                .next()
+                .ok_or_else(|| format!("{host}:{port} resolves to nothing"))?;
+            let advertised_host = match &advertised {
+                Some(h) => h.clone(),
+                None if bind.ip().is_unspecified() => "127.0.0.1".to_string(),
+                None => host,
+            };
+            out.push(ListenerConfig {
+                node_id: i32::try_from(i + 1).map_err(|_| "too many brokers".to_string())?,
+                bind,
+                advertised_host,
+                rack,
+            });
+        }
+        Ok(Parsed::Run(Config {
+            data_dir,
+            listeners: out,
+            storage_url,
+            coordinator_url,
+            commit_interval: Duration::from_millis(commit_interval_ms),
+            buffer_max_bytes,
+            cache_max_bytes,
+            cluster_id,
+            retention_check: Duration::from_millis(retention_check_ms),
+            create_topics,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        match Config::parse(args.iter().map(|s| s.to_string()))? {
+            Parsed::Run(c) => Ok(c),
+            Parsed::Help => Err("help".into()),
+        }
+    }
+
+    #[test]
+    fn defaults_are_three_brokers_from_19092() {
+        let c = parse(&[]).unwrap();
+        let ports: Vec<u16> = c.listeners.iter().map(|l| l.bind.port()).collect();
+        assert_eq!(ports, vec![19092, 19093, 19094]);
+        let ids: Vec<i32> = c.listeners.iter().map(|l| l.node_id).collect();
+        assert_eq!(ids, vec![1, 2, 3]);
+        assert_eq!(c.listeners[1].rack, "rack-2");
+        assert_eq!(c.commit_interval, Duration::from_millis(250));
+        assert_eq!(c.data_dir, PathBuf::from("./diskless-data"));
+        assert!(c.coordinator_url.is_none() && c.storage_url.is_none());
+    }
+
+    #[test]
+    fn listeners_racks_and_topics() {
+        let c = parse(&[
+            "--listeners=0.0.0.0:9092,127.0.0.1:9093",
+            "--racks",
+            "az-a,az-b",
+            "--commit-interval-ms",
+            "50",
+            "--create-topic",
+            "orders:6",
+            "--create-topic=logs",
+            "--coordinator",
+            "memory://",
+        ])
+        .unwrap();
+        assert_eq!(c.listeners.len(), 2);
+        assert_eq!(c.listeners[0].advertised_host, "127.0.0.1");
+        assert_eq!(c.listeners[1].rack, "az-b");
+        assert_eq!(c.commit_interval, Duration::from_millis(50));
+        assert_eq!(
+            c.create_topics,
+            vec![("orders".to_string(), 6), ("logs".to_string(), 3)]
+        );
+        assert_eq!(c.coordinator_url.as_deref(), Some("memory://"));
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        for bad in [
+            &["--base-port", "1", "--listeners", "127.0.0.1:1"][..],
+            &["--listeners", "127.0.0.1:1", "--racks", "a,b"],
+            &["--commit-interval-ms", "0"],
+            &["--commit-interval-ms", "x"],
+            &["--brokers", "0"],
+            &["--create-topic", "t:0"],
+            &["--data-dir"],
+            &["--bogus"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(matches!(
+            Config::parse(["--help".to_string()]),
+            Ok(Parsed::Help)
+        ));
+    }
+}

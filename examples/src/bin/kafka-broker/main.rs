@@ -1,0 +1,88 @@
+//! `kafka-broker`: an example Kafka-protocol broker that serves **diskless topics** (KIP-1150) with
+//! diskless-rs — the embedding a host broker does, small enough to read in one sitting.
+//!
+//! One process runs several logical brokers (node ids 1..=N, each with its own listener and rack).
+//! Every broker accepts Produce and Fetch for every partition: Produce goes through that broker's
+//! [`diskless_core::WalWriter`] (one WAL segment per commit interval, whatever the partitions), Fetch
+//! through the shared [`diskless_core::Fetcher`] and object cache. Topics, offsets and the
+//! idempotent-producer state live in the batch coordinator (SQLite by default, PostgreSQL or in-memory
+//! by flag); committed consumer-group offsets and the producer-id allocator in a SQLite file of the
+//! data directory.
+//!
+//! ```text
+//! cargo run -p diskless-examples --bin kafka-broker -- --data-dir ./diskless-data
+//! kcat -b 127.0.0.1:19092 -L
+//! ```
+//!
+//! Modules: [`config`] (command line), [`broker`] (building the shared state), [`server`]
+//! (listeners, framing, dispatch), [`cluster`] (the logical brokers, leaders and racks), [`topics`]
+//! (the topic registry over the coordinator), [`api_versions`], [`metadata`] (Metadata, CreateTopics,
+//! DeleteTopics), [`produce`] (Produce, InitProducerId), [`fetch`] (Fetch, ListOffsets,
+//! DeleteRecords), [`groups`] (the classic group protocol), [`offsets`] (OffsetCommit/OffsetFetch),
+//! [`store`] (committed offsets and producer ids in SQLite), `alloc_guard` (malformed array lengths
+//! must not abort the process).
+
+#[cfg(unix)]
+mod alloc_guard;
+mod api_versions;
+mod broker;
+mod cluster;
+mod codes;
+mod config;
+mod fetch;
+mod groups;
+mod metadata;
+mod offsets;
+mod produce;
+mod server;
+mod store;
+mod topics;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use tracing::error;
+use tracing_subscriber::EnvFilter;
+
+/// See [`alloc_guard`]: a malformed array length must not abort the process.
+#[cfg(unix)]
+#[global_allocator]
+static ALLOCATOR: alloc_guard::GuardedAllocator = alloc_guard::GuardedAllocator;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let config = match config::Config::parse(std::env::args().skip(1)) {
+        Ok(config::Parsed::Run(config)) => config,
+        Ok(config::Parsed::Help) => {
+            println!("{}", config::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("kafka-broker: {e}\n\n{}", config::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kafka-broker: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(server::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("kafka-broker failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

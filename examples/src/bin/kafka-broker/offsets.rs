@@ -1,0 +1,181 @@
+//! OffsetCommit and OffsetFetch: committed consumer-group offsets, stored durably in the broker
+//! store (`broker.db` in the data directory), so they survive a restart.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+};
+use kafka_protocol::messages::{
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use tracing::warn;
+
+use crate::broker::Broker;
+use crate::codes;
+use crate::server::Ctx;
+use crate::store::CommittedOffset;
+
+/// Kafka's `offset.metadata.max.bytes`.
+const MAX_METADATA: usize = 4096;
+const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+
+/// OffsetCommit.
+pub async fn offset_commit(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    request: OffsetCommitRequest,
+) -> OffsetCommitResponse {
+    let group = request.group_id.as_str().to_string();
+    let group_error = broker.groups.validate_commit(
+        &group,
+        request.generation_id_or_member_epoch,
+        request.member_id.as_str(),
+    );
+    let mut layout: Vec<(TopicName, Vec<(i32, i16)>)> = Vec::new();
+    let mut to_store = Vec::new();
+    for topic in request.topics {
+        let found = if group_error == codes::NONE {
+            broker.topics.by_name(topic.name.as_str()).await
+        } else {
+            Ok(None)
+        };
+        let mut parts = Vec::new();
+        for p in topic.partitions {
+            let code = if group_error != codes::NONE {
+                group_error
+            } else {
+                match &found {
+                    Err(e) => e.error_code().code(),
+                    Ok(Some(t)) if t.has_partition(p.partition_index) => {
+                        let metadata = p.committed_metadata.map(|m| m.as_str().to_string());
+                        if metadata.as_ref().is_some_and(|m| m.len() > MAX_METADATA) {
+                            OFFSET_METADATA_TOO_LARGE
+                        } else {
+                            to_store.push(CommittedOffset {
+                                topic: t.name.clone(),
+                                partition: p.partition_index,
+                                offset: p.committed_offset,
+                                leader_epoch: if ctx.version >= 6 {
+                                    p.committed_leader_epoch
+                                } else {
+                                    -1
+                                },
+                                metadata,
+                            });
+                            codes::NONE
+                        }
+                    }
+                    Ok(_) => codes::UNKNOWN_TOPIC_OR_PARTITION,
+                }
+            };
+            parts.push((p.partition_index, code));
+        }
+        layout.push((topic.name, parts));
+    }
+    let stored = if to_store.is_empty() {
+        Ok(())
+    } else {
+        broker
+            .store
+            .commit(&group, &to_store, broker.clock.now_ms())
+            .await
+    };
+    if let Err(e) = &stored {
+        warn!(group = %group, error = %e, "cannot store committed offsets");
+    }
+    let mut response = OffsetCommitResponse::default();
+    for (name, parts) in layout {
+        let mut topic = OffsetCommitResponseTopic::default();
+        topic.name = name;
+        topic.partitions = parts
+            .into_iter()
+            .map(|(index, code)| {
+                let mut p = OffsetCommitResponsePartition::default();
+                p.partition_index = index;
+                p.error_code = if code == codes::NONE && stored.is_err() {
+                    codes::COORDINATOR_NOT_AVAILABLE
+                } else {
+                    code
+                };
+                p
+            })
+            .collect();
+        response.topics.push(topic);
+    }
+    response
+}
+
+/// OffsetFetch (one group per request: versions 1-7).
+pub async fn offset_fetch(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    request: OffsetFetchRequest,
+) -> OffsetFetchResponse {
+    let mut response = OffsetFetchResponse::default();
+    let committed = match broker.store.fetch(request.group_id.as_str()).await {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(group = %request.group_id.as_str(), error = %e, "cannot read committed offsets");
+            if ctx.version >= 2 {
+                response.error_code = codes::COORDINATOR_NOT_AVAILABLE;
+            }
+            return response;
+        }
+    };
+    let partition = |index: i32, found: Option<&CommittedOffset>| {
+        let mut p = OffsetFetchResponsePartition::default();
+        p.partition_index = index;
+        p.committed_offset = found.map_or(-1, |c| c.offset);
+        if ctx.version >= 5 {
+            p.committed_leader_epoch = found.map_or(-1, |c| c.leader_epoch);
+        }
+        p.metadata = Some(StrBytes::from_string(
+            found.and_then(|c| c.metadata.clone()).unwrap_or_default(),
+        ));
+        p
+    };
+    match request.topics {
+        Some(topics) => {
+            let by_key: HashMap<(&str, i32), &CommittedOffset> = committed
+                .iter()
+                .map(|c| ((c.topic.as_str(), c.partition), c))
+                .collect();
+            for topic in topics {
+                let mut t = OffsetFetchResponseTopic::default();
+                t.partitions = topic
+                    .partition_indexes
+                    .iter()
+                    .map(|&i| partition(i, by_key.get(&(topic.name.as_str(), i)).copied()))
+                    .collect();
+                t.name = topic.name;
+                response.topics.push(t);
+            }
+        }
+        None => {
+            // Every committed offset of the group.
+            let mut by_topic: Vec<(String, Vec<&CommittedOffset>)> = Vec::new();
+            for c in &committed {
+                match by_topic.last_mut() {
+                    Some((name, list)) if *name == c.topic => list.push(c),
+                    _ => by_topic.push((c.topic.clone(), vec![c])),
+                }
+            }
+            for (name, list) in by_topic {
+                let mut t = OffsetFetchResponseTopic::default();
+                t.name = TopicName(StrBytes::from_string(name));
+                t.partitions = list
+                    .into_iter()
+                    .map(|c| partition(c.partition, Some(c)))
+                    .collect();
+                response.topics.push(t);
+            }
+        }
+    }
+    response
+}

@@ -1,0 +1,225 @@
+//! Produce and InitProducerId.
+//!
+//! Every partition of a Produce request goes into one `WalWriter::append` call of the broker the
+//! request came to (any broker accepts any diskless partition). `acks=0` gets no response; `acks=1`
+//! and `acks=-1` are both answered once the WAL segment is committed — a diskless topic has no
+//! follower to wait for. Idempotent producers get their producer id from a durable allocator; the
+//! coordinator checks their sequences. Transactions are not supported yet: a transactional
+//! InitProducerId gets `INVALID_REQUEST`, and transactional batches are refused by the writer.
+
+use std::sync::Arc;
+
+use diskless_coordinator::{ErrorCode, TopicIdPartition};
+use diskless_core::{PartitionResponse, ProducePartition};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::messages::{
+    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
+};
+use kafka_protocol::protocol::StrBytes;
+use tracing::{debug, warn};
+
+use crate::broker::Broker;
+use crate::codes;
+use crate::server::{Ctx, encode_response};
+
+/// Kafka's `INVALID_REQUIRED_ACKS`.
+const INVALID_REQUIRED_ACKS: i16 = 21;
+
+/// Where each partition of the request is answered from.
+enum Slot {
+    /// The n-th answer of the writer.
+    Writer(usize),
+    /// Answered without the writer (unknown topic or partition, no records).
+    Error(i16, String),
+}
+
+/// Handles a Produce request: resolves topics and appends to the writer now (in request order), then
+/// returns the reply that resolves once committed (`None` for `acks=0`).
+pub async fn produce(
+    broker: &Arc<Broker>,
+    ctx: Ctx,
+    request: ProduceRequest,
+) -> Result<Option<tokio::task::JoinHandle<Result<Option<bytes::Bytes>, String>>>, String> {
+    let mut layout: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Slot)>)> = Vec::new();
+    let mut partitions = Vec::new();
+    let valid_acks = (-1..=1).contains(&request.acks);
+    for topic in request.topic_data {
+        let found = if valid_acks {
+            broker.topics.by_name(topic.name.as_str()).await
+        } else {
+            Ok(None)
+        };
+        let mut slots = Vec::with_capacity(topic.partition_data.len());
+        for p in topic.partition_data {
+            let slot = match (&found, p.records) {
+                _ if !valid_acks => Slot::Error(
+                    INVALID_REQUIRED_ACKS,
+                    format!("acks={} is not one of 0, 1, -1", request.acks),
+                ),
+                (Err(e), _) => Slot::Error(e.error_code().code(), e.to_string()),
+                (Ok(None), _) => Slot::Error(
+                    codes::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("unknown topic {:?}", topic.name.as_str()),
+                ),
+                (Ok(Some(t)), _) if !t.has_partition(p.index) => Slot::Error(
+                    codes::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("topic {:?} has no partition {}", t.name, p.index),
+                ),
+                (Ok(Some(_)), None) => Slot::Error(
+                    ErrorCode::InvalidRecord.code(),
+                    "no records in the request".into(),
+                ),
+                (Ok(Some(t)), Some(records)) => {
+                    partitions.push(ProducePartition {
+                        partition: TopicIdPartition::new(t.id, p.index),
+                        config: t.config.clone(),
+                        records,
+                    });
+                    Slot::Writer(partitions.len() - 1)
+                }
+            };
+            slots.push((p.index, slot));
+        }
+        layout.push((topic.name, slots));
+    }
+    let Some(writer) = broker.writers.get(&ctx.node).cloned() else {
+        return Err(format!("no writer for broker {}", ctx.node));
+    };
+    let pending = if partitions.is_empty() {
+        None
+    } else {
+        Some(writer.append(partitions).await)
+    };
+    let acks = request.acks;
+    let broker = broker.clone();
+    let task = tokio::spawn(async move {
+        let answers: Vec<PartitionResponse> = match pending {
+            Some(p) => p.await,
+            None => Vec::new(),
+        };
+        if answers.iter().any(|a| a.error.is_ok()) {
+            broker.commits.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        for a in answers.iter().filter(|a| !a.error.is_ok()) {
+            debug!(
+                partition = %a.partition,
+                error = ?a.error,
+                message = a.error_message.as_deref().unwrap_or(""),
+                "produce failed for a partition"
+            );
+        }
+        if acks == 0 {
+            return Ok(None);
+        }
+        let response = build_response(&ctx, layout, &answers);
+        encode_response(&ctx, ctx.version, &response).map(Some)
+    });
+    if acks == 0 {
+        // Nobody waits for the answer; let it finish on its own.
+        tokio::spawn(async move {
+            if let Ok(Err(e)) = task.await {
+                warn!("acks=0 produce: {e}");
+            }
+        });
+        return Ok(None);
+    }
+    Ok(Some(task))
+}
+
+fn build_response(
+    ctx: &Ctx,
+    layout: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Slot)>)>,
+    answers: &[PartitionResponse],
+) -> ProduceResponse {
+    let mut response = ProduceResponse::default();
+    for (name, slots) in layout {
+        let mut topic = TopicProduceResponse::default();
+        topic.name = name;
+        for (index, slot) in slots {
+            let mut p = PartitionProduceResponse::default();
+            p.index = index;
+            let (code, message) = match slot {
+                Slot::Error(code, message) => (code, Some(message)),
+                Slot::Writer(i) => match answers.get(i) {
+                    Some(a) => {
+                        p.base_offset = a.base_offset;
+                        p.log_append_time_ms = a.log_append_time;
+                        if ctx.version >= 5 {
+                            p.log_start_offset = a.log_start_offset;
+                        }
+                        if ctx.version >= 8 {
+                            p.record_errors = a
+                                .record_errors
+                                .iter()
+                                .map(|e| {
+                                    let mut r = BatchIndexAndErrorMessage::default();
+                                    r.batch_index = e.batch_index;
+                                    r.batch_index_error_message =
+                                        Some(StrBytes::from_string(e.message.clone()));
+                                    r
+                                })
+                                .collect();
+                        }
+                        (a.error.code(), a.error_message.clone())
+                    }
+                    None => (
+                        codes::UNKNOWN_SERVER_ERROR,
+                        Some("the writer gave no answer".to_string()),
+                    ),
+                },
+            };
+            p.error_code = code;
+            if code != codes::NONE {
+                p.base_offset = -1;
+                if ctx.version >= 8 {
+                    p.error_message = message.map(StrBytes::from_string);
+                }
+            }
+            topic.partition_responses.push(p);
+        }
+        response.responses.push(topic);
+    }
+    response
+}
+
+/// InitProducerId for idempotent producers: a fresh producer id from the durable allocator, or, when
+/// an idempotent producer asks to bump its epoch (KIP-360), the same id with the next epoch.
+pub async fn init_producer_id(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    request: InitProducerIdRequest,
+) -> InitProducerIdResponse {
+    let mut response = InitProducerIdResponse::default();
+    if request.transactional_id.is_some() {
+        warn!(
+            client = %ctx.client_id,
+            peer = %ctx.peer,
+            "InitProducerId with a transactional id: transactions are not supported on diskless topics yet"
+        );
+        response.error_code = codes::INVALID_REQUEST;
+        return response;
+    }
+    if ctx.version >= 3 && request.producer_id.0 >= 0 && request.producer_epoch >= 0 {
+        // Epoch bump of a known idempotent producer; a new id once the epoch is exhausted.
+        if request.producer_epoch < i16::MAX - 1 {
+            response.producer_id = request.producer_id;
+            response.producer_epoch = request.producer_epoch + 1;
+            return response;
+        }
+    }
+    match broker.store.next_producer_id().await {
+        Ok(id) => {
+            response.producer_id = ProducerId(id);
+            response.producer_epoch = 0;
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot allocate a producer id");
+            response.error_code = codes::KAFKA_STORAGE_ERROR;
+            response.producer_id = ProducerId(-1);
+            response.producer_epoch = -1;
+        }
+    }
+    response
+}

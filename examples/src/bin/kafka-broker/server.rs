@@ -1,0 +1,352 @@
+//! Listeners, connections, framing and dispatch.
+//!
+//! A connection reads size-prefixed frames, decodes the request header and body with
+//! `kafka-protocol`, and hands the request to its handler. Handlers run concurrently, but responses
+//! go out in request order (Kafka's rule); Produce requests enter the `WalWriter` in the order they
+//! were read, so an idempotent producer's pipelined requests keep their sequence order. A frame that
+//! is too large, truncated or does not decode closes the connection with a log line; a request of an
+//! API or version this broker does not serve too (after logging why), except ApiVersions, which gets
+//! `UNSUPPORTED_VERSION` (see [`crate::api_versions`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest,
+    JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::broker::Broker;
+use crate::config::Config;
+use crate::{api_versions, fetch, groups, metadata, offsets, produce};
+
+/// Largest request accepted (Kafka's `socket.request.max.bytes` default).
+const MAX_FRAME: usize = 100 << 20;
+/// Requests of one connection being handled or waiting to be answered.
+const MAX_IN_FLIGHT: usize = 32;
+
+/// What a handler knows about the request it serves.
+#[derive(Clone, Debug)]
+pub struct Ctx {
+    /// The logical broker (node id) the connection came to.
+    pub node: i32,
+    pub peer: SocketAddr,
+    pub api_key: ApiKey,
+    pub version: i16,
+    pub correlation_id: i32,
+    pub client_id: String,
+}
+
+/// The encoded response of one request (`None`: no response, as for `acks=0`), or why the
+/// connection must close.
+type Reply = JoinHandle<Result<Option<Bytes>, String>>;
+
+/// Runs the brokers until Ctrl-C or SIGTERM.
+pub async fn run(config: Config) -> Result<(), String> {
+    let broker = Broker::open(&config).await?;
+    broker.create_startup_topics(&config.create_topics).await?;
+    let mut listeners = Vec::new();
+    for l in &config.listeners {
+        let listener = TcpListener::bind(l.bind)
+            .await
+            .map_err(|e| format!("broker {}: cannot listen on {}: {e}", l.node_id, l.bind))?;
+        info!(
+            node_id = l.node_id,
+            listener = %l.bind,
+            advertised = %format!("{}:{}", l.advertised_host, l.bind.port()),
+            rack = %l.rack,
+            "broker listening"
+        );
+        listeners.push((l.node_id, listener));
+    }
+    let groups_task = tokio::spawn(broker.groups.clone().run_expiry());
+    let accept_tasks: Vec<_> = listeners
+        .into_iter()
+        .map(|(node, listener)| tokio::spawn(accept_loop(node, listener, broker.clone())))
+        .collect();
+    info!(
+        brokers = config.listeners.len(),
+        "kafka-broker ready (diskless topics; stop with Ctrl-C)"
+    );
+    shutdown_signal().await;
+    info!("shutting down: flushing the WAL writers");
+    for t in &accept_tasks {
+        t.abort();
+    }
+    groups_task.abort();
+    broker.close().await;
+    info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot watch SIGTERM; stop with Ctrl-C");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn accept_loop(node: i32, listener: TcpListener, broker: Arc<Broker>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(connection(node, stream, peer, broker.clone()));
+            }
+            Err(e) => {
+                warn!(node, error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn connection(node: i32, stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>) {
+    debug!(node, %peer, "connection opened");
+    let (mut rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::channel::<Reply>(MAX_IN_FLIGHT);
+    let writer = tokio::spawn(write_loop(wr, rx, peer));
+    loop {
+        let frame = tokio::select! {
+            frame = read_frame(&mut rd) => frame,
+            _ = tx.closed() => break,
+        };
+        let frame = match frame {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(e) => {
+                warn!(node, %peer, "closing connection: {e}");
+                break;
+            }
+        };
+        match dispatch(node, peer, frame, &broker).await {
+            Ok(Some(reply)) => {
+                if tx.send(reply).await.is_err() {
+                    break;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                warn!(node, %peer, "closing connection: {e}");
+                break;
+            }
+        }
+    }
+    drop(tx);
+    // Answer what was accepted before closing.
+    let _ = writer.await;
+    debug!(node, %peer, "connection closed");
+}
+
+/// Reads one size-prefixed frame; `None` at a clean end of stream.
+async fn read_frame(rd: &mut OwnedReadHalf) -> Result<Option<Bytes>, String> {
+    let mut len = [0u8; 4];
+    match rd.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(format!("read failed: {e}")),
+    }
+    let len = i32::from_be_bytes(len);
+    let len = usize::try_from(len).map_err(|_| format!("negative frame size {len}"))?;
+    if len > MAX_FRAME {
+        return Err(format!(
+            "frame of {len} bytes exceeds the limit of {MAX_FRAME}"
+        ));
+    }
+    // Grow with what actually arrives: announcing a large frame costs a peer nothing.
+    let mut buf = Vec::with_capacity(len.min(64 << 10));
+    let read = (&mut *rd)
+        .take(len as u64)
+        .read_to_end(&mut buf)
+        .await
+        .map_err(|e| format!("read failed: {e}"))?;
+    if read != len {
+        return Err(format!("truncated frame: {read} of {len} announced bytes"));
+    }
+    Ok(Some(Bytes::from(buf)))
+}
+
+async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Reply>, peer: SocketAddr) {
+    while let Some(reply) = rx.recv().await {
+        match reply.await {
+            Ok(Ok(Some(bytes))) => {
+                if let Err(e) = wr.write_all(&bytes).await {
+                    debug!(%peer, error = %e, "write failed");
+                    break;
+                }
+            }
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => {
+                warn!(%peer, "closing connection: {e}");
+                break;
+            }
+            Err(e) => {
+                warn!(%peer, "closing connection: a request handler failed: {e}");
+                break;
+            }
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// Encodes a response frame: size, header (the version the API and version call for), body.
+pub fn encode_response<R: Encodable + HeaderVersion>(
+    ctx: &Ctx,
+    version: i16,
+    body: &R,
+) -> Result<Bytes, String> {
+    let mut header = ResponseHeader::default();
+    header.correlation_id = ctx.correlation_id;
+    let mut buf = BytesMut::with_capacity(64);
+    buf.put_i32(0);
+    header
+        .encode(&mut buf, R::header_version(version))
+        .and_then(|()| body.encode(&mut buf, version))
+        .map_err(|e| {
+            format!(
+                "cannot encode the {:?} v{version} response: {e:#}",
+                ctx.api_key
+            )
+        })?;
+    let len = i32::try_from(buf.len() - 4).map_err(|_| "response too large".to_string())?;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf.freeze())
+}
+
+fn ready(bytes: Result<Bytes, String>) -> Reply {
+    tokio::spawn(async move { bytes.map(Some) })
+}
+
+/// Decodes a request and starts its handler.
+async fn dispatch(
+    node: i32,
+    peer: SocketAddr,
+    frame: Bytes,
+    broker: &Arc<Broker>,
+) -> Result<Option<Reply>, String> {
+    if frame.len() < 8 {
+        return Err(format!(
+            "malformed frame: {} bytes, no request header",
+            frame.len()
+        ));
+    }
+    let mut peek = &frame[..8];
+    let api_key = peek.get_i16();
+    let version = peek.get_i16();
+    let correlation_id = peek.get_i32();
+    let Some((api, min, max)) = api_versions::supported(api_key) else {
+        return Err(format!(
+            "unsupported request: API key {api_key} (version {version}) is not served by this broker"
+        ));
+    };
+    let mut ctx = Ctx {
+        node,
+        peer,
+        api_key: api,
+        version,
+        correlation_id,
+        client_id: String::new(),
+    };
+    if !(min..=max).contains(&version) {
+        if api == ApiKey::ApiVersions {
+            debug!(%peer, version, "ApiVersions of an unsupported version: answering UNSUPPORTED_VERSION");
+            return Ok(Some(ready(encode_response(
+                &ctx,
+                0,
+                &api_versions::unsupported(),
+            ))));
+        }
+        return Err(format!(
+            "unsupported request: {api:?} version {version} (this broker serves {min}..={max})"
+        ));
+    }
+    let mut buf = frame;
+    let header = RequestHeader::decode(&mut buf, api.request_header_version(version))
+        .map_err(|e| format!("malformed {api:?} v{version} request header: {e:#}"))?;
+    ctx.client_id = header
+        .client_id
+        .as_ref()
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_default();
+
+    macro_rules! decode {
+        ($ty:ty) => {
+            <$ty>::decode(&mut buf, version).map_err(|e| {
+                format!(
+                    "malformed {api:?} v{version} request from client {:?}: {e:#}",
+                    ctx.client_id
+                )
+            })?
+        };
+    }
+    macro_rules! spawn {
+        ($req:expr, $handler:path) => {{
+            let request = $req;
+            let broker = broker.clone();
+            Ok(Some(tokio::spawn(async move {
+                let response = $handler(&broker, &ctx, request).await;
+                encode_response(&ctx, ctx.version, &response).map(Some)
+            })))
+        }};
+    }
+
+    match api {
+        ApiKey::ApiVersions => {
+            let request = decode!(ApiVersionsRequest);
+            Ok(Some(ready(encode_response(
+                &ctx,
+                version,
+                &api_versions::handle(&ctx, request),
+            ))))
+        }
+        ApiKey::Produce => {
+            let request = decode!(ProduceRequest);
+            produce::produce(broker, ctx, request).await
+        }
+        ApiKey::Fetch => spawn!(decode!(FetchRequest), fetch::fetch),
+        ApiKey::ListOffsets => spawn!(decode!(ListOffsetsRequest), fetch::list_offsets),
+        ApiKey::DeleteRecords => spawn!(decode!(DeleteRecordsRequest), fetch::delete_records),
+        ApiKey::Metadata => spawn!(decode!(MetadataRequest), metadata::metadata),
+        ApiKey::CreateTopics => spawn!(decode!(CreateTopicsRequest), metadata::create_topics),
+        ApiKey::DeleteTopics => spawn!(decode!(DeleteTopicsRequest), metadata::delete_topics),
+        ApiKey::InitProducerId => {
+            spawn!(decode!(InitProducerIdRequest), produce::init_producer_id)
+        }
+        ApiKey::FindCoordinator => {
+            spawn!(decode!(FindCoordinatorRequest), groups::find_coordinator)
+        }
+        ApiKey::JoinGroup => spawn!(decode!(JoinGroupRequest), groups::join_group),
+        ApiKey::SyncGroup => spawn!(decode!(SyncGroupRequest), groups::sync_group),
+        ApiKey::Heartbeat => spawn!(decode!(HeartbeatRequest), groups::heartbeat),
+        ApiKey::LeaveGroup => spawn!(decode!(LeaveGroupRequest), groups::leave_group),
+        ApiKey::OffsetCommit => spawn!(decode!(OffsetCommitRequest), offsets::offset_commit),
+        ApiKey::OffsetFetch => spawn!(decode!(OffsetFetchRequest), offsets::offset_fetch),
+        other => Err(format!("unsupported request: {other:?} version {version}")),
+    }
+}

@@ -1,0 +1,130 @@
+//! The topic registry: names and ids of the coordinator's topics, cached briefly.
+//!
+//! The coordinator is the source of truth (`create_topic`/`list_topics`); this cache saves a
+//! coordinator round trip per request. A name not in the cache triggers a reload, and the whole cache
+//! is reloaded when older than [`MAX_AGE`], so topics created or deleted by another broker process
+//! sharing the coordinator show up quickly.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use diskless_coordinator::{BatchCoordinator, CoordinatorError, TopicConfig, TopicInfo};
+use parking_lot::RwLock;
+use uuid::Uuid;
+
+/// How long a loaded topic list is trusted.
+const MAX_AGE: Duration = Duration::from_secs(5);
+
+/// A live topic.
+#[derive(Debug)]
+pub struct Topic {
+    pub id: Uuid,
+    pub name: String,
+    pub partitions: i32,
+    pub config: Arc<TopicConfig>,
+}
+
+impl Topic {
+    fn from_info(info: TopicInfo) -> Topic {
+        Topic {
+            id: info.topic_id,
+            name: info.name,
+            partitions: info.partitions,
+            config: Arc::new(info.config),
+        }
+    }
+
+    /// Whether `partition` exists.
+    pub fn has_partition(&self, partition: i32) -> bool {
+        (0..self.partitions).contains(&partition)
+    }
+}
+
+#[derive(Default)]
+struct Snapshot {
+    by_name: HashMap<String, Arc<Topic>>,
+    by_id: HashMap<Uuid, Arc<Topic>>,
+    ordered: Vec<Arc<Topic>>,
+    loaded_at: Option<Instant>,
+}
+
+/// The cached topic list.
+#[derive(Debug)]
+pub struct Topics {
+    coordinator: Arc<dyn BatchCoordinator>,
+    snapshot: RwLock<Arc<Snapshot>>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("topics", &self.ordered.len())
+            .finish()
+    }
+}
+
+impl Topics {
+    pub fn new(coordinator: Arc<dyn BatchCoordinator>) -> Topics {
+        Topics {
+            coordinator,
+            snapshot: RwLock::new(Arc::new(Snapshot::default())),
+        }
+    }
+
+    /// Reloads the list from the coordinator.
+    pub async fn reload(&self) -> Result<(), CoordinatorError> {
+        let list = self.coordinator.list_topics().await?;
+        let mut snap = Snapshot {
+            loaded_at: Some(Instant::now()),
+            ..Snapshot::default()
+        };
+        for info in list {
+            let topic = Arc::new(Topic::from_info(info));
+            snap.by_name.insert(topic.name.clone(), topic.clone());
+            snap.by_id.insert(topic.id, topic.clone());
+            snap.ordered.push(topic);
+        }
+        *self.snapshot.write() = Arc::new(snap);
+        Ok(())
+    }
+
+    async fn fresh(&self) -> Result<Arc<Snapshot>, CoordinatorError> {
+        let snap = self.snapshot.read().clone();
+        if snap.loaded_at.is_some_and(|t| t.elapsed() < MAX_AGE) {
+            return Ok(snap);
+        }
+        self.reload().await?;
+        Ok(self.snapshot.read().clone())
+    }
+
+    /// Every live topic, ordered by name.
+    pub async fn all(&self) -> Result<Vec<Arc<Topic>>, CoordinatorError> {
+        Ok(self.fresh().await?.ordered.clone())
+    }
+
+    /// A topic by name (reloading once when the name is not known).
+    pub async fn by_name(&self, name: &str) -> Result<Option<Arc<Topic>>, CoordinatorError> {
+        let snap = self.fresh().await?;
+        if let Some(t) = snap.by_name.get(name) {
+            return Ok(Some(t.clone()));
+        }
+        self.reload().await?;
+        Ok(self.snapshot.read().by_name.get(name).cloned())
+    }
+
+    /// A topic by id (reloading once when the id is not known).
+    pub async fn by_id(&self, id: Uuid) -> Result<Option<Arc<Topic>>, CoordinatorError> {
+        let snap = self.fresh().await?;
+        if let Some(t) = snap.by_id.get(&id) {
+            return Ok(Some(t.clone()));
+        }
+        self.reload().await?;
+        Ok(self.snapshot.read().by_id.get(&id).cloned())
+    }
+
+    /// Forgets the cached list (after a create or delete).
+    pub fn invalidate(&self) {
+        *self.snapshot.write() = Arc::new(Snapshot::default());
+    }
+}
