@@ -13,6 +13,7 @@ mod clock;
 mod error;
 mod error_code;
 mod types;
+mod validate;
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -24,6 +25,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{BoxError, CoordinatorError};
 pub use error_code::ErrorCode;
 pub use types::*;
+pub use validate::last_sequence;
 
 use async_trait::async_trait;
 

@@ -8,9 +8,9 @@ use crate::{
     BatchCoordinate, BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest,
     CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse,
     EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, FindBatchesResponse, LATEST_TIMESTAMP,
-    ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, NO_PRODUCER_ID, NO_TIMESTAMP,
-    ObjectInfo, ObjectToDelete, ProducerBatch, ProducerState, RetentionReport, ShardId,
-    TimestampType, TopicConfig, TopicIdPartition, TopicInfo,
+    ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, NO_TIMESTAMP, ObjectInfo,
+    ObjectToDelete, ProducerBatch, ProducerState, RetentionReport, ShardId, TimestampType,
+    TopicConfig, TopicIdPartition, TopicInfo,
 };
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
@@ -611,63 +611,6 @@ fn partition_arrays(partitions: impl Iterator<Item = TopicIdPartition>) -> (Vec<
 // -------------------------------------------------------------------------------------------------
 // Validation (the same rules as the reference model; the conformance suite pins them)
 
-fn validate_create(request: &CreateTopicRequest) -> Result<(), CoordinatorError> {
-    let bad = |m: &str| Err(CoordinatorError::InvalidRequest(m.to_string()));
-    let c = &request.config;
-    if request.topic_id.is_nil() {
-        return bad("the topic id must not be the nil UUID");
-    }
-    if request.name.is_empty() || request.name.len() > 249 {
-        return bad("the topic name must have 1 to 249 characters");
-    }
-    if request.partitions < 1 {
-        return bad("a topic needs at least one partition");
-    }
-    if c.retention_ms < -1 || c.retention_bytes < -1 {
-        return bad("retention.ms and retention.bytes must be >= -1");
-    }
-    if c.max_message_bytes < 0
-        || c.message_timestamp_before_max_ms < 0
-        || c.message_timestamp_after_max_ms < 0
-    {
-        return bad("max.message.bytes and the timestamp bounds must be >= 0");
-    }
-    Ok(())
-}
-
-fn validate_commit(request: &CommitFileRequest) -> Result<(), CoordinatorError> {
-    let bad = |m: String| Err(CoordinatorError::InvalidRequest(m));
-    if request.object_key.is_empty() {
-        return bad("the object key must not be empty".into());
-    }
-    if request.owners.is_empty() {
-        return bad("the owner list must not be empty".into());
-    }
-    if request.object_size > i64::MAX as u64 {
-        return bad("the object size is too large".into());
-    }
-    for (i, b) in request.batches.iter().enumerate() {
-        if b.record_count < 1 || b.byte_size == 0 {
-            return bad(format!("batch {i}: empty batch"));
-        }
-        match b.byte_offset.checked_add(u64::from(b.byte_size)) {
-            Some(end) if end <= request.object_size => {}
-            _ => return bad(format!("batch {i}: lies outside the object")),
-        }
-        if b.producer_id < NO_PRODUCER_ID {
-            return bad(format!("batch {i}: invalid producer id"));
-        }
-        if b.producer_id != NO_PRODUCER_ID {
-            let last = (i64::from(b.base_sequence) + i64::from(b.record_count) - 1)
-                % (i64::from(i32::MAX) + 1);
-            if b.producer_epoch < 0 || b.base_sequence < 0 || i64::from(b.last_sequence) != last {
-                return bad(format!("batch {i}: invalid producer epoch or sequence"));
-            }
-        }
-    }
-    Ok(())
-}
-
 // -------------------------------------------------------------------------------------------------
 // SQL
 
@@ -1214,7 +1157,7 @@ impl PostgresCoordinator {
 #[async_trait]
 impl BatchCoordinator for PostgresCoordinator {
     async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
-        validate_create(&request)?;
+        request.validate()?;
         self.check_open()?;
         let id = request.topic_id.hyphenated().to_string();
         let c = &request.config;
@@ -1293,7 +1236,7 @@ impl BatchCoordinator for PostgresCoordinator {
         &self,
         request: CommitFileRequest,
     ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
-        validate_commit(&request)?;
+        request.validate()?;
         self.check_open()?;
         let now = self.clock.now_ms();
         retrying!(self, self.try_commit_file(&request, now).await)

@@ -69,9 +69,8 @@ pub use map::{FileShardMap, MemoryShardMap, Placements, ShardMapStore};
 use crate::{
     BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest, CoordinatorError,
     CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode, FindBatchesRequest,
-    FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, NO_PRODUCER_ID, NO_TIMESTAMP,
-    ObjectInfo, ObjectToDelete, ProducerState, RetentionReport, ShardId, TopicIdPartition,
-    TopicInfo,
+    FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, NO_TIMESTAMP, ObjectInfo,
+    ObjectToDelete, ProducerState, RetentionReport, ShardId, TopicIdPartition, TopicInfo,
 };
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -185,46 +184,6 @@ pub fn object_key_time_ms(key: &str) -> Option<i64> {
         .ok()?
         .checked_mul(1000)?
         .checked_add(i64::from(nanos / 1_000_000))
-}
-
-/// The last sequence of a batch of `count` records starting at `base`, with Kafka's wrap-around.
-fn last_sequence(base: i32, count: i32) -> i64 {
-    (i64::from(base) + i64::from(count) - 1) % (i64::from(i32::MAX) + 1)
-}
-
-/// The request rules every shard applies, checked before any shard is called so that an invalid
-/// request fails as a whole instead of on some shards only.
-fn validate_commit(request: &CommitFileRequest) -> Result<(), CoordinatorError> {
-    let bad = |m: String| Err(CoordinatorError::InvalidRequest(m));
-    if request.object_key.is_empty() {
-        return bad("the object key must not be empty".into());
-    }
-    if request.owners.is_empty() {
-        // Replaced by the router, but still part of the request contract.
-        return bad("the owner list must not be empty".into());
-    }
-    if request.object_size > i64::MAX as u64 {
-        return bad("the object size is too large".into());
-    }
-    for (i, b) in request.batches.iter().enumerate() {
-        if b.record_count < 1 || b.byte_size == 0 {
-            return bad(format!("batch {i}: empty batch"));
-        }
-        if b.byte_offset.checked_add(u64::from(b.byte_size)) > Some(request.object_size) {
-            return bad(format!("batch {i}: lies outside the object"));
-        }
-        if b.producer_id < NO_PRODUCER_ID {
-            return bad(format!("batch {i}: invalid producer id"));
-        }
-        if b.producer_id != NO_PRODUCER_ID
-            && (b.producer_epoch < 0
-                || b.base_sequence < 0
-                || i64::from(b.last_sequence) != last_sequence(b.base_sequence, b.record_count))
-        {
-            return bad(format!("batch {i}: invalid producer epoch or sequence"));
-        }
-    }
-    Ok(())
 }
 
 fn poisoned() -> CoordinatorError {
@@ -663,7 +622,7 @@ impl BatchCoordinator for ShardedCoordinator {
         &self,
         request: CommitFileRequest,
     ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
-        validate_commit(&request)?;
+        request.validate()?;
         let max_age = i64::try_from(self.config.max_commit_age.as_millis()).unwrap_or(i64::MAX);
         let now = self.clock.now_ms();
         if let Some(t) = object_key_time_ms(&request.object_key)

@@ -116,69 +116,6 @@ impl InMemoryCoordinator {
     }
 }
 
-/// Checks a topic creation request (shared rules: see the conformance suite).
-fn validate_create(request: &CreateTopicRequest) -> Result<(), CoordinatorError> {
-    let bad = |m: &str| Err(CoordinatorError::InvalidRequest(m.to_string()));
-    let c = &request.config;
-    if request.topic_id.is_nil() {
-        return bad("the topic id must not be the nil UUID");
-    }
-    if request.name.is_empty() || request.name.len() > 249 {
-        return bad("the topic name must have 1 to 249 characters");
-    }
-    if request.partitions < 1 {
-        return bad("a topic needs at least one partition");
-    }
-    if c.retention_ms < -1 || c.retention_bytes < -1 {
-        return bad("retention.ms and retention.bytes must be >= -1");
-    }
-    if c.max_message_bytes < 0
-        || c.message_timestamp_before_max_ms < 0
-        || c.message_timestamp_after_max_ms < 0
-    {
-        return bad("max.message.bytes and the timestamp bounds must be >= 0");
-    }
-    Ok(())
-}
-
-/// The last sequence of a batch of `count` records starting at `base`, with Kafka's wrap-around.
-fn last_sequence(base: i32, count: i32) -> i64 {
-    (i64::from(base) + i64::from(count) - 1) % (i64::from(i32::MAX) + 1)
-}
-
-fn validate_commit(request: &CommitFileRequest) -> Result<(), CoordinatorError> {
-    let bad = |m: String| Err(CoordinatorError::InvalidRequest(m));
-    if request.object_key.is_empty() {
-        return bad("the object key must not be empty".into());
-    }
-    if request.owners.is_empty() {
-        return bad("the owner list must not be empty".into());
-    }
-    if request.object_size > i64::MAX as u64 {
-        return bad("the object size is too large".into());
-    }
-    for (i, b) in request.batches.iter().enumerate() {
-        if b.record_count < 1 || b.byte_size == 0 {
-            return bad(format!("batch {i}: empty batch"));
-        }
-        if !matches!(b.byte_offset.checked_add(u64::from(b.byte_size)), Some(end) if end <= request.object_size)
-        {
-            return bad(format!("batch {i}: lies outside the object"));
-        }
-        if b.producer_id < NO_PRODUCER_ID {
-            return bad(format!("batch {i}: invalid producer id"));
-        }
-        if b.producer_id != NO_PRODUCER_ID
-            && (b.producer_epoch < 0
-                || b.base_sequence < 0
-                || i64::from(b.last_sequence) != last_sequence(b.base_sequence, b.record_count))
-        {
-            return bad(format!("batch {i}: invalid producer epoch or sequence"));
-        }
-    }
-    Ok(())
-}
-
 /// Kafka's `inSequence`: `next` follows `last`, wrapping from `i32::MAX` to 0.
 fn in_sequence(last: i32, next: i32) -> bool {
     i64::from(next) == i64::from(last) + 1 || (next == 0 && last == i32::MAX)
@@ -292,7 +229,7 @@ fn retention_count(config: &TopicConfig, log: &Log, now: i64) -> usize {
 #[async_trait::async_trait]
 impl BatchCoordinator for InMemoryCoordinator {
     async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
-        validate_create(&request)?;
+        request.validate()?;
         let mut state = self.state.lock();
         if state.topics.contains_key(&request.topic_id) {
             return Err(CoordinatorError::TopicAlreadyExists(
@@ -354,7 +291,7 @@ impl BatchCoordinator for InMemoryCoordinator {
         &self,
         request: CommitFileRequest,
     ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
-        validate_commit(&request)?;
+        request.validate()?;
         let now = self.clock.now_ms();
         let mut state = self.state.lock();
         if state.objects.contains_key(&request.object_key) {

@@ -1,0 +1,85 @@
+//! The request rules every coordinator applies before touching its state. One piece of code for all
+//! implementations (SQLite, PostgreSQL, the sharded router, the in-memory model, users' own), so that
+//! they cannot drift apart; the conformance suite pins them.
+
+use crate::{CommitFileRequest, CoordinatorError, CreateTopicRequest, NO_PRODUCER_ID};
+
+/// The last sequence of a batch of `record_count` records starting at `base_sequence`, with Kafka's
+/// wrap-around from `i32::MAX` to 0.
+///
+/// ```
+/// use diskless_coordinator::last_sequence;
+/// assert_eq!(last_sequence(5, 3), 7);
+/// assert_eq!(last_sequence(i32::MAX, 2), 0);
+/// ```
+pub fn last_sequence(base_sequence: i32, record_count: i32) -> i32 {
+    let last = (i64::from(base_sequence) + i64::from(record_count) - 1) % (i64::from(i32::MAX) + 1);
+    // In range by construction for non-negative inputs; negative inputs are clamped, not wrapped.
+    i32::try_from(last).unwrap_or(-1)
+}
+
+impl CreateTopicRequest {
+    /// Checks the request: a non-nil id, a name of 1 to 249 characters, at least one partition, and
+    /// config values in range. Errors are [`CoordinatorError::InvalidRequest`].
+    pub fn validate(&self) -> Result<(), CoordinatorError> {
+        let bad = |m: &str| Err(CoordinatorError::InvalidRequest(m.to_string()));
+        let c = &self.config;
+        if self.topic_id.is_nil() {
+            return bad("the topic id must not be the nil UUID");
+        }
+        if self.name.is_empty() || self.name.len() > 249 {
+            return bad("the topic name must have 1 to 249 characters");
+        }
+        if self.partitions < 1 {
+            return bad("a topic needs at least one partition");
+        }
+        if c.retention_ms < -1 || c.retention_bytes < -1 {
+            return bad("retention.ms and retention.bytes must be >= -1");
+        }
+        if c.max_message_bytes < 0
+            || c.message_timestamp_before_max_ms < 0
+            || c.message_timestamp_after_max_ms < 0
+        {
+            return bad("max.message.bytes and the timestamp bounds must be >= 0");
+        }
+        Ok(())
+    }
+}
+
+impl CommitFileRequest {
+    /// Checks the request: a non-empty key and owner list, a size that fits an `i64`, and batches
+    /// that are non-empty, lie inside the object and carry a consistent producer id, epoch and
+    /// sequence range. Errors are [`CoordinatorError::InvalidRequest`].
+    pub fn validate(&self) -> Result<(), CoordinatorError> {
+        let bad = |m: String| Err(CoordinatorError::InvalidRequest(m));
+        if self.object_key.is_empty() {
+            return bad("the object key must not be empty".into());
+        }
+        if self.owners.is_empty() {
+            return bad("the owner list must not be empty".into());
+        }
+        if i64::try_from(self.object_size).is_err() {
+            return bad("the object size is too large".into());
+        }
+        for (i, b) in self.batches.iter().enumerate() {
+            if b.record_count < 1 || b.byte_size == 0 {
+                return bad(format!("batch {i}: empty batch"));
+            }
+            match b.byte_offset.checked_add(u64::from(b.byte_size)) {
+                Some(end) if end <= self.object_size => {}
+                _ => return bad(format!("batch {i}: lies outside the object")),
+            }
+            if b.producer_id < NO_PRODUCER_ID {
+                return bad(format!("batch {i}: invalid producer id"));
+            }
+            if b.producer_id != NO_PRODUCER_ID
+                && (b.producer_epoch < 0
+                    || b.base_sequence < 0
+                    || b.last_sequence != last_sequence(b.base_sequence, b.record_count))
+            {
+                return bad(format!("batch {i}: invalid producer epoch or sequence"));
+            }
+        }
+        Ok(())
+    }
+}
