@@ -1,19 +1,17 @@
 //! Tests of the sharded coordinator router: conformance, placement persistence, owner lists,
 //! partial failures, hand-over, and equivalence with one coordinator under random workloads.
 
-use async_trait::async_trait;
 use diskless_coordinator::sharded::{
     FileShardMap, MemoryShardMap, PartialCommitError, ShardMapStore, ShardedConfig,
     ShardedCoordinator,
 };
 use diskless_coordinator::sqlite::SqliteCoordinator;
 use diskless_coordinator::*;
-use diskless_testkit::coordinator::InMemoryCoordinator;
 use diskless_testkit::coordinator::conformance::{self, Harness, START_MS};
+use diskless_testkit::coordinator::{FaultyCoordinator, InMemoryCoordinator};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -443,102 +441,12 @@ async fn an_object_is_deletable_only_when_every_owner_released_it() {
     assert_eq!(r.object_info(&key).await.unwrap(), None);
 }
 
-/// A shard wrapper whose commits can be made to fail (nothing applied) or to apply and then report
-/// an unknown outcome.
-#[derive(Debug)]
-struct Flaky {
-    inner: Arc<dyn BatchCoordinator>,
-    fail: AtomicBool,
-    apply_then_unknown: AtomicBool,
-}
-
-impl Flaky {
-    fn new(inner: Arc<dyn BatchCoordinator>) -> Arc<Self> {
-        Arc::new(Flaky {
-            inner,
-            fail: AtomicBool::new(false),
-            apply_then_unknown: AtomicBool::new(false),
-        })
-    }
-}
-
-#[async_trait]
-impl BatchCoordinator for Flaky {
-    async fn create_topic(&self, r: CreateTopicRequest) -> Result<(), CoordinatorError> {
-        self.inner.create_topic(r).await
-    }
-    async fn delete_topic(&self, id: Uuid) -> Result<(), CoordinatorError> {
-        self.inner.delete_topic(id).await
-    }
-    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
-        self.inner.list_topics().await
-    }
-    async fn commit_file(
-        &self,
-        r: CommitFileRequest,
-    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
-        if self.fail.load(Ordering::SeqCst) {
-            return Err(CoordinatorError::Unavailable("injected".into()));
-        }
-        let out = self.inner.commit_file(r).await;
-        if self.apply_then_unknown.load(Ordering::SeqCst) {
-            return Err(CoordinatorError::OutcomeUnknown("injected".into()));
-        }
-        out
-    }
-    async fn find_batches(
-        &self,
-        r: &[FindBatchesRequest],
-        m: u32,
-    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
-        self.inner.find_batches(r, m).await
-    }
-    async fn list_offsets(
-        &self,
-        r: &[ListOffsetsRequest],
-    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
-        self.inner.list_offsets(r).await
-    }
-    async fn delete_records(
-        &self,
-        r: &[DeleteRecordsRequest],
-    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
-        self.inner.delete_records(r).await
-    }
-    async fn enforce_retention(&self, m: u32) -> Result<RetentionReport, CoordinatorError> {
-        self.inner.enforce_retention(m).await
-    }
-    async fn objects_to_delete(
-        &self,
-        b: i64,
-        l: u32,
-    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
-        self.inner.objects_to_delete(b, l).await
-    }
-    async fn confirm_deleted(&self, k: &[String]) -> Result<(), CoordinatorError> {
-        self.inner.confirm_deleted(k).await
-    }
-    async fn known_objects(&self, k: &[String]) -> Result<Vec<String>, CoordinatorError> {
-        self.inner.known_objects(k).await
-    }
-    async fn object_info(&self, k: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
-        self.inner.object_info(k).await
-    }
-    async fn producer_state(
-        &self,
-        p: TopicIdPartition,
-        id: i64,
-    ) -> Result<Option<ProducerState>, CoordinatorError> {
-        self.inner.producer_state(p, id).await
-    }
-}
-
 #[tokio::test]
 async fn partial_commits_are_outcome_unknown_and_settle_after_the_horizon() {
     let clock = ManualClock::new(START_MS);
-    let flaky: Vec<Arc<Flaky>> = model_shards(&clock, 3)
+    let flaky: Vec<Arc<FaultyCoordinator>> = model_shards(&clock, 3)
         .into_iter()
-        .map(Flaky::new)
+        .map(FaultyCoordinator::new)
         .collect();
     let shards: Vec<Arc<dyn BatchCoordinator>> = flaky
         .iter()
@@ -555,7 +463,7 @@ async fn partial_commits_are_outcome_unknown_and_settle_after_the_horizon() {
     };
 
     // Shard 1 is down: shards 0 and 2 apply, the whole commit is OutcomeUnknown.
-    flaky[1].fail.store(true, Ordering::SeqCst);
+    flaky[1].set_failing(true);
     let key = key_at(START_MS);
     let all = vec![
         batch(on(0), 10, START_MS),
@@ -576,7 +484,7 @@ async fn partial_commits_are_outcome_unknown_and_settle_after_the_horizon() {
 
     // Every shard down: the error says nothing was applied.
     for f in &flaky {
-        f.fail.store(true, Ordering::SeqCst);
+        f.set_failing(true);
     }
     let err = r
         .commit_file(request(&key_at(START_MS), all.clone()))
@@ -585,15 +493,15 @@ async fn partial_commits_are_outcome_unknown_and_settle_after_the_horizon() {
     assert!(err.is_retriable(), "{err:?}");
     // Applied everywhere but one answer lost: OutcomeUnknown.
     for f in &flaky {
-        f.fail.store(false, Ordering::SeqCst);
+        f.set_failing(false);
     }
-    flaky[2].apply_then_unknown.store(true, Ordering::SeqCst);
+    flaky[2].set_losing(true);
     let err = r
         .commit_file(request(&key_at(START_MS), all))
         .await
         .unwrap_err();
     assert!(matches!(err, CoordinatorError::OutcomeUnknown(_)));
-    flaky[2].apply_then_unknown.store(false, Ordering::SeqCst);
+    flaky[2].set_losing(false);
 
     // The partially committed object: shards 0 and 2 release it; shard 1 never knew it.
     for s in [0, 2] {

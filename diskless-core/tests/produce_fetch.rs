@@ -11,7 +11,7 @@ use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
 use diskless_coordinator::*;
 use diskless_core::*;
 use diskless_storage::{ObjectKey, ObjectMeta, ObjectStorage, ObjectStoreStorage, StorageError};
-use diskless_testkit::coordinator::InMemoryCoordinator;
+use diskless_testkit::coordinator::{FaultyCoordinator, InMemoryCoordinator};
 use diskless_testkit::storage::{FaultConfig, FaultyStorage, Latency};
 use uuid::Uuid;
 
@@ -603,91 +603,12 @@ async fn upload_faults_lose_nothing_and_idempotent_retries_never_duplicate() {
     );
 }
 
-/// A coordinator whose commits apply but whose answers are lost.
-#[derive(Debug)]
-struct LosingCoordinator {
-    inner: Arc<InMemoryCoordinator>,
-    lose_next: parking_lot::Mutex<u32>,
-}
-
-#[async_trait]
-impl BatchCoordinator for LosingCoordinator {
-    async fn create_topic(&self, r: CreateTopicRequest) -> Result<(), CoordinatorError> {
-        self.inner.create_topic(r).await
-    }
-    async fn delete_topic(&self, id: Uuid) -> Result<(), CoordinatorError> {
-        self.inner.delete_topic(id).await
-    }
-    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
-        self.inner.list_topics().await
-    }
-    async fn commit_file(
-        &self,
-        r: CommitFileRequest,
-    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
-        let result = self.inner.commit_file(r).await;
-        let mut lose = self.lose_next.lock();
-        if *lose > 0 {
-            *lose -= 1;
-            return Err(CoordinatorError::OutcomeUnknown("connection lost".into()));
-        }
-        result
-    }
-    async fn find_batches(
-        &self,
-        r: &[FindBatchesRequest],
-        m: u32,
-    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
-        self.inner.find_batches(r, m).await
-    }
-    async fn list_offsets(
-        &self,
-        r: &[ListOffsetsRequest],
-    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
-        self.inner.list_offsets(r).await
-    }
-    async fn delete_records(
-        &self,
-        r: &[DeleteRecordsRequest],
-    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
-        self.inner.delete_records(r).await
-    }
-    async fn enforce_retention(&self, m: u32) -> Result<RetentionReport, CoordinatorError> {
-        self.inner.enforce_retention(m).await
-    }
-    async fn objects_to_delete(
-        &self,
-        b: i64,
-        l: u32,
-    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
-        self.inner.objects_to_delete(b, l).await
-    }
-    async fn confirm_deleted(&self, k: &[String]) -> Result<(), CoordinatorError> {
-        self.inner.confirm_deleted(k).await
-    }
-    async fn known_objects(&self, k: &[String]) -> Result<Vec<String>, CoordinatorError> {
-        self.inner.known_objects(k).await
-    }
-    async fn object_info(&self, k: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
-        self.inner.object_info(k).await
-    }
-    async fn producer_state(
-        &self,
-        p: TopicIdPartition,
-        id: i64,
-    ) -> Result<Option<ProducerState>, CoordinatorError> {
-        self.inner.producer_state(p, id).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn unknown_commit_outcome_is_an_error_and_the_idempotent_retry_gets_the_original_offsets() {
     let storage = Arc::new(ObjectStoreStorage::in_memory());
     let inner = Arc::new(InMemoryCoordinator::new(clock()));
-    let coordinator = Arc::new(LosingCoordinator {
-        inner: inner.clone(),
-        lose_next: parking_lot::Mutex::new(1),
-    });
+    let coordinator = FaultyCoordinator::new(inner.clone());
+    coordinator.lose_next_commits(1);
     let tc = TopicConfig::default();
     let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
     let p = TopicIdPartition::new(t, 0);
@@ -966,5 +887,36 @@ async fn produce_and_fetch_futures_can_be_spawned() {
     .unwrap()
     .unwrap();
     assert_eq!(served_batches(&fetched[0]).len(), 1);
+    writer.close().await;
+}
+
+/// A commit that certainly did not apply answers a retriable error and leaves no object behind.
+#[tokio::test(start_paused = true)]
+async fn a_commit_that_did_not_apply_leaves_no_object() {
+    let storage = Arc::new(ObjectStoreStorage::in_memory());
+    let inner = Arc::new(InMemoryCoordinator::new(clock()));
+    let coordinator = FaultyCoordinator::new(inner.clone());
+    let tc = TopicConfig::default();
+    let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
+    let p = TopicIdPartition::new(t, 0);
+    let writer = WalWriter::new(
+        small_config(),
+        storage.clone(),
+        coordinator.clone(),
+        None,
+        clock(),
+    )
+    .unwrap();
+    coordinator.fail_next_commits(1);
+    let first = writer.produce(vec![produce(p, &tc, &batch(&["x"]))]).await;
+    assert_eq!(first[0].error, ErrorCode::KafkaStorageError);
+    assert!(first[0].error.is_retriable());
+    tokio::time::sleep(Duration::from_secs(1)).await; // the background delete
+    use futures::TryStreamExt;
+    let left: Vec<_> = storage.list("wal").try_collect().await.unwrap();
+    assert!(left.is_empty(), "garbage left: {left:?}");
+    let retry = writer.produce(vec![produce(p, &tc, &batch(&["x"]))]).await;
+    assert_eq!((retry[0].error, retry[0].base_offset), (ErrorCode::None, 0));
+    assert_eq!(coordinator.injected_faults(), 1);
     writer.close().await;
 }

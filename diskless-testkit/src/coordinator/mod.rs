@@ -1,14 +1,18 @@
 //! The in-memory reference coordinator, its conformance suite and generators.
 //!
 //! - [`InMemoryCoordinator`]: the reference model of [`diskless_coordinator::BatchCoordinator`].
+//! - [`FaultyCoordinator`]: wraps any coordinator; commits fail unapplied, or apply and lose their
+//!   answer, or wait.
 //! - [`conformance`]: the cases every implementation must pass ([`conformance::run_all`]).
 //! - [`ops`]: proptest strategies for random operation sequences and
 //!   [`ops::check_against_model`], the driver of model-based tests.
 
 pub mod conformance;
+mod faulty;
 mod model;
 pub mod ops;
 
+pub use faulty::{FaultyCoordinator, InjectedCommitFault};
 pub use model::InMemoryCoordinator;
 
 #[cfg(test)]

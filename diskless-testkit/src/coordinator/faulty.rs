@@ -1,0 +1,225 @@
+//! [`FaultyCoordinator`]: a wrapper that makes any coordinator's commits fail in the two ways that
+//! matter to a writer — not applied, or applied with the answer lost — and can slow them down.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use diskless_coordinator::{
+    BatchCoordinator, CommitBatchResult, CommitFileRequest, CoordinatorError, CreateTopicRequest,
+    DeleteRecordsRequest, DeleteRecordsResponse, FindBatchesRequest, FindBatchesResponse,
+    ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectToDelete, ProducerState,
+    RetentionReport, TopicIdPartition, TopicInfo,
+};
+use parking_lot::Mutex;
+
+/// Why an injected failure happened (the source of the injected [`CoordinatorError`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InjectedCommitFault {
+    /// The commit was refused before reaching the inner coordinator.
+    #[error("injected: commit refused before it was applied")]
+    NotApplied,
+    /// The commit was applied by the inner coordinator, then its answer was dropped.
+    #[error("injected: commit applied, answer lost")]
+    AnswerLost,
+}
+
+/// Wraps a [`BatchCoordinator`] and injects commit failures; every other call passes through.
+///
+/// - [`fail_next_commits`](Self::fail_next_commits) / [`set_failing`](Self::set_failing): commits
+///   fail with [`CoordinatorError::Unavailable`] and are *not* applied;
+/// - [`lose_next_commits`](Self::lose_next_commits) / [`set_losing`](Self::set_losing): commits are
+///   applied, then fail with [`CoordinatorError::OutcomeUnknown`] (a connection lost after COMMIT);
+/// - [`set_commit_latency`](Self::set_commit_latency): each commit waits first (`tokio::time`, so
+///   paused-clock tests stay instant).
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// use std::sync::Arc;
+/// use diskless_coordinator::{BatchCoordinator, CommitFileRequest, CoordinatorError, ManualClock};
+/// use diskless_testkit::coordinator::{FaultyCoordinator, InMemoryCoordinator};
+///
+/// let inner = Arc::new(InMemoryCoordinator::new(ManualClock::new(0)));
+/// let faulty = FaultyCoordinator::new(inner.clone());
+/// faulty.lose_next_commits(1);
+/// let request = CommitFileRequest {
+///     object_key: "wal/a".into(), uploader_broker_id: 1, object_size: 1, owners: vec![0], batches: vec![],
+/// };
+/// let err = faulty.commit_file(request).await.unwrap_err();
+/// assert!(matches!(err, CoordinatorError::OutcomeUnknown(_)));
+/// // ...but it was applied:
+/// assert!(inner.object_info("wal/a").await.unwrap().is_some());
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct FaultyCoordinator {
+    inner: Arc<dyn BatchCoordinator>,
+    fail_next: AtomicU32,
+    lose_next: AtomicU32,
+    failing: AtomicBool,
+    losing: AtomicBool,
+    latency: Mutex<Option<Duration>>,
+    commits: AtomicU64,
+    injected: AtomicU64,
+}
+
+impl FaultyCoordinator {
+    /// A wrapper injecting nothing until told to.
+    pub fn new(inner: Arc<dyn BatchCoordinator>) -> Arc<Self> {
+        Arc::new(FaultyCoordinator {
+            inner,
+            fail_next: AtomicU32::new(0),
+            lose_next: AtomicU32::new(0),
+            failing: AtomicBool::new(false),
+            losing: AtomicBool::new(false),
+            latency: Mutex::new(None),
+            commits: AtomicU64::new(0),
+            injected: AtomicU64::new(0),
+        })
+    }
+
+    /// The wrapped coordinator.
+    pub fn inner(&self) -> &Arc<dyn BatchCoordinator> {
+        &self.inner
+    }
+
+    /// The next `n` commits fail without being applied.
+    pub fn fail_next_commits(&self, n: u32) {
+        self.fail_next.store(n, Ordering::SeqCst);
+    }
+
+    /// The next `n` commits are applied, then report an unknown outcome.
+    pub fn lose_next_commits(&self, n: u32) {
+        self.lose_next.store(n, Ordering::SeqCst);
+    }
+
+    /// While on, every commit fails without being applied.
+    pub fn set_failing(&self, on: bool) {
+        self.failing.store(on, Ordering::SeqCst);
+    }
+
+    /// While on, every commit is applied, then reports an unknown outcome.
+    pub fn set_losing(&self, on: bool) {
+        self.losing.store(on, Ordering::SeqCst);
+    }
+
+    /// Delays every commit by `latency` (`None`: no delay).
+    pub fn set_commit_latency(&self, latency: Option<Duration>) {
+        *self.latency.lock() = latency;
+    }
+
+    /// Commits received so far.
+    pub fn commit_calls(&self) -> u64 {
+        self.commits.load(Ordering::SeqCst)
+    }
+
+    /// Commits that got an injected failure so far.
+    pub fn injected_faults(&self) -> u64 {
+        self.injected.load(Ordering::SeqCst)
+    }
+
+    /// Takes one from a countdown, if it is above zero.
+    fn take(counter: &AtomicU32) -> bool {
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+#[async_trait]
+impl BatchCoordinator for FaultyCoordinator {
+    async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
+        self.inner.create_topic(request).await
+    }
+
+    async fn delete_topic(&self, topic_id: uuid::Uuid) -> Result<(), CoordinatorError> {
+        self.inner.delete_topic(topic_id).await
+    }
+
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
+        self.inner.list_topics().await
+    }
+
+    async fn commit_file(
+        &self,
+        request: CommitFileRequest,
+    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
+        self.commits.fetch_add(1, Ordering::SeqCst);
+        let latency = *self.latency.lock();
+        if let Some(latency) = latency {
+            tokio::time::sleep(latency).await;
+        }
+        if self.failing.load(Ordering::SeqCst) || Self::take(&self.fail_next) {
+            self.injected.fetch_add(1, Ordering::SeqCst);
+            return Err(CoordinatorError::Unavailable(Box::new(
+                InjectedCommitFault::NotApplied,
+            )));
+        }
+        let result = self.inner.commit_file(request).await;
+        if self.losing.load(Ordering::SeqCst) || Self::take(&self.lose_next) {
+            self.injected.fetch_add(1, Ordering::SeqCst);
+            return Err(CoordinatorError::OutcomeUnknown(Box::new(
+                InjectedCommitFault::AnswerLost,
+            )));
+        }
+        result
+    }
+
+    async fn find_batches(
+        &self,
+        requests: &[FindBatchesRequest],
+        fetch_max_bytes: u32,
+    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        self.inner.find_batches(requests, fetch_max_bytes).await
+    }
+
+    async fn list_offsets(
+        &self,
+        requests: &[ListOffsetsRequest],
+    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
+        self.inner.list_offsets(requests).await
+    }
+
+    async fn delete_records(
+        &self,
+        requests: &[DeleteRecordsRequest],
+    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
+        self.inner.delete_records(requests).await
+    }
+
+    async fn enforce_retention(
+        &self,
+        max_batches: u32,
+    ) -> Result<RetentionReport, CoordinatorError> {
+        self.inner.enforce_retention(max_batches).await
+    }
+
+    async fn objects_to_delete(
+        &self,
+        marked_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
+        self.inner.objects_to_delete(marked_before_ms, limit).await
+    }
+
+    async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
+        self.inner.confirm_deleted(object_keys).await
+    }
+
+    async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        self.inner.known_objects(object_keys).await
+    }
+
+    async fn object_info(&self, object_key: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
+        self.inner.object_info(object_key).await
+    }
+
+    async fn producer_state(
+        &self,
+        partition: TopicIdPartition,
+        producer_id: i64,
+    ) -> Result<Option<ProducerState>, CoordinatorError> {
+        self.inner.producer_state(partition, producer_id).await
+    }
+}
