@@ -48,6 +48,9 @@ pub enum SeqChoice {
     Next,
     /// Re-send the n-th most recent kept batch (n modulo the window; a duplicate).
     Resend(usize),
+    /// Re-send the n-th most recent batch this producer ever sent to the partition, possibly
+    /// older than the duplicate window (then out of order) or under an older epoch.
+    ResendOld(usize),
     /// Skip `n` sequence numbers.
     Gap(i32),
     /// Exactly this sequence number.
@@ -173,6 +176,7 @@ fn producer_strategy() -> impl Strategy<Value = Option<ProducerSpec>> {
     let seq = prop_oneof![
         10 => Just(SeqChoice::Next),
         5 => (0usize..6).prop_map(SeqChoice::Resend),
+        2 => (0usize..10).prop_map(SeqChoice::ResendOld),
         1 => (1i32..3).prop_map(SeqChoice::Gap),
         1 => prop_oneof![Just(0), Just(i32::MAX - 1), Just(i32::MAX), 0..100i32]
             .prop_map(SeqChoice::Exact),
@@ -378,6 +382,9 @@ struct Pending {
     next_seq: i32,
 }
 
+/// A producer batch as sent: (epoch, base sequence, records).
+type SentBatch = (i16, i32, i32);
+
 struct Driver<'a> {
     real: &'a dyn BatchCoordinator,
     model: InMemoryCoordinator,
@@ -385,6 +392,8 @@ struct Driver<'a> {
     keys: Vec<String>,
     key_counter: u64,
     stats: OpStats,
+    /// Every producer batch sent per (partition, producer id).
+    sent: HashMap<(TopicIdPartition, i64), Vec<SentBatch>>,
 }
 
 impl Driver<'_> {
@@ -463,7 +472,17 @@ impl Driver<'_> {
                     } else {
                         current.map_or(0, |c| c.next_seq)
                     };
+                    let old = match ps.seq {
+                        SeqChoice::ResendOld(n) => self
+                            .sent
+                            .get(&(partition, ps.producer_id))
+                            .filter(|h| !h.is_empty())
+                            .map(|h| h[h.len() - 1 - n % h.len()]),
+                        _ => None,
+                    };
+                    let epoch = old.map_or(epoch, |(e, _, _)| e);
                     let seq = match ps.seq {
+                        SeqChoice::ResendOld(_) => old.map_or(next, |(_, s, _)| s),
                         SeqChoice::Next => next,
                         SeqChoice::Gap(g) => next.saturating_add(g),
                         SeqChoice::Exact(s) => s,
@@ -482,8 +501,13 @@ impl Driver<'_> {
                             .iter()
                             .find(|b| b.base_sequence == seq)
                             .map_or(spec.records, |b| (b.last_offset - b.base_offset + 1) as i32),
+                        (SeqChoice::ResendOld(_), _) => old.map_or(spec.records, |(_, _, r)| r),
                         _ => spec.records,
                     };
+                    self.sent
+                        .entry((partition, ps.producer_id))
+                        .or_default()
+                        .push((epoch, seq, records));
                     let last = ((i64::from(seq) + i64::from(records) - 1)
                         % (i64::from(i32::MAX) + 1)) as i32;
                     let next_seq = if last == i32::MAX { 0 } else { last + 1 };
@@ -760,6 +784,7 @@ pub async fn check_against_model(harness: Harness, ops: &[Op]) -> OpStats {
         keys: Vec::new(),
         key_counter: 0,
         stats: OpStats::default(),
+        sent: HashMap::new(),
     };
     for (step, op) in ops.iter().enumerate() {
         driver.apply(step, op).await;
