@@ -1,0 +1,158 @@
+//! One row of the results table, and its formatting.
+
+use std::fmt::Write as _;
+
+/// How a measured row compares to the issue's target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// The target is met.
+    Pass,
+    /// The target is not met.
+    Below,
+    /// No target for this row (a breakdown or a supporting figure).
+    Info,
+    /// The figure could not be measured on this machine (the reason is in the value column).
+    NotMeasured,
+}
+
+impl Status {
+    fn label(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Below => "BELOW",
+            Status::Info => "info",
+            Status::NotMeasured => "not measured",
+        }
+    }
+
+    /// `Pass` when `ok`, else `Below`.
+    pub fn from_bool(ok: bool) -> Status {
+        if ok { Status::Pass } else { Status::Below }
+    }
+}
+
+/// One line of the table.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// The figure number of the issue (1..=8).
+    pub figure: u8,
+    /// What is measured.
+    pub what: String,
+    /// The measured value, formatted.
+    pub value: String,
+    /// The baseline(s), formatted.
+    pub baseline: String,
+    /// measured / baseline, formatted (may be empty).
+    pub ratio: String,
+    /// The target, formatted (may be empty).
+    pub target: String,
+    /// Verdict.
+    pub status: Status,
+    /// The raw numbers behind the row (checked for finiteness by the smoke test).
+    pub numbers: Vec<f64>,
+}
+
+impl Row {
+    /// A row with a verdict.
+    pub fn new(figure: u8, what: impl Into<String>, value: impl Into<String>) -> Row {
+        Row {
+            figure,
+            what: what.into(),
+            value: value.into(),
+            baseline: String::new(),
+            ratio: String::new(),
+            target: String::new(),
+            status: Status::Info,
+            numbers: Vec::new(),
+        }
+    }
+
+    /// Sets the baseline text.
+    pub fn baseline(mut self, b: impl Into<String>) -> Row {
+        self.baseline = b.into();
+        self
+    }
+
+    /// Sets the ratio text.
+    pub fn ratio(mut self, r: impl Into<String>) -> Row {
+        self.ratio = r.into();
+        self
+    }
+
+    /// Sets the target text and the verdict.
+    pub fn target(mut self, t: impl Into<String>, status: Status) -> Row {
+        self.target = t.into();
+        self.status = status;
+        self
+    }
+
+    /// Records the raw numbers of the row.
+    pub fn numbers(mut self, n: &[f64]) -> Row {
+        self.numbers.extend_from_slice(n);
+        self
+    }
+
+    /// A "not measured" row.
+    pub fn not_measured(figure: u8, what: impl Into<String>, why: impl Into<String>) -> Row {
+        let mut r = Row::new(figure, what, format!("not measured: {}", why.into()));
+        r.status = Status::NotMeasured;
+        r
+    }
+}
+
+/// The header of the markdown table.
+pub fn header() -> String {
+    "| fig | measured | value | baseline (same run) | ratio | target | verdict |\n\
+     |----:|----------|-------|---------------------|------:|--------|---------|"
+        .to_string()
+}
+
+/// One markdown table line. The raw numbers go last, as `[a, b, ...]`, for machine checks.
+pub fn line(r: &Row) -> String {
+    let mut s = String::new();
+    let esc = |t: &str| t.replace('|', "\\|");
+    let _ = write!(
+        s,
+        "| {} | {} | {} | {} | {} | {} | {} |",
+        r.figure,
+        esc(&r.what),
+        esc(&r.value),
+        esc(&r.baseline),
+        esc(&r.ratio),
+        esc(&r.target),
+        r.status.label()
+    );
+    s
+}
+
+/// Bytes per second, human readable (binary units).
+pub fn rate(bytes_per_s: f64) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    const MIB: f64 = (1u64 << 20) as f64;
+    if bytes_per_s >= GIB {
+        format!("{:.2} GiB/s", bytes_per_s / GIB)
+    } else {
+        format!("{:.1} MiB/s", bytes_per_s / MIB)
+    }
+}
+
+/// A count per second.
+pub fn per_s(n: f64, unit: &str) -> String {
+    if n >= 1e6 {
+        format!("{:.2} M {unit}/s", n / 1e6)
+    } else if n >= 1e4 {
+        format!("{:.1} k {unit}/s", n / 1e3)
+    } else {
+        format!("{n:.0} {unit}/s")
+    }
+}
+
+/// Milliseconds with two decimals.
+pub fn ms(d: std::time::Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+/// A percentage.
+pub fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}

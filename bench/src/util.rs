@@ -1,0 +1,474 @@
+//! Shared pieces: batch generation, percentiles, timing wrappers around storage and coordinator,
+//! RSS readings.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use diskless_coordinator::*;
+use diskless_core::RecordBatchBuilder;
+use diskless_storage::{ObjectKey, ObjectMeta, ObjectStorage, StorageError};
+use futures::stream::BoxStream;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+/// Size of the record values in generated batches.
+pub const RECORD_VALUE: usize = 512;
+
+/// A v2 batch of about `target` bytes (records of [`RECORD_VALUE`]-byte values, no compression,
+/// CreateTime `ts`), as a client would send it.
+pub fn make_batch(target: usize, ts: i64, seed: u64) -> Bytes {
+    let n = (target / RECORD_VALUE).max(1);
+    // ~61 bytes of batch header, ~10 bytes of per-record framing.
+    let value_len = (target.saturating_sub(61) / n).saturating_sub(10).max(1);
+    let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut b = RecordBatchBuilder::new();
+    for i in 0..n {
+        let value: Vec<u8> = (0..value_len)
+            .map(|_| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng as u8
+            })
+            .collect();
+        b = b.record(ts + i as i64 % 3, None, Some(&value));
+    }
+    match b.build() {
+        Ok(batch) => batch.into_bytes(),
+        Err(e) => panic!("building a benchmark batch: {e}"),
+    }
+}
+
+/// Milliseconds since the epoch, wall clock.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Nearest-rank percentile `q` (0..=1) of `v` (sorted in place).
+pub fn percentile(v: &mut [Duration], q: f64) -> Duration {
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    v.sort_unstable();
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// Creates a topic of `partitions` partitions with the default config, returns its id.
+pub async fn create_topic(
+    coordinator: &dyn BatchCoordinator,
+    name: &str,
+    partitions: i32,
+) -> uuid::Uuid {
+    let topic_id = uuid::Uuid::new_v4();
+    if let Err(e) = coordinator
+        .create_topic(CreateTopicRequest {
+            topic_id,
+            name: name.to_string(),
+            partitions,
+            config: TopicConfig::default(),
+        })
+        .await
+    {
+        panic!("creating the benchmark topic: {e}");
+    }
+    topic_id
+}
+
+/// Peak and current resident set size of this process, from /proc/self/status, in bytes.
+pub fn rss() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    };
+    Some((field("VmHWM:")?, field("VmRSS:")?))
+}
+
+// -------------------------------------------------------------------------------------------------
+// Storage wrappers
+
+/// A store that keeps nothing: uploads succeed and are counted, reads fail. For pipeline figures
+/// whose volume would not fit in memory.
+#[derive(Debug, Default)]
+pub struct NullStorage {
+    /// Bytes uploaded.
+    pub bytes: AtomicU64,
+    /// Uploads.
+    pub uploads: AtomicU64,
+}
+
+#[async_trait]
+impl ObjectStorage for NullStorage {
+    async fn upload(&self, _key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        let len: usize = payload.iter().map(Bytes::len).sum();
+        self.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        self.uploads.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        Err(StorageError::InvalidRange {
+            key: key.to_string(),
+            start: range.start,
+            end: range.end,
+            size: Some(0),
+        })
+    }
+
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        Ok(keys.to_vec())
+    }
+
+    fn list<'a>(&'a self, _prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        Box::pin(futures::stream::empty())
+    }
+}
+
+/// Records when each upload started and ended (tokio time, so paused clocks work).
+#[derive(Debug)]
+pub struct TimedStorage {
+    inner: Arc<dyn ObjectStorage>,
+    /// key -> (start, end) of its successful upload.
+    pub uploads: Mutex<HashMap<String, (Instant, Instant)>>,
+}
+
+impl TimedStorage {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn ObjectStorage>) -> TimedStorage {
+        TimedStorage {
+            inner,
+            uploads: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStorage for TimedStorage {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        let start = Instant::now();
+        self.inner.upload(key, payload).await?;
+        self.uploads
+            .lock()
+            .insert(key.to_string(), (start, Instant::now()));
+        Ok(())
+    }
+
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        self.inner.fetch(key, range).await
+    }
+
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        self.inner.delete(keys).await
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.inner.list(prefix)
+    }
+}
+
+/// Simulated store latency: every upload first sleeps a draw of `latency` (tokio time). Unlike
+/// the testkit's `FaultyStorage`, whose draws depend on the (random, time-based) object keys, the
+/// draws here follow the call order from a fixed seed, so a paused-clock run is reproducible.
+#[derive(Debug)]
+pub struct SimLatencyStorage {
+    inner: Arc<dyn ObjectStorage>,
+    latency: diskless_testkit::storage::Latency,
+    rng: Mutex<fastrand::Rng>,
+}
+
+impl SimLatencyStorage {
+    /// Wraps `inner`.
+    pub fn new(
+        inner: Arc<dyn ObjectStorage>,
+        latency: diskless_testkit::storage::Latency,
+        seed: u64,
+    ) -> SimLatencyStorage {
+        SimLatencyStorage {
+            inner,
+            latency,
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStorage for SimLatencyStorage {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        let delay = self.latency.sample(&mut self.rng.lock());
+        tokio::time::sleep(delay).await;
+        self.inner.upload(key, payload).await
+    }
+
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        self.inner.fetch(key, range).await
+    }
+
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        self.inner.delete(keys).await
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.inner.list(prefix)
+    }
+}
+
+/// Hedged uploads (a diagnosis, not part of the library): an upload still running after `after`
+/// gets a second, identical attempt; the first success wins and the other is dropped.
+#[derive(Debug)]
+pub struct HedgedStorage {
+    inner: Arc<dyn ObjectStorage>,
+    after: Duration,
+    /// Second attempts started.
+    pub hedges: AtomicU64,
+}
+
+impl HedgedStorage {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn ObjectStorage>, after: Duration) -> HedgedStorage {
+        HedgedStorage {
+            inner,
+            after,
+            hedges: AtomicU64::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStorage for HedgedStorage {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        let first = self.inner.upload(key, payload);
+        tokio::pin!(first);
+        tokio::select! {
+            r = &mut first => return r,
+            _ = tokio::time::sleep(self.after) => {}
+        }
+        self.hedges.fetch_add(1, Ordering::Relaxed);
+        let second = self.inner.upload(key, payload);
+        tokio::pin!(second);
+        tokio::select! {
+            r = &mut first => match r {
+                Ok(()) => Ok(()),
+                Err(_) => second.await,
+            },
+            r = &mut second => match r {
+                Ok(()) => Ok(()),
+                Err(_) => first.await,
+            },
+        }
+    }
+
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        self.inner.fetch(key, range).await
+    }
+
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        self.inner.delete(keys).await
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.inner.list(prefix)
+    }
+}
+
+// -------------------------------------------------------------------------------------------------
+// Coordinator wrapper
+
+/// What [`TimedCoordinator`] saw of one commit.
+#[derive(Clone, Copy, Debug)]
+pub struct CommitTimes {
+    /// When `commit_file` was called.
+    pub start: Instant,
+    /// When it returned.
+    pub end: Instant,
+    /// Batches in the file.
+    pub batches: usize,
+}
+
+/// Wraps a coordinator: adds a fixed latency to commits (tokio time), records each commit's start
+/// and end per object key, which key each appended batch landed in, and the wall time spent in
+/// `find_batches`.
+#[derive(Debug)]
+pub struct TimedCoordinator {
+    inner: Arc<dyn BatchCoordinator>,
+    commit_latency: Duration,
+    /// object key -> commit times.
+    pub commits: Mutex<HashMap<String, CommitTimes>>,
+    /// (partition, base offset) -> object key, for every appended batch (when `track_batches`).
+    pub batch_objects: Mutex<HashMap<(TopicIdPartition, i64), String>>,
+    track_batches: bool,
+    /// Nanoseconds of wall time spent inside `find_batches`.
+    pub find_nanos: AtomicU64,
+    /// Nanoseconds of wall time spent inside `commit_file` (latency excluded).
+    pub commit_nanos: AtomicU64,
+}
+
+impl TimedCoordinator {
+    /// Wraps `inner`; commits take `commit_latency` more (tokio time).
+    pub fn new(
+        inner: Arc<dyn BatchCoordinator>,
+        commit_latency: Duration,
+        track_batches: bool,
+    ) -> TimedCoordinator {
+        TimedCoordinator {
+            inner,
+            commit_latency,
+            commits: Mutex::new(HashMap::new()),
+            batch_objects: Mutex::new(HashMap::new()),
+            track_batches,
+            find_nanos: AtomicU64::new(0),
+            commit_nanos: AtomicU64::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl BatchCoordinator for TimedCoordinator {
+    async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
+        self.inner.create_topic(request).await
+    }
+
+    async fn delete_topic(&self, topic_id: uuid::Uuid) -> Result<(), CoordinatorError> {
+        self.inner.delete_topic(topic_id).await
+    }
+
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
+        self.inner.list_topics().await
+    }
+
+    async fn commit_file(
+        &self,
+        request: CommitFileRequest,
+    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
+        let start = Instant::now();
+        if !self.commit_latency.is_zero() {
+            tokio::time::sleep(self.commit_latency).await;
+        }
+        let key = request.object_key.clone();
+        let partitions: Vec<TopicIdPartition> = if self.track_batches {
+            request.batches.iter().map(|b| b.partition).collect()
+        } else {
+            Vec::new()
+        };
+        let batches = request.batches.len();
+        let wall = std::time::Instant::now();
+        let results = self.inner.commit_file(request).await?;
+        self.commit_nanos
+            .fetch_add(wall.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let end = Instant::now();
+        if self.track_batches {
+            let mut map = self.batch_objects.lock();
+            for (p, r) in partitions.iter().zip(&results) {
+                if r.error.is_ok() {
+                    map.insert((*p, r.base_offset), key.clone());
+                }
+            }
+        }
+        self.commits.lock().insert(
+            key,
+            CommitTimes {
+                start,
+                end,
+                batches,
+            },
+        );
+        Ok(results)
+    }
+
+    async fn find_batches(
+        &self,
+        requests: &[FindBatchesRequest],
+        fetch_max_bytes: u32,
+    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        let wall = std::time::Instant::now();
+        let r = self.inner.find_batches(requests, fetch_max_bytes).await;
+        self.find_nanos
+            .fetch_add(wall.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        r
+    }
+
+    async fn list_offsets(
+        &self,
+        requests: &[ListOffsetsRequest],
+    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
+        self.inner.list_offsets(requests).await
+    }
+
+    async fn delete_records(
+        &self,
+        requests: &[DeleteRecordsRequest],
+    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
+        self.inner.delete_records(requests).await
+    }
+
+    async fn enforce_retention(
+        &self,
+        max_batches: u32,
+    ) -> Result<RetentionReport, CoordinatorError> {
+        self.inner.enforce_retention(max_batches).await
+    }
+
+    async fn objects_to_delete(
+        &self,
+        marked_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
+        self.inner.objects_to_delete(marked_before_ms, limit).await
+    }
+
+    async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
+        self.inner.confirm_deleted(object_keys).await
+    }
+
+    async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        self.inner.known_objects(object_keys).await
+    }
+
+    async fn object_info(&self, object_key: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
+        self.inner.object_info(object_key).await
+    }
+
+    async fn producer_state(
+        &self,
+        partition: TopicIdPartition,
+        producer_id: i64,
+    ) -> Result<Option<ProducerState>, CoordinatorError> {
+        self.inner.producer_state(partition, producer_id).await
+    }
+}
+
+/// A current-thread runtime with timers, real clock.
+pub fn runtime() -> tokio::runtime::Runtime {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => panic!("building a tokio runtime: {e}"),
+    }
+}
+
+/// A current-thread runtime whose clock starts paused: time advances only when every task waits
+/// on a timer, instantly. The simulation figures run on it.
+pub fn paused_runtime() -> tokio::runtime::Runtime {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => panic!("building a tokio runtime: {e}"),
+    }
+}
