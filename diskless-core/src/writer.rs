@@ -83,7 +83,8 @@ pub struct WalWriterConfig {
     pub commit_interval: Duration,
     /// How many segments may upload at once. Default 4.
     pub max_concurrent_uploads: usize,
-    /// Bound on bytes buffered plus bytes uploading or committing. Default 64 MiB.
+    /// Bound on bytes buffered plus bytes being uploaded (a segment waiting only for its commit
+    /// holds no payload). Default 64 MiB.
     pub max_pending_bytes: usize,
     /// What `append` does at that bound.
     pub backpressure: Backpressure,
@@ -282,8 +283,17 @@ enum Slot {
 struct Waiter {
     tx: oneshot::Sender<Vec<PartitionResponse>>,
     slots: Vec<Slot>,
-    /// The request's share of the pending-bytes budget, released when it is answered.
-    _permit: OwnedSemaphorePermit,
+    /// The request's share of the pending-bytes budget. At seal it moves to the upload task and is
+    /// released once the segment's bytes are uploaded (or failed): a segment waiting for its turn to
+    /// commit holds only metadata, so one slow upload does not hold the budget of later ones.
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+/// Where a committed batch's result goes: its partition, request and answer slot.
+struct Target {
+    partition: TopicIdPartition,
+    request: usize,
+    slot: usize,
 }
 
 #[derive(Default)]
@@ -294,13 +304,12 @@ struct Buffer {
     opened_at: Option<Instant>,
 }
 
-/// A closed segment on its way through upload and commit.
+/// A closed segment on its way through upload and commit. Its bytes live only in the upload task.
 struct Sealed {
     key: ObjectKey,
-    chunks: Arc<Vec<Bytes>>,
     size: u64,
-    /// For each batch in the order of the commit request: its entry.
-    entries: Vec<Entry>,
+    /// For each batch in the order of the commit request: where its result goes.
+    targets: Vec<Target>,
     commit: CommitFileRequest,
     waiters: Vec<Waiter>,
     upload: JoinHandle<Result<(), StorageError>>,
@@ -539,7 +548,7 @@ impl WalWriter {
         buffer.waiters.push(Waiter {
             tx,
             slots: responses,
-            _permit: permit,
+            permit: Some(permit),
         });
         buffer.bytes += bytes;
         if buffer.opened_at.is_none() {
@@ -727,23 +736,33 @@ fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
             return;
         }
     };
+    // The batches move into the segment (no copy, no clone); only metadata stays here.
     let mut builder = SegmentBuilder::new();
-    for entry in &entries {
-        builder.add(entry.partition, entry.batch.clone());
+    let mut metas = Vec::with_capacity(entries.len());
+    for entry in entries {
+        builder.add(entry.partition, entry.batch);
+        metas.push((
+            entry.meta,
+            Target {
+                partition: entry.partition,
+                request: entry.request,
+                slot: entry.slot,
+            },
+        ));
     }
     let segment = builder.finish();
     // The segment lists batches grouped by partition; commit them in that order, which keeps each
     // partition's batches in the order they were appended.
-    let mut slots: Vec<Option<Entry>> = entries.into_iter().map(Some).collect();
-    let mut ordered = Vec::with_capacity(slots.len());
-    let mut batches = Vec::with_capacity(slots.len());
+    let mut metas: Vec<Option<(ValidatedBatch, Target)>> = metas.into_iter().map(Some).collect();
+    let mut targets = Vec::with_capacity(metas.len());
+    let mut batches = Vec::with_capacity(metas.len());
     for placed in &segment.batches {
-        if let Some(entry) = slots.get_mut(placed.insertion_index).and_then(Option::take) {
-            batches.push(entry.meta.commit_batch(entry.partition, placed.byte_offset));
-            ordered.push(entry);
+        if let Some((meta, target)) = metas.get_mut(placed.insertion_index).and_then(Option::take) {
+            batches.push(meta.commit_batch(target.partition, placed.byte_offset));
+            targets.push(target);
         }
     }
-    let chunks = Arc::new(segment.chunks);
+    let chunks = segment.chunks;
     let size = segment.size;
     let commit = CommitFileRequest {
         object_key: key.as_str().to_string(),
@@ -756,23 +775,36 @@ fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
         .counters
         .segments_closed
         .fetch_add(1, Ordering::Relaxed);
-    debug!(key = %key, size, batches = ordered.len(), "segment closed");
+    debug!(key = %key, size, batches = targets.len(), "segment closed");
 
+    let permits: Vec<OwnedSemaphorePermit> =
+        waiters.iter_mut().filter_map(|w| w.permit.take()).collect();
     let upload = {
         let storage = shared.storage.clone();
         let uploads = shared.uploads.clone();
+        let cache = shared.cache.clone();
+        let block_size = shared.config.cache_block_size;
         let key = key.clone();
-        let chunks = chunks.clone();
         shared.runtime.spawn(async move {
-            let _permit = uploads.acquire_owned().await.ok();
-            storage.upload(&key, &chunks).await
+            let _slot = uploads.acquire_owned().await.ok();
+            let result = storage.upload(&key, &chunks).await;
+            if result.is_ok() {
+                // Fresh data is read soon, mostly by this broker: keep the segment in the cache.
+                // Blocks are keyed by object, so nobody finds them before the commit.
+                if let Some(cache) = cache {
+                    fill_cache(cache.as_ref(), key.as_str(), &chunks, size, block_size).await;
+                }
+            }
+            // The segment's bytes and its share of the budget go now, not at the commit.
+            drop(chunks);
+            drop(permits);
+            result
         })
     };
     let sealed = Sealed {
         key,
-        chunks,
         size,
-        entries: ordered,
+        targets,
         commit,
         waiters: std::mem::take(&mut waiters),
         upload,
@@ -837,9 +869,8 @@ async fn run_committer(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Seal
 async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
     let Sealed {
         key,
-        chunks,
         size,
-        entries,
+        targets,
         commit,
         mut waiters,
         upload,
@@ -874,23 +905,10 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
     counters.segments_uploaded.fetch_add(1, Ordering::Relaxed);
     counters.bytes_uploaded.fetch_add(size, Ordering::Relaxed);
 
-    // Fresh data is read soon, mostly by this broker: keep the segment in the cache.
-    if let Some(cache) = &shared.cache {
-        fill_cache(
-            cache.as_ref(),
-            key.as_str(),
-            &chunks,
-            size,
-            shared.config.cache_block_size,
-        )
-        .await;
-    }
-    drop(chunks);
-
     match shared.coordinator.commit_file(commit).await {
         Ok(results) => {
             counters.segments_committed.fetch_add(1, Ordering::Relaxed);
-            for (entry, result) in entries.iter().zip(results.iter()) {
+            for (entry, result) in targets.iter().zip(results.iter()) {
                 if result.error.is_ok() && !result.duplicate {
                     counters.batches_committed.fetch_add(1, Ordering::Relaxed);
                 }
@@ -927,10 +945,10 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
                     Slot::Done(_) => {}
                 }
             }
-            if results.len() != entries.len() {
+            if results.len() != targets.len() {
                 warn!(
                     key = %key,
-                    expected = entries.len(),
+                    expected = targets.len(),
                     got = results.len(),
                     "coordinator answered a different number of batches"
                 );
