@@ -10,13 +10,16 @@ Phase 1 (fresh broker):
     with the keys, values, headers and timestamps that were sent;
   - a confluent-kafka group consumer with two members reads everything (exactly once, in order per
     partition, same content) and commits; committed offsets equal the end offsets;
-  - a client whose client.id carries diskless_rack_id=<rack> sees only leaders of its rack.
+  - a client whose client.id carries diskless_rack_id=<rack> sees only leaders of its rack;
+  - with --shard-map FILE (a broker run with --shards N): a client without a rack sees, for each
+    coordinator shard, one leader for all the shard's partitions (its produce gateway), and
+    different shards on different brokers.
 Phase 2 (after the caller restarted the broker on the same data directory):
   - kcat reads the same data, the group's committed offsets are still there;
   - DeleteRecords through the admin client moves the log start offset; consuming from the beginning
     starts there.
 
-Usage: e2e.py --bootstrap HOST:PORT[,HOST:PORT...] --state FILE --phase 1|2
+Usage: e2e.py --bootstrap HOST:PORT[,HOST:PORT...] --state FILE --phase 1|2 [--shard-map FILE]
 Exit status 0 on success; a failure prints what differs and exits 1.
 """
 
@@ -286,6 +289,40 @@ def check_rack_leaders(bootstrap, topic):
     log("clients with diskless_rack_id=<rack> get leaders of their own rack")
 
 
+def read_shard_map(path):
+    """The broker's partition -> shard map file: {topic id: [shard of partition 0, ...]}."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    check(lines and lines[0] == "diskless-shard-map v1", f"{path}: unknown header")
+    out = {}
+    for line in lines[1:]:
+        if line.strip():
+            topic_id, shards = line.split(" ", 1)
+            out[topic_id] = [int(s) for s in shards.split(",")]
+    return out
+
+
+def check_shard_leaders(bootstrap, topic, shard_map):
+    """Sharded broker: a rack-less client gets one leader per shard (the shard's gateway)."""
+    placements = read_shard_map(shard_map)
+    check(len(placements) == 1, f"expected the placement of one topic, got {placements}")
+    shards = next(iter(placements.values()))
+    check(len(shards) == PARTITIONS, f"placement {shards} of {PARTITIONS} partitions")
+    check(len(set(shards)) > 1, f"all partitions on one shard: {shards}")
+    admin = AdminClient(common(bootstrap, "e2e-no-rack"))
+    md = admin.list_topics(topic, timeout=TIMEOUT_S)
+    leaders = {p: m.leader for p, m in md.topics[topic].partitions.items()}
+    by_shard = {}
+    for p, shard in enumerate(shards):
+        by_shard.setdefault(shard, set()).add(leaders[p])
+    check(all(len(l) == 1 for l in by_shard.values()),
+          f"partitions of one shard have several leaders: {by_shard}")
+    gateways = [next(iter(l)) for l in by_shard.values()]
+    check(len(set(gateways)) == len(gateways),
+          f"different shards share a gateway broker: {by_shard}")
+    log(f"sharded: each shard's partitions are led by its gateway broker {by_shard}")
+
+
 def check_topic_configs(bootstrap):
     """max.message.bytes, message.timestamp.type=LogAppendTime and retention.ms are honoured."""
     admin = AdminClient(common(bootstrap, "e2e-admin"))
@@ -376,6 +413,8 @@ def phase1(args):
     check_with_kcat(args.bootstrap, topic, expected)
     group_consume(args.bootstrap, topic, expected)
     check_rack_leaders(args.bootstrap, topic)
+    if args.shard_map:
+        check_shard_leaders(args.bootstrap, topic, args.shard_map)
     check_topic_configs(args.bootstrap)
 
 
@@ -417,6 +456,7 @@ def main():
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--state", required=True, help="file passing what was sent to phase 2")
     parser.add_argument("--phase", type=int, choices=(1, 2), required=True)
+    parser.add_argument("--shard-map", help="the broker's shard map file (broker run with --shards)")
     args = parser.parse_args()
     check(shutil.which("kcat") is not None, "kcat is not installed")
     try:

@@ -4,8 +4,11 @@
 //! runs phase 1 of `kafka-broker-tests/e2e.py` (create topic, idempotent produce with every codec,
 //! kcat and a two-member group consumer read everything back exactly once), restarts the broker on the
 //! same data directory and runs phase 2 (data and committed offsets survived; DeleteRecords moves the
-//! log start). Without python3 + confluent_kafka or kcat the test prints `skipped: ...` and passes,
-//! unless `DISKLESS_REQUIRE_KAFKA_CLIENTS=1`.
+//! log start). The second test does the same against a broker with a sharded coordinator (`--shards
+//! 3`), where phase 1 also checks the produce-gateway leaders against the stored shard map, and the
+//! restart shows that the map routes every partition to the same shard again. Without python3 +
+//! confluent_kafka or kcat the tests print `skipped: ...` and pass, unless
+//! `DISKLESS_REQUIRE_KAFKA_CLIENTS=1`.
 
 #![cfg(unix)]
 
@@ -55,21 +58,27 @@ struct Broker {
 }
 
 impl Broker {
-    fn start(data_dir: &Path, ports: &[u16], run: usize) -> Broker {
+    fn command(data_dir: &Path, ports: &[u16], run: usize, extra: &[&str]) -> (Command, PathBuf) {
         let listeners: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         std::fs::create_dir_all(data_dir).unwrap();
         let log = data_dir.join(format!("broker-{run}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_kafka-broker"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kafka-broker"));
+        command
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--listeners", &listeners.join(",")])
             .args(["--commit-interval-ms", "50"])
             .args(["--retention-check-ms", "500"])
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
+            .stderr(File::create(&log).unwrap());
+        (command, log)
+    }
+
+    fn start(data_dir: &Path, ports: &[u16], run: usize, extra: &[&str]) -> Broker {
+        let (mut command, log) = Broker::command(data_dir, ports, run, extra);
+        let child = command.spawn().unwrap();
         let mut broker = Broker { child, log };
         broker.wait_ready(ports);
         broker
@@ -131,15 +140,18 @@ impl Drop for Broker {
     }
 }
 
-fn run_phase(broker: &Broker, bootstrap: &str, state: &Path, phase: u8) {
-    let out = Command::new("python3")
+fn run_phase(broker: &Broker, bootstrap: &str, state: &Path, phase: u8, shard_map: Option<&Path>) {
+    let mut command = Command::new("python3");
+    command
         .arg(SCRIPT)
         .args(["--bootstrap", bootstrap])
         .arg("--state")
         .arg(state)
-        .args(["--phase", &phase.to_string()])
-        .output()
-        .unwrap();
+        .args(["--phase", &phase.to_string()]);
+    if let Some(map) = shard_map {
+        command.arg("--shard-map").arg(map);
+    }
+    let out = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("--- e2e.py phase {phase} ---\n{stdout}{stderr}");
@@ -151,27 +163,77 @@ fn run_phase(broker: &Broker, bootstrap: &str, state: &Path, phase: u8) {
     );
 }
 
-#[test]
-fn real_kafka_clients_against_the_example_broker() {
+/// Whether the tests can run; `false` (after printing why) when they should be skipped.
+fn clients_available() -> bool {
     if let Some(why) = clients_missing() {
         if std::env::var("DISKLESS_REQUIRE_KAFKA_CLIENTS").as_deref() == Ok("1") {
             panic!("DISKLESS_REQUIRE_KAFKA_CLIENTS=1 but {why}");
         }
         println!("skipped: {why}");
+        return false;
+    }
+    true
+}
+
+fn bootstrap(ports: &[u16]) -> String {
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    addrs.join(",")
+}
+
+#[test]
+fn real_kafka_clients_against_the_example_broker() {
+    if !clients_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let state = dir.path().join("e2e-state.json");
     let ports = free_ports(3);
-    let bootstrap: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let bootstrap = bootstrap.join(",");
+    let bootstrap = bootstrap(&ports);
 
-    let broker = Broker::start(&data_dir, &ports, 1);
-    run_phase(&broker, &bootstrap, &state, 1);
+    let broker = Broker::start(&data_dir, &ports, 1, &[]);
+    run_phase(&broker, &bootstrap, &state, 1, None);
     broker.stop();
 
-    let broker = Broker::start(&data_dir, &ports, 2);
-    run_phase(&broker, &bootstrap, &state, 2);
+    let broker = Broker::start(&data_dir, &ports, 2, &[]);
+    run_phase(&broker, &bootstrap, &state, 2, None);
     broker.stop();
+}
+
+#[test]
+fn real_kafka_clients_against_a_sharded_example_broker() {
+    if !clients_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let state = dir.path().join("e2e-state.json");
+    let shard_map = data_dir.join("coordinator-shards.map");
+    let ports = free_ports(3);
+    let bootstrap = bootstrap(&ports);
+    let sharded = ["--shards", "3"];
+
+    let broker = Broker::start(&data_dir, &ports, 1, &sharded);
+    run_phase(&broker, &bootstrap, &state, 1, Some(&shard_map));
+    broker.stop();
+    for i in 0..3 {
+        let db = data_dir.join(format!("coordinator-shard-{i}.db"));
+        assert!(db.exists(), "{} is missing", db.display());
+    }
+    assert!(!data_dir.join("coordinator.db").exists());
+    let map = std::fs::read_to_string(&shard_map).unwrap();
+    assert!(map.starts_with("diskless-shard-map v1\n"), "{map}");
+
+    // The restart reads the stored map: every partition is routed to the shard holding its data.
+    let broker = Broker::start(&data_dir, &ports, 2, &sharded);
+    run_phase(&broker, &bootstrap, &state, 2, Some(&shard_map));
+    broker.stop();
+    assert_eq!(std::fs::read_to_string(&shard_map).unwrap(), map);
+
+    // The same data directory without --shards is refused, not silently empty.
+    let (mut command, log) = Broker::command(&data_dir, &ports, 3, &[]);
+    let status = command.status().unwrap();
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(!status.success(), "an unsharded start was accepted:\n{log}");
+    assert!(log.contains("--shards"), "{log}");
 }

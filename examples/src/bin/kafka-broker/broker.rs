@@ -4,20 +4,25 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
 use diskless_coordinator::postgres::{PostgresCoordinator, PostgresOptions};
+use diskless_coordinator::sharded::{
+    FileShardMap, MemoryShardMap, ShardMapStore, ShardedConfig, ShardedCoordinator,
+};
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions};
 use diskless_coordinator::{BatchCoordinator, Clock, SystemClock};
 use diskless_core::lifecycle::{
-    CleanerConfig, Lifecycle, LifecycleHandle, ObjectCleaner, RetentionConfig, RetentionEnforcer,
+    CleanerConfig, CommitDeadline, Lifecycle, LifecycleHandle, ObjectCleaner, OrphanCollector,
+    OrphanConfig, RetentionConfig, RetentionEnforcer,
 };
 use diskless_core::{Fetcher, FetcherConfig, WalWriter, WalWriterConfig};
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use tokio::sync::watch;
 use tracing::info;
 
-use crate::cluster::{Cluster, Node};
+use crate::cluster::{Cluster, GatewayLeaders, Node};
 use crate::config::Config;
 use crate::groups::GroupCoordinator;
 use crate::store::Store;
@@ -36,7 +41,12 @@ pub struct Broker {
     pub store: Store,
     /// Bumped after every successful produce: wakes long-polling fetches.
     pub commits: watch::Sender<u64>,
-    sqlite: Option<Arc<SqliteCoordinator>>,
+    /// The router when the coordinator is sharded (`--shards N > 1`).
+    pub sharded: Option<Arc<ShardedCoordinator>>,
+    /// The produce-gateway leaders of the current placements (sharded only), rebuilt when they change.
+    gateways: parking_lot::Mutex<Option<Arc<GatewayLeaders>>>,
+    /// Every SQLite coordinator (one per shard), closed at shutdown.
+    sqlite: Vec<Arc<SqliteCoordinator>>,
     /// Retention and deletion of dead objects.
     lifecycle: parking_lot::Mutex<Option<LifecycleHandle>>,
 }
@@ -47,6 +57,180 @@ impl std::fmt::Debug for Broker {
             .field("cluster", &self.cluster)
             .finish_non_exhaustive()
     }
+}
+
+/// The commit fence: commits of objects older than this are refused (the sharded router's default
+/// too); the orphan collector's 15-minute threshold stays above it.
+const MAX_COMMIT_AGE: Duration = Duration::from_secs(600);
+
+/// The partition → shard map of a sharded coordinator, in the data directory.
+pub const SHARD_MAP_FILE: &str = "coordinator-shards.map";
+
+/// The coordinator(s) the configuration asks for.
+struct Coordinators {
+    /// What every component uses: the single coordinator, or the sharded router.
+    coordinator: Arc<dyn BatchCoordinator>,
+    sharded: Option<Arc<ShardedCoordinator>>,
+    sqlite: Vec<Arc<SqliteCoordinator>>,
+    /// Whether the coordinator survives a restart (not `memory://`).
+    persistent: bool,
+}
+
+/// The coordinator kinds of `--coordinator`.
+enum Kind<'a> {
+    /// `<data-dir>/coordinator.db` (sharded: `coordinator-shard-<i>.db`).
+    DefaultSqlite,
+    SqliteUrl(&'a str),
+    Postgres(&'a str),
+    Memory,
+}
+
+impl<'a> Kind<'a> {
+    fn of(url: Option<&'a str>) -> Result<Self, String> {
+        Ok(match url {
+            None => Kind::DefaultSqlite,
+            Some(u) if u.starts_with("sqlite:") => Kind::SqliteUrl(u),
+            Some(u) if u.starts_with("postgres:") || u.starts_with("postgresql:") => {
+                Kind::Postgres(u)
+            }
+            Some(u) if u.starts_with("memory:") => Kind::Memory,
+            Some(u) => return Err(format!("unsupported coordinator URL {u:?}")),
+        })
+    }
+}
+
+/// Opens one coordinator of `kind`: shard `shard` of a sharded set, or the only one (`None`).
+async fn open_one(
+    kind: &Kind<'_>,
+    shard: Option<u32>,
+    data_dir: &Path,
+    clock: &Arc<dyn Clock>,
+    sqlite: &mut Vec<Arc<SqliteCoordinator>>,
+) -> Result<Arc<dyn BatchCoordinator>, String> {
+    let what = match shard {
+        Some(i) => format!("coordinator shard {i}"),
+        None => "coordinator".to_string(),
+    };
+    Ok(match kind {
+        Kind::DefaultSqlite => {
+            let file = match shard {
+                Some(i) => format!("coordinator-shard-{i}.db"),
+                None => "coordinator.db".to_string(),
+            };
+            let c = Arc::new(
+                SqliteCoordinator::open(
+                    data_dir.join(file),
+                    SqliteOptions::default(),
+                    clock.clone(),
+                )
+                .await
+                .map_err(|e| format!("{what}: {e}"))?,
+            );
+            sqlite.push(c.clone());
+            c
+        }
+        Kind::SqliteUrl(url) => {
+            let c = Arc::new(
+                SqliteCoordinator::open_url(url, SqliteOptions::default(), clock.clone())
+                    .await
+                    .map_err(|e| format!("{what} {url}: {e}"))?,
+            );
+            sqlite.push(c.clone());
+            c
+        }
+        Kind::Postgres(url) => {
+            let mut options = PostgresOptions::new(*url);
+            if let Some(i) = shard {
+                options = options.schema(format!("diskless_shard_{i}"));
+            }
+            Arc::new(
+                PostgresCoordinator::connect(options, clock.clone())
+                    .await
+                    .map_err(|e| format!("{what} {url}: {e}"))?,
+            )
+        }
+        Kind::Memory => Arc::new(diskless_testkit::coordinator::InMemoryCoordinator::new(
+            clock.clone(),
+        )),
+    })
+}
+
+/// Opens the coordinator, or with `--shards N > 1` the N shards under a [`ShardedCoordinator`]
+/// whose partition → shard map is stored in the data directory (in memory for `memory://`).
+async fn open_coordinator(
+    config: &Config,
+    data_dir: &Path,
+    clock: &Arc<dyn Clock>,
+) -> Result<Coordinators, String> {
+    let kind = Kind::of(config.coordinator_url.as_deref())?;
+    let persistent = !matches!(kind, Kind::Memory);
+    let map_path = data_dir.join(SHARD_MAP_FILE);
+    let mut sqlite = Vec::new();
+    if config.shards <= 1 {
+        if persistent && map_path.exists() {
+            return Err(format!(
+                "{} exists: this data directory was used with --shards > 1; give the same --shards",
+                map_path.display()
+            ));
+        }
+        let coordinator = open_one(&kind, None, data_dir, clock, &mut sqlite).await?;
+        return Ok(Coordinators {
+            coordinator,
+            sharded: None,
+            sqlite,
+            persistent,
+        });
+    }
+    match kind {
+        Kind::SqliteUrl(url) => {
+            return Err(format!(
+                "--shards {} needs one database per shard: give no --coordinator (SQLite files in \
+                 the data directory) instead of {url:?}",
+                config.shards
+            ));
+        }
+        Kind::DefaultSqlite if data_dir.join("coordinator.db").exists() => {
+            return Err(format!(
+                "{} exists: this data directory was used without --shards; its topics would be \
+                 invisible (and its objects orphans) with --shards {}",
+                data_dir.join("coordinator.db").display(),
+                config.shards
+            ));
+        }
+        _ => {}
+    }
+    let mut shards = Vec::with_capacity(config.shards as usize);
+    for i in 0..config.shards {
+        shards.push(open_one(&kind, Some(i), data_dir, clock, &mut sqlite).await?);
+    }
+    let map: Arc<dyn ShardMapStore> = if persistent {
+        Arc::new(
+            FileShardMap::open(&map_path)
+                .await
+                .map_err(|e| format!("shard map {}: {e}", map_path.display()))?,
+        )
+    } else {
+        Arc::new(MemoryShardMap::new())
+    };
+    let router = Arc::new(
+        ShardedCoordinator::open(
+            shards,
+            map,
+            clock.clone(),
+            ShardedConfig {
+                max_commit_age: MAX_COMMIT_AGE,
+                ..ShardedConfig::default()
+            },
+        )
+        .await
+        .map_err(|e| format!("sharded coordinator: {e}"))?,
+    );
+    Ok(Coordinators {
+        coordinator: router.clone(),
+        sharded: Some(router),
+        sqlite,
+        persistent,
+    })
 }
 
 fn absolute(path: &Path) -> Result<PathBuf, String> {
@@ -72,41 +256,21 @@ impl Broker {
             ),
         };
 
-        let mut sqlite = None;
-        let coordinator: Arc<dyn BatchCoordinator> = match config.coordinator_url.as_deref() {
-            None => {
-                let c = Arc::new(
-                    SqliteCoordinator::open(
-                        data_dir.join("coordinator.db"),
-                        SqliteOptions::default(),
-                        clock.clone(),
-                    )
-                    .await
-                    .map_err(|e| format!("coordinator: {e}"))?,
-                );
-                sqlite = Some(c.clone());
-                c
-            }
-            Some(url) if url.starts_with("sqlite:") => {
-                let c = Arc::new(
-                    SqliteCoordinator::open_url(url, SqliteOptions::default(), clock.clone())
-                        .await
-                        .map_err(|e| format!("coordinator {url}: {e}"))?,
-                );
-                sqlite = Some(c.clone());
-                c
-            }
-            Some(url) if url.starts_with("postgres:") || url.starts_with("postgresql:") => {
-                Arc::new(
-                    PostgresCoordinator::connect(PostgresOptions::new(url), clock.clone())
-                        .await
-                        .map_err(|e| format!("coordinator {url}: {e}"))?,
-                )
-            }
-            Some(url) if url.starts_with("memory:") => Arc::new(
-                diskless_testkit::coordinator::InMemoryCoordinator::new(clock.clone()),
-            ),
-            Some(url) => return Err(format!("unsupported coordinator URL {url:?}")),
+        let Coordinators {
+            coordinator,
+            sharded,
+            sqlite,
+            persistent,
+        } = open_coordinator(config, &data_dir, &clock).await?;
+        // The commit fence the orphan collector relies on: the sharded router applies it itself.
+        let orphan_check = config.orphan_check.filter(|_| persistent);
+        let commit_path: Arc<dyn BatchCoordinator> = match (&sharded, orphan_check) {
+            (None, Some(_)) => Arc::new(CommitDeadline::new(
+                coordinator.clone(),
+                clock.clone(),
+                MAX_COMMIT_AGE,
+            )),
+            _ => coordinator.clone(),
         };
 
         let cache: Arc<dyn LocalCache> = Arc::new(MokaCache::new(
@@ -124,7 +288,7 @@ impl Broker {
                     ..WalWriterConfig::default()
                 },
                 storage.clone(),
-                coordinator.clone(),
+                commit_path.clone(),
                 Some(cache.clone()),
                 clock.clone(),
             )
@@ -137,7 +301,7 @@ impl Broker {
             coordinator.clone(),
             Some(cache.clone()),
         );
-        let lifecycle = Lifecycle::new()
+        let mut lifecycle = Lifecycle::new()
             .retention(
                 RetentionEnforcer::new(coordinator.clone(), RetentionConfig::default()),
                 config.retention_check,
@@ -151,8 +315,21 @@ impl Broker {
                     CleanerConfig::default(),
                 ),
                 config.retention_check,
-            )
-            .spawn();
+            );
+        if let Some(interval) = orphan_check {
+            // Default thresholds: candidates older than 15 min (> MAX_COMMIT_AGE), deleted after
+            // a second check 5 min later.
+            lifecycle = lifecycle.orphans(
+                OrphanCollector::new(
+                    coordinator.clone(),
+                    storage.clone(),
+                    clock.clone(),
+                    OrphanConfig::new(WalWriterConfig::default().object_prefix),
+                ),
+                interval,
+            );
+        }
+        let lifecycle = lifecycle.spawn();
         let store = Store::open(&data_dir.join("broker.db"))
             .await
             .map_err(|e| e.to_string())?;
@@ -174,6 +351,8 @@ impl Broker {
             storage = config.storage_url.as_deref().unwrap_or("file://<data-dir>/objects"),
             coordinator = config.coordinator_url.as_deref().unwrap_or("sqlite://<data-dir>/coordinator.db"),
             commit_interval_ms = config.commit_interval.as_millis() as u64,
+            shards = config.shards,
+            orphan_collection = orphan_check.is_some(),
             "diskless broker state opened"
         );
         let topics = Topics::new(coordinator.clone());
@@ -187,9 +366,24 @@ impl Broker {
             groups: GroupCoordinator::new(),
             store,
             commits: watch::channel(0).0,
+            sharded,
+            gateways: parking_lot::Mutex::new(None),
             sqlite,
             lifecycle: parking_lot::Mutex::new(Some(lifecycle)),
         }))
+    }
+
+    /// The produce-gateway leaders of the current placements, when the coordinator is sharded.
+    pub fn gateway_leaders(&self) -> Option<Arc<GatewayLeaders>> {
+        let router = self.sharded.as_ref()?;
+        let placements = router.placements();
+        let mut cached = self.gateways.lock();
+        if let Some(g) = cached.as_ref().filter(|g| g.is_for(&placements)) {
+            return Some(g.clone());
+        }
+        let g = Arc::new(GatewayLeaders::new(&self.cluster.nodes, placements));
+        *cached = Some(g.clone());
+        Some(g)
     }
 
     /// Creates the topics of `--create-topic` that do not exist yet.
@@ -227,8 +421,120 @@ impl Broker {
             writer.close().await;
         }
         self.store.close().await;
-        if let Some(c) = &self.sqlite {
+        for c in &self.sqlite {
             c.close().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Parsed;
+    use diskless_coordinator::{CreateTopicRequest, TopicConfig};
+
+    fn config(args: &[&str]) -> Config {
+        match Config::parse(args.iter().map(|s| s.to_string())).unwrap() {
+            Parsed::Run(c) => *c,
+            Parsed::Help => panic!("help"),
+        }
+    }
+
+    async fn close(c: Coordinators) {
+        for s in &c.sqlite {
+            s.close().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn sharded_sqlite_files_and_map_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let sharded = config(&["--shards", "3"]);
+        let c = open_coordinator(&sharded, dir.path(), &clock)
+            .await
+            .unwrap();
+        assert!(c.persistent);
+        assert_eq!(c.sqlite.len(), 3);
+        let topic_id = uuid::Uuid::new_v4();
+        c.coordinator
+            .create_topic(CreateTopicRequest {
+                topic_id,
+                name: "t".into(),
+                partitions: 7,
+                config: TopicConfig::default(),
+            })
+            .await
+            .unwrap();
+        let placements = c.sharded.as_ref().unwrap().placements();
+        let mut used: Vec<u32> = placements[&topic_id].to_vec();
+        used.sort_unstable();
+        used.dedup();
+        assert_eq!(used, vec![0, 1, 2]);
+        close(c).await;
+        for i in 0..3 {
+            assert!(
+                dir.path()
+                    .join(format!("coordinator-shard-{i}.db"))
+                    .exists()
+            );
+        }
+        assert!(dir.path().join(SHARD_MAP_FILE).exists());
+        assert!(!dir.path().join("coordinator.db").exists());
+
+        // A restart routes identically and sees the topic.
+        let c = open_coordinator(&sharded, dir.path(), &clock)
+            .await
+            .unwrap();
+        assert_eq!(c.sharded.as_ref().unwrap().placements(), placements);
+        let topics = c.coordinator.list_topics().await.unwrap();
+        assert!(topics.iter().any(|t| t.topic_id == topic_id));
+        close(c).await;
+
+        // The sharded data directory is refused without --shards, and a SQLite URL with --shards.
+        let err = open_coordinator(&config(&[]), dir.path(), &clock)
+            .await
+            .err()
+            .unwrap();
+        assert!(err.contains("--shards"), "{err}");
+        let url = format!("sqlite://{}/x.db", dir.path().display());
+        let with_url = config(&["--shards", "3", "--coordinator", &url]);
+        assert!(
+            open_coordinator(&with_url, dir.path(), &clock)
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unsharded_data_directory_is_refused_with_shards() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let c = open_coordinator(&config(&[]), dir.path(), &clock)
+            .await
+            .unwrap();
+        assert!(c.sharded.is_none() && c.persistent);
+        close(c).await;
+        let err = open_coordinator(&config(&["--shards", "2"]), dir.path(), &clock)
+            .await
+            .err()
+            .unwrap();
+        assert!(err.contains("coordinator.db"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn sharded_memory_coordinators_keep_their_map_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let c = open_coordinator(
+            &config(&["--shards", "4", "--coordinator", "memory://"]),
+            dir.path(),
+            &clock,
+        )
+        .await
+        .unwrap();
+        assert!(!c.persistent);
+        assert_eq!(c.sharded.as_ref().unwrap().shard_count(), 4);
+        assert!(!dir.path().join(SHARD_MAP_FILE).exists());
     }
 }

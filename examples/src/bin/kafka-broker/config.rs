@@ -25,11 +25,19 @@ Options:
                             s3://bucket/prefix (with the s3 feature of diskless-storage)
   --coordinator URL         batch coordinator (default sqlite://<data-dir>/coordinator.db);
                             also postgres://user:pass@host/db, memory:// (nothing survives)
+  --shards N                coordinator shards (KIP-1164; default 1 = one coordinator). With N > 1:
+                            SQLite files <data-dir>/coordinator-shard-<i>.db, PostgreSQL schemas
+                            diskless_shard_<i>, or N in-memory coordinators, routed by the
+                            partition -> shard map <data-dir>/coordinator-shards.map; Metadata then
+                            names each partition's produce gateway (KIP-1163) as its leader
   --commit-interval-ms MS   WAL commit interval (default 250)
   --buffer-max-bytes N      WAL buffer size that closes a segment early (default 8388608)
   --cache-max-bytes N       object cache size (default 268435456)
   --retention-check-ms MS   how often retention.ms/retention.bytes are applied and deleted
                             objects removed from storage (default 30000)
+  --orphan-check-ms MS      how often objects uploaded but never committed are looked for and
+                            (at the next check, if still unknown) deleted; 0 = never (default
+                            60000; never with a memory:// coordinator)
   --create-topic NAME[:N]   create diskless topic NAME with N partitions (default 3) at start
                             unless it exists (repeatable; clients can use CreateTopics too)
   --cluster-id ID           cluster id announced in Metadata (default diskless-example)
@@ -37,10 +45,13 @@ Options:
 
 Logging: RUST_LOG (default info).";
 
+/// The most coordinator shards `--shards` accepts.
+pub const MAX_SHARDS: u32 = 256;
+
 /// What the command line asks for.
 pub enum Parsed {
     /// Run the broker.
-    Run(Config),
+    Run(Box<Config>),
     /// Print the usage.
     Help,
 }
@@ -70,6 +81,10 @@ pub struct Config {
     pub cache_max_bytes: u64,
     pub cluster_id: String,
     pub retention_check: Duration,
+    /// Orphan collection interval (`None`: off).
+    pub orphan_check: Option<Duration>,
+    /// Coordinator shards (1: one coordinator, no router).
+    pub shards: u32,
     /// Topics to create at start: (name, partitions).
     pub create_topics: Vec<(String, i32)>,
 }
@@ -107,6 +122,8 @@ impl Config {
         let mut cache_max_bytes: u64 = 256 << 20;
         let mut cluster_id = "diskless-example".to_string();
         let mut retention_check_ms: u64 = 30_000;
+        let mut orphan_check_ms: u64 = 60_000;
+        let mut shards: u32 = 1;
         let mut create_topics = Vec::new();
         while let Some(arg) = args.next() {
             let (name, inline) = match arg.split_once('=') {
@@ -138,6 +155,10 @@ impl Config {
                 "--retention-check-ms" => {
                     retention_check_ms = number(&name, &value(&name, inline, &mut args)?)?
                 }
+                "--orphan-check-ms" => {
+                    orphan_check_ms = number(&name, &value(&name, inline, &mut args)?)?
+                }
+                "--shards" => shards = number(&name, &value(&name, inline, &mut args)?)?,
                 "--create-topic" => {
                     let v = value(&name, inline, &mut args)?;
                     let (topic, partitions) = match v.rsplit_once(':') {
@@ -154,6 +175,9 @@ impl Config {
         }
         if retention_check_ms == 0 {
             return Err("--retention-check-ms must be > 0".into());
+        }
+        if !(1..=MAX_SHARDS).contains(&shards) {
+            return Err(format!("--shards must be within 1..={MAX_SHARDS}"));
         }
         if commit_interval_ms == 0 {
             return Err("--commit-interval-ms must be > 0".into());
@@ -224,7 +248,7 @@ impl Config {
                 rack,
             });
         }
-        Ok(Parsed::Run(Config {
+        Ok(Parsed::Run(Box::new(Config {
             data_dir,
             listeners: out,
             storage_url,
@@ -234,8 +258,10 @@ impl Config {
             cache_max_bytes,
             cluster_id,
             retention_check: Duration::from_millis(retention_check_ms),
+            orphan_check: (orphan_check_ms > 0).then(|| Duration::from_millis(orphan_check_ms)),
+            shards,
             create_topics,
-        }))
+        })))
     }
 }
 
@@ -245,7 +271,7 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Config, String> {
         match Config::parse(args.iter().map(|s| s.to_string()))? {
-            Parsed::Run(c) => Ok(c),
+            Parsed::Run(c) => Ok(*c),
             Parsed::Help => Err("help".into()),
         }
     }
@@ -261,6 +287,8 @@ mod tests {
         assert_eq!(c.commit_interval, Duration::from_millis(250));
         assert_eq!(c.data_dir, PathBuf::from("./diskless-data"));
         assert!(c.coordinator_url.is_none() && c.storage_url.is_none());
+        assert_eq!(c.shards, 1);
+        assert_eq!(c.orphan_check, Some(Duration::from_secs(60)));
     }
 
     #[test]
@@ -276,6 +304,9 @@ mod tests {
             "--create-topic=logs",
             "--coordinator",
             "memory://",
+            "--shards=4",
+            "--orphan-check-ms",
+            "0",
         ])
         .unwrap();
         assert_eq!(c.listeners.len(), 2);
@@ -287,6 +318,8 @@ mod tests {
             vec![("orders".to_string(), 6), ("logs".to_string(), 3)]
         );
         assert_eq!(c.coordinator_url.as_deref(), Some("memory://"));
+        assert_eq!(c.shards, 4);
+        assert_eq!(c.orphan_check, None);
     }
 
     #[test]
@@ -299,6 +332,9 @@ mod tests {
             &["--brokers", "0"],
             &["--create-topic", "t:0"],
             &["--data-dir"],
+            &["--shards", "0"],
+            &["--shards", "257"],
+            &["--shards", "-1"],
             &["--bogus"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?} accepted");

@@ -7,7 +7,9 @@
 //! through the shared [`diskless_core::Fetcher`] and object cache. Topics, offsets and the
 //! idempotent-producer state live in the batch coordinator (SQLite by default, PostgreSQL or in-memory
 //! by flag); committed consumer-group offsets and the producer-id allocator in a SQLite file of the
-//! data directory.
+//! data directory. With `--shards N` the coordinator is N shards under a
+//! [`diskless_coordinator::sharded::ShardedCoordinator`] (KIP-1164), and Metadata announces each
+//! partition's produce gateway (KIP-1163) as its leader.
 //!
 //! ```text
 //! cargo run -p diskless-examples --bin kafka-broker -- --data-dir ./diskless-data
@@ -58,7 +60,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let config = match config::Config::parse(std::env::args().skip(1)) {
-        Ok(config::Parsed::Run(config)) => config,
+        Ok(config::Parsed::Run(config)) => *config,
         Ok(config::Parsed::Help) => {
             println!("{}", config::USAGE);
             return ExitCode::SUCCESS;

@@ -27,7 +27,7 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use crate::broker::Broker;
-use crate::cluster::client_rack;
+use crate::cluster::{GatewayLeaders, client_rack};
 use crate::codes;
 use crate::server::Ctx;
 use crate::topics::Topic;
@@ -43,16 +43,26 @@ fn topic_name(s: &str) -> TopicName {
     TopicName(str(s))
 }
 
-fn describe_topic(broker: &Broker, ctx: &Ctx, topic: &Topic) -> MetadataResponseTopic {
+fn describe_topic(
+    broker: &Broker,
+    gateways: Option<&GatewayLeaders>,
+    ctx: &Ctx,
+    topic: &Topic,
+) -> MetadataResponseTopic {
     let rack = client_rack(&ctx.client_id);
     let mut t = MetadataResponseTopic::default();
     t.name = Some(topic_name(&topic.name));
     if ctx.version >= 10 {
         t.topic_id = topic.id;
     }
+    // Sharded: each partition's leader is a produce gateway of its shard (in the client's rack).
+    let gateway_leaders = gateways.and_then(|g| g.leaders(topic.id, topic.partitions, rack));
     t.partitions = (0..topic.partitions)
         .map(|p| {
-            let leader = broker.cluster.leader_for(topic.id, p, rack);
+            let leader = gateway_leaders
+                .as_ref()
+                .and_then(|l| l.get(usize::try_from(p).ok()?).copied())
+                .unwrap_or_else(|| broker.cluster.leader_for(topic.id, p, rack));
             let replicas: Vec<BrokerId> = broker
                 .cluster
                 .replicas(leader)
@@ -109,6 +119,7 @@ pub async fn metadata(
     if ctx.version >= 1 {
         response.controller_id = BrokerId(broker.cluster.controller_id());
     }
+    let gateways = broker.gateway_leaders();
     // Version 0: an empty list means all topics; later versions use null for that.
     let wanted = match request.topics {
         Some(list) if !(ctx.version == 0 && list.is_empty()) => Some(list),
@@ -117,7 +128,10 @@ pub async fn metadata(
     match wanted {
         None => match broker.topics.all().await {
             Ok(all) => {
-                response.topics = all.iter().map(|t| describe_topic(broker, ctx, t)).collect();
+                response.topics = all
+                    .iter()
+                    .map(|t| describe_topic(broker, gateways.as_deref(), ctx, t))
+                    .collect();
             }
             Err(e) => warn!(error = %e, "metadata: cannot list topics"),
         },
@@ -129,7 +143,7 @@ pub async fn metadata(
                     (None, _) => Ok(None),
                 };
                 response.topics.push(match found {
-                    Ok(Some(topic)) => describe_topic(broker, ctx, &topic),
+                    Ok(Some(topic)) => describe_topic(broker, gateways.as_deref(), ctx, &topic),
                     Ok(None) => {
                         let code = if wanted.name.is_none() {
                             codes::UNKNOWN_TOPIC_ID
