@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diskless_coordinator::{
-    DeleteRecordsRequest as CoordDeleteRecords, ListOffsetsRequest as CoordListOffsets,
-    TopicIdPartition,
+    CoordinatorError, DeleteRecordsRequest as CoordDeleteRecords,
+    ListOffsetsRequest as CoordListOffsets, TopicIdPartition,
 };
 use diskless_core::FetchPartition;
 use kafka_protocol::messages::delete_records_response::{
@@ -25,7 +25,7 @@ use kafka_protocol::messages::list_offsets_response::{
 };
 use kafka_protocol::messages::{
     DeleteRecordsRequest, DeleteRecordsResponse, FetchRequest, FetchResponse, ListOffsetsRequest,
-    ListOffsetsResponse,
+    ListOffsetsResponse, TopicName,
 };
 use tokio::time::Instant;
 use tracing::warn;
@@ -147,33 +147,73 @@ pub async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest) -> Fe
     response
 }
 
+/// What a request asked per topic: for each partition, the index of the coordinator query made for
+/// it, or the error code that already answers it.
+type Layout = Vec<(TopicName, Vec<(i32, Result<usize, i16>)>)>;
+
+/// Resolves the topics of a ListOffsets / DeleteRecords request to partitions and builds one
+/// coordinator query per known partition (`query`), in request order.
+async fn resolve<P, Q>(
+    broker: &Arc<Broker>,
+    topics: Vec<(TopicName, Vec<P>)>,
+    index_of: impl Fn(&P) -> i32,
+    query: impl Fn(TopicIdPartition, P) -> Q,
+) -> (Layout, Vec<Q>) {
+    let mut layout = Vec::with_capacity(topics.len());
+    let mut queries = Vec::new();
+    for (name, partitions) in topics {
+        let found = broker.topics.by_name(name.as_str()).await;
+        let mut slots = Vec::with_capacity(partitions.len());
+        for p in partitions {
+            let index = index_of(&p);
+            let slot = match &found {
+                Err(e) => Err(e.error_code().code()),
+                Ok(Some(t)) if t.has_partition(index) => {
+                    queries.push(query(TopicIdPartition::new(t.id, index), p));
+                    Ok(queries.len() - 1)
+                }
+                Ok(_) => Err(codes::UNKNOWN_TOPIC_OR_PARTITION),
+            };
+            slots.push((index, slot));
+        }
+        layout.push((name, slots));
+    }
+    (layout, queries)
+}
+
+/// The coordinator's answer for one slot of a [`Layout`], or the error code answering it.
+fn answer<A>(
+    slot: Result<usize, i16>,
+    answers: &Result<Vec<A>, CoordinatorError>,
+) -> Result<&A, i16> {
+    match (slot, answers) {
+        (Err(code), _) => Err(code),
+        (Ok(_), Err(e)) => Err(e.error_code().code()),
+        (Ok(i), Ok(list)) => list.get(i).ok_or(codes::UNKNOWN_SERVER_ERROR),
+    }
+}
+
 /// ListOffsets (earliest, latest, max timestamp, by timestamp) from the coordinator.
 pub async fn list_offsets(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: ListOffsetsRequest,
 ) -> ListOffsetsResponse {
-    let mut layout = Vec::new();
-    let mut queries = Vec::new();
-    for topic in request.topics {
-        let found = broker.topics.by_name(topic.name.as_str()).await;
-        let mut slots = Vec::new();
-        for p in topic.partitions {
-            let slot = match &found {
-                Err(e) => Err(e.error_code().code()),
-                Ok(Some(t)) if t.has_partition(p.partition_index) => {
-                    queries.push(CoordListOffsets {
-                        partition: TopicIdPartition::new(t.id, p.partition_index),
-                        timestamp: p.timestamp,
-                    });
-                    Ok(queries.len() - 1)
-                }
-                Ok(_) => Err(codes::UNKNOWN_TOPIC_OR_PARTITION),
-            };
-            slots.push((p.partition_index, slot));
-        }
-        layout.push((topic.name, slots));
-    }
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| (t.name, t.partitions))
+        .collect();
+    let (layout, queries) = resolve(
+        broker,
+        topics,
+        |p| p.partition_index,
+        |partition, p| CoordListOffsets {
+            partition,
+            timestamp: p.timestamp,
+        },
+    )
+    .await;
     let answers = if queries.is_empty() {
         Ok(Vec::new())
     } else {
@@ -188,12 +228,7 @@ pub async fn list_offsets(
             p.partition_index = index;
             p.offset = -1;
             p.timestamp = -1;
-            let found = match (slot, &answers) {
-                (Err(code), _) => Err(code),
-                (Ok(_), Err(e)) => Err(e.error_code().code()),
-                (Ok(i), Ok(list)) => list.get(i).ok_or(codes::UNKNOWN_SERVER_ERROR),
-            };
-            match found {
+            match answer(slot, &answers) {
                 Err(code) => p.error_code = code,
                 Ok(a) => {
                     p.error_code = a.error.code();
@@ -217,27 +252,21 @@ pub async fn delete_records(
     _ctx: &Ctx,
     request: DeleteRecordsRequest,
 ) -> DeleteRecordsResponse {
-    let mut layout = Vec::new();
-    let mut deletes = Vec::new();
-    for topic in request.topics {
-        let found = broker.topics.by_name(topic.name.as_str()).await;
-        let mut slots = Vec::new();
-        for p in topic.partitions {
-            let slot = match &found {
-                Err(e) => Err(e.error_code().code()),
-                Ok(Some(t)) if t.has_partition(p.partition_index) => {
-                    deletes.push(CoordDeleteRecords {
-                        partition: TopicIdPartition::new(t.id, p.partition_index),
-                        offset: p.offset,
-                    });
-                    Ok(deletes.len() - 1)
-                }
-                Ok(_) => Err(codes::UNKNOWN_TOPIC_OR_PARTITION),
-            };
-            slots.push((p.partition_index, slot));
-        }
-        layout.push((topic.name, slots));
-    }
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| (t.name, t.partitions))
+        .collect();
+    let (layout, deletes) = resolve(
+        broker,
+        topics,
+        |p| p.partition_index,
+        |partition, p| CoordDeleteRecords {
+            partition,
+            offset: p.offset,
+        },
+    )
+    .await;
     let answers = if deletes.is_empty() {
         Ok(Vec::new())
     } else {
@@ -251,12 +280,7 @@ pub async fn delete_records(
             let mut p = DeleteRecordsPartitionResult::default();
             p.partition_index = index;
             p.low_watermark = -1;
-            let found = match (slot, &answers) {
-                (Err(code), _) => Err(code),
-                (Ok(_), Err(e)) => Err(e.error_code().code()),
-                (Ok(i), Ok(list)) => list.get(i).ok_or(codes::UNKNOWN_SERVER_ERROR),
-            };
-            match found {
+            match answer(slot, &answers) {
                 Err(code) => p.error_code = code,
                 Ok(a) => {
                     p.error_code = a.error.code();
