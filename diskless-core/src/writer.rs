@@ -32,7 +32,10 @@
 //! producers allow 5), by lowering `commit_interval` with a low-latency store (S3 Express-like, 25 ms:
 //! a 50 ms interval gives p99 ≈ 150 ms), and, for the broker as a whole, by `max_concurrent_uploads`:
 //! sustained broker throughput is bounded by `max_concurrent_uploads × buffer_max_bytes /
-//! upload_latency` (Little's law).
+//! upload_latency` (Little's law). Commits happen in segment order, so the upload latency's tail
+//! (S3's p99 is several times its p50) delays every segment behind a slow one:
+//! [`WalWriterConfig::hedge_uploads_after`] (about the store's p95) trades a few extra PUTs for that
+//! tail.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -97,6 +100,12 @@ pub struct WalWriterConfig {
     /// (up to 32 × `max.message.bytes`, see [`crate::default_decompression_limit`]) before the
     /// request is counted in `max_pending_bytes`, so this bounds that memory too. Default 8.
     pub max_concurrent_validations: usize,
+    /// Start a second, identical upload of a segment whose first attempt has not finished after
+    /// this long, and take whichever lands first (a hedged request). Commits happen in segment
+    /// order, so one slow upload delays every later segment: hedging cuts that tail for a few extra
+    /// PUTs (create-only uploads make the duplicate harmless: same key, same bytes). `None` (the
+    /// default) never hedges; about the store's p95 upload latency is a good value.
+    pub hedge_uploads_after: Option<Duration>,
 }
 
 impl Default for WalWriterConfig {
@@ -112,6 +121,7 @@ impl Default for WalWriterConfig {
             owners: vec![0],
             cache_block_size: crate::DEFAULT_CACHE_BLOCK_SIZE,
             max_concurrent_validations: 8,
+            hedge_uploads_after: None,
         }
     }
 }
@@ -193,6 +203,9 @@ pub struct WriterStats {
     pub segments_uploaded: u64,
     /// Segments whose upload failed.
     pub upload_failures: u64,
+    /// Uploads that were hedged (a second attempt started, see
+    /// [`WalWriterConfig::hedge_uploads_after`]).
+    pub hedged_uploads: u64,
     /// Segments committed.
     pub segments_committed: u64,
     /// Segments whose commit failed (rejected as a whole or outcome unknown).
@@ -210,6 +223,7 @@ struct Counters {
     segments_closed: AtomicU64,
     segments_uploaded: AtomicU64,
     upload_failures: AtomicU64,
+    hedged_uploads: AtomicU64,
     segments_committed: AtomicU64,
     commit_failures: AtomicU64,
     bytes_uploaded: AtomicU64,
@@ -608,6 +622,7 @@ impl WalWriter {
             segments_closed: c.segments_closed.load(Ordering::Relaxed),
             segments_uploaded: c.segments_uploaded.load(Ordering::Relaxed),
             upload_failures: c.upload_failures.load(Ordering::Relaxed),
+            hedged_uploads: c.hedged_uploads.load(Ordering::Relaxed),
             segments_committed: c.segments_committed.load(Ordering::Relaxed),
             commit_failures: c.commit_failures.load(Ordering::Relaxed),
             bytes_uploaded: c.bytes_uploaded.load(Ordering::Relaxed),
@@ -785,9 +800,17 @@ fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
         let cache = shared.cache.clone();
         let block_size = shared.config.cache_block_size;
         let key = key.clone();
+        let hedge_after = shared.config.hedge_uploads_after;
+        let writer = shared.clone();
         shared.runtime.spawn(async move {
             let _slot = uploads.acquire_owned().await.ok();
-            let result = storage.upload(&key, &chunks).await;
+            let result = upload_hedged(storage.as_ref(), &key, &chunks, hedge_after, || {
+                writer
+                    .counters
+                    .hedged_uploads
+                    .fetch_add(1, Ordering::Relaxed);
+            })
+            .await;
             if result.is_ok() {
                 // Fresh data is read soon, mostly by this broker: keep the segment in the cache.
                 // Blocks are keyed by object, so nobody finds them before the commit.
@@ -817,6 +840,42 @@ fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
             }
         }
         None => fail_sealed(sealed, ErrorCode::KafkaStorageError, "the writer is closed"),
+    }
+}
+
+/// Uploads a segment; with `hedge_after`, a second identical upload starts if the first has not
+/// finished by then, and the first success wins (the other is dropped, which cancels it; a cancelled
+/// PUT that lands anyway wrote the same bytes under the same key). Fails only when every attempt
+/// failed, with the last error.
+async fn upload_hedged(
+    storage: &dyn ObjectStorage,
+    key: &ObjectKey,
+    chunks: &[Bytes],
+    hedge_after: Option<Duration>,
+    on_hedge: impl FnOnce(),
+) -> Result<(), StorageError> {
+    let first = storage.upload(key, chunks);
+    let Some(after) = hedge_after else {
+        return first.await;
+    };
+    tokio::pin!(first);
+    tokio::select! {
+        result = &mut first => return result,
+        _ = tokio::time::sleep(after) => {}
+    }
+    on_hedge();
+    debug!(key = %key, "upload is slow, hedging with a second attempt");
+    let second = storage.upload(key, chunks);
+    tokio::pin!(second);
+    tokio::select! {
+        result = &mut first => match result {
+            Ok(()) => Ok(()),
+            Err(_) => second.await,
+        },
+        result = &mut second => match result {
+            Ok(()) => Ok(()),
+            Err(_) => first.await,
+        },
     }
 }
 

@@ -920,3 +920,91 @@ async fn a_commit_that_did_not_apply_leaves_no_object() {
     assert_eq!(coordinator.injected_faults(), 1);
     writer.close().await;
 }
+
+/// Storage whose first upload hangs for a minute (a slow PUT); later ones are immediate.
+#[derive(Debug)]
+struct SlowFirstUpload {
+    inner: Arc<ObjectStoreStorage>,
+    uploads: std::sync::atomic::AtomicU32,
+}
+
+#[async_trait]
+impl ObjectStorage for SlowFirstUpload {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        if self
+            .uploads
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            == 0
+        {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        self.inner.upload(key, payload).await
+    }
+    async fn fetch(
+        &self,
+        key: &ObjectKey,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, StorageError> {
+        self.inner.fetch(key, range).await
+    }
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        self.inner.delete(keys).await
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> futures::stream::BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.inner.list(prefix)
+    }
+}
+
+/// A slow upload is hedged: a second attempt lands, the produce is answered without waiting for the
+/// first, and the late first attempt is harmless (same key, same bytes).
+#[tokio::test(start_paused = true)]
+async fn slow_uploads_are_hedged() {
+    for hedge in [None, Some(Duration::from_millis(200))] {
+        let inner = Arc::new(ObjectStoreStorage::in_memory());
+        let storage = Arc::new(SlowFirstUpload {
+            inner: inner.clone(),
+            uploads: std::sync::atomic::AtomicU32::new(0),
+        });
+        let coordinator = Arc::new(InMemoryCoordinator::new(clock()));
+        let tc = TopicConfig::default();
+        let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
+        let p = TopicIdPartition::new(t, 0);
+        let writer = WalWriter::new(
+            WalWriterConfig {
+                hedge_uploads_after: hedge,
+                ..small_config()
+            },
+            storage,
+            coordinator.clone(),
+            None,
+            clock(),
+        )
+        .unwrap();
+        let started = tokio::time::Instant::now();
+        let answer = writer.produce(vec![produce(p, &tc, &batch(&["h"]))]).await;
+        let waited = started.elapsed();
+        assert_eq!(answer[0].error, ErrorCode::None);
+        match hedge {
+            None => {
+                assert!(waited >= Duration::from_secs(60));
+                assert_eq!(writer.stats().hedged_uploads, 0);
+            }
+            Some(_) => {
+                // Simulated time: the commit interval plus the hedge delay, not the slow PUT.
+                assert!(waited < Duration::from_secs(1), "waited {waited:?}");
+                assert_eq!(writer.stats().hedged_uploads, 1);
+            }
+        }
+        writer.close().await;
+        // The slow attempt, when it lands, finds the same bytes: one object, readable.
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        let fetched = Fetcher::new(FetcherConfig::default(), inner, coordinator, None)
+            .fetch(&[fetch_req(p, 0)], 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(served_batches(&fetched[0]).len(), 1);
+    }
+}
