@@ -620,8 +620,8 @@ async fn postgres_migrations() {
         applied += r.await.unwrap().unwrap();
     }
     assert_eq!(
-        applied, 1,
-        "exactly one concurrent migrator applied the migration"
+        applied, 2,
+        "exactly one concurrent migrator applied each of the 2 migrations"
     );
     assert_eq!(migrate(&options).await.unwrap(), 0);
 
@@ -639,7 +639,13 @@ async fn postgres_migrations() {
             .fetch_all(&mut conn)
             .await
             .unwrap();
-    assert_eq!(recorded, vec![(1, "initial".to_string())]);
+    assert_eq!(
+        recorded,
+        vec![
+            (1, "initial".to_string()),
+            (2, "fast_commit_file".to_string())
+        ]
+    );
     sqlx::query("UPDATE schema_migrations SET checksum = 'edited'")
         .execute(&mut conn)
         .await

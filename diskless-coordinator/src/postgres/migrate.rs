@@ -25,11 +25,18 @@ pub(super) struct Migration {
 }
 
 /// The embedded migrations, in version order.
-pub(super) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sql: include_str!("../../migrations/postgres/0001_initial.sql"),
-}];
+pub(super) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sql: include_str!("../../migrations/postgres/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "fast_commit_file",
+        sql: include_str!("../../migrations/postgres/0002_fast_commit_file.sql"),
+    },
+];
 
 /// The latest schema version this build knows.
 pub(super) fn latest_version() -> i32 {
