@@ -20,8 +20,8 @@ use tokio::time::Instant;
 
 use crate::report::{Row, Status, ms};
 use crate::util::{
-    HedgedStorage, SimLatencyStorage, TimedCoordinator, TimedStorage, create_topic, make_batch,
-    now_ms, paused_runtime, percentile,
+    SimLatencyStorage, TimedCoordinator, TimedStorage, create_topic, make_batch, now_ms,
+    paused_runtime, percentile,
 };
 
 const PARTITIONS: usize = 100;
@@ -38,7 +38,7 @@ struct Scenario {
     produce_p99: Duration,
     /// Target on overhead p99 (None: not asked).
     overhead_p99: Option<Duration>,
-    /// Diagnosis only: hedge uploads still running after this long.
+    /// `WalWriterConfig::hedge_uploads_after`.
     hedge_after: Option<Duration>,
 }
 
@@ -63,7 +63,7 @@ pub fn run(quick: bool) -> Vec<Row> {
             hedge_after: None,
         },
         Scenario {
-            label: "S3 standard-like store, uploads hedged after 200 ms (diagnosis, not the library)",
+            label: "S3 standard-like store, WalWriterConfig::hedge_uploads_after = 200 ms",
             store: Latency::log_normal(Duration::from_millis(100), Duration::from_millis(400)),
             interval: Duration::from_millis(250),
             produce_p99: Duration::from_millis(500),
@@ -106,16 +106,11 @@ fn scenario(s: &Scenario, seconds: u64) -> Vec<Row> {
             s.store.clone(),
             42,
         ));
-        let hedged = s
-            .hedge_after
-            .map(|after| Arc::new(HedgedStorage::new(faulty.clone(), after)));
-        let storage = Arc::new(TimedStorage::new(match &hedged {
-            Some(h) => h.clone(),
-            None => faulty,
-        }));
+        let storage = Arc::new(TimedStorage::new(faulty));
         let writer = match WalWriter::new(
             WalWriterConfig {
                 commit_interval: s.interval,
+                hedge_uploads_after: s.hedge_after,
                 ..WalWriterConfig::default()
             },
             storage.clone(),
@@ -157,7 +152,7 @@ fn scenario(s: &Scenario, seconds: u64) -> Vec<Row> {
             }
         }
         writer.close().await;
-        let hedges = hedged.map_or(0, |h| h.hedges.load(std::sync::atomic::Ordering::Relaxed));
+        let hedges = writer.stats().hedged_uploads;
         let uploads = storage.uploads.lock().clone();
         let commits = coordinator.commits.lock().clone();
         let objects = coordinator.batch_objects.lock().clone();

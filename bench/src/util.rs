@@ -225,64 +225,6 @@ impl ObjectStorage for SimLatencyStorage {
     }
 }
 
-/// Hedged uploads (a diagnosis, not part of the library): an upload still running after `after`
-/// gets a second, identical attempt; the first success wins and the other is dropped.
-#[derive(Debug)]
-pub struct HedgedStorage {
-    inner: Arc<dyn ObjectStorage>,
-    after: Duration,
-    /// Second attempts started.
-    pub hedges: AtomicU64,
-}
-
-impl HedgedStorage {
-    /// Wraps `inner`.
-    pub fn new(inner: Arc<dyn ObjectStorage>, after: Duration) -> HedgedStorage {
-        HedgedStorage {
-            inner,
-            after,
-            hedges: AtomicU64::new(0),
-        }
-    }
-}
-
-#[async_trait]
-impl ObjectStorage for HedgedStorage {
-    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
-        let first = self.inner.upload(key, payload);
-        tokio::pin!(first);
-        tokio::select! {
-            r = &mut first => return r,
-            _ = tokio::time::sleep(self.after) => {}
-        }
-        self.hedges.fetch_add(1, Ordering::Relaxed);
-        let second = self.inner.upload(key, payload);
-        tokio::pin!(second);
-        tokio::select! {
-            r = &mut first => match r {
-                Ok(()) => Ok(()),
-                Err(_) => second.await,
-            },
-            r = &mut second => match r {
-                Ok(()) => Ok(()),
-                Err(_) => first.await,
-            },
-        }
-    }
-
-    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
-        self.inner.fetch(key, range).await
-    }
-
-    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
-        self.inner.delete(keys).await
-    }
-
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
-        self.inner.list(prefix)
-    }
-}
-
 // -------------------------------------------------------------------------------------------------
 // Coordinator wrapper
 
