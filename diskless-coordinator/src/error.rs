@@ -35,6 +35,11 @@ pub enum CoordinatorError {
     /// The coordinator was closed.
     #[error("coordinator closed")]
     Closed,
+    /// A commit arrived after its object's commit deadline (see `diskless_core::lifecycle::
+    /// CommitDeadline`): it was refused and certainly not applied, since the orphan collector may
+    /// already consider the object garbage. The producer may retry (a new segment will be written).
+    #[error("commit deadline exceeded: {0}")]
+    DeadlineExceeded(String),
 }
 
 impl CoordinatorError {
@@ -46,7 +51,9 @@ impl CoordinatorError {
             CoordinatorError::ObjectAlreadyCommitted(_) | CoordinatorError::InvalidRequest(_) => {
                 ErrorCode::InvalidRequest
             }
-            CoordinatorError::OutcomeUnknown(_) => ErrorCode::RequestTimedOut,
+            CoordinatorError::OutcomeUnknown(_) | CoordinatorError::DeadlineExceeded(_) => {
+                ErrorCode::RequestTimedOut
+            }
             CoordinatorError::Unavailable(_)
             | CoordinatorError::Storage(_)
             | CoordinatorError::Closed => ErrorCode::KafkaStorageError,
@@ -56,5 +63,20 @@ impl CoordinatorError {
     /// Whether the call certainly did not take effect and may simply be retried.
     pub fn is_retriable(&self) -> bool {
         matches!(self, CoordinatorError::Unavailable(_))
+    }
+
+    /// Whether the call certainly did not take effect (so, for a commit, its object is garbage).
+    /// `OutcomeUnknown`, `ObjectAlreadyCommitted` and `Storage` (which can come after a commit
+    /// applied, when its answer cannot be read) are not.
+    pub fn certainly_not_applied(&self) -> bool {
+        matches!(
+            self,
+            CoordinatorError::Unavailable(_)
+                | CoordinatorError::InvalidRequest(_)
+                | CoordinatorError::Closed
+                | CoordinatorError::DeadlineExceeded(_)
+                | CoordinatorError::TopicAlreadyExists(_)
+                | CoordinatorError::UnknownTopic(_)
+        )
     }
 }

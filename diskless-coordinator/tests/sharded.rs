@@ -540,7 +540,7 @@ async fn commits_past_the_deadline_are_refused() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, CoordinatorError::InvalidRequest(_)),
+        matches!(err, CoordinatorError::DeadlineExceeded(_)) && err.certainly_not_applied(),
         "{err:?}"
     );
     assert!(r.known_objects(&[old]).await.unwrap().is_empty());

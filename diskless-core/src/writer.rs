@@ -89,6 +89,11 @@ pub struct WalWriterConfig {
     /// Bound on bytes buffered plus bytes being uploaded (a segment waiting only for its commit
     /// holds no payload). Default 64 MiB.
     pub max_pending_bytes: usize,
+    /// Bound on bytes of requests not yet answered: buffered, uploading, or uploaded and waiting for
+    /// their commit. Commits are serial, so a slow coordinator would otherwise let uploaded segments
+    /// (their metadata and waiting requests) pile up without limit. At least `max_pending_bytes`.
+    /// Default 256 MiB.
+    pub max_uncommitted_bytes: usize,
     /// What `append` does at that bound.
     pub backpressure: Backpressure,
     /// The coordinator shards that own this writer's objects (KIP-1164 owner list). Default `[0]`.
@@ -117,6 +122,7 @@ impl Default for WalWriterConfig {
             commit_interval: Duration::from_millis(250),
             max_concurrent_uploads: 4,
             max_pending_bytes: 64 << 20,
+            max_uncommitted_bytes: 256 << 20,
             backpressure: Backpressure::Wait,
             owners: vec![0],
             cache_block_size: crate::DEFAULT_CACHE_BLOCK_SIZE,
@@ -214,8 +220,10 @@ pub struct WriterStats {
     pub bytes_uploaded: u64,
     /// Batches appended by the coordinator (duplicates excluded).
     pub batches_committed: u64,
-    /// Bytes currently buffered or in flight.
+    /// Bytes currently buffered or being uploaded (bounded by `max_pending_bytes`).
     pub pending_bytes: u64,
+    /// Bytes of requests not yet answered (bounded by `max_uncommitted_bytes`).
+    pub uncommitted_bytes: u64,
 }
 
 #[derive(Default)]
@@ -301,6 +309,8 @@ struct Waiter {
     /// released once the segment's bytes are uploaded (or failed): a segment waiting for its turn to
     /// commit holds only metadata, so one slow upload does not hold the budget of later ones.
     permit: Option<OwnedSemaphorePermit>,
+    /// The request's share of the uncommitted-bytes bound, released when it is answered.
+    _uncommitted: OwnedSemaphorePermit,
 }
 
 /// Where a committed batch's result goes: its partition, request and answer slot.
@@ -344,6 +354,8 @@ struct Shared {
     /// `None` once the writer is closed.
     pipeline: Mutex<Option<mpsc::UnboundedSender<Sealed>>>,
     budget: Arc<Semaphore>,
+    /// Bytes of requests not yet answered (see `WalWriterConfig::max_uncommitted_bytes`).
+    uncommitted: Arc<Semaphore>,
     uploads: Arc<Semaphore>,
     /// Wakes the timer when a buffer gets its first batch, or on close.
     timer: Notify,
@@ -427,8 +439,17 @@ impl WalWriter {
                 "max_pending_bytes must be >= buffer_max_bytes".into(),
             ));
         }
-        if config.max_pending_bytes > Semaphore::MAX_PERMITS {
-            return Err(WriterError::Config("max_pending_bytes is too large".into()));
+        if config.max_pending_bytes > Semaphore::MAX_PERMITS
+            || config.max_uncommitted_bytes > Semaphore::MAX_PERMITS
+        {
+            return Err(WriterError::Config(
+                "max_pending_bytes or max_uncommitted_bytes is too large".into(),
+            ));
+        }
+        if config.max_uncommitted_bytes < config.max_pending_bytes {
+            return Err(WriterError::Config(
+                "max_uncommitted_bytes must be >= max_pending_bytes".into(),
+            ));
         }
         if config.owners.is_empty() {
             return Err(WriterError::Config("owners must not be empty".into()));
@@ -451,6 +472,7 @@ impl WalWriter {
             validations: Semaphore::new(config.max_concurrent_validations),
             finished: tokio::sync::watch::Sender::new(false),
             budget: Arc::new(Semaphore::new(config.max_pending_bytes)),
+            uncommitted: Arc::new(Semaphore::new(config.max_uncommitted_bytes)),
             uploads: Arc::new(Semaphore::new(config.max_concurrent_uploads)),
             config,
             storage,
@@ -483,6 +505,10 @@ impl WalWriter {
             return ready_errors(&names, ErrorCode::KafkaStorageError, "the writer is closed");
         }
 
+        // What the request pins in memory: its whole payload (valid partitions' batches are slices
+        // of the same network buffer as the invalid ones), so that is what the bounds count.
+        let request_bytes: usize = partitions.iter().map(|p| p.records.len()).sum();
+
         // 1. Validate every partition; the answer slots of invalid ones are filled now.
         let Ok(validating) = shared.validations.acquire().await else {
             return ready_errors(&names, ErrorCode::KafkaStorageError, "the writer is closed");
@@ -506,31 +532,31 @@ impl WalWriter {
             return fill_errors(responses, ErrorCode::None, "");
         }
 
-        // 2. Memory bound. A request larger than the whole bound waits for everything else.
-        let want = bytes.clamp(1, shared.config.max_pending_bytes);
-        let Ok(want) = u32::try_from(want) else {
-            return fill_errors(responses, ErrorCode::MessageTooLarge, "request too large");
-        };
+        // 2. Memory bounds. A request larger than a whole bound waits for everything else. Both
+        // are always taken in this order (uncommitted, then pending), so requests cannot deadlock.
         drop(validating);
-        let permit = match shared.config.backpressure {
-            Backpressure::Wait => shared.budget.clone().acquire_many_owned(want).await.ok(),
-            Backpressure::FailFast => match shared.budget.clone().try_acquire_many_owned(want) {
-                Ok(p) => Some(p),
-                Err(_) => {
-                    return fill_errors(
-                        responses,
-                        ErrorCode::KafkaStorageError,
-                        "the broker's produce buffer is full; retry later",
-                    );
-                }
-            },
+        let config = &shared.config;
+        let uncommitted = match acquire(
+            &shared.uncommitted,
+            request_bytes,
+            config.max_uncommitted_bytes,
+            config.backpressure,
+        )
+        .await
+        {
+            Acquired::Got(p) => p,
+            refused => return refuse(responses, refused),
         };
-        let Some(permit) = permit else {
-            return fill_errors(
-                responses,
-                ErrorCode::KafkaStorageError,
-                "the writer is closed",
-            );
+        let permit = match acquire(
+            &shared.budget,
+            request_bytes,
+            config.max_pending_bytes,
+            config.backpressure,
+        )
+        .await
+        {
+            Acquired::Got(p) => p,
+            refused => return refuse(responses, refused),
         };
 
         // 3. Buffer the whole request into one segment.
@@ -563,6 +589,7 @@ impl WalWriter {
             tx,
             slots: responses,
             permit: Some(permit),
+            _uncommitted: uncommitted,
         });
         buffer.bytes += bytes;
         if buffer.opened_at.is_none() {
@@ -632,6 +659,12 @@ impl WalWriter {
                 .config
                 .max_pending_bytes
                 .saturating_sub(available)) as u64,
+            uncommitted_bytes: (self
+                .shared
+                .config
+                .max_uncommitted_bytes
+                .saturating_sub(self.shared.uncommitted.available_permits()))
+                as u64,
         }
     }
 }
@@ -653,6 +686,7 @@ fn shutdown(shared: &Arc<Shared>) {
     shared.pipeline.lock().take();
     drop(buffer);
     shared.budget.close();
+    shared.uncommitted.close();
     shared.validations.close();
     shared.timer.notify_one();
 }
@@ -665,6 +699,53 @@ fn ready_errors(names: &[TopicIdPartition], error: ErrorCode, message: &str) -> 
                 .map(|p| PartitionResponse::error(*p, error, message))
                 .collect(),
         )),
+    }
+}
+
+/// The outcome of taking permits from a bound.
+enum Acquired {
+    Got(OwnedSemaphorePermit),
+    /// Fail-fast mode and not enough permits now.
+    Full,
+    /// The writer is closed.
+    Closed,
+}
+
+/// Takes `bytes` (at least 1, at most the whole `bound`) from `semaphore`, waiting or not.
+async fn acquire(
+    semaphore: &Arc<Semaphore>,
+    bytes: usize,
+    bound: usize,
+    mode: Backpressure,
+) -> Acquired {
+    // The bounds are at most Semaphore::MAX_PERMITS (checked at construction); beyond u32 a
+    // request simply takes the whole bound.
+    let want = u32::try_from(bytes.clamp(1, bound)).unwrap_or(u32::MAX);
+    let want = want.min(u32::try_from(bound).unwrap_or(u32::MAX));
+    match mode {
+        Backpressure::Wait => match semaphore.clone().acquire_many_owned(want).await {
+            Ok(p) => Acquired::Got(p),
+            Err(_) => Acquired::Closed,
+        },
+        Backpressure::FailFast => match semaphore.clone().try_acquire_many_owned(want) {
+            Ok(p) => Acquired::Got(p),
+            Err(tokio::sync::TryAcquireError::NoPermits) => Acquired::Full,
+            Err(tokio::sync::TryAcquireError::Closed) => Acquired::Closed,
+        },
+    }
+}
+
+/// Answers a request refused by a memory bound.
+fn refuse(slots: Vec<Slot>, refused: Acquired) -> PendingProduce {
+    match refused {
+        Acquired::Closed => {
+            fill_errors(slots, ErrorCode::KafkaStorageError, "the writer is closed")
+        }
+        _ => fill_errors(
+            slots,
+            ErrorCode::KafkaStorageError,
+            "the broker's produce buffer is full; retry later",
+        ),
     }
 }
 
@@ -1025,12 +1106,7 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
             // Only errors that say the commit certainly did not apply make the object garbage;
             // anything else (outcome unknown, "already committed" after some retry layer) keeps it
             // for the orphan collector, which asks the coordinator first.
-            let certainly_not_applied = matches!(
-                e,
-                CoordinatorError::Unavailable(_)
-                    | CoordinatorError::InvalidRequest(_)
-                    | CoordinatorError::Closed
-            );
+            let certainly_not_applied = e.certainly_not_applied();
             let code = match &e {
                 CoordinatorError::OutcomeUnknown(_)
                 | CoordinatorError::ObjectAlreadyCommitted(_) => ErrorCode::RequestTimedOut,

@@ -859,7 +859,7 @@ async fn a_commit_reaching_the_fence_too_late_is_refused_and_the_orphan_collecte
     // The writer wakes up and commits: refused, as certainly not applied.
     let err = fenced.commit_file(request).await.unwrap_err();
     assert!(
-        matches!(err, CoordinatorError::InvalidRequest(_)),
+        matches!(err, CoordinatorError::DeadlineExceeded(_)) && err.certainly_not_applied(),
         "{err:?}"
     );
     assert!(

@@ -1008,3 +1008,58 @@ async fn slow_uploads_are_hedged() {
         assert_eq!(served_batches(&fetched[0]).len(), 1);
     }
 }
+
+/// A slow coordinator cannot make uploaded segments pile up: requests not yet answered are bounded
+/// by max_uncommitted_bytes, and everything completes once commits go through.
+#[tokio::test(start_paused = true)]
+async fn uncommitted_requests_are_bounded_when_the_coordinator_is_slow() {
+    let storage = Arc::new(ObjectStoreStorage::in_memory());
+    let coordinator = FaultyCoordinator::new(Arc::new(InMemoryCoordinator::new(clock())));
+    let tc = TopicConfig::default();
+    let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
+    let p = TopicIdPartition::new(t, 0);
+    coordinator.set_commit_latency(Some(Duration::from_secs(10)));
+    let writer = Arc::new(
+        WalWriter::new(
+            WalWriterConfig {
+                buffer_max_bytes: 16 * 1024,
+                max_pending_bytes: 32 * 1024,
+                max_uncommitted_bytes: 64 * 1024,
+                commit_interval: Duration::from_millis(10),
+                ..WalWriterConfig::default()
+            },
+            storage.clone(),
+            coordinator.clone(),
+            None,
+            clock(),
+        )
+        .unwrap(),
+    );
+    let value = "u".repeat(4000);
+    let mut producers = Vec::new();
+    for _ in 0..40 {
+        let w = writer.clone();
+        let b = batch(&[value.as_str()]);
+        let tc = tc.clone();
+        producers.push(tokio::spawn(async move {
+            w.produce(vec![produce(p, &tc, &b)]).await
+        }));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // 160 KB offered in ~16 KiB segments: without the bound ~10 segments would be uploaded and
+    // waiting; with 64 KiB at most ~4 (plus the partly filled buffer).
+    let stats = writer.stats();
+    assert!(
+        (1..=5).contains(&stats.segments_uploaded),
+        "{} segments uploaded while the first commit waits",
+        stats.segments_uploaded
+    );
+    assert!(stats.uncommitted_bytes <= 64 * 1024);
+    assert!(producers.iter().all(|t| !t.is_finished()));
+    for task in producers {
+        assert_eq!(task.await.unwrap()[0].error, ErrorCode::None);
+    }
+    writer.close().await;
+    assert_eq!(writer.stats().uncommitted_bytes, 0);
+}

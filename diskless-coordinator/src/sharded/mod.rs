@@ -504,7 +504,11 @@ fn merge_commit(
                 ));
             }
             Err(e) => {
-                unknown |= matches!(e, CoordinatorError::OutcomeUnknown(_));
+                // Only errors that certainly did not apply can be passed on as such: anything else
+                // (outcome unknown, a storage error reading the answer of an applied commit, ...)
+                // may have applied on that shard.
+                unknown |= !e.certainly_not_applied()
+                    && !matches!(e, CoordinatorError::ObjectAlreadyCommitted(_));
                 if matches!(e, CoordinatorError::ObjectAlreadyCommitted(_)) {
                     already_committed += 1;
                 }
@@ -628,7 +632,7 @@ impl BatchCoordinator for ShardedCoordinator {
         if let Some(t) = object_key_time_ms(&request.object_key)
             && t < now.saturating_sub(max_age)
         {
-            return Err(CoordinatorError::InvalidRequest(format!(
+            return Err(CoordinatorError::DeadlineExceeded(format!(
                 "object {} is older than the commit deadline ({} ms)",
                 request.object_key, max_age
             )));

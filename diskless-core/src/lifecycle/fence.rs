@@ -89,7 +89,7 @@ impl BatchCoordinator for CommitDeadline {
                 age_ms = deadline.saturating_sub(t),
                 "refusing a commit past its deadline"
             );
-            return Err(CoordinatorError::InvalidRequest(format!(
+            return Err(CoordinatorError::DeadlineExceeded(format!(
                 "object {} is older than the commit deadline",
                 request.object_key
             )));
