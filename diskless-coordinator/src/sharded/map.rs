@@ -16,6 +16,11 @@ pub type Placements = BTreeMap<Uuid, Arc<[ShardId]>>;
 /// every router (one per broker) and every restart routes a partition to the same shard. In a Kafka
 /// deployment the host would keep it in the cluster metadata (KRaft); [`FileShardMap`] keeps it in a
 /// local file and [`MemoryShardMap`] in memory (tests, single-process demos).
+///
+/// All routers of a cluster must see the same placements: a [`FileShardMap`] is local to one
+/// process, so several processes sharing the same shard coordinators need a shared store. A router
+/// loads the placements when it opens; a topic created through another router is unknown to it
+/// (`UNKNOWN_TOPIC_OR_PARTITION`) until it reopens.
 #[async_trait]
 pub trait ShardMapStore: Send + Sync + std::fmt::Debug {
     /// Every stored placement.

@@ -29,7 +29,8 @@ Options:
                             SQLite files <data-dir>/coordinator-shard-<i>.db, PostgreSQL schemas
                             diskless_shard_<i>, or N in-memory coordinators, routed by the
                             partition -> shard map <data-dir>/coordinator-shards.map; Metadata then
-                            names each partition's produce gateway (KIP-1163) as its leader
+                            names each partition's produce gateway (KIP-1163) as its leader. The map
+                            is this process's: run one broker process per set of PostgreSQL shards
   --commit-interval-ms MS   WAL commit interval (default 250)
   --buffer-max-bytes N      WAL buffer size that closes a segment early (default 8388608)
   --cache-max-bytes N       object cache size (default 268435456)
