@@ -152,7 +152,11 @@ fn render(map: &Placements) -> String {
 
 fn write_atomically(path: &Path, content: &str) -> Result<(), CoordinatorError> {
     use std::io::Write;
-    let tmp = path.with_extension("tmp");
+    // `<file name>.tmp` beside it (not `with_extension`, which would give the path itself for a
+    // map file already named `*.tmp`).
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = path.with_file_name(tmp_name);
     let mut file = std::fs::File::create(&tmp).map_err(|e| io_error("create", e))?;
     file.write_all(content.as_bytes())
         .map_err(|e| io_error("write", e))?;
@@ -160,9 +164,11 @@ fn write_atomically(path: &Path, content: &str) -> Result<(), CoordinatorError> 
     drop(file);
     std::fs::rename(&tmp, path).map_err(|e| io_error("rename", e))?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        // Make the rename durable; not every platform can open a directory, so best effort.
+        // Make the rename durable: the placement must survive a crash once put_if_absent returned.
+        // (Where a directory cannot be opened at all, e.g. on some non-Unix platforms, there is
+        // nothing to sync.)
         if let Ok(dir) = std::fs::File::open(dir) {
-            let _ = dir.sync_all();
+            dir.sync_all().map_err(|e| io_error("fsync directory", e))?;
         }
     }
     Ok(())

@@ -197,13 +197,19 @@ fn spawn_loop(
                 _ = stop.wait_for(|s| *s) => break,
                 _ = ticks.tick() => {}
             }
-            match pass().await {
-                Ok(()) => {
+            // Each pass runs as its own task, so that a panic in one (a bug) is logged and counted
+            // as a failure instead of silently ending this worker for good.
+            match tokio::spawn(pass()).await {
+                Ok(Ok(())) => {
                     select(&stats).passes.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Err(e)) => {
+                    select(&stats).failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(worker = name, error = %e, "lifecycle pass failed; retrying next interval");
                 }
                 Err(e) => {
                     select(&stats).failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(worker = name, error = %e, "lifecycle pass failed; retrying next interval");
+                    tracing::error!(worker = name, error = %e, "lifecycle pass panicked; retrying next interval");
                 }
             }
         }
