@@ -184,8 +184,7 @@ fn build_response(
     response
 }
 
-/// InitProducerId for idempotent producers: a fresh producer id from the durable allocator, or, when
-/// an idempotent producer asks to bump its epoch (KIP-360), the same id with the next epoch.
+/// InitProducerId for idempotent producers: a fresh producer id from the durable allocator.
 pub async fn init_producer_id(
     broker: &Arc<Broker>,
     ctx: &Ctx,
@@ -201,14 +200,10 @@ pub async fn init_producer_id(
         response.error_code = codes::INVALID_REQUEST;
         return response;
     }
-    if ctx.version >= 3 && request.producer_id.0 >= 0 && request.producer_epoch >= 0 {
-        // Epoch bump of a known idempotent producer; a new id once the epoch is exhausted.
-        if request.producer_epoch < i16::MAX - 1 {
-            response.producer_id = request.producer_id;
-            response.producer_epoch = request.producer_epoch + 1;
-            return response;
-        }
-    }
+    // As Kafka's TransactionCoordinator: without a transactional id, a request always gets a new
+    // producer id at epoch 0, whatever id and epoch it names (KIP-360's epoch bump of a
+    // non-transactional producer is answered with a fresh id). Bumping the named id's epoch
+    // would let any client fence another producer.
     match broker.store.next_producer_id().await {
         Ok(id) => {
             response.producer_id = ProducerId(id);
