@@ -9,7 +9,7 @@
 
 pub mod conformance;
 mod faulty;
-mod model;
+pub mod model;
 pub mod ops;
 
 pub use faulty::{FaultyCoordinator, InjectedCommitFault};

@@ -4,7 +4,7 @@
 //!   ([`conformance::run_all`] with a factory, or one case at a time).
 //! - [`FaultyStorage`]: a wrapper injecting failures, ambiguous uploads, latency, unreadable keys
 //!   and upload stalls, deterministically from a seed.
-//! - [`S3TestServer`] (feature `s3-server`): an S3 server (s3s + s3s-fs) on 127.0.0.1 and the
+//! - `S3TestServer` (feature `s3-server`): an S3 server (s3s + s3s-fs) on 127.0.0.1 and the
 //!   client settings to reach it.
 
 pub mod conformance;
