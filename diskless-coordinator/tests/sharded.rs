@@ -762,3 +762,54 @@ proptest! {
         tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run_equivalence(steps, true));
     }
 }
+
+/// A router learns a topic created through another router on the same store (reloaded on the
+/// first unknown partition) and routes it the same way.
+#[tokio::test]
+async fn a_router_learns_topics_created_through_another_router() {
+    let clock = ManualClock::new(START_MS);
+    let shards = model_shards(&clock, 3);
+    let store: Arc<dyn ShardMapStore> = Arc::new(MemoryShardMap::new());
+    let a = ShardedCoordinator::open(shards.clone(), store.clone(), clock.clone(), config(1))
+        .await
+        .unwrap();
+    let b = ShardedCoordinator::open(shards, store, clock.clone(), config(2))
+        .await
+        .unwrap();
+    let t = create(&a, 77, 3, TopicConfig::default()).await;
+    assert_eq!(
+        b.shard_of(TopicIdPartition::new(t, 0)),
+        None,
+        "not loaded yet"
+    );
+    let results = b
+        .commit_file(request(
+            &key_at(START_MS),
+            (0..3)
+                .map(|p| batch(TopicIdPartition::new(t, p), 10, START_MS))
+                .collect(),
+        ))
+        .await
+        .unwrap();
+    assert!(
+        results.iter().all(|r| r.error == ErrorCode::None),
+        "{results:?}"
+    );
+    for p in 0..3 {
+        let partition = TopicIdPartition::new(t, p);
+        assert_eq!(b.shard_of(partition), a.shard_of(partition));
+    }
+    // What b committed, a reads.
+    let found = a
+        .find_batches(
+            &[FindBatchesRequest {
+                partition: TopicIdPartition::new(t, 2),
+                offset: 0,
+                max_bytes: u32::MAX,
+            }],
+            u32::MAX,
+        )
+        .await
+        .unwrap();
+    assert_eq!(found[0].high_watermark, 1);
+}

@@ -18,9 +18,10 @@ pub type Placements = BTreeMap<Uuid, Arc<[ShardId]>>;
 /// local file and [`MemoryShardMap`] in memory (tests, single-process demos).
 ///
 /// All routers of a cluster must see the same placements: a [`FileShardMap`] is local to one
-/// process, so several processes sharing the same shard coordinators need a shared store. A router
-/// loads the placements when it opens; a topic created through another router is unknown to it
-/// (`UNKNOWN_TOPIC_OR_PARTITION`) until it reopens.
+/// process, so several processes sharing the same shard coordinators need a shared store (whose
+/// `load` reads the shared state). A router loads the placements when it opens, and again (at most
+/// once a second) when a request names a topic it does not know, so a topic created through another
+/// router on the same store becomes routable without a restart.
 #[async_trait]
 pub trait ShardMapStore: Send + Sync + std::fmt::Debug {
     /// Every stored placement.

@@ -75,7 +75,7 @@ use crate::{
 use async_trait::async_trait;
 use futures::future::join_all;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use uuid::Uuid;
@@ -170,7 +170,12 @@ pub struct ShardedCoordinator {
     rng: Mutex<u64>,
     retention_cursor: AtomicUsize,
     owners_cache: Mutex<HashMap<String, Arc<[ShardId]>>>,
+    /// When the placements were last reloaded because a topic was unknown (coordinator clock, ms).
+    last_refresh_ms: AtomicI64,
 }
+
+/// The least time between two reloads of the stored placements caused by unknown topics.
+const PLACEMENT_REFRESH_MS: i64 = 1_000;
 
 /// The UUID v7 time (ms) in an object key's last segment, if it has one.
 pub fn object_key_time_ms(key: &str) -> Option<i64> {
@@ -240,6 +245,7 @@ impl ShardedCoordinator {
             rng: Mutex::new(seed),
             retention_cursor: AtomicUsize::new(0),
             owners_cache: Mutex::new(HashMap::new()),
+            last_refresh_ms: AtomicI64::new(i64::MIN),
         })
     }
 
@@ -309,6 +315,46 @@ impl ShardedCoordinator {
         for i in (1..items.len()).rev() {
             let j = (self.next_random() % (i as u64 + 1)) as usize;
             items.swap(i, j);
+        }
+    }
+
+    /// Reloads the stored placements when a topic of `partitions` is unknown here: it may have been
+    /// created through another router on the same store after this one opened. At most once per
+    /// second (coordinator clock), so requests for topics that really do not exist cost nothing.
+    async fn refresh_for(&self, mut partitions: impl Iterator<Item = TopicIdPartition>) {
+        let missing = match self.placements.read() {
+            Ok(placements) => partitions.any(|p| !placements.contains_key(&p.topic_id)),
+            Err(_) => false,
+        };
+        if !missing {
+            return;
+        }
+        let now = self.clock.now_ms();
+        let last = self.last_refresh_ms.load(Ordering::Acquire);
+        if now.saturating_sub(last) < PLACEMENT_REFRESH_MS
+            || self
+                .last_refresh_ms
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return;
+        }
+        let loaded = match self.store.load().await {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot reload the shard map");
+                return;
+            }
+        };
+        let Ok(mut placements) = self.placements.write() else {
+            return;
+        };
+        for (topic, placement) in loaded {
+            if placement.iter().any(|s| *s as usize >= self.shards.len()) {
+                tracing::warn!(%topic, "the stored placement names a shard that does not exist; ignored");
+                continue;
+            }
+            placements.entry(topic).or_insert(placement);
         }
     }
 
@@ -637,6 +683,8 @@ impl BatchCoordinator for ShardedCoordinator {
                 request.object_key, max_age
             )));
         }
+        self.refresh_for(request.batches.iter().map(|b| b.partition))
+            .await;
         let (mut groups, unknown) = self.group(request.batches.iter().map(|b| b.partition));
         let mut results: Vec<Option<CommitBatchResult>> = vec![None; request.batches.len()];
         for i in unknown {
@@ -672,6 +720,7 @@ impl BatchCoordinator for ShardedCoordinator {
         requests: &[FindBatchesRequest],
         fetch_max_bytes: u32,
     ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        self.refresh_for(requests.iter().map(|r| r.partition)).await;
         // Runs of consecutive partitions on one shard are asked in request order with what is left of
         // `fetch_max_bytes`, which gives exactly the answer one coordinator would give.
         let mut responses = Vec::with_capacity(requests.len());
@@ -725,6 +774,7 @@ impl BatchCoordinator for ShardedCoordinator {
         &self,
         requests: &[ListOffsetsRequest],
     ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
+        self.refresh_for(requests.iter().map(|r| r.partition)).await;
         let (groups, unknown) = self.group(requests.iter().map(|r| r.partition));
         let mut out: Vec<Option<ListOffsetsResponse>> = vec![None; requests.len()];
         for i in unknown {
@@ -764,6 +814,7 @@ impl BatchCoordinator for ShardedCoordinator {
     ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
         // Not atomic across shards: if one shard fails the call fails, though other shards may have
         // moved their log start offsets. DeleteRecords is idempotent, so the client's retry is safe.
+        self.refresh_for(requests.iter().map(|r| r.partition)).await;
         let (groups, unknown) = self.group(requests.iter().map(|r| r.partition));
         let mut out: Vec<Option<DeleteRecordsResponse>> = vec![None; requests.len()];
         for i in unknown {
@@ -966,6 +1017,7 @@ impl BatchCoordinator for ShardedCoordinator {
         partition: TopicIdPartition,
         producer_id: i64,
     ) -> Result<Option<ProducerState>, CoordinatorError> {
+        self.refresh_for(std::iter::once(partition)).await;
         match self.shard_of(partition) {
             Some(s) => {
                 self.shards[s as usize]
