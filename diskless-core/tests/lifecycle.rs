@@ -76,14 +76,23 @@ impl ObjectStorage for DeleteLog {
     }
 }
 
-/// A v7 key dated `ms`.
+thread_local! {
+    /// Per-test (each test runs on its own thread) sequence of keys, so that the keys, and so the
+    /// faults `FaultyStorage` derives from them, are the same on every run.
+    static KEY_SEQ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A v7 key dated `ms`, deterministic: its random bits are a per-test sequence number.
 fn key_at(ms: i64) -> ObjectKey {
-    let ts = uuid::Timestamp::from_unix(
-        uuid::NoContext,
-        (ms / 1000) as u64,
-        ((ms % 1000) * 1_000_000) as u32,
-    );
-    ObjectKey::generate_with_uuid("wal", Uuid::new_v7(ts)).unwrap()
+    let n = KEY_SEQ.with(|c| {
+        let n = c.get();
+        c.set(n + 1);
+        n
+    });
+    let mut counter = [0u8; 10];
+    counter[2..].copy_from_slice(&n.to_be_bytes());
+    let uuid = uuid::Builder::from_unix_timestamp_millis(ms as u64, &counter).into_uuid();
+    ObjectKey::generate_with_uuid("wal", uuid).unwrap()
 }
 
 struct Env {
