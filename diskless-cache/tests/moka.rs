@@ -31,7 +31,7 @@ fn config_defaults_are_documented_values() {
 #[tokio::test]
 async fn time_to_live_expires_blocks_and_the_next_lookup_loads_again() {
     let cache =
-        MokaCache::new(MokaCacheConfig::default().with_time_to_live(Duration::from_millis(50)));
+        MokaCache::new(MokaCacheConfig::default().with_time_to_live(Duration::from_millis(500)));
     let count = Arc::new(AtomicUsize::new(0));
     let key = BlockKey::new("obj", 64, 0);
     let got = cache.get_or_load(key.clone(), load(b"v1", &count)).await;
@@ -41,7 +41,9 @@ async fn time_to_live_expires_blocks_and_the_next_lookup_loads_again() {
         .insert(inserted.clone(), Bytes::from_static(b"i"))
         .await;
 
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Well past the time-to-live; and the reload below has 500 ms to be counted before it expires
+    // in turn, so a loaded machine does not fail the test.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(cache.get(&key).await, None, "expired by time-to-live");
     assert_eq!(cache.get(&inserted).await, None, "expired by time-to-live");
     let got = cache.get_or_load(key.clone(), load(b"v2", &count)).await;
@@ -60,7 +62,7 @@ async fn time_to_idle_expires_unread_blocks_and_reads_keep_them() {
     let cache = MokaCache::new(
         MokaCacheConfig::default()
             .with_time_to_live(Duration::from_secs(600))
-            .with_time_to_idle(Some(Duration::from_millis(1000))),
+            .with_time_to_idle(Some(Duration::from_millis(3000))),
     );
     let idle = BlockKey::new("obj", 64, 0);
     let busy = BlockKey::new("obj", 64, 1);
@@ -70,8 +72,9 @@ async fn time_to_idle_expires_unread_blocks_and_reads_keep_them() {
     cache
         .insert(busy.clone(), Bytes::from_static(b"busy"))
         .await;
-    // Read `busy` every 100 ms for 1.5 s: longer than the time-to-idle in total.
-    for _ in 0..15 {
+    // Read `busy` every 100 ms for 4 s: longer than the time-to-idle in total. The margin (a read
+    // may come up to 2.9 s late before `busy` expires) keeps a loaded machine from failing it.
+    for _ in 0..40 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(cache.get(&busy).await, Some(Bytes::from_static(b"busy")));
     }
