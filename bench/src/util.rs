@@ -374,6 +374,17 @@ impl BatchCoordinator for TimedCoordinator {
         self.inner.confirm_deleted(object_keys).await
     }
 
+    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        self.inner.fence_orphans(object_keys).await
+    }
+
+    async fn expire_producers(
+        &self,
+        max_producers: u32,
+    ) -> Result<diskless_coordinator::ProducerExpiryReport, CoordinatorError> {
+        self.inner.expire_producers(max_producers).await
+    }
+
     async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
         self.inner.known_objects(object_keys).await
     }

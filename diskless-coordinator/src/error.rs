@@ -35,11 +35,16 @@ pub enum CoordinatorError {
     /// The coordinator was closed.
     #[error("coordinator closed")]
     Closed,
-    /// A commit arrived after its object's commit deadline (see `diskless_core::lifecycle::
-    /// CommitDeadline`): it was refused and certainly not applied, since the orphan collector may
-    /// already consider the object garbage. The producer may retry (a new segment will be written).
+    /// A commit arrived after its object's commit deadline (checked inside the commit transaction,
+    /// see [`crate::check_commit_deadline`]): it was refused and certainly not applied, since the
+    /// orphan collector may already consider the object garbage. The producer may retry (a new segment will be written).
     #[error("commit deadline exceeded: {0}")]
     DeadlineExceeded(String),
+    /// A commit of an object the orphan collector has fenced
+    /// ([`crate::BatchCoordinator::fence_orphans`]): refused and certainly not applied, since the
+    /// object is being deleted. The producer may retry (a new segment will be written).
+    #[error("object fenced as an orphan: {0}")]
+    ObjectFenced(String),
 }
 
 impl CoordinatorError {
@@ -51,9 +56,9 @@ impl CoordinatorError {
             CoordinatorError::ObjectAlreadyCommitted(_) | CoordinatorError::InvalidRequest(_) => {
                 ErrorCode::InvalidRequest
             }
-            CoordinatorError::OutcomeUnknown(_) | CoordinatorError::DeadlineExceeded(_) => {
-                ErrorCode::RequestTimedOut
-            }
+            CoordinatorError::OutcomeUnknown(_)
+            | CoordinatorError::DeadlineExceeded(_)
+            | CoordinatorError::ObjectFenced(_) => ErrorCode::RequestTimedOut,
             CoordinatorError::Unavailable(_)
             | CoordinatorError::Storage(_)
             | CoordinatorError::Closed => ErrorCode::KafkaStorageError,
@@ -75,6 +80,7 @@ impl CoordinatorError {
                 | CoordinatorError::InvalidRequest(_)
                 | CoordinatorError::Closed
                 | CoordinatorError::DeadlineExceeded(_)
+                | CoordinatorError::ObjectFenced(_)
                 | CoordinatorError::TopicAlreadyExists(_)
                 | CoordinatorError::UnknownTopic(_)
         )

@@ -10,6 +10,7 @@
 //! and the conformance suite that every implementation runs.
 
 mod clock;
+mod deadline;
 mod error;
 mod error_code;
 mod types;
@@ -22,10 +23,14 @@ pub mod sharded;
 pub mod sqlite;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use deadline::{
+    DEFAULT_MAX_COMMIT_AGE, FENCE_EXPIRY_BATCH, FENCE_RETENTION_FACTOR, check_commit_deadline,
+    fence_expiry_before, max_age_ms, object_key_time_ms,
+};
 pub use error::{BoxError, CoordinatorError};
 pub use error_code::ErrorCode;
 pub use types::*;
-pub use validate::last_sequence;
+pub use validate::{last_sequence, producer_field_error};
 
 use async_trait::async_trait;
 
@@ -48,6 +53,19 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
 
     /// Commits one uploaded WAL segment: registers the object and, batch by batch in request order,
     /// appends each batch to its partition or rejects it. Returns one result per batch.
+    ///
+    /// Inside the commit's transaction, after its locks are held, the coordinator refuses the whole
+    /// commit (nothing applied) when the key's UUID v7 time is older than its `max_commit_age`
+    /// ([`CoordinatorError::DeadlineExceeded`], see [`check_commit_deadline`]) or when the key was
+    /// fenced by [`BatchCoordinator::fence_orphans`] ([`CoordinatorError::ObjectFenced`]).
+    /// Producer-controlled fields are judged per batch ([`producer_field_error`], then the
+    /// idempotent-producer rules): a bad batch is rejected alone, never the request.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future after the request was sent leaves the outcome unknown
+    /// (the commit may still apply, until its deadline). Treat it as
+    /// [`CoordinatorError::OutcomeUnknown`].
     async fn commit_file(
         &self,
         request: CommitFileRequest,
@@ -75,7 +93,10 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError>;
 
     /// Applies `retention.ms` and `retention.bytes` of every partition at the coordinator clock's now,
-    /// deleting at most `max_batches` batches in this pass.
+    /// deleting at most `max_batches` batches in this pass; a pass stops walking partitions as soon as
+    /// its budget is spent ([`RetentionReport::more`]). A batch without any timestamp (effective max
+    /// timestamp `< 0`) is aged by its commit time, as Kafka ages a segment without timestamps by its
+    /// modification time.
     async fn enforce_retention(
         &self,
         max_batches: u32,
@@ -91,6 +112,40 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
 
     /// Forgets objects that were physically deleted. Keys not marked for deletion are left alone.
     async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError>;
+
+    /// The orphan collector's final step, atomic with respect to every `commit_file`: for each key,
+    /// in request order, if the coordinator knows the object (committed, not yet confirmed deleted)
+    /// it is left alone and not returned; if the key has no UUID v7 time it is neither fenced nor
+    /// returned; otherwise a fence is recorded (kept if already there) and the key is returned, once.
+    /// Every later `commit_file` of a fenced key is refused with [`CoordinatorError::ObjectFenced`],
+    /// so a returned key may be deleted from storage whatever commits are in flight. The call also
+    /// drops up to [`FENCE_EXPIRY_BATCH`] fences whose key time is older than
+    /// [`fence_expiry_before`] (the deadline refuses those keys anyway). Fences do not make a key
+    /// known.
+    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        // TRANSITIONAL (removed before #12 closes): lets the workspace build while implementations
+        // gain the method.
+        let _ = object_keys;
+        Err(CoordinatorError::Unavailable(
+            "fence_orphans is not implemented".into(),
+        ))
+    }
+
+    /// Expires idempotent-producer state (Kafka's `producer.id.expiration.ms`, per topic in
+    /// [`TopicConfig::producer_id_expiration_ms`]): at the coordinator clock's now, deletes the state of
+    /// every (partition, producer id) whose last appended batch was committed at least that long
+    /// ago, in ascending (topic id, partition, producer id) order, at most `max_producers`. A later
+    /// batch of an expired producer is treated as one of a new producer.
+    async fn expire_producers(
+        &self,
+        max_producers: u32,
+    ) -> Result<ProducerExpiryReport, CoordinatorError> {
+        // TRANSITIONAL (removed before #12 closes).
+        let _ = max_producers;
+        Err(CoordinatorError::Unavailable(
+            "expire_producers is not implemented".into(),
+        ))
+    }
 
     /// Which of `object_keys` this coordinator knows (committed and not yet confirmed deleted).
     async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError>;

@@ -84,6 +84,11 @@ pub struct TopicConfig {
     /// `message.timestamp.after.max.ms`: how far in the future a CreateTime timestamp may be. Default
     /// one hour (Kafka 4.0).
     pub message_timestamp_after_max_ms: i64,
+    /// `producer.id.expiration.ms`: how long after its last appended batch a producer's idempotence
+    /// state in a partition is kept (see [`crate::BatchCoordinator::expire_producers`]). Kafka has it
+    /// as a broker setting; a host passes its broker value here when it creates a topic. At least 1.
+    /// Default one day.
+    pub producer_id_expiration_ms: i64,
 }
 
 impl Default for TopicConfig {
@@ -95,6 +100,7 @@ impl Default for TopicConfig {
             max_message_bytes: 1_048_588,
             message_timestamp_before_max_ms: i64::MAX,
             message_timestamp_after_max_ms: 60 * 60 * 1000,
+            producer_id_expiration_ms: 24 * 60 * 60 * 1000,
         }
     }
 }
@@ -150,6 +156,14 @@ pub struct CommitBatch {
     pub base_sequence: i32,
     /// The last sequence of the batch (with wrap-around at `i32::MAX`), or [`NO_SEQUENCE`].
     pub last_sequence: i32,
+}
+
+impl CommitBatch {
+    /// Whether the batch carries a producer id (`producerId >= 0`, Kafka's `hasProducerId`), so the
+    /// idempotent-producer rules apply. A producer id below `-1` is treated as `-1`, as in Kafka.
+    pub fn is_idempotent(&self) -> bool {
+        self.producer_id >= 0
+    }
 }
 
 /// A request to commit one uploaded WAL segment (KIP-1164 `CommitFile`).
@@ -317,7 +331,18 @@ pub struct RetentionReport {
     pub batches_deleted: u64,
     /// Bytes of those batches.
     pub bytes_deleted: u64,
-    /// Whether the pass stopped at its cap with more left to delete.
+    /// Whether the pass stopped because it spent its whole budget (`batches_deleted == max_batches`,
+    /// `max_batches > 0`): run another pass. The next pass may find nothing; a pass never looks
+    /// further once its budget is spent, so that it holds its locks for bounded work.
+    pub more: bool,
+}
+
+/// What one [`crate::BatchCoordinator::expire_producers`] call did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProducerExpiryReport {
+    /// (partition, producer id) states deleted.
+    pub expired: u64,
+    /// Whether the call stopped at its cap (`expired == max_producers`, `max_producers > 0`).
     pub more: bool,
 }
 
@@ -375,4 +400,7 @@ pub struct ProducerState {
     pub producer_epoch: i16,
     /// The last [`PRODUCER_BATCH_WINDOW`] batches under that epoch, oldest first.
     pub batches: Vec<ProducerBatch>,
+    /// The commit time (coordinator clock, ms) of the producer's last appended batch in the partition
+    /// (duplicates and rejected batches do not refresh it); the producer-id expiration counts from it.
+    pub last_append_ms: i64,
 }

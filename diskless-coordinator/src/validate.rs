@@ -2,7 +2,7 @@
 //! implementations (SQLite, PostgreSQL, the sharded router, the in-memory model, users' own), so that
 //! they cannot drift apart; the conformance suite pins them.
 
-use crate::{CommitFileRequest, CoordinatorError, CreateTopicRequest, NO_PRODUCER_ID};
+use crate::{CommitBatch, CommitFileRequest, CoordinatorError, CreateTopicRequest, ErrorCode};
 
 /// The last sequence of a batch of `record_count` records starting at `base_sequence`, with Kafka's
 /// wrap-around from `i32::MAX` to 0.
@@ -42,14 +42,20 @@ impl CreateTopicRequest {
         {
             return bad("max.message.bytes and the timestamp bounds must be >= 0");
         }
+        if c.producer_id_expiration_ms < 1 {
+            return bad("producer.id.expiration.ms must be >= 1");
+        }
         Ok(())
     }
 }
 
 impl CommitFileRequest {
-    /// Checks the request: a non-empty key and owner list, a size that fits an `i64`, and batches
-    /// that are non-empty, lie inside the object and carry a consistent producer id, epoch and
-    /// sequence range. Errors are [`CoordinatorError::InvalidRequest`].
+    /// Checks what the uploading broker controls: a non-empty key and owner list, a size that fits
+    /// an `i64`, and batches that are non-empty, lie inside the object and, when idempotent, carry
+    /// the last sequence the broker computed from the base sequence and record count. Errors are
+    /// [`CoordinatorError::InvalidRequest`] (the whole call). What a producer controls (producer id,
+    /// epoch, base sequence) is never judged here but per batch, by [`producer_field_error`], so
+    /// that one client's bad batch cannot fail the other clients' batches in the same segment.
     pub fn validate(&self) -> Result<(), CoordinatorError> {
         let bad = |m: String| Err(CoordinatorError::InvalidRequest(m));
         if self.object_key.is_empty() {
@@ -69,17 +75,49 @@ impl CommitFileRequest {
                 Some(end) if end <= self.object_size => {}
                 _ => return bad(format!("batch {i}: lies outside the object")),
             }
-            if b.producer_id < NO_PRODUCER_ID {
-                return bad(format!("batch {i}: invalid producer id"));
-            }
-            if b.producer_id != NO_PRODUCER_ID
-                && (b.producer_epoch < 0
-                    || b.base_sequence < 0
-                    || b.last_sequence != last_sequence(b.base_sequence, b.record_count))
+            if b.is_idempotent()
+                && b.base_sequence >= 0
+                && b.last_sequence != last_sequence(b.base_sequence, b.record_count)
             {
-                return bad(format!("batch {i}: invalid producer epoch or sequence"));
+                return bad(format!(
+                    "batch {i}: last sequence inconsistent with the record count"
+                ));
             }
         }
         Ok(())
     }
+}
+
+/// The per-batch verdict on the fields a producer controls, applied by every coordinator to each batch
+/// before the idempotent-producer rules (the batch alone is rejected with the code):
+///
+/// - idempotent (`producerId >= 0`) with `producerEpoch < -1` → `INVALID_PRODUCER_EPOCH` (Kafka's
+///   `ProducerAppendInfo.checkProducerEpoch` against a new producer's epoch `-1`; `-1` itself passes);
+/// - idempotent with `baseSequence < 0` → `INVALID_RECORD` (Kafka's `LogValidator.validateBatch`).
+///
+/// A producer id below `-1` is not idempotent (Kafka's `hasProducerId`), so it is never judged.
+///
+/// ```
+/// use diskless_coordinator::{producer_field_error, CommitBatch, ErrorCode, TimestampType, TopicIdPartition};
+/// let mut b = CommitBatch {
+///     partition: TopicIdPartition::new(uuid::Uuid::from_u128(1), 0),
+///     byte_offset: 1, byte_size: 70, record_count: 1, base_timestamp: 0, max_timestamp: 0,
+///     timestamp_type: TimestampType::CreateTime,
+///     producer_id: 7, producer_epoch: -2, base_sequence: 0, last_sequence: 0,
+/// };
+/// assert_eq!(producer_field_error(&b), Some(ErrorCode::InvalidProducerEpoch));
+/// b.producer_epoch = -1;
+/// assert_eq!(producer_field_error(&b), None);
+/// ```
+pub fn producer_field_error(batch: &CommitBatch) -> Option<ErrorCode> {
+    if !batch.is_idempotent() {
+        return None;
+    }
+    if batch.producer_epoch < -1 {
+        return Some(ErrorCode::InvalidProducerEpoch);
+    }
+    if batch.base_sequence < 0 {
+        return Some(ErrorCode::InvalidRecord);
+    }
+    None
 }

@@ -35,11 +35,13 @@
 //! `REQUEST_TIMED_OUT` in Kafka. Calls that fail on every shard return the first shard's error, or
 //! `OutcomeUnknown` if any shard's outcome is unknown.
 //!
-//! **Commit deadline.** A commit of an object whose key carries a UUID v7 time older than
-//! [`ShardedConfig::max_commit_age`] (router clock) is refused with `InvalidRequest` before reaching
-//! any shard. Together with the assumption that a coordinator call that started lands within
-//! `max_commit_age`, this bounds how late a shard can learn of an object, which the hand-over below
-//! and the orphan collector rely on.
+//! **Commit deadline.** Every shard refuses, inside its own commit transaction, a commit of a key
+//! whose UUID v7 time is older than its `max_commit_age` (`crate::check_commit_deadline`); the router
+//! refuses it early too ([`ShardedConfig::max_commit_age`], router clock), saving the round trips.
+//! So no shard learns of an object later than `max_commit_age` after its key time (give every
+//! shard a `max_commit_age` no larger than the router's): the hand-over below relies on it. The
+//! orphan collector relies on [`BatchCoordinator::fence_orphans`] instead, which the router sends to
+//! every shard.
 //!
 //! # Hand-over and deletion
 //!
@@ -177,19 +179,7 @@ pub struct ShardedCoordinator {
 /// The least time between two reloads of the stored placements caused by unknown topics.
 const PLACEMENT_REFRESH_MS: i64 = 1_000;
 
-/// The UUID v7 time (ms) in an object key's last segment, if it has one.
-pub fn object_key_time_ms(key: &str) -> Option<i64> {
-    let last = key.rsplit('/').next()?;
-    let uuid = Uuid::try_parse(last).ok()?;
-    if uuid.get_version_num() != 7 {
-        return None;
-    }
-    let (secs, nanos) = uuid.get_timestamp()?.to_unix();
-    i64::try_from(secs)
-        .ok()?
-        .checked_mul(1000)?
-        .checked_add(i64::from(nanos / 1_000_000))
-}
+pub use crate::object_key_time_ms;
 
 fn poisoned() -> CoordinatorError {
     CoordinatorError::Storage("sharded coordinator lock poisoned".into())
@@ -339,6 +329,11 @@ impl ShardedCoordinator {
         {
             return;
         }
+        self.reload().await;
+    }
+
+    /// Reloads the stored placements now, adding the topics created through other routers.
+    async fn reload(&self) {
         let loaded = match self.store.load().await {
             Ok(loaded) => loaded,
             Err(e) => {
@@ -659,8 +654,18 @@ impl BatchCoordinator for ShardedCoordinator {
         }
     }
 
+    /// Shard 0's topics that have a stored placement. A topic that shard 0 has but this router's
+    /// map does not (created through another router on the same map store) makes the router reload
+    /// the stored map first, so every router lists the same topics.
     async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
         let topics = self.shards[0].list_topics().await?;
+        let missing = {
+            let placements = self.placements.read().map_err(|_| poisoned())?;
+            topics.iter().any(|t| !placements.contains_key(&t.topic_id))
+        };
+        if missing {
+            self.reload().await;
+        }
         let placements = self.placements.read().map_err(|_| poisoned())?;
         Ok(topics
             .into_iter()
@@ -673,16 +678,13 @@ impl BatchCoordinator for ShardedCoordinator {
         request: CommitFileRequest,
     ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
         request.validate()?;
-        let max_age = i64::try_from(self.config.max_commit_age.as_millis()).unwrap_or(i64::MAX);
-        let now = self.clock.now_ms();
-        if let Some(t) = object_key_time_ms(&request.object_key)
-            && t < now.saturating_sub(max_age)
-        {
-            return Err(CoordinatorError::DeadlineExceeded(format!(
-                "object {} is older than the commit deadline ({} ms)",
-                request.object_key, max_age
-            )));
-        }
+        // An early refusal only: each shard checks the deadline and the orphan fences again inside
+        // its own commit transaction, which is what makes them hold.
+        crate::check_commit_deadline(
+            &request.object_key,
+            self.clock.now_ms(),
+            self.config.max_commit_age,
+        )?;
         self.refresh_for(request.batches.iter().map(|b| b.partition))
             .await;
         let (mut groups, unknown) = self.group(request.batches.iter().map(|b| b.partition));
@@ -858,8 +860,7 @@ impl BatchCoordinator for ShardedCoordinator {
     }
 
     /// Visits the shards in turn (starting one further each call, so every shard gets its share of
-    /// a small budget), each with what is left of `max_batches`. `more` is also set when the budget
-    /// ran out before every shard was visited.
+    /// a small budget), each with what is left of `max_batches`; `more` when the budget is spent.
     async fn enforce_retention(
         &self,
         max_batches: u32,
@@ -870,16 +871,15 @@ impl BatchCoordinator for ShardedCoordinator {
         let mut budget = max_batches;
         for k in 0..n {
             if budget == 0 {
-                report.more = true;
                 break;
             }
             let shard = &self.shards[(start + k) % n];
             let r = shard.enforce_retention(budget).await?;
             report.batches_deleted += r.batches_deleted;
             report.bytes_deleted += r.bytes_deleted;
-            report.more |= r.more;
             budget = budget.saturating_sub(u32::try_from(r.batches_deleted).unwrap_or(u32::MAX));
         }
+        report.more = max_batches > 0 && budget == 0;
         Ok(report)
     }
 
@@ -966,6 +966,47 @@ impl BatchCoordinator for ShardedCoordinator {
             cache.remove(key);
         }
         Ok(())
+    }
+
+    /// Fences on every shard; a key is returned only when every shard fenced it (a shard that knows
+    /// the object keeps it alive). A fence recorded on some shards only is harmless: it refuses
+    /// those shards' part of a later commit of the key, which then fails as a partial commit
+    /// (`OutcomeUnknown`), never acknowledged.
+    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        let answers = join_all(self.shards.iter().map(|s| s.fence_orphans(object_keys))).await;
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        for answer in answers {
+            for key in answer? {
+                *counts.entry(key).or_default() += 1;
+            }
+        }
+        let n = self.shards.len();
+        let mut seen = HashSet::new();
+        Ok(object_keys
+            .iter()
+            .filter(|k| counts.get(*k) == Some(&n) && seen.insert(k.as_str()))
+            .cloned()
+            .collect())
+    }
+
+    /// Visits the shards in order, each with what is left of `max_producers` (so the order is per
+    /// shard, not global).
+    async fn expire_producers(
+        &self,
+        max_producers: u32,
+    ) -> Result<crate::ProducerExpiryReport, CoordinatorError> {
+        let mut report = crate::ProducerExpiryReport::default();
+        let mut budget = max_producers;
+        for shard in &self.shards {
+            if budget == 0 {
+                break;
+            }
+            let r = shard.expire_producers(budget).await?;
+            report.expired += r.expired;
+            budget = budget.saturating_sub(u32::try_from(r.expired).unwrap_or(u32::MAX));
+        }
+        report.more = max_producers > 0 && budget == 0;
+        Ok(report)
     }
 
     async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {

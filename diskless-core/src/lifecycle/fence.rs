@@ -1,26 +1,25 @@
-//! [`CommitDeadline`]: refuses commits of objects too old to be safe from the orphan collector.
+//! [`CommitDeadline`]: refuses, on the broker, commits of objects already past their deadline.
 
-use super::millis;
 use async_trait::async_trait;
-use diskless_coordinator::sharded::object_key_time_ms;
 use diskless_coordinator::{
     BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest, CoordinatorError,
     CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, FindBatchesRequest,
     FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectToDelete,
-    ProducerState, RetentionReport, TopicIdPartition, TopicInfo,
+    ProducerState, RetentionReport, TopicIdPartition, TopicInfo, check_commit_deadline,
 };
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A [`BatchCoordinator`] wrapper that refuses to commit an object whose key's UUID v7 time is older
-/// than `max_commit_age` (by the wrapper's clock), with [`CoordinatorError::InvalidRequest`] (the
-/// writer then deletes the object, as after any commit certainly not applied). Every other call
-/// passes through.
+/// A [`BatchCoordinator`] wrapper that refuses, before sending it, a commit of an object whose
+/// key's UUID v7 time is older than `max_commit_age` (by the wrapper's clock), with
+/// [`CoordinatorError::DeadlineExceeded`] (the writer then deletes the object, as after any commit
+/// certainly not applied). Every other call passes through.
 ///
-/// This is the fence the [`super::OrphanCollector`] relies on: give the `WalWriter` the wrapped
-/// coordinator, with a `max_commit_age` no larger than the collector's (minus the clock skew between
-/// the hosts). Keys without a UUID v7 time are not fenced; the collector never deletes those.
-/// A `ShardedCoordinator` applies the same fence itself.
+/// This is an optimisation, not a safety measure: it saves a round trip for a commit that the
+/// coordinator would refuse anyway. Safety comes from the coordinators themselves, which check the
+/// same deadline and the orphan fences *inside* their commit transaction
+/// ([`diskless_coordinator::check_commit_deadline`], `BatchCoordinator::fence_orphans`): a check
+/// made here, before the call, cannot bound when the call lands.
 ///
 /// ```
 /// use diskless_core::lifecycle::CommitDeadline;
@@ -77,22 +76,13 @@ impl BatchCoordinator for CommitDeadline {
         &self,
         request: CommitFileRequest,
     ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
-        let deadline = self
-            .clock
-            .now_ms()
-            .saturating_sub(millis(self.max_commit_age));
-        if let Some(t) = object_key_time_ms(&request.object_key)
-            && t < deadline
-        {
-            tracing::warn!(
-                object = request.object_key,
-                age_ms = deadline.saturating_sub(t),
-                "refusing a commit past its deadline"
-            );
-            return Err(CoordinatorError::DeadlineExceeded(format!(
-                "object {} is older than the commit deadline",
-                request.object_key
-            )));
+        if let Err(e) = check_commit_deadline(
+            &request.object_key,
+            self.clock.now_ms(),
+            self.max_commit_age,
+        ) {
+            tracing::warn!(object = request.object_key, error = %e, "refusing a commit past its deadline");
+            return Err(e);
         }
         self.inner.commit_file(request).await
     }
@@ -136,6 +126,17 @@ impl BatchCoordinator for CommitDeadline {
 
     async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
         self.inner.confirm_deleted(object_keys).await
+    }
+
+    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        self.inner.fence_orphans(object_keys).await
+    }
+
+    async fn expire_producers(
+        &self,
+        max_producers: u32,
+    ) -> Result<diskless_coordinator::ProducerExpiryReport, CoordinatorError> {
+        self.inner.expire_producers(max_producers).await
     }
 
     async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {

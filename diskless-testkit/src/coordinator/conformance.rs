@@ -21,7 +21,7 @@
 //! ```
 
 use diskless_coordinator::{
-    BatchCoordinate, BatchCoordinator, CommitBatch, CommitBatchResult, CommitFileRequest,
+    BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest,
     CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, EARLIEST_TIMESTAMP, ErrorCode,
     FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
     ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, TimestampType,
@@ -115,7 +115,33 @@ cases!(
     retention_cap_reports_more,
     retention_disabled_and_log_append_time,
     producer_state_survives_delete_records,
+    producer_fields_judged_per_batch,
+    commit_deadline_checked_at_commit,
+    fence_orphans_fences_unknown_keys_only,
+    fenced_and_expired_keys_never_commit,
+    retention_ages_batches_without_timestamps_by_commit_time,
+    producer_state_expires,
+    producer_expiry_cap_and_order,
 );
+
+/// Cases that read the coordinator's clock to decide the commit deadline and fence expiry. An
+/// implementation that reads a server clock instead (PostgreSQL) runs them with a harness whose
+/// clock starts at the real time ([`harness_clock_at_system_time`]) instead of [`START_MS`].
+pub const CLOCK_SENSITIVE_CASES: &[&str] = &[
+    "commit_deadline_checked_at_commit",
+    "fence_orphans_fences_unknown_keys_only",
+    "fenced_and_expired_keys_never_commit",
+];
+
+/// A [`ManualClock`] at the real current time, for implementations that check the commit deadline
+/// against a server clock (see [`CLOCK_SENSITIVE_CASES`]).
+pub fn harness_clock_at_system_time() -> Arc<ManualClock> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(START_MS);
+    ManualClock::new(now)
+}
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -124,6 +150,20 @@ static KEYS: AtomicU64 = AtomicU64::new(0);
 
 fn new_key() -> String {
     format!("wal/{:020}", KEYS.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A fresh UUID v7 key whose time is `ms` (unique: a counter fills the random bits).
+fn v7_key(ms: i64) -> String {
+    let n = KEYS.fetch_add(1, Ordering::Relaxed);
+    let mut random = [0u8; 10];
+    random[2..].copy_from_slice(&n.to_be_bytes());
+    let uuid = uuid::Builder::from_unix_timestamp_millis(ms.max(0) as u64, &random).into_uuid();
+    format!("wal/{uuid}")
+}
+
+/// The default commit deadline in ms (every harness's coordinator uses the defaults).
+fn max_age_ms() -> i64 {
+    diskless_coordinator::max_age_ms(diskless_coordinator::DEFAULT_MAX_COMMIT_AGE)
 }
 
 /// A batch of `records` records and `size` bytes for `p`, non-idempotent, CreateTime `ts`.
@@ -289,6 +329,7 @@ pub async fn create_and_list_topics(h: Harness) {
         max_message_bytes: 2000,
         message_timestamp_before_max_ms: 10,
         message_timestamp_after_max_ms: 20,
+        producer_id_expiration_ms: 30,
     };
     let b = topic_with(&h, "bbb", 3, config.clone()).await;
     let a = topic_with(&h, "aaa", 1, TopicConfig::default()).await;
@@ -960,12 +1001,7 @@ pub async fn commit_validation(h: Harness) {
     let mut r = request(&new_key(), vec![idem(p, 1, 0, 0, 3)]);
     r.batches[0].last_sequence = 5; // does not match 3 records
     bad.push(r);
-    let mut r = request(&new_key(), vec![idem(p, 1, 0, 0, 3)]);
-    r.batches[0].base_sequence = -4;
-    bad.push(r);
-    let mut r = request(&new_key(), vec![idem(p, 1, 0, 0, 3)]);
-    r.batches[0].producer_epoch = -1;
-    bad.push(r);
+    // (Producer-controlled fields are judged per batch: see producer_fields_judged_per_batch.)
     for r in bad {
         let key = r.object_key.clone();
         invalid(c.commit_file(r).await);
@@ -1631,8 +1667,9 @@ pub async fn retention_cap_reports_more(h: Harness) {
     .await;
     let r = h.coordinator.enforce_retention(4).await.unwrap();
     assert_eq!((r.batches_deleted, r.bytes_deleted, r.more), (4, 40, true));
+    // A zero budget does nothing and never asks for more.
     let r = h.coordinator.enforce_retention(0).await.unwrap();
-    assert_eq!((r.batches_deleted, r.more), (0, true));
+    assert_eq!((r.batches_deleted, r.more), (0, false));
     assert!(
         h.coordinator
             .object_info(&key)
@@ -1642,8 +1679,9 @@ pub async fn retention_cap_reports_more(h: Harness) {
             .marked_for_deletion_at
             .is_none()
     );
+    // The pass spent its whole budget: `more`, although nothing is left (it does not look further).
     let r = h.coordinator.enforce_retention(2).await.unwrap();
-    assert_eq!((r.batches_deleted, r.more), (2, false));
+    assert_eq!((r.batches_deleted, r.more), (2, true));
     let info = h.coordinator.object_info(&key).await.unwrap().unwrap();
     assert_eq!(info.live_bytes, 0);
     assert_eq!(info.marked_for_deletion_at, Some(START_MS));
@@ -1714,4 +1752,290 @@ pub async fn producer_state_survives_delete_records(h: Harness) {
         ErrorCode::OutOfOrderSequenceNumber,
     );
     ok_at(&commit(&h, vec![idem(p, 4, 0, 2, 1)]).await[0], 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Safety at the commit point, per-batch producer checks, producer expiry (issue #12)
+
+/// What a producer controls is judged per batch: a bad epoch or sequence rejects that batch only,
+/// never the other producers' batches of the same segment. A producer id below -1 is not
+/// idempotent (Kafka's `hasProducerId`).
+pub async fn producer_fields_judged_per_batch(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    let mut bad_epoch = idem(p, 2, 0, 0, 1);
+    bad_epoch.producer_epoch = -2;
+    let mut bad_seq = idem(p, 3, 0, 0, 1);
+    bad_seq.base_sequence = -1;
+    bad_seq.last_sequence = -1;
+    let odd_id = CommitBatch {
+        producer_id: -5,
+        producer_epoch: -7,
+        base_sequence: 42,
+        last_sequence: 42,
+        ..plain(p, 1, 100, START_MS)
+    };
+    let mut epoch_minus_one = idem(p, 4, 0, 9, 1);
+    epoch_minus_one.producer_epoch = -1;
+    let key = new_key();
+    let r = commit_key(
+        &h,
+        &key,
+        vec![
+            idem(p, 1, 0, 0, 2),
+            bad_epoch,
+            bad_seq,
+            odd_id,
+            epoch_minus_one,
+            idem(p, 1, 0, 2, 1),
+        ],
+    )
+    .await;
+    ok_at(&r[0], 0);
+    rejected(&r[1], ErrorCode::InvalidProducerEpoch);
+    rejected(&r[2], ErrorCode::InvalidRecord);
+    ok_at(&r[3], 2);
+    ok_at(&r[4], 3);
+    ok_at(&r[5], 4);
+    let c = &h.coordinator;
+    assert_eq!(c.producer_state(p, 2).await.unwrap(), None);
+    assert_eq!(c.producer_state(p, 3).await.unwrap(), None);
+    assert_eq!(c.producer_state(p, -5).await.unwrap(), None);
+    // Kafka accepts epoch -1 for a new producer id; its state then has epoch -1.
+    let s4 = c
+        .producer_state(p, 4)
+        .await
+        .unwrap()
+        .expect("state of producer 4");
+    assert_eq!(s4.producer_epoch, -1);
+    // Only the appended batches count towards the object's live bytes.
+    assert_eq!(c.object_info(&key).await.unwrap().unwrap().live_bytes, 400);
+}
+
+/// The commit deadline is decided by the coordinator at the commit: a key whose UUID v7 time is
+/// older than `now - max_commit_age` is refused with nothing applied; one just inside is accepted;
+/// keys without a v7 time are never refused. (Uses the default `max_commit_age`.)
+pub async fn commit_deadline_checked_at_commit(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    let c = &h.coordinator;
+    let now = h.clock.now_ms();
+    let late = v7_key(now - max_age_ms() - 60_000);
+    let r = c
+        .commit_file(request(&late, vec![plain(p, 1, 10, now)]))
+        .await;
+    assert!(
+        matches!(r, Err(CoordinatorError::DeadlineExceeded(_))),
+        "expected DeadlineExceeded, got {r:?}"
+    );
+    assert!(r.unwrap_err().certainly_not_applied());
+    assert_eq!(c.object_info(&late).await.unwrap(), None);
+    assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 0);
+    let inside = v7_key(now - max_age_ms() + 60_000);
+    ok_at(
+        &commit_key(&h, &inside, vec![plain(p, 1, 10, now)]).await[0],
+        0,
+    );
+    ok_at(&commit(&h, vec![plain(p, 1, 10, now)]).await[0], 1);
+    // The deadline moves with the coordinator's clock: the same key age is refused later.
+    let aging = v7_key(now);
+    h.clock.advance(max_age_ms() + 1);
+    if c.commit_file(request(&aging, vec![plain(p, 1, 10, now)]))
+        .await
+        .is_ok()
+    {
+        // A coordinator reading a server clock does not see the manual clock move: then the key
+        // is still fresh for it. Either way nothing else changed.
+        assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 3);
+    } else {
+        assert_eq!(c.object_info(&aging).await.unwrap(), None);
+        assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 2);
+    }
+}
+
+/// `fence_orphans` fences exactly the unknown keys with a v7 time, in request order, once each,
+/// idempotently; known keys and keys without a v7 time are left alone. Fences do not make a key
+/// known.
+pub async fn fence_orphans_fences_unknown_keys_only(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    let c = &h.coordinator;
+    let now = h.clock.now_ms();
+    let committed = v7_key(now);
+    commit_key(&h, &committed, vec![plain(p, 1, 10, now)]).await;
+    let orphan_a = v7_key(now);
+    let orphan_b = v7_key(now - 1_000);
+    let undatable = new_key();
+    let keys = vec![
+        orphan_a.clone(),
+        committed.clone(),
+        undatable.clone(),
+        orphan_b.clone(),
+        orphan_a.clone(),
+    ];
+    assert_eq!(
+        c.fence_orphans(&keys).await.unwrap(),
+        vec![orphan_a.clone(), orphan_b.clone()]
+    );
+    assert_eq!(
+        c.fence_orphans(std::slice::from_ref(&orphan_b))
+            .await
+            .unwrap(),
+        vec![orphan_b.clone()],
+        "fencing again is idempotent and answers the key again"
+    );
+    assert_eq!(
+        c.known_objects(&keys).await.unwrap(),
+        vec![committed.clone()]
+    );
+    assert_eq!(c.object_info(&orphan_a).await.unwrap(), None);
+    assert!(c.fence_orphans(&[]).await.unwrap().is_empty());
+}
+
+/// A commit of a fenced key is refused with nothing applied, so the collector may delete the
+/// object whatever commits are in flight; the refusal is certain (the writer may delete the object).
+pub async fn fenced_and_expired_keys_never_commit(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    let c = &h.coordinator;
+    let now = h.clock.now_ms();
+    let orphan = v7_key(now);
+    assert_eq!(
+        c.fence_orphans(std::slice::from_ref(&orphan))
+            .await
+            .unwrap(),
+        vec![orphan.clone()]
+    );
+    let r = c
+        .commit_file(request(
+            &orphan,
+            vec![plain(p, 1, 10, now), idem(p, 1, 0, 0, 1)],
+        ))
+        .await;
+    match r {
+        Err(e @ CoordinatorError::ObjectFenced(_)) => assert!(e.certainly_not_applied()),
+        other => panic!("expected ObjectFenced, got {other:?}"),
+    }
+    assert_eq!(c.object_info(&orphan).await.unwrap(), None);
+    assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 0);
+    assert_eq!(c.producer_state(p, 1).await.unwrap(), None);
+    assert!(
+        c.known_objects(std::slice::from_ref(&orphan))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Other keys commit normally.
+    ok_at(
+        &commit_key(&h, &v7_key(now), vec![plain(p, 1, 10, now)]).await[0],
+        0,
+    );
+}
+
+/// A batch without any timestamp is aged by its commit time (Kafka ages a segment without
+/// timestamps by its modification time), not deleted by the next retention pass.
+pub async fn retention_ages_batches_without_timestamps_by_commit_time(h: Harness) {
+    let p = retention_topic(&h, 10_000, -1).await;
+    let mut untimed = plain(p, 2, 10, NO_TIMESTAMP);
+    untimed.base_timestamp = NO_TIMESTAMP;
+    commit(&h, vec![untimed.clone()]).await;
+    h.clock.advance(5_000);
+    commit(&h, vec![untimed]).await;
+    let r = h.coordinator.enforce_retention(100).await.unwrap();
+    assert_eq!(
+        r.batches_deleted, 0,
+        "no timestamp must not mean 'infinitely old'"
+    );
+    assert_eq!(list(&h, p, EARLIEST_TIMESTAMP).await.offset, 0);
+    h.clock.advance(5_001); // the first batch is now 10 001 ms old, the second 5 001
+    let r = h.coordinator.enforce_retention(100).await.unwrap();
+    assert_eq!(r.batches_deleted, 1);
+    assert_eq!(list(&h, p, EARLIEST_TIMESTAMP).await.offset, 2);
+    h.clock.advance(5_000);
+    let r = h.coordinator.enforce_retention(100).await.unwrap();
+    assert_eq!(r.batches_deleted, 1);
+    assert_eq!(list(&h, p, EARLIEST_TIMESTAMP).await.offset, 4);
+}
+
+async fn expiring_topic(h: &Harness, partitions: i32, expiration_ms: i64) -> Uuid {
+    let name = format!("t-{}", Uuid::new_v4());
+    topic_with(
+        h,
+        &name,
+        partitions,
+        TopicConfig {
+            producer_id_expiration_ms: expiration_ms,
+            ..TopicConfig::default()
+        },
+    )
+    .await
+}
+
+/// Producer state expires `producer.id.expiration.ms` after the producer's last appended batch
+/// (Kafka's `>=`); a duplicate does not refresh it; an expired producer is new again (any sequence).
+pub async fn producer_state_expires(h: Harness) {
+    let t = expiring_topic(&h, 1, 5_000).await;
+    let p = tp(t, 0);
+    let c = &h.coordinator;
+    ok_at(&commit(&h, vec![idem(p, 1, 0, 0, 1)]).await[0], 0);
+    let s = c.producer_state(p, 1).await.unwrap().unwrap();
+    assert_eq!(s.last_append_ms, h.clock.now_ms());
+    h.clock.advance(3_000);
+    ok_at(&commit(&h, vec![idem(p, 2, 0, 0, 1)]).await[0], 1);
+    h.clock.advance(1_000);
+    dup_of(&commit(&h, vec![idem(p, 1, 0, 0, 1)]).await[0], 0);
+    h.clock.advance(999); // producer 1: 4 999 ms since its append
+    assert_eq!(c.expire_producers(100).await.unwrap().expired, 0);
+    h.clock.advance(1); // 5 000 ms: expired (>=); producer 2: 2 000 ms
+    let r = c.expire_producers(100).await.unwrap();
+    assert_eq!((r.expired, r.more), (1, false));
+    assert_eq!(c.producer_state(p, 1).await.unwrap(), None);
+    assert!(c.producer_state(p, 2).await.unwrap().is_some());
+    // Producer 1 is new again: a gap is accepted, and a resend of its old batch is appended again.
+    ok_at(&commit(&h, vec![idem(p, 1, 0, 7, 1)]).await[0], 2);
+    ok_at(&commit(&h, vec![idem(p, 1, 1, 0, 1)]).await[0], 3);
+    // The default is one day.
+    assert_eq!(TopicConfig::default().producer_id_expiration_ms, 86_400_000);
+    // Invalid settings are refused.
+    invalid(
+        c.create_topic(CreateTopicRequest {
+            topic_id: Uuid::new_v4(),
+            name: "bad-expiration".into(),
+            partitions: 1,
+            config: TopicConfig {
+                producer_id_expiration_ms: 0,
+                ..TopicConfig::default()
+            },
+        })
+        .await,
+    );
+}
+
+/// A capped expiry call expires in (topic id, partition, producer id) order and reports `more`
+/// exactly when it stopped at its cap.
+pub async fn producer_expiry_cap_and_order(h: Harness) {
+    let t = expiring_topic(&h, 2, 1_000).await;
+    let c = &h.coordinator;
+    commit(
+        &h,
+        vec![
+            idem(tp(t, 1), 5, 0, 0, 1),
+            idem(tp(t, 0), 9, 0, 0, 1),
+            idem(tp(t, 0), 3, 0, 0, 1),
+        ],
+    )
+    .await;
+    h.clock.advance(1_000);
+    assert_eq!(
+        c.expire_producers(0).await.unwrap(),
+        diskless_coordinator::ProducerExpiryReport::default()
+    );
+    let r = c.expire_producers(2).await.unwrap();
+    assert_eq!((r.expired, r.more), (2, true));
+    assert_eq!(c.producer_state(tp(t, 0), 3).await.unwrap(), None);
+    assert_eq!(c.producer_state(tp(t, 0), 9).await.unwrap(), None);
+    assert!(c.producer_state(tp(t, 1), 5).await.unwrap().is_some());
+    let r = c.expire_producers(2).await.unwrap();
+    assert_eq!((r.expired, r.more), (1, false));
+    assert_eq!(c.producer_state(tp(t, 1), 5).await.unwrap(), None);
 }

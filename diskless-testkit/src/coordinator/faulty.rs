@@ -32,7 +32,11 @@ pub enum InjectedCommitFault {
 /// - [`lose_next_commits`](Self::lose_next_commits) / [`set_losing`](Self::set_losing): commits are
 ///   applied, then fail with [`CoordinatorError::OutcomeUnknown`] (a connection lost after COMMIT);
 /// - [`set_commit_latency`](Self::set_commit_latency): each commit waits first (`tokio::time`, so
-///   paused-clock tests stay instant).
+///   paused-clock tests stay instant);
+/// - [`stall_commits`](Self::stall_commits): commits wait, before reaching the inner coordinator,
+///   until [`release_commits`](Self::release_commits) — a commit that "passed every check on the
+///   broker" and then stalls on its way (a lock wait, a retry loop, a slow network).
+///   [`stalled_commits`](Self::stalled_commits) tells how many are waiting.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
@@ -62,6 +66,8 @@ pub struct FaultyCoordinator {
     latency: Mutex<Option<Duration>>,
     commits: AtomicU64,
     injected: AtomicU64,
+    stall: tokio::sync::watch::Sender<bool>,
+    stalled: AtomicU64,
 }
 
 impl FaultyCoordinator {
@@ -76,7 +82,25 @@ impl FaultyCoordinator {
             latency: Mutex::new(None),
             commits: AtomicU64::new(0),
             injected: AtomicU64::new(0),
+            stall: tokio::sync::watch::Sender::new(false),
+            stalled: AtomicU64::new(0),
         })
+    }
+
+    /// From now on, commits wait before reaching the inner coordinator, until
+    /// [`release_commits`](Self::release_commits).
+    pub fn stall_commits(&self) {
+        self.stall.send_replace(true);
+    }
+
+    /// Lets every stalled commit (and later ones) go on to the inner coordinator.
+    pub fn release_commits(&self) {
+        self.stall.send_replace(false);
+    }
+
+    /// Commits waiting right now because of [`stall_commits`](Self::stall_commits).
+    pub fn stalled_commits(&self) -> u64 {
+        self.stalled.load(Ordering::SeqCst)
     }
 
     /// The wrapped coordinator.
@@ -150,6 +174,13 @@ impl BatchCoordinator for FaultyCoordinator {
         if let Some(latency) = latency {
             tokio::time::sleep(latency).await;
         }
+        let mut stall = self.stall.subscribe();
+        if *stall.borrow_and_update() {
+            self.stalled.fetch_add(1, Ordering::SeqCst);
+            // The sender lives as long as `self`, so this only ends on release.
+            let _ = stall.wait_for(|stalled| !*stalled).await;
+            self.stalled.fetch_sub(1, Ordering::SeqCst);
+        }
         if self.failing.load(Ordering::SeqCst) || Self::take(&self.fail_next) {
             self.injected.fetch_add(1, Ordering::SeqCst);
             return Err(CoordinatorError::Unavailable(Box::new(
@@ -205,6 +236,17 @@ impl BatchCoordinator for FaultyCoordinator {
 
     async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
         self.inner.confirm_deleted(object_keys).await
+    }
+
+    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        self.inner.fence_orphans(object_keys).await
+    }
+
+    async fn expire_producers(
+        &self,
+        max_producers: u32,
+    ) -> Result<diskless_coordinator::ProducerExpiryReport, CoordinatorError> {
+        self.inner.expire_producers(max_producers).await
     }
 
     async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {

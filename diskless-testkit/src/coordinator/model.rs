@@ -25,13 +25,22 @@
 //!   (topic id, partition) order; a pass stops after `max_batches` deletions and reports `more` when
 //!   anything deletable remains.
 //! - **Producer state** survives DeleteRecords and retention (Kafka keeps it since KIP-360); it goes
-//!   with its topic. Producer-id expiration is not modelled.
+//!   with its topic. `expire_producers` deletes the state of a (partition, producer) whose last
+//!   appended batch was committed `producer.id.expiration.ms` or more ago (Kafka's `>=`). Kafka counts
+//!   from the batch's max timestamp, which a producer sets (and `-1` would expire at once); the
+//!   coordinator counts from its own commit time.
+//! - **Retention of batches without timestamps** (effective max timestamp `< 0`): aged by their
+//!   commit time, as Kafka ages a segment without timestamps by its modification time.
+//! - **Commit deadline and fences**: see `diskless_coordinator::check_commit_deadline` and
+//!   `BatchCoordinator::fence_orphans`; both are checked under the one state mutex, with the clock read
+//!   there, before anything is applied.
 //! - **Request validation** (whole call fails with `InvalidRequest`, nothing applied): a topic needs a
 //!   non-nil id, a name of 1..=249 bytes, at least one partition, `retention.ms`/`retention.bytes`
 //!   `>= -1` and the other config values `>= 0`; a commit needs a non-empty key and owner list, an
 //!   object size `<= i64::MAX`, and batches with at least one record and one byte lying inside the
-//!   object; idempotent batches (producer id `>= 0`) need epoch `>= 0`, base sequence `>= 0` and a
-//!   last sequence equal to `(base + records - 1) mod 2^31`. A commit with no batches is valid.
+//!   object; idempotent batches (producer id `>= 0`) with a base sequence `>= 0` need a last sequence
+//!   equal to `(base + records - 1) mod 2^31`. A commit with no batches is valid. Producer-controlled
+//!   fields are judged per batch (`diskless_coordinator::producer_field_error`).
 //! - **Unsupported ListOffsets timestamps** (any negative value other than -1, -2, -3) answer
 //!   `INVALID_REQUEST`.
 
@@ -39,13 +48,15 @@ use diskless_coordinator::{
     BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest,
     CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse,
     EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, FindBatchesResponse, LATEST_TIMESTAMP,
-    ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, NO_PRODUCER_ID, NO_TIMESTAMP,
-    ObjectInfo, ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerState,
+    ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, NO_TIMESTAMP, ObjectInfo,
+    ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport, ProducerState,
     RetentionReport, ShardId, TimestampType, TopicConfig, TopicIdPartition, TopicInfo,
+    check_commit_deadline, fence_expiry_before, object_key_time_ms, producer_field_error,
 };
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 use uuid::Uuid;
 
 /// The in-memory reference [`BatchCoordinator`]. See the [module docs](self) for the decisions it
@@ -71,6 +82,7 @@ use uuid::Uuid;
 #[derive(Debug)]
 pub struct InMemoryCoordinator {
     clock: Arc<dyn Clock>,
+    max_commit_age: Duration,
     state: Mutex<State>,
 }
 
@@ -78,6 +90,8 @@ pub struct InMemoryCoordinator {
 struct State {
     topics: BTreeMap<Uuid, Topic>,
     objects: BTreeMap<String, Object>,
+    /// Fenced keys (`fence_orphans`) and their key times.
+    fences: BTreeMap<String, i64>,
 }
 
 #[derive(Debug)]
@@ -107,12 +121,26 @@ struct Object {
 }
 
 impl InMemoryCoordinator {
-    /// An empty coordinator reading time from `clock`.
+    /// An empty coordinator reading time from `clock`, with the default `max_commit_age`
+    /// ([`diskless_coordinator::DEFAULT_MAX_COMMIT_AGE`]).
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         InMemoryCoordinator {
             clock,
+            max_commit_age: diskless_coordinator::DEFAULT_MAX_COMMIT_AGE,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// Sets the commit deadline: commits of keys whose UUID v7 time is older than `now -
+    /// max_commit_age` are refused.
+    pub fn with_max_commit_age(mut self, max_commit_age: Duration) -> Self {
+        self.max_commit_age = max_commit_age;
+        self
+    }
+
+    /// How many fences are held (for tests of fence expiry).
+    pub fn fence_count(&self) -> usize {
+        self.state.lock().fences.len()
     }
 }
 
@@ -201,12 +229,31 @@ impl State {
     }
 }
 
+/// The time retention ages a batch by: its effective max timestamp, or its commit time (its object's)
+/// when it has no timestamp.
+fn retention_time(objects: &BTreeMap<String, Object>, batch: &BatchCoordinate) -> i64 {
+    let t = batch.effective_max_timestamp();
+    if t >= 0 {
+        return t;
+    }
+    // A live batch's object is always registered (objects go only when confirmed deleted, after
+    // their live bytes reached 0).
+    objects
+        .get(&batch.object_key)
+        .map_or(NO_TIMESTAMP, |o| o.committed_at)
+}
+
 /// How many leading batches retention would delete from `log` right now.
-fn retention_count(config: &TopicConfig, log: &Log, now: i64) -> usize {
+fn retention_count(
+    objects: &BTreeMap<String, Object>,
+    config: &TopicConfig,
+    log: &Log,
+    now: i64,
+) -> usize {
     let mut n = 0;
     if config.retention_ms >= 0 {
         while n < log.batches.len()
-            && now.saturating_sub(log.batches[n].effective_max_timestamp()) > config.retention_ms
+            && now.saturating_sub(retention_time(objects, &log.batches[n])) > config.retention_ms
         {
             n += 1;
         }
@@ -292,8 +339,14 @@ impl BatchCoordinator for InMemoryCoordinator {
         request: CommitFileRequest,
     ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
         request.validate()?;
-        let now = self.clock.now_ms();
         let mut state = self.state.lock();
+        // The commit point: the clock is read with the state held, and nothing is applied when the
+        // deadline passed or the key was fenced.
+        let now = self.clock.now_ms();
+        check_commit_deadline(&request.object_key, now, self.max_commit_age)?;
+        if state.fences.contains_key(&request.object_key) {
+            return Err(CoordinatorError::ObjectFenced(request.object_key));
+        }
         if state.objects.contains_key(&request.object_key) {
             return Err(CoordinatorError::ObjectAlreadyCommitted(request.object_key));
         }
@@ -305,7 +358,11 @@ impl BatchCoordinator for InMemoryCoordinator {
                 continue;
             };
             let timestamp_type = config.timestamp_type;
-            let idempotent = batch.producer_id != NO_PRODUCER_ID;
+            if let Some(code) = producer_field_error(batch) {
+                results.push(CommitBatchResult::error(code));
+                continue;
+            }
+            let idempotent = batch.is_idempotent();
             if idempotent {
                 match check_producer(log.producers.get(&batch.producer_id), batch) {
                     Verdict::Reject(code) => {
@@ -357,7 +414,9 @@ impl BatchCoordinator for InMemoryCoordinator {
                             producer_id: batch.producer_id,
                             producer_epoch: batch.producer_epoch,
                             batches: Vec::new(),
+                            last_append_ms: now,
                         });
+                producer.last_append_ms = now;
                 if producer.producer_epoch != batch.producer_epoch {
                     // A new epoch starts a new window.
                     producer.producer_epoch = batch.producer_epoch;
@@ -556,12 +615,13 @@ impl BatchCoordinator for InMemoryCoordinator {
         let state = &mut *guard;
         let mut report = RetentionReport::default();
         let mut budget = u64::from(max_batches);
-        for topic in state.topics.values_mut() {
+        'topics: for topic in state.topics.values_mut() {
             for log in &mut topic.partitions {
-                let n = retention_count(&topic.config, log, now) as u64;
-                if n > budget {
-                    report.more = true;
+                if budget == 0 {
+                    // Stop as soon as the budget is spent: no further partition is examined.
+                    break 'topics;
                 }
+                let n = retention_count(&state.objects, &topic.config, log, now) as u64;
                 let take = n.min(budget);
                 if take > 0 {
                     let bytes = State::delete_prefix(&mut state.objects, log, take as usize, now);
@@ -571,6 +631,7 @@ impl BatchCoordinator for InMemoryCoordinator {
                 }
             }
         }
+        report.more = max_batches > 0 && report.batches_deleted == u64::from(max_batches);
         Ok(report)
     }
 
@@ -612,6 +673,66 @@ impl BatchCoordinator for InMemoryCoordinator {
             }
         }
         Ok(())
+    }
+
+    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        let mut state = self.state.lock();
+        let now = self.clock.now_ms();
+        let expired_before = fence_expiry_before(now, self.max_commit_age);
+        let expired: Vec<String> = state
+            .fences
+            .iter()
+            .filter(|(_, t)| **t < expired_before)
+            .map(|(k, _)| k.clone())
+            .take(diskless_coordinator::FENCE_EXPIRY_BATCH as usize)
+            .collect();
+        for key in expired {
+            state.fences.remove(&key);
+        }
+        let mut fenced = Vec::new();
+        let mut seen = HashSet::new();
+        for key in object_keys {
+            if !seen.insert(key.as_str()) || state.objects.contains_key(key) {
+                continue;
+            }
+            let Some(t) = object_key_time_ms(key) else {
+                continue;
+            };
+            state.fences.entry(key.clone()).or_insert(t);
+            fenced.push(key.clone());
+        }
+        Ok(fenced)
+    }
+
+    async fn expire_producers(
+        &self,
+        max_producers: u32,
+    ) -> Result<ProducerExpiryReport, CoordinatorError> {
+        let now = self.clock.now_ms();
+        let mut state = self.state.lock();
+        let mut report = ProducerExpiryReport::default();
+        let budget = u64::from(max_producers);
+        // BTreeMaps iterate topics by id, partitions by index, producers by id: the contract's order.
+        'topics: for topic in state.topics.values_mut() {
+            let expiration = topic.config.producer_id_expiration_ms;
+            for log in &mut topic.partitions {
+                let expired: Vec<i64> = log
+                    .producers
+                    .values()
+                    .filter(|p| now.saturating_sub(p.last_append_ms) >= expiration)
+                    .map(|p| p.producer_id)
+                    .collect();
+                for id in expired {
+                    if report.expired == budget {
+                        break 'topics;
+                    }
+                    log.producers.remove(&id);
+                    report.expired += 1;
+                }
+            }
+        }
+        report.more = max_producers > 0 && report.expired == budget;
+        Ok(report)
     }
 
     async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {

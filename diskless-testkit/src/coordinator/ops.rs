@@ -39,6 +39,8 @@ pub enum EpochChoice {
     Bump,
     /// The current epoch minus one (fenced), or 0.
     Older,
+    /// An epoch below -1: invalid, rejected per batch (INVALID_PRODUCER_EPOCH).
+    Invalid,
 }
 
 /// How an idempotent batch picks its base sequence.
@@ -55,6 +57,21 @@ pub enum SeqChoice {
     Gap(i32),
     /// Exactly this sequence number.
     Exact(i32),
+    /// A negative base sequence: invalid, rejected per batch (INVALID_RECORD).
+    Negative,
+}
+
+/// Which object key a commit uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyChoice {
+    /// A fresh UUID v7 key at the clock's now.
+    New,
+    /// A fresh key whose UUID v7 time is 30 minutes old: past the default commit deadline.
+    Expired,
+    /// The last committed key again (a duplicate object).
+    ReuseLast,
+    /// The last key fenced by a `FenceOrphans` op (refused as fenced), or a new key.
+    ReuseFenced,
 }
 
 /// The producer side of a generated batch.
@@ -81,6 +98,8 @@ pub struct BatchSpec {
     pub size: u32,
     /// Max timestamp relative to the clock's now.
     pub ts_delta: i64,
+    /// No timestamp at all (base and max timestamps -1): retention ages it by its commit time.
+    pub no_timestamp: bool,
     /// Idempotent producer, if any.
     pub producer: Option<ProducerSpec>,
 }
@@ -111,19 +130,29 @@ pub enum Op {
         retention_ms: i64,
         /// retention.bytes.
         retention_bytes: i64,
+        /// producer.id.expiration.ms.
+        producer_id_expiration_ms: i64,
     },
     /// Delete the topic of a slot.
     DeleteTopic {
         /// Slot.
         slot: usize,
     },
-    /// Commit a file (optionally re-using the previous key: a duplicate object).
+    /// Commit a file.
     Commit {
         /// Batches in order.
         batches: Vec<BatchSpec>,
-        /// Re-use the last committed key.
-        reuse_key: bool,
+        /// The object key.
+        key: KeyChoice,
     },
+    /// The orphan collector's fence on the last committed key (known: not fenced) and, if `fresh`,
+    /// on a new never-committed key (fenced).
+    FenceOrphans {
+        /// Also fence a new key.
+        fresh: bool,
+    },
+    /// Expire idempotent-producer state (no cap).
+    ExpireProducers,
     /// DeleteRecords on one partition.
     DeleteRecords {
         /// Slot.
@@ -172,6 +201,7 @@ fn producer_strategy() -> impl Strategy<Value = Option<ProducerSpec>> {
         8 => Just(EpochChoice::Same),
         1 => Just(EpochChoice::Bump),
         1 => Just(EpochChoice::Older),
+        1 => Just(EpochChoice::Invalid),
     ];
     let seq = prop_oneof![
         10 => Just(SeqChoice::Next),
@@ -180,6 +210,7 @@ fn producer_strategy() -> impl Strategy<Value = Option<ProducerSpec>> {
         1 => (1i32..3).prop_map(SeqChoice::Gap),
         1 => prop_oneof![Just(0), Just(i32::MAX - 1), Just(i32::MAX), 0..100i32]
             .prop_map(SeqChoice::Exact),
+        1 => Just(SeqChoice::Negative),
     ];
     prop_oneof![
         1 => Just(None),
@@ -199,14 +230,16 @@ fn batch_strategy() -> impl Strategy<Value = BatchSpec> {
         1u32..300,
         -5_000i64..1_000,
         producer_strategy(),
+        prop::bool::weighted(0.1),
     )
         .prop_map(
-            |(slot, partition, records, size, ts_delta, producer)| BatchSpec {
+            |(slot, partition, records, size, ts_delta, producer, no_timestamp)| BatchSpec {
                 slot,
                 partition,
                 records,
                 size,
                 ts_delta,
+                no_timestamp,
                 producer,
             },
         )
@@ -227,14 +260,23 @@ fn create_strategy() -> impl Strategy<Value = Op> {
         any::<bool>(),
         prop_oneof![Just(-1i64), Just(2_000), Just(10_000)],
         prop_oneof![Just(-1i64), Just(0), Just(500), Just(1_500)],
+        prop_oneof![Just(86_400_000i64), Just(2_000), Just(6_000)],
     )
         .prop_map(
-            |(slot, partitions, log_append_time, retention_ms, retention_bytes)| Op::CreateTopic {
+            |(
                 slot,
                 partitions,
                 log_append_time,
                 retention_ms,
                 retention_bytes,
+                producer_id_expiration_ms,
+            )| Op::CreateTopic {
+                slot,
+                partitions,
+                log_append_time,
+                retention_ms,
+                retention_bytes,
+                producer_id_expiration_ms,
             },
         )
 }
@@ -244,8 +286,18 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
         2 => create_strategy(),
         1 => (0..TOPIC_SLOTS).prop_map(|slot| Op::DeleteTopic { slot }),
-        12 => (prop::collection::vec(batch_strategy(), 0..8), prop::bool::weighted(0.05))
-            .prop_map(|(batches, reuse_key)| Op::Commit { batches, reuse_key }),
+        12 => (
+            prop::collection::vec(batch_strategy(), 0..8),
+            prop_oneof![
+                90 => Just(KeyChoice::New),
+                5 => Just(KeyChoice::ReuseLast),
+                3 => Just(KeyChoice::Expired),
+                4 => Just(KeyChoice::ReuseFenced),
+            ]
+        )
+            .prop_map(|(batches, key)| Op::Commit { batches, key }),
+        1 => any::<bool>().prop_map(|fresh| Op::FenceOrphans { fresh }),
+        1 => Just(Op::ExpireProducers),
         3 => (0..TOPIC_SLOTS, 0..PARTITIONS, offset_strategy())
             .prop_map(|(slot, partition, offset)| Op::DeleteRecords { slot, partition, offset }),
         2 => prop_oneof![Just(1i64), Just(500), Just(3_000)].prop_map(Op::AdvanceClock),
@@ -288,6 +340,7 @@ pub fn ops_strategy(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
                     log_append_time,
                     retention_ms,
                     retention_bytes,
+                    producer_id_expiration_ms,
                     ..
                 } => Op::CreateTopic {
                     slot,
@@ -295,6 +348,7 @@ pub fn ops_strategy(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
                     log_append_time,
                     retention_ms,
                     retention_bytes,
+                    producer_id_expiration_ms,
                 },
                 other => other,
             };
@@ -319,6 +373,8 @@ fn error_kind(e: &CoordinatorError) -> &'static str {
         CoordinatorError::Unavailable(_) => "Unavailable",
         CoordinatorError::Storage(_) => "Storage",
         CoordinatorError::Closed => "Closed",
+        CoordinatorError::DeadlineExceeded(_) => "DeadlineExceeded",
+        CoordinatorError::ObjectFenced(_) => "ObjectFenced",
         _ => "other",
     }
 }
@@ -373,6 +429,16 @@ pub struct OpStats {
     pub log_start_moves: u64,
     /// Objects confirmed deleted.
     pub objects_collected: u64,
+    /// Batches rejected per batch for invalid producer fields (INVALID_RECORD).
+    pub invalid_producer_fields: u64,
+    /// Commits refused by the commit deadline.
+    pub deadline_refused: u64,
+    /// Commits refused because their key was fenced.
+    pub fenced_refused: u64,
+    /// Keys fenced by `fence_orphans`.
+    pub keys_fenced: u64,
+    /// Producer states expired.
+    pub producers_expired: u64,
 }
 
 /// Producer sequence bookkeeping while resolving one file.
@@ -390,6 +456,8 @@ struct Driver<'a> {
     model: InMemoryCoordinator,
     harness: &'a Harness,
     keys: Vec<String>,
+    /// Keys fenced by `FenceOrphans` ops (never committed).
+    fenced: Vec<String>,
     key_counter: u64,
     stats: OpStats,
     /// Every producer batch sent per (partition, producer id).
@@ -427,11 +495,17 @@ impl Driver<'_> {
         }
     }
 
-    async fn resolve_commit(
-        &mut self,
-        batches: &[BatchSpec],
-        reuse_key: bool,
-    ) -> CommitFileRequest {
+    /// A fresh UUID v7 key with time `ms` (the counter in its random bits keeps keys unique and
+    /// runs deterministic).
+    fn v7_key(&mut self, ms: i64) -> String {
+        self.key_counter += 1;
+        let mut random = [0u8; 10];
+        random[2..].copy_from_slice(&self.key_counter.to_be_bytes());
+        let uuid = uuid::Builder::from_unix_timestamp_millis(ms.max(0) as u64, &random).into_uuid();
+        format!("wal/model/{uuid}")
+    }
+
+    async fn resolve_commit(&mut self, batches: &[BatchSpec], key: KeyChoice) -> CommitFileRequest {
         let now = self.harness.clock.now_ms();
         let mut pending: HashMap<(TopicIdPartition, i64), Pending> = HashMap::new();
         let mut out = Vec::new();
@@ -466,6 +540,7 @@ impl Driver<'_> {
                         EpochChoice::Same => cur_epoch,
                         EpochChoice::Bump => cur_epoch.saturating_add(1),
                         EpochChoice::Older => cur_epoch.saturating_sub(1).max(0),
+                        EpochChoice::Invalid => -2,
                     };
                     let next = if epoch != cur_epoch {
                         0
@@ -486,6 +561,7 @@ impl Driver<'_> {
                         SeqChoice::Next => next,
                         SeqChoice::Gap(g) => next.saturating_add(g),
                         SeqChoice::Exact(s) => s,
+                        SeqChoice::Negative => -1,
                         SeqChoice::Resend(n) => match &state {
                             Some(s) if !s.batches.is_empty() => {
                                 let b = &s.batches[s.batches.len() - 1 - n % s.batches.len()];
@@ -519,8 +595,16 @@ impl Driver<'_> {
                         byte_offset: at,
                         byte_size: spec.size,
                         record_count: records,
-                        base_timestamp: now + spec.ts_delta - 10,
-                        max_timestamp: now + spec.ts_delta,
+                        base_timestamp: if spec.no_timestamp {
+                            -1
+                        } else {
+                            now + spec.ts_delta - 10
+                        },
+                        max_timestamp: if spec.no_timestamp {
+                            -1
+                        } else {
+                            now + spec.ts_delta
+                        },
                         timestamp_type: TimestampType::CreateTime,
                         producer_id: ps.producer_id,
                         producer_epoch: epoch,
@@ -536,8 +620,16 @@ impl Driver<'_> {
                 byte_offset: at,
                 byte_size: spec.size,
                 record_count: spec.records,
-                base_timestamp: now + spec.ts_delta - 10,
-                max_timestamp: now + spec.ts_delta,
+                base_timestamp: if spec.no_timestamp {
+                    -1
+                } else {
+                    now + spec.ts_delta - 10
+                },
+                max_timestamp: if spec.no_timestamp {
+                    -1
+                } else {
+                    now + spec.ts_delta
+                },
                 timestamp_type: TimestampType::CreateTime,
                 producer_id,
                 producer_epoch,
@@ -546,11 +638,16 @@ impl Driver<'_> {
             });
             at += u64::from(spec.size);
         }
-        let object_key = match (reuse_key, self.keys.last()) {
-            (true, Some(k)) => k.clone(),
+        let object_key = match (key, self.keys.last(), self.fenced.last()) {
+            (KeyChoice::ReuseLast, Some(k), _) => k.clone(),
+            (KeyChoice::ReuseFenced, _, Some(k)) => k.clone(),
+            (KeyChoice::Expired, _, _) => {
+                let k = self.v7_key(now - 30 * 60 * 1000);
+                self.keys.push(k.clone());
+                k
+            }
             _ => {
-                self.key_counter += 1;
-                let k = format!("wal/model/{:08}", self.key_counter);
+                let k = self.v7_key(now);
                 self.keys.push(k.clone());
                 k
             }
@@ -573,6 +670,7 @@ impl Driver<'_> {
                 log_append_time,
                 retention_ms,
                 retention_bytes,
+                producer_id_expiration_ms,
             } => {
                 let req = CreateTopicRequest {
                     topic_id: slot_topic_id(*slot),
@@ -586,6 +684,7 @@ impl Driver<'_> {
                         },
                         retention_ms: *retention_ms,
                         retention_bytes: *retention_bytes,
+                        producer_id_expiration_ms: *producer_id_expiration_ms,
                         ..TopicConfig::default()
                     },
                 };
@@ -600,10 +699,15 @@ impl Driver<'_> {
                 let m = model.delete_topic(slot_topic_id(*slot)).await;
                 assert_same(step, op, "delete_topic", r, m);
             }
-            Op::Commit { batches, reuse_key } => {
-                let req = self.resolve_commit(batches, *reuse_key).await;
+            Op::Commit { batches, key } => {
+                let req = self.resolve_commit(batches, *key).await;
                 let r = self.real.commit_file(req.clone()).await;
                 let m = self.model.commit_file(req).await;
+                match &m {
+                    Err(CoordinatorError::DeadlineExceeded(_)) => self.stats.deadline_refused += 1,
+                    Err(CoordinatorError::ObjectFenced(_)) => self.stats.fenced_refused += 1,
+                    _ => {}
+                }
                 match assert_same(step, op, "commit_file", r, m) {
                     None => self.stats.failed_calls += 1,
                     Some(results) => {
@@ -614,6 +718,7 @@ impl Driver<'_> {
                                 ErrorCode::None => s.appended += 1,
                                 ErrorCode::OutOfOrderSequenceNumber => s.out_of_order += 1,
                                 ErrorCode::InvalidProducerEpoch => s.fenced += 1,
+                                ErrorCode::InvalidRecord => s.invalid_producer_fields += 1,
                                 ErrorCode::UnknownTopicOrPartition => s.unknown_partition += 1,
                                 _ => {}
                             }
@@ -641,6 +746,26 @@ impl Driver<'_> {
                 }
             }
             Op::AdvanceClock(ms) => self.harness.clock.advance(*ms),
+            Op::FenceOrphans { fresh } => {
+                let mut keys: Vec<String> = self.keys.last().cloned().into_iter().collect();
+                if *fresh {
+                    let k = self.v7_key(self.harness.clock.now_ms());
+                    self.fenced.push(k.clone());
+                    keys.push(k);
+                }
+                let r = real.fence_orphans(&keys).await;
+                let m = self.model.fence_orphans(&keys).await;
+                if let Some(fenced) = assert_same(step, op, "fence_orphans", r, m) {
+                    self.stats.keys_fenced += fenced.len() as u64;
+                }
+            }
+            Op::ExpireProducers => {
+                let r = real.expire_producers(u32::MAX).await;
+                let m = model.expire_producers(u32::MAX).await;
+                if let Some(r) = assert_same(step, op, "expire_producers", r, m) {
+                    self.stats.producers_expired += r.expired;
+                }
+            }
             Op::EnforceRetention { max_batches } => {
                 let r = real.enforce_retention(*max_batches).await;
                 let m = model.enforce_retention(*max_batches).await;
@@ -759,8 +884,11 @@ impl Driver<'_> {
             step,
             op,
             "state: known_objects",
-            real.known_objects(&self.keys).await,
-            model.known_objects(&self.keys).await,
+            real.known_objects(&[self.keys.clone(), self.fenced.clone()].concat())
+                .await,
+            model
+                .known_objects(&[self.keys.clone(), self.fenced.clone()].concat())
+                .await,
         );
         assert_same(
             step,
@@ -782,6 +910,7 @@ pub async fn check_against_model(harness: Harness, ops: &[Op]) -> OpStats {
         model,
         harness: &harness,
         keys: Vec::new(),
+        fenced: Vec::new(),
         key_counter: 0,
         stats: OpStats::default(),
         sent: HashMap::new(),

@@ -1,0 +1,120 @@
+//! The commit deadline and orphan fences: the two rules that make orphan collection safe.
+//!
+//! An object uploaded but never committed is an orphan; the orphan collector deletes it. A commit that
+//! is still in flight when the collector decides must never land on a deleted object. Two rules,
+//! enforced by every coordinator **inside its commit transaction** (not before a wait), close this:
+//!
+//! 1. **Deadline.** A commit of a key whose UUID v7 time `t` is older than `now - max_commit_age`
+//!    (the coordinator's own clock, read after the commit holds its locks) is refused:
+//!    [`CoordinatorError::DeadlineExceeded`], nothing applied ([`check_commit_deadline`]).
+//! 2. **Fence.** The collector deletes only keys that [`crate::BatchCoordinator::fence_orphans`]
+//!    returned. That call atomically leaves known objects alone and records a fence for the others; a
+//!    commit of a fenced key is refused: [`CoordinatorError::ObjectFenced`], nothing applied. The
+//!    coordinator serializes the fence and the commit (one writer in SQLite, a per-key lock in
+//!    PostgreSQL, one mutex in the model): either the commit landed first (the object is known and
+//!    not fenced) or it is refused. No clock and no bound on call duration is assumed.
+//!
+//! The deadline only bounds how long a fence must be kept: once `t < now - max_commit_age`, every
+//! commit of the key is refused by rule 1, so fences older than [`FENCE_RETENTION_FACTOR`] ×
+//! `max_commit_age` are dropped.
+
+use crate::CoordinatorError;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// The default `max_commit_age` of every coordinator: 10 minutes. A writer's commit timeout
+/// (`WalWriterConfig::commit_timeout`) must be well below it, and the orphan collector's candidate age
+/// at least it plus the clock skew between hosts (otherwise it fences objects whose commit could still
+/// succeed, which costs the producer a retry, never data).
+pub const DEFAULT_MAX_COMMIT_AGE: Duration = Duration::from_secs(10 * 60);
+
+/// Fences are kept until their key's time is older than this many `max_commit_age`s.
+pub const FENCE_RETENTION_FACTOR: i64 = 2;
+
+/// The most expired fences one `fence_orphans` call drops (bounded work per call).
+pub const FENCE_EXPIRY_BATCH: u32 = 1000;
+
+/// The UUID v7 time (ms) in an object key's last path segment, if it has one.
+///
+/// ```
+/// use diskless_coordinator::object_key_time_ms;
+/// assert_eq!(object_key_time_ms("wal/not-a-uuid"), None);
+/// assert_eq!(object_key_time_ms("wal/0188e1a6-8b5b-7000-8000-000000000000"), Some(1_687_412_968_283));
+/// ```
+pub fn object_key_time_ms(key: &str) -> Option<i64> {
+    let last = key.rsplit('/').next()?;
+    let uuid = Uuid::try_parse(last).ok()?;
+    if uuid.get_version_num() != 7 {
+        return None;
+    }
+    let (secs, nanos) = uuid.get_timestamp()?.to_unix();
+    i64::try_from(secs)
+        .ok()?
+        .checked_mul(1000)?
+        .checked_add(i64::from(nanos / 1_000_000))
+}
+
+/// `max_commit_age` in milliseconds, saturating.
+pub fn max_age_ms(max_commit_age: Duration) -> i64 {
+    i64::try_from(max_commit_age.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Rule 1: refuses a commit of `key` at coordinator time `now_ms` when the key's UUID v7 time is older
+/// than `now_ms - max_commit_age` (a key exactly at the limit is accepted). Keys without a v7 time
+/// are never refused. Call it inside the commit transaction, after the locks are held, with the clock
+/// read there.
+pub fn check_commit_deadline(
+    key: &str,
+    now_ms: i64,
+    max_commit_age: Duration,
+) -> Result<(), CoordinatorError> {
+    let Some(t) = object_key_time_ms(key) else {
+        return Ok(());
+    };
+    let limit = now_ms.saturating_sub(max_age_ms(max_commit_age));
+    if t < limit {
+        return Err(CoordinatorError::DeadlineExceeded(format!(
+            "object {key} is {} ms older than the commit deadline",
+            limit.saturating_sub(t)
+        )));
+    }
+    Ok(())
+}
+
+/// The key time below which fences may be dropped at coordinator time `now_ms`.
+pub fn fence_expiry_before(now_ms: i64, max_commit_age: Duration) -> i64 {
+    now_ms.saturating_sub(max_age_ms(max_commit_age).saturating_mul(FENCE_RETENTION_FACTOR))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_at(ms: u64) -> String {
+        let ts =
+            uuid::Timestamp::from_unix(uuid::NoContext, ms / 1000, (ms % 1000) as u32 * 1_000_000);
+        format!("wal/{}", Uuid::new_v7(ts))
+    }
+
+    #[test]
+    fn key_times() {
+        assert_eq!(
+            object_key_time_ms(&key_at(1_700_000_000_123)),
+            Some(1_700_000_000_123)
+        );
+        assert_eq!(object_key_time_ms("wal/not-a-uuid"), None);
+        assert_eq!(object_key_time_ms(&format!("wal/{}", Uuid::new_v4())), None);
+    }
+
+    #[test]
+    fn deadline_boundary() {
+        let age = Duration::from_secs(60);
+        let now = 1_700_000_100_000;
+        assert!(check_commit_deadline(&key_at(1_700_000_040_000), now, age).is_ok());
+        assert!(matches!(
+            check_commit_deadline(&key_at(1_700_000_039_999), now, age),
+            Err(CoordinatorError::DeadlineExceeded(_))
+        ));
+        assert!(check_commit_deadline("wal/plain", now, age).is_ok());
+    }
+}
