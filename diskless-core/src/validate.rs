@@ -1,32 +1,61 @@
 //! Validation of the record batches a producer sends, with Kafka's error codes.
 //!
-//! [`validate_batch`] (or a reusable [`Validator`]) applies, in Kafka's order:
+//! [`validate_produce_records`] (or [`Validator::validate_produce_records`]) is the produce path's
+//! one entry point: it takes one partition's `records` field of a Produce request and applies, in
+//! Kafka's order:
 //!
-//! 1. size: the batch (header included) larger than `max.message.bytes` → `MESSAGE_TOO_LARGE` (10);
-//! 2. CRC-32C of bytes 21..end → `CORRUPT_MESSAGE` (2);
-//! 3. Kafka's `LogValidator.validateBatch` for client batches: `lastOffsetDelta + 1 <= 0`,
+//! 1. Kafka's `ProduceRequest.validateRecords` (v3+), over Kafka's batch iteration
+//!    (`ByteBufferLogInputStream`): a `batchLength` below 14 (the smallest v0 record) or a magic
+//!    outside 0..=2 → `CORRUPT_MESSAGE` (2); no complete batch → `INVALID_RECORD` (87); a first batch
+//!    of magic 0 or 1 → `INVALID_RECORD`, whatever its size; a second complete batch →
+//!    `INVALID_RECORD` (exactly one batch per partition). Bytes after the batch too few to hold a
+//!    second one (fewer than 12, fewer than 17, or fewer than the `batchLength` they announce) are
+//!    ignored, as Kafka's `UnifiedLog.trimInvalidBytes` drops them: only the batch is stored;
+//! 2. then [`Validator::validate`] on that batch.
+//!
+//! [`validate_batch`] (or [`Validator::validate`]) checks one batch, in the order of Kafka's
+//! `UnifiedLog.analyzeAndValidateRecords`, `LogValidator` and `ProducerAppendInfo`:
+//!
+//! 1. `baseOffset != 0` → `INVALID_RECORD` (Kafka's own rule for v2 batches from clients, since
+//!    0.11.0, 2017: `analyzeAndValidateRecords`, checked before size and CRC);
+//! 2. size: the batch (header included) larger than `max.message.bytes` → `MESSAGE_TOO_LARGE` (10);
+//! 3. CRC-32C of bytes 21..end → `CORRUPT_MESSAGE`;
+//! 4. an unknown codec (5..7) → `INVALID_RECORD` (Kafka fails here with an internal error);
+//! 5. Kafka's `LogValidator.validateBatch` for client batches: `lastOffsetDelta + 1 <= 0`,
 //!    `recordsCount <= 0`, the two inconsistent, a control batch, `producerId >= 0` with
-//!    `baseSequence < 0` → `INVALID_RECORD` (87);
-//! 4. diskless-specific (the batch is stored exactly as sent, so what Kafka would silently rewrite is
-//!    rejected instead): `baseOffset != 0` → `INVALID_RECORD`; an unknown codec (5..7) → `INVALID_RECORD`;
-//!    the LogAppendTime bit set by the producer → `INVALID_TIMESTAMP` (32), whatever the topic's
-//!    timestamp type (Kafka rejects it on LogAppendTime topics and rewrites it on CreateTime ones);
-//! 5. the records, decompressed if needed (bounded by [`ValidationOptions::max_decompressed_bytes`],
+//!    `baseSequence < 0` → `INVALID_RECORD`;
+//! 6. the records, decompressed if needed (bounded by [`ValidationOptions::max_decompressed_bytes`],
 //!    beyond which `MESSAGE_TOO_LARGE`): every record must frame (varints, lengths, headers), the
-//!    count must equal `recordsCount` with no bytes left over (`INVALID_RECORD`); each record's
-//!    `offsetDelta` must equal its index (`INVALID_RECORD`); with CreateTime, each timestamp other than
+//!    count must equal `recordsCount` with no bytes left over (`INVALID_RECORD`). Then the
+//!    per-record errors: the LogAppendTime bit set by the producer → `INVALID_TIMESTAMP` (32),
+//!    whatever the topic's timestamp type (Kafka rejects it on LogAppendTime topics and rewrites it on
+//!    CreateTime ones; a diskless batch is stored as sent); with CreateTime, each timestamp other than
 //!    -1 must lie within `[now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]`
-//!    (`INVALID_TIMESTAMP`).
+//!    (`INVALID_TIMESTAMP`); each record's `offsetDelta` must equal its index (`INVALID_RECORD`:
+//!    Kafka would rewrite the inner offsets, a diskless batch is stored as sent);
+//! 7. `producerId >= 0` with `producerEpoch < -1` → `INVALID_PRODUCER_EPOCH` (47): Kafka's
+//!    `ProducerAppendInfo.checkProducerEpoch`, which compares the epoch with the last one seen, `-1`
+//!    for a producer new to the partition (so `-1` passes here; the coordinator judges it against the
+//!    producer's state). A `producerId` below `-1` is, like `-1`, not idempotent (Kafka's
+//!    `hasProducerId` is `producerId > -1`): its epoch and sequence are not checked, and
+//!    [`ValidatedBatch::commit_batch`] commits it as a non-idempotent batch.
 //!
 //! As in Kafka, a structural error (a record that does not parse) wins over per-record errors, and
 //! among per-record errors a timestamp error wins (`INVALID_TIMESTAMP`); the error names the first
-//! failing record.
+//! failing record. A batch that passes is never refused by a coordinator for its producer fields
+//! alone (only for the producer's state: fencing, sequence gaps), so one producer's malformed batch
+//! fails only its own partition.
 
+use bytes::Bytes;
 use diskless_coordinator::{
-    CommitBatch, ErrorCode, NO_TIMESTAMP, TimestampType, TopicConfig, TopicIdPartition,
+    CommitBatch, ErrorCode, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP,
+    TimestampType, TopicConfig, TopicIdPartition,
 };
 
-use crate::batch::{BatchError, Compression, HEADER_LEN, RecordBatch};
+use crate::batch::{
+    BASE_OFFSET_OFFSET, BATCH_LENGTH_OFFSET, BatchError, Compression, HEADER_LEN, LOG_OVERHEAD,
+    MAGIC_OFFSET, MAGIC_V2, RecordBatch, read_i32, read_i64,
+};
 use crate::compression::{CompressionError, decompress};
 use crate::records::{RecordErrorKind, RecordIter};
 
@@ -87,6 +116,21 @@ pub enum ValidationErrorKind {
     },
     /// The producer set the LogAppendTime attribute bit.
     LogAppendTimeFromProducer,
+    /// `producerId >= 0` with `producerEpoch < -1`.
+    InvalidProducerEpoch {
+        /// The batch's `producerEpoch`.
+        epoch: i16,
+    },
+    /// A batch announces a `batchLength` smaller than the smallest record of any format (14 bytes,
+    /// Kafka's `LegacyRecord.RECORD_OVERHEAD_V0`).
+    BatchLengthBelowMinimum {
+        /// The `batchLength` field.
+        batch_length: i32,
+    },
+    /// A partition's records hold no complete batch (empty, or cut short).
+    NoRecordBatch,
+    /// A partition's records hold more than one batch (Produce v3+ allows exactly one).
+    MoreThanOneBatch,
 }
 
 impl ValidationErrorKind {
@@ -98,6 +142,8 @@ impl ValidationErrorKind {
             CrcMismatch { .. } => ErrorCode::CorruptMessage,
             TooLarge { .. } | DecompressedTooLarge { .. } => ErrorCode::MessageTooLarge,
             TimestampOutOfRange { .. } | LogAppendTimeFromProducer => ErrorCode::InvalidTimestamp,
+            InvalidProducerEpoch { .. } => ErrorCode::InvalidProducerEpoch,
+            BatchLengthBelowMinimum { .. } => ErrorCode::CorruptMessage,
             InvalidOffsetRange
             | InvalidRecordCount
             | InconsistentCount
@@ -107,7 +153,9 @@ impl ValidationErrorKind {
             | UnknownCompression(_)
             | Decompression(_)
             | Record(_)
-            | NonSequentialOffset { .. } => ErrorCode::InvalidRecord,
+            | NonSequentialOffset { .. }
+            | NoRecordBatch
+            | MoreThanOneBatch => ErrorCode::InvalidRecord,
         }
     }
 }
@@ -164,11 +212,11 @@ pub struct ValidatedBatch {
     pub max_record_timestamp: i64,
     /// The timestamp type bit as sent (always CreateTime for an accepted batch).
     pub timestamp_type: TimestampType,
-    /// `producerId`.
+    /// `producerId` as sent (any value below 0 means "not idempotent", as in Kafka).
     pub producer_id: i64,
-    /// `producerEpoch`.
+    /// `producerEpoch` as sent.
     pub producer_epoch: i16,
-    /// `baseSequence`.
+    /// `baseSequence` as sent.
     pub base_sequence: i32,
     /// The last sequence, with Kafka's wrap at `i32::MAX`, or -1.
     pub last_sequence: i32,
@@ -188,7 +236,22 @@ impl ValidatedBatch {
     /// The max timestamp committed is the largest record timestamp found by validation, not the
     /// header's `maxTimestamp`: Kafka overwrites the header with that value, and the coordinator
     /// bases time retention and ListOffsets on it, so a producer's header must not be trusted.
+    ///
+    /// A batch that is not idempotent (`producerId < 0`; Kafka's `hasProducerId` is
+    /// `producerId > -1`, so `-2` means the same as `-1`) is committed with the producer fields of a
+    /// non-idempotent batch (`-1`, `-1`, `-1`, `-1`): Kafka keeps no producer state for it, and a
+    /// coordinator never sees producer fields it could refuse.
     pub fn commit_batch(&self, partition: TopicIdPartition, byte_offset: u64) -> CommitBatch {
+        let (producer_id, producer_epoch, base_sequence, last_sequence) = if self.producer_id >= 0 {
+            (
+                self.producer_id,
+                self.producer_epoch,
+                self.base_sequence,
+                self.last_sequence,
+            )
+        } else {
+            (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_SEQUENCE)
+        };
         CommitBatch {
             partition,
             byte_offset,
@@ -197,10 +260,10 @@ impl ValidatedBatch {
             base_timestamp: self.base_timestamp,
             max_timestamp: self.max_record_timestamp,
             timestamp_type: self.timestamp_type,
-            producer_id: self.producer_id,
-            producer_epoch: self.producer_epoch,
-            base_sequence: self.base_sequence,
-            last_sequence: self.last_sequence,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            last_sequence,
         }
     }
 }
@@ -263,6 +326,74 @@ pub fn validate_batch(
     Validator::default().validate(batch, config, now_ms)
 }
 
+/// Validate one partition's `records` of a Produce request (v3+, the only versions that carry v2
+/// batches): exactly one complete batch (see the [module documentation](self) for the codes), then
+/// [`validate_batch`] on it. Returns the batch (a slice of `records`, without any trailing partial
+/// batch, which Kafka drops too) and what the commit needs.
+///
+/// ```
+/// use bytes::BytesMut;
+/// use diskless_core::RecordBatchBuilder;
+/// use diskless_core::validate::validate_produce_records;
+/// use diskless_coordinator::{ErrorCode, TopicConfig};
+///
+/// let now = 1_700_000_000_000;
+/// let batch = RecordBatchBuilder::new().record(now, None, Some(b"v")).build().unwrap();
+/// let (stored, ok) = validate_produce_records(batch.as_bytes(), &TopicConfig::default(), now).unwrap();
+/// assert_eq!((stored, ok.record_count), (batch.clone(), 1));
+///
+/// // Two batches for one partition: Kafka's INVALID_RECORD.
+/// let mut two = BytesMut::new();
+/// two.extend_from_slice(batch.as_bytes());
+/// two.extend_from_slice(batch.as_bytes());
+/// let err = validate_produce_records(&two.freeze(), &TopicConfig::default(), now).unwrap_err();
+/// assert_eq!(err.error_code(), ErrorCode::InvalidRecord);
+/// ```
+pub fn validate_produce_records(
+    records: &Bytes,
+    config: &TopicConfig,
+    now_ms: i64,
+) -> Result<(RecordBatch, ValidatedBatch), ValidationError> {
+    Validator::default().validate_produce_records(records, config, now_ms)
+}
+
+/// The smallest `batchLength` Kafka's batch iteration accepts before it looks at the magic (the
+/// size of the smallest v0 record, `LegacyRecord.RECORD_OVERHEAD_V0`).
+const MIN_BATCH_LENGTH: i32 = 14;
+
+/// Kafka's `ByteBufferLogInputStream.nextBatch` at `pos`: `Ok(None)` when the bytes left cannot hold
+/// a complete batch (fewer than 12, fewer than 17 once `batchLength` is read, or fewer than
+/// `batchLength + 12`); an error for a `batchLength` below 14 or a magic outside 0..=2; else the
+/// batch's size and magic.
+fn next_batch(records: &[u8], pos: usize) -> Result<Option<(usize, i8)>, ValidationError> {
+    let remaining = records.len().saturating_sub(pos);
+    if remaining < LOG_OVERHEAD {
+        return Ok(None);
+    }
+    let batch_length = read_i32(records, pos + BATCH_LENGTH_OFFSET);
+    if batch_length < MIN_BATCH_LENGTH {
+        return Err(ValidationError::new(
+            ValidationErrorKind::BatchLengthBelowMinimum { batch_length },
+            format!(
+                "record size {batch_length} is less than the minimum record overhead ({MIN_BATCH_LENGTH})"
+            ),
+        ));
+    }
+    if remaining <= MAGIC_OFFSET {
+        return Ok(None);
+    }
+    let magic = records[pos + MAGIC_OFFSET] as i8;
+    if !(0..=MAGIC_V2).contains(&magic) {
+        return Err(BatchError::UnsupportedMagic(magic).into());
+    }
+    // batch_length >= 14, so this is positive and fits (at most i32::MAX + 12).
+    let size = batch_length as usize + LOG_OVERHEAD;
+    if remaining < size {
+        return Ok(None);
+    }
+    Ok(Some((size, magic)))
+}
+
 /// Check a batch as stored or served (after the fetch-path rewrites): framing, CRC, header
 /// consistency and record structure, without the client-only rules (base offset, control batches,
 /// timestamps, size).
@@ -291,6 +422,44 @@ impl Validator {
             .max_decompressed_bytes
             .unwrap_or_else(|| default_decompression_limit(config.max_message_bytes));
         self.run(batch, Mode::Client { config, now_ms }, limit)
+    }
+
+    /// See [`validate_produce_records`].
+    pub fn validate_produce_records(
+        &mut self,
+        records: &Bytes,
+        config: &TopicConfig,
+        now_ms: i64,
+    ) -> Result<(RecordBatch, ValidatedBatch), ValidationError> {
+        use ValidationErrorKind as K;
+        let Some((size, magic)) = next_batch(records, 0)? else {
+            return Err(ValidationError::new(
+                K::NoRecordBatch,
+                "produce requests must have at least one complete record batch per partition"
+                    .into(),
+            ));
+        };
+        if magic != MAGIC_V2 {
+            return Err(BatchError::UnsupportedMagic(magic).into());
+        }
+        if next_batch(records, size)?.is_some() {
+            return Err(ValidationError::new(
+                K::MoreThanOneBatch,
+                "produce requests are only allowed to contain exactly one record batch per partition"
+                    .into(),
+            ));
+        }
+        let bytes = records.slice(..size);
+        if size < HEADER_LEN {
+            // Kafka's analyzeAndValidateRecords on a v2 batch cut short: the base offset, then the
+            // size, then "corrupt" (its CRC check fails below the header size).
+            check_base_offset(read_i64(&bytes, BASE_OFFSET_OFFSET))?;
+            check_size(size, i64::from(config.max_message_bytes))?;
+            return Err(BatchError::TooShort { size }.into());
+        }
+        let batch = RecordBatch::parse(bytes)?;
+        let validated = self.validate(&batch, config, now_ms)?;
+        Ok((batch, validated))
     }
 
     /// See [`verify_stored_batch`].
@@ -325,20 +494,9 @@ impl Validator {
     ) -> Result<ValidatedBatch, ValidationError> {
         use ValidationErrorKind as K;
         let size = batch.len();
-        let max_size = match mode {
-            Mode::Client { config, .. } => i64::from(config.max_message_bytes),
-            Mode::Stored => i64::MAX,
-        };
-        if size as i64 > max_size {
-            return Err(ValidationError::new(
-                K::TooLarge {
-                    size,
-                    max: max_size as i32,
-                },
-                format!(
-                    "the record batch size {size} bytes exceeds the maximum configured value of {max_size} (max.message.bytes)"
-                ),
-            ));
+        if let Mode::Client { config, .. } = mode {
+            check_base_offset(batch.base_offset())?;
+            check_size(size, i64::from(config.max_message_bytes))?;
         }
         let computed = batch.compute_crc();
         if computed != batch.crc() {
@@ -353,6 +511,14 @@ impl Validator {
                 ),
             ));
         }
+        let attributes = batch.attributes();
+        let Some(compression) = attributes.compression() else {
+            let id = attributes.compression_id();
+            return Err(ValidationError::new(
+                K::UnknownCompression(id),
+                format!("unknown compression type id {id}"),
+            ));
+        };
         let count_from_offsets = i64::from(batch.last_offset_delta()) + 1;
         if count_from_offsets <= 0 {
             return Err(ValidationError::new(
@@ -381,7 +547,6 @@ impl Validator {
                 ),
             ));
         }
-        let attributes = batch.attributes();
         if let Mode::Client { .. } = mode {
             if attributes.is_control() {
                 return Err(ValidationError::new(
@@ -399,31 +564,8 @@ impl Validator {
                     ),
                 ));
             }
-            if batch.base_offset() != 0 {
-                return Err(ValidationError::new(
-                    K::NonZeroBaseOffset,
-                    format!(
-                        "record batch from a client has baseOffset {}, expected 0",
-                        batch.base_offset()
-                    ),
-                ));
-            }
         }
-        let Some(compression) = attributes.compression() else {
-            let id = attributes.compression_id();
-            return Err(ValidationError::new(
-                K::UnknownCompression(id),
-                format!("unknown compression type id {id}"),
-            ));
-        };
         let timestamp_type = attributes.timestamp_type();
-        if matches!(mode, Mode::Client { .. }) && timestamp_type == TimestampType::LogAppendTime {
-            return Err(ValidationError::new(
-                K::LogAppendTimeFromProducer,
-                "invalid timestamp type in record batch: producer should not set timestamp type to LogAppendTime".into(),
-            )
-            .at(0));
-        }
 
         // Records.
         let raw = &batch.as_bytes()[HEADER_LEN..];
@@ -513,8 +655,33 @@ impl Validator {
                 }
             }
         }
+        // Per-record errors, as Kafka's processRecordErrors ranks them: a timestamp error first.
+        if matches!(mode, Mode::Client { .. }) && timestamp_type == TimestampType::LogAppendTime {
+            return Err(ValidationError::new(
+                K::LogAppendTimeFromProducer,
+                "invalid timestamp type in record batch: producer should not set timestamp type to LogAppendTime".into(),
+            )
+            .at(0));
+        }
         if let Some(e) = first_ts_error.or(first_record_error) {
             return Err(e);
+        }
+        // Last, as Kafka's ProducerAppendInfo does after LogValidator: the epoch of an idempotent
+        // batch against the epoch of a producer new to the partition (-1).
+        if matches!(mode, Mode::Client { .. })
+            && batch.has_producer_id()
+            && batch.producer_epoch() < NO_PRODUCER_EPOCH
+        {
+            return Err(ValidationError::new(
+                K::InvalidProducerEpoch {
+                    epoch: batch.producer_epoch(),
+                },
+                format!(
+                    "epoch of producer {} is {}, which is smaller than the last seen epoch {NO_PRODUCER_EPOCH}",
+                    batch.producer_id(),
+                    batch.producer_epoch()
+                ),
+            ));
         }
         Ok(ValidatedBatch {
             record_count: count,
@@ -532,4 +699,31 @@ impl Validator {
             uncompressed_records_size: records.len(),
         })
     }
+}
+
+/// Kafka's `analyzeAndValidateRecords` rule for a v2 batch from a client: `baseOffset` must be 0.
+fn check_base_offset(base_offset: i64) -> Result<(), ValidationError> {
+    if base_offset != 0 {
+        return Err(ValidationError::new(
+            ValidationErrorKind::NonZeroBaseOffset,
+            format!("the baseOffset of the record batch should be 0, but it is {base_offset}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The batch (header included) must not be larger than `max.message.bytes`.
+fn check_size(size: usize, max_size: i64) -> Result<(), ValidationError> {
+    if size as i64 > max_size {
+        return Err(ValidationError::new(
+            ValidationErrorKind::TooLarge {
+                size,
+                max: i32::try_from(max_size).unwrap_or(i32::MAX),
+            },
+            format!(
+                "the record batch size {size} bytes exceeds the maximum configured value of {max_size} (max.message.bytes)"
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -57,7 +57,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::batch::{RecordBatch, split_batches};
+use crate::batch::RecordBatch;
 use crate::segment::SegmentBuilder;
 use crate::validate::{ValidatedBatch, Validator};
 
@@ -767,52 +767,32 @@ fn finish_slots(slots: Vec<Slot>, error: ErrorCode, message: &str) -> Vec<Partit
         .collect()
 }
 
-/// Splits and validates one partition's records. Kafka validates a partition's batches as a unit: one
-/// invalid batch fails the partition.
+/// Validates one partition's records: the library's one place for Kafka's produce rules
+/// ([`Validator::validate_produce_records`]: exactly one batch per partition, then every batch
+/// check), plus the refusal of transactional batches. An invalid partition gets its error at once.
 fn validate_partition(
     validator: &mut Validator,
     p: &ProducePartition,
     now_ms: i64,
 ) -> Result<Vec<(RecordBatch, ValidatedBatch)>, Box<PartitionResponse>> {
-    let batches = split_batches(p.records.clone()).map_err(|e| {
-        Box::new(PartitionResponse::error(
-            p.partition,
-            e.error_code(),
-            e.to_string(),
-        ))
-    })?;
-    if batches.is_empty() {
-        return Err(Box::new(PartitionResponse::error(
+    match validator.validate_produce_records(&p.records, &p.config, now_ms) {
+        Ok((_, meta)) if meta.transactional => Err(Box::new(PartitionResponse::error(
             p.partition,
             ErrorCode::InvalidRecord,
-            "no record batch in the request",
-        )));
-    }
-    let mut out = Vec::with_capacity(batches.len());
-    for batch in batches {
-        match validator.validate(&batch, &p.config, now_ms) {
-            Ok(meta) if meta.transactional => {
-                return Err(Box::new(PartitionResponse::error(
-                    p.partition,
-                    ErrorCode::InvalidRecord,
-                    "transactional produce is not supported on diskless topics yet",
-                )));
+            "transactional produce is not supported on diskless topics yet",
+        ))),
+        Ok(validated) => Ok(vec![validated]),
+        Err(e) => {
+            let mut response = PartitionResponse::error(p.partition, e.error_code(), e.to_string());
+            if let Some(index) = e.record_index {
+                response.record_errors.push(ProduceRecordError {
+                    batch_index: i32::try_from(index).unwrap_or(i32::MAX),
+                    message: e.to_string(),
+                });
             }
-            Ok(meta) => out.push((batch, meta)),
-            Err(e) => {
-                let mut response =
-                    PartitionResponse::error(p.partition, e.error_code(), e.to_string());
-                if let Some(index) = e.record_index {
-                    response.record_errors.push(ProduceRecordError {
-                        batch_index: i32::try_from(index).unwrap_or(i32::MAX),
-                        message: e.to_string(),
-                    });
-                }
-                return Err(Box::new(response));
-            }
+            Err(Box::new(response))
         }
     }
-    Ok(out)
 }
 
 /// Closes the buffer into a segment and starts its upload. Called with the buffer locked, so that
