@@ -813,3 +813,78 @@ async fn a_router_learns_topics_created_through_another_router() {
         .unwrap();
     assert_eq!(found[0].high_watermark, 1);
 }
+
+/// `list_topics` of a router lists a topic created through another router on the same map store
+/// (issue #12 item 6: it used to stay invisible until something named its id).
+#[tokio::test]
+async fn list_topics_reloads_the_shard_map() {
+    let clock = ManualClock::new(START_MS);
+    let shards = model_shards(&clock, 3);
+    let store: Arc<dyn ShardMapStore> = Arc::new(MemoryShardMap::new());
+    let a = ShardedCoordinator::open(shards.clone(), store.clone(), clock.clone(), config(1))
+        .await
+        .unwrap();
+    let b = ShardedCoordinator::open(shards, store, clock.clone(), config(2))
+        .await
+        .unwrap();
+    // b has already loaded the map once (and, at the same clock time, is inside its reload limit).
+    assert!(b.list_topics().await.unwrap().is_empty());
+    let t = create(&a, 77, 3, TopicConfig::default()).await;
+    let listed: Vec<Uuid> = b
+        .list_topics()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.topic_id)
+        .collect();
+    assert_eq!(listed, vec![t]);
+    assert_eq!(
+        b.shard_of(TopicIdPartition::new(t, 1)),
+        a.shard_of(TopicIdPartition::new(t, 1))
+    );
+}
+
+/// Orphan fences go to every shard: a key is fenced only if no shard knows it, and a fenced key's
+/// commit is refused on every shard.
+#[tokio::test]
+async fn fences_span_every_shard() {
+    let clock = ManualClock::new(START_MS);
+    let r = router(model_shards(&clock, 3), &clock).await;
+    let t = create(&r, 5, 3, TopicConfig::default()).await;
+    let committed = key_at(START_MS);
+    r.commit_file(request(
+        &committed,
+        vec![batch(TopicIdPartition::new(t, 2), 10, START_MS)],
+    ))
+    .await
+    .unwrap();
+    let orphan = key_at(START_MS);
+    assert_eq!(
+        r.fence_orphans(&[committed.clone(), orphan.clone()])
+            .await
+            .unwrap(),
+        vec![orphan.clone()]
+    );
+    let refused = r
+        .commit_file(request(
+            &orphan,
+            (0..3)
+                .map(|p| batch(TopicIdPartition::new(t, p), 10, START_MS))
+                .collect(),
+        ))
+        .await;
+    assert!(
+        matches!(refused, Err(CoordinatorError::ObjectFenced(_))),
+        "{refused:?}"
+    );
+    for p in 0..3 {
+        let found = r
+            .list_offsets(&[diskless_coordinator::ListOffsetsRequest {
+                partition: TopicIdPartition::new(t, p),
+                timestamp: diskless_coordinator::LATEST_TIMESTAMP,
+            }])
+            .await
+            .unwrap();
+        assert_eq!(found[0].offset, i64::from(p == 2), "partition {p}");
+    }
+}

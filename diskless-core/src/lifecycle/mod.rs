@@ -6,9 +6,11 @@
 //!   60 s, so in-flight fetches finish) from storage in bulk and confirms to the coordinator only the
 //!   keys the store confirmed.
 //! - [`OrphanCollector`] finds objects that were uploaded but never committed (KIP-1164's two-phase
-//!   reconciliation) and deletes them; see its docs for why it can never delete an object whose
-//!   commit is still in flight. It relies on every commit going through a commit deadline:
-//!   [`CommitDeadline`] (single coordinator) or `diskless_coordinator::sharded::ShardedCoordinator`.
+//!   reconciliation) and deletes only keys the coordinator fenced
+//!   (`BatchCoordinator::fence_orphans`): a fenced key can never be committed, so no commit in
+//!   flight can land on a deleted object, whatever its duration. Every coordinator enforces this
+//!   itself; nothing needs wiring. ([`CommitDeadline`] is an optional early refusal on the broker.)
+//! - [`ProducerExpirer`] expires idle idempotent-producer state (`producer.id.expiration.ms`).
 //! - [`Lifecycle`] runs them as tokio tasks on intervals, with a shutdown handle. Tests call each
 //!   worker's `run_pass` by hand with a `ManualClock`.
 //!
@@ -38,12 +40,14 @@
 mod cleaner;
 mod fence;
 mod orphans;
+mod producers;
 mod retention;
 mod runner;
 
 pub use cleaner::{CleanPassReport, CleanerConfig, ObjectCleaner};
 pub use fence::CommitDeadline;
 pub use orphans::{OrphanCollector, OrphanConfig, OrphanPassReport};
+pub use producers::{ProducerExpirer, ProducerExpiryConfig, ProducerExpiryPassReport};
 pub use retention::{RetentionConfig, RetentionEnforcer, RetentionPassReport};
 pub use runner::{Lifecycle, LifecycleHandle, LifecycleStats, WorkerStats};
 

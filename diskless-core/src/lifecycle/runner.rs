@@ -1,6 +1,6 @@
 //! [`Lifecycle`]: the workers as tokio tasks on intervals.
 
-use super::{LifecycleError, ObjectCleaner, OrphanCollector, RetentionEnforcer};
+use super::{LifecycleError, ObjectCleaner, OrphanCollector, ProducerExpirer, RetentionEnforcer};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +35,8 @@ pub struct LifecycleStats {
     pub cleaner: WorkerStats,
     /// The orphan collector's.
     pub orphans: WorkerStats,
+    /// The producer expirer's.
+    pub producers: WorkerStats,
 }
 
 type Pass = Arc<dyn Fn() -> BoxFuture<'static, Result<(), LifecycleError>> + Send + Sync>;
@@ -42,7 +44,8 @@ type Pass = Arc<dyn Fn() -> BoxFuture<'static, Result<(), LifecycleError>> + Sen
 /// Runs the lifecycle workers as tokio tasks, each on its own interval (first pass at once).
 ///
 /// Suggested intervals: retention 30 s–5 min (Kafka's `log.retention.check.interval.ms` is 5 min),
-/// cleaner 30 s, orphans 1 h (orphans are rare and listing costs money).
+/// cleaner 30 s, orphans 1 h (orphans are rare and listing costs money), producer expiry 10 min
+/// (Kafka's `producer.id.expiration.check.interval.ms`).
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
@@ -64,6 +67,7 @@ pub struct Lifecycle {
     retention: Option<(Arc<RetentionEnforcer>, Duration)>,
     cleaner: Option<(Arc<ObjectCleaner>, Duration)>,
     orphans: Option<(Arc<OrphanCollector>, Duration)>,
+    producers: Option<(Arc<ProducerExpirer>, Duration)>,
 }
 
 impl std::fmt::Debug for Lifecycle {
@@ -72,6 +76,7 @@ impl std::fmt::Debug for Lifecycle {
             .field("retention", &self.retention.as_ref().map(|r| r.1))
             .field("cleaner", &self.cleaner.as_ref().map(|c| c.1))
             .field("orphans", &self.orphans.as_ref().map(|o| o.1))
+            .field("producers", &self.producers.as_ref().map(|p| p.1))
             .finish()
     }
 }
@@ -123,6 +128,12 @@ impl Lifecycle {
         self
     }
 
+    /// Runs `expirer` every `interval`.
+    pub fn producer_expiry(mut self, expirer: ProducerExpirer, interval: Duration) -> Self {
+        self.producers = Some((Arc::new(expirer), interval));
+        self
+    }
+
     /// Spawns the tasks on the current tokio runtime.
     pub fn spawn(self) -> LifecycleHandle {
         let (shutdown, _) = tokio::sync::watch::channel(false);
@@ -168,6 +179,20 @@ impl Lifecycle {
                 &shutdown,
                 &stats,
                 |s| &s.orphans,
+            ));
+        }
+        if let Some((worker, interval)) = self.producers {
+            let pass: Pass = Arc::new(move || {
+                let w = worker.clone();
+                Box::pin(async move { w.run_pass().await.map(|_| ()) })
+            });
+            tasks.push(spawn_loop(
+                "producers",
+                interval,
+                pass,
+                &shutdown,
+                &stats,
+                |s| &s.producers,
             ));
         }
         LifecycleHandle {
