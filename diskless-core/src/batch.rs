@@ -92,7 +92,8 @@ pub enum BatchError {
         actual: usize,
     },
     /// A magic byte other than 2. Magic 0 and 1 (old message formats) are `INVALID_RECORD` as in
-    /// Kafka's ProduceRequest (v3+ only carries v2 batches); any other value is `CORRUPT_MESSAGE`.
+    /// Kafka's ProduceRequest (v3+ only carries v2 batches), whatever the message's size (a v0
+    /// message can be as short as 26 bytes); any other value is `CORRUPT_MESSAGE`.
     #[error("record batch has unsupported magic {0} (only 2 is accepted)")]
     UnsupportedMagic(i8),
     /// The bytes end in the middle of a batch.
@@ -318,7 +319,9 @@ impl std::fmt::Debug for RecordBatch {
 
 impl RecordBatch {
     /// View `bytes` as exactly one v2 batch: at least [`HEADER_LEN`] bytes, `batchLength + 12` equal to
-    /// the length, magic 2. Nothing else (CRC included) is checked.
+    /// the length, magic 2. Nothing else (CRC included) is checked. A complete message of an old
+    /// format (magic 0 or 1, `batchLength` at least 14) is [`BatchError::UnsupportedMagic`] even when
+    /// it is shorter than a v2 header, as in Kafka, which frames it before it looks at the magic.
     pub fn parse(bytes: Bytes) -> Result<RecordBatch, BatchError> {
         check_framing(&bytes)?;
         Ok(RecordBatch { bytes })
@@ -451,7 +454,22 @@ impl RecordBatch {
     }
 }
 
+/// The smallest `batchLength` of a message of any format (Kafka's `LegacyRecord.RECORD_OVERHEAD_V0`).
+const MIN_BATCH_LENGTH_ANY_MAGIC: usize = 14;
+
 fn check_framing(bytes: &[u8]) -> Result<(), BatchError> {
+    // A complete old-format message: Kafka's batch iteration frames it (batchLength >= 14, magic
+    // 0..=2, all bytes present), then ProduceRequest refuses its magic with INVALID_RECORD.
+    if bytes.len() > MAGIC_OFFSET
+        && bytes.len() >= LOG_OVERHEAD + MIN_BATCH_LENGTH_ANY_MAGIC
+        && i64::from(read_i32(bytes, BATCH_LENGTH_OFFSET)) + LOG_OVERHEAD as i64
+            == bytes.len() as i64
+    {
+        let magic = bytes[MAGIC_OFFSET] as i8;
+        if magic == 0 || magic == 1 {
+            return Err(BatchError::UnsupportedMagic(magic));
+        }
+    }
     if bytes.len() < HEADER_LEN {
         return Err(BatchError::TooShort { size: bytes.len() });
     }
@@ -479,8 +497,9 @@ fn check_framing(bytes: &[u8]) -> Result<(), BatchError> {
 /// into batches, without copying. An empty input gives an empty list; bytes that end inside a batch are
 /// rejected ([`BatchError::TrailingPartialBatch`]), as is any batch that does not frame.
 ///
-/// Kafka's ProduceRequest v3+ accepts exactly one batch per partition; enforcing that is the caller's
-/// choice.
+/// This is a framing utility (for fetched records, segments, tests). The produce path does not use
+/// it: [`crate::validate::validate_produce_records`] applies Kafka's rules to a partition's records
+/// (exactly one batch, a partial trailing batch ignored).
 ///
 /// ```
 /// use bytes::BytesMut;
@@ -507,7 +526,9 @@ pub fn split_batches(records: Bytes) -> Result<Vec<RecordBatch>, BatchError> {
         }
         let batch_length = read_i32(&records, pos + BATCH_LENGTH_OFFSET);
         let size = i64::from(batch_length) + LOG_OVERHEAD as i64;
-        if size < HEADER_LEN as i64 {
+        // Below the smallest message of any format: corrupt. Between that and a v2 header, `parse`
+        // tells an old-format message (INVALID_RECORD) from a v2 batch cut short (corrupt).
+        if size < (LOG_OVERHEAD + MIN_BATCH_LENGTH_ANY_MAGIC) as i64 {
             return Err(BatchError::TooShort {
                 size: size.max(0) as usize,
             });
@@ -644,6 +665,41 @@ mod tests {
             assert_eq!(e, BatchError::UnsupportedMagic(magic));
             assert_eq!(e.error_code(), code);
         }
+    }
+
+    /// A complete v0/v1 message of `len` bytes (fields after the magic are not looked at).
+    fn legacy(magic: u8, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        v[8..12].copy_from_slice(&((len - 12) as i32).to_be_bytes());
+        v[MAGIC_OFFSET] = magic;
+        v
+    }
+
+    #[test]
+    fn short_old_format_messages_are_invalid_record_not_corrupt() {
+        // Issue #12 item 4: Kafka frames a message (batchLength >= 14, all bytes present) before it
+        // looks at the magic, so a v0/v1 message shorter than a v2 header is INVALID_RECORD.
+        for (magic, len) in [(0u8, 26usize), (1, 34), (0, 60), (1, 61), (0, 90)] {
+            let v = legacy(magic, len);
+            let e = RecordBatch::parse(Bytes::from(v.clone())).unwrap_err();
+            assert_eq!(
+                e,
+                BatchError::UnsupportedMagic(magic as i8),
+                "{magic} {len}"
+            );
+            assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+            let e = split_batches(Bytes::from(v)).unwrap_err();
+            assert_eq!(e.error_code(), ErrorCode::InvalidRecord, "{magic} {len}");
+        }
+        // Below the smallest message of any format, or a v2 batch cut short: corrupt.
+        let e = RecordBatch::parse(Bytes::from(legacy(0, 25))).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::CorruptMessage);
+        let e = RecordBatch::parse(Bytes::from(legacy(2, 60))).unwrap_err();
+        assert_eq!(e, BatchError::TooShort { size: 60 });
+        assert_eq!(
+            split_batches(Bytes::from(legacy(2, 40))).unwrap_err(),
+            BatchError::TooShort { size: 40 }
+        );
     }
 
     #[test]
