@@ -62,6 +62,52 @@ pub trait ObjectStorage: Send + Sync + std::fmt::Debug {
 
     /// Lists the objects whose keys start with `prefix` (a validated prefix, see [`ObjectKey`]).
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>>;
+
+    /// Lists the objects under `prefix` (as [`ObjectStorage::list`]) whose whole key is
+    /// lexicographically (byte-wise, as `str` compares) strictly greater than `offset`:
+    /// `object_store`'s `list_with_offset`, S3's `start-after`. `offset` is a whole key, not a
+    /// suffix of `prefix`; it need not exist, nor be a valid [`ObjectKey`] (`""` lists everything
+    /// under `prefix`).
+    ///
+    /// The order of the stream is not guaranteed: S3 returns keys in order, the local filesystem
+    /// and other backends do not. A caller that resumes a scan from the last key it saw must
+    /// therefore resume from the greatest key seen, not the last one received.
+    ///
+    /// The default implementation filters [`ObjectStorage::list`]: correct for every
+    /// implementation, but it still lists (and pays for) the keys at or below `offset`.
+    /// Implementations over a backend that can start a listing after a key should override it,
+    /// and wrappers should forward it.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// use diskless_storage::{ObjectKey, ObjectStorage, ObjectStoreStorage};
+    /// use futures::TryStreamExt;
+    ///
+    /// let storage = ObjectStoreStorage::in_memory();
+    /// for name in ["wal/a", "wal/b", "wal/c"] {
+    ///     let key = ObjectKey::parse(name).unwrap();
+    ///     storage.upload(&key, &[bytes::Bytes::from_static(b"x")]).await.unwrap();
+    /// }
+    /// let mut keys: Vec<String> = storage
+    ///     .list_with_offset("wal", "wal/a")
+    ///     .map_ok(|meta| meta.key.into_string())
+    ///     .try_collect()
+    ///     .await
+    ///     .unwrap();
+    /// keys.sort(); // the order is not guaranteed
+    /// assert_eq!(keys, ["wal/b", "wal/c"]);
+    /// # });
+    /// ```
+    fn list_with_offset<'a>(
+        &'a self,
+        prefix: &'a str,
+        offset: &'a str,
+    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        use futures::{StreamExt, TryStreamExt};
+        self.list(prefix)
+            .try_filter(move |meta| futures::future::ready(meta.key.as_str() > offset))
+            .boxed()
+    }
 }
 
 /// Shared storages are storages: lets wrappers ([`CountingStorage`], a test's fault injector)
@@ -82,5 +128,13 @@ impl<T: ObjectStorage + ?Sized> ObjectStorage for std::sync::Arc<T> {
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
         (**self).list(prefix)
+    }
+
+    fn list_with_offset<'a>(
+        &'a self,
+        prefix: &'a str,
+        offset: &'a str,
+    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        (**self).list_with_offset(prefix, offset)
     }
 }

@@ -212,17 +212,37 @@ impl<S: ObjectStorage> ObjectStorage for CountingStorage<S> {
     }
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
-        let mut listing = ListingCounter::start(self.counters.clone());
-        self.inner
-            .list(prefix)
-            .map(move |item| {
-                if item.is_ok() {
-                    listing.object();
-                }
-                item
-            })
-            .boxed()
+        count_listing(self.inner.list(prefix), self.counters.clone())
     }
+
+    /// Counts as [`ObjectStorage::list`] does, the objects returned (not those skipped before the
+    /// offset, which this wrapper cannot see).
+    fn list_with_offset<'a>(
+        &'a self,
+        prefix: &'a str,
+        offset: &'a str,
+    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        count_listing(
+            self.inner.list_with_offset(prefix, offset),
+            self.counters.clone(),
+        )
+    }
+}
+
+/// Counts one listing's requests and objects as they pass.
+fn count_listing(
+    stream: BoxStream<'_, Result<ObjectMeta, StorageError>>,
+    counters: RequestCounters,
+) -> BoxStream<'_, Result<ObjectMeta, StorageError>> {
+    let mut listing = ListingCounter::start(counters);
+    stream
+        .map(move |item| {
+            if item.is_ok() {
+                listing.object();
+            }
+            item
+        })
+        .boxed()
 }
 
 /// Counts the objects of one listing: every object, and one more LIST request at each page

@@ -67,7 +67,9 @@ impl StorageOptions {
 ///   as deleted and returns the keys confirmed.
 /// - `list` lists by prefix, matching whole `/`-separated segments (`a/b` lists `a/b/c`, not
 ///   `a/bc`); keys that fail [`ObjectKey::parse`] are skipped with a warning. Listing is not
-///   retried: on error the stream yields it and the caller lists again.
+///   retried: on error the stream yields it and the caller lists again. `list_with_offset` uses
+///   the store's native `list_with_offset` (S3 `start-after`: the keys at or below the offset are
+///   not listed at all; in memory and on the local filesystem they are skipped client-side).
 ///
 /// Create-only on S3 relies on the store honouring `If-None-Match: *` (`object_store`'s default
 /// `S3ConditionalPut::ETagMatch`): AWS S3 does, atomically, since August 2024; GCS and Azure use
@@ -366,6 +368,83 @@ impl ObjectStoreStorage {
             key: key.chars().take(200).collect(),
             reason: "rejected by the object store's path rules",
         })
+    }
+
+    /// [`ObjectStorage::list`] (`offset` `None`) and [`ObjectStorage::list_with_offset`]: one
+    /// listing of `prefix`, natively started after `offset` when the store can take it as a path
+    /// (S3's `start-after`), and filtered here by key in any case, so that the result does not
+    /// depend on how a backend compares or encodes paths. Not retried, errors classified as
+    /// every other call's.
+    fn list_after<'a>(
+        &'a self,
+        prefix: &'a str,
+        offset: Option<&'a str>,
+    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        if !prefix.is_empty() {
+            if let Err(e) = validate_prefix(prefix) {
+                return futures::stream::once(async { Err(e) }).boxed();
+            }
+        }
+        let full = if prefix.is_empty() && self.root.is_empty() {
+            None
+        } else {
+            match self.path(prefix) {
+                Ok(path) => Some(path),
+                Err(e) => return futures::stream::once(async { Err(e) }).boxed(),
+            }
+        };
+        let root = if self.root.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.root)
+        };
+        let mut listing = ListingCounter::start(self.counters.clone());
+        tracing::debug!(prefix, offset, "list");
+        // Prepending the same root to every key keeps their order, so `root/offset` is the native
+        // offset, when it is a path exactly as written: `Path::parse` trims a leading or trailing
+        // `/` (which could move the offset past keys that must be listed) and rejects e.g. `a//b`.
+        // Such offsets are only applied by the filter below.
+        let native_offset = offset.and_then(|offset| {
+            let wanted = if self.root.is_empty() {
+                offset.to_string()
+            } else {
+                format!("{}/{offset}", self.root)
+            };
+            Path::parse(&wanted)
+                .ok()
+                .filter(|path| path.as_ref() == wanted)
+        });
+        let stream = match &native_offset {
+            Some(native) => self.store.list_with_offset(full.as_ref(), native),
+            None => self.store.list(full.as_ref()),
+        };
+        stream
+            .filter_map(move |item| {
+                let out = match item {
+                    Ok(meta) => {
+                        listing.object();
+                        let location = meta.location.as_ref();
+                        match location.strip_prefix(root.as_str()).map(ObjectKey::parse) {
+                            Some(Ok(key)) if offset.is_some_and(|o| key.as_str() <= o) => None,
+                            Some(Ok(key)) => Some(Ok(ObjectMeta {
+                                key,
+                                size: meta.size,
+                                last_modified: system_time(&meta),
+                            })),
+                            _ => {
+                                tracing::warn!(
+                                    location,
+                                    "skipping listed object with an invalid key"
+                                );
+                                None
+                            }
+                        }
+                    }
+                    Err(e) => Some(Err(map_error(e, prefix))),
+                };
+                futures::future::ready(out)
+            })
+            .boxed()
     }
 
     /// Runs `attempt` until it succeeds, fails for good, or the retry budget is spent.
@@ -750,53 +829,15 @@ impl ObjectStorage for ObjectStoreStorage {
     }
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
-        if !prefix.is_empty() {
-            if let Err(e) = validate_prefix(prefix) {
-                return futures::stream::once(async { Err(e) }).boxed();
-            }
-        }
-        let full = if prefix.is_empty() && self.root.is_empty() {
-            None
-        } else {
-            match self.path(prefix) {
-                Ok(path) => Some(path),
-                Err(e) => return futures::stream::once(async { Err(e) }).boxed(),
-            }
-        };
-        let root = if self.root.is_empty() {
-            String::new()
-        } else {
-            format!("{}/", self.root)
-        };
-        let mut listing = ListingCounter::start(self.counters.clone());
-        tracing::debug!(prefix, "list");
-        self.store
-            .list(full.as_ref())
-            .filter_map(move |item| {
-                let out = match item {
-                    Ok(meta) => {
-                        listing.object();
-                        let location = meta.location.as_ref();
-                        match location.strip_prefix(root.as_str()).map(ObjectKey::parse) {
-                            Some(Ok(key)) => Some(Ok(ObjectMeta {
-                                key,
-                                size: meta.size,
-                                last_modified: system_time(&meta),
-                            })),
-                            _ => {
-                                tracing::warn!(
-                                    location,
-                                    "skipping listed object with an invalid key"
-                                );
-                                None
-                            }
-                        }
-                    }
-                    Err(e) => Some(Err(map_error(e, prefix))),
-                };
-                futures::future::ready(out)
-            })
-            .boxed()
+        self.list_after(prefix, None)
+    }
+
+    fn list_with_offset<'a>(
+        &'a self,
+        prefix: &'a str,
+        offset: &'a str,
+    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.list_after(prefix, Some(offset))
     }
 }
 

@@ -69,6 +69,8 @@ struct Scripted {
     gets: Mutex<VecDeque<Fault>>,
     deletes: Mutex<VecDeque<Fault>>,
     no_create: bool,
+    /// The offsets `list_with_offset` was called with.
+    list_offsets: Mutex<Vec<String>>,
 }
 
 impl std::fmt::Display for Scripted {
@@ -152,6 +154,15 @@ impl ObjectStore for Scripted {
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.list_offsets.lock().push(offset.to_string());
+        self.inner.list_with_offset(prefix, offset)
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
@@ -454,4 +465,36 @@ fn invalid_retry_config_is_rejected() {
         })
         .unwrap_err();
     assert!(matches!(err, StorageError::Config(_)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn list_with_offset_passes_the_offset_to_the_store() {
+    let store = Arc::new(Scripted::default());
+    let s = ObjectStoreStorage::from_object_store(store.clone(), "root")
+        .unwrap()
+        .with_retry(retry())
+        .unwrap();
+    for name in ["wal/a", "wal/b", "wal/c"] {
+        s.upload(&ObjectKey::parse(name).unwrap(), &payload())
+            .await
+            .unwrap();
+    }
+    let listed: Vec<String> = s
+        .list_with_offset("wal", "wal/a")
+        .map(|m| m.unwrap().key.into_string())
+        .collect()
+        .await;
+    assert_eq!(listed, ["wal/b", "wal/c"]);
+    // The store started the listing after the offset (S3's start-after), under the root.
+    assert_eq!(*store.list_offsets.lock(), ["root/wal/a"]);
+    // An offset that is not a path as written is applied here only, never trimmed into another.
+    let listed: Vec<String> = s
+        .list_with_offset("wal", "wal/a/")
+        .map(|m| m.unwrap().key.into_string())
+        .collect()
+        .await;
+    assert_eq!(listed, ["wal/b", "wal/c"]);
+    assert_eq!(store.list_offsets.lock().len(), 1);
+    let stats = s.counters().snapshot();
+    assert_eq!(stats.list_requests, 2);
 }

@@ -42,6 +42,7 @@ where
     retry_after_ambiguous_upload(&*factory().await).await;
     idempotent_delete(&*factory().await).await;
     list_by_prefix(&*factory().await).await;
+    list_with_offset(&*factory().await).await;
     invalid_keys_rejected(&*factory().await).await;
     large_object(&*factory().await).await;
     concurrent_uploads(factory().await).await;
@@ -271,6 +272,110 @@ pub async fn list_by_prefix(storage: &dyn ObjectStorage) {
         .await
         .expect("list nothing");
     assert!(none.is_empty());
+}
+
+/// [`ObjectStorage::list_with_offset`] returns exactly the objects under the prefix whose key is
+/// strictly greater than the offset (in any order): not the offset's own object, none below it,
+/// none outside the prefix (also those greater than the offset), whether the offset is an
+/// existing key, a key between two others, below or above every key under the prefix, or
+/// outside the prefix altogether.
+pub async fn list_with_offset(storage: &dyn ObjectStorage) {
+    let prefix = unique_prefix("list-offset");
+    let inside = format!("{prefix}/a");
+    // Fixed names, so that the order is known: `a/k0` < `a/k1` < ... < `a/k4` < `a/k4/deeper`.
+    let mut names: Vec<String> = (0..5).map(|i| format!("{inside}/k{i}")).collect();
+    names.push(format!("{inside}/k4/deeper"));
+    for (i, name) in names.iter().enumerate() {
+        let k = ObjectKey::parse(name).expect("valid key");
+        storage
+            .upload(&k, &[Bytes::from(pattern(10 + i, 9))])
+            .await
+            .expect("upload");
+    }
+    // Outside the prefix, and greater than every offset below: must never be listed.
+    for outside in [format!("{prefix}/ab/k9"), format!("{prefix}/b/k9")] {
+        let k = ObjectKey::parse(&outside).expect("valid key");
+        storage
+            .upload(&k, &[Bytes::from_static(b"elsewhere")])
+            .await
+            .expect("upload");
+    }
+    let listed = |offset: String| {
+        let inside = inside.clone();
+        async move {
+            let mut got: Vec<(String, u64)> = storage
+                .list_with_offset(&inside, &offset)
+                .map_ok(|m| (m.key.into_string(), m.size))
+                .try_collect()
+                .await
+                .unwrap_or_else(|e| panic!("list_with_offset({inside:?}, {offset:?}): {e}"));
+            got.sort();
+            got
+        }
+    };
+    let expected = |from: usize| -> Vec<(String, u64)> {
+        names
+            .iter()
+            .enumerate()
+            .skip(from)
+            .map(|(i, n)| (n.clone(), 10 + i as u64))
+            .collect()
+    };
+    let cases = [
+        (String::new(), 0, "empty offset"),
+        (format!("{prefix}/"), 0, "offset below every key"),
+        (format!("{inside}/k0"), 1, "offset an existing key"),
+        (format!("{inside}/k1x"), 2, "offset between two keys"),
+        (format!("{inside}/k3"), 4, "offset the next to last key"),
+        (
+            format!("{inside}/k4"),
+            5,
+            "offset a key that is also a prefix",
+        ),
+        (format!("{inside}/k4/deeper"), 6, "offset the greatest key"),
+        (format!("{inside}/z"), 6, "offset above every key"),
+        (
+            format!("{prefix}/b"),
+            6,
+            "offset outside the prefix, above it",
+        ),
+        ("0".to_string(), 0, "offset outside the prefix, below it"),
+        ("~".to_string(), 6, "offset above every key of the store"),
+        (
+            "/zzz".to_string(),
+            0,
+            "offset with a leading slash, below every key",
+        ),
+        (format!("{inside}/k1/"), 2, "offset with a trailing slash"),
+        (
+            format!("{inside}//k1"),
+            0,
+            "offset with an empty segment, below every key",
+        ),
+    ];
+    for (offset, from, what) in cases {
+        assert_eq!(
+            listed(offset.clone()).await,
+            expected(from),
+            "list_with_offset({inside:?}, {offset:?}): {what}"
+        );
+    }
+    // `list_with_offset` agrees with filtering `list`.
+    let mut all: Vec<String> = storage
+        .list(&inside)
+        .map_ok(|m| m.key.into_string())
+        .try_collect()
+        .await
+        .expect("list");
+    all.sort();
+    assert_eq!(all, names, "list of {inside:?}");
+    // A prefix without objects lists nothing, whatever the offset.
+    let none: Vec<ObjectMeta> = storage
+        .list_with_offset(&format!("{prefix}/nothing"), "")
+        .try_collect()
+        .await
+        .expect("list nothing");
+    assert!(none.is_empty(), "{none:?}");
 }
 
 /// Invalid keys cannot be built, and invalid list prefixes fail with

@@ -394,16 +394,39 @@ impl<S: ObjectStorage> ObjectStorage for FaultyStorage<S> {
     }
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.faulty_list(prefix, move || self.inner.list(prefix))
+    }
+
+    /// Faults and latency as for [`ObjectStorage::list`] (the same [`Op::List`] on the prefix,
+    /// counted in the same sequence of calls), then the inner storage's `list_with_offset`.
+    fn list_with_offset<'a>(
+        &'a self,
+        prefix: &'a str,
+        offset: &'a str,
+    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.faulty_list(prefix, move || self.inner.list_with_offset(prefix, offset))
+    }
+}
+
+impl<S: ObjectStorage> FaultyStorage<S> {
+    /// A listing of `prefix`: the fault decision and latency first, then `inner` unless it
+    /// failed.
+    fn faulty_list<'a>(
+        &'a self,
+        prefix: &'a str,
+        inner: impl FnOnce() -> BoxStream<'a, Result<ObjectMeta, StorageError>> + Send + 'a,
+    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
         let rates = [(self.config.list_failure_rate, FaultKind::Fail)];
-        futures::stream::once(
-            async move { self.decide(Op::List, prefix.to_string(), &rates).await },
-        )
-        .flat_map(move |fault| match fault {
-            Some(kind) => {
-                futures::stream::once(async move { Err(Self::injected(Op::List, kind)) }).boxed()
+        futures::stream::once(async move {
+            match self.decide(Op::List, prefix.to_string(), &rates).await {
+                Some(kind) => {
+                    futures::stream::once(async move { Err(Self::injected(Op::List, kind)) })
+                        .boxed()
+                }
+                None => inner(),
             }
-            None => self.inner.list(prefix),
         })
+        .flatten()
         .boxed()
     }
 }
