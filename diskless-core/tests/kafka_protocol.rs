@@ -2,7 +2,8 @@
 //! decoder.
 
 use bytes::{Bytes, BytesMut};
-use diskless_coordinator::{TimestampType, TopicConfig};
+use diskless_coordinator::{ErrorCode, TimestampType, TopicConfig};
+use diskless_core::validate::validate_produce_records;
 use diskless_core::{
     BatchRewrite, Compression, NewRecord, RecordBatch, RecordBatchBuilder, RecordIter,
     split_batches, validate_batch, verify_stored_batch,
@@ -203,5 +204,59 @@ fn our_rewrites_round_trip_through_their_decoder() {
             );
             verify_stored_batch(&ours).unwrap();
         }
+    }
+}
+
+/// Their encoder starts a new batch when the producer changes: records of two producers for one
+/// partition are two batches, which Produce v3+ refuses (INVALID_RECORD, Kafka's
+/// ProduceRequest.validateRecords); each batch alone passes, and a cut-off second batch is ignored.
+#[test]
+fn their_two_batch_encoding_is_refused_and_a_cut_second_batch_is_ignored() {
+    let mut records = krecords(4, 77, 0);
+    records.extend(krecords(3, 78, 0).into_iter().map(|mut r| {
+        r.offset += 4;
+        r
+    }));
+    let bytes = kencode(&records, Compression::Lz4);
+    let batches = split_batches(bytes.clone()).unwrap();
+    assert_eq!(batches.len(), 2);
+    let config = TopicConfig::default();
+    let e = validate_produce_records(&bytes, &config, NOW).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    let first = batches[0].as_bytes().clone();
+    let (batch, v) = validate_produce_records(&first, &config, NOW).unwrap();
+    assert_eq!((batch.producer_id(), v.record_count), (77, 4));
+    // The second batch (base offset 4) is refused alone, as Kafka refuses a client's non-zero
+    // base offset.
+    let e = validate_produce_records(batches[1].as_bytes(), &config, NOW).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    // The first batch followed by part of the second: trimmed to the first.
+    let cut = bytes.slice(..first.len() + batches[1].len() - 1);
+    let (batch, _) = validate_produce_records(&cut, &config, NOW).unwrap();
+    assert_eq!(batch.as_bytes(), &first);
+}
+
+/// Producer fields as their encoder writes them: epoch -1 with a producer id passes, below -1 is
+/// INVALID_PRODUCER_EPOCH (Kafka's ProducerAppendInfo against a new producer's epoch -1).
+#[test]
+fn their_producer_epochs_are_judged_as_kafka_does() {
+    let config = TopicConfig::default();
+    for (epoch, want) in [
+        (0i16, ErrorCode::None),
+        (-1, ErrorCode::None),
+        (-2, ErrorCode::InvalidProducerEpoch),
+    ] {
+        let records: Vec<KRecord> = krecords(5, 77, 10)
+            .into_iter()
+            .map(|mut r| {
+                r.producer_epoch = epoch;
+                r
+            })
+            .collect();
+        let bytes = kencode(&records, Compression::Zstd);
+        let got = validate_produce_records(&bytes, &config, NOW)
+            .map(|_| ErrorCode::None)
+            .unwrap_or_else(|e| e.error_code());
+        assert_eq!(got, want, "epoch {epoch}");
     }
 }

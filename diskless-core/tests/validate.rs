@@ -3,8 +3,9 @@
 use bytes::Bytes;
 use diskless_coordinator::{ErrorCode, TimestampType, TopicConfig};
 use diskless_core::batch::{CONTROL_MASK, HEADER_LEN, MAGIC_OFFSET, update_crc};
+use diskless_core::validate::validate_produce_records;
 use diskless_core::{
-    Attributes, BatchRewrite, Compression, NewRecord, RecordBatch, RecordBatchBuilder,
+    Attributes, BatchError, BatchRewrite, Compression, NewRecord, RecordBatch, RecordBatchBuilder,
     RecordErrorKind, ValidationErrorKind as K, ValidationOptions, Validator, split_batches,
     validate_batch, verify_stored_batch,
 };
@@ -522,4 +523,294 @@ fn validator_reuse_does_not_leak_state() {
         v.validate(&good, &cfg(), NOW).unwrap();
         v.validate(&bad, &cfg(), NOW).unwrap_err();
     }
+}
+
+/// Issue #12 item 4: Kafka checks `baseOffset != 0` (UnifiedLog.analyzeAndValidateRecords, since
+/// 0.11.0) before the size and the CRC.
+#[test]
+fn base_offset_is_checked_before_size_and_crc() {
+    let b = kafka_like(Compression::None)
+        .base_offset(15)
+        .build()
+        .unwrap();
+    let mut v = b.as_bytes().to_vec();
+    let last = v.len() - 1;
+    v[last] ^= 0xff;
+    let bad_crc = RecordBatch::parse(Bytes::from(v)).unwrap();
+    let e = check(&bad_crc).unwrap_err();
+    assert_eq!(e.kind, K::NonZeroBaseOffset);
+    assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    let small = TopicConfig {
+        max_message_bytes: 10,
+        ..cfg()
+    };
+    let e = validate_batch(&bad_crc, &small, NOW).unwrap_err();
+    assert_eq!(e.kind, K::NonZeroBaseOffset);
+    // The fetch-path check of stored batches does not look at the base offset.
+    assert!(matches!(
+        verify_stored_batch(&bad_crc).unwrap_err().kind,
+        K::CrcMismatch { .. }
+    ));
+}
+
+/// Issue #12 item 2: Kafka's rules for the producer fields, so that no batch that passes is refused
+/// by a coordinator for its fields alone (which failed every request of the segment).
+#[test]
+fn producer_epoch_below_minus_one_is_invalid_producer_epoch() {
+    for epoch in [-2i16, -100, i16::MIN] {
+        let b = kafka_like(Compression::Lz4)
+            .producer(5, epoch, 0)
+            .build()
+            .unwrap();
+        let e = check(&b).unwrap_err();
+        assert_eq!(e.kind, K::InvalidProducerEpoch { epoch });
+        assert_eq!(e.error_code(), ErrorCode::InvalidProducerEpoch);
+        assert_eq!(e.error_code().code(), 47);
+        assert_eq!(e.record_index, None);
+        // Stored batches are not judged on it.
+        verify_stored_batch(&b).unwrap();
+    }
+    // Epoch -1 with a producer id passes (a new producer's entry has epoch -1 in Kafka); the
+    // coordinator judges it against the producer's state.
+    let b = kafka_like(Compression::None)
+        .producer(5, -1, 0)
+        .build()
+        .unwrap();
+    let v = check(&b).unwrap();
+    let c = v.commit_batch(diskless_coordinator::TopicIdPartition::new(uuid(), 0), 1);
+    assert_eq!(
+        (
+            c.producer_id,
+            c.producer_epoch,
+            c.base_sequence,
+            c.last_sequence
+        ),
+        (5, -1, 0, 2)
+    );
+    // Any producer id below 0 is "no producer" (Kafka's hasProducerId is producerId > -1): epoch
+    // and sequence are not checked, and the commit carries a non-idempotent batch.
+    for (pid, epoch, seq) in [(-1i64, -5i16, -9i32), (-2, -7, 3), (i64::MIN, 4, -1)] {
+        let b = kafka_like(Compression::None)
+            .producer(pid, epoch, seq)
+            .build()
+            .unwrap();
+        let v = check(&b).unwrap();
+        assert_eq!((v.producer_id, v.producer_epoch), (pid, epoch));
+        let c = v.commit_batch(diskless_coordinator::TopicIdPartition::new(uuid(), 0), 1);
+        assert_eq!(
+            (
+                c.producer_id,
+                c.producer_epoch,
+                c.base_sequence,
+                c.last_sequence
+            ),
+            (-1, -1, -1, -1),
+            "{pid} {epoch} {seq}"
+        );
+    }
+}
+
+/// Kafka checks the epoch in ProducerAppendInfo, after LogValidator: every batch and record error
+/// wins over it.
+#[test]
+fn producer_epoch_error_comes_after_every_batch_and_record_error() {
+    let config = TopicConfig {
+        message_timestamp_before_max_ms: 10,
+        ..cfg()
+    };
+    // A negative sequence (LogValidator.validateBatch).
+    let b = kafka_like(Compression::None)
+        .producer(5, -2, -1)
+        .build()
+        .unwrap();
+    assert_eq!(check(&b).unwrap_err().kind, K::InvalidSequence);
+    // A timestamp out of range.
+    let b = RecordBatchBuilder::new()
+        .producer(5, -2, 0)
+        .record(NOW - 100, None, Some(b"old"))
+        .build()
+        .unwrap();
+    let e = validate_batch(&b, &config, NOW).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::InvalidTimestamp);
+    // Non-sequential inner offsets.
+    let b = kafka_like(Compression::Zstd)
+        .producer(5, -2, 0)
+        .offset_deltas(vec![0, 0, 2])
+        .build()
+        .unwrap();
+    assert!(matches!(
+        check(&b).unwrap_err().kind,
+        K::NonSequentialOffset { .. }
+    ));
+    // A bad CRC.
+    let b = kafka_like(Compression::None)
+        .producer(5, -2, 0)
+        .build()
+        .unwrap();
+    let mut v = b.as_bytes().to_vec();
+    v[HEADER_LEN] ^= 1;
+    let bad = RecordBatch::parse(Bytes::from(v)).unwrap();
+    assert_eq!(
+        check(&bad).unwrap_err().error_code(),
+        ErrorCode::CorruptMessage
+    );
+}
+
+/// Kafka ranks the LogAppendTime bit from a producer as a per-record error: a record that does not
+/// parse wins over it.
+#[test]
+fn a_structural_error_wins_over_log_append_time_from_the_producer() {
+    let b = kafka_like(Compression::None)
+        .timestamp_type(TimestampType::LogAppendTime)
+        .records_count(4)
+        .last_offset_delta(3)
+        .build()
+        .unwrap();
+    let e = check(&b).unwrap_err();
+    assert_eq!(e.kind, K::Record(RecordErrorKind::Truncated));
+    assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+}
+
+/// Kafka reads the codec right after the CRC check (analyzeAndValidateRecords), before
+/// LogValidator's batch checks.
+#[test]
+fn unknown_codec_is_judged_right_after_the_crc() {
+    let b = kafka_like(Compression::None)
+        .attributes(Attributes(6))
+        .control(true)
+        .build()
+        .unwrap();
+    assert_eq!(check(&b).unwrap_err().kind, K::UnknownCompression(6));
+}
+
+fn uuid() -> uuid::Uuid {
+    uuid::Uuid::from_u128(0x1234)
+}
+
+fn produce_records(
+    records: &[u8],
+) -> Result<(RecordBatch, diskless_core::ValidatedBatch), diskless_core::ValidationError> {
+    validate_produce_records(&Bytes::copy_from_slice(records), &cfg(), NOW)
+}
+
+fn cat(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+/// Issue #12 item 4: Produce v3+ carries exactly one batch per partition (Kafka's
+/// ProduceRequest.validateRecords); decided by the library, in validate_produce_records.
+#[test]
+fn produce_records_hold_exactly_one_batch() {
+    let a = kafka_like(Compression::None).build().unwrap();
+    let b = kafka_like(Compression::Gzip).build().unwrap();
+    let (batch, v) = produce_records(a.as_bytes()).unwrap();
+    assert_eq!((batch, v.record_count), (a.clone(), 3));
+    for two in [
+        cat(&[a.as_bytes(), b.as_bytes()]),
+        cat(&[a.as_bytes(), a.as_bytes(), a.as_bytes()]),
+        // A second complete "batch" is refused as such, whatever it holds (here a v0 message).
+        cat(&[a.as_bytes(), &legacy(0, 26)]),
+    ] {
+        let e = produce_records(&two).unwrap_err();
+        assert_eq!(e.kind, K::MoreThanOneBatch);
+        assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    }
+    // No complete batch at all: Kafka's "at least one record batch", INVALID_RECORD.
+    for none in [
+        &[][..],
+        &a.as_bytes()[..11],
+        &a.as_bytes()[..16],
+        &a.as_bytes()[..60],
+    ] {
+        let e = produce_records(none).unwrap_err();
+        assert_eq!(e.kind, K::NoRecordBatch, "{} bytes", none.len());
+        assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    }
+}
+
+/// Issue #12 item 4: Kafka's batch iteration stops at bytes too few to hold the next batch, and
+/// UnifiedLog.trimInvalidBytes drops them; the batch alone is stored.
+#[test]
+fn produce_records_trim_a_partial_trailing_batch_as_kafka_does() {
+    let a = kafka_like(Compression::Snappy)
+        .producer(3, 0, 0)
+        .build()
+        .unwrap();
+    let next = kafka_like(Compression::None).build().unwrap();
+    for cut in [1, 11, 12, 16, 17, 40, next.len() - 1] {
+        let (batch, _) = produce_records(&cat(&[a.as_bytes(), &next.as_bytes()[..cut]]))
+            .unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+        assert_eq!(batch, a, "cut {cut}");
+        assert_eq!(batch.as_bytes().len(), a.len());
+    }
+    // But what Kafka's iteration refuses is refused: a batchLength below 14 (from 12 bytes on)...
+    for len in [12usize, 16, 30] {
+        let mut tail = vec![0u8; len];
+        tail[8..12].copy_from_slice(&13i32.to_be_bytes());
+        let e = produce_records(&cat(&[a.as_bytes(), &tail])).unwrap_err();
+        assert_eq!(e.kind, K::BatchLengthBelowMinimum { batch_length: 13 });
+        assert_eq!(e.error_code(), ErrorCode::CorruptMessage);
+    }
+    // ...and a magic outside 0..=2 (from 17 bytes on).
+    let mut tail = next.as_bytes()[..17].to_vec();
+    tail[MAGIC_OFFSET] = 3;
+    let e = produce_records(&cat(&[a.as_bytes(), &tail])).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::CorruptMessage);
+}
+
+/// Issue #12 item 4: a complete magic 0/1 message is INVALID_RECORD whatever its size (Kafka's
+/// ProduceRequest.validateRecords); what Kafka's iteration refuses first is CORRUPT_MESSAGE.
+#[test]
+fn produce_records_of_old_formats_and_short_batches() {
+    for (magic, len) in [(0u8, 26usize), (1, 34), (0, 60), (1, 61), (1, 200)] {
+        let e = produce_records(&legacy(magic, len)).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::InvalidRecord, "{magic} {len}");
+        assert_eq!(
+            e.kind,
+            K::Framing(BatchError::UnsupportedMagic(magic as i8))
+        );
+    }
+    // batchLength 13: corrupt, whatever the magic.
+    let mut v = legacy(0, 26);
+    v[8..12].copy_from_slice(&13i32.to_be_bytes());
+    assert_eq!(
+        produce_records(&v).unwrap_err().error_code(),
+        ErrorCode::CorruptMessage
+    );
+    // An unknown magic: corrupt.
+    for magic in [3u8, 0x80, 0xff] {
+        let mut v = kafka_like(Compression::None)
+            .build()
+            .unwrap()
+            .as_bytes()
+            .to_vec();
+        v[MAGIC_OFFSET] = magic;
+        let e = produce_records(&v).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::CorruptMessage, "{magic}");
+    }
+    // A v2 batch shorter than its header: corrupt, but the base offset is judged first.
+    let mut v = legacy(2, 40);
+    assert_eq!(
+        produce_records(&v).unwrap_err().kind,
+        K::Framing(BatchError::TooShort { size: 40 })
+    );
+    v[..8].copy_from_slice(&9i64.to_be_bytes());
+    assert_eq!(produce_records(&v).unwrap_err().kind, K::NonZeroBaseOffset);
+    // The batch itself then goes through every batch check.
+    let b = kafka_like(Compression::None)
+        .producer(1, -3, 0)
+        .build()
+        .unwrap();
+    assert_eq!(
+        produce_records(b.as_bytes()).unwrap_err().error_code(),
+        ErrorCode::InvalidProducerEpoch
+    );
+}
+
+/// A complete v0/v1 message of `len` bytes (batchLength = len - 12; the rest zeros).
+fn legacy(magic: u8, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    v[8..12].copy_from_slice(&((len - 12) as i32).to_be_bytes());
+    v[MAGIC_OFFSET] = magic;
+    v
 }
