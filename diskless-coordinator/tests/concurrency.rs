@@ -187,3 +187,256 @@ async fn busy_database_is_unavailable_not_unknown() {
         "the failed attempt left nothing behind"
     );
 }
+
+/// A retention pass holds the write lock, so it must stop as soon as its budget is spent (issue 12,
+/// item 9): no further partition is examined inside the transaction. The batches of the partitions
+/// after the one that spends the budget are made unreadable (a byte size that is not an integer):
+/// reading any of them fails the pass, so a pass that succeeds did not look at them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_pass_stops_walking_at_its_budget() {
+    use sqlx::ConnectOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("retention.db");
+    let clock = ManualClock::new(1_000_000);
+    let c = SqliteCoordinator::open(
+        &path,
+        SqliteOptions::default().synchronous(Synchronous::Normal),
+        clock.clone(),
+    )
+    .await
+    .unwrap();
+    c.create_topic(CreateTopicRequest {
+        topic_id: TOPIC,
+        name: "retained".into(),
+        partitions: 4,
+        config: TopicConfig {
+            retention_ms: 1000,
+            ..TopicConfig::default()
+        },
+    })
+    .await
+    .unwrap();
+    // Two expired batches in partition 0, one in each of partitions 1..=3.
+    let batches: Vec<CommitBatch> = [0, 0, 1, 2, 3]
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| CommitBatch {
+            partition: TopicIdPartition::new(TOPIC, p),
+            byte_offset: 1 + 10 * i as u64,
+            byte_size: 10,
+            record_count: 1,
+            base_timestamp: 5,
+            max_timestamp: 5,
+            timestamp_type: TimestampType::CreateTime,
+            producer_id: NO_PRODUCER_ID,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            base_sequence: NO_SEQUENCE,
+            last_sequence: NO_SEQUENCE,
+        })
+        .collect();
+    let r = c
+        .commit_file(CommitFileRequest {
+            object_key: "wal/retained".into(),
+            uploader_broker_id: 1,
+            object_size: 51,
+            owners: vec![0],
+            batches,
+        })
+        .await
+        .unwrap();
+    assert!(r.iter().all(|r| r.error == ErrorCode::None), "{r:?}");
+
+    let mut raw = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .connect()
+        .await
+        .unwrap();
+    let set_size = |size: &'static str| {
+        format!(
+            "UPDATE batches SET byte_size = {size} WHERE partition_id IN \
+             (SELECT partition_id FROM partitions WHERE partition >= 1)"
+        )
+    };
+    sqlx::query(sqlx::AssertSqlSafe(set_size("'unreadable'")))
+        .execute(&mut raw)
+        .await
+        .unwrap();
+
+    // Budget 2: partition 0 spends it; partitions 1..=3 must not be read.
+    let report = c.enforce_retention(2).await.unwrap();
+    assert_eq!(
+        (report.batches_deleted, report.bytes_deleted, report.more),
+        (2, 20, true)
+    );
+
+    // With readable rows again, the next pass deletes the rest and stops short of its budget.
+    sqlx::query(sqlx::AssertSqlSafe(set_size("10")))
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    let report = c.enforce_retention(10).await.unwrap();
+    assert_eq!(
+        (report.batches_deleted, report.bytes_deleted, report.more),
+        (3, 30, false)
+    );
+    for p in 0..4 {
+        let r = c
+            .list_offsets(&[ListOffsetsRequest {
+                partition: TopicIdPartition::new(TOPIC, p),
+                timestamp: EARLIEST_TIMESTAMP,
+            }])
+            .await
+            .unwrap();
+        assert_eq!(r[0].offset, if p == 0 { 2 } else { 1 }, "partition {p}");
+    }
+}
+
+/// An object key carrying the UUID v7 time `ms`, made unique by `n`.
+fn v7_key(ms: i64, n: u64) -> String {
+    let mut random = [0u8; 10];
+    random[2..].copy_from_slice(&n.to_be_bytes());
+    let uuid = uuid::Builder::from_unix_timestamp_millis(ms as u64, &random).into_uuid();
+    format!("wal/{uuid}")
+}
+
+fn one_batch_file(key: String) -> CommitFileRequest {
+    CommitFileRequest {
+        object_key: key,
+        uploader_broker_id: 1,
+        object_size: 11,
+        owners: vec![0],
+        batches: vec![CommitBatch {
+            partition: TopicIdPartition::new(TOPIC, 0),
+            byte_offset: 1,
+            byte_size: 10,
+            record_count: 1,
+            base_timestamp: 0,
+            max_timestamp: 0,
+            timestamp_type: TimestampType::CreateTime,
+            producer_id: NO_PRODUCER_ID,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            base_sequence: NO_SEQUENCE,
+            last_sequence: NO_SEQUENCE,
+        }],
+    }
+}
+
+/// The commit deadline is checked where the commit is applied (issue 12, item 1): a commit that
+/// started in time but waited for the write lock (here held by another connection) until its key
+/// was older than `max_commit_age` is refused when it gets the lock, and nothing is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_waited_past_its_deadline_is_refused() {
+    use sqlx::{ConnectOptions, Connection};
+    const NOW: i64 = 1_700_000_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deadline.db");
+    let clock = ManualClock::new(NOW);
+    let c = Arc::new(
+        SqliteCoordinator::open(
+            &path,
+            SqliteOptions::default()
+                .busy_timeout(std::time::Duration::from_secs(30))
+                .max_commit_age(std::time::Duration::from_secs(60)),
+            clock.clone(),
+        )
+        .await
+        .unwrap(),
+    );
+    c.create_topic(CreateTopicRequest {
+        topic_id: TOPIC,
+        name: "late".into(),
+        partitions: 1,
+        config: TopicConfig::default(),
+    })
+    .await
+    .unwrap();
+    let mut other = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .connect()
+        .await
+        .unwrap();
+    let lock = other.begin_with("BEGIN IMMEDIATE").await.unwrap();
+    let key = v7_key(NOW, 1);
+    let stalled = tokio::spawn({
+        let c = c.clone();
+        let key = key.clone();
+        async move { c.commit_file(one_batch_file(key)).await }
+    });
+    // The commit is now waiting for the lock; its key ages past the deadline meanwhile.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    clock.advance(60_001);
+    lock.rollback().await.unwrap();
+    let r = stalled.await.unwrap();
+    assert!(
+        matches!(r, Err(CoordinatorError::DeadlineExceeded(_))),
+        "{r:?}"
+    );
+    assert_eq!(c.object_info(&key).await.unwrap(), None);
+    // At the boundary (key time == now - max_commit_age) a commit is accepted.
+    let r = c
+        .commit_file(one_batch_file(v7_key(NOW + 1, 2)))
+        .await
+        .unwrap();
+    assert_eq!((r[0].error, r[0].base_offset), (ErrorCode::None, 0));
+}
+
+/// fence_orphans and commit_file of one key serialize (issue 12, item 1): run concurrently, exactly
+/// one of them wins: either the commit is applied and the key is not fenced, or the key is fenced
+/// (returned) and the commit is refused with ObjectFenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fence_and_commit_of_one_key_never_both_succeed() {
+    const NOW: i64 = 1_700_000_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(NOW);
+    let c = Arc::new(
+        SqliteCoordinator::open(
+            dir.path().join("fence.db"),
+            SqliteOptions::default().synchronous(Synchronous::Off),
+            clock.clone(),
+        )
+        .await
+        .unwrap(),
+    );
+    c.create_topic(CreateTopicRequest {
+        topic_id: TOPIC,
+        name: "fenced".into(),
+        partitions: 1,
+        config: TopicConfig::default(),
+    })
+    .await
+    .unwrap();
+    let keys: Vec<String> = (0..60).map(|n| v7_key(NOW - 1000, n)).collect();
+    let mut tasks = Vec::new();
+    for key in &keys {
+        let commit = tokio::spawn({
+            let (c, key) = (c.clone(), key.clone());
+            async move { c.commit_file(one_batch_file(key)).await }
+        });
+        let fence = tokio::spawn({
+            let (c, key) = (c.clone(), key.clone());
+            async move { c.fence_orphans(&[key]).await }
+        });
+        tasks.push((key.clone(), commit, fence));
+    }
+    let (mut committed, mut fenced) = (0, 0);
+    for (key, commit, fence) in tasks {
+        let commit = commit.await.unwrap();
+        let fence = fence.await.unwrap().unwrap();
+        match commit {
+            Ok(r) => {
+                assert_eq!(r[0].error, ErrorCode::None);
+                assert!(fence.is_empty(), "{key}: committed and fenced");
+                committed += 1;
+            }
+            Err(CoordinatorError::ObjectFenced(k)) => {
+                assert_eq!(k, key);
+                assert_eq!(fence, vec![key.clone()], "{key}: refused but not fenced");
+                fenced += 1;
+            }
+            Err(e) => panic!("{key}: {e:?}"),
+        }
+        let known = c.known_objects(std::slice::from_ref(&key)).await.unwrap();
+        assert_eq!(known.is_empty(), fence.len() == 1, "{key}");
+    }
+    assert_eq!(committed + fenced, keys.len());
+}

@@ -307,3 +307,182 @@ async fn open_by_url_and_refuse_memory_urls() {
     .await;
     assert!(r.is_err());
 }
+
+/// A database written before migrations 3 and 4 (schema version 2) is upgraded on open: the effective
+/// and running max timestamps of its batches are backfilled, so ListOffsets by timestamp answers as
+/// before; its topics get the default producer.id.expiration.ms; its producer states get the
+/// upgrade's wall-clock time as last append time (they expire one period after the upgrade, not at
+/// once); and new commits continue the running max from the backfilled value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_database_is_upgraded() {
+    use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v2.db");
+    let create_time = Uuid::from_u128(0xC7);
+    let append_time = Uuid::from_u128(0xA7);
+    // (max_timestamp, log_append_time) per batch of 2 records; partition 0 of `create_time` lost its
+    // first batch (offsets 0..=1, timestamp 95) to DeleteRecords before the upgrade.
+    let create_batches = [(50, -1), (10, -1), (90, -1), (30, -1), (90, -1), (20, -1)];
+    let append_batches = [(-1, 500), (-1, 400), (-1, 600)];
+    {
+        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .connect()
+            .await
+            .unwrap();
+        let all = diskless_coordinator::sqlite::migrator();
+        let v2 = sqlx::migrate::Migrator::with_migrations(all.iter().take(2).cloned().collect());
+        v2.run(&mut conn).await.unwrap();
+        let mut tx = conn.begin().await.unwrap();
+        let mut sql = vec![
+            format!(
+                "INSERT INTO topics VALUES ('{create_time}', 'ct', 1, 0, -1, -1, 1048588, \
+                 9223372036854775807, 3600000)"
+            ),
+            format!(
+                "INSERT INTO topics VALUES ('{append_time}', 'lat', 1, 1, -1, -1, 1048588, \
+                 9223372036854775807, 3600000)"
+            ),
+            format!("INSERT INTO partitions VALUES (1, '{create_time}', 0, 2, 14, 60)"),
+            format!("INSERT INTO partitions VALUES (2, '{append_time}', 0, 0, 6, 30)"),
+            "INSERT INTO objects VALUES (1, 'wal/old', 1, 1000, 90, '0', 5, NULL)".into(),
+        ];
+        let mut row = |partition_id: i64, i: i64, (max_ts, lat): (i64, i64), tt: i64| {
+            let base = 2 * i;
+            sql.push(format!(
+                "INSERT INTO batches VALUES ({partition_id}, {}, {base}, 1, {}, 10, 0, {max_ts}, \
+                 {tt}, {lat}, 7, 0, {base}, {})",
+                base + 1,
+                1 + 10 * i,
+                base + 1
+            ));
+        };
+        for (i, b) in create_batches.iter().enumerate() {
+            row(1, i as i64 + 1, *b, 0);
+        }
+        for (i, b) in append_batches.iter().enumerate() {
+            row(2, i as i64, *b, 1);
+        }
+        // Producer 7's state in partition 0 of `create_time`: one window entry (32 bytes).
+        let mut window = Vec::new();
+        window.extend_from_slice(&12i32.to_le_bytes());
+        window.extend_from_slice(&13i32.to_le_bytes());
+        window.extend_from_slice(&12i64.to_le_bytes());
+        window.extend_from_slice(&13i64.to_le_bytes());
+        window.extend_from_slice(&(-1i64).to_le_bytes());
+        for s in sql {
+            sqlx::query(AssertSqlSafe(s))
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
+        sqlx::query("INSERT INTO producer_state VALUES (1, 7, 0, ?1)")
+            .bind(window)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        conn.close().await.unwrap();
+    }
+
+    let wall_before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let clock = ManualClock::new(1_000_000);
+    let c = reopen(&path, clock.clone()).await;
+    let wall_after = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+
+    let topics = c.list_topics().await.unwrap();
+    assert!(
+        topics
+            .iter()
+            .all(|t| t.config.producer_id_expiration_ms == 86_400_000)
+    );
+
+    // Expected answers: the first live batch whose effective max timestamp reaches the target.
+    async fn check(c: &SqliteCoordinator, topic: Uuid, live: &[(i64, i64)], first_base: i64) {
+        let p = TopicIdPartition::new(topic, 0);
+        for target in (0..=700).step_by(5) {
+            let expected = live
+                .iter()
+                .enumerate()
+                .find(|(_, ts)| ts.1 >= target)
+                .map_or((-1, NO_TIMESTAMP), |(i, ts)| {
+                    (first_base + 2 * i as i64, ts.1)
+                });
+            let r = c
+                .list_offsets(&[ListOffsetsRequest {
+                    partition: p,
+                    timestamp: target,
+                }])
+                .await
+                .unwrap();
+            assert_eq!((r[0].offset, r[0].timestamp), expected, "target {target}");
+        }
+    }
+    let effective = |b: &[(i64, i64)], lat: bool| -> Vec<(i64, i64)> {
+        b.iter()
+            .enumerate()
+            .map(|(i, (max_ts, l))| (i as i64, if lat { *l } else { *max_ts }))
+            .collect()
+    };
+    let mut created = effective(&create_batches, false);
+    check(&c, create_time, &created, 2).await;
+    check(&c, append_time, &effective(&append_batches, true), 0).await;
+    let max = c
+        .list_offsets(&[
+            ListOffsetsRequest {
+                partition: TopicIdPartition::new(create_time, 0),
+                timestamp: MAX_TIMESTAMP,
+            },
+            ListOffsetsRequest {
+                partition: TopicIdPartition::new(append_time, 0),
+                timestamp: MAX_TIMESTAMP,
+            },
+        ])
+        .await
+        .unwrap();
+    assert_eq!((max[0].offset, max[0].timestamp), (6, 90));
+    assert_eq!((max[1].offset, max[1].timestamp), (4, 600));
+
+    // New commits continue the running max: one below the backfilled maximum, one above.
+    for (i, ts) in [40, 95].into_iter().enumerate() {
+        let mut b = batch(0, 2, None);
+        b.partition = TopicIdPartition::new(create_time, 0);
+        b.max_timestamp = ts;
+        let r = c
+            .commit_file(file(format!("wal/new-{i}"), vec![b]))
+            .await
+            .unwrap();
+        assert_eq!(r[0].base_offset, 14 + 2 * i as i64);
+        created.push((0, ts));
+    }
+    check(&c, create_time, &created, 2).await;
+
+    // The old producer state got the upgrade's wall-clock time: not expired at once.
+    let state = c
+        .producer_state(TopicIdPartition::new(create_time, 0), 7)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(state.batches.len(), 1);
+    assert!(
+        (wall_before - 1000..=wall_after + 1000).contains(&state.last_append_ms),
+        "{} not in {wall_before}..={wall_after}",
+        state.last_append_ms
+    );
+    clock.set(wall_before);
+    assert_eq!(c.expire_producers(10).await.unwrap().expired, 0);
+    clock.set(wall_after + 1000 + 86_400_000);
+    assert_eq!(c.expire_producers(10).await.unwrap().expired, 1);
+    c.close().await;
+
+    // Reopening an upgraded database applies nothing again and changes nothing.
+    let c = reopen(&path, clock.clone()).await;
+    check(&c, create_time, &created, 2).await;
+}

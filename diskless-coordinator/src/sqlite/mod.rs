@@ -3,14 +3,17 @@
 //! See [`SqliteCoordinator`].
 
 mod producer;
+#[cfg(test)]
+mod tests;
 
 use crate::{
     BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest,
-    CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse,
-    EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, FindBatchesResponse, LATEST_TIMESTAMP,
-    ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, NO_PRODUCER_ID, NO_TIMESTAMP,
-    ObjectInfo, ObjectToDelete, ProducerBatch, ProducerState, RetentionReport, ShardId,
-    TimestampType, TopicConfig, TopicIdPartition, TopicInfo,
+    CoordinatorError, CreateTopicRequest, DEFAULT_MAX_COMMIT_AGE, DeleteRecordsRequest,
+    DeleteRecordsResponse, EARLIEST_TIMESTAMP, ErrorCode, FENCE_EXPIRY_BATCH, FindBatchesRequest,
+    FindBatchesResponse, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
+    NO_TIMESTAMP, ObjectInfo, ObjectToDelete, ProducerBatch, ProducerExpiryReport, ProducerState,
+    RetentionReport, ShardId, TimestampType, TopicConfig, TopicIdPartition, TopicInfo,
+    check_commit_deadline, fence_expiry_before, object_key_time_ms, producer_field_error,
 };
 use async_trait::async_trait;
 use producer::Decision;
@@ -59,6 +62,10 @@ pub struct SqliteOptions {
     pub create_if_missing: bool,
     /// Prepared statements cached per connection. Default 256.
     pub statement_cache_capacity: usize,
+    /// The commit deadline: a commit of a key whose UUID v7 time is older than `now -
+    /// max_commit_age` (coordinator clock, read inside the commit transaction) is refused with
+    /// [`CoordinatorError::DeadlineExceeded`]. Default [`DEFAULT_MAX_COMMIT_AGE`] (10 minutes).
+    pub max_commit_age: Duration,
 }
 
 impl Default for SqliteOptions {
@@ -69,6 +76,7 @@ impl Default for SqliteOptions {
             read_connections: 4,
             create_if_missing: true,
             statement_cache_capacity: 256,
+            max_commit_age: DEFAULT_MAX_COMMIT_AGE,
         }
     }
 }
@@ -101,6 +109,12 @@ impl SqliteOptions {
     /// Sets [`SqliteOptions::create_if_missing`].
     pub fn create_if_missing(mut self, create: bool) -> Self {
         self.create_if_missing = create;
+        self
+    }
+
+    /// Sets [`SqliteOptions::max_commit_age`].
+    pub fn max_commit_age(mut self, max_commit_age: Duration) -> Self {
+        self.max_commit_age = max_commit_age;
         self
     }
 }
@@ -191,6 +205,7 @@ impl SqliteOptions {
 /// ```
 pub struct SqliteCoordinator {
     clock: Arc<dyn Clock>,
+    max_commit_age: Duration,
     /// The single write connection; `None` once closed.
     writer: Mutex<Option<SqliteConnection>>,
     /// Read-only connections; `None` for an in-memory database (reads share the writer).
@@ -202,6 +217,7 @@ impl std::fmt::Debug for SqliteCoordinator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteCoordinator")
             .field("clock", &self.clock)
+            .field("max_commit_age", &self.max_commit_age)
             .field("read_pool", &self.readers.is_some())
             .field("closed", &self.closed.load(Ordering::Relaxed))
             .finish()
@@ -210,6 +226,9 @@ impl std::fmt::Debug for SqliteCoordinator {
 
 const MIGRATION_0001: &str = include_str!("../../migrations/sqlite/0001_initial.sql");
 const MIGRATION_0002: &str = include_str!("../../migrations/sqlite/0002_batches_object_index.sql");
+const MIGRATION_0003: &str = include_str!("../../migrations/sqlite/0003_timestamp_index.sql");
+const MIGRATION_0004: &str =
+    include_str!("../../migrations/sqlite/0004_fences_producer_expiry.sql");
 
 /// The embedded schema migrations, applied on open (sqlx's migrator, table `_sqlx_migrations`).
 pub fn migrator() -> Migrator {
@@ -226,6 +245,20 @@ pub fn migrator() -> Migrator {
             "batches object index".into(),
             MigrationType::Simple,
             MIGRATION_0002.into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            3,
+            "timestamp index".into(),
+            MigrationType::Simple,
+            MIGRATION_0003.into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            4,
+            "fences and producer expiry".into(),
+            MigrationType::Simple,
+            MIGRATION_0004.into_sql_str(),
             false,
         ),
     ])
@@ -305,6 +338,7 @@ impl SqliteCoordinator {
             .connect_lazy_with(base.read_only(true));
         Ok(SqliteCoordinator {
             clock,
+            max_commit_age: options.max_commit_age,
             writer: Mutex::new(Some(writer)),
             readers: Some(readers),
             closed: AtomicBool::new(false),
@@ -314,10 +348,19 @@ impl SqliteCoordinator {
     /// A private in-memory database (for tests): nothing survives the coordinator, and reads share
     /// the write connection.
     pub async fn in_memory(clock: Arc<dyn Clock>) -> Result<Self, CoordinatorError> {
+        Self::in_memory_with(SqliteOptions::default(), clock).await
+    }
+
+    /// Like [`SqliteCoordinator::in_memory`], with options (of which `statement_cache_capacity` and
+    /// `max_commit_age` apply; the others concern database files).
+    pub async fn in_memory_with(
+        options: SqliteOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, CoordinatorError> {
         let mut writer = SqliteConnectOptions::new()
             .in_memory(true)
             .foreign_keys(true)
-            .statement_cache_capacity(SqliteOptions::default().statement_cache_capacity)
+            .statement_cache_capacity(options.statement_cache_capacity)
             .connect()
             .await
             .map_err(unavailable)?;
@@ -327,6 +370,7 @@ impl SqliteCoordinator {
             .map_err(|e| CoordinatorError::Storage(Box::new(e)))?;
         Ok(SqliteCoordinator {
             clock,
+            max_commit_age: options.max_commit_age,
             writer: Mutex::new(Some(writer)),
             readers: None,
             closed: AtomicBool::new(false),
@@ -508,9 +552,63 @@ fn placeholders(rows: usize, cols: usize) -> String {
 /// Rows per multi-row statement (a 100-batch commit inserts in two statements).
 const CHUNK: usize = 64;
 
-/// The effective max timestamp of a batch row.
-const EFFECTIVE_TS: &str =
-    "CASE WHEN timestamp_type = 1 THEN log_append_time ELSE max_timestamp END";
+/// ListOffsets by timestamp, step 1: one probe of the index `batches_timestamp_so_far`. The
+/// running max timestamp is monotonic in offset order, so the first batch in (running max, offset)
+/// order whose running max reaches the target (`?2`) is the first such batch in offset order. Every
+/// live batch before it has a running max, hence an effective max timestamp, below the target: when
+/// its own effective max timestamp reaches the target it is the answer.
+const TIMESTAMP_CANDIDATE: &str = "SELECT base_offset, last_offset, effective_max_timestamp \
+     FROM batches WHERE partition_id = ?1 AND max_timestamp_so_far >= ?2 \
+     ORDER BY max_timestamp_so_far, last_offset LIMIT 1";
+
+/// ListOffsets by timestamp, step 2, only when the candidate's own timestamp is below the target.
+/// That happens only to the first live batch, when a batch deleted before it (retention,
+/// DeleteRecords) raised the running max (the running max includes deleted batches; every later
+/// batch has a running max at least as large), so the target is at or below the largest timestamp
+/// of a deleted batch. The answer is then the first live batch after the candidate (`?2`, its last
+/// offset) reaching the target (`?3`): a forward scan from the log start in offset order, which
+/// ends at the answer (with near-monotonic timestamps, a few batches; in the worst case, a deleted
+/// far-future timestamp, the whole partition).
+const TIMESTAMP_SCAN: &str = "SELECT base_offset, effective_max_timestamp FROM batches \
+     WHERE partition_id = ?1 AND last_offset > ?2 AND effective_max_timestamp >= ?3 \
+     ORDER BY last_offset LIMIT 1";
+
+/// MAX_TIMESTAMP: the earliest live batch holding the largest effective max timestamp, one probe of
+/// the index `batches_max_timestamp` (timestamp descending, offset ascending). The running max is not
+/// used: it may come from a deleted batch.
+const MAX_TIMESTAMP_LOOKUP: &str = "SELECT base_offset, effective_max_timestamp FROM batches \
+     WHERE partition_id = ?1 ORDER BY effective_max_timestamp DESC, last_offset LIMIT 1";
+
+/// Retention: up to `?2` of a partition's oldest batches, with the time retention ages each by (its
+/// effective max timestamp, or its object's commit time when it has no timestamp). An index range of
+/// the primary key and one primary-key probe of `objects` per row.
+const RETENTION_BATCHES: &str = "SELECT b.last_offset, b.byte_size, \
+     CASE WHEN b.effective_max_timestamp >= 0 THEN b.effective_max_timestamp \
+     ELSE o.committed_at END \
+     FROM batches b JOIN objects o ON o.object_id = b.object_id \
+     WHERE b.partition_id = ?1 ORDER BY b.last_offset LIMIT ?2";
+
+/// Retention: the next page of partitions with a retention setting and live bytes, after
+/// (`?1`, `?2`) in (topic id, partition) order: a range of the unique index on (topic_id,
+/// partition), so a pass that stops early reads no further.
+const RETENTION_PARTITIONS: &str = "SELECT p.partition_id, p.topic_id, p.partition, \
+     p.log_start_offset, p.byte_size, t.retention_ms, t.retention_bytes \
+     FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
+     WHERE (p.topic_id, p.partition) > (?1, ?2) AND p.byte_size > 0 \
+     AND (t.retention_ms >= 0 OR t.retention_bytes >= 0) \
+     ORDER BY p.topic_id, p.partition LIMIT ?3";
+
+/// Partitions read per page by a retention pass.
+const RETENTION_PAGE: i64 = 64;
+
+/// Producer expiry: up to `?2` expired (partition, producer id) states at time `?1`, in (topic id,
+/// partition, producer id) order: partitions in the order of their unique index, each one's states
+/// in primary-key order, stopping at the limit.
+const EXPIRED_PRODUCERS: &str = "SELECT s.partition_id, s.producer_id \
+     FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
+     JOIN producer_state s ON s.partition_id = p.partition_id \
+     WHERE ?1 - s.last_append_ms >= t.producer_id_expiration_ms \
+     ORDER BY p.topic_id, p.partition, s.producer_id LIMIT ?2";
 
 const SELECT_PARTITION: &str = "SELECT p.partition_id, p.log_start_offset, p.high_watermark, \
      p.byte_size, t.timestamp_type FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
@@ -570,8 +668,22 @@ struct CommitPartition {
     log_start_offset: i64,
     high_watermark: i64,
     byte_size: i64,
+    /// The running max of the effective max timestamps of all batches appended so far.
+    max_timestamp_so_far: i64,
     timestamp_type: TimestampType,
     touched: bool,
+}
+
+/// A batch a commit appends.
+struct AppendedBatch<'a> {
+    partition_id: i64,
+    base_offset: i64,
+    last_offset: i64,
+    log_append_time: i64,
+    timestamp_type: TimestampType,
+    effective_max_timestamp: i64,
+    max_timestamp_so_far: i64,
+    batch: &'a CommitBatch,
 }
 
 /// A producer's state as a commit sees it.
@@ -646,7 +758,8 @@ impl BatchCoordinator for SqliteCoordinator {
         sqlx::query(
             "INSERT INTO topics (topic_id, name, partition_count, timestamp_type, retention_ms, \
              retention_bytes, max_message_bytes, message_timestamp_before_max_ms, \
-             message_timestamp_after_max_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+             message_timestamp_after_max_ms, producer_id_expiration_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )
         .bind(&id)
         .bind(&request.name)
@@ -657,6 +770,7 @@ impl BatchCoordinator for SqliteCoordinator {
         .bind(c.max_message_bytes)
         .bind(c.message_timestamp_before_max_ms)
         .bind(c.message_timestamp_after_max_ms)
+        .bind(c.producer_id_expiration_ms)
         .execute(&mut *tx)
         .await
         .map_err(not_applied)?;
@@ -676,11 +790,11 @@ impl BatchCoordinator for SqliteCoordinator {
     async fn delete_topic(&self, topic_id: Uuid) -> Result<(), CoordinatorError> {
         let mut guard = self.write().await?;
         let conn = guard.as_mut().ok_or(CoordinatorError::Closed)?;
-        let now = self.clock.now_ms();
         let mut tx = conn
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(not_applied)?;
+        let now = self.clock.now_ms();
         let id = topic_key(topic_id);
         let exists = sqlx::query("SELECT 1 FROM topics WHERE topic_id = ?1")
             .bind(&id)
@@ -717,7 +831,7 @@ impl BatchCoordinator for SqliteCoordinator {
         let rows = sqlx::query(
             "SELECT topic_id, name, partition_count, timestamp_type, retention_ms, \
              retention_bytes, max_message_bytes, message_timestamp_before_max_ms, \
-             message_timestamp_after_max_ms FROM topics ORDER BY name",
+             message_timestamp_after_max_ms, producer_id_expiration_ms FROM topics ORDER BY name",
         )
         .fetch_all(reader.conn()?)
         .await
@@ -735,6 +849,7 @@ impl BatchCoordinator for SqliteCoordinator {
                         max_message_bytes: col(r, 6)?,
                         message_timestamp_before_max_ms: col(r, 7)?,
                         message_timestamp_after_max_ms: col(r, 8)?,
+                        producer_id_expiration_ms: col(r, 9)?,
                     },
                 })
             })
@@ -748,11 +863,24 @@ impl BatchCoordinator for SqliteCoordinator {
         request.validate()?;
         let mut guard = self.write().await?;
         let conn = guard.as_mut().ok_or(CoordinatorError::Closed)?;
-        let now = self.clock.now_ms();
         let mut tx = conn
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(not_applied)?;
+        // The commit point. The writer mutex and SQLite's write lock are held from here to COMMIT,
+        // so the clock is read here, after any wait for them: a commit that waited past its
+        // deadline is refused, and a fence recorded before this point is seen. Returning an error
+        // drops the transaction, which rolls it back: nothing is applied.
+        let now = self.clock.now_ms();
+        check_commit_deadline(&request.object_key, now, self.max_commit_age)?;
+        let fenced = sqlx::query("SELECT 1 FROM fences WHERE object_key = ?1")
+            .bind(&request.object_key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(not_applied)?;
+        if fenced.is_some() {
+            return Err(CoordinatorError::ObjectFenced(request.object_key));
+        }
 
         // 1. Every touched partition, in one statement per CHUNK partitions.
         let mut wanted: Vec<TopicIdPartition> = Vec::new();
@@ -766,8 +894,8 @@ impl BatchCoordinator for SqliteCoordinator {
         for chunk in wanted.chunks(CHUNK) {
             let sql = format!(
                 "SELECT p.topic_id, p.partition, p.partition_id, p.log_start_offset, \
-                 p.high_watermark, p.byte_size, t.timestamp_type FROM partitions p \
-                 JOIN topics t ON t.topic_id = p.topic_id \
+                 p.high_watermark, p.byte_size, t.timestamp_type, p.max_timestamp_so_far \
+                 FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
                  WHERE (p.topic_id, p.partition) IN (VALUES {})",
                 placeholders(chunk.len(), 2)
             );
@@ -786,6 +914,7 @@ impl BatchCoordinator for SqliteCoordinator {
                         high_watermark: col(&row, 4)?,
                         byte_size: col(&row, 5)?,
                         timestamp_type: ts_type(col(&row, 6)?)?,
+                        max_timestamp_so_far: col(&row, 7)?,
                         touched: false,
                     },
                 );
@@ -796,7 +925,7 @@ impl BatchCoordinator for SqliteCoordinator {
         let mut wanted: Vec<(i64, i64)> = Vec::new();
         let mut seen = HashSet::new();
         for b in &request.batches {
-            if b.producer_id == NO_PRODUCER_ID {
+            if !b.is_idempotent() {
                 continue;
             }
             if let Some(p) = partitions.get(&b.partition)
@@ -819,7 +948,7 @@ impl BatchCoordinator for SqliteCoordinator {
             .collect();
         for chunk in wanted.chunks(CHUNK) {
             let sql = format!(
-                "SELECT partition_id, producer_id, producer_epoch, batch_window \
+                "SELECT partition_id, producer_id, producer_epoch, batch_window, last_append_ms \
                  FROM producer_state WHERE (partition_id, producer_id) IN (VALUES {})",
                 placeholders(chunk.len(), 2)
             );
@@ -837,6 +966,7 @@ impl BatchCoordinator for SqliteCoordinator {
                         producer_id: key.1,
                         producer_epoch: col(&row, 2)?,
                         batches,
+                        last_append_ms: col(&row, 4)?,
                     });
                 }
             }
@@ -844,17 +974,22 @@ impl BatchCoordinator for SqliteCoordinator {
 
         // 3. Decide every batch in memory, in request order.
         let mut results = Vec::with_capacity(request.batches.len());
-        let mut appended: Vec<(i64, i64, i64, i64, &CommitBatch, TimestampType)> = Vec::new();
+        let mut appended: Vec<AppendedBatch<'_>> = Vec::new();
         let mut live_bytes: i64 = 0;
         for batch in &request.batches {
             let Some(part) = partitions.get_mut(&batch.partition) else {
                 results.push(CommitBatchResult::error(ErrorCode::UnknownTopicOrPartition));
                 continue;
             };
-            let producer = if batch.producer_id == NO_PRODUCER_ID {
-                None
-            } else {
+            // What the producer controls is judged per batch: a bad batch is rejected alone.
+            if let Some(code) = producer_field_error(batch) {
+                results.push(CommitBatchResult::error(code));
+                continue;
+            }
+            let producer = if batch.is_idempotent() {
                 producers.get_mut(&(part.partition_id, batch.producer_id))
+            } else {
+                None
             };
             if let Some(producer) = &producer {
                 match producer::decide(producer.state.as_ref(), batch) {
@@ -877,12 +1012,13 @@ impl BatchCoordinator for SqliteCoordinator {
             }
             let base_offset = part.high_watermark;
             let last_offset = base_offset + i64::from(batch.record_count) - 1;
-            let log_append_time = match part.timestamp_type {
-                TimestampType::LogAppendTime => now,
-                TimestampType::CreateTime => NO_TIMESTAMP,
+            let (log_append_time, effective_max_timestamp) = match part.timestamp_type {
+                TimestampType::LogAppendTime => (now, now),
+                TimestampType::CreateTime => (NO_TIMESTAMP, batch.max_timestamp),
             };
             part.high_watermark = last_offset + 1;
             part.byte_size += i64::from(batch.byte_size);
+            part.max_timestamp_so_far = part.max_timestamp_so_far.max(effective_max_timestamp);
             part.touched = true;
             live_bytes += i64::from(batch.byte_size);
             if let Some(producer) = producer {
@@ -896,17 +1032,20 @@ impl BatchCoordinator for SqliteCoordinator {
                         last_offset,
                         log_append_time,
                     },
+                    now,
                 );
                 producer.touched = true;
             }
-            appended.push((
-                part.partition_id,
+            appended.push(AppendedBatch {
+                partition_id: part.partition_id,
                 base_offset,
                 last_offset,
                 log_append_time,
+                timestamp_type: part.timestamp_type,
+                effective_max_timestamp,
+                max_timestamp_so_far: part.max_timestamp_so_far,
                 batch,
-                part.timestamp_type,
-            ));
+            });
             results.push(CommitBatchResult {
                 error: ErrorCode::None,
                 base_offset,
@@ -941,27 +1080,30 @@ impl BatchCoordinator for SqliteCoordinator {
             let sql = format!(
                 "INSERT INTO batches (partition_id, last_offset, base_offset, object_id, \
                  byte_offset, byte_size, base_timestamp, max_timestamp, timestamp_type, \
-                 log_append_time, producer_id, producer_epoch, base_sequence, last_sequence) \
-                 VALUES {}",
-                placeholders(chunk.len(), 14)
+                 log_append_time, producer_id, producer_epoch, base_sequence, last_sequence, \
+                 effective_max_timestamp, max_timestamp_so_far) VALUES {}",
+                placeholders(chunk.len(), 16)
             );
             let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (partition_id, base, last, lat, b, tt) in chunk {
+            for a in chunk {
+                let b = a.batch;
                 q = q
-                    .bind(*partition_id)
-                    .bind(*last)
-                    .bind(*base)
+                    .bind(a.partition_id)
+                    .bind(a.last_offset)
+                    .bind(a.base_offset)
                     .bind(object_id)
                     .bind(b.byte_offset as i64)
                     .bind(i64::from(b.byte_size))
                     .bind(b.base_timestamp)
                     .bind(b.max_timestamp)
-                    .bind(ts_type_code(*tt))
-                    .bind(*lat)
+                    .bind(ts_type_code(a.timestamp_type))
+                    .bind(a.log_append_time)
                     .bind(b.producer_id)
                     .bind(b.producer_epoch)
                     .bind(b.base_sequence)
-                    .bind(b.last_sequence);
+                    .bind(b.last_sequence)
+                    .bind(a.effective_max_timestamp)
+                    .bind(a.max_timestamp_so_far);
             }
             q.execute(&mut *tx).await.map_err(not_applied)?;
         }
@@ -975,9 +1117,11 @@ impl BatchCoordinator for SqliteCoordinator {
         for chunk in changed.chunks(CHUNK) {
             let sql = format!(
                 "INSERT INTO producer_state (partition_id, producer_id, producer_epoch, \
-                 batch_window) VALUES {} ON CONFLICT (partition_id, producer_id) DO UPDATE SET \
-                 producer_epoch = excluded.producer_epoch, batch_window = excluded.batch_window",
-                placeholders(chunk.len(), 4)
+                 batch_window, last_append_ms) VALUES {} \
+                 ON CONFLICT (partition_id, producer_id) DO UPDATE SET \
+                 producer_epoch = excluded.producer_epoch, batch_window = excluded.batch_window, \
+                 last_append_ms = excluded.last_append_ms",
+                placeholders(chunk.len(), 5)
             );
             let mut q = sqlx::query(AssertSqlSafe(sql));
             for ((partition_id, producer_id), state) in chunk {
@@ -985,7 +1129,8 @@ impl BatchCoordinator for SqliteCoordinator {
                     .bind(*partition_id)
                     .bind(*producer_id)
                     .bind(state.producer_epoch)
-                    .bind(producer::encode_window(&state.batches));
+                    .bind(producer::encode_window(&state.batches))
+                    .bind(state.last_append_ms);
             }
             q.execute(&mut *tx).await.map_err(not_applied)?;
         }
@@ -994,16 +1139,18 @@ impl BatchCoordinator for SqliteCoordinator {
         let grown: Vec<&CommitPartition> = partitions.values().filter(|p| p.touched).collect();
         for chunk in grown.chunks(CHUNK) {
             let sql = format!(
-                "UPDATE partitions SET high_watermark = v.column2, byte_size = v.column3 \
+                "UPDATE partitions SET high_watermark = v.column2, byte_size = v.column3, \
+                 max_timestamp_so_far = v.column4 \
                  FROM (VALUES {}) AS v WHERE partitions.partition_id = v.column1",
-                placeholders(chunk.len(), 3)
+                placeholders(chunk.len(), 4)
             );
             let mut q = sqlx::query(AssertSqlSafe(sql));
             for p in chunk {
                 q = q
                     .bind(p.partition_id)
                     .bind(p.high_watermark)
-                    .bind(p.byte_size);
+                    .bind(p.byte_size)
+                    .bind(p.max_timestamp_so_far);
             }
             q.execute(&mut *tx).await.map_err(not_applied)?;
         }
@@ -1109,7 +1256,8 @@ impl BatchCoordinator for SqliteCoordinator {
                 responses.push(answer(ErrorCode::UnknownTopicOrPartition, -1, NO_TIMESTAMP));
                 continue;
             };
-            let (sql, bind_target) = match request.timestamp {
+            // (base offset, effective max timestamp) of the answering batch, if any.
+            let found: Option<(i64, i64)> = match request.timestamp {
                 EARLIEST_TIMESTAMP => {
                     responses.push(answer(ErrorCode::None, lso, NO_TIMESTAMP));
                     continue;
@@ -1118,40 +1266,55 @@ impl BatchCoordinator for SqliteCoordinator {
                     responses.push(answer(ErrorCode::None, hwm, NO_TIMESTAMP));
                     continue;
                 }
-                t if t < 0 && t != MAX_TIMESTAMP => {
+                MAX_TIMESTAMP => {
+                    let row = sqlx::query(MAX_TIMESTAMP_LOOKUP)
+                        .bind(partition_id)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(not_applied)?;
+                    match row {
+                        Some(row) => Some((col(&row, 0)?, col(&row, 1)?)),
+                        None => None,
+                    }
+                }
+                t if t < 0 => {
                     responses.push(answer(ErrorCode::InvalidRequest, -1, NO_TIMESTAMP));
                     continue;
                 }
-                // The earliest batch with the largest effective max timestamp.
-                MAX_TIMESTAMP => (
-                    format!(
-                        "SELECT base_offset, {EFFECTIVE_TS} AS ts FROM batches \
-                         WHERE partition_id = ?1 ORDER BY ts DESC, last_offset LIMIT 1"
-                    ),
-                    false,
-                ),
-                // The first batch whose effective max timestamp reaches the target.
-                _ => (
-                    format!(
-                        "SELECT base_offset, {EFFECTIVE_TS} AS ts FROM batches \
-                         WHERE partition_id = ?1 AND {EFFECTIVE_TS} >= ?2 \
-                         ORDER BY last_offset LIMIT 1"
-                    ),
-                    true,
-                ),
+                t => {
+                    let candidate = sqlx::query(TIMESTAMP_CANDIDATE)
+                        .bind(partition_id)
+                        .bind(t)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(not_applied)?;
+                    match candidate {
+                        None => None,
+                        Some(row) => {
+                            let (base, last, ts): (i64, i64, i64) =
+                                (col(&row, 0)?, col(&row, 1)?, col(&row, 2)?);
+                            if ts >= t {
+                                Some((base, ts))
+                            } else {
+                                let row = sqlx::query(TIMESTAMP_SCAN)
+                                    .bind(partition_id)
+                                    .bind(last)
+                                    .bind(t)
+                                    .fetch_optional(&mut *tx)
+                                    .await
+                                    .map_err(not_applied)?;
+                                match row {
+                                    Some(row) => Some((col(&row, 0)?, col(&row, 1)?)),
+                                    None => None,
+                                }
+                            }
+                        }
+                    }
+                }
             };
-            let mut query = sqlx::query(AssertSqlSafe(sql)).bind(partition_id);
-            if bind_target {
-                query = query.bind(request.timestamp);
-            }
-            let row = query.fetch_optional(&mut *tx).await.map_err(not_applied)?;
-            responses.push(match row {
+            responses.push(match found {
                 None => answer(ErrorCode::None, -1, NO_TIMESTAMP),
-                Some(row) => answer(
-                    ErrorCode::None,
-                    col::<i64>(&row, 0)?.max(lso),
-                    col(&row, 1)?,
-                ),
+                Some((base_offset, ts)) => answer(ErrorCode::None, base_offset.max(lso), ts),
             });
         }
         tx.commit().await.map_err(not_applied)?;
@@ -1164,11 +1327,11 @@ impl BatchCoordinator for SqliteCoordinator {
     ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
         let mut guard = self.write().await?;
         let conn = guard.as_mut().ok_or(CoordinatorError::Closed)?;
-        let now = self.clock.now_ms();
         let mut tx = conn
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(not_applied)?;
+        let now = self.clock.now_ms();
         let mut responses = Vec::with_capacity(requests.len());
         for request in requests {
             let error = |code| DeleteRecordsResponse {
@@ -1219,92 +1382,91 @@ impl BatchCoordinator for SqliteCoordinator {
     ) -> Result<RetentionReport, CoordinatorError> {
         let mut guard = self.write().await?;
         let conn = guard.as_mut().ok_or(CoordinatorError::Closed)?;
-        let now = self.clock.now_ms();
+        let mut report = RetentionReport::default();
+        if max_batches == 0 {
+            return Ok(report);
+        }
         let mut tx = conn
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(not_applied)?;
-        let candidates = sqlx::query(
-            "SELECT p.partition_id, p.log_start_offset, p.byte_size, t.retention_ms, \
-             t.retention_bytes FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
-             WHERE (t.retention_ms >= 0 OR t.retention_bytes >= 0) AND p.byte_size > 0 \
-             ORDER BY p.topic_id, p.partition",
-        )
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(not_applied)?;
-        let mut report = RetentionReport::default();
+        let now = self.clock.now_ms();
+        // The pass holds the write lock, so its work is bounded by its budget: partitions are read a
+        // page at a time, and the walk ends as soon as the budget is spent (no further partition is
+        // examined). Each examined partition costs one page query share, one query of at most
+        // `budget` batches and, when it deletes, three statements.
         let mut budget = u64::from(max_batches);
-        for candidate in &candidates {
-            let partition_id: i64 = col(candidate, 0)?;
-            let lso: i64 = col(candidate, 1)?;
-            let size: i64 = col(candidate, 2)?;
-            let retention_ms: i64 = col(candidate, 3)?;
-            let retention_bytes: i64 = col(candidate, 4)?;
-            // budget + 1 rows tell whether more than the budget is deletable.
-            let sql = format!(
-                "SELECT last_offset, byte_size, {EFFECTIVE_TS} FROM batches \
-                 WHERE partition_id = ?1 ORDER BY last_offset LIMIT ?2"
-            );
-            let rows = sqlx::query(AssertSqlSafe(sql))
-                .bind(partition_id)
-                .bind(i64::try_from(budget + 1).unwrap_or(i64::MAX))
+        let mut after: (String, i64) = (String::new(), i64::MIN);
+        'walk: loop {
+            let page = sqlx::query(RETENTION_PARTITIONS)
+                .bind(&after.0)
+                .bind(after.1)
+                .bind(RETENTION_PAGE)
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(not_applied)?;
-            // Kafka 3.x order: the time-breached prefix, then size on what is left.
-            let mut n = 0usize;
-            let mut remaining = size;
-            let mut time_phase = retention_ms >= 0;
-            let mut delete_below = lso;
-            for row in &rows {
-                let last_offset: i64 = col(row, 0)?;
-                let bytes: i64 = col(row, 1)?;
-                let ts: i64 = col(row, 2)?;
-                if time_phase && now.saturating_sub(ts) > retention_ms {
-                    // deleted by time
-                } else {
-                    time_phase = false;
-                    if !(retention_bytes >= 0 && remaining - bytes >= retention_bytes) {
-                        break;
+            for candidate in &page {
+                let partition_id: i64 = col(candidate, 0)?;
+                after = (col(candidate, 1)?, col(candidate, 2)?);
+                let lso: i64 = col(candidate, 3)?;
+                let size: i64 = col(candidate, 4)?;
+                let retention_ms: i64 = col(candidate, 5)?;
+                let retention_bytes: i64 = col(candidate, 6)?;
+                let rows = sqlx::query(RETENTION_BATCHES)
+                    .bind(partition_id)
+                    .bind(i64::try_from(budget).unwrap_or(i64::MAX))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(not_applied)?;
+                // Kafka 3.x order: the time-breached prefix, then size on what is left.
+                let mut n: u64 = 0;
+                let mut remaining = size;
+                let mut time_phase = retention_ms >= 0;
+                let mut delete_below = lso;
+                for row in &rows {
+                    let last_offset: i64 = col(row, 0)?;
+                    let bytes: i64 = col(row, 1)?;
+                    let ts: i64 = col(row, 2)?;
+                    if time_phase && now.saturating_sub(ts) > retention_ms {
+                        // deleted by time
+                    } else {
+                        time_phase = false;
+                        if !(retention_bytes >= 0 && remaining - bytes >= retention_bytes) {
+                            break;
+                        }
                     }
+                    remaining -= bytes;
+                    n += 1;
+                    delete_below = last_offset + 1;
                 }
-                remaining -= bytes;
-                n += 1;
-                delete_below = last_offset + 1;
-                if n as u64 > budget {
-                    break;
+                if n == 0 {
+                    continue;
+                }
+                let (count, bytes) =
+                    delete_batches_below(&mut tx, partition_id, delete_below, now).await?;
+                sqlx::query(
+                    "UPDATE partitions SET log_start_offset = MAX(log_start_offset, ?2), \
+                     byte_size = byte_size - ?3 WHERE partition_id = ?1",
+                )
+                .bind(partition_id)
+                .bind(delete_below)
+                .bind(bytes)
+                .execute(&mut *tx)
+                .await
+                .map_err(not_applied)?;
+                report.batches_deleted += to_u64(count, "deleted batch count")?;
+                report.bytes_deleted += to_u64(bytes, "deleted bytes")?;
+                budget = budget.saturating_sub(to_u64(count, "deleted batch count")?);
+                if budget == 0 {
+                    break 'walk;
                 }
             }
-            if n as u64 > budget {
-                report.more = true;
-                // Recompute the bound for exactly `budget` batches.
-                n = budget as usize;
-                delete_below = match n.checked_sub(1).and_then(|i| rows.get(i)) {
-                    Some(row) => col::<i64>(row, 0)? + 1,
-                    None => lso,
-                };
+            if (page.len() as i64) < RETENTION_PAGE {
+                break;
             }
-            if n == 0 {
-                continue;
-            }
-            let (count, bytes) =
-                delete_batches_below(&mut tx, partition_id, delete_below, now).await?;
-            sqlx::query(
-                "UPDATE partitions SET log_start_offset = MAX(log_start_offset, ?2), \
-                 byte_size = byte_size - ?3 WHERE partition_id = ?1",
-            )
-            .bind(partition_id)
-            .bind(delete_below)
-            .bind(bytes)
-            .execute(&mut *tx)
-            .await
-            .map_err(not_applied)?;
-            report.batches_deleted += count as u64;
-            report.bytes_deleted += bytes as u64;
-            budget = budget.saturating_sub(count as u64);
         }
         tx.commit().await.map_err(at_commit)?;
+        report.more = report.batches_deleted == u64::from(max_batches);
         Ok(report)
     }
 
@@ -1358,6 +1520,109 @@ impl BatchCoordinator for SqliteCoordinator {
             q.execute(&mut *tx).await.map_err(not_applied)?;
         }
         tx.commit().await.map_err(at_commit)
+    }
+
+    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        let mut guard = self.write().await?;
+        let conn = guard.as_mut().ok_or(CoordinatorError::Closed)?;
+        // One write transaction on the single writer: it serializes with every commit_file, which
+        // checks the fences inside its own write transaction. Either the commit ran first (the
+        // object is known here and is not fenced) or it runs after and sees the fence.
+        let mut tx = conn
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(not_applied)?;
+        let now = self.clock.now_ms();
+        sqlx::query(
+            "DELETE FROM fences WHERE object_key IN (SELECT object_key FROM fences \
+             WHERE key_time < ?1 ORDER BY key_time LIMIT ?2)",
+        )
+        .bind(fence_expiry_before(now, self.max_commit_age))
+        .bind(i64::from(FENCE_EXPIRY_BATCH))
+        .execute(&mut *tx)
+        .await
+        .map_err(not_applied)?;
+        // Distinct keys with a v7 time, in request order.
+        let mut seen = HashSet::new();
+        let candidates: Vec<(&String, i64)> = object_keys
+            .iter()
+            .filter(|k| seen.insert(k.as_str()))
+            .filter_map(|k| object_key_time_ms(k).map(|t| (k, t)))
+            .collect();
+        let mut known = HashSet::new();
+        for chunk in candidates.chunks(CHUNK) {
+            let sql = format!(
+                "SELECT object_key FROM objects WHERE object_key IN ({})",
+                vec!["?"; chunk.len()].join(",")
+            );
+            let mut q = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql));
+            for (key, _) in chunk {
+                q = q.bind(key.as_str());
+            }
+            known.extend(q.fetch_all(&mut *tx).await.map_err(not_applied)?);
+        }
+        let fenced: Vec<(&String, i64)> = candidates
+            .into_iter()
+            .filter(|(k, _)| !known.contains(k.as_str()))
+            .collect();
+        for chunk in fenced.chunks(CHUNK) {
+            let sql = format!(
+                "INSERT INTO fences (object_key, key_time) VALUES {} \
+                 ON CONFLICT (object_key) DO NOTHING",
+                placeholders(chunk.len(), 2)
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for (key, t) in chunk {
+                q = q.bind(key.as_str()).bind(*t);
+            }
+            q.execute(&mut *tx).await.map_err(not_applied)?;
+        }
+        tx.commit().await.map_err(at_commit)?;
+        Ok(fenced.into_iter().map(|(k, _)| k.clone()).collect())
+    }
+
+    async fn expire_producers(
+        &self,
+        max_producers: u32,
+    ) -> Result<ProducerExpiryReport, CoordinatorError> {
+        let mut guard = self.write().await?;
+        let conn = guard.as_mut().ok_or(CoordinatorError::Closed)?;
+        let mut report = ProducerExpiryReport::default();
+        if max_producers == 0 {
+            return Ok(report);
+        }
+        let mut tx = conn
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(not_applied)?;
+        let now = self.clock.now_ms();
+        // Reads producer states in the contract's order until `max_producers` expired ones are
+        // found: bounded by the cap when many have expired; a pass that finds few reads them all.
+        let rows = sqlx::query(EXPIRED_PRODUCERS)
+            .bind(now)
+            .bind(i64::from(max_producers))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(not_applied)?;
+        let expired: Vec<(i64, i64)> = rows
+            .iter()
+            .map(|r| Ok((col(r, 0)?, col(r, 1)?)))
+            .collect::<Result<_, CoordinatorError>>()?;
+        for chunk in expired.chunks(CHUNK) {
+            let sql = format!(
+                "DELETE FROM producer_state WHERE (partition_id, producer_id) IN (VALUES {})",
+                placeholders(chunk.len(), 2)
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for (partition_id, producer_id) in chunk {
+                q = q.bind(*partition_id).bind(*producer_id);
+            }
+            q.execute(&mut *tx).await.map_err(not_applied)?;
+        }
+        tx.commit().await.map_err(at_commit)?;
+        report.expired = expired.len() as u64;
+        report.more = report.expired == u64::from(max_producers);
+        Ok(report)
     }
 
     async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
@@ -1415,7 +1680,7 @@ impl BatchCoordinator for SqliteCoordinator {
     ) -> Result<Option<ProducerState>, CoordinatorError> {
         let mut reader = self.read().await?;
         let row = sqlx::query(
-            "SELECT s.producer_epoch, s.batch_window FROM producer_state s \
+            "SELECT s.producer_epoch, s.batch_window, s.last_append_ms FROM producer_state s \
              JOIN partitions p ON p.partition_id = s.partition_id \
              WHERE p.topic_id = ?1 AND p.partition = ?2 AND s.producer_id = ?3",
         )
@@ -1434,6 +1699,7 @@ impl BatchCoordinator for SqliteCoordinator {
             producer_epoch: col(&r, 0)?,
             batches: producer::decode_window(&window)
                 .ok_or_else(|| corrupt("torn producer batch window"))?,
+            last_append_ms: col(&r, 2)?,
         }))
     }
 }

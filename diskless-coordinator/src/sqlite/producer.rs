@@ -82,17 +82,21 @@ pub(super) fn decide(state: Option<&ProducerState>, batch: &CommitBatch) -> Deci
     }
 }
 
-/// Records an appended batch in the producer's state (a new epoch starts a new window).
+/// Records an appended batch, committed at `now`, in the producer's state (a new epoch starts a new
+/// window; the last append time is refreshed).
 pub(super) fn record(
     state: &mut Option<ProducerState>,
     batch: &CommitBatch,
     appended: ProducerBatch,
+    now: i64,
 ) {
     let s = state.get_or_insert_with(|| ProducerState {
         producer_id: batch.producer_id,
         producer_epoch: batch.producer_epoch,
         batches: Vec::with_capacity(PRODUCER_BATCH_WINDOW),
+        last_append_ms: now,
     });
+    s.last_append_ms = now;
     if s.producer_epoch != batch.producer_epoch {
         s.producer_epoch = batch.producer_epoch;
         s.batches.clear();

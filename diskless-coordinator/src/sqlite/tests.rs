@@ -1,0 +1,213 @@
+//! Unit tests of the SQLite coordinator's queries: the lookups and the lifecycle passes are bounded
+//! index probes (checked on SQLite's own query plans), and the timestamp lookup's slow path answers
+//! like a scan of the live batches.
+
+use super::*;
+use crate::{ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE};
+
+/// SQLite's query plan of `sql`, one line per step.
+async fn plan(c: &SqliteCoordinator, sql: &str) -> Vec<String> {
+    let mut guard = c.writer.lock().await;
+    let conn = guard.as_mut().unwrap();
+    sqlx::query(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+        .fetch_all(conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<String, _>(3))
+        .collect()
+}
+
+/// A plan that reads a bounded index range: every table access is a SEARCH (never a SCAN of a table
+/// or index) and nothing is sorted in a temporary B-tree.
+fn is_search_only(plan: &[String]) -> bool {
+    plan.iter()
+        .all(|step| step.starts_with("SEARCH") && !step.contains("TEMP B-TREE"))
+}
+
+/// The timestamp lookups and MAX_TIMESTAMP are one probe of their index; the query the coordinator
+/// used before (issue 12, item 10) walked the partition's primary key from its first batch,
+/// filtering on the timestamp, and sorted all of a partition's batches for MAX_TIMESTAMP.
+#[tokio::test]
+async fn timestamp_lookups_probe_their_indexes() {
+    let c = SqliteCoordinator::in_memory(ManualClock::new(0))
+        .await
+        .unwrap();
+    let p = plan(&c, TIMESTAMP_CANDIDATE).await;
+    assert!(is_search_only(&p), "{p:?}");
+    assert!(
+        p[0].contains(
+            "USING INDEX batches_timestamp_so_far (partition_id=? AND max_timestamp_so_far>?)"
+        ),
+        "the running max bounds the index range: {p:?}"
+    );
+    let p = plan(&c, MAX_TIMESTAMP_LOOKUP).await;
+    assert!(is_search_only(&p), "{p:?}");
+    assert!(p[0].contains("USING INDEX batches_max_timestamp"), "{p:?}");
+    // The slow path walks the primary key forward from the candidate, never from the partition start.
+    let p = plan(&c, TIMESTAMP_SCAN).await;
+    assert!(is_search_only(&p), "{p:?}");
+    assert!(p[0].contains("(partition_id=? AND last_offset>?)"), "{p:?}");
+
+    // The queries before the index: not bounded, and the checks above say so.
+    const EFFECTIVE: &str =
+        "CASE WHEN timestamp_type = 1 THEN log_append_time ELSE max_timestamp END";
+    let old_lookup = format!(
+        "SELECT base_offset, {EFFECTIVE} AS ts FROM batches WHERE partition_id = ?1 \
+         AND {EFFECTIVE} >= ?2 ORDER BY last_offset LIMIT 1"
+    );
+    let p = plan(&c, &old_lookup).await;
+    assert!(
+        !p[0].contains("max_timestamp_so_far>?") && p[0].ends_with("(partition_id=?)"),
+        "{p:?}"
+    );
+    let old_max = format!(
+        "SELECT base_offset, {EFFECTIVE} AS ts FROM batches WHERE partition_id = ?1 \
+         ORDER BY ts DESC, last_offset LIMIT 1"
+    );
+    assert!(!is_search_only(&plan(&c, &old_max).await));
+}
+
+/// The lifecycle passes read bounded index ranges: retention pages partitions by a range of their
+/// unique index and reads a partition's oldest batches by its primary key.
+#[tokio::test]
+async fn lifecycle_queries_are_index_ranges() {
+    let c = SqliteCoordinator::in_memory(ManualClock::new(0))
+        .await
+        .unwrap();
+    for sql in [RETENTION_PARTITIONS, RETENTION_BATCHES] {
+        let p = plan(&c, sql).await;
+        assert!(is_search_only(&p), "{sql}: {p:?}");
+    }
+    let p = plan(&c, RETENTION_PARTITIONS).await;
+    assert!(p[0].contains("((topic_id,partition)>(?,?))"), "{p:?}");
+    // Producer expiry walks partitions in index order (no sort), stopping at its limit.
+    let p = plan(&c, EXPIRED_PRODUCERS).await;
+    assert!(p.iter().all(|s| !s.contains("TEMP B-TREE")), "{p:?}");
+}
+
+fn batch(partition: TopicIdPartition, i: u64, max_timestamp: i64) -> CommitBatch {
+    CommitBatch {
+        partition,
+        byte_offset: 1 + 10 * i,
+        byte_size: 10,
+        record_count: 2,
+        base_timestamp: max_timestamp,
+        max_timestamp,
+        timestamp_type: TimestampType::CreateTime,
+        producer_id: NO_PRODUCER_ID,
+        producer_epoch: NO_PRODUCER_EPOCH,
+        base_sequence: NO_SEQUENCE,
+        last_sequence: NO_SEQUENCE,
+    }
+}
+
+/// The running max includes deleted batches, so after a batch with a larger timestamp than its
+/// successors is deleted, the candidate found by the index may have a smaller timestamp than the
+/// target: the forward scan then finds the answer. Every target is checked against a scan of the
+/// live batches, after each step.
+#[tokio::test]
+async fn timestamp_lookup_after_deleting_a_larger_timestamp() {
+    let c = SqliteCoordinator::in_memory(ManualClock::new(1_000))
+        .await
+        .unwrap();
+    let topic = Uuid::from_u128(5);
+    c.create_topic(CreateTopicRequest {
+        topic_id: topic,
+        name: "t".into(),
+        partitions: 1,
+        config: TopicConfig::default(),
+    })
+    .await
+    .unwrap();
+    let p = TopicIdPartition::new(topic, 0);
+    // (base offset, effective max timestamp) of the live batches.
+    let mut live: Vec<(i64, i64)> = Vec::new();
+    let mut lso = 0;
+    let mut next_key = 0;
+    let mut commit = async |timestamps: &[i64], live: &mut Vec<(i64, i64)>| {
+        next_key += 1;
+        let batches: Vec<CommitBatch> = timestamps
+            .iter()
+            .enumerate()
+            .map(|(i, t)| batch(p, i as u64, *t))
+            .collect();
+        let r = c
+            .commit_file(CommitFileRequest {
+                object_key: format!("wal/{next_key}"),
+                uploader_broker_id: 1,
+                object_size: 1 + 10 * timestamps.len() as u64,
+                owners: vec![0],
+                batches,
+            })
+            .await
+            .unwrap();
+        for (r, t) in r.iter().zip(timestamps) {
+            live.push((r.base_offset, *t));
+        }
+    };
+    async fn check(c: &SqliteCoordinator, p: TopicIdPartition, live: &[(i64, i64)], lso: i64) {
+        for target in 0..=130 {
+            let expected = live
+                .iter()
+                .find(|(_, t)| *t >= target)
+                .map_or((-1, NO_TIMESTAMP), |(base, t)| ((*base).max(lso), *t));
+            let r = c
+                .list_offsets(&[ListOffsetsRequest {
+                    partition: p,
+                    timestamp: target,
+                }])
+                .await
+                .unwrap();
+            assert_eq!((r[0].offset, r[0].timestamp), expected, "target {target}");
+        }
+        let mut best: Option<(i64, i64)> = None;
+        for (base, t) in live {
+            if best.is_none_or(|(_, b)| *t > b) {
+                best = Some(((*base).max(lso), *t));
+            }
+        }
+        let r = c
+            .list_offsets(&[ListOffsetsRequest {
+                partition: p,
+                timestamp: MAX_TIMESTAMP,
+            }])
+            .await
+            .unwrap();
+        assert_eq!(
+            (r[0].offset, r[0].timestamp),
+            best.unwrap_or((-1, NO_TIMESTAMP))
+        );
+    }
+    commit(&[100, 10, 20, 30], &mut live).await;
+    check(&c, p, &live, lso).await;
+    // Delete the batch with timestamp 100 (and the first record of the next batch): every live
+    // batch's running max is now 100, larger than its own timestamp.
+    for (offset, drop) in [(3, 1), (5, 1)] {
+        let r = c
+            .delete_records(&[DeleteRecordsRequest {
+                partition: p,
+                offset,
+            }])
+            .await
+            .unwrap();
+        assert_eq!(r[0].error, ErrorCode::None);
+        lso = offset;
+        live.drain(..drop);
+        check(&c, p, &live, lso).await;
+    }
+    commit(&[40, 100, 5, 120, 60], &mut live).await;
+    check(&c, p, &live, lso).await;
+    // Delete up to and including the second 100: the 120 raises every later running max.
+    let r = c
+        .delete_records(&[DeleteRecordsRequest {
+            partition: p,
+            offset: 12,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(r[0].low_watermark, 12);
+    lso = 12;
+    live.retain(|(base, _)| base + 1 >= lso);
+    check(&c, p, &live, lso).await;
+}
