@@ -111,6 +111,15 @@ pub struct WalWriterConfig {
     /// PUTs (create-only uploads make the duplicate harmless: same key, same bytes). `None` (the
     /// default) never hedges; about the store's p95 upload latency is a good value.
     pub hedge_uploads_after: Option<Duration>,
+    /// How long the writer waits for the coordinator's answer to a segment's commit. After it, every
+    /// request of the segment is answered `REQUEST_TIMED_OUT` (retriable), the call is abandoned
+    /// (its outcome is unknown: it may still apply) and the object is left to the orphan
+    /// collector. It must stay well below the coordinators' `max_commit_age` (default 10 minutes,
+    /// [`diskless_coordinator::DEFAULT_MAX_COMMIT_AGE`]), past which a late commit is refused
+    /// anyway. Later segments commit without waiting for an abandoned call, so a timed-out request's
+    /// batches may land after later ones (as after any Kafka `REQUEST_TIMED_OUT`; an idempotent
+    /// producer's sequence checks keep its order). Default 30 s (Kafka's `request.timeout.ms`).
+    pub commit_timeout: Duration,
 }
 
 impl Default for WalWriterConfig {
@@ -128,6 +137,7 @@ impl Default for WalWriterConfig {
             cache_block_size: crate::DEFAULT_CACHE_BLOCK_SIZE,
             max_concurrent_validations: 8,
             hedge_uploads_after: None,
+            commit_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -216,6 +226,8 @@ pub struct WriterStats {
     pub segments_committed: u64,
     /// Segments whose commit failed (rejected as a whole or outcome unknown).
     pub commit_failures: u64,
+    /// Of those, commits abandoned after [`WalWriterConfig::commit_timeout`].
+    pub commit_timeouts: u64,
     /// Bytes uploaded (segment sizes).
     pub bytes_uploaded: u64,
     /// Batches appended by the coordinator (duplicates excluded).
@@ -234,6 +246,7 @@ struct Counters {
     hedged_uploads: AtomicU64,
     segments_committed: AtomicU64,
     commit_failures: AtomicU64,
+    commit_timeouts: AtomicU64,
     bytes_uploaded: AtomicU64,
     batches_committed: AtomicU64,
 }
@@ -457,6 +470,9 @@ impl WalWriter {
         if config.cache_block_size == 0 {
             return Err(WriterError::Config("cache_block_size must be > 0".into()));
         }
+        if config.commit_timeout.is_zero() {
+            return Err(WriterError::Config("commit_timeout must be > 0".into()));
+        }
         if config.max_concurrent_validations == 0 {
             return Err(WriterError::Config(
                 "max_concurrent_validations must be > 0".into(),
@@ -652,6 +668,7 @@ impl WalWriter {
             hedged_uploads: c.hedged_uploads.load(Ordering::Relaxed),
             segments_committed: c.segments_committed.load(Ordering::Relaxed),
             commit_failures: c.commit_failures.load(Ordering::Relaxed),
+            commit_timeouts: c.commit_timeouts.load(Ordering::Relaxed),
             bytes_uploaded: c.bytes_uploaded.load(Ordering::Relaxed),
             batches_committed: c.batches_committed.load(Ordering::Relaxed),
             pending_bytes: (self
@@ -1025,7 +1042,20 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
     counters.segments_uploaded.fetch_add(1, Ordering::Relaxed);
     counters.bytes_uploaded.fetch_add(size, Ordering::Relaxed);
 
-    match shared.coordinator.commit_file(commit).await {
+    let timeout = shared.config.commit_timeout;
+    let answer = match tokio::time::timeout(timeout, shared.coordinator.commit_file(commit)).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            counters.commit_timeouts.fetch_add(1, Ordering::Relaxed);
+            // Abandoned: the call may still apply (until the coordinator's commit deadline), so the
+            // object stays; the orphan collector fences and deletes it if it never committed.
+            Err(CoordinatorError::OutcomeUnknown(
+                format!("no answer from the coordinator within the commit timeout ({timeout:?})")
+                    .into(),
+            ))
+        }
+    };
+    match answer {
         Ok(results) => {
             counters.segments_committed.fetch_add(1, Ordering::Relaxed);
             for (entry, result) in targets.iter().zip(results.iter()) {
