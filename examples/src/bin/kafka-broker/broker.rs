@@ -14,8 +14,8 @@ use diskless_coordinator::sharded::{
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions};
 use diskless_coordinator::{BatchCoordinator, Clock, SystemClock};
 use diskless_core::lifecycle::{
-    CleanerConfig, CommitDeadline, Lifecycle, LifecycleHandle, ObjectCleaner, OrphanCollector,
-    OrphanConfig, RetentionConfig, RetentionEnforcer,
+    CleanerConfig, Lifecycle, LifecycleHandle, ObjectCleaner, OrphanCollector, OrphanConfig,
+    ProducerExpirer, ProducerExpiryConfig, RetentionConfig, RetentionEnforcer,
 };
 use diskless_core::{Fetcher, FetcherConfig, WalWriter, WalWriterConfig};
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
@@ -59,9 +59,11 @@ impl std::fmt::Debug for Broker {
     }
 }
 
-/// The commit fence: commits of objects older than this are refused (the sharded router's default
-/// too); the orphan collector's 15-minute threshold stays above it.
-const MAX_COMMIT_AGE: Duration = Duration::from_secs(600);
+/// The sharded router's early commit refusal. Every coordinator enforces the same deadline
+/// (`diskless_coordinator::DEFAULT_MAX_COMMIT_AGE`) and the orphan fences inside its own commit
+/// transaction, so nothing here is needed for safety; the orphan collector's 15-minute candidate age
+/// stays above it.
+const MAX_COMMIT_AGE: Duration = diskless_coordinator::DEFAULT_MAX_COMMIT_AGE;
 
 /// The partition → shard map of a sharded coordinator, in the data directory.
 pub const SHARD_MAP_FILE: &str = "coordinator-shards.map";
@@ -262,16 +264,10 @@ impl Broker {
             sqlite,
             persistent,
         } = open_coordinator(config, &data_dir, &clock).await?;
-        // The commit fence the orphan collector relies on: the sharded router applies it itself.
+        // No commit fence to wire: every coordinator checks the commit deadline and the orphan
+        // collector's fences inside its commit transaction.
         let orphan_check = config.orphan_check.filter(|_| persistent);
-        let commit_path: Arc<dyn BatchCoordinator> = match (&sharded, orphan_check) {
-            (None, Some(_)) => Arc::new(CommitDeadline::new(
-                coordinator.clone(),
-                clock.clone(),
-                MAX_COMMIT_AGE,
-            )),
-            _ => coordinator.clone(),
-        };
+        let commit_path: Arc<dyn BatchCoordinator> = coordinator.clone();
 
         let cache: Arc<dyn LocalCache> = Arc::new(MokaCache::new(
             MokaCacheConfig::default().with_max_bytes(config.cache_max_bytes),
@@ -316,6 +312,11 @@ impl Broker {
                 ),
                 config.retention_check,
             );
+        // Kafka's producer.id.expiration.check.interval.ms default.
+        lifecycle = lifecycle.producer_expiry(
+            ProducerExpirer::new(coordinator.clone(), ProducerExpiryConfig::default()),
+            Duration::from_secs(600),
+        );
         if let Some(interval) = orphan_check {
             // Default thresholds: candidates older than 15 min (> MAX_COMMIT_AGE), deleted after
             // a second check 5 min later.
