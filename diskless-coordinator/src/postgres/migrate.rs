@@ -1,27 +1,38 @@
 //! Embedded schema migrations of the PostgreSQL coordinator.
 //!
-//! Every migration runs in one transaction that first takes a transaction-scoped advisory lock for
-//! the schema (so brokers starting at once migrate one after the other) and sets a short
-//! `lock_timeout` (so a migration that would wait behind live traffic fails instead of queueing all
-//! later statements behind its lock). Applied migrations are recorded in `schema_migrations` in the
-//! coordinator's schema, with a checksum of their text; a changed text is reported, never re-run.
+//! A **transactional** migration runs in one transaction that first takes a transaction-scoped
+//! advisory lock for the schema (so brokers starting at once migrate one after the other) and sets a
+//! short `lock_timeout` (so a migration that would wait behind live traffic fails instead of queueing
+//! all later statements behind its lock). A **non-transactional** migration (for
+//! `CREATE INDEX CONCURRENTLY`, which cannot run in a transaction) runs its statements one by one,
+//! each in autocommit, under a session-level advisory lock of the same key; its statements must be
+//! idempotent (`IF NOT EXISTS`), because a failure half way leaves the earlier ones applied, and an
+//! index left invalid by a failed concurrent build is dropped before the next attempt. Applied
+//! migrations are recorded in `schema_migrations` in the coordinator's schema, with a checksum of
+//! their text; a changed text is reported, never re-run.
 //!
 //! Rules for future migrations (they run against live clusters): add tables, nullable columns,
 //! functions (`CREATE OR REPLACE`) and indexes; build indexes on large tables with
-//! `CREATE INDEX CONCURRENTLY` in a migration marked as non-transactional; never rewrite a table
-//! (`ALTER COLUMN ... TYPE`, `ADD COLUMN ... DEFAULT volatile`) or take an `ACCESS EXCLUSIVE` lock for
-//! longer than a catalog update.
+//! `CREATE INDEX CONCURRENTLY` in a non-transactional migration; never rewrite a table
+//! (`ALTER COLUMN ... TYPE`, `ADD COLUMN ... DEFAULT volatile`, an `UPDATE` of every row) or take an
+//! `ACCESS EXCLUSIVE` lock for longer than a catalog update. Keep old function signatures working
+//! (a broker of the previous version may still call them during a rolling upgrade).
 
 use super::{PostgresOptions, sql_error};
 use crate::CoordinatorError;
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Connection, Row};
+use std::time::Duration;
 
 /// One embedded migration.
 pub(super) struct Migration {
     pub(super) version: i32,
     pub(super) name: &'static str,
     pub(super) sql: &'static str,
+    /// Whether it runs in one transaction. When false, its text is a sequence of idempotent
+    /// statements, each ending with `;` at the end of a line (no `;` elsewhere, no function bodies),
+    /// run one by one in autocommit (`--` comment lines are skipped).
+    pub(super) transactional: bool,
 }
 
 /// The embedded migrations, in version order.
@@ -30,11 +41,25 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         version: 1,
         name: "initial",
         sql: include_str!("../../migrations/postgres/0001_initial.sql"),
+        transactional: true,
     },
     Migration {
         version: 2,
         name: "fast_commit_file",
         sql: include_str!("../../migrations/postgres/0002_fast_commit_file.sql"),
+        transactional: true,
+    },
+    Migration {
+        version: 3,
+        name: "replica_heartbeat_running_max",
+        sql: include_str!("../../migrations/postgres/0003_replica_heartbeat_running_max.sql"),
+        transactional: true,
+    },
+    Migration {
+        version: 4,
+        name: "timestamp_indexes",
+        sql: include_str!("../../migrations/postgres/0004_timestamp_indexes.sql"),
+        transactional: false,
     },
 ];
 
@@ -53,44 +78,93 @@ fn checksum(sql: &str) -> String {
     format!("{h:016x}")
 }
 
+/// The arguments of the advisory lock that serializes the migrators of `schema` (a validated
+/// lowercase identifier).
+fn lock_key(schema: &str) -> String {
+    format!("hashtext('diskless-coordinator-migrate'), hashtext('{schema}')")
+}
+
+/// Runs one statement (no result rows needed) on `conn`.
+async fn exec(conn: &mut PgConnection, sql: String) -> Result<(), CoordinatorError> {
+    sqlx::raw_sql(AssertSqlSafe(sql))
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())
+        .map_err(|e| sql_error(e, false))
+}
+
 /// Applies the pending migrations to `options.schema` on `conn`, creating the schema if needed.
 /// Returns how many migrations were applied.
+///
+/// The migrators of a schema are serialized by a session-level advisory lock, taken by polling
+/// `pg_try_advisory_lock` between statements: a migrator waiting inside a statement would hold a
+/// snapshot, which a concurrent `CREATE INDEX CONCURRENTLY` of the lock holder waits for (a
+/// deadlock). A migrator waits for a concurrent one as long as that one runs; it holds nothing
+/// meanwhile.
 pub(super) async fn run(
     conn: &mut PgConnection,
     options: &PostgresOptions,
 ) -> Result<usize, CoordinatorError> {
     let schema = options.schema.as_str();
-    let mut tx = conn.begin().await.map_err(|e| sql_error(e, false))?;
-    let lock_timeout = format!(
-        "SET LOCAL lock_timeout = {}",
-        options.migration_lock_timeout.as_millis().max(1)
-    );
-    let setup = [
-        lock_timeout,
-        // One migrator per schema at a time; released at COMMIT/ROLLBACK.
-        format!(
-            "SELECT pg_advisory_xact_lock(hashtext('diskless-coordinator-migrate'), \
-             hashtext('{schema}'))"
-        ),
-        format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""),
-        format!(
-            "CREATE TABLE IF NOT EXISTS \"{schema}\".schema_migrations (\
-             version integer NOT NULL PRIMARY KEY, name text NOT NULL, \
-             checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        ),
-        format!("SET LOCAL search_path = \"{schema}\""),
-    ];
-    for sql in setup {
-        // The schema name is validated (lowercase identifier) before it gets here.
-        sqlx::raw_sql(AssertSqlSafe(sql))
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| sql_error(e, false))?;
+    let mut waited = false;
+    loop {
+        let got: bool = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT pg_try_advisory_lock({})",
+            lock_key(schema)
+        )))
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| sql_error(e, false))?;
+        if got {
+            break;
+        }
+        if !waited {
+            tracing::info!(schema, "waiting for a concurrent migrator of the schema");
+            waited = true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let applied = run_locked(conn, options).await;
+    if applied.is_ok() {
+        exec(
+            conn,
+            format!("SELECT pg_advisory_unlock({})", lock_key(schema)),
+        )
+        .await?;
+    }
+    // On an error the caller closes the connection, which releases the lock.
+    applied
+}
+
+async fn run_locked(
+    conn: &mut PgConnection,
+    options: &PostgresOptions,
+) -> Result<usize, CoordinatorError> {
+    let schema = options.schema.as_str();
+    {
+        let mut tx = conn.begin().await.map_err(|e| sql_error(e, false))?;
+        let setup = [
+            format!(
+                "SET LOCAL lock_timeout = {}",
+                options.migration_lock_timeout.as_millis().max(1)
+            ),
+            format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""),
+            format!(
+                "CREATE TABLE IF NOT EXISTS \"{schema}\".schema_migrations (\
+                 version integer NOT NULL PRIMARY KEY, name text NOT NULL, \
+                 checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            ),
+        ];
+        for sql in setup {
+            // The schema name is validated (lowercase identifier) before it gets here.
+            exec(&mut tx, sql).await?;
+        }
+        tx.commit().await.map_err(|e| sql_error(e, true))?;
     }
     let applied = sqlx::query(AssertSqlSafe(format!(
         "SELECT version, checksum FROM \"{schema}\".schema_migrations ORDER BY version"
     )))
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await
     .map_err(|e| sql_error(e, false))?;
     let mut done = std::collections::HashMap::new();
@@ -132,21 +206,103 @@ pub(super) async fn run(
             name = m.name,
             "applying migration"
         );
-        sqlx::raw_sql(m.sql)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| sql_error(e, false))?;
-        sqlx::query("INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)")
-            .bind(m.version)
-            .bind(m.name)
-            .bind(&sum)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| sql_error(e, false))?;
+        if m.transactional {
+            let mut tx = conn.begin().await.map_err(|e| sql_error(e, false))?;
+            exec(
+                &mut tx,
+                format!(
+                    "SET LOCAL lock_timeout = {}",
+                    options.migration_lock_timeout.as_millis().max(1)
+                ),
+            )
+            .await?;
+            exec(&mut tx, format!("SET LOCAL search_path = \"{schema}\"")).await?;
+            sqlx::raw_sql(m.sql)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| sql_error(e, false))?;
+            record(&mut tx, m, &sum).await?;
+            tx.commit().await.map_err(|e| sql_error(e, true))?;
+        } else {
+            apply_statements(conn, schema, m).await?;
+            record(conn, m, &sum).await?;
+        }
         count += 1;
     }
-    tx.commit().await.map_err(|e| sql_error(e, true))?;
     Ok(count)
+}
+
+/// Records `m` as applied (the search path is the schema).
+async fn record(conn: &mut PgConnection, m: &Migration, sum: &str) -> Result<(), CoordinatorError> {
+    sqlx::query("INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)")
+        .bind(m.version)
+        .bind(m.name)
+        .bind(sum)
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())
+        .map_err(|e| sql_error(e, false))
+}
+
+/// Runs the statements of a non-transactional migration one by one, in autocommit, without
+/// statement or lock timeouts (a concurrent index build takes no lock that blocks reads or writes,
+/// but waits for the transactions older than it). Indexes of the schema left invalid by an
+/// interrupted concurrent build are dropped first, so that `IF NOT EXISTS` rebuilds them.
+async fn apply_statements(
+    conn: &mut PgConnection,
+    schema: &str,
+    m: &Migration,
+) -> Result<(), CoordinatorError> {
+    exec(
+        conn,
+        format!("SET search_path = \"{schema}\"; SET statement_timeout = 0; SET lock_timeout = 0"),
+    )
+    .await?;
+    let invalid: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+         JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND NOT i.indisvalid",
+    )
+    .bind(schema)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|e| sql_error(e, false))?;
+    for index in invalid {
+        tracing::warn!(
+            schema,
+            index,
+            "dropping an index left invalid by an interrupted build"
+        );
+        exec(
+            conn,
+            format!(
+                "DROP INDEX CONCURRENTLY IF EXISTS \"{schema}\".\"{}\"",
+                index.replace('"', "\"\"")
+            ),
+        )
+        .await?;
+    }
+    for statement in statements(m.sql) {
+        exec(conn, statement).await?;
+    }
+    exec(
+        conn,
+        "RESET statement_timeout; RESET lock_timeout".to_string(),
+    )
+    .await
+}
+
+/// The statements of a non-transactional migration: `--` comment lines dropped, split at `;`.
+fn statements(sql: &str) -> Vec<String> {
+    let body: Vec<&str> = sql
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect();
+    body.join("\n")
+        .split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// The highest applied migration version in the schema, or 0 when none (or no schema).
@@ -186,5 +342,21 @@ mod tests {
         }
         assert_ne!(checksum("a"), checksum("b"));
         assert_eq!(latest_version(), last);
+    }
+
+    #[test]
+    fn non_transactional_statements_are_split() {
+        assert_eq!(
+            statements(
+                "-- a comment; with a semicolon\nCREATE INDEX a\n  ON t (x);\n\nSELECT 1;\n"
+            ),
+            vec![
+                "CREATE INDEX a\n  ON t (x)".to_string(),
+                "SELECT 1".to_string()
+            ]
+        );
+        for m in MIGRATIONS.iter().filter(|m| !m.transactional) {
+            assert!(!statements(m.sql).is_empty(), "migration {}", m.version);
+        }
     }
 }

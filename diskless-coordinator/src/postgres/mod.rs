@@ -3,14 +3,14 @@
 //! See [`PostgresCoordinator`] and [`PostgresOptions`].
 
 mod migrate;
+mod reads;
 
 use crate::{
     BatchCoordinate, BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest,
-    CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse,
-    EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, FindBatchesResponse, LATEST_TIMESTAMP,
-    ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, NO_TIMESTAMP, ObjectInfo,
+    CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode,
+    FindBatchesRequest, FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, ObjectInfo,
     ObjectToDelete, ProducerBatch, ProducerState, RetentionReport, ShardId, TimestampType,
-    TopicConfig, TopicIdPartition, TopicInfo,
+    TopicIdPartition, TopicInfo,
 };
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
@@ -71,6 +71,14 @@ pub struct PostgresOptions {
     /// [`CoordinatorError::OutcomeUnknown`]. Busy connections are not pinged: a commit stays one
     /// round trip. Zero pings before every use. Default 1 s.
     pub ping_idle_after: Duration,
+    /// With [`PostgresOptions::read_url`]: the most a read replica may lag for reads to use it.
+    /// Each read measures the lag in its own snapshot (the replica's clock minus the newest
+    /// heartbeat of the primary it holds; the coordinator writes that heartbeat every quarter of
+    /// this bound, at most every second); a read finding more reads the primary instead. Keep it
+    /// well below the object cleaner's deletion grace period (`ObjectCleaner`, 60 s by default)
+    /// minus the clock skew between the servers, so that a fetch never gets the coordinates of
+    /// an object already deleted. Default 30 s.
+    pub max_replica_lag: Duration,
 }
 
 impl std::fmt::Debug for PostgresOptions {
@@ -89,6 +97,7 @@ impl std::fmt::Debug for PostgresOptions {
             .field("application_name", &self.application_name)
             .field("max_conflict_retries", &self.max_conflict_retries)
             .field("ping_idle_after", &self.ping_idle_after)
+            .field("max_replica_lag", &self.max_replica_lag)
             .finish()
     }
 }
@@ -131,6 +140,7 @@ impl PostgresOptions {
             application_name: "diskless-coordinator".to_string(),
             max_conflict_retries: 5,
             ping_idle_after: Duration::from_secs(1),
+            max_replica_lag: Duration::from_secs(30),
         }
     }
 
@@ -203,6 +213,12 @@ impl PostgresOptions {
     /// Sets [`PostgresOptions::ping_idle_after`].
     pub fn ping_idle_after(mut self, idle: Duration) -> Self {
         self.ping_idle_after = idle;
+        self
+    }
+
+    /// Sets [`PostgresOptions::max_replica_lag`].
+    pub fn max_replica_lag(mut self, lag: Duration) -> Self {
+        self.max_replica_lag = lag;
         self
     }
 
@@ -366,7 +382,53 @@ pub struct PostgresCoordinator {
     write: PgPool,
     read: PgPool,
     closed: AtomicBool,
+    counters: Counters,
+    /// After a replica failure: reads skip the replica until then.
+    replica_retry_at: std::sync::Mutex<Option<std::time::Instant>>,
+    /// The task writing the primary heartbeat (with a read replica only).
+    heartbeat: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// Event counters behind [`PostgresCoordinator::stats`].
+#[derive(Default)]
+struct Counters {
     conflict_retries: AtomicU64,
+    replica_reads: AtomicU64,
+    replica_bypassed: AtomicU64,
+    primary_rechecks: AtomicU64,
+    retention_partitions: AtomicU64,
+}
+
+/// What a [`PostgresCoordinator`] did since it connected (for monitoring).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PostgresStats {
+    /// Transactions retried after a serialization failure or deadlock (with the fixed lock order
+    /// this stays 0 for commits).
+    pub conflict_retries: u64,
+    /// Reads run on the read replica ([`PostgresOptions::read_url`]).
+    pub replica_reads: u64,
+    /// Reads run on the primary although a replica is configured: it lagged more than
+    /// [`PostgresOptions::max_replica_lag`], held no heartbeat, or failed.
+    pub replica_bypassed: u64,
+    /// Replica reads that asked the primary again about partitions the replica answered as out
+    /// of range, unknown or without the timestamp.
+    pub primary_rechecks: u64,
+    /// Partitions examined by retention passes (a pass stops as soon as its budget is spent).
+    pub retention_partitions_examined: u64,
+}
+
+impl Drop for PostgresCoordinator {
+    fn drop(&mut self) {
+        if let Some(task) = self
+            .heartbeat
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            task.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for PostgresCoordinator {
@@ -416,13 +478,26 @@ impl PostgresCoordinator {
         let read = options
             .pool_options(options.read_max_connections, 0)
             .connect_lazy_with(read_options);
+        let heartbeat = if options.read_url.is_some() {
+            // The first heartbeat before the first read, so that a replica in sync serves reads
+            // from the start.
+            reads::write_heartbeat(&write, options.max_replica_lag).await;
+            Some(tokio::spawn(reads::heartbeat_loop(
+                write.clone(),
+                options.max_replica_lag,
+            )))
+        } else {
+            None
+        };
         Ok(PostgresCoordinator {
             clock,
             options,
             write,
             read,
             closed: AtomicBool::new(false),
-            conflict_retries: AtomicU64::new(0),
+            counters: Counters::default(),
+            replica_retry_at: std::sync::Mutex::new(None),
+            heartbeat: std::sync::Mutex::new(heartbeat),
         })
     }
 
@@ -446,13 +521,33 @@ impl PostgresCoordinator {
     /// How many transactions were retried after a serialization failure or deadlock since connect
     /// (for monitoring: with the fixed lock order this stays 0 for commits).
     pub fn conflict_retries(&self) -> u64 {
-        self.conflict_retries.load(Ordering::Relaxed)
+        self.counters.conflict_retries.load(Ordering::Relaxed)
+    }
+
+    /// What this coordinator did since it connected.
+    pub fn stats(&self) -> PostgresStats {
+        let c = &self.counters;
+        PostgresStats {
+            conflict_retries: c.conflict_retries.load(Ordering::Relaxed),
+            replica_reads: c.replica_reads.load(Ordering::Relaxed),
+            replica_bypassed: c.replica_bypassed.load(Ordering::Relaxed),
+            primary_rechecks: c.primary_rechecks.load(Ordering::Relaxed),
+            retention_partitions_examined: c.retention_partitions.load(Ordering::Relaxed),
+        }
     }
 
     /// Closes both pools, waiting for calls in progress. Later calls fail with
     /// [`CoordinatorError::Closed`].
     pub async fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
+        if let Some(task) = self
+            .heartbeat
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            task.abort();
+        }
         self.write.close().await;
         self.read.close().await;
     }
@@ -476,7 +571,9 @@ impl PostgresCoordinator {
 
     /// Counts a conflict retry and backs off a little (longer after each attempt).
     async fn backoff(&self, attempt: u32) {
-        self.conflict_retries.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .conflict_retries
+            .fetch_add(1, Ordering::Relaxed);
         let ms = 2u64.saturating_pow(attempt.min(8));
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
@@ -614,7 +711,13 @@ fn partition_arrays(partitions: impl Iterator<Item = TopicIdPartition>) -> (Vec<
 // -------------------------------------------------------------------------------------------------
 // SQL
 
-/// The effective max timestamp of a batch row `b`.
+/// `d` in ms, saturating.
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The effective max timestamp of a batch row `b` (the expression of the `batches_effective_ts`
+/// index, migration 4).
 const EFFECTIVE_TS: &str =
     "(CASE WHEN b.timestamp_type = 1 THEN b.log_append_time ELSE b.max_timestamp END)";
 
@@ -628,6 +731,8 @@ const FIRST_PAGE: i64 = 64;
 const PAGE: i64 = 512;
 /// Batches examined per round trip by retention.
 const RETENTION_PAGE: i64 = 1024;
+/// Candidate partitions fetched per round trip by retention.
+const RETENTION_CANDIDATES: i64 = 32;
 
 /// The 14 columns [`batch_from_row`] decodes; batch columns from `b`, object columns from `o`.
 fn batch_columns(o: &str) -> String {
@@ -720,6 +825,90 @@ async fn release_objects(
     .await
     .map_err(|e| Attempt::Sql(e, false))?;
     Ok(())
+}
+
+/// Retention of one partition: locks its row, deletes the prefix that retention.ms (then
+/// retention.bytes on what is left) allows, at most `budget` batches (Kafka 3.x order), adding to
+/// `report` and the released bytes per object. Returns the number of batches deleted.
+async fn trim_partition(
+    conn: &mut PgConnection,
+    partition_id: i64,
+    budget: u64,
+    now: i64,
+    released: &mut BTreeMap<i64, i64>,
+    report: &mut RetentionReport,
+) -> Result<u64, Attempt> {
+    let Some(row) = sqlx::query(
+        "SELECT pa.byte_size, t.retention_ms, t.retention_bytes \
+         FROM partitions pa JOIN topics t ON t.topic_id = pa.topic_id \
+         WHERE pa.partition_id = $1 FOR UPDATE OF pa",
+    )
+    .bind(partition_id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(|e| Attempt::Sql(e, false))?
+    else {
+        return Ok(0);
+    };
+    let size: i64 = col(&row, 0)?;
+    let retention_ms: i64 = col(&row, 1)?;
+    let retention_bytes: i64 = col(&row, 2)?;
+    // Up to `budget` batches are examined, page by page.
+    let mut deletable: u64 = 0;
+    let mut last_deletable = None;
+    let mut remaining = size;
+    let mut by_time = retention_ms >= 0;
+    let mut after = i64::MIN;
+    'pages: while deletable < budget {
+        let want = (budget - deletable).min(RETENTION_PAGE as u64);
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT b.last_offset, b.byte_size, {EFFECTIVE_TS} FROM batches b \
+             WHERE b.partition_id = $1 AND b.last_offset > $2 \
+             ORDER BY b.last_offset LIMIT $3"
+        )))
+        .bind(partition_id)
+        .bind(after)
+        .bind(want as i64)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| Attempt::Sql(e, false))?;
+        for row in &rows {
+            let last_offset: i64 = col(row, 0)?;
+            let bytes: i64 = col(row, 1)?;
+            let ts: i64 = col(row, 2)?;
+            if !(by_time && now.saturating_sub(ts) > retention_ms) {
+                by_time = false;
+                if !(retention_bytes >= 0 && remaining - bytes >= retention_bytes) {
+                    break 'pages;
+                }
+            }
+            remaining -= bytes;
+            deletable += 1;
+            last_deletable = Some(last_offset);
+            after = last_offset;
+        }
+        if (rows.len() as u64) < want {
+            break;
+        }
+    }
+    let Some(last) = last_deletable else {
+        return Ok(0);
+    };
+    let below = last + 1;
+    let (count, bytes) = delete_batches_below(conn, &[partition_id], below, released).await?;
+    sqlx::query(
+        "UPDATE partitions SET log_start_offset = greatest(log_start_offset, $2), \
+         byte_size = byte_size - $3 WHERE partition_id = $1",
+    )
+    .bind(partition_id)
+    .bind(below)
+    .bind(bytes)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| Attempt::Sql(e, false))?;
+    report.batches_deleted += count;
+    report.bytes_deleted += to_u64(bytes, "deleted bytes")?;
+    Ok(count)
 }
 
 impl PostgresCoordinator {
@@ -926,231 +1115,84 @@ impl PostgresCoordinator {
         Ok(responses)
     }
 
+    /// One retention pass (see [`BatchCoordinator::enforce_retention`]): candidate partitions are
+    /// found page by page in the global lock order, each is locked and trimmed, and the walk stops
+    /// as soon as the budget is spent, so a pass holds its row locks for work bounded by its budget
+    /// (plus one page of candidates), whatever the number of partitions.
     async fn try_enforce_retention(
         &self,
         max_batches: u32,
         now: i64,
     ) -> Result<RetentionReport, Attempt> {
+        let mut report = RetentionReport::default();
+        if max_batches == 0 {
+            return Ok(report);
+        }
         let mut tx = self
             .write
             .begin()
             .await
             .map_err(|e| Attempt::Sql(e, false))?;
-        // Partitions that may have something to delete: over their size limit, or with a first
-        // batch older than retention.ms. Visited in the global lock order.
-        let candidates: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT pa.partition_id FROM partitions pa JOIN topics t ON t.topic_id = pa.topic_id \
-             WHERE pa.byte_size > 0 AND ((t.retention_bytes >= 0 AND pa.byte_size > t.retention_bytes) \
-             OR (t.retention_ms >= 0 AND EXISTS (SELECT 1 FROM (SELECT {EFFECTIVE_TS} AS ts \
-             FROM batches b WHERE b.partition_id = pa.partition_id ORDER BY b.last_offset LIMIT 1) f \
-             WHERE $1::numeric - f.ts > t.retention_ms))) \
-             ORDER BY pa.topic_id, pa.partition"
-        )))
-        .bind(now)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(|e| Attempt::Sql(e, false))?;
-        let mut report = RetentionReport::default();
         let mut budget = u64::from(max_batches);
         let mut released = BTreeMap::new();
-        for partition_id in candidates {
-            let lock = if budget > 0 { " FOR UPDATE OF pa" } else { "" };
-            let Some(row) = sqlx::query(AssertSqlSafe(format!(
-                "SELECT pa.byte_size, t.retention_ms, t.retention_bytes \
+        // The last candidate visited: (topic id, partition).
+        let mut after: Option<(String, i32)> = None;
+        'walk: loop {
+            // Partitions that may have something to delete: over their size limit, or with a first
+            // batch older than retention.ms. In the global lock order, after the last one visited.
+            let (cursor, topic, partition) = match &after {
+                Some((t, p)) => (
+                    "AND (pa.topic_id, pa.partition) > ($2::uuid, $3)",
+                    t.as_str(),
+                    *p,
+                ),
+                None => ("AND $2::text IS NULL AND $3::integer IS NULL", "", 0),
+            };
+            let candidates = sqlx::query(AssertSqlSafe(format!(
+                "SELECT pa.partition_id, pa.topic_id::text, pa.partition \
                  FROM partitions pa JOIN topics t ON t.topic_id = pa.topic_id \
-                 WHERE pa.partition_id = $1{lock}"
+                 WHERE pa.byte_size > 0 {cursor} \
+                 AND ((t.retention_bytes >= 0 AND pa.byte_size > t.retention_bytes) \
+                 OR (t.retention_ms >= 0 AND EXISTS (SELECT 1 FROM (SELECT {EFFECTIVE_TS} AS ts \
+                 FROM batches b WHERE b.partition_id = pa.partition_id \
+                 ORDER BY b.last_offset LIMIT 1) f WHERE $1::numeric - f.ts > t.retention_ms))) \
+                 ORDER BY pa.topic_id, pa.partition LIMIT {RETENTION_CANDIDATES}"
             )))
-            .bind(partition_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| Attempt::Sql(e, false))?
-            else {
-                continue;
-            };
-            let size: i64 = col(&row, 0)?;
-            let retention_ms: i64 = col(&row, 1)?;
-            let retention_bytes: i64 = col(&row, 2)?;
-            // Kafka 3.x order: the time-breached prefix, then size on what is left. Up to budget + 1
-            // batches are examined (page by page) to tell whether more than the budget is deletable.
-            let wanted = budget.saturating_add(1);
-            let mut deletable: Vec<i64> = Vec::new(); // last offsets
-            let mut remaining = size;
-            let mut by_time = retention_ms >= 0;
-            let mut after = i64::MIN;
-            'pages: loop {
-                let want = (wanted - deletable.len() as u64).min(RETENTION_PAGE as u64);
-                let rows = sqlx::query(AssertSqlSafe(format!(
-                    "SELECT b.last_offset, b.byte_size, {EFFECTIVE_TS} FROM batches b \
-                     WHERE b.partition_id = $1 AND b.last_offset > $2 \
-                     ORDER BY b.last_offset LIMIT $3"
-                )))
-                .bind(partition_id)
-                .bind(after)
-                .bind(want as i64)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| Attempt::Sql(e, false))?;
-                for row in &rows {
-                    let last_offset: i64 = col(row, 0)?;
-                    let bytes: i64 = col(row, 1)?;
-                    let ts: i64 = col(row, 2)?;
-                    if !(by_time && now.saturating_sub(ts) > retention_ms) {
-                        by_time = false;
-                        if !(retention_bytes >= 0 && remaining - bytes >= retention_bytes) {
-                            break 'pages;
-                        }
-                    }
-                    remaining -= bytes;
-                    deletable.push(last_offset);
-                    after = last_offset;
-                }
-                if (rows.len() as u64) < want || deletable.len() as u64 >= wanted {
-                    break;
-                }
-            }
-            if deletable.len() as u64 > budget {
-                report.more = true;
-            }
-            let take = (deletable.len() as u64).min(budget) as usize;
-            let Some(last) = take.checked_sub(1).map(|i| deletable[i]) else {
-                continue;
-            };
-            let below = last + 1;
-            let (count, bytes) =
-                delete_batches_below(&mut tx, &[partition_id], below, &mut released).await?;
-            sqlx::query(
-                "UPDATE partitions SET log_start_offset = greatest(log_start_offset, $2), \
-                 byte_size = byte_size - $3 WHERE partition_id = $1",
-            )
-            .bind(partition_id)
-            .bind(below)
-            .bind(bytes)
-            .execute(&mut *tx)
+            .bind(now)
+            .bind(after.as_ref().map(|_| topic))
+            .bind(after.as_ref().map(|_| partition))
+            .fetch_all(&mut *tx)
             .await
             .map_err(|e| Attempt::Sql(e, false))?;
-            report.batches_deleted += count;
-            report.bytes_deleted += to_u64(bytes, "deleted bytes")?;
-            budget = budget.saturating_sub(count);
+            for row in &candidates {
+                let partition_id: i64 = col(row, 0)?;
+                after = Some((col(row, 1)?, col(row, 2)?));
+                let count = trim_partition(
+                    &mut tx,
+                    partition_id,
+                    budget,
+                    now,
+                    &mut released,
+                    &mut report,
+                )
+                .await?;
+                self.counters
+                    .retention_partitions
+                    .fetch_add(1, Ordering::Relaxed);
+                budget = budget.saturating_sub(count);
+                if budget == 0 {
+                    // The budget is spent: no further partition is examined or locked.
+                    break 'walk;
+                }
+            }
+            if (candidates.len() as i64) < RETENTION_CANDIDATES {
+                break;
+            }
         }
         release_objects(&mut tx, &released, now).await?;
         tx.commit().await.map_err(|e| Attempt::Sql(e, true))?;
+        report.more = report.batches_deleted == u64::from(max_batches);
         Ok(report)
-    }
-
-    async fn try_find_batches(
-        &self,
-        requests: &[FindBatchesRequest],
-        fetch_max_bytes: u32,
-    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
-        let mut conn = self.read.acquire().await.map_err(|e| sql_error(e, false))?;
-        // One snapshot for the whole call, also on a hot standby.
-        let mut tx = sqlx::Connection::begin_with(
-            &mut *conn,
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-        )
-        .await
-        .map_err(|e| sql_error(e, false))?;
-        let (topic_ids, partitions) = partition_arrays(requests.iter().map(|r| r.partition));
-        let offsets: Vec<i64> = requests.iter().map(|r| r.offset).collect();
-        // Bounds of every partition plus the first page of batches of those in range.
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT u.i::integer, pa.partition_id, pa.log_start_offset, pa.high_watermark, \
-             b.present, {cols} FROM unnest($1::text[]::uuid[], $2::integer[], $3::bigint[]) \
-             WITH ORDINALITY AS u(t, p, off, i) \
-             JOIN partitions pa ON pa.topic_id = u.t AND pa.partition = u.p \
-             LEFT JOIN LATERAL (SELECT true AS present, b.*, o.object_key, o.object_size \
-                 FROM batches b JOIN objects o ON o.object_id = b.object_id \
-                 WHERE b.partition_id = pa.partition_id AND b.last_offset >= u.off \
-                 AND u.off >= pa.log_start_offset AND u.off <= pa.high_watermark \
-                 ORDER BY b.last_offset LIMIT {FIRST_PAGE}) b ON true \
-             ORDER BY u.i, b.last_offset",
-            cols = batch_columns("b")
-        )))
-        .bind(&topic_ids)
-        .bind(&partitions)
-        .bind(&offsets)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(|e| sql_error(e, false))?;
-        // Per request index (1-based): (partition_id, lso, hwm, first page).
-        let mut found: HashMap<usize, (i64, i64, i64, Vec<BatchCoordinate>)> = HashMap::new();
-        for row in &rows {
-            let i: i32 = col(row, 0)?;
-            let entry = found.entry(i as usize).or_insert((
-                col(row, 1)?,
-                col(row, 2)?,
-                col(row, 3)?,
-                Vec::new(),
-            ));
-            if col::<Option<bool>>(row, 4)?.unwrap_or(false) {
-                entry.3.push(batch_from_row(row, 5)?);
-            }
-        }
-        let mut total: u64 = 0;
-        let mut responses = Vec::with_capacity(requests.len());
-        for (i, request) in requests.iter().enumerate() {
-            let error = |code| FindBatchesResponse {
-                error: code,
-                batches: Vec::new(),
-                log_start_offset: -1,
-                high_watermark: -1,
-            };
-            let Some((partition_id, lso, hwm, first_page)) = found.remove(&(i + 1)) else {
-                responses.push(error(ErrorCode::UnknownTopicOrPartition));
-                continue;
-            };
-            if request.offset < lso || request.offset > hwm {
-                responses.push(error(ErrorCode::OffsetOutOfRange));
-                continue;
-            }
-            let mut batches: Vec<BatchCoordinate> = Vec::new();
-            let mut partition_bytes: u64 = 0;
-            let mut page = first_page;
-            let mut full = page.len() as i64 == FIRST_PAGE;
-            'pages: loop {
-                let mut next_from = None;
-                for batch in page {
-                    let size = u64::from(batch.byte_size);
-                    let fits = partition_bytes + size <= u64::from(request.max_bytes)
-                        && total + size <= u64::from(fetch_max_bytes);
-                    if !batches.is_empty() && !fits {
-                        break 'pages;
-                    }
-                    partition_bytes += size;
-                    total += size;
-                    next_from = Some(batch.last_offset + 1);
-                    batches.push(batch);
-                }
-                let Some(from) = next_from.filter(|_| full) else {
-                    break;
-                };
-                let rows = sqlx::query(AssertSqlSafe(format!(
-                    "SELECT {cols} FROM batches b JOIN objects o ON o.object_id = b.object_id \
-                     WHERE b.partition_id = $1 AND b.last_offset >= $2 \
-                     ORDER BY b.last_offset LIMIT $3",
-                    cols = batch_columns("o")
-                )))
-                .bind(partition_id)
-                .bind(from)
-                .bind(PAGE)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| sql_error(e, false))?;
-                full = rows.len() as i64 == PAGE;
-                page = rows
-                    .iter()
-                    .map(|r| batch_from_row(r, 0))
-                    .collect::<Result<_, _>>()?;
-            }
-            responses.push(FindBatchesResponse {
-                error: ErrorCode::None,
-                batches,
-                log_start_offset: lso,
-                high_watermark: hwm,
-            });
-        }
-        tx.commit().await.map_err(|e| sql_error(e, false))?;
-        Ok(responses)
     }
 }
 
@@ -1205,31 +1247,7 @@ impl BatchCoordinator for PostgresCoordinator {
 
     async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
         self.check_open()?;
-        let rows = sqlx::query(
-            "SELECT topic_id::text, name, partition_count, timestamp_type, retention_ms, \
-             retention_bytes, max_message_bytes, message_timestamp_before_max_ms, \
-             message_timestamp_after_max_ms FROM topics ORDER BY name",
-        )
-        .fetch_all(&self.read)
-        .await
-        .map_err(|e| sql_error(e, false))?;
-        rows.iter()
-            .map(|r| {
-                Ok(TopicInfo {
-                    topic_id: parse_topic_id(&col::<String>(r, 0)?)?,
-                    name: col(r, 1)?,
-                    partitions: col(r, 2)?,
-                    config: TopicConfig {
-                        timestamp_type: ts_type(col(r, 3)?)?,
-                        retention_ms: col(r, 4)?,
-                        retention_bytes: col(r, 5)?,
-                        max_message_bytes: col(r, 6)?,
-                        message_timestamp_before_max_ms: col(r, 7)?,
-                        message_timestamp_after_max_ms: col(r, 8)?,
-                    },
-                })
-            })
-            .collect()
+        self.read_list_topics().await
     }
 
     async fn commit_file(
@@ -1251,7 +1269,7 @@ impl BatchCoordinator for PostgresCoordinator {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
-        self.try_find_batches(requests, fetch_max_bytes).await
+        self.read_find_batches(requests, fetch_max_bytes).await
     }
 
     async fn list_offsets(
@@ -1262,66 +1280,7 @@ impl BatchCoordinator for PostgresCoordinator {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
-        let (topic_ids, partitions) = partition_arrays(requests.iter().map(|r| r.partition));
-        let targets: Vec<i64> = requests.iter().map(|r| r.timestamp).collect();
-        // One statement (one snapshot): per request the partition's bounds and, for a timestamp
-        // search, the first batch reaching it or, for MAX_TIMESTAMP, the earliest batch holding
-        // the largest effective timestamp.
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT u.i::integer, pa.log_start_offset, pa.high_watermark, x.base_offset, x.ts \
-             FROM unnest($1::text[]::uuid[], $2::integer[], $3::bigint[]) \
-             WITH ORDINALITY AS u(t, p, target, i) \
-             JOIN partitions pa ON pa.topic_id = u.t AND pa.partition = u.p \
-             LEFT JOIN LATERAL ( \
-                 (SELECT b.base_offset, {EFFECTIVE_TS} AS ts FROM batches b \
-                  WHERE u.target >= 0 AND b.partition_id = pa.partition_id \
-                  AND {EFFECTIVE_TS} >= u.target ORDER BY b.last_offset LIMIT 1) \
-                 UNION ALL \
-                 (SELECT b.base_offset, {EFFECTIVE_TS} AS ts FROM batches b \
-                  WHERE u.target = {MAX_TIMESTAMP} AND b.partition_id = pa.partition_id \
-                  ORDER BY ts DESC, b.last_offset LIMIT 1) \
-             ) x ON true"
-        )))
-        .bind(&topic_ids)
-        .bind(&partitions)
-        .bind(&targets)
-        .fetch_all(&self.read)
-        .await
-        .map_err(|e| sql_error(e, false))?;
-        // Per request index (1-based): (lso, hwm, found).
-        let mut found: HashMap<usize, (i64, i64, Option<(i64, i64)>)> = HashMap::new();
-        for row in &rows {
-            let i: i32 = col(row, 0)?;
-            let hit = match (col::<Option<i64>>(row, 3)?, col::<Option<i64>>(row, 4)?) {
-                (Some(offset), Some(ts)) => Some((offset, ts)),
-                _ => None,
-            };
-            found.insert(i as usize, (col(row, 1)?, col(row, 2)?, hit));
-        }
-        let answer = |error, offset, timestamp| ListOffsetsResponse {
-            error,
-            offset,
-            timestamp,
-        };
-        let mut responses = Vec::with_capacity(requests.len());
-        for (i, request) in requests.iter().enumerate() {
-            let Some((lso, hwm, hit)) = found.remove(&(i + 1)) else {
-                responses.push(answer(ErrorCode::UnknownTopicOrPartition, -1, NO_TIMESTAMP));
-                continue;
-            };
-            responses.push(match request.timestamp {
-                EARLIEST_TIMESTAMP => answer(ErrorCode::None, lso, NO_TIMESTAMP),
-                LATEST_TIMESTAMP => answer(ErrorCode::None, hwm, NO_TIMESTAMP),
-                t if t < 0 && t != MAX_TIMESTAMP => {
-                    answer(ErrorCode::InvalidRequest, -1, NO_TIMESTAMP)
-                }
-                _ => match hit {
-                    Some((offset, ts)) => answer(ErrorCode::None, offset.max(lso), ts),
-                    None => answer(ErrorCode::None, -1, NO_TIMESTAMP),
-                },
-            });
-        }
-        Ok(responses)
+        self.read_list_offsets(requests).await
     }
 
     async fn delete_records(
@@ -1490,6 +1449,7 @@ impl BatchCoordinator for PostgresCoordinator {
             })
             .collect();
         Ok(Some(ProducerState {
+            last_append_ms: 0, // TRANSITIONAL (lead)
             producer_id,
             producer_epoch: col(&r, 0)?,
             batches,

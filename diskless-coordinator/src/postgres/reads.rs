@@ -1,0 +1,569 @@
+//! Reads (`find_batches`, `list_offsets`, `list_topics`), on a read replica when one is configured.
+//!
+//! A streaming replica lags its primary. Two rules keep that harmless (issue #12 item 7):
+//!
+//! - **Bounded lag.** Every read transaction on the replica first reads, in its own snapshot, the
+//!   replica's clock minus the primary's heartbeat it holds (`replica_heartbeat`, written on the
+//!   primary by [`heartbeat_loop`]): an upper bound of how stale that snapshot is. Above
+//!   [`PostgresOptions::max_replica_lag`] (or without a heartbeat, or when the replica fails) the
+//!   read runs on the primary instead, and fails with [`CoordinatorError::Unavailable`] (retriable)
+//!   when the primary cannot be reached. Since the bound is below the object cleaner's deletion
+//!   grace period, a batch the replica still shows was live on the primary less than the grace
+//!   period ago: its object has not been deleted physically.
+//! - **No false "out of range".** A partition the replica answers with `OFFSET_OUT_OF_RANGE` or
+//!   `UNKNOWN_TOPIC_OR_PARTITION` (find_batches), or unknown or without a batch at the timestamp
+//!   (list_offsets), is asked again on the primary, whose answer is final. A consumer whose position
+//!   came from a fresher view than the replica's therefore never resets it; Kafka's fetch from a
+//!   follower (KIP-392) answers such a fetch with an empty response instead.
+
+use super::{
+    EFFECTIVE_TS, FIRST_PAGE, PAGE, PostgresCoordinator, batch_columns, batch_from_row, col,
+    corrupt, parse_topic_id, partition_arrays, sql_error, ts_type,
+};
+use crate::{
+    BatchCoordinate, CoordinatorError, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest,
+    FindBatchesResponse, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
+    NO_TIMESTAMP, TopicConfig, TopicInfo,
+};
+use sqlx::postgres::{PgConnection, PgPool};
+use sqlx::{AssertSqlSafe, Postgres, Transaction};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// `BEGIN` of every multi-statement read: one snapshot for the call, also on a hot standby.
+const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+
+/// The replica's lag bound, in the reading transaction's snapshot: its clock minus the newest
+/// primary heartbeat it holds (ms).
+const REPLICA_LAG: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint - at_ms \
+     FROM replica_heartbeat WHERE id = 1";
+
+/// The primary's heartbeat: its clock, unless another coordinator wrote a value less than `$1` ms
+/// old (then nothing is written and no row lock is taken).
+const WRITE_HEARTBEAT: &str = "UPDATE replica_heartbeat SET at_ms = t.now \
+     FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now) t \
+     WHERE id = 1 AND at_ms <= t.now - $1";
+
+/// After a replica failure, how long reads go to the primary without trying the replica.
+const REPLICA_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// The interval of the primary heartbeat for a lag bound: a quarter of it, at most a second, at
+/// least 50 ms.
+pub(super) fn heartbeat_interval(max_replica_lag: Duration) -> Duration {
+    (max_replica_lag / 4).clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
+
+/// Writes the primary heartbeat (for a lag bound of `max_replica_lag`), unless another
+/// coordinator wrote one within half the heartbeat interval. Errors are logged: a missing
+/// heartbeat only sends reads to the primary.
+pub(super) async fn write_heartbeat(write: &PgPool, max_replica_lag: Duration) {
+    let skip_ms =
+        i64::try_from(heartbeat_interval(max_replica_lag).as_millis() / 2).unwrap_or(i64::MAX);
+    if let Err(e) = sqlx::query(WRITE_HEARTBEAT)
+        .bind(skip_ms)
+        .execute(write)
+        .await
+    {
+        tracing::debug!(error = %e, "writing the replica heartbeat failed");
+    }
+}
+
+/// Writes the primary heartbeat every [`heartbeat_interval`] until the pool closes.
+pub(super) async fn heartbeat_loop(write: PgPool, max_replica_lag: Duration) {
+    let interval = heartbeat_interval(max_replica_lag);
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if write.is_closed() {
+            return;
+        }
+        write_heartbeat(&write, max_replica_lag).await;
+    }
+}
+
+/// Where a read runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    Replica,
+    Primary,
+}
+
+/// A partition as one snapshot sees it: its id, bounds and the first page of batches from the
+/// fetch offset (empty when the offset is out of range).
+struct Found {
+    partition_id: i64,
+    log_start_offset: i64,
+    high_watermark: i64,
+    first_page: Vec<BatchCoordinate>,
+}
+
+impl Found {
+    fn in_range(&self, offset: i64) -> bool {
+        self.log_start_offset <= offset && offset <= self.high_watermark
+    }
+}
+
+/// One ListOffsets partition as one snapshot sees it: bounds and the batch found (base offset,
+/// timestamp) for a timestamp or MAX_TIMESTAMP lookup.
+#[derive(Clone, Copy)]
+struct Listed {
+    log_start_offset: i64,
+    high_watermark: i64,
+    hit: Option<(i64, i64)>,
+}
+
+/// Bounds and first page of every request (by position; `None`: unknown partition).
+async fn find_first_pages(
+    conn: &mut PgConnection,
+    requests: &[&FindBatchesRequest],
+) -> Result<Vec<Option<Found>>, CoordinatorError> {
+    let (topic_ids, partitions) = partition_arrays(requests.iter().map(|r| r.partition));
+    let offsets: Vec<i64> = requests.iter().map(|r| r.offset).collect();
+    let rows = sqlx::query(AssertSqlSafe(format!(
+        "SELECT u.i::integer, pa.partition_id, pa.log_start_offset, pa.high_watermark, \
+         b.present, {cols} FROM unnest($1::text[]::uuid[], $2::integer[], $3::bigint[]) \
+         WITH ORDINALITY AS u(t, p, off, i) \
+         JOIN partitions pa ON pa.topic_id = u.t AND pa.partition = u.p \
+         LEFT JOIN LATERAL (SELECT true AS present, b.*, o.object_key, o.object_size \
+             FROM batches b JOIN objects o ON o.object_id = b.object_id \
+             WHERE b.partition_id = pa.partition_id AND b.last_offset >= u.off \
+             AND u.off >= pa.log_start_offset AND u.off <= pa.high_watermark \
+             ORDER BY b.last_offset LIMIT {FIRST_PAGE}) b ON true \
+         ORDER BY u.i, b.last_offset",
+        cols = batch_columns("b")
+    )))
+    .bind(&topic_ids)
+    .bind(&partitions)
+    .bind(&offsets)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|e| sql_error(e, false))?;
+    let mut found: Vec<Option<Found>> = requests.iter().map(|_| None).collect();
+    for row in &rows {
+        let i: i32 = col(row, 0)?;
+        let slot = usize::try_from(i)
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| found.get_mut(i))
+            .ok_or_else(|| corrupt(format!("find_batches row for request {i}")))?;
+        if slot.is_none() {
+            *slot = Some(Found {
+                partition_id: col(row, 1)?,
+                log_start_offset: col(row, 2)?,
+                high_watermark: col(row, 3)?,
+                first_page: Vec::new(),
+            });
+        }
+        if col::<Option<bool>>(row, 4)?.unwrap_or(false)
+            && let Some(f) = slot.as_mut()
+        {
+            f.first_page.push(batch_from_row(row, 5)?);
+        }
+    }
+    Ok(found)
+}
+
+/// The next page of a partition's batches, from `from` on.
+async fn next_page(
+    conn: &mut PgConnection,
+    partition_id: i64,
+    from: i64,
+) -> Result<Vec<BatchCoordinate>, CoordinatorError> {
+    let rows = sqlx::query(AssertSqlSafe(format!(
+        "SELECT {cols} FROM batches b JOIN objects o ON o.object_id = b.object_id \
+         WHERE b.partition_id = $1 AND b.last_offset >= $2 \
+         ORDER BY b.last_offset LIMIT $3",
+        cols = batch_columns("o")
+    )))
+    .bind(partition_id)
+    .bind(from)
+    .bind(PAGE)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|e| sql_error(e, false))?;
+    rows.iter().map(|r| batch_from_row(r, 0)).collect()
+}
+
+/// The ListOffsets lookup of every request (by position; `None`: unknown partition), in one
+/// statement (one snapshot).
+///
+/// Cost per partition, whatever its number of batches:
+/// - a timestamp `t >= 0`: one probe of `batches_running_max` (the first batch, in offset order,
+///   whose running max of effective timestamps is `>= t`: the running max is monotonic in offset
+///   order, so that is the first index entry at or above `t`). When that batch's own timestamp is
+///   `>= t` it is the answer: every earlier live batch has a running max, hence a timestamp, below
+///   `t`. Otherwise a deleted batch had raised the running max; then the batches after it are read
+///   in offset order up to the first one reaching `t` (a scan as long as the run of batches whose
+///   timestamps stay below a deleted batch's: none when timestamps grow with offsets). Plus one
+///   probe of the partial index of batches committed before migration 3 (empty unless the schema
+///   is that old; those are read in offset order until retention removes them).
+/// - MAX_TIMESTAMP: one probe of `batches_effective_ts` (largest timestamp first, earliest offset
+///   among equals); only live batches are indexed, so a deleted batch cannot win.
+async fn list_offsets_lookup(
+    conn: &mut PgConnection,
+    requests: &[&ListOffsetsRequest],
+) -> Result<Vec<Option<Listed>>, CoordinatorError> {
+    let (topic_ids, partitions) = partition_arrays(requests.iter().map(|r| r.partition));
+    let targets: Vec<i64> = requests.iter().map(|r| r.timestamp).collect();
+    let rows = sqlx::query(AssertSqlSafe(list_offsets_sql()))
+        .bind(&topic_ids)
+        .bind(&partitions)
+        .bind(&targets)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| sql_error(e, false))?;
+    let mut listed: Vec<Option<Listed>> = vec![None; requests.len()];
+    for row in &rows {
+        let i: i32 = col(row, 0)?;
+        let slot = usize::try_from(i)
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| listed.get_mut(i))
+            .ok_or_else(|| corrupt(format!("list_offsets row for request {i}")))?;
+        let hit = match (col::<Option<i64>>(row, 3)?, col::<Option<i64>>(row, 4)?) {
+            (Some(offset), Some(ts)) => Some((offset, ts)),
+            _ => None,
+        };
+        *slot = Some(Listed {
+            log_start_offset: col(row, 1)?,
+            high_watermark: col(row, 2)?,
+            hit,
+        });
+    }
+    Ok(listed)
+}
+
+/// The statement of [`list_offsets_lookup`]: binds the topic ids (text), partitions and targets.
+fn list_offsets_sql() -> String {
+    let ts = EFFECTIVE_TS;
+    format!(
+        "SELECT u.i::integer, pa.log_start_offset, pa.high_watermark, x.base_offset, x.ts \
+         FROM unnest($1::text[]::uuid[], $2::integer[], $3::bigint[]) \
+         WITH ORDINALITY AS u(t, p, target, i) \
+         JOIN partitions pa ON pa.topic_id = u.t AND pa.partition = u.p \
+         LEFT JOIN LATERAL ( \
+             SELECT y.base_offset, y.ts FROM ( \
+                 (SELECT f.base_offset, f.last_offset, f.ts FROM \
+                     (SELECT b.base_offset, b.last_offset, {ts} AS ts FROM batches b \
+                      WHERE u.target >= 0 AND b.partition_id = pa.partition_id \
+                      AND b.max_timestamp_so_far >= u.target \
+                      ORDER BY b.max_timestamp_so_far, b.last_offset LIMIT 1) c \
+                  CROSS JOIN LATERAL ( \
+                      SELECT c.base_offset, c.last_offset, c.ts WHERE c.ts >= u.target \
+                      UNION ALL \
+                      (SELECT b.base_offset, b.last_offset, {ts} FROM batches b \
+                       WHERE c.ts < u.target AND b.partition_id = pa.partition_id \
+                       AND b.last_offset > c.last_offset AND {ts} >= u.target \
+                       ORDER BY b.last_offset LIMIT 1) \
+                  ) f) \
+                 UNION ALL \
+                 (SELECT b.base_offset, b.last_offset, {ts} FROM batches b \
+                  WHERE u.target >= 0 AND b.partition_id = pa.partition_id \
+                  AND b.max_timestamp_so_far IS NULL AND {ts} >= u.target \
+                  ORDER BY b.last_offset LIMIT 1) \
+                 UNION ALL \
+                 (SELECT b.base_offset, b.last_offset, {ts} FROM batches b \
+                  WHERE u.target = {MAX_TIMESTAMP} AND b.partition_id = pa.partition_id \
+                  ORDER BY {ts} DESC, b.last_offset LIMIT 1) \
+             ) y ORDER BY y.last_offset LIMIT 1 \
+         ) x ON true"
+    )
+}
+
+/// Whether a replica's ListOffsets answer must be confirmed by the primary: an unknown
+/// partition, or a timestamp lookup that found nothing (the primary may hold newer batches).
+fn list_needs_primary(request: &ListOffsetsRequest, listed: &Option<Listed>) -> bool {
+    match listed {
+        None => true,
+        Some(l) => {
+            l.hit.is_none() && (request.timestamp >= 0 || request.timestamp == MAX_TIMESTAMP)
+        }
+    }
+}
+
+impl PostgresCoordinator {
+    /// A read transaction on the primary.
+    async fn primary_read_tx(&self) -> Result<Transaction<'static, Postgres>, CoordinatorError> {
+        self.write
+            .begin_with(BEGIN_READ)
+            .await
+            .map_err(|e| sql_error(e, false))
+    }
+
+    /// A read transaction on the replica when its lag, measured in the transaction's own
+    /// snapshot, is within [`PostgresOptions::max_replica_lag`]; `None` when it lags more (or
+    /// holds no heartbeat).
+    async fn replica_tx(&self) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
+        let mut tx = self.read.begin_with(BEGIN_READ).await?;
+        let lag: Option<i64> = sqlx::query_scalar(REPLICA_LAG)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let bound = super::duration_ms(self.options.max_replica_lag);
+        match lag {
+            Some(lag) if lag <= bound => Ok(Some(tx)),
+            other => {
+                tracing::debug!(lag_ms = ?other, bound_ms = bound, "the replica lags: reading the primary");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Opens the transaction of a read: on the read pool when it is the primary's; with a
+    /// replica, on it when it is fresh enough, else on the primary.
+    async fn read_tx(&self) -> Result<(Transaction<'static, Postgres>, Source), CoordinatorError> {
+        if self.options.read_url.is_none() {
+            let tx = self
+                .read
+                .begin_with(BEGIN_READ)
+                .await
+                .map_err(|e| sql_error(e, false))?;
+            return Ok((tx, Source::Primary));
+        }
+        let retry_at = *self
+            .replica_retry_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if retry_at.is_none_or(|at| Instant::now() >= at) {
+            match self.replica_tx().await {
+                Ok(Some(tx)) => {
+                    self.counters.replica_reads.fetch_add(1, Ordering::Relaxed);
+                    return Ok((tx, Source::Replica));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "the read replica failed: reading the primary");
+                    *self
+                        .replica_retry_at
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) =
+                        Some(Instant::now() + REPLICA_RETRY_AFTER);
+                }
+            }
+        }
+        self.counters
+            .replica_bypassed
+            .fetch_add(1, Ordering::Relaxed);
+        Ok((self.primary_read_tx().await?, Source::Primary))
+    }
+
+    pub(super) async fn read_find_batches(
+        &self,
+        requests: &[FindBatchesRequest],
+        fetch_max_bytes: u32,
+    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        let (mut tx, source) = self.read_tx().await?;
+        let all: Vec<&FindBatchesRequest> = requests.iter().collect();
+        let mut found = find_first_pages(&mut tx, &all).await?;
+        // Partitions answered by the primary (only set when reading a replica).
+        let mut on_primary = vec![false; requests.len()];
+        let mut primary = None;
+        if source == Source::Replica {
+            let recheck: Vec<usize> = (0..requests.len())
+                .filter(|&i| {
+                    !found[i]
+                        .as_ref()
+                        .is_some_and(|f| f.in_range(requests[i].offset))
+                })
+                .collect();
+            if !recheck.is_empty() {
+                self.counters
+                    .primary_rechecks
+                    .fetch_add(1, Ordering::Relaxed);
+                let mut ptx = self.primary_read_tx().await?;
+                let asked: Vec<&FindBatchesRequest> =
+                    recheck.iter().map(|&i| &requests[i]).collect();
+                let fresh = find_first_pages(&mut ptx, &asked).await?;
+                for (i, f) in recheck.into_iter().zip(fresh) {
+                    found[i] = f;
+                    on_primary[i] = true;
+                }
+                primary = Some(ptx);
+            }
+        }
+        let mut total: u64 = 0;
+        let mut responses = Vec::with_capacity(requests.len());
+        for (i, request) in requests.iter().enumerate() {
+            let error = |code| FindBatchesResponse {
+                error: code,
+                batches: Vec::new(),
+                log_start_offset: -1,
+                high_watermark: -1,
+            };
+            let Some(f) = found[i].take() else {
+                responses.push(error(ErrorCode::UnknownTopicOrPartition));
+                continue;
+            };
+            if !f.in_range(request.offset) {
+                responses.push(error(ErrorCode::OffsetOutOfRange));
+                continue;
+            }
+            let conn: &mut PgConnection = match (on_primary[i], primary.as_mut()) {
+                (true, Some(p)) => p,
+                (true, None) => return Err(corrupt("no primary transaction")),
+                (false, _) => &mut tx,
+            };
+            let mut batches: Vec<BatchCoordinate> = Vec::new();
+            let mut partition_bytes: u64 = 0;
+            let mut full = f.first_page.len() as i64 == FIRST_PAGE;
+            let mut page = f.first_page;
+            'pages: loop {
+                let mut next_from = None;
+                for batch in page {
+                    let size = u64::from(batch.byte_size);
+                    let fits = partition_bytes + size <= u64::from(request.max_bytes)
+                        && total + size <= u64::from(fetch_max_bytes);
+                    if !batches.is_empty() && !fits {
+                        break 'pages;
+                    }
+                    partition_bytes += size;
+                    total += size;
+                    next_from = Some(batch.last_offset + 1);
+                    batches.push(batch);
+                }
+                let Some(from) = next_from.filter(|_| full) else {
+                    break;
+                };
+                page = next_page(conn, f.partition_id, from).await?;
+                full = page.len() as i64 == PAGE;
+            }
+            responses.push(FindBatchesResponse {
+                error: ErrorCode::None,
+                batches,
+                log_start_offset: f.log_start_offset,
+                high_watermark: f.high_watermark,
+            });
+        }
+        tx.commit().await.map_err(|e| sql_error(e, false))?;
+        if let Some(p) = primary {
+            p.commit().await.map_err(|e| sql_error(e, false))?;
+        }
+        Ok(responses)
+    }
+
+    pub(super) async fn read_list_offsets(
+        &self,
+        requests: &[ListOffsetsRequest],
+    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
+        let all: Vec<&ListOffsetsRequest> = requests.iter().collect();
+        let listed = if self.options.read_url.is_none() {
+            // One statement on the primary's read pool: no transaction needed.
+            let mut conn = self.read.acquire().await.map_err(|e| sql_error(e, false))?;
+            list_offsets_lookup(&mut conn, &all).await?
+        } else {
+            let (mut tx, source) = self.read_tx().await?;
+            let mut listed = list_offsets_lookup(&mut tx, &all).await?;
+            tx.commit().await.map_err(|e| sql_error(e, false))?;
+            if source == Source::Replica {
+                let recheck: Vec<usize> = (0..requests.len())
+                    .filter(|&i| list_needs_primary(&requests[i], &listed[i]))
+                    .collect();
+                if !recheck.is_empty() {
+                    self.counters
+                        .primary_rechecks
+                        .fetch_add(1, Ordering::Relaxed);
+                    let asked: Vec<&ListOffsetsRequest> =
+                        recheck.iter().map(|&i| &requests[i]).collect();
+                    let mut conn = self
+                        .write
+                        .acquire()
+                        .await
+                        .map_err(|e| sql_error(e, false))?;
+                    let fresh = list_offsets_lookup(&mut conn, &asked).await?;
+                    for (i, l) in recheck.into_iter().zip(fresh) {
+                        listed[i] = l;
+                    }
+                }
+            }
+            listed
+        };
+        let answer = |error, offset, timestamp| ListOffsetsResponse {
+            error,
+            offset,
+            timestamp,
+        };
+        Ok(requests
+            .iter()
+            .zip(listed)
+            .map(|(request, listed)| {
+                let Some(l) = listed else {
+                    return answer(ErrorCode::UnknownTopicOrPartition, -1, NO_TIMESTAMP);
+                };
+                match request.timestamp {
+                    EARLIEST_TIMESTAMP => answer(ErrorCode::None, l.log_start_offset, NO_TIMESTAMP),
+                    LATEST_TIMESTAMP => answer(ErrorCode::None, l.high_watermark, NO_TIMESTAMP),
+                    t if t < 0 && t != MAX_TIMESTAMP => {
+                        answer(ErrorCode::InvalidRequest, -1, NO_TIMESTAMP)
+                    }
+                    _ => match l.hit {
+                        Some((offset, ts)) => {
+                            answer(ErrorCode::None, offset.max(l.log_start_offset), ts)
+                        }
+                        None => answer(ErrorCode::None, -1, NO_TIMESTAMP),
+                    },
+                }
+            })
+            .collect())
+    }
+
+    /// `EXPLAIN (ANALYZE, BUFFERS)` of the ListOffsets statement for `requests`, run on the
+    /// primary: how the timestamp lookups use the indexes. For tests and diagnosis.
+    #[doc(hidden)]
+    pub async fn explain_list_offsets(
+        &self,
+        requests: &[ListOffsetsRequest],
+    ) -> Result<String, CoordinatorError> {
+        let (topic_ids, partitions) = partition_arrays(requests.iter().map(|r| r.partition));
+        let targets: Vec<i64> = requests.iter().map(|r| r.timestamp).collect();
+        let lines: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF) {}",
+            list_offsets_sql()
+        )))
+        .bind(&topic_ids)
+        .bind(&partitions)
+        .bind(&targets)
+        .fetch_all(&self.write)
+        .await
+        .map_err(|e| sql_error(e, false))?;
+        Ok(lines.join("\n"))
+    }
+
+    pub(super) async fn read_list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
+        const SQL: &str = "SELECT topic_id::text, name, partition_count, timestamp_type, \
+             retention_ms, retention_bytes, max_message_bytes, message_timestamp_before_max_ms, \
+             message_timestamp_after_max_ms FROM topics ORDER BY name";
+        let rows = if self.options.read_url.is_none() {
+            sqlx::query(SQL)
+                .fetch_all(&self.read)
+                .await
+                .map_err(|e| sql_error(e, false))?
+        } else {
+            let (mut tx, _) = self.read_tx().await?;
+            let rows = sqlx::query(SQL)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| sql_error(e, false))?;
+            tx.commit().await.map_err(|e| sql_error(e, false))?;
+            rows
+        };
+        rows.iter()
+            .map(|r| {
+                Ok(TopicInfo {
+                    topic_id: parse_topic_id(&col::<String>(r, 0)?)?,
+                    name: col(r, 1)?,
+                    partitions: col(r, 2)?,
+                    config: TopicConfig {
+                        timestamp_type: ts_type(col(r, 3)?)?,
+                        retention_ms: col(r, 4)?,
+                        retention_bytes: col(r, 5)?,
+                        max_message_bytes: col(r, 6)?,
+                        message_timestamp_before_max_ms: col(r, 7)?,
+                        message_timestamp_after_max_ms: col(r, 8)?,
+                        // TRANSITIONAL (lead): the owner of this file stores the real value.
+                        ..TopicConfig::default()
+                    },
+                })
+            })
+            .collect()
+    }
+}
