@@ -60,7 +60,13 @@ impl StorageOptions {
 /// - `upload` is one create-only PUT (`PutMode::Create`: `If-None-Match: *` on S3, a hard link
 ///   on the local filesystem). When the object already exists (a retry after an attempt whose
 ///   outcome was unknown, e.g. a timeout after the bytes were sent), it GETs the object and
-///   succeeds if the content is the same, else fails with [`StorageError::AlreadyExists`].
+///   succeeds if the content is the same, else fails with [`StorageError::AlreadyExists`] at
+///   once. If that GET finds no object, the key was refused for an upload not visible (yet):
+///   S3 answers `409 ConditionalRequestConflict` while another conditional PUT of the key is in
+///   flight, such as this upload's own timed-out attempt, which may still land or be aborted.
+///   The upload then PUTs again after a backoff, and so on: the PUTs, the GETs (a transient GET
+///   failure retries the GET alone) and their backoffs share one [`RetryConfig`] budget
+///   (`max_attempts`, `deadline`), each request cut at `attempt_timeout`.
 /// - `fetch` is one ranged GET; a range past the end is [`StorageError::InvalidRange`], never a
 ///   short read.
 /// - `delete` sends batches of up to 1000 keys (`DeleteObjects` on S3), treats a missing object
@@ -447,7 +453,8 @@ impl ObjectStoreStorage {
             .boxed()
     }
 
-    /// Runs `attempt` until it succeeds, fails for good, or the retry budget is spent.
+    /// Runs `attempt` until it succeeds, fails for good, or the retry budget is spent; each
+    /// attempt is cut at the attempt timeout.
     async fn with_retries<T, F, Fut>(
         &self,
         operation: &'static str,
@@ -458,19 +465,52 @@ impl ObjectStoreStorage {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StorageError>>,
     {
+        self.retry_loop(operation, key, |deadline| {
+            self.timed(operation, deadline, attempt())
+        })
+        .await
+    }
+
+    /// Runs `request` cut at the attempt timeout and at `deadline`, whichever comes first; a
+    /// request cut is a transient error.
+    async fn timed<T>(
+        &self,
+        operation: &'static str,
+        deadline: Instant,
+        request: impl Future<Output = Result<T, StorageError>>,
+    ) -> Result<T, StorageError> {
+        let budget = self
+            .options
+            .retry
+            .attempt_timeout
+            .min(deadline.saturating_duration_since(Instant::now()));
+        match tokio::time::timeout(budget, request).await {
+            Ok(result) => result,
+            Err(_) => Err(timeout_error(operation, budget)),
+        }
+    }
+
+    /// The retry loop: calls `attempt` with the call's deadline until it succeeds, fails for
+    /// good (a non-transient error), `max_attempts` attempts were made, or the next backoff would
+    /// end past the deadline. `attempt` applies timeouts itself (see [`Self::timed`]), so that an
+    /// attempt made of several requests gives each its own attempt timeout.
+    async fn retry_loop<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        mut attempt: F,
+    ) -> Result<T, StorageError>
+    where
+        F: FnMut(Instant) -> Fut,
+        Fut: Future<Output = Result<T, StorageError>>,
+    {
         let config = &self.options.retry;
         let deadline = Instant::now() + config.deadline;
         let mut backoff = Backoff::new(config);
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let budget = config
-                .attempt_timeout
-                .min(deadline.saturating_duration_since(Instant::now()));
-            let result = match tokio::time::timeout(budget, attempt()).await {
-                Ok(result) => result,
-                Err(_) => Err(timeout_error(operation, budget)),
-            };
+            let result = attempt(deadline).await;
             let error = match result {
                 Ok(value) => return Ok(value),
                 Err(error) => error,
@@ -538,45 +578,48 @@ impl ObjectStoreStorage {
         }
     }
 
-    /// After an upload found the key taken: the same content is success, other content is
-    /// [`StorageError::AlreadyExists`].
-    async fn verify_existing(
+    /// One check of an object that a create-only PUT found already there: `Ok` if it has the
+    /// same content (an earlier attempt of this upload landed), [`StorageError::AlreadyExists`]
+    /// if it has other content (final), [`StorageError::NotFound`] if there is no object to
+    /// check (the caller then PUTs again), other errors as they come (transient ones are
+    /// retried).
+    async fn verify_once(
         &self,
         path: &Path,
         key: &ObjectKey,
         payload: &[Bytes],
         len: u64,
-        already: StorageError,
     ) -> Result<(), StorageError> {
-        let existing = self
-            .with_retries("upload-verify", key.as_str(), || async {
-                self.counters.record_get();
-                let result = self
-                    .store
-                    .get_opts(path, GetOptions::default())
-                    .await
-                    .map_err(|e| map_error(e, key.as_str()))?;
-                if result.meta.size != len {
-                    return Ok(None);
-                }
-                let bytes = result
-                    .bytes()
-                    .await
-                    .map_err(|e| map_error(e, key.as_str()))?;
-                self.counters.record_get_bytes(bytes.len() as u64);
-                Ok(Some(bytes))
-            })
-            .await;
-        match existing {
-            Ok(Some(bytes)) if same_content(&bytes, payload) => {
-                tracing::info!(%key, "upload found its object already there with the same content");
-                Ok(())
-            }
-            Ok(_) => Err(already),
-            Err(e) if e.is_not_found() => Err(StorageError::Transient {
-                source: format!("object {key} reported as existing but then not found").into(),
-            }),
-            Err(e) => Err(e),
+        let other_content = |size: u64| StorageError::AlreadyExists {
+            key: key.to_string(),
+            source: Some(
+                format!(
+                    "the store refused a create-only upload of {len} bytes and holds \
+                     {size} bytes of other content"
+                )
+                .into(),
+            ),
+        };
+        self.counters.record_get();
+        let result = self
+            .store
+            .get_opts(path, GetOptions::default())
+            .await
+            .map_err(|e| map_error(e, key.as_str()))?;
+        let size = result.meta.size;
+        if size != len {
+            return Err(other_content(size));
+        }
+        let bytes = result
+            .bytes()
+            .await
+            .map_err(|e| map_error(e, key.as_str()))?;
+        self.counters.record_get_bytes(bytes.len() as u64);
+        if same_content(&bytes, payload) {
+            tracing::info!(%key, "upload found its object already there with the same content");
+            Ok(())
+        } else {
+            Err(other_content(size))
         }
     }
 
@@ -716,19 +759,42 @@ impl ObjectStorage for ObjectStoreStorage {
         let len: u64 = payload.iter().map(|b| b.len() as u64).sum();
         let span = tracing::debug_span!("upload", %key, len);
         async {
-            let path = self.path(key.as_str())?;
-            let result = self
-                .with_retries("upload", key.as_str(), || {
-                    self.put_once(&path, key, payload, len)
-                })
-                .await;
-            match result {
-                Err(already @ StorageError::AlreadyExists { .. }) => {
-                    self.verify_existing(&path, key, payload, len, already)
-                        .await
+            let path = &self.path(key.as_str())?;
+            // Create-or-verify, under one retry budget and deadline. A PUT refused because the
+            // key is taken is followed by a GET comparing the object with the payload; a
+            // transient failure of that GET retries the GET only. A GET finding no object means
+            // the key was taken by an upload not visible (yet): S3 answers 409
+            // ConditionalRequestConflict (reported as AlreadyExists) while another conditional
+            // PUT of the key is in flight, e.g. this upload's own timed-out first attempt, which
+            // may land later or be aborted. Either way the next attempt PUTs again: it then
+            // stores the object, or finds the landed one and verifies it.
+            let verifying = &AtomicBool::new(false);
+            self.retry_loop("upload", key.as_str(), |deadline| async move {
+                if !verifying.load(Ordering::Relaxed) {
+                    let put = self.put_once(path, key, payload, len);
+                    match self.timed("upload", deadline, put).await {
+                        Err(StorageError::AlreadyExists { .. }) => {
+                            verifying.store(true, Ordering::Relaxed)
+                        }
+                        other => return other,
+                    }
                 }
-                other => other,
-            }
+                let verify = self.verify_once(path, key, payload, len);
+                match self.timed("upload-verify", deadline, verify).await {
+                    Err(e) if e.is_not_found() => {
+                        verifying.store(false, Ordering::Relaxed);
+                        Err(StorageError::Transient {
+                            source: format!(
+                                "object {key} reported as existing but then not found \
+                                 (an upload of it in flight or aborted)"
+                            )
+                            .into(),
+                        })
+                    }
+                    other => other,
+                }
+            })
+            .await
         }
         .instrument(span)
         .await

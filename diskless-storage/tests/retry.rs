@@ -13,7 +13,7 @@ use diskless_storage::{
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use parking_lot::Mutex;
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -27,6 +27,12 @@ enum Fault {
     LandThenHang,
     /// Hang without storing.
     Hang,
+    /// An upload still in flight in the store when its client gives up: the store holds the key
+    /// for it, the call hangs (the caller's timeout fires) and the object lands this long after
+    /// the call started, in the background. See [`Scripted::in_flight_upload`].
+    LandLate(Duration),
+    /// As `LandLate`, but the upload is aborted: the key is released, nothing is stored.
+    AbortLate(Duration),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +77,31 @@ struct Scripted {
     no_create: bool,
     /// The offsets `list_with_offset` was called with.
     list_offsets: Mutex<Vec<String>>,
+    /// Keys held by an upload in flight (see [`Scripted::in_flight_upload`]).
+    in_flight: Arc<Mutex<HashSet<Path>>>,
+}
+
+impl Scripted {
+    /// An upload of `location` in flight in the store, as S3 has while it still receives or
+    /// commits a conditional PUT whose client timed out: until it ends, after `after`, a
+    /// create-only PUT of the key fails with `AlreadyExists` (S3: `409 ConditionalRequestConflict`,
+    /// which `object_store` reports as `AlreadyExists`) and a GET finds no object. It ends by
+    /// storing `payload` (`land`) or by storing nothing (an aborted upload).
+    fn in_flight_upload(&self, location: &Path, payload: PutPayload, after: Duration, land: bool) {
+        self.in_flight.lock().insert(location.clone());
+        let (inner, in_flight, location) =
+            (self.inner.clone(), self.in_flight.clone(), location.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            if land {
+                inner
+                    .put_opts(&location, payload, PutOptions::from(PutMode::Create))
+                    .await
+                    .expect("the upload in flight lands");
+            }
+            in_flight.lock().remove(&location);
+        });
+    }
 }
 
 impl std::fmt::Display for Scripted {
@@ -94,9 +125,25 @@ impl ObjectStore for Scripted {
         if self.no_create && matches!(opts.mode, PutMode::Create) {
             return Err(make_error(ErrorKind::NotImplemented, location));
         }
+        if matches!(opts.mode, PutMode::Create) && self.in_flight.lock().contains(location) {
+            return Err(object_store::Error::AlreadyExists {
+                path: location.to_string(),
+                source: "409 ConditionalRequestConflict: an upload of the key is in flight".into(),
+            });
+        }
         let fault = self.puts.lock().pop_front();
         match fault {
             None => self.inner.put_opts(location, payload, opts).await,
+            Some(Fault::LandLate(after)) => {
+                self.in_flight_upload(location, payload, after, true);
+                hang().await;
+                unreachable!("the caller times out")
+            }
+            Some(Fault::AbortLate(after)) => {
+                self.in_flight_upload(location, payload, after, false);
+                hang().await;
+                unreachable!("the caller times out")
+            }
             Some(Fault::Fail(kind)) => Err(make_error(kind, location)),
             Some(Fault::LandThenHang) => {
                 self.inner.put_opts(location, payload, opts).await?;
@@ -127,7 +174,7 @@ impl ObjectStore for Scripted {
         match fault {
             None => self.inner.get_opts(location, options).await,
             Some(Fault::Fail(kind)) => Err(make_error(kind, location)),
-            Some(Fault::LandThenHang | Fault::Hang) => {
+            Some(_) => {
                 hang().await;
                 unreachable!()
             }
@@ -497,4 +544,153 @@ async fn list_with_offset_passes_the_offset_to_the_store() {
     assert_eq!(store.list_offsets.lock().len(), 1);
     let stats = s.counters().snapshot();
     assert_eq!(stats.list_requests, 2);
+}
+
+/// Issue #12 item 8: settings for the races of a retried create-only upload with the attempt it
+/// retries. Attempts of 1 s, so that the first one times out long before it lands.
+fn race_retry() -> RetryConfig {
+    RetryConfig {
+        max_attempts: 20,
+        initial_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_secs(1),
+        attempt_timeout: Duration::from_secs(1),
+        deadline: Duration::from_secs(30),
+        seed: Some(42),
+        ..RetryConfig::default()
+    }
+}
+
+/// Issue #12 item 8: the first PUT times out but is still landing; the retry's create-only PUT
+/// is refused ("already exists") while the verification GET finds nothing yet. That NotFound
+/// must send the upload back to its PUT (within the same deadline), not fail the produce.
+#[tokio::test(start_paused = true)]
+async fn retry_racing_a_first_attempt_still_landing_succeeds() {
+    let store = Arc::new(Scripted::default());
+    store
+        .puts
+        .lock()
+        .push_back(Fault::LandLate(Duration::from_secs(3)));
+    let s = storage(store, race_retry());
+    let k = key();
+    let start = Instant::now();
+    s.upload(&k, &payload()).await.unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_secs(3) && waited <= Duration::from_secs(5),
+        "the upload ends once the first attempt landed, not before nor much later: {waited:?}"
+    );
+    let stats = s.counters().snapshot();
+    // The hung PUT, refused PUTs each followed by a GET finding nothing, and the last refused
+    // PUT whose GET found the same content: one GET per refused PUT.
+    assert!(stats.put_requests >= 3, "{stats:?}");
+    assert_eq!(stats.get_requests, stats.put_requests - 1, "{stats:?}");
+    assert_eq!(stats.get_bytes, 13, "one GET found the object and read it");
+    assert_eq!(s.fetch(&k, 0..13).await.unwrap(), "segment-bytes");
+}
+
+/// As above, but the first attempt is aborted instead of landing: once the key is free, the
+/// retried create-only PUT stores the object.
+#[tokio::test(start_paused = true)]
+async fn retry_racing_a_first_attempt_that_is_aborted_uploads_again() {
+    let store = Arc::new(Scripted::default());
+    store
+        .puts
+        .lock()
+        .push_back(Fault::AbortLate(Duration::from_secs(3)));
+    let s = storage(store.clone(), race_retry());
+    let k = key();
+    s.upload(&k, &payload()).await.unwrap();
+    let stats = s.counters().snapshot();
+    // Every refused PUT had its GET (NotFound); the last PUT stored the object.
+    assert!(stats.put_requests >= 3, "{stats:?}");
+    assert_eq!(stats.get_requests, stats.put_requests - 2, "{stats:?}");
+    assert_eq!(stats.get_bytes, 0, "no GET found an object");
+    assert_eq!(s.fetch(&k, 0..13).await.unwrap(), "segment-bytes");
+}
+
+/// Another writer's upload of other content is in flight under the key: while it is not
+/// visible the upload retries; once it is, the content differs and the upload fails with
+/// AlreadyExists at once, not after retrying until the deadline.
+#[tokio::test(start_paused = true)]
+async fn racing_upload_of_other_content_ends_in_already_exists() {
+    let store = Arc::new(Scripted::default());
+    let k = key();
+    let path = Path::parse(k.as_str()).unwrap();
+    store.in_flight_upload(
+        &path,
+        PutPayload::from_static(b"SEGMENT-BYTES"),
+        Duration::from_secs(3),
+        true,
+    );
+    let s = storage(store, race_retry());
+    let start = Instant::now();
+    let err = s.upload(&k, &payload()).await.unwrap_err();
+    let waited = start.elapsed();
+    assert!(matches!(err, StorageError::AlreadyExists { .. }), "{err:?}");
+    // Within one backoff (max 1 s) of the other object becoming visible.
+    assert!(
+        waited >= Duration::from_secs(3)
+            && waited <= Duration::from_secs(4) + Duration::from_millis(100),
+        "{waited:?}"
+    );
+    let stats = s.counters().snapshot();
+    assert_eq!(stats.get_requests, stats.put_requests, "{stats:?}");
+    assert_eq!(s.fetch(&k, 0..13).await.unwrap(), "SEGMENT-BYTES");
+}
+
+/// A key that stays refused and invisible fails the upload only when the budget is spent, with
+/// a transient error, and within the deadline.
+#[tokio::test(start_paused = true)]
+async fn key_refused_and_invisible_until_the_deadline_is_transient() {
+    let store = Arc::new(Scripted::default());
+    let k = key();
+    store.in_flight_upload(
+        &Path::parse(k.as_str()).unwrap(),
+        PutPayload::from_static(b"never"),
+        Duration::from_secs(3600),
+        false,
+    );
+    let config = RetryConfig {
+        max_attempts: 1000,
+        deadline: Duration::from_secs(10),
+        ..race_retry()
+    };
+    let s = storage(store, config);
+    let start = Instant::now();
+    let err = s.upload(&k, &payload()).await.unwrap_err();
+    let waited = start.elapsed();
+    assert!(err.is_transient(), "{err:?}");
+    // It kept trying while a retry could still start (backoff at most 1 s).
+    assert!(
+        waited >= Duration::from_secs(9) && waited <= Duration::from_secs(10),
+        "{waited:?}"
+    );
+}
+
+/// The verification of an object found already there runs within the upload's deadline, not a
+/// fresh one.
+#[tokio::test(start_paused = true)]
+async fn verification_runs_within_the_uploads_deadline() {
+    let store = Arc::new(Scripted::default());
+    store.puts.lock().push_back(Fault::LandThenHang);
+    store
+        .gets
+        .lock()
+        .extend(std::iter::repeat_n(Fault::Hang, 100));
+    let config = RetryConfig {
+        max_attempts: 100,
+        attempt_timeout: Duration::from_secs(4),
+        deadline: Duration::from_secs(10),
+        ..retry()
+    };
+    let s = storage(store, config);
+    let start = Instant::now();
+    let err = s.upload(&key(), &payload()).await.unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    assert!(
+        start.elapsed() <= Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(s.counters().snapshot().put_requests, 2);
 }
