@@ -177,6 +177,14 @@ impl ObjectStorage for TimedStorage {
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
         self.inner.list(prefix)
     }
+
+    fn list_with_offset<'a>(
+        &'a self,
+        prefix: &'a str,
+        offset: &'a str,
+    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.inner.list_with_offset(prefix, offset)
+    }
 }
 
 /// Simulated store latency: every upload first sleeps a draw of `latency` (tokio time). Unlike
@@ -222,6 +230,14 @@ impl ObjectStorage for SimLatencyStorage {
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
         self.inner.list(prefix)
+    }
+
+    fn list_with_offset<'a>(
+        &'a self,
+        prefix: &'a str,
+        offset: &'a str,
+    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.inner.list_with_offset(prefix, offset)
     }
 }
 
