@@ -194,6 +194,38 @@ async fn a_producer_id_below_minus_one_is_non_idempotent_and_fails_nobody() {
     e.writer.close().await;
 }
 
+/// Issue #12 item 2: Kafka accepts epoch -1 with a producer id (a producer new to the partition
+/// has epoch -1, and `checkProducerEpoch` only refuses a smaller one). Validation passes it, and the
+/// coordinator, judging producer fields per batch, appends it next to another producer's request
+/// in the same segment. Both used to get INVALID_REQUEST.
+#[tokio::test(start_paused = true)]
+async fn epoch_minus_one_with_a_producer_id_is_accepted_in_a_shared_segment() {
+    let e = env();
+    let t = topic(&e, 2).await;
+    let (p0, p1) = (TopicIdPartition::new(t, 0), TopicIdPartition::new(t, 1));
+    let other = batch(50, 0, 0, &["x"]);
+    let minus_one = batch(51, -1, 0, &["y", "z"]);
+    let first = e
+        .writer
+        .append(vec![part(p0, other.as_bytes().clone())])
+        .await;
+    let second = e
+        .writer
+        .append(vec![part(p1, minus_one.as_bytes().clone())])
+        .await;
+    e.writer.flush();
+    let (first, second) = (first.await, second.await);
+    assert_eq!(first[0].error, ErrorCode::None, "{first:?}");
+    assert_eq!(
+        (second[0].error, second[0].base_offset),
+        (ErrorCode::None, 0),
+        "{second:?}"
+    );
+    assert_eq!(e.writer.stats().segments_committed, 1);
+    assert!(same_but_injected(&fetched(&e, p1).await[0], &minus_one));
+    e.writer.close().await;
+}
+
 /// Issue #12 item 4: Produce v3+ carries exactly one batch per partition; Kafka answers
 /// INVALID_RECORD otherwise (`ProduceRequest.validateRecords`). The writer used to append both.
 /// Other partitions of the request are not affected.
