@@ -807,6 +807,32 @@ fn produce_records_of_old_formats_and_short_batches() {
     );
 }
 
+/// Any prefix of two batches, with a framing byte overwritten: no panic, and what is accepted is
+/// the first batch exactly, taken from the front of the input.
+#[test]
+fn produce_records_never_panic_and_accept_only_the_leading_batch() {
+    let a = kafka_like(Compression::None).build().unwrap();
+    let two = cat(&[a.as_bytes(), a.as_bytes()]);
+    let n = a.len();
+    for end in 0..=two.len() {
+        for at in [0, 7, 8, 11, 16, n, n + 8, n + 11, n + 16] {
+            for x in [0x00u8, 0x01, 0x7f, 0x80, 0xff] {
+                let mut v = two[..end].to_vec();
+                if let Some(b) = v.get_mut(at) {
+                    *b = x;
+                }
+                if let Ok((batch, _)) = produce_records(&v) {
+                    assert_eq!(
+                        batch.as_bytes().as_ref(),
+                        &v[..n],
+                        "end {end} at {at} x {x}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// A complete v0/v1 message of `len` bytes (batchLength = len - 12; the rest zeros).
 fn legacy(magic: u8, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
