@@ -16,6 +16,7 @@ mod fig5_latency;
 mod fig6_pipeline;
 mod fig7_cost;
 mod fig8_memory;
+mod fig9_timestamp_lookup;
 mod report;
 mod util;
 
@@ -25,7 +26,7 @@ use std::time::Instant;
 type Figure = fn(bool) -> Vec<report::Row>;
 
 fn usage() -> ! {
-    eprintln!("usage: diskless-bench [--quick] [--only N[,N...]]   (N in 1..=8)");
+    eprintln!("usage: diskless-bench [--quick] [--only N[,N...]]   (N in 1..=9)");
     std::process::exit(2);
 }
 
@@ -50,7 +51,7 @@ fn main() {
                 let figures: Result<Vec<u8>, _> =
                     list.split(',').map(|s| s.trim().parse()).collect();
                 match figures {
-                    Ok(f) if f.iter().all(|n| (1..=8).contains(n)) => only = Some(f),
+                    Ok(f) if f.iter().all(|n| (1..=9).contains(n)) => only = Some(f),
                     _ => usage(),
                 }
             }
@@ -58,7 +59,7 @@ fn main() {
         }
     }
     let wanted = |n: u8| only.as_ref().is_none_or(|o| o.contains(&n));
-    let figures: [(u8, Figure); 8] = [
+    let figures: [(u8, Figure); 9] = [
         (1, fig1_produce::run),
         (2, fig2_sqlite::run),
         (3, fig3_postgres::run),
@@ -67,6 +68,7 @@ fn main() {
         (6, fig6_pipeline::run),
         (7, fig7_cost::run),
         (8, fig8_memory::run),
+        (9, fig9_timestamp_lookup::run),
     ];
     println!(
         "diskless-bench {} mode, {} build",
