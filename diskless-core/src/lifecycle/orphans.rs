@@ -1,4 +1,5 @@
-//! [`OrphanCollector`]: KIP-1164's two-phase reconciliation of storage against the coordinator.
+//! [`OrphanCollector`]: KIP-1164's two-phase reconciliation of storage against the coordinator,
+//! streamed and paged so that its memory does not grow with the number of objects.
 
 use super::{LifecycleError, millis, system_ms};
 use diskless_coordinator::{BatchCoordinator, Clock};
@@ -22,10 +23,23 @@ pub struct OrphanConfig {
     /// before it is deleted. Must exceed the longest time a coordinator call can take to land once
     /// started (statement / busy timeouts). Default 5 minutes.
     pub recheck_delay: Duration,
-    /// Keys per `known_objects` call. Default 1000.
+    /// Page size: listed candidates are checked with the coordinator, and deleted, in pages of at
+    /// most this many keys (one `known_objects` call per page and phase). With the store's own
+    /// listing page, this is what bounds the memory of a pass. Default 1000.
     pub known_batch: usize,
+    /// Objects listed per pass at most (listing costs time and money): a pass that reaches it stops
+    /// and the next pass resumes after the greatest key it listed. Honoured only while the store
+    /// lists keys in order; see [`OrphanCollector`]. Default 100 000.
+    pub max_listed_per_pass: u64,
+    /// Suspects remembered at most (between phase 1 and phase 2). An unknown candidate found while
+    /// the suspects are full waits for a later pass. Default 10 000.
+    pub max_suspects: usize,
     /// Deletions per pass at most. Default 10 000.
     pub max_deletes_per_pass: usize,
+    /// How often the collector asks the coordinator again about old objects it already found
+    /// known (a *full sweep*); between full sweeps it only asks about objects that became
+    /// candidates since its last clean cycle. Zero makes every cycle a full sweep. Default 24 hours.
+    pub full_sweep_interval: Duration,
 }
 
 impl OrphanConfig {
@@ -36,7 +50,10 @@ impl OrphanConfig {
             max_commit_age: Duration::from_secs(15 * 60),
             recheck_delay: Duration::from_secs(5 * 60),
             known_batch: 1000,
+            max_listed_per_pass: 100_000,
+            max_suspects: 10_000,
             max_deletes_per_pass: 10_000,
+            full_sweep_interval: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -50,31 +67,72 @@ pub struct OrphanPassReport {
     pub too_young: u64,
     /// Listed objects whose key has no UUID v7 time (never collected).
     pub undatable: u64,
+    /// Old enough objects not asked about: a clean cycle since the last full sweep found them known.
+    pub settled: u64,
     /// Old enough objects the coordinator knows (committed): left alone.
     pub known: u64,
     /// Objects unknown to every shard for the first time in this pass (phase 1).
     pub new_suspects: u64,
+    /// Unknown objects not remembered because the suspects were full (`max_suspects`).
+    pub deferred: u64,
     /// Suspects still waiting for their second check after this pass.
     pub waiting: u64,
     /// Suspects deleted after the second check (phase 2).
     pub deleted: u64,
     /// Suspects whose deletion storage did not confirm (retried next pass).
     pub not_deleted: u64,
+    /// Suspects forgotten because the cycle that ended in this pass did not list them.
+    pub dropped: u64,
+    /// This pass listed to the end: the next pass starts a new cycle from the first key.
+    pub cycle_complete: bool,
 }
 
 /// Deletes objects that were uploaded but never committed.
 ///
 /// # The two phases
 ///
-/// A pass lists every object under the prefix. An object is a *candidate* when the later of its
-/// key's UUID v7 time and its listing `last_modified` is older than `now - max_commit_age`
-/// (objects without a v7 time are never candidates). Phase 1: candidates that no shard knows
-/// ([`BatchCoordinator::known_objects`]; pass a `ShardedCoordinator` to ask every shard) become
-/// *suspects*, remembered with the time `t1` of that check. Phase 2, in a later pass at `t2 ≥ t1 +
-/// recheck_delay`: suspects still listed are checked again, and those that still no shard knows
-/// are deleted. Suspects that a shard knows are dropped (they are committed: the
-/// [`super::ObjectCleaner`] owns them). Phase 2 runs before phase 1 in a pass, so no object is ever
-/// deleted in the pass that first suspected it.
+/// An object is a *candidate* when the later of its key's UUID v7 time and its listing
+/// `last_modified` is older than `now - max_commit_age` (objects without a v7 time are never
+/// candidates). Phase 1: candidates that no shard knows ([`BatchCoordinator::known_objects`]; pass a
+/// `ShardedCoordinator` to ask every shard) become *suspects*, remembered with the time `t1` of that
+/// check. Phase 2, when a suspect is listed again at `t2 ≥ t1 + recheck_delay`: it is checked again,
+/// and deleted if still no shard knows it. Suspects that a shard knows are dropped (they are
+/// committed: the [`super::ObjectCleaner`] owns them). A suspect is only due `recheck_delay` after
+/// it was suspected, so no object is ever deleted in the pass that first suspected it.
+///
+/// # Streaming, paging, resuming
+///
+/// A pass consumes the storage listing as a stream and handles it in pages of at most
+/// `known_batch` candidates (phase 2 for the page's due suspects, then phase 1 for the others); it
+/// never holds the listing. A pass lists at most `max_listed_per_pass` objects; one that stops there
+/// keeps a cursor, the greatest key it handled, and the next pass lists the keys after it
+/// ([`ObjectStorage::list_with_offset`]). A *cycle* is the run of passes from the first key to the
+/// end of a listing; when it ends, the cursor goes back to the start and the suspects that the cycle
+/// did not list are forgotten (the object is gone, or will be suspected again). What the collector
+/// remembers between passes is bounded: at most `max_suspects` suspects, a cursor and a few numbers.
+///
+/// Stores need not list in key order (object_store's local filesystem does not). When a pass sees a
+/// key not greater than the previous one, the collector stops honouring `max_listed_per_pass`, for
+/// good: every later pass lists to the end, since a cursor cannot resume an unordered listing
+/// without skipping keys (memory stays bounded; only the pass gets longer). A cycle that resumed an
+/// unordered listing is not clean (below).
+///
+/// # Not asking twice
+///
+/// An object the coordinator knows stays known until the cleaner has deleted it from storage, so
+/// the collector need not ask about it again. It remembers no keys for that (memory), but a
+/// *floor*: when a cycle ends *clean* — it skipped no key (it listed in key order, or in one pass)
+/// and deferred no suspect — every object it listed whose candidate time was below the cutoff of
+/// its first pass was asked about and is known or a suspect. The floor becomes that cutoff, and
+/// later cycles only ask about candidates at or above it (and about suspects). Objects below the
+/// floor are counted as `settled`. This relies on the store dating an object (`last_modified`) by
+/// its upload, on a clock within `max_commit_age` of the collector's: an object uploaded after a
+/// cycle passed its place in the listing is then dated above that cycle's cutoff. Every
+/// `full_sweep_interval` (and after a restart; until a full sweep ends clean) a cycle starts
+/// without a floor and asks about everything, which also finds what that reasoning misses: an
+/// object a listing showed more than `max_commit_age` late, a store whose clock is that far off,
+/// an object whose commit a coordinator restored from a backup forgot. The floor only ever spares
+/// the coordinator questions; it never makes the collector delete anything.
 ///
 /// # Why an object whose commit is in flight is never deleted
 ///
@@ -103,9 +161,59 @@ pub struct OrphanCollector {
     storage: Arc<dyn ObjectStorage>,
     clock: Arc<dyn Clock>,
     config: OrphanConfig,
-    /// Suspects and when each was first found unknown (phase 1). Held for the whole pass, so passes
-    /// never overlap.
-    suspects: tokio::sync::Mutex<BTreeMap<ObjectKey, i64>>,
+    /// Held for the whole pass, so passes never overlap.
+    state: tokio::sync::Mutex<State>,
+}
+
+/// What the collector remembers between passes (bounded).
+#[derive(Debug, Default)]
+struct State {
+    /// Suspects (at most `max_suspects`).
+    suspects: BTreeMap<ObjectKey, Suspect>,
+    /// The greatest key the current cycle handled, if it stopped early.
+    cursor: Option<ObjectKey>,
+    /// The current cycle, once started.
+    cycle: Option<Cycle>,
+    /// The number of the last cycle started.
+    cycles: u64,
+    /// Candidates dated below it that are not suspects were found known (see the type's docs).
+    floor: Option<i64>,
+    /// When the last full sweep that ended clean started.
+    last_full_sweep: Option<i64>,
+    /// The store listed a key out of order once: every pass lists to the end.
+    unordered: bool,
+}
+
+/// A suspect: found unknown at `since` (phase 1), last listed in cycle `seen`.
+#[derive(Clone, Copy, Debug)]
+struct Suspect {
+    since: i64,
+    seen: u64,
+}
+
+/// One cycle: from the first key to the end of a listing, over one or more passes.
+#[derive(Clone, Copy, Debug)]
+struct Cycle {
+    number: u64,
+    /// When its first pass started.
+    started: i64,
+    /// The candidate cutoff of its first pass: the floor it sets if it ends clean.
+    cutoff: i64,
+    /// The floor it skips below (`None`: a full sweep).
+    floor: Option<i64>,
+    /// A pass of it started from a cursor.
+    resumed: bool,
+    /// Its listing came in key order so far.
+    ordered: bool,
+    /// It deferred an unknown candidate (suspects full).
+    deferred: bool,
+}
+
+/// What a pass works with.
+struct PassCtx {
+    now: i64,
+    due_before: i64,
+    deletes_left: usize,
 }
 
 impl OrphanCollector {
@@ -121,107 +229,83 @@ impl OrphanCollector {
             storage,
             clock,
             config,
-            suspects: tokio::sync::Mutex::new(BTreeMap::new()),
+            state: tokio::sync::Mutex::new(State::default()),
         }
     }
 
     /// The current suspects (keys found unknown once, waiting for their second check).
     pub async fn suspects(&self) -> Vec<ObjectKey> {
-        self.suspects.lock().await.keys().cloned().collect()
+        self.state.lock().await.suspects.keys().cloned().collect()
     }
 
-    /// Which of `keys` some shard knows, asked in chunks.
+    /// Which of `keys` some shard knows.
     async fn known(&self, keys: &[ObjectKey]) -> Result<HashSet<String>, LifecycleError> {
-        let mut known = HashSet::new();
-        for chunk in keys.chunks(self.config.known_batch.max(1)) {
-            let names: Vec<String> = chunk.iter().map(|k| k.as_str().to_string()).collect();
-            known.extend(self.coordinator.known_objects(&names).await?);
-        }
-        Ok(known)
+        let names: Vec<String> = keys.iter().map(|k| k.as_str().to_string()).collect();
+        Ok(self
+            .coordinator
+            .known_objects(&names)
+            .await?
+            .into_iter()
+            .collect())
     }
 
-    /// One pass: list, phase 2 for due suspects, phase 1 for new candidates.
+    /// One pass: streams the listing from the cursor, handling it page by page (phase 2 for due
+    /// suspects, phase 1 for new candidates), until the listing ends or `max_listed_per_pass`.
     pub async fn run_pass(&self) -> Result<OrphanPassReport, LifecycleError> {
-        let mut suspects = self.suspects.lock().await;
+        let mut guard = self.state.lock().await;
+        let state = &mut *guard;
         let mut report = OrphanPassReport::default();
         let now = self.clock.now_ms();
         let cutoff = now.saturating_sub(millis(self.config.max_commit_age));
-        let mut candidates = Vec::new();
-        let mut listing = self.storage.list(&self.config.prefix);
-        while let Some(meta) = listing.try_next().await? {
-            report.listed += 1;
-            let Some(created) = meta.key.created_at() else {
-                report.undatable += 1;
-                continue;
-            };
-            let age_from = system_ms(created).max(system_ms(meta.last_modified));
-            if age_from >= cutoff {
-                report.too_young += 1;
-                continue;
+        let mut ctx = PassCtx {
+            now,
+            due_before: now.saturating_sub(millis(self.config.recheck_delay)),
+            deletes_left: self.config.max_deletes_per_pass,
+        };
+        let mut cycle = match state.cycle {
+            Some(cycle) => cycle,
+            None => {
+                let full = state.last_full_sweep.is_none_or(|t| {
+                    now.saturating_sub(t) >= millis(self.config.full_sweep_interval)
+                });
+                state.cycles += 1;
+                Cycle {
+                    number: state.cycles,
+                    started: now,
+                    cutoff,
+                    floor: if full { None } else { state.floor },
+                    resumed: false,
+                    ordered: true,
+                    deferred: false,
+                }
             }
-            candidates.push(meta.key);
-        }
-        drop(listing);
-        let listed: HashSet<&ObjectKey> = candidates.iter().collect();
-        suspects.retain(|k, _| listed.contains(k));
+        };
+        let offset = state.cursor.clone();
+        cycle.resumed |= offset.is_some();
+        // The cycle is written back whatever happens: a failed pass keeps what it learnt.
+        let scanned = self
+            .scan(state, &mut cycle, offset, cutoff, &mut ctx, &mut report)
+            .await;
+        state.cycle = Some(cycle);
+        let exhausted = scanned?;
 
-        // Phase 2: suspects unknown since at least `recheck_delay` are checked again.
-        let due_before = now.saturating_sub(millis(self.config.recheck_delay));
-        let due: Vec<ObjectKey> = suspects
-            .iter()
-            .filter(|(_, t1)| **t1 <= due_before)
-            .map(|(k, _)| k.clone())
-            .collect();
-        // Keys settled by phase 2 are not looked at again by phase 1 in this pass.
-        let settled: HashSet<ObjectKey> = due.iter().cloned().collect();
-        if !due.is_empty() {
-            let known = self.known(&due).await?;
-            let mut doomed = Vec::new();
-            for key in due {
-                if known.contains(key.as_str()) {
-                    suspects.remove(&key);
-                    report.known += 1;
-                } else if doomed.len() < self.config.max_deletes_per_pass {
-                    doomed.push(key);
+        if exhausted {
+            // The cycle ends: forget suspects it did not list, maybe raise the floor, start over.
+            let before = state.suspects.len();
+            state.suspects.retain(|_, s| s.seen == cycle.number);
+            report.dropped = (before - state.suspects.len()) as u64;
+            let skipped = cycle.resumed && !cycle.ordered;
+            if !skipped && !cycle.deferred {
+                state.floor = Some(state.floor.map_or(cycle.cutoff, |f| f.max(cycle.cutoff)));
+                if cycle.floor.is_none() {
+                    state.last_full_sweep = Some(cycle.started);
                 }
             }
-            if !doomed.is_empty() {
-                match self.storage.delete(&doomed).await {
-                    Ok(deleted) => {
-                        let asked: HashSet<&ObjectKey> = doomed.iter().collect();
-                        for key in deleted.iter().filter(|k| asked.contains(k)) {
-                            if suspects.remove(key).is_some() {
-                                report.deleted += 1;
-                                tracing::info!(object = %key, "deleted orphan object");
-                            }
-                        }
-                        report.not_deleted = doomed.len() as u64 - report.deleted;
-                    }
-                    Err(e) => {
-                        report.not_deleted = doomed.len() as u64;
-                        tracing::warn!(error = %e, objects = doomed.len(), "orphan delete failed; retrying next pass");
-                    }
-                }
-            }
+            state.cursor = None;
+            state.cycle = None;
+            report.cycle_complete = true;
         }
-
-        // Phase 1: new candidates no shard knows become suspects.
-        let fresh: Vec<ObjectKey> = candidates
-            .into_iter()
-            .filter(|k| !suspects.contains_key(k) && !settled.contains(k))
-            .collect();
-        if !fresh.is_empty() {
-            let known = self.known(&fresh).await?;
-            for key in fresh {
-                if known.contains(key.as_str()) {
-                    report.known += 1;
-                } else {
-                    suspects.insert(key, now);
-                    report.new_suspects += 1;
-                }
-            }
-        }
-        report.waiting = suspects.len() as u64;
+        report.waiting = state.suspects.len() as u64;
         if report.new_suspects > 0 || report.deleted > 0 || report.not_deleted > 0 {
             tracing::info!(
                 listed = report.listed,
@@ -229,9 +313,177 @@ impl OrphanCollector {
                 deleted = report.deleted,
                 not_deleted = report.not_deleted,
                 waiting = report.waiting,
+                cycle_complete = report.cycle_complete,
                 "orphan pass"
             );
         }
         Ok(report)
+    }
+
+    /// Lists from `offset` and handles the listing page by page; returns whether it listed to the
+    /// end. Moves the cursor past every page handled.
+    async fn scan(
+        &self,
+        state: &mut State,
+        cycle: &mut Cycle,
+        offset: Option<ObjectKey>,
+        cutoff: i64,
+        ctx: &mut PassCtx,
+        report: &mut OrphanPassReport,
+    ) -> Result<bool, LifecycleError> {
+        let batch = self.config.known_batch.max(1);
+        let limit = self.config.max_listed_per_pass.max(1);
+        let mut listing = match &offset {
+            Some(k) => self
+                .storage
+                .list_with_offset(&self.config.prefix, k.as_str()),
+            None => self.storage.list(&self.config.prefix),
+        };
+        // The previous key of this listing (order check), and the greatest of the current page.
+        let mut previous: Option<ObjectKey> = offset.clone();
+        let mut page_max: Option<ObjectKey> = None;
+        let mut page: Vec<ObjectKey> = Vec::with_capacity(batch.min(4096));
+        let exhausted = loop {
+            if report.listed >= limit && !state.unordered {
+                break false;
+            }
+            let Some(meta) = listing.try_next().await? else {
+                break true;
+            };
+            report.listed += 1;
+            let key = meta.key;
+            if previous.as_ref().is_some_and(|p| key <= *p) {
+                if !state.unordered {
+                    tracing::info!(
+                        prefix = self.config.prefix,
+                        "the store lists keys out of order: every orphan pass lists to the end"
+                    );
+                }
+                state.unordered = true;
+                cycle.ordered = false;
+            }
+            if page_max.as_ref().is_none_or(|m| key > *m) {
+                page_max = Some(key.clone());
+            }
+            let Some(created) = key.created_at() else {
+                report.undatable += 1;
+                previous = Some(key);
+                continue;
+            };
+            let dated = system_ms(created).max(system_ms(meta.last_modified));
+            if dated >= cutoff {
+                report.too_young += 1;
+            } else if let Some(s) = state.suspects.get_mut(&key) {
+                s.seen = cycle.number;
+                page.push(key.clone());
+            } else if cycle.floor.is_some_and(|f| dated < f) {
+                report.settled += 1;
+            } else {
+                page.push(key.clone());
+            }
+            previous = Some(key);
+            if page.len() >= batch {
+                self.handle_page(state, cycle, &mut page, ctx, report)
+                    .await?;
+                advance(&mut state.cursor, page_max.take());
+            }
+        };
+        drop(listing);
+        self.handle_page(state, cycle, &mut page, ctx, report)
+            .await?;
+        advance(&mut state.cursor, page_max.take());
+        Ok(exhausted)
+    }
+
+    /// Phase 2 for the page's due suspects, then phase 1 for its other keys; empties the page.
+    async fn handle_page(
+        &self,
+        state: &mut State,
+        cycle: &mut Cycle,
+        page: &mut Vec<ObjectKey>,
+        ctx: &mut PassCtx,
+        report: &mut OrphanPassReport,
+    ) -> Result<(), LifecycleError> {
+        if page.is_empty() {
+            return Ok(());
+        }
+        let mut due = Vec::new();
+        let mut fresh = Vec::new();
+        for key in page.drain(..) {
+            match state.suspects.get(&key) {
+                Some(s) if s.since <= ctx.due_before && due.len() < ctx.deletes_left => {
+                    due.push(key)
+                }
+                Some(_) => {}
+                None => fresh.push(key),
+            }
+        }
+
+        // Phase 2: suspects unknown since at least `recheck_delay` are checked again.
+        if !due.is_empty() {
+            let known = self.known(&due).await?;
+            let mut doomed = Vec::new();
+            for key in due {
+                if known.contains(key.as_str()) {
+                    state.suspects.remove(&key);
+                    report.known += 1;
+                } else {
+                    doomed.push(key);
+                }
+            }
+            ctx.deletes_left = ctx.deletes_left.saturating_sub(doomed.len());
+            if !doomed.is_empty() {
+                match self.storage.delete(&doomed).await {
+                    Ok(deleted) => {
+                        let asked: HashSet<&ObjectKey> = doomed.iter().collect();
+                        let mut confirmed = 0u64;
+                        for key in deleted.iter().filter(|k| asked.contains(k)) {
+                            if state.suspects.remove(key).is_some() {
+                                confirmed += 1;
+                                tracing::info!(object = %key, "deleted orphan object");
+                            }
+                        }
+                        report.deleted += confirmed;
+                        report.not_deleted += doomed.len() as u64 - confirmed;
+                    }
+                    Err(e) => {
+                        report.not_deleted += doomed.len() as u64;
+                        tracing::warn!(error = %e, objects = doomed.len(), "orphan delete failed; retrying next pass");
+                    }
+                }
+            }
+        }
+
+        // Phase 1: new candidates no shard knows become suspects, while there is room.
+        if !fresh.is_empty() {
+            let known = self.known(&fresh).await?;
+            for key in fresh {
+                if known.contains(key.as_str()) {
+                    report.known += 1;
+                } else if state.suspects.len() < self.config.max_suspects {
+                    state.suspects.insert(
+                        key,
+                        Suspect {
+                            since: ctx.now,
+                            seen: cycle.number,
+                        },
+                    );
+                    report.new_suspects += 1;
+                } else {
+                    report.deferred += 1;
+                    cycle.deferred = true;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Moves the cursor up to `to` (never down: an unordered listing may go back).
+fn advance(cursor: &mut Option<ObjectKey>, to: Option<ObjectKey>) {
+    if let Some(to) = to
+        && cursor.as_ref().is_none_or(|c| to > *c)
+    {
+        *cursor = Some(to);
     }
 }
