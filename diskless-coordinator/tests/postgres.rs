@@ -638,8 +638,8 @@ async fn postgres_migrations() {
         applied += r.await.unwrap().unwrap();
     }
     assert_eq!(
-        applied, 4,
-        "exactly one concurrent migrator applied each of the 4 migrations"
+        applied, 5,
+        "exactly one concurrent migrator applied each of the 5 migrations"
     );
     assert_eq!(migrate(&options).await.unwrap(), 0);
 
@@ -664,6 +664,7 @@ async fn postgres_migrations() {
             (2, "fast_commit_file".to_string()),
             (3, "replica_heartbeat_running_max".to_string()),
             (4, "timestamp_indexes".to_string()),
+            (5, "commit_point_producer_expiry".to_string()),
         ]
     );
     sqlx::query("UPDATE schema_migrations SET checksum = 'edited'")
@@ -1643,3 +1644,258 @@ async fn postgres_list_offsets_by_timestamp_uses_indexes() {
 }
 
 const MAX_TIMESTAMP_REQ: i64 = diskless_coordinator::MAX_TIMESTAMP;
+
+// -------------------------------------------------------------------------------------------------
+// The commit point (issue #12 item 1): deadline and fences inside the commit function
+
+/// A UUID v7 object key whose time is `ms` (random bits from a v4 UUID).
+fn v7_key_at(ms: i64) -> String {
+    let random = Uuid::new_v4();
+    let uuid = uuid::Builder::from_unix_timestamp_millis(
+        ms as u64,
+        &random.as_bytes()[..10].try_into().unwrap(),
+    )
+    .into_uuid();
+    format!("wal/{uuid}")
+}
+
+fn system_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// The deadline is checked by the server, against its own clock, once the commit holds its locks:
+/// a commit that passed every check on arrival but waited on a partition lock past its deadline
+/// is refused with nothing applied; the coordinator's injected clock plays no part; the previous
+/// version's commit_file signature passes the same checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_commit_deadline_is_checked_after_the_locks() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    // The injected clock is years behind the server's: the deadline does not read it.
+    let clock = ManualClock::new(START_MS);
+    let c = Arc::new(
+        PostgresCoordinator::connect(
+            schema
+                .options()
+                .max_commit_age(Duration::from_millis(1_500)),
+            clock.clone(),
+        )
+        .await
+        .unwrap(),
+    );
+    let topic = create_topic(&c, 1).await;
+    let p = TopicIdPartition::new(topic, 0);
+    let fresh = v7_key_at(system_ms());
+    let r = c
+        .commit_file(request(&fresh, vec![plain(p, 1)]))
+        .await
+        .unwrap();
+    assert_eq!(r[0].base_offset, 0);
+    let r = c
+        .commit_file(request(&v7_key_at(system_ms() - 60_000), vec![plain(p, 1)]))
+        .await;
+    assert!(
+        matches!(r, Err(CoordinatorError::DeadlineExceeded(_))),
+        "{r:?}"
+    );
+    // Keys without a v7 time are never refused.
+    c.commit_file(request("wal/plain-key", vec![plain(p, 1)]))
+        .await
+        .unwrap();
+
+    // A commit of a fresh key that then waits on the partition's lock for longer than the
+    // deadline: refused when it gets the lock.
+    let mut locker = side_connection(&schema, "-locker").await;
+    sqlx::raw_sql("BEGIN; SELECT 1 FROM partitions FOR UPDATE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let late = v7_key_at(system_ms());
+    let blocked = {
+        let c = c.clone();
+        let late = late.clone();
+        tokio::spawn(async move {
+            c.commit_file(request(&late, vec![idempotent(p, 9, 0, 0, 1)]))
+                .await
+        })
+    };
+    let mut inspector = side_connection(&schema, "-inspector").await;
+    blocked_backend(&mut inspector, &schema.name).await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let r = blocked.await.unwrap();
+    match r {
+        Err(e @ CoordinatorError::DeadlineExceeded(_)) => assert!(e.certainly_not_applied()),
+        other => panic!("expected DeadlineExceeded after the lock wait, got {other:?}"),
+    }
+    assert_eq!(c.object_info(&late).await.unwrap(), None);
+    assert_eq!(c.producer_state(p, 9).await.unwrap(), None);
+    assert_eq!(all_batches(c.as_ref(), p).await.high_watermark, 2);
+
+    // The previous version's signature (a broker not yet upgraded): the same commit point, with
+    // the default 10 minute deadline and the key's time parsed by the server.
+    let schema_ref = &schema;
+    let old_call = |key: String| {
+        let topic = topic.hyphenated().to_string();
+        async move {
+            let mut conn = side_connection(schema_ref, "-old-broker").await;
+            sqlx::query_scalar::<_, i16>(
+                "SELECT r_error_code FROM commit_file($1, 1, 101, '{0}', 0, \
+                 ARRAY[$2]::uuid[], '{0}', '{1}', '{100}', '{1}', '{0}', '{0}', '{-1}', '{-1}', \
+                 '{-1}', '{-1}')",
+            )
+            .bind(key)
+            .bind(topic)
+            .fetch_all(&mut conn)
+            .await
+        }
+    };
+    assert_eq!(old_call(v7_key_at(system_ms())).await.unwrap(), vec![0]);
+    let e = old_call(v7_key_at(system_ms() - 11 * 60_000))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.as_database_error().and_then(|d| d.code()).as_deref(),
+        Some("DL001")
+    );
+    let orphan = v7_key_at(system_ms());
+    assert_eq!(
+        c.fence_orphans(std::slice::from_ref(&orphan))
+            .await
+            .unwrap(),
+        vec![orphan.clone()]
+    );
+    let e = old_call(orphan).await.unwrap_err();
+    assert_eq!(
+        e.as_database_error().and_then(|d| d.code()).as_deref(),
+        Some("DL002")
+    );
+    c.close().await;
+}
+
+/// A fence and a commit of the same key serialize: a commit in progress (its object row inserted,
+/// not yet committed) makes a concurrent fence_orphans wait, then see the object (not fenced);
+/// and many concurrent fence/commit pairs never both succeed, and exactly one always does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_fences_and_commits_serialize() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    let clock = ManualClock::new(START_MS);
+    let c = Arc::new(
+        PostgresCoordinator::connect(schema.options().max_connections(8), clock.clone())
+            .await
+            .unwrap(),
+    );
+    let topic = create_topic(&c, 4).await;
+    let p = TopicIdPartition::new(topic, 0);
+
+    // Deterministic: the commit is inside the commit function (object inserted, key locked),
+    // waiting on a partition lock, when the fence arrives.
+    let mut locker = side_connection(&schema, "-locker").await;
+    sqlx::raw_sql("BEGIN; SELECT 1 FROM partitions FOR UPDATE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let key = v7_key_at(system_ms());
+    let commit = {
+        let c = c.clone();
+        let key = key.clone();
+        tokio::spawn(async move { c.commit_file(request(&key, vec![plain(p, 1)])).await })
+    };
+    let mut inspector = side_connection(&schema, "-inspector").await;
+    blocked_backend(&mut inspector, &schema.name).await;
+    let fence = {
+        let c = c.clone();
+        let key = key.clone();
+        tokio::spawn(async move { c.fence_orphans(&[key]).await })
+    };
+    // The fence waits for the commit's key lock (it must not decide on the uncommitted state).
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+             AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
+        )
+        .bind(&schema.name)
+        .fetch_one(&mut inspector)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            !fence.is_finished(),
+            "fence_orphans decided while the commit was in progress: {:?}",
+            fence.await
+        );
+        assert!(Instant::now() < give_up, "the fence never waited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    commit.await.unwrap().unwrap();
+    assert_eq!(fence.await.unwrap().unwrap(), Vec::<String>::new());
+    assert_eq!(
+        c.known_objects(std::slice::from_ref(&key)).await.unwrap(),
+        vec![key]
+    );
+
+    // Concurrent pairs, in both orders of arrival.
+    let mut tasks = Vec::new();
+    for i in 0..120 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let key = v7_key_at(system_ms());
+            let p = TopicIdPartition::new(topic, i % 4);
+            let commit = {
+                let c = c.clone();
+                let key = key.clone();
+                async move { c.commit_file(request(&key, vec![plain(p, 1)])).await }
+            };
+            let fence = {
+                let c = c.clone();
+                let key = key.clone();
+                async move { c.fence_orphans(&[key]).await }
+            };
+            let (committed, fenced) = if i % 2 == 0 {
+                tokio::join!(commit, fence)
+            } else {
+                let (f, c) = tokio::join!(fence, commit);
+                (c, f)
+            };
+            let fenced = fenced.unwrap();
+            match committed {
+                Ok(r) => {
+                    assert_eq!(r[0].error, ErrorCode::None);
+                    assert!(fenced.is_empty(), "{key}: committed and fenced");
+                    true
+                }
+                Err(CoordinatorError::ObjectFenced(_)) => {
+                    assert_eq!(fenced, vec![key.clone()], "{key}: refused but not fenced");
+                    false
+                }
+                Err(e) => panic!("{key}: {e}"),
+            }
+        }));
+    }
+    let mut commits_won = 0;
+    for t in tasks {
+        if tokio::time::timeout(Duration::from_secs(120), t)
+            .await
+            .expect("a pair hung")
+            .expect("a pair failed")
+        {
+            commits_won += 1;
+        }
+    }
+    eprintln!("{commits_won} of 120 commits won against their fence");
+    c.close().await;
+}

@@ -61,6 +61,12 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/postgres/0004_timestamp_indexes.sql"),
         transactional: false,
     },
+    Migration {
+        version: 5,
+        name: "commit_point_producer_expiry",
+        sql: include_str!("../../migrations/postgres/0005_commit_point_producer_expiry.sql"),
+        transactional: true,
+    },
 ];
 
 /// The latest schema version this build knows.

@@ -9,8 +9,8 @@ use crate::{
     BatchCoordinate, BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest,
     CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode,
     FindBatchesRequest, FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, ObjectInfo,
-    ObjectToDelete, ProducerBatch, ProducerState, RetentionReport, ShardId, TimestampType,
-    TopicIdPartition, TopicInfo,
+    ObjectToDelete, ProducerBatch, ProducerExpiryReport, ProducerState, RetentionReport, ShardId,
+    TimestampType, TopicIdPartition, TopicInfo,
 };
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
@@ -79,6 +79,13 @@ pub struct PostgresOptions {
     /// minus the clock skew between the servers, so that a fetch never gets the coordinates of
     /// an object already deleted. Default 30 s.
     pub max_replica_lag: Duration,
+    /// The commit deadline: `commit_file` of a key whose UUID v7 time is older than the server's
+    /// clock (`clock_timestamp()`) minus this is refused with
+    /// [`CoordinatorError::DeadlineExceeded`], checked inside the commit function once every lock
+    /// of the commit is held (see [`crate::check_commit_deadline`]). Fences of `fence_orphans` are
+    /// kept for [`crate::FENCE_RETENTION_FACTOR`] times this. Default
+    /// [`crate::DEFAULT_MAX_COMMIT_AGE`].
+    pub max_commit_age: Duration,
 }
 
 impl std::fmt::Debug for PostgresOptions {
@@ -98,6 +105,7 @@ impl std::fmt::Debug for PostgresOptions {
             .field("max_conflict_retries", &self.max_conflict_retries)
             .field("ping_idle_after", &self.ping_idle_after)
             .field("max_replica_lag", &self.max_replica_lag)
+            .field("max_commit_age", &self.max_commit_age)
             .finish()
     }
 }
@@ -141,6 +149,7 @@ impl PostgresOptions {
             max_conflict_retries: 5,
             ping_idle_after: Duration::from_secs(1),
             max_replica_lag: Duration::from_secs(30),
+            max_commit_age: crate::DEFAULT_MAX_COMMIT_AGE,
         }
     }
 
@@ -219,6 +228,12 @@ impl PostgresOptions {
     /// Sets [`PostgresOptions::max_replica_lag`].
     pub fn max_replica_lag(mut self, lag: Duration) -> Self {
         self.max_replica_lag = lag;
+        self
+    }
+
+    /// Sets [`PostgresOptions::max_commit_age`].
+    pub fn max_commit_age(mut self, age: Duration) -> Self {
+        self.max_commit_age = age;
         self
     }
 
@@ -314,15 +329,32 @@ pub async fn migrate(options: &PostgresOptions) -> Result<usize, CoordinatorErro
 ///   [`CoordinatorError::Unavailable`]; a lost connection once a commit (or any statement that
 ///   commits) was sent is [`CoordinatorError::OutcomeUnknown`] — the caller must not assume either
 ///   outcome; an idempotent producer's retry is safe (it is recognised as a duplicate).
+/// - **The commit point**: inside the commit function, once every lock of the commit is held (the
+///   key's advisory lock, its object row, its partitions' rows), the server checks the commit
+///   deadline against its own clock ([`PostgresOptions::max_commit_age`]) and the orphan fences
+///   ([`BatchCoordinator::fence_orphans`]), and refuses the whole commit
+///   ([`CoordinatorError::DeadlineExceeded`], [`CoordinatorError::ObjectFenced`]: nothing
+///   applied). `fence_orphans` takes the same per-key advisory locks, so a fence and a commit of a
+///   key serialize under READ COMMITTED: never both succeed. Fence expiry reads the server's
+///   clock too. Everything else (commit times, LogAppendTime, retention, producer expiry) reads
+///   the injected [`Clock`].
 /// - **Reads never block commits**: `find_batches`, `list_offsets` and `list_topics` run on a
 ///   separate pool, optionally on a read replica ([`PostgresOptions::read_url`]), each call on one
-///   snapshot. Queries whose staleness could lose data (`known_objects`, `objects_to_delete`,
-///   `object_info`, `producer_state`) always read the primary (through the read pool when it points
-///   at the primary).
+///   snapshot. A replica is read only while its measured lag is within
+///   [`PostgresOptions::max_replica_lag`] (else the primary answers), and what it would answer as
+///   out of range, unknown or without the timestamp is asked again on the primary. Queries whose
+///   staleness could lose data (`known_objects`, `objects_to_delete`, `object_info`,
+///   `producer_state`) always read the primary (through the read pool when it points at the
+///   primary).
+/// - **Bounded maintenance**: `enforce_retention` and `expire_producers` visit candidate
+///   partitions page by page in the global lock order and stop as soon as their budget is spent,
+///   so they hold row locks for work bounded by the budget. ListOffsets by timestamp costs a
+///   bounded number of index probes (see migrations 3 and 4).
 /// - **Schema**: everything lives in one schema ([`PostgresOptions::schema`]), set as the
 ///   connections' `search_path`; embedded migrations are recorded in `schema_migrations` there and
 ///   applied by [`migrate`] (explicitly, or on start). Migrations only add objects and run with a
-///   short `lock_timeout`, so they never hold long exclusive locks on a live table.
+///   short `lock_timeout` (index builds run `CONCURRENTLY`), so they never hold long exclusive
+///   locks on a live table.
 ///
 /// The semantics are those of the conformance suite in `diskless-testkit` (Kafka's, at batch
 /// granularity), which this implementation passes, as it passes the model-based test against the
@@ -618,6 +650,23 @@ macro_rules! retrying {
     }};
 }
 
+/// The commit function's refusals at its commit point (nothing applied) as the coordinator's
+/// errors; any other error as a failed attempt whose statement was sent.
+fn commit_point_error(e: sqlx::Error, key: &str) -> Attempt {
+    if let sqlx::Error::Database(d) = &e {
+        match d.code().as_deref() {
+            Some(DEADLINE_EXCEEDED) => {
+                return Attempt::Done(CoordinatorError::DeadlineExceeded(d.message().to_string()));
+            }
+            Some(OBJECT_FENCED) => {
+                return Attempt::Done(CoordinatorError::ObjectFenced(key.to_string()));
+            }
+            _ => {}
+        }
+    }
+    Attempt::Sql(e, true)
+}
+
 /// Serialization failure or deadlock: PostgreSQL rolled the transaction back.
 fn is_conflict(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("40001" | "40P01")))
@@ -721,9 +770,24 @@ fn duration_ms(d: Duration) -> i64 {
 const EFFECTIVE_TS: &str =
     "(CASE WHEN b.timestamp_type = 1 THEN b.log_append_time ELSE b.max_timestamp END)";
 
+/// The time retention ages a batch row `b` by: its effective max timestamp, or, for a batch without
+/// any timestamp (`< 0`), its commit time (its object's), as Kafka ages a segment without
+/// timestamps by its modification time.
+fn retention_ts() -> String {
+    format!(
+        "(CASE WHEN {EFFECTIVE_TS} >= 0 THEN {EFFECTIVE_TS} ELSE (SELECT o.committed_at \
+         FROM objects o WHERE o.object_id = b.object_id) END)"
+    )
+}
+
 const CALL_COMMIT_FILE: &str = "SELECT r_batch_index, r_error_code, r_base_offset, \
      r_log_append_time, r_log_start_offset, r_duplicate FROM commit_file($1, $2, $3, $4, $5, \
-     $6::text[]::uuid[], $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
+     $6::text[]::uuid[], $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)";
+
+/// SQLSTATE of `check_commit_point` (migration 5): the commit deadline passed.
+const DEADLINE_EXCEEDED: &str = "DL001";
+/// SQLSTATE of `check_commit_point` (migration 5): the key is fenced.
+const OBJECT_FENCED: &str = "DL002";
 
 /// Batches per partition fetched by the first find_batches query (more pages follow when needed).
 const FIRST_PAGE: i64 = 64;
@@ -862,9 +926,10 @@ async fn trim_partition(
     'pages: while deletable < budget {
         let want = (budget - deletable).min(RETENTION_PAGE as u64);
         let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT b.last_offset, b.byte_size, {EFFECTIVE_TS} FROM batches b \
+            "SELECT b.last_offset, b.byte_size, {ts} FROM batches b \
              WHERE b.partition_id = $1 AND b.last_offset > $2 \
-             ORDER BY b.last_offset LIMIT $3"
+             ORDER BY b.last_offset LIMIT $3",
+            ts = retention_ts()
         )))
         .bind(partition_id)
         .bind(after)
@@ -928,7 +993,9 @@ impl PostgresCoordinator {
         let mut epochs = Vec::with_capacity(n);
         let mut base_seqs = Vec::with_capacity(n);
         let mut last_seqs = Vec::with_capacity(n);
+        let mut field_errors: Vec<i16> = Vec::with_capacity(n);
         for b in &request.batches {
+            field_errors.push(crate::producer_field_error(b).map_or(0, ErrorCode::code));
             // Validated: byte_offset + byte_size <= object_size <= i64::MAX.
             byte_offsets.push(b.byte_offset as i64);
             byte_sizes.push(i64::from(b.byte_size));
@@ -963,9 +1030,12 @@ impl PostgresCoordinator {
             .bind(&epochs)
             .bind(&base_seqs)
             .bind(&last_seqs)
+            .bind(crate::object_key_time_ms(&request.object_key))
+            .bind(duration_ms(self.options.max_commit_age))
+            .bind(&field_errors)
             .fetch_all(&mut *conn)
             .await
-            .map_err(|e| Attempt::Sql(e, true))?;
+            .map_err(|e| commit_point_error(e, &request.object_key))?;
         if let Some(first) = rows.first()
             && col::<i32>(first, 0)? == -1
         {
@@ -1115,6 +1185,94 @@ impl PostgresCoordinator {
         Ok(responses)
     }
 
+    /// One producer expiry call (see [`BatchCoordinator::expire_producers`]): partitions with
+    /// expired producer states are found page by page in the global lock order; each is locked
+    /// (a commit writes a partition's producer states only under that lock, so a state refreshed
+    /// meanwhile is seen and kept) and its expired states deleted in producer id order, until
+    /// `max_producers` are deleted.
+    async fn try_expire_producers(
+        &self,
+        max_producers: u32,
+        now: i64,
+    ) -> Result<ProducerExpiryReport, Attempt> {
+        let mut report = ProducerExpiryReport::default();
+        if max_producers == 0 {
+            return Ok(report);
+        }
+        let mut tx = self
+            .write
+            .begin()
+            .await
+            .map_err(|e| Attempt::Sql(e, false))?;
+        let budget = u64::from(max_producers);
+        let mut after: Option<(String, i32)> = None;
+        'walk: loop {
+            let (cursor, topic, partition) = match &after {
+                Some((t, p)) => (
+                    "AND (pa.topic_id, pa.partition) > ($2::uuid, $3)",
+                    t.as_str(),
+                    *p,
+                ),
+                None => ("AND $2::text IS NULL AND $3::integer IS NULL", "", 0),
+            };
+            let candidates = sqlx::query(AssertSqlSafe(format!(
+                "SELECT pa.partition_id, pa.topic_id::text, pa.partition \
+                 FROM partitions pa JOIN topics t ON t.topic_id = pa.topic_id \
+                 WHERE EXISTS (SELECT 1 FROM producer_state s WHERE s.partition_id = pa.partition_id \
+                 AND $1 - s.last_append_ms >= t.producer_id_expiration_ms) {cursor} \
+                 ORDER BY pa.topic_id, pa.partition LIMIT {RETENTION_CANDIDATES}"
+            )))
+            .bind(now)
+            .bind(after.as_ref().map(|_| topic))
+            .bind(after.as_ref().map(|_| partition))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| Attempt::Sql(e, false))?;
+            for row in &candidates {
+                let partition_id: i64 = col(row, 0)?;
+                after = Some((col(row, 1)?, col(row, 2)?));
+                // Lock first, then decide in a new statement (a new snapshot under READ
+                // COMMITTED): a commit that refreshed a state before the lock is seen.
+                let Some(expiration) = sqlx::query_scalar::<_, i64>(
+                    "SELECT t.producer_id_expiration_ms FROM partitions pa \
+                     JOIN topics t ON t.topic_id = pa.topic_id \
+                     WHERE pa.partition_id = $1 FOR UPDATE OF pa",
+                )
+                .bind(partition_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| Attempt::Sql(e, false))?
+                else {
+                    continue;
+                };
+                let expired: i64 = sqlx::query_scalar(
+                    "WITH gone AS (DELETE FROM producer_state s WHERE s.partition_id = $1 \
+                     AND s.producer_id IN (SELECT v.producer_id FROM producer_state v \
+                     WHERE v.partition_id = $1 AND $2 - v.last_append_ms >= $3 \
+                     ORDER BY v.producer_id LIMIT $4) RETURNING 1) \
+                     SELECT count(*) FROM gone",
+                )
+                .bind(partition_id)
+                .bind(now)
+                .bind(expiration)
+                .bind((budget - report.expired) as i64)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| Attempt::Sql(e, false))?;
+                report.expired += to_u64(expired, "expired producers")?;
+                if report.expired >= budget {
+                    break 'walk;
+                }
+            }
+            if (candidates.len() as i64) < RETENTION_CANDIDATES {
+                break;
+            }
+        }
+        tx.commit().await.map_err(|e| Attempt::Sql(e, true))?;
+        report.more = report.expired == budget;
+        Ok(report)
+    }
+
     /// One retention pass (see [`BatchCoordinator::enforce_retention`]): candidate partitions are
     /// found page by page in the global lock order, each is locked and trimmed, and the walk stops
     /// as soon as the budget is spent, so a pass holds its row locks for work bounded by its budget
@@ -1153,10 +1311,11 @@ impl PostgresCoordinator {
                  FROM partitions pa JOIN topics t ON t.topic_id = pa.topic_id \
                  WHERE pa.byte_size > 0 {cursor} \
                  AND ((t.retention_bytes >= 0 AND pa.byte_size > t.retention_bytes) \
-                 OR (t.retention_ms >= 0 AND EXISTS (SELECT 1 FROM (SELECT {EFFECTIVE_TS} AS ts \
+                 OR (t.retention_ms >= 0 AND EXISTS (SELECT 1 FROM (SELECT {ts} AS ts \
                  FROM batches b WHERE b.partition_id = pa.partition_id \
                  ORDER BY b.last_offset LIMIT 1) f WHERE $1::numeric - f.ts > t.retention_ms))) \
-                 ORDER BY pa.topic_id, pa.partition LIMIT {RETENTION_CANDIDATES}"
+                 ORDER BY pa.topic_id, pa.partition LIMIT {RETENTION_CANDIDATES}",
+                ts = retention_ts()
             )))
             .bind(now)
             .bind(after.as_ref().map(|_| topic))
@@ -1206,8 +1365,8 @@ impl BatchCoordinator for PostgresCoordinator {
         let result = sqlx::query(
             "WITH t AS (INSERT INTO topics (topic_id, name, partition_count, timestamp_type, \
              retention_ms, retention_bytes, max_message_bytes, message_timestamp_before_max_ms, \
-             message_timestamp_after_max_ms) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9) \
-             RETURNING topic_id) \
+             message_timestamp_after_max_ms, producer_id_expiration_ms) \
+             VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING topic_id) \
              INSERT INTO partitions (topic_id, partition, log_start_offset, high_watermark, \
              byte_size) SELECT t.topic_id, g, 0, 0, 0 FROM t, generate_series(0, $3 - 1) AS g",
         )
@@ -1220,6 +1379,7 @@ impl BatchCoordinator for PostgresCoordinator {
         .bind(c.max_message_bytes)
         .bind(c.message_timestamp_before_max_ms)
         .bind(c.message_timestamp_after_max_ms)
+        .bind(c.producer_id_expiration_ms)
         .execute(&self.write)
         .await;
         match result {
@@ -1352,6 +1512,42 @@ impl BatchCoordinator for PostgresCoordinator {
         })
     }
 
+    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        self.check_open()?;
+        let times: Vec<Option<i64>> = object_keys
+            .iter()
+            .map(|k| crate::object_key_time_ms(k))
+            .collect();
+        let retention =
+            duration_ms(self.options.max_commit_age).saturating_mul(crate::FENCE_RETENTION_FACTOR);
+        let expiry_batch = i32::try_from(crate::FENCE_EXPIRY_BATCH).unwrap_or(i32::MAX);
+        retrying!(self, {
+            match self.write.acquire().await {
+                Err(e) => Err(Attempt::Sql(e, false)),
+                // One statement, one transaction: the fences are recorded atomically.
+                Ok(mut conn) => sqlx::query_scalar::<_, String>(
+                    "SELECT r_object_key FROM fence_orphans($1, $2, $3, $4)",
+                )
+                .bind(object_keys)
+                .bind(&times)
+                .bind(retention)
+                .bind(expiry_batch)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|e| Attempt::Sql(e, true)),
+            }
+        })
+    }
+
+    async fn expire_producers(
+        &self,
+        max_producers: u32,
+    ) -> Result<ProducerExpiryReport, CoordinatorError> {
+        self.check_open()?;
+        let now = self.clock.now_ms();
+        retrying!(self, self.try_expire_producers(max_producers, now).await)
+    }
+
     async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
         self.check_open()?;
         if object_keys.is_empty() {
@@ -1409,7 +1605,7 @@ impl BatchCoordinator for PostgresCoordinator {
         self.check_open()?;
         let row = sqlx::query(
             "SELECT s.producer_epoch, s.base_sequences, s.last_sequences, s.base_offsets, \
-             s.last_offsets, s.log_append_times FROM producer_state s \
+             s.last_offsets, s.log_append_times, s.last_append_ms FROM producer_state s \
              JOIN partitions pa ON pa.partition_id = s.partition_id \
              WHERE pa.topic_id = $1::uuid AND pa.partition = $2 AND s.producer_id = $3",
         )
@@ -1449,7 +1645,7 @@ impl BatchCoordinator for PostgresCoordinator {
             })
             .collect();
         Ok(Some(ProducerState {
-            last_append_ms: 0, // TRANSITIONAL (lead)
+            last_append_ms: col(&r, 6)?,
             producer_id,
             producer_epoch: col(&r, 0)?,
             batches,

@@ -531,7 +531,7 @@ impl PostgresCoordinator {
     pub(super) async fn read_list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
         const SQL: &str = "SELECT topic_id::text, name, partition_count, timestamp_type, \
              retention_ms, retention_bytes, max_message_bytes, message_timestamp_before_max_ms, \
-             message_timestamp_after_max_ms FROM topics ORDER BY name";
+             message_timestamp_after_max_ms, producer_id_expiration_ms FROM topics ORDER BY name";
         let rows = if self.options.read_url.is_none() {
             sqlx::query(SQL)
                 .fetch_all(&self.read)
@@ -559,8 +559,7 @@ impl PostgresCoordinator {
                         max_message_bytes: col(r, 6)?,
                         message_timestamp_before_max_ms: col(r, 7)?,
                         message_timestamp_after_max_ms: col(r, 8)?,
-                        // TRANSITIONAL (lead): the owner of this file stores the real value.
-                        ..TopicConfig::default()
+                        producer_id_expiration_ms: col(r, 9)?,
                     },
                 })
             })
