@@ -91,9 +91,10 @@ impl CommitFileRequest {
 /// The per-batch verdict on the fields a producer controls, applied by every coordinator to each batch
 /// before the idempotent-producer rules (the batch alone is rejected with the code):
 ///
-/// - idempotent (`producerId >= 0`) with `producerEpoch < -1` → `INVALID_PRODUCER_EPOCH` (Kafka's
-///   `ProducerAppendInfo.checkProducerEpoch` against a new producer's epoch `-1`; `-1` itself passes);
-/// - idempotent with `baseSequence < 0` → `INVALID_RECORD` (Kafka's `LogValidator.validateBatch`).
+/// - idempotent (`producerId >= 0`) with `baseSequence < 0` → `INVALID_RECORD` (Kafka's
+///   `LogValidator.validateBatch`, which runs before the producer state is consulted);
+/// - idempotent with `producerEpoch < -1` → `INVALID_PRODUCER_EPOCH` (Kafka's
+///   `ProducerAppendInfo.checkProducerEpoch` against a new producer's epoch `-1`; `-1` itself passes).
 ///
 /// A producer id below `-1` is not idempotent (Kafka's `hasProducerId`), so it is never judged.
 ///
@@ -106,6 +107,9 @@ impl CommitFileRequest {
 ///     producer_id: 7, producer_epoch: -2, base_sequence: 0, last_sequence: 0,
 /// };
 /// assert_eq!(producer_field_error(&b), Some(ErrorCode::InvalidProducerEpoch));
+/// b.base_sequence = -1; // the sequence is judged first, as in Kafka
+/// assert_eq!(producer_field_error(&b), Some(ErrorCode::InvalidRecord));
+/// b.base_sequence = 0;
 /// b.producer_epoch = -1;
 /// assert_eq!(producer_field_error(&b), None);
 /// ```
@@ -113,11 +117,11 @@ pub fn producer_field_error(batch: &CommitBatch) -> Option<ErrorCode> {
     if !batch.is_idempotent() {
         return None;
     }
-    if batch.producer_epoch < -1 {
-        return Some(ErrorCode::InvalidProducerEpoch);
-    }
     if batch.base_sequence < 0 {
         return Some(ErrorCode::InvalidRecord);
+    }
+    if batch.producer_epoch < -1 {
+        return Some(ErrorCode::InvalidProducerEpoch);
     }
     None
 }

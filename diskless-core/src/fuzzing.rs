@@ -19,6 +19,12 @@ pub fn fuzz_batch_validator(data: &[u8]) {
     let mut validator = Validator::new(ValidationOptions {
         max_decompressed_bytes: Some(1 << 20),
     });
+    // The produce path's entry point: one partition's records, exactly one batch.
+    if let Ok((batch, v)) =
+        validator.validate_produce_records(&Bytes::copy_from_slice(data), &config, FUZZ_NOW_MS)
+    {
+        assert_eq!(v.byte_size as usize, batch.len());
+    }
     let batches = match split_batches(Bytes::copy_from_slice(data)) {
         Ok(b) => b,
         Err(e) => {

@@ -2,8 +2,9 @@
 //!
 //! A host broker hands every Produce request's partitions to [`WalWriter::append`]. The writer
 //!
-//! 1. validates each partition's batches at once (an invalid partition fails immediately; the other
-//!    partitions of the same request go on);
+//! 1. validates each partition's records at once, as Kafka does (exactly one batch per partition,
+//!    [`crate::validate::validate_produce_records`]; an invalid partition fails immediately; the
+//!    other partitions of the same request go on);
 //! 2. buffers the valid batches of all partitions and requests until the buffer holds
 //!    [`WalWriterConfig::buffer_max_bytes`] or [`WalWriterConfig::commit_interval`] has passed since the
 //!    first batch entered it;
@@ -164,7 +165,8 @@ pub struct ProducePartition {
     pub partition: TopicIdPartition,
     /// The topic's configuration (validation rules and timestamp type).
     pub config: Arc<TopicConfig>,
-    /// The partition's `records` field: one or more record batches.
+    /// The partition's `records` field: exactly one record batch (Produce v3+; anything else is
+    /// answered `INVALID_RECORD`, and a partial trailing batch is dropped, as Kafka does).
     pub records: Bytes,
 }
 
@@ -1089,8 +1091,8 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
                         })
                     }
                     Slot::Pending(_) => *slot = Slot::Done(rejected()),
-                    // A later batch of the same partition rejected: the partition fails (its earlier
-                    // batches may be appended; an idempotent producer's retry is recognised).
+                    // One batch per partition today (validate_produce_records); kept so that a
+                    // partition's answer fails if any of its batches is rejected.
                     Slot::Done(r) if r.error.is_ok() && !result.error.is_ok() => *r = rejected(),
                     Slot::Done(_) => {}
                 }
