@@ -134,6 +134,20 @@ impl SqliteOptions {
 ///   one lookup of all touched partitions, one of all touched producer states, the object insert,
 ///   multi-row inserts of the batches, one multi-row upsert of producer states and one multi-row
 ///   update of the partitions. All statements are prepared once and cached.
+/// - **The commit point**: the commit deadline ([`SqliteOptions::max_commit_age`]) and the orphan
+///   fences ([`BatchCoordinator::fence_orphans`]) are checked inside the commit's write transaction,
+///   with the clock read after the writer mutex and SQLite's write lock are held, however long the
+///   wait for them was. `fence_orphans` is a write transaction too, so it and a commit of the same key
+///   are serialized by the single writer: never do both succeed.
+/// - **ListOffsets by timestamp** costs one index probe whatever the partition's size: each batch
+///   row keeps the running max of the partition's effective max timestamps, indexed with the
+///   partition and offset; MAX_TIMESTAMP is one probe of a (partition, timestamp) index. Only a
+///   target at or below the timestamp of an already deleted batch, larger than those of the first
+///   live batches, needs a forward scan from the log start to the answer.
+/// - **Lifecycle passes hold the writer for bounded work**: `enforce_retention` reads partitions a
+///   page at a time and stops as soon as its budget is spent; `expire_producers` reads producer
+///   states in order until it has its cap; `fence_orphans` drops at most
+///   [`crate::FENCE_EXPIRY_BATCH`] expired fences per call.
 ///
 /// The semantics are those of the conformance suite in `diskless-testkit` (Kafka's, at batch
 /// granularity); see `diskless_testkit::coordinator` for the decisions where Kafka leaves a choice.
