@@ -14,6 +14,9 @@
 //!
 //! The answer per partition carries the high watermark and log start offset, so a consumer sees
 //! exactly what a classic topic returns.
+//!
+//! The fetcher also answers ListOffsets at record granularity ([`Fetcher::list_offsets`], in
+//! [`crate::offsets`]), reading through the same cache and storage path the one batch it needs.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
@@ -23,7 +26,7 @@ use bytes::{Bytes, BytesMut};
 use diskless_cache::{BlockKey, LocalCache};
 use diskless_coordinator::{
     BatchCoordinate, BatchCoordinator, CoordinatorError, ErrorCode, FindBatchesRequest,
-    TimestampType, TopicIdPartition,
+    TimestampType, TopicConfig, TopicIdPartition,
 };
 use diskless_storage::{ObjectKey, ObjectStorage, RangeReadConfig, StorageError, fetch_ranges};
 use futures::StreamExt;
@@ -31,6 +34,7 @@ use tracing::warn;
 
 use crate::batch::RecordBatch;
 use crate::rewrite::{BatchRewrite, RewrittenBatch, rewrite_batch_verified};
+use crate::validate::default_decompression_limit;
 
 /// The default block size of the object cache: 4 MiB (a WAL segment of the default 8 MiB is two
 /// blocks).
@@ -46,6 +50,11 @@ pub struct FetcherConfig {
     pub range_read: RangeReadConfig,
     /// Objects read at once for one fetch.
     pub max_concurrent_objects: usize,
+    /// The largest decompressed records section [`Fetcher::list_offsets`] decompresses to find a
+    /// record in a compressed batch (a larger one answers `KAFKA_STORAGE_ERROR`). Default
+    /// [`default_decompression_limit`] of Kafka's default `max.message.bytes` (32 MiB); a host with
+    /// topics whose `max.message.bytes` is larger than 1 MiB sets it to the limit of the largest.
+    pub max_decompressed_bytes: usize,
 }
 
 impl Default for FetcherConfig {
@@ -54,6 +63,9 @@ impl Default for FetcherConfig {
             cache_block_size: DEFAULT_CACHE_BLOCK_SIZE,
             range_read: RangeReadConfig::default(),
             max_concurrent_objects: 16,
+            max_decompressed_bytes: default_decompression_limit(
+                TopicConfig::default().max_message_bytes,
+            ),
         }
     }
 }
@@ -138,16 +150,17 @@ impl FetchError {
 #[derive(Clone, Debug)]
 pub struct Fetcher {
     storage: Arc<dyn ObjectStorage>,
-    coordinator: Arc<dyn BatchCoordinator>,
+    pub(crate) coordinator: Arc<dyn BatchCoordinator>,
     cache: Option<Arc<dyn LocalCache>>,
-    config: FetcherConfig,
+    pub(crate) config: FetcherConfig,
 }
 
 /// Where a batch to serve is: (partition index in the request, batch index in its selection).
 type Slot = (usize, usize);
 
-/// What one fetch reads of one object: its size and the byte range of each batch to serve.
-type ObjectReads = (u64, Vec<(Slot, Range<u64>)>);
+/// What one read of one object covers: its size, and the byte range of each wanted batch under its
+/// slot.
+type ObjectReads<K> = (u64, Vec<(K, Range<u64>)>);
 
 impl Fetcher {
     /// A fetcher over the given components. With `cache = None` every fetch reads object storage.
@@ -223,51 +236,13 @@ impl Fetcher {
             selected.push(batches);
         }
 
-        // Group the ranges to read by object.
-        // Owned keys: a future holding `&str` keys across awaits is not `Send` for every lifetime
-        // (a rustc limitation), and hosts spawn their fetch handlers.
-        let mut by_object: HashMap<String, ObjectReads> = HashMap::new();
-        for (pi, batches) in selected.iter().enumerate() {
-            for (bi, b) in batches.iter().enumerate() {
-                // An overflowing range (a corrupt row) becomes an empty one, refused by read_object.
-                let end = b
-                    .byte_offset
-                    .checked_add(u64::from(b.byte_size))
-                    .unwrap_or(b.byte_offset);
-                let range = b.byte_offset..end;
-                by_object
-                    .entry(b.object_key.clone())
-                    .or_insert_with(|| (b.object_size, Vec::new()))
-                    .1
-                    .push(((pi, bi), range));
-            }
-        }
-        let reads = futures::stream::iter(by_object.into_iter().map(
-            |(object, (size, wanted))| async move {
-                let ranges: Vec<Range<u64>> = wanted.iter().map(|(_, r)| r.clone()).collect();
-                let result = self.read_object(&object, size, &ranges).await;
-                (object, wanted, result)
-            },
-        ))
-        .buffer_unordered(self.config.max_concurrent_objects)
-        .collect::<Vec<_>>()
-        .await;
-        let mut bytes_of: HashMap<Slot, Result<Bytes, String>> = HashMap::new();
-        for (object, wanted, result) in reads {
-            match result {
-                Ok(parts) => {
-                    for ((slot, _), part) in wanted.into_iter().zip(parts) {
-                        bytes_of.insert(slot, Ok(part));
-                    }
-                }
-                Err(e) => {
-                    warn!(object = %object, error = %e, "reading a WAL segment failed");
-                    for (slot, _) in wanted {
-                        bytes_of.insert(slot, Err(format!("reading object {object}: {e}")));
-                    }
-                }
-            }
-        }
+        // Read every selected batch, grouped by object.
+        let wanted: Vec<(Slot, &BatchCoordinate)> = selected
+            .iter()
+            .enumerate()
+            .flat_map(|(pi, batches)| batches.iter().enumerate().map(move |(bi, b)| ((pi, bi), b)))
+            .collect();
+        let mut bytes_of = self.read_batches(wanted).await;
 
         // Inject offsets and build the answers.
         let mut out = Vec::with_capacity(requests.len());
@@ -309,6 +284,60 @@ impl Fetcher {
             out.push(answer);
         }
         Ok(out)
+    }
+
+    /// Reads the stored bytes of batches, grouped by object: one [`Self::read_object`] per object
+    /// (at most `max_concurrent_objects` at once). Each batch's bytes, or why they could not be read,
+    /// under its slot.
+    pub(crate) async fn read_batches<K>(
+        &self,
+        wanted: Vec<(K, &BatchCoordinate)>,
+    ) -> HashMap<K, Result<Bytes, String>>
+    where
+        K: Copy + Eq + std::hash::Hash + Send,
+    {
+        // Owned keys: a future holding `&str` keys across awaits is not `Send` for every lifetime
+        // (a rustc limitation), and hosts spawn their fetch handlers.
+        let mut by_object: HashMap<String, ObjectReads<K>> = HashMap::new();
+        for (slot, b) in wanted {
+            // An overflowing range (a corrupt row) becomes an empty one, refused by read_object.
+            let end = b
+                .byte_offset
+                .checked_add(u64::from(b.byte_size))
+                .unwrap_or(b.byte_offset);
+            by_object
+                .entry(b.object_key.clone())
+                .or_insert_with(|| (b.object_size, Vec::new()))
+                .1
+                .push((slot, b.byte_offset..end));
+        }
+        let reads = futures::stream::iter(by_object.into_iter().map(
+            |(object, (size, wanted))| async move {
+                let ranges: Vec<Range<u64>> = wanted.iter().map(|(_, r)| r.clone()).collect();
+                let result = self.read_object(&object, size, &ranges).await;
+                (object, wanted, result)
+            },
+        ))
+        .buffer_unordered(self.config.max_concurrent_objects)
+        .collect::<Vec<_>>()
+        .await;
+        let mut bytes_of = HashMap::new();
+        for (object, wanted, result) in reads {
+            match result {
+                Ok(parts) => {
+                    for ((slot, _), part) in wanted.into_iter().zip(parts) {
+                        bytes_of.insert(slot, Ok(part));
+                    }
+                }
+                Err(e) => {
+                    warn!(object = %object, error = %e, "reading a WAL segment failed");
+                    for (slot, _) in wanted {
+                        bytes_of.insert(slot, Err(format!("reading object {object}: {e}")));
+                    }
+                }
+            }
+        }
+        bytes_of
     }
 
     /// Reads `ranges` of one object, through the cache when there is one.
@@ -488,24 +517,7 @@ fn serve_batch(
     coordinate: &BatchCoordinate,
     leader_epoch: i32,
 ) -> Result<[Bytes; 2], String> {
-    let batch = RecordBatch::parse(bytes).map_err(|e| {
-        format!(
-            "stored batch at {}+{} of {} does not frame: {e}",
-            coordinate.byte_offset, coordinate.byte_size, coordinate.object_key
-        )
-    })?;
-    let records = coordinate
-        .last_offset
-        .checked_sub(coordinate.base_offset)
-        .and_then(|d| d.checked_add(1));
-    if batch.len() != coordinate.byte_size as usize
-        || Some(i64::from(batch.last_offset_delta()) + 1) != records
-    {
-        return Err(format!(
-            "stored batch at {}+{} of {} does not match its coordinates",
-            coordinate.byte_offset, coordinate.byte_size, coordinate.object_key
-        ));
-    }
+    let batch = frame_stored_batch(bytes, coordinate)?;
     let log_append_time = (coordinate.timestamp_type == TimestampType::LogAppendTime)
         .then_some(coordinate.log_append_time);
     // With LogAppendTime the CRC is recomputed, so the stored one is checked first (same pass):
@@ -525,4 +537,31 @@ fn serve_batch(
             coordinate.byte_offset, coordinate.byte_size, coordinate.object_key
         )
     })
+}
+
+/// Frames stored bytes as one batch and checks that it is the batch the coordinates describe (its
+/// size and its number of records). The CRC is left to the caller.
+pub(crate) fn frame_stored_batch(
+    bytes: Bytes,
+    coordinate: &BatchCoordinate,
+) -> Result<RecordBatch, String> {
+    let batch = RecordBatch::parse(bytes).map_err(|e| {
+        format!(
+            "stored batch at {}+{} of {} does not frame: {e}",
+            coordinate.byte_offset, coordinate.byte_size, coordinate.object_key
+        )
+    })?;
+    let records = coordinate
+        .last_offset
+        .checked_sub(coordinate.base_offset)
+        .and_then(|d| d.checked_add(1));
+    if batch.len() != coordinate.byte_size as usize
+        || Some(i64::from(batch.last_offset_delta()) + 1) != records
+    {
+        return Err(format!(
+            "stored batch at {}+{} of {} does not match its coordinates",
+            coordinate.byte_offset, coordinate.byte_size, coordinate.object_key
+        ));
+    }
+    Ok(batch)
 }

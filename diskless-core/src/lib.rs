@@ -38,6 +38,7 @@ pub mod fetcher;
 pub mod fuzzing;
 pub mod gateway;
 pub mod lifecycle;
+pub mod offsets;
 pub mod records;
 pub mod rewrite;
 pub mod segment;
@@ -51,6 +52,10 @@ pub use builder::{NewRecord, RecordBatchBuilder};
 pub use compression::CompressionError;
 pub use fetcher::{
     DEFAULT_CACHE_BLOCK_SIZE, FetchError, FetchPartition, FetchedPartition, Fetcher, FetcherConfig,
+};
+pub use offsets::{
+    EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP, ListOffsetsPartition, ListedOffset,
+    list_offsets_min_version,
 };
 pub use records::{Record, RecordError, RecordErrorKind, RecordIter};
 pub use rewrite::{
