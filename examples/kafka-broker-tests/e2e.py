@@ -13,7 +13,11 @@ Phase 1 (fresh broker):
   - a client whose client.id carries diskless_rack_id=<rack> sees only leaders of its rack;
   - with --shard-map FILE (a broker run with --shards N): a client without a rack sees, for each
     coordinator shard, one leader for all the shard's partitions (its produce gateway), and
-    different shards on different brokers.
+    different shards on different brokers;
+  - ListOffsets by timestamp answers the exact record, as Kafka: several messages with explicit,
+    out-of-order timestamps in one compressed batch; consumer offsets_for_times and the admin
+    client's list_offsets (for_timestamp, max_timestamp) get the first record whose timestamp is at
+    or after the target (with its timestamp), not the batch's base offset.
 Phase 2 (after the caller restarted the broker on the same data directory):
   - kcat reads the same data, the group's committed offsets are still there;
   - DeleteRecords through the admin client moves the log start offset; consuming from the beginning
@@ -31,7 +35,7 @@ import sys
 import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 PARTITIONS = 4
@@ -402,6 +406,58 @@ def check_topic_configs(bootstrap):
         c.close()
 
 
+def check_offsets_for_times(bootstrap):
+    """ListOffsets by timestamp inside a multi-record batch answers the record (Kafka's answer)."""
+    admin = AdminClient(common(bootstrap, "e2e-admin"))
+    topic = f"e2e-times-{int(time.time() * 1000)}"
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1)])[topic].result(
+        timeout=TIMEOUT_S)
+    base = int(time.time() * 1000) - 30_000
+    # Out of order, with a tie on the max: the first record holding it answers MAX_TIMESTAMP.
+    deltas = [10, 50, 20, 70, 40, 30, 70, 60]
+    delivered = []
+    # A long linger and one flush: every message goes in one (gzip) batch.
+    producer = Producer({**common(bootstrap, "e2e-times-producer"), "acks": "all",
+                         "linger.ms": 5000, "batch.num.messages": 1000,
+                         "compression.type": "gzip"})
+    for i, d in enumerate(deltas):
+        producer.produce(topic, value=f"t-{i}".encode(), timestamp=base + d,
+                         on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+    check(producer.flush(TIMEOUT_S) == 0, "offsets_for_times producer: not everything delivered")
+    check(all(err is None for err, _ in delivered), f"delivery errors: {delivered}")
+    check(sorted(o for _, o in delivered) == list(range(len(deltas))),
+          f"offsets {sorted(o for _, o in delivered)}")
+    records = [(o, base + d) for o, d in enumerate(deltas)]
+
+    def expected(target):
+        return next(((o, ts) for o, ts in records if ts >= target), (-1, -1))
+
+    targets = sorted({base + d + k for d in deltas for k in (-1, 0, 1)} | {base - 1_000})
+    c = Consumer({**common(bootstrap, "e2e-times-consumer"), "group.id": f"{topic}-g"})
+    try:
+        for t in targets:
+            got = c.offsets_for_times([TopicPartition(topic, 0, t)], timeout=TIMEOUT_S)
+            check(got[0].error is None, f"offsets_for_times({t}): {got[0].error}")
+            want = expected(t)[0]
+            check(got[0].offset == want,
+                  f"offsets_for_times(base+{t - base}) = {got[0].offset}, expected {want} "
+                  f"(records {[(o, ts - base) for o, ts in records]})")
+    finally:
+        c.close()
+    tp = TopicPartition(topic, 0)
+    for t in targets:
+        info = admin.list_offsets({tp: OffsetSpec.for_timestamp(t)})[tp].result(timeout=TIMEOUT_S)
+        check((info.offset, info.timestamp) == expected(t),
+              f"list_offsets(for_timestamp base+{t - base}) = ({info.offset}, {info.timestamp}), "
+              f"expected {expected(t)}")
+    info = admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(timeout=TIMEOUT_S)
+    check((info.offset, info.timestamp) == (3, base + 70),
+          f"list_offsets(max_timestamp) = ({info.offset}, {info.timestamp}), "
+          f"expected (3, {base + 70})")
+    log("ListOffsets by timestamp inside a batch answers the exact record "
+        "(offsets_for_times, list_offsets for_timestamp and max_timestamp)")
+
+
 def phase1(args):
     topic = f"e2e-diskless-{int(time.time() * 1000)}"
     create_topic(args.bootstrap, topic)
@@ -416,6 +472,7 @@ def phase1(args):
     if args.shard_map:
         check_shard_leaders(args.bootstrap, topic, args.shard_map)
     check_topic_configs(args.bootstrap)
+    check_offsets_for_times(args.bootstrap)
 
 
 # ---------------------------------------------------------------------------------------------

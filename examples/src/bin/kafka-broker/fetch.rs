@@ -1,6 +1,7 @@
 //! Fetch, ListOffsets, DeleteRecords.
 //!
-//! Fetch goes through the shared `Fetcher` (KIP-74 byte limits, offsets injected into the stored
+//! ListOffsets goes through the shared `Fetcher` too (`Fetcher::list_offsets`: record-level answers,
+//! reading the one batch a timestamp falls in). Fetch goes through the shared `Fetcher` (KIP-74 byte limits, offsets injected into the stored
 //! batches). It long-polls as Kafka does: while fewer than `min_bytes` are available and `max_wait_ms`
 //! has not passed, it waits for a commit of any broker of the process (or re-checks every
 //! [`POLL_INTERVAL`], for writers in other processes sharing the coordinator) and fetches again.
@@ -12,10 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diskless_coordinator::{
-    CoordinatorError, DeleteRecordsRequest as CoordDeleteRecords,
-    ListOffsetsRequest as CoordListOffsets, TopicIdPartition,
+    CoordinatorError, DeleteRecordsRequest as CoordDeleteRecords, TopicIdPartition,
 };
-use diskless_core::FetchPartition;
+use diskless_core::{FetchPartition, ListOffsetsPartition, list_offsets_min_version};
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
@@ -38,6 +38,8 @@ use crate::server::Ctx;
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// Upper bound on `max_wait_ms`.
 const MAX_WAIT: Duration = Duration::from_secs(30);
+/// Kafka's UNSUPPORTED_VERSION error code.
+const UNSUPPORTED_VERSION: i16 = 35;
 
 /// Where each requested partition is answered from.
 enum Slot {
@@ -147,12 +149,12 @@ pub async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest) -> Fe
     response
 }
 
-/// What a request asked per topic: for each partition, the index of the coordinator query made for
-/// it, or the error code that already answers it.
+/// What a request asked per topic: for each partition, the index of the query made for it, or the
+/// error code that already answers it.
 type Layout = Vec<(TopicName, Vec<(i32, Result<usize, i16>)>)>;
 
 /// Resolves the topics of a ListOffsets / DeleteRecords request to partitions and builds one
-/// coordinator query per known partition (`query`), in request order.
+/// query per known partition (`query`), in request order.
 async fn resolve<P, Q>(
     broker: &Arc<Broker>,
     topics: Vec<(TopicName, Vec<P>)>,
@@ -193,32 +195,54 @@ fn answer<A>(
     }
 }
 
-/// ListOffsets (earliest, latest, max timestamp, by timestamp) from the coordinator.
+/// ListOffsets through the library's `Fetcher::list_offsets`: record-level answers exactly as a Kafka
+/// broker gives them (the first record at or after a timestamp, with that record's timestamp; the
+/// record holding the max timestamp for MAX_TIMESTAMP), not the coordinator's batch-level ones.
+///
+/// As Kafka (`ReplicaManager.fetchOffset`), a timestamp the request version does not support
+/// (MAX_TIMESTAMP before v7, EARLIEST_LOCAL before v8, LATEST_TIERED before v9, any other negative
+/// value) is answered `UNSUPPORTED_VERSION` without looking at the partition.
 pub async fn list_offsets(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: ListOffsetsRequest,
 ) -> ListOffsetsResponse {
+    let supported =
+        |timestamp: i64| list_offsets_min_version(timestamp).is_some_and(|v| ctx.version >= v);
     let topics = request
         .topics
         .into_iter()
         .map(|t| (t.name, t.partitions))
         .collect();
+    // The epoch Fetch writes into served batches (see `fetch`).
     let (layout, queries) = resolve(
         broker,
         topics,
         |p| p.partition_index,
-        |partition, p| CoordListOffsets {
+        |partition, p| ListOffsetsPartition {
             partition,
             timestamp: p.timestamp,
+            leader_epoch: 0,
         },
     )
     .await;
-    let answers = if queries.is_empty() {
+    // Only the supported queries go to the fetcher; `asked[i]` is query i's index among them.
+    let mut asked = Vec::with_capacity(queries.len());
+    let mut wanted = Vec::with_capacity(queries.len());
+    for q in &queries {
+        asked.push(supported(q.timestamp).then(|| {
+            wanted.push(q.clone());
+            wanted.len() - 1
+        }));
+    }
+    let answers = if wanted.is_empty() {
         Ok(Vec::new())
     } else {
-        broker.coordinator.list_offsets(&queries).await
+        broker.fetcher.list_offsets(&wanted).await
     };
+    if let Err(e) = &answers {
+        warn!(error = %e, "list offsets failed");
+    }
     let mut response = ListOffsetsResponse::default();
     for (name, slots) in layout {
         let mut topic = ListOffsetsTopicResponse::default();
@@ -228,16 +252,24 @@ pub async fn list_offsets(
             p.partition_index = index;
             p.offset = -1;
             p.timestamp = -1;
-            match answer(slot, &answers) {
+            match slot.map(|i| asked.get(i).copied()) {
                 Err(code) => p.error_code = code,
-                Ok(a) => {
-                    p.error_code = a.error.code();
-                    p.offset = a.offset;
-                    p.timestamp = a.timestamp;
-                    if ctx.version >= 4 && a.offset >= 0 {
-                        p.leader_epoch = 0;
-                    }
-                }
+                Ok(None) => p.error_code = codes::UNKNOWN_SERVER_ERROR,
+                Ok(Some(None)) => p.error_code = UNSUPPORTED_VERSION,
+                Ok(Some(Some(i))) => match &answers {
+                    Err(e) => p.error_code = e.error_code().code(),
+                    Ok(list) => match list.get(i) {
+                        None => p.error_code = codes::UNKNOWN_SERVER_ERROR,
+                        Some(a) => {
+                            p.error_code = a.error.code();
+                            p.offset = a.offset;
+                            p.timestamp = a.timestamp;
+                            if ctx.version >= 4 {
+                                p.leader_epoch = a.leader_epoch;
+                            }
+                        }
+                    },
+                },
             }
             topic.partitions.push(p);
         }
