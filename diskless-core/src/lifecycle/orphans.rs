@@ -15,17 +15,23 @@ pub struct OrphanConfig {
     /// The key prefix the writers upload under (`WalWriterConfig::object_prefix`).
     pub prefix: String,
     /// Objects younger than this (by the later of their key's UUID v7 time and their listing time)
-    /// are never considered. Must be at least the commit fence's `max_commit_age`
-    /// ([`super::CommitDeadline`] / `ShardedConfig::max_commit_age`) plus the largest clock skew
-    /// between the hosts. Default 15 minutes.
+    /// are never considered. Not a safety assumption: phase 2's fence decides (see
+    /// [`OrphanCollector`]). Set it to at least the coordinators' commit deadline (their
+    /// `max_commit_age`, [`diskless_coordinator::DEFAULT_MAX_COMMIT_AGE`] by default) plus the
+    /// clock skew between the hosts, so that the collector only fences keys whose commits the
+    /// deadline refuses anyway; below that it may fence an upload whose commit is merely slow,
+    /// which costs that produce request an error (`REQUEST_TIMED_OUT`, the producer retries),
+    /// never data. Default 15 minutes.
     pub max_commit_age: Duration,
-    /// How long an object must stay unknown to every shard, between the first and the second check,
-    /// before it is deleted. Must exceed the longest time a coordinator call can take to land once
-    /// started (statement / busy timeouts). Default 5 minutes.
+    /// How long a suspect must have been unknown (phase 1) before it is fenced and deleted (phase
+    /// 2). Not a safety assumption either: it only lets visibility lag settle — a listing that
+    /// still shows an object the cleaner has just deleted, a coordinator read that does not show a
+    /// commit yet — so that the collector does not fence and delete needlessly. Default 5 minutes.
     pub recheck_delay: Duration,
     /// Page size: listed candidates are checked with the coordinator, and deleted, in pages of at
-    /// most this many keys (one `known_objects` call per page and phase). With the store's own
-    /// listing page, this is what bounds the memory of a pass. Default 1000.
+    /// most this many keys (per page, one `known_objects` call for phase 1 and one `fence_orphans`
+    /// call for phase 2). With the store's own listing page, this is what bounds the memory of a
+    /// pass. Default 1000.
     pub known_batch: usize,
     /// Objects listed per pass at most (listing costs time and money): a pass that reaches it stops
     /// and the next pass resumes after the greatest key it listed. Honoured only while the store
@@ -77,9 +83,9 @@ pub struct OrphanPassReport {
     pub deferred: u64,
     /// Suspects still waiting for their second check after this pass.
     pub waiting: u64,
-    /// Suspects deleted after the second check (phase 2).
+    /// Suspects fenced and deleted (phase 2).
     pub deleted: u64,
-    /// Suspects whose deletion storage did not confirm (retried next pass).
+    /// Suspects fenced whose deletion storage did not confirm (retried in a later pass).
     pub not_deleted: u64,
     /// Suspects forgotten because the cycle that ended in this pass did not list them.
     pub dropped: u64,
@@ -93,12 +99,14 @@ pub struct OrphanPassReport {
 ///
 /// An object is a *candidate* when the later of its key's UUID v7 time and its listing
 /// `last_modified` is older than `now - max_commit_age` (objects without a v7 time are never
-/// candidates). Phase 1: candidates that no shard knows ([`BatchCoordinator::known_objects`]; pass a
-/// `ShardedCoordinator` to ask every shard) become *suspects*, remembered with the time `t1` of that
-/// check. Phase 2, when a suspect is listed again at `t2 ≥ t1 + recheck_delay`: it is checked again,
-/// and deleted if still no shard knows it. Suspects that a shard knows are dropped (they are
-/// committed: the [`super::ObjectCleaner`] owns them). A suspect is only due `recheck_delay` after
-/// it was suspected, so no object is ever deleted in the pass that first suspected it.
+/// candidates). Phase 1, a read: candidates that no shard knows
+/// ([`BatchCoordinator::known_objects`]; pass a `ShardedCoordinator` to ask every shard) become
+/// *suspects*, remembered with the time `t1` of that check. Phase 2, the decision, when a suspect
+/// is listed again at `t2 ≥ t1 + recheck_delay`: [`BatchCoordinator::fence_orphans`] fences it
+/// unless the coordinator knows it, and only the keys that call returns are deleted. Suspects it
+/// does not return are known (committed: the [`super::ObjectCleaner`] owns them) and dropped. A
+/// suspect is only due `recheck_delay` after it was suspected, so no object is ever deleted in the
+/// pass that first suspected it.
 ///
 /// # Streaming, paging, resuming
 ///
@@ -136,22 +144,25 @@ pub struct OrphanPassReport {
 ///
 /// # Why an object whose commit is in flight is never deleted
 ///
-/// Assumptions: (A1) every commit goes through a commit fence (a [`super::CommitDeadline`] or a
-/// `ShardedCoordinator`) that refuses to start a commit of a key whose v7 time `k` is older than
-/// `now_fence - M_f`; (A2) this collector's `max_commit_age` `M ≥ M_f + S`, where `S` bounds the clock
-/// skew between the fence's host and this one; (A3) a coordinator call that started is applied or
-/// abandoned within `D < recheck_delay`.
+/// The collector deletes a key `K` only after [`BatchCoordinator::fence_orphans`] returned it
+/// (`handle_page`, phase 2). The coordinator serializes that call with every `commit_file` of `K`,
+/// each atomic (one writer in SQLite, a per-key lock in PostgreSQL, one mutex in the in-memory
+/// model; a `ShardedCoordinator` fences on every shard). So a commit of `K` either
 ///
-/// Suppose the collector deletes key `K` at `t2`. Then no shard knew `K` at `t1` nor at `t2`, and
-/// `k < t1 - M`. If a commit of `K` is ever applied, it is applied after `t2` (before `t2` it would
-/// have been known at `t2`, unless it was already confirmed deleted by the cleaner — then `K` was
-/// dead anyway and deleting it again is harmless). That commit passed the fence at `t_f` with
-/// `k ≥ t_f - M_f - S` (in this host's time), so `t_f ≤ k + M_f + S < t1 - M + M_f + S ≤ t1`. The call
-/// was therefore in flight from before `t1` until after `t2`, longer than `recheck_delay > D`,
-/// which (A3) rules out. So no commit of `K` can land after the collector deleted it. A commit that
-/// reaches the fence later is refused (and its writer deletes the object); an upload that lands
-/// after the deletion (a retried ambiguous upload) is just a new orphan. The writer's clock does not
-/// matter: fence and collector compare the same key time.
+/// - was applied before the fence: then `K` was known, `fence_orphans` did not return it, and the
+///   collector did not delete it; or
+/// - comes after the fence: the coordinator refuses it with
+///   [`diskless_coordinator::CoordinatorError::ObjectFenced`], certainly not applied, and the
+///   writer answers its producers with an error instead of acknowledging records in a deleted
+///   object.
+///
+/// No clock and no bound on how long a commit call takes (lock waits, retries, a stalled network)
+/// is assumed, nor any relation between this collector's `max_commit_age` and the coordinators'.
+/// If the cleaner had already confirmed `K` deleted, `K` was dead: fencing and deleting it again
+/// is harmless. An upload that lands after the deletion (a late retry of an ambiguous upload) is
+/// just a new orphan, whose commit the fence refuses. The coordinators' commit deadline (a key
+/// older than their `max_commit_age` is refused inside the commit transaction) now only bounds how
+/// long they must keep a fence: past it, the deadline refuses every commit of the key anyway.
 ///
 /// Listing is only a source of candidates: an object missing from an (eventually consistent) listing
 /// is simply not deleted this pass.
@@ -238,12 +249,23 @@ impl OrphanCollector {
         self.state.lock().await.suspects.keys().cloned().collect()
     }
 
-    /// Which of `keys` some shard knows.
+    /// Which of `keys` some shard knows (phase 1: a read).
     async fn known(&self, keys: &[ObjectKey]) -> Result<HashSet<String>, LifecycleError> {
         let names: Vec<String> = keys.iter().map(|k| k.as_str().to_string()).collect();
         Ok(self
             .coordinator
             .known_objects(&names)
+            .await?
+            .into_iter()
+            .collect())
+    }
+
+    /// Which of `keys` the coordinator fenced (phase 2): only those may be deleted.
+    async fn fence(&self, keys: &[ObjectKey]) -> Result<HashSet<String>, LifecycleError> {
+        let names: Vec<String> = keys.iter().map(|k| k.as_str().to_string()).collect();
+        Ok(self
+            .coordinator
+            .fence_orphans(&names)
             .await?
             .into_iter()
             .collect())
@@ -419,16 +441,17 @@ impl OrphanCollector {
             }
         }
 
-        // Phase 2: suspects unknown since at least `recheck_delay` are checked again.
+        // Phase 2: suspects unknown since at least `recheck_delay` are fenced; only the keys the
+        // coordinator fenced are deleted (the others are known: committed after phase 1).
         if !due.is_empty() {
-            let known = self.known(&due).await?;
+            let fenced = self.fence(&due).await?;
             let mut doomed = Vec::new();
             for key in due {
-                if known.contains(key.as_str()) {
+                if fenced.contains(key.as_str()) {
+                    doomed.push(key);
+                } else {
                     state.suspects.remove(&key);
                     report.known += 1;
-                } else {
-                    doomed.push(key);
                 }
             }
             ctx.deletes_left = ctx.deletes_left.saturating_sub(doomed.len());
