@@ -186,8 +186,10 @@ async fn raw_rate(n: usize, files: usize) -> f64 {
     exec(
         &mut conn,
         &format!(
-            "INSERT INTO topics VALUES ('{topic}', 'bench', {PARTITIONS}, 0, -1, -1, 1048588, \
-             9223372036854775807, 3600000)"
+            "INSERT INTO topics (topic_id, name, partition_count, timestamp_type, retention_ms, \
+             retention_bytes, max_message_bytes, message_timestamp_before_max_ms, \
+             message_timestamp_after_max_ms) VALUES ('{topic}', 'bench', {PARTITIONS}, 0, -1, -1, \
+             1048588, 9223372036854775807, 3600000)"
         ),
     )
     .await;
