@@ -5,6 +5,8 @@
 //!   records into batches.
 //! - [`validate_batch`] / [`Validator`] — every check Kafka applies to what a producer sends, returning a
 //!   [`ValidatedBatch`] with what the commit needs, or a [`ValidationError`] with the Kafka error code.
+//! - [`validate_produce_records`] — Kafka's checks of one partition's records in a Produce request:
+//!   exactly one batch, then [`validate_batch`].
 //! - [`rewrite_batch`] — inject the assigned offset, partition leader epoch and LogAppendTime without
 //!   copying the records.
 //! - [`SegmentBuilder`] / [`SegmentReader`] — the WAL segment object.
@@ -67,7 +69,7 @@ pub use segment::{
 };
 pub use validate::{
     ValidatedBatch, ValidationError, ValidationErrorKind, ValidationOptions, Validator,
-    default_decompression_limit, validate_batch, verify_stored_batch,
+    default_decompression_limit, validate_batch, validate_produce_records, verify_stored_batch,
 };
 pub use writer::{
     Backpressure, PartitionResponse, PendingProduce, ProducePartition, ProduceRecordError,
