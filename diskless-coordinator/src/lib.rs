@@ -122,14 +122,7 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
     /// drops up to [`FENCE_EXPIRY_BATCH`] fences whose key time is older than
     /// [`fence_expiry_before`] (the deadline refuses those keys anyway). Fences do not make a key
     /// known.
-    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
-        // TRANSITIONAL (removed before #12 closes): lets the workspace build while implementations
-        // gain the method.
-        let _ = object_keys;
-        Err(CoordinatorError::Unavailable(
-            "fence_orphans is not implemented".into(),
-        ))
-    }
+    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError>;
 
     /// Expires idempotent-producer state (Kafka's `producer.id.expiration.ms`, per topic in
     /// [`TopicConfig::producer_id_expiration_ms`]): at the coordinator clock's now, deletes the state of
@@ -139,13 +132,7 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
     async fn expire_producers(
         &self,
         max_producers: u32,
-    ) -> Result<ProducerExpiryReport, CoordinatorError> {
-        // TRANSITIONAL (removed before #12 closes).
-        let _ = max_producers;
-        Err(CoordinatorError::Unavailable(
-            "expire_producers is not implemented".into(),
-        ))
-    }
+    ) -> Result<ProducerExpiryReport, CoordinatorError>;
 
     /// Which of `object_keys` this coordinator knows (committed and not yet confirmed deleted).
     async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError>;

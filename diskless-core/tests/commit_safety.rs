@@ -207,9 +207,9 @@ async fn a_fenced_object_is_never_committed_whatever_the_collector_settings() {
     config.recheck_delay = Duration::ZERO;
     let collector =
         OrphanCollector::new(e.model.clone(), e.storage.clone(), e.clock.clone(), config);
-    e.clock.advance(1);
+    e.clock.advance(1_000);
     collector.run_pass().await.unwrap();
-    e.clock.advance(1);
+    e.clock.advance(1_000);
     let report = collector.run_pass().await.unwrap();
     assert_eq!(report.deleted, 1, "{report:?}");
 
