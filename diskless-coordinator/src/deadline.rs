@@ -34,7 +34,9 @@ pub const FENCE_RETENTION_FACTOR: i64 = 2;
 /// The most expired fences one `fence_orphans` call drops (bounded work per call).
 pub const FENCE_EXPIRY_BATCH: u32 = 1000;
 
-/// The UUID v7 time (ms) in an object key's last path segment, if it has one.
+/// The UUID v7 time (ms) in an object key's last path segment, if it has one: an RFC 4122 (RFC 9562)
+/// variant UUID of version 7. Anything else has no time: it is never refused by the deadline, never
+/// fenced and never collected as an orphan.
 ///
 /// ```
 /// use diskless_coordinator::object_key_time_ms;
@@ -44,7 +46,7 @@ pub const FENCE_EXPIRY_BATCH: u32 = 1000;
 pub fn object_key_time_ms(key: &str) -> Option<i64> {
     let last = key.rsplit('/').next()?;
     let uuid = Uuid::try_parse(last).ok()?;
-    if uuid.get_version_num() != 7 {
+    if uuid.get_version_num() != 7 || uuid.get_variant() != uuid::Variant::RFC4122 {
         return None;
     }
     let (secs, nanos) = uuid.get_timestamp()?.to_unix();
@@ -104,6 +106,15 @@ mod tests {
         );
         assert_eq!(object_key_time_ms("wal/not-a-uuid"), None);
         assert_eq!(object_key_time_ms(&format!("wal/{}", Uuid::new_v4())), None);
+        // Version 7 bits but not the RFC variant: no time (PostgreSQL's parser agrees).
+        let mut bytes = *Uuid::parse_str(&key_at(1_700_000_000_123)[4..])
+            .unwrap()
+            .as_bytes();
+        bytes[8] &= 0x3f; // variant bits 00: NCS
+        assert_eq!(
+            object_key_time_ms(&format!("wal/{}", Uuid::from_bytes(bytes))),
+            None
+        );
     }
 
     #[test]

@@ -110,7 +110,10 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
         limit: u32,
     ) -> Result<Vec<ObjectToDelete>, CoordinatorError>;
 
-    /// Forgets objects that were physically deleted. Keys not marked for deletion are left alone.
+    /// Forgets objects that were physically deleted. Keys not marked for deletion are left alone. A
+    /// forgotten key with a UUID v7 time is fenced in the same step (as by
+    /// [`BatchCoordinator::fence_orphans`]), so that a retried commit of it can never append batches
+    /// to the deleted object.
     async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError>;
 
     /// The orphan collector's final step, atomic with respect to every `commit_file`: for each key,
@@ -127,8 +130,9 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
     /// Expires idempotent-producer state (Kafka's `producer.id.expiration.ms`, per topic in
     /// [`TopicConfig::producer_id_expiration_ms`]): at the coordinator clock's now, deletes the state of
     /// every (partition, producer id) whose last appended batch was committed at least that long
-    /// ago, in ascending (topic id, partition, producer id) order, at most `max_producers`. A later
-    /// batch of an expired producer is treated as one of a new producer.
+    /// ago, in ascending (topic id, partition, producer id) order, at most `max_producers` (a
+    /// `ShardedCoordinator` keeps that order within each shard, shard by shard). A later batch of
+    /// an expired producer is treated as one of a new producer.
     async fn expire_producers(
         &self,
         max_producers: u32,

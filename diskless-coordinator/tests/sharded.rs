@@ -123,8 +123,13 @@ async fn single_shard_router_passes_conformance() {
 }
 
 /// Cases that check something the router defines differently on purpose: the owner list (the router
-/// replaces it with the shuffled list of the shards it committed to).
-const DIVERGING: &[&str] = &["object_live_bytes_and_marking"];
+/// replaces it with the shuffled list of the shards it committed to), and the order of a capped
+/// producer expiry across topics (the router expires shard by shard; within a shard the order is
+/// the contract's — see `capped_producer_expiry_goes_shard_by_shard`).
+const DIVERGING: &[&str] = &[
+    "object_live_bytes_and_marking",
+    "producer_expiry_cap_and_order",
+];
 
 #[tokio::test]
 async fn three_shard_router_passes_conformance_cases() {
@@ -887,4 +892,112 @@ async fn fences_span_every_shard() {
             .unwrap();
         assert_eq!(found[0].offset, i64::from(p == 2), "partition {p}");
     }
+}
+
+/// A capped producer expiry through the router expires every expired state eventually, at most the
+/// cap per call, shard by shard.
+#[tokio::test]
+async fn capped_producer_expiry_goes_shard_by_shard() {
+    let clock = ManualClock::new(START_MS);
+    let r = router(model_shards(&clock, 3), &clock).await;
+    let t = create(
+        &r,
+        9,
+        6,
+        TopicConfig {
+            producer_id_expiration_ms: 1_000,
+            ..TopicConfig::default()
+        },
+    )
+    .await;
+    let batches: Vec<CommitBatch> = (0..6)
+        .map(|p| CommitBatch {
+            producer_id: 10 + i64::from(p),
+            producer_epoch: 0,
+            base_sequence: 0,
+            last_sequence: 0,
+            ..batch(TopicIdPartition::new(t, p), 10, START_MS)
+        })
+        .collect();
+    r.commit_file(request(&key_at(START_MS), batches))
+        .await
+        .unwrap();
+    clock.advance(1_000);
+    let mut expired = 0;
+    let mut calls = 0;
+    loop {
+        let report = r.expire_producers(4).await.unwrap();
+        assert!(report.expired <= 4);
+        expired += report.expired;
+        calls += 1;
+        if !report.more {
+            break;
+        }
+    }
+    assert_eq!((expired, calls), (6, 2));
+    for p in 0..6 {
+        let state = r
+            .producer_state(TopicIdPartition::new(t, p), 10 + i64::from(p))
+            .await
+            .unwrap();
+        assert_eq!(state, None, "partition {p}");
+    }
+}
+
+/// A commit that one shard refuses because the key is fenced there while another shard applies it is
+/// a partial commit: `OutcomeUnknown` (never an error that would make the writer delete the object),
+/// and the router does not hand the key to the orphan collector since one shard knows it.
+#[tokio::test]
+async fn a_fence_on_one_shard_makes_a_commit_partial_and_keeps_the_object() {
+    let clock = ManualClock::new(START_MS);
+    let shards = model_shards(&clock, 2);
+    let r = router(shards.clone(), &clock).await;
+    let t = create(&r, 11, 2, TopicConfig::default()).await;
+    let (p0, p1) = (TopicIdPartition::new(t, 0), TopicIdPartition::new(t, 1));
+    let (s0, s1) = (r.shard_of(p0).unwrap(), r.shard_of(p1).unwrap());
+    assert_ne!(s0, s1, "the two partitions live on different shards");
+    let key = key_at(START_MS);
+    // The orphan collector's fence reached only the second shard (say, the call failed half-way).
+    assert_eq!(
+        shards[s1 as usize]
+            .fence_orphans(std::slice::from_ref(&key))
+            .await
+            .unwrap(),
+        vec![key.clone()]
+    );
+    let result = r
+        .commit_file(request(
+            &key,
+            vec![batch(p0, 10, START_MS), batch(p1, 10, START_MS)],
+        ))
+        .await;
+    match result {
+        Err(e @ CoordinatorError::OutcomeUnknown(_)) => assert!(!e.certainly_not_applied()),
+        other => panic!("expected OutcomeUnknown, got {other:?}"),
+    }
+    assert!(
+        shards[s0 as usize]
+            .object_info(&key)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        shards[s1 as usize]
+            .object_info(&key)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        r.fence_orphans(std::slice::from_ref(&key))
+            .await
+            .unwrap()
+            .is_empty(),
+        "a shard knows the object: it must not be collected"
+    );
+    assert_eq!(
+        r.known_objects(std::slice::from_ref(&key)).await.unwrap(),
+        vec![key.clone()]
+    );
 }

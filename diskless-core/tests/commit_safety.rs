@@ -152,8 +152,9 @@ impl Env {
 }
 
 /// The reproduction from the issue: a commit passes every broker-side check, stalls, the orphan
-/// collector (default settings) suspects and then deletes the object, the stalled commit goes on.
-/// The coordinator refuses it at the commit point, the producer gets an error, and everything
+/// collector (default settings) suspects and then deletes the object, the stalled commit goes on
+/// 22 minutes later. The coordinator refuses it at the commit point (both the fence and, by then, the
+/// deadline apply; the next test isolates the fence), the producer gets an error, and everything
 /// acknowledged stays readable.
 #[tokio::test(start_paused = true)]
 async fn a_stalled_commit_cannot_land_on_a_collected_object() {

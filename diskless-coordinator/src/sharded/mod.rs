@@ -958,9 +958,16 @@ impl BatchCoordinator for ShardedCoordinator {
         }
     }
 
+    /// Confirms on every shard, then fences the keys on every shard: a shard that never knew the
+    /// object (it had no batches of it) must refuse a retried commit of it too, since the object is
+    /// gone. (The keys are ones this router answered as deletable: every owner released them.)
     async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
         let outcomes = join_all(self.shards.iter().map(|s| s.confirm_deleted(object_keys))).await;
         outcomes.into_iter().collect::<Result<(), _>>()?;
+        let fenced = join_all(self.shards.iter().map(|s| s.fence_orphans(object_keys))).await;
+        for outcome in fenced {
+            outcome?;
+        }
         let mut cache = self.owners_cache.lock().map_err(|_| poisoned())?;
         for key in object_keys {
             cache.remove(key);

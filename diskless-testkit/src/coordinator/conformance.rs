@@ -122,6 +122,8 @@ cases!(
     retention_ages_batches_without_timestamps_by_commit_time,
     producer_state_expires,
     producer_expiry_cap_and_order,
+    the_deadline_and_fences_follow_the_coordinator_clock,
+    a_confirmed_deleted_key_is_never_committed_again,
 );
 
 /// Cases that read the coordinator's clock to decide the commit deadline and fence expiry. An
@@ -131,7 +133,13 @@ pub const CLOCK_SENSITIVE_CASES: &[&str] = &[
     "commit_deadline_checked_at_commit",
     "fence_orphans_fences_unknown_keys_only",
     "fenced_and_expired_keys_never_commit",
+    "a_confirmed_deleted_key_is_never_committed_again",
 ];
+
+/// Cases that advance the harness's [`ManualClock`] and expect the commit deadline and fence expiry
+/// to follow it. An implementation that reads a server clock for those (PostgreSQL) cannot run them;
+/// it must test the same rules against its own clock.
+pub const MANUAL_CLOCK_CASES: &[&str] = &["the_deadline_and_fences_follow_the_coordinator_clock"];
 
 /// A [`ManualClock`] at the real current time, for implementations that check the commit deadline
 /// against a server clock (see [`CLOCK_SENSITIVE_CASES`]).
@@ -1837,20 +1845,97 @@ pub async fn commit_deadline_checked_at_commit(h: Harness) {
         0,
     );
     ok_at(&commit(&h, vec![plain(p, 1, 10, now)]).await[0], 1);
-    // The deadline moves with the coordinator's clock: the same key age is refused later.
-    let aging = v7_key(now);
-    h.clock.advance(max_age_ms() + 1);
-    if c.commit_file(request(&aging, vec![plain(p, 1, 10, now)]))
-        .await
-        .is_ok()
-    {
-        // A coordinator reading a server clock does not see the manual clock move: then the key
-        // is still fresh for it. Either way nothing else changed.
-        assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 3);
-    } else {
-        assert_eq!(c.object_info(&aging).await.unwrap(), None);
-        assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 2);
+}
+
+/// The deadline is read from the coordinator's clock at the commit: a key accepted now is refused
+/// once the clock has moved past its deadline. A fence outlives the deadline: at the very moment the
+/// deadline would still accept the key, the fence (even after an expiry sweep) refuses it.
+/// (A [`MANUAL_CLOCK_CASES`] case: the coordinator must read the harness clock.)
+pub async fn the_deadline_and_fences_follow_the_coordinator_clock(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    let c = &h.coordinator;
+    let start = h.clock.now_ms();
+    let aging = v7_key(start);
+    let fenced = v7_key(start);
+    assert_eq!(
+        c.fence_orphans(std::slice::from_ref(&fenced))
+            .await
+            .unwrap(),
+        vec![fenced.clone()]
+    );
+    // Exactly at the deadline: the key is still acceptable by age, so only the fence refuses it,
+    // also after a sweep of expired fences at that time.
+    h.clock.advance(max_age_ms());
+    assert!(c.fence_orphans(&[]).await.unwrap().is_empty());
+    let r = c
+        .commit_file(request(&fenced, vec![plain(p, 1, 10, start)]))
+        .await;
+    assert!(
+        matches!(r, Err(CoordinatorError::ObjectFenced(_))),
+        "a fence must outlive the deadline, got {r:?}"
+    );
+    // One millisecond later the deadline refuses the other key, with nothing applied.
+    h.clock.advance(1);
+    let r = c
+        .commit_file(request(&aging, vec![plain(p, 1, 10, start)]))
+        .await;
+    assert!(
+        matches!(r, Err(CoordinatorError::DeadlineExceeded(_))),
+        "expected DeadlineExceeded, got {r:?}"
+    );
+    assert_eq!(c.object_info(&aging).await.unwrap(), None);
+    assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 0);
+    // Long after, both stay refused (by the deadline once the fence is dropped).
+    h.clock.advance(10 * max_age_ms());
+    assert!(c.fence_orphans(&[]).await.unwrap().is_empty());
+    for key in [&fenced, &aging] {
+        let r = c
+            .commit_file(request(key, vec![plain(p, 1, 10, start)]))
+            .await;
+        assert!(r.is_err_and(|e| e.certainly_not_applied()), "{key}");
     }
+    assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 0);
+}
+
+/// `confirm_deleted` fences the key it forgets: a retried commit of a deleted object (say, after
+/// every batch of its first commit was rejected and the cleaner deleted it) is refused instead of
+/// appending batches to an object that no longer exists.
+pub async fn a_confirmed_deleted_key_is_never_committed_again(h: Harness) {
+    let t = topic(&h, 1).await;
+    let p = tp(t, 0);
+    let c = &h.coordinator;
+    let now = h.clock.now_ms();
+    let key = v7_key(now);
+    let unknown = tp(Uuid::new_v4(), 0);
+    let r = commit_key(&h, &key, vec![plain(unknown, 1, 10, now)]).await;
+    rejected(&r[0], ErrorCode::UnknownTopicOrPartition);
+    h.clock.advance(1);
+    let marked = c.objects_to_delete(h.clock.now_ms(), 10).await.unwrap();
+    assert_eq!(
+        marked
+            .iter()
+            .map(|o| o.object_key.as_str())
+            .collect::<Vec<_>>(),
+        vec![key.as_str()]
+    );
+    c.confirm_deleted(std::slice::from_ref(&key)).await.unwrap();
+    assert_eq!(c.object_info(&key).await.unwrap(), None);
+    let again = c
+        .commit_file(request(&key, vec![plain(p, 1, 10, now)]))
+        .await;
+    assert!(
+        matches!(again, Err(CoordinatorError::ObjectFenced(_))),
+        "expected ObjectFenced, got {again:?}"
+    );
+    assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 0);
+    assert_eq!(c.object_info(&key).await.unwrap(), None);
+    assert!(
+        c.known_objects(std::slice::from_ref(&key))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// `fence_orphans` fences exactly the unknown keys with a v7 time, in request order, once each,
@@ -2014,14 +2099,33 @@ pub async fn producer_state_expires(h: Harness) {
 /// A capped expiry call expires in (topic id, partition, producer id) order and reports `more`
 /// exactly when it stopped at its cap.
 pub async fn producer_expiry_cap_and_order(h: Harness) {
-    let t = expiring_topic(&h, 2, 1_000).await;
     let c = &h.coordinator;
+    let config = TopicConfig {
+        producer_id_expiration_ms: 1_000,
+        ..TopicConfig::default()
+    };
+    // Topic ids chosen so that the later-created topic sorts first (UUID byte order).
+    let (first, second) = (
+        Uuid::from_u128(0x0000_0001_0000_7000_8000_0000_0000_0001),
+        Uuid::from_u128(0xffff_0001_0000_7000_8000_0000_0000_0001),
+    );
+    for (id, name) in [(second, "expiry-b"), (first, "expiry-a")] {
+        c.create_topic(CreateTopicRequest {
+            topic_id: id,
+            name: name.into(),
+            partitions: 2,
+            config: config.clone(),
+        })
+        .await
+        .unwrap();
+    }
     commit(
         &h,
         vec![
-            idem(tp(t, 1), 5, 0, 0, 1),
-            idem(tp(t, 0), 9, 0, 0, 1),
-            idem(tp(t, 0), 3, 0, 0, 1),
+            idem(tp(second, 0), 1, 0, 0, 1),
+            idem(tp(first, 1), 5, 0, 0, 1),
+            idem(tp(first, 0), 9, 0, 0, 1),
+            idem(tp(first, 0), 3, 0, 0, 1),
         ],
     )
     .await;
@@ -2032,10 +2136,14 @@ pub async fn producer_expiry_cap_and_order(h: Harness) {
     );
     let r = c.expire_producers(2).await.unwrap();
     assert_eq!((r.expired, r.more), (2, true));
-    assert_eq!(c.producer_state(tp(t, 0), 3).await.unwrap(), None);
-    assert_eq!(c.producer_state(tp(t, 0), 9).await.unwrap(), None);
-    assert!(c.producer_state(tp(t, 1), 5).await.unwrap().is_some());
+    assert_eq!(c.producer_state(tp(first, 0), 3).await.unwrap(), None);
+    assert_eq!(c.producer_state(tp(first, 0), 9).await.unwrap(), None);
+    assert!(c.producer_state(tp(first, 1), 5).await.unwrap().is_some());
+    let r = c.expire_producers(1).await.unwrap();
+    assert_eq!((r.expired, r.more), (1, true));
+    assert_eq!(c.producer_state(tp(first, 1), 5).await.unwrap(), None);
+    assert!(c.producer_state(tp(second, 0), 1).await.unwrap().is_some());
     let r = c.expire_producers(2).await.unwrap();
     assert_eq!((r.expired, r.more), (1, false));
-    assert_eq!(c.producer_state(tp(t, 1), 5).await.unwrap(), None);
+    assert_eq!(c.producer_state(tp(second, 0), 1).await.unwrap(), None);
 }

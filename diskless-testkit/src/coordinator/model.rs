@@ -670,6 +670,11 @@ impl BatchCoordinator for InMemoryCoordinator {
                 .is_some_and(|o| o.marked_for_deletion_at.is_some())
             {
                 state.objects.remove(key);
+                // The key can never be committed again (a retried commit would append batches to a
+                // deleted object).
+                if let Some(t) = object_key_time_ms(key) {
+                    state.fences.entry(key.clone()).or_insert(t);
+                }
             }
         }
         Ok(())
@@ -767,5 +772,42 @@ impl BatchCoordinator for InMemoryCoordinator {
         Ok(state
             .log(partition)
             .and_then(|log| log.producers.get(&producer_id).cloned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use diskless_coordinator::{DEFAULT_MAX_COMMIT_AGE, ManualClock, max_age_ms};
+
+    fn key_at(ms: i64) -> String {
+        let uuid = uuid::Builder::from_unix_timestamp_millis(ms as u64, &[7; 10]).into_uuid();
+        format!("wal/{uuid}")
+    }
+
+    /// Fences are kept for twice the commit deadline after their key time, then dropped by the next
+    /// `fence_orphans` call, so fence state stays bounded.
+    #[tokio::test]
+    async fn fences_expire_after_twice_the_commit_age() {
+        let start = 1_700_000_000_000;
+        let clock = ManualClock::new(start);
+        let model = InMemoryCoordinator::new(clock.clone());
+        let key = key_at(start);
+        model
+            .fence_orphans(std::slice::from_ref(&key))
+            .await
+            .unwrap();
+        assert_eq!(model.fence_count(), 1);
+        let age = max_age_ms(DEFAULT_MAX_COMMIT_AGE);
+        clock.advance(2 * age);
+        model.fence_orphans(&[]).await.unwrap();
+        assert_eq!(
+            model.fence_count(),
+            1,
+            "kept until 2 × max_commit_age has passed"
+        );
+        clock.advance(1);
+        model.fence_orphans(&[]).await.unwrap();
+        assert_eq!(model.fence_count(), 0);
     }
 }
