@@ -486,3 +486,109 @@ async fn a_version_2_database_is_upgraded() {
     let c = reopen(&path, clock.clone()).await;
     check(&c, create_time, &created, 2).await;
 }
+
+/// An object key carrying the UUID v7 time `ms`, made unique by `n`.
+fn v7_key(ms: i64, n: u64) -> String {
+    let mut random = [0u8; 10];
+    random[2..].copy_from_slice(&n.to_be_bytes());
+    let uuid = uuid::Builder::from_unix_timestamp_millis(ms as u64, &random).into_uuid();
+    format!("wal/{uuid}")
+}
+
+/// A key that confirm_deleted forgot is never committed again (review R3): its object row was the
+/// "committed once" guard, so without a fence a retried commit of the same key (a commit whose
+/// first attempt's outcome was unknown) would append batches pointing into the deleted object.
+/// confirm_deleted fences it in the same transaction; the fence is durable (survives a reopen) and
+/// expires like any other, once the commit deadline refuses the key anyway. A key without a v7 time
+/// cannot be fenced and is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_confirmed_deleted_is_never_committed_again() {
+    const NOW: i64 = 1_700_000_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("confirmed.db");
+    let clock = ManualClock::new(NOW);
+    let c = reopen(&path, clock.clone()).await;
+    create_topic(&c).await;
+    let tp = TopicIdPartition::new(TOPIC, 0);
+    let key = v7_key(NOW, 1);
+    let plain = "wal/no-time".to_string();
+    for k in [&key, &plain] {
+        let r = c
+            .commit_file(file(k.clone(), vec![batch(0, 2, None)]))
+            .await
+            .unwrap();
+        assert_eq!(r[0].error, ErrorCode::None);
+    }
+    // Both objects lose their batches, are marked, deleted from storage and confirmed.
+    let r = c
+        .delete_records(&[DeleteRecordsRequest {
+            partition: tp,
+            offset: 4,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(r[0].low_watermark, 4);
+    clock.advance(1);
+    let marked: Vec<String> = c
+        .objects_to_delete(i64::MAX, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.object_key)
+        .collect();
+    assert_eq!(marked.len(), 2, "{marked:?}");
+    c.confirm_deleted(&marked).await.unwrap();
+    assert_eq!(c.object_info(&key).await.unwrap(), None);
+    assert!(
+        c.known_objects(std::slice::from_ref(&key))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // The retried commit of the deleted key: refused, nothing applied.
+    let retry = c
+        .commit_file(file(key.clone(), vec![batch(0, 2, None)]))
+        .await;
+    assert!(
+        matches!(&retry, Err(CoordinatorError::ObjectFenced(k)) if *k == key),
+        "{retry:?}"
+    );
+    assert_eq!(hwm(&c, tp).await, 4);
+    assert_eq!(c.object_info(&key).await.unwrap(), None);
+
+    // Durable: the same after a reopen.
+    c.close().await;
+    let c = reopen(&path, clock.clone()).await;
+    let retry = c
+        .commit_file(file(key.clone(), vec![batch(0, 2, None)]))
+        .await;
+    assert!(
+        matches!(&retry, Err(CoordinatorError::ObjectFenced(k)) if *k == key),
+        "{retry:?}"
+    );
+    assert_eq!(hwm(&c, tp).await, 4);
+    // fence_orphans sees the fence as its own (the key stays fenced, and is reported).
+    assert_eq!(
+        c.fence_orphans(std::slice::from_ref(&key)).await.unwrap(),
+        vec![key.clone()]
+    );
+
+    // A key without a v7 time has no fence: it is committed like a new key (as in the model).
+    let r = c
+        .commit_file(file(plain.clone(), vec![batch(0, 2, None)]))
+        .await
+        .unwrap();
+    assert_eq!((r[0].error, r[0].base_offset), (ErrorCode::None, 4));
+}
+
+/// The high watermark of `tp`.
+async fn hwm(c: &SqliteCoordinator, tp: TopicIdPartition) -> i64 {
+    c.list_offsets(&[ListOffsetsRequest {
+        partition: tp,
+        timestamp: LATEST_TIMESTAMP,
+    }])
+    .await
+    .unwrap()[0]
+        .offset
+}

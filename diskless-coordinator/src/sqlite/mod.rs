@@ -138,7 +138,9 @@ impl SqliteOptions {
 ///   fences ([`BatchCoordinator::fence_orphans`]) are checked inside the commit's write transaction,
 ///   with the clock read after the writer mutex and SQLite's write lock are held, however long the
 ///   wait for them was. `fence_orphans` is a write transaction too, so it and a commit of the same key
-///   are serialized by the single writer: never do both succeed.
+///   are serialized by the single writer: never do both succeed. `confirm_deleted` fences every key
+///   it forgets (with a v7 time) in its own transaction, so a deleted object's key is never
+///   committed again.
 /// - **ListOffsets by timestamp** costs one index probe whatever the partition's size: each batch
 ///   row keeps the running max of the partition's effective max timestamps, indexed with the
 ///   partition and offset; MAX_TIMESTAMP is one probe of a (partition, timestamp) index. Only a
@@ -739,6 +741,26 @@ async fn partition_bounds(
         None => Ok(None),
         Some(r) => Ok(Some((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))),
     }
+}
+
+/// Records fences (key, key time), keeping any existing fence of a key (idempotent).
+async fn insert_fences(
+    conn: &mut SqliteConnection,
+    fences: &[(String, i64)],
+) -> Result<(), CoordinatorError> {
+    for chunk in fences.chunks(CHUNK) {
+        let sql = format!(
+            "INSERT INTO fences (object_key, key_time) VALUES {} \
+             ON CONFLICT (object_key) DO NOTHING",
+            placeholders(chunk.len(), 2)
+        );
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for (key, t) in chunk {
+            q = q.bind(key.as_str()).bind(*t);
+        }
+        q.execute(&mut *conn).await.map_err(not_applied)?;
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -1524,14 +1546,25 @@ impl BatchCoordinator for SqliteCoordinator {
         for chunk in object_keys.chunks(CHUNK) {
             let sql = format!(
                 "DELETE FROM objects WHERE marked_for_deletion_at IS NOT NULL \
-                 AND object_key IN ({})",
+                 AND object_key IN ({}) RETURNING object_key",
                 vec!["?"; chunk.len()].join(",")
             );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
+            let mut q = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql));
             for key in chunk {
                 q = q.bind(key.as_str());
             }
-            q.execute(&mut *tx).await.map_err(not_applied)?;
+            let forgotten = q.fetch_all(&mut *tx).await.map_err(not_applied)?;
+            // A forgotten key must never be committed again: the "committed once" guard (the
+            // object row) is gone, so a retried commit_file of it would append batches that point
+            // into a deleted object. It is fenced in the same transaction, as fence_orphans would,
+            // and commit_file refuses it with ObjectFenced; the fence expires like any other, once
+            // the commit deadline refuses the key anyway. Keys without a v7 time cannot be fenced
+            // (as in fence_orphans).
+            let fences: Vec<(String, i64)> = forgotten
+                .into_iter()
+                .filter_map(|k| object_key_time_ms(&k).map(|t| (k, t)))
+                .collect();
+            insert_fences(&mut tx, &fences).await?;
         }
         tx.commit().await.map_err(at_commit)
     }
@@ -1575,24 +1608,14 @@ impl BatchCoordinator for SqliteCoordinator {
             }
             known.extend(q.fetch_all(&mut *tx).await.map_err(not_applied)?);
         }
-        let fenced: Vec<(&String, i64)> = candidates
+        let fenced: Vec<(String, i64)> = candidates
             .into_iter()
             .filter(|(k, _)| !known.contains(k.as_str()))
+            .map(|(k, t)| (k.clone(), t))
             .collect();
-        for chunk in fenced.chunks(CHUNK) {
-            let sql = format!(
-                "INSERT INTO fences (object_key, key_time) VALUES {} \
-                 ON CONFLICT (object_key) DO NOTHING",
-                placeholders(chunk.len(), 2)
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (key, t) in chunk {
-                q = q.bind(key.as_str()).bind(*t);
-            }
-            q.execute(&mut *tx).await.map_err(not_applied)?;
-        }
+        insert_fences(&mut tx, &fenced).await?;
         tx.commit().await.map_err(at_commit)?;
-        Ok(fenced.into_iter().map(|(k, _)| k.clone()).collect())
+        Ok(fenced.into_iter().map(|(k, _)| k).collect())
     }
 
     async fn expire_producers(
