@@ -440,3 +440,116 @@ async fn fence_and_commit_of_one_key_never_both_succeed() {
     }
     assert_eq!(committed + fenced, keys.len());
 }
+
+/// Commits `batches_per_partition` batches of 10 bytes with timestamp `ts` to each of `partitions`
+/// partitions of `topic`, one file per round.
+async fn fill(
+    c: &SqliteCoordinator,
+    topic: Uuid,
+    partitions: i32,
+    batches_per_partition: u32,
+    ts: i64,
+    name: &str,
+) {
+    for round in 0..batches_per_partition {
+        let batches: Vec<CommitBatch> = (0..partitions)
+            .map(|p| CommitBatch {
+                partition: TopicIdPartition::new(topic, p),
+                byte_offset: 1 + 10 * p as u64,
+                byte_size: 10,
+                record_count: 1,
+                base_timestamp: ts,
+                max_timestamp: ts,
+                timestamp_type: TimestampType::CreateTime,
+                producer_id: NO_PRODUCER_ID,
+                producer_epoch: NO_PRODUCER_EPOCH,
+                base_sequence: NO_SEQUENCE,
+                last_sequence: NO_SEQUENCE,
+            })
+            .collect();
+        let r = c
+            .commit_file(CommitFileRequest {
+                object_key: format!("wal/{name}/{round}"),
+                uploader_broker_id: 1,
+                object_size: 1 + 10 * partitions as u64,
+                owners: vec![0],
+                batches,
+            })
+            .await
+            .unwrap();
+        assert!(r.iter().all(|r| r.error == ErrorCode::None), "{r:?}");
+    }
+}
+
+/// A retention pass holds the write lock, so the batch rows it reads must be bounded by its budget,
+/// not by partitions × budget (review R2): a partition is read only when its first batch is due
+/// (by time, or by size: what is left without it still reaches retention.bytes), and a due
+/// partition is read in small pages up to the first batch that stays. Before, every partition with
+/// bytes and a retention setting was read, up to `budget` batch rows each, even when its first row
+/// already stopped the pass. Counted with `SqliteCoordinator::stats`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_reads_rows_bounded_by_its_budget_not_by_partitions() {
+    const NOW: i64 = 10_000_000;
+    let clock = ManualClock::new(NOW);
+    let c = SqliteCoordinator::in_memory(clock.clone()).await.unwrap();
+    let topic = |n: u128, name: &str, partitions: i32, retention_ms: i64, retention_bytes: i64| {
+        CreateTopicRequest {
+            topic_id: Uuid::from_u128(n),
+            name: name.into(),
+            partitions,
+            config: TopicConfig {
+                retention_ms,
+                retention_bytes,
+                ..TopicConfig::default()
+            },
+        }
+    };
+    // Nothing due by time: 200 partitions of 20 batches, one hour retention, all 1 s old.
+    c.create_topic(topic(1, "fresh", 200, 3_600_000, -1))
+        .await
+        .unwrap();
+    fill(&c, Uuid::from_u128(1), 200, 20, NOW - 1000, "fresh").await;
+    // Over retention.bytes but nothing removable: 30 bytes each, retention.bytes 25 (removing the
+    // first 10-byte batch would leave 20 < 25).
+    c.create_topic(topic(2, "full", 100, -1, 25)).await.unwrap();
+    fill(&c, Uuid::from_u128(2), 100, 3, NOW - 1000, "full").await;
+
+    let before = c.stats();
+    let report = c.enforce_retention(1000).await.unwrap();
+    assert_eq!((report.batches_deleted, report.more), (0, false));
+    let after = c.stats();
+    assert_eq!(
+        (
+            after.retention_partitions_examined - before.retention_partitions_examined,
+            after.retention_batches_read - before.retention_batches_read
+        ),
+        (0, 0),
+        "a pass with nothing due reads no partition's batches"
+    );
+
+    // Now some are due: 5 partitions of 50 batches older than retention.ms. A pass with budget 120
+    // deletes 120 batches from the first three, reading a bounded number of rows.
+    c.create_topic(topic(3, "old", 5, 1000, -1)).await.unwrap();
+    fill(&c, Uuid::from_u128(3), 5, 50, NOW - 5000, "old").await;
+    let before = c.stats();
+    let report = c.enforce_retention(120).await.unwrap();
+    assert_eq!(
+        (report.batches_deleted, report.bytes_deleted, report.more),
+        (120, 1200, true)
+    );
+    let after = c.stats();
+    let examined = after.retention_partitions_examined - before.retention_partitions_examined;
+    let read = after.retention_batches_read - before.retention_batches_read;
+    assert_eq!(
+        examined, 3,
+        "only due partitions, until the budget is spent"
+    );
+    assert!(read <= 2 * 120 + 8 * examined, "{read} batch rows read");
+    // The rest: 130 batches, then nothing.
+    let report = c.enforce_retention(1000).await.unwrap();
+    assert_eq!((report.batches_deleted, report.more), (130, false));
+    let before = c.stats();
+    let report = c.enforce_retention(1000).await.unwrap();
+    assert_eq!(report.batches_deleted, 0);
+    assert_eq!(c.stats(), before, "nothing due, nothing read");
+}

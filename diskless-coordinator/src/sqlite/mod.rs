@@ -27,7 +27,7 @@ use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row, SqlSafeStr, Sqlite};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{Mutex, MutexGuard};
 use uuid::Uuid;
@@ -146,8 +146,12 @@ impl SqliteOptions {
 ///   partition and offset; MAX_TIMESTAMP is one probe of a (partition, timestamp) index. Only a
 ///   target at or below the timestamp of an already deleted batch, larger than those of the first
 ///   live batches, needs a forward scan from the log start to the answer.
-/// - **Lifecycle passes hold the writer for bounded work**: `enforce_retention` reads partitions a
-///   page at a time and stops as soon as its budget is spent; `expire_producers` reads producer
+/// - **Lifecycle passes hold the writer for bounded work**: `enforce_retention` finds the partitions
+///   whose first batch is due in SQL (one or two primary-key probes per partition with live bytes,
+///   no batch row read for a partition with nothing to delete), reads a due partition's oldest
+///   batches in small growing pages up to the first batch that stays, and stops as soon as its
+///   budget is spent: batch rows read are a small multiple of the budget
+///   ([`SqliteCoordinator::stats`] counts them); `expire_producers` reads producer
 ///   states in order until it has its cap; `fence_orphans` drops at most
 ///   [`crate::FENCE_EXPIRY_BATCH`] expired fences per call.
 ///
@@ -227,6 +231,28 @@ pub struct SqliteCoordinator {
     /// Read-only connections; `None` for an in-memory database (reads share the writer).
     readers: Option<SqlitePool>,
     closed: AtomicBool,
+    counters: Counters,
+}
+
+/// Event counters behind [`SqliteCoordinator::stats`].
+#[derive(Debug, Default)]
+struct Counters {
+    retention_partitions: AtomicU64,
+    retention_batches_read: AtomicU64,
+}
+
+/// What a [`SqliteCoordinator`] did since it was opened (for monitoring: the work its lifecycle
+/// passes did while holding the write lock).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteStats {
+    /// Partitions whose batches retention passes read: only partitions with at least one batch to
+    /// delete are read, and a pass stops as soon as its budget is spent, so a pass examines at most
+    /// its budget of partitions.
+    pub retention_partitions_examined: u64,
+    /// Batch rows retention passes read (in pages that start small and stop at the first batch
+    /// that stays): a small multiple of the batches deleted, never partitions × budget.
+    pub retention_batches_read: u64,
 }
 
 impl std::fmt::Debug for SqliteCoordinator {
@@ -358,6 +384,7 @@ impl SqliteCoordinator {
             writer: Mutex::new(Some(writer)),
             readers: Some(readers),
             closed: AtomicBool::new(false),
+            counters: Counters::default(),
         })
     }
 
@@ -390,7 +417,17 @@ impl SqliteCoordinator {
             writer: Mutex::new(Some(writer)),
             readers: None,
             closed: AtomicBool::new(false),
+            counters: Counters::default(),
         })
+    }
+
+    /// What this coordinator did since it was opened.
+    pub fn stats(&self) -> SqliteStats {
+        let c = &self.counters;
+        SqliteStats {
+            retention_partitions_examined: c.retention_partitions.load(Ordering::Relaxed),
+            retention_batches_read: c.retention_batches_read.load(Ordering::Relaxed),
+        }
     }
 
     /// Closes the connections, waiting for a write in progress. Later calls fail with
@@ -595,27 +632,49 @@ const TIMESTAMP_SCAN: &str = "SELECT base_offset, effective_max_timestamp FROM b
 const MAX_TIMESTAMP_LOOKUP: &str = "SELECT base_offset, effective_max_timestamp FROM batches \
      WHERE partition_id = ?1 ORDER BY effective_max_timestamp DESC, last_offset LIMIT 1";
 
-/// Retention: up to `?2` of a partition's oldest batches, with the time retention ages each by (its
-/// effective max timestamp, or its object's commit time when it has no timestamp). An index range of
-/// the primary key and one primary-key probe of `objects` per row.
+/// Retention: the next page of up to `?3` of a partition's oldest batches, after last offset `?2`,
+/// with the time retention ages each by (its effective max timestamp, or its object's commit time
+/// when it has no timestamp). An index range of the primary key and one primary-key probe of
+/// `objects` per row.
 const RETENTION_BATCHES: &str = "SELECT b.last_offset, b.byte_size, \
      CASE WHEN b.effective_max_timestamp >= 0 THEN b.effective_max_timestamp \
      ELSE o.committed_at END \
      FROM batches b JOIN objects o ON o.object_id = b.object_id \
-     WHERE b.partition_id = ?1 ORDER BY b.last_offset LIMIT ?2";
+     WHERE b.partition_id = ?1 AND b.last_offset > ?2 ORDER BY b.last_offset LIMIT ?3";
 
-/// Retention: the next page of partitions with a retention setting and live bytes, after
-/// (`?1`, `?2`) in (topic id, partition) order: a range of the unique index on (topic_id,
-/// partition), so a pass that stops early reads no further.
-const RETENTION_PARTITIONS: &str = "SELECT p.partition_id, p.topic_id, p.partition, \
-     p.log_start_offset, p.byte_size, t.retention_ms, t.retention_bytes \
+/// Retention: the next page of up to `?4` partitions, after (`?1`, `?2`) in (topic id, partition)
+/// order, whose FIRST batch retention deletes at time `?3`: older than retention.ms (aged as in
+/// [`RETENTION_BATCHES`]), or removable by retention.bytes (what is left without it is still at
+/// least retention.bytes). That is exactly "retention deletes something here" (Kafka 3.x order:
+/// the time-breached prefix, then size on what is left), so every partition returned gives the
+/// pass at least one batch and a pass reads at most its budget of partitions' batches. A range of
+/// the unique index on (topic_id, partition), and per partition with live bytes one or two
+/// primary-key probes of its first batch (no batch row leaves SQLite for a partition with nothing
+/// to delete).
+const RETENTION_CANDIDATES: &str = "SELECT p.partition_id, p.topic_id, p.partition, \
+     p.byte_size, t.retention_ms, t.retention_bytes \
      FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
      WHERE (p.topic_id, p.partition) > (?1, ?2) AND p.byte_size > 0 \
-     AND (t.retention_ms >= 0 OR t.retention_bytes >= 0) \
-     ORDER BY p.topic_id, p.partition LIMIT ?3";
+     AND ((t.retention_ms >= 0 AND ?3 - (SELECT CASE WHEN b.effective_max_timestamp >= 0 \
+           THEN b.effective_max_timestamp ELSE (SELECT o.committed_at FROM objects o \
+           WHERE o.object_id = b.object_id) END \
+           FROM batches b WHERE b.partition_id = p.partition_id \
+           ORDER BY b.last_offset LIMIT 1) > t.retention_ms) \
+       OR (t.retention_bytes >= 0 AND p.byte_size - (SELECT b.byte_size FROM batches b \
+           WHERE b.partition_id = p.partition_id ORDER BY b.last_offset LIMIT 1) \
+           >= t.retention_bytes)) \
+     ORDER BY p.topic_id, p.partition LIMIT ?4";
 
-/// Partitions read per page by a retention pass.
-const RETENTION_PAGE: i64 = 64;
+/// Candidate partitions read per page by a retention pass.
+const RETENTION_CANDIDATE_PAGE: i64 = 64;
+
+/// Batches read by a retention pass's first page of a partition; each further page of the same
+/// partition doubles, up to [`RETENTION_MAX_PAGE`] (and never more than the budget left). A
+/// partition that loses `d` batches costs at most about `2 d + 8` batch rows.
+const RETENTION_FIRST_PAGE: u64 = 8;
+
+/// The largest page of batches a retention pass reads at once.
+const RETENTION_MAX_PAGE: u64 = 1024;
 
 /// Producer expiry: up to `?2` expired (partition, producer id) states at time `?1`, in (topic id,
 /// partition, producer id) order: partitions in the order of their unique index, each one's states
@@ -761,6 +820,78 @@ async fn insert_fences(
         q.execute(&mut *conn).await.map_err(not_applied)?;
     }
     Ok(())
+}
+
+/// What retention keeps of a partition (its topic's settings), at the pass's `now`.
+#[derive(Clone, Copy, Debug)]
+struct RetentionRule {
+    /// The partition's live bytes.
+    size: i64,
+    retention_ms: i64,
+    retention_bytes: i64,
+    now: i64,
+}
+
+impl SqliteCoordinator {
+    /// Retention of one partition: the offset below which its batches go (Kafka 3.x order: the
+    /// prefix older than retention.ms, then by retention.bytes on what is left), at most `budget`
+    /// batches; `None` when nothing goes. Reads the partition's oldest batches in pages of
+    /// [`RETENTION_FIRST_PAGE`], doubling up to [`RETENTION_MAX_PAGE`] and never beyond the budget
+    /// left, stopping at the first batch that stays.
+    async fn retention_end(
+        &self,
+        conn: &mut SqliteConnection,
+        partition_id: i64,
+        rule: RetentionRule,
+        budget: u64,
+    ) -> Result<Option<i64>, CoordinatorError> {
+        self.counters
+            .retention_partitions
+            .fetch_add(1, Ordering::Relaxed);
+        let mut deletable: u64 = 0;
+        let mut delete_below = None;
+        let mut remaining = rule.size;
+        let mut time_phase = rule.retention_ms >= 0;
+        let mut after = i64::MIN;
+        let mut page = RETENTION_FIRST_PAGE;
+        while deletable < budget {
+            let want = (budget - deletable).min(page);
+            let rows = sqlx::query(RETENTION_BATCHES)
+                .bind(partition_id)
+                .bind(after)
+                .bind(i64::try_from(want).unwrap_or(i64::MAX))
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(not_applied)?;
+            self.counters
+                .retention_batches_read
+                .fetch_add(rows.len() as u64, Ordering::Relaxed);
+            for row in &rows {
+                let last_offset: i64 = col(row, 0)?;
+                let bytes: i64 = col(row, 1)?;
+                let ts: i64 = col(row, 2)?;
+                if !(time_phase && rule.now.saturating_sub(ts) > rule.retention_ms) {
+                    time_phase = false;
+                    if !(rule.retention_bytes >= 0 && remaining - bytes >= rule.retention_bytes) {
+                        return Ok(delete_below);
+                    }
+                }
+                remaining -= bytes;
+                deletable += 1;
+                after = last_offset;
+                delete_below = Some(
+                    last_offset
+                        .checked_add(1)
+                        .ok_or_else(|| corrupt("a batch's last offset is i64::MAX"))?,
+                );
+            }
+            if (rows.len() as u64) < want {
+                break;
+            }
+            page = page.saturating_mul(2).min(RETENTION_MAX_PAGE);
+        }
+        Ok(delete_below)
+    }
 }
 
 #[async_trait]
@@ -1427,57 +1558,38 @@ impl BatchCoordinator for SqliteCoordinator {
             .await
             .map_err(not_applied)?;
         let now = self.clock.now_ms();
-        // The pass holds the write lock, so its work is bounded by its budget: partitions are read a
-        // page at a time, and the walk ends as soon as the budget is spent (no further partition is
-        // examined). Each examined partition costs one page query share, one query of at most
-        // `budget` batches and, when it deletes, three statements.
+        // The pass holds the write lock, so its work is bounded by its budget, not by the number
+        // of partitions: candidates are only the partitions whose first batch retention deletes
+        // (found in SQL, one index probe each, see RETENTION_CANDIDATES), so each one examined
+        // gives at least one batch; each is read in growing pages that stop at the first batch
+        // that stays; and the walk ends as soon as the budget is spent (no further partition is
+        // examined).
         let mut budget = u64::from(max_batches);
         let mut after: (String, i64) = (String::new(), i64::MIN);
         'walk: loop {
-            let page = sqlx::query(RETENTION_PARTITIONS)
+            let page = sqlx::query(RETENTION_CANDIDATES)
                 .bind(&after.0)
                 .bind(after.1)
-                .bind(RETENTION_PAGE)
+                .bind(now)
+                .bind(RETENTION_CANDIDATE_PAGE)
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(not_applied)?;
             for candidate in &page {
                 let partition_id: i64 = col(candidate, 0)?;
                 after = (col(candidate, 1)?, col(candidate, 2)?);
-                let lso: i64 = col(candidate, 3)?;
-                let size: i64 = col(candidate, 4)?;
-                let retention_ms: i64 = col(candidate, 5)?;
-                let retention_bytes: i64 = col(candidate, 6)?;
-                let rows = sqlx::query(RETENTION_BATCHES)
-                    .bind(partition_id)
-                    .bind(i64::try_from(budget).unwrap_or(i64::MAX))
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(not_applied)?;
-                // Kafka 3.x order: the time-breached prefix, then size on what is left.
-                let mut n: u64 = 0;
-                let mut remaining = size;
-                let mut time_phase = retention_ms >= 0;
-                let mut delete_below = lso;
-                for row in &rows {
-                    let last_offset: i64 = col(row, 0)?;
-                    let bytes: i64 = col(row, 1)?;
-                    let ts: i64 = col(row, 2)?;
-                    if time_phase && now.saturating_sub(ts) > retention_ms {
-                        // deleted by time
-                    } else {
-                        time_phase = false;
-                        if !(retention_bytes >= 0 && remaining - bytes >= retention_bytes) {
-                            break;
-                        }
-                    }
-                    remaining -= bytes;
-                    n += 1;
-                    delete_below = last_offset + 1;
-                }
-                if n == 0 {
+                let rule = RetentionRule {
+                    size: col(candidate, 3)?,
+                    retention_ms: col(candidate, 4)?,
+                    retention_bytes: col(candidate, 5)?,
+                    now,
+                };
+                let Some(delete_below) = self
+                    .retention_end(&mut tx, partition_id, rule, budget)
+                    .await?
+                else {
                     continue;
-                }
+                };
                 let (count, bytes) =
                     delete_batches_below(&mut tx, partition_id, delete_below, now).await?;
                 sqlx::query(
@@ -1497,7 +1609,7 @@ impl BatchCoordinator for SqliteCoordinator {
                     break 'walk;
                 }
             }
-            if (page.len() as i64) < RETENTION_PAGE {
+            if (page.len() as i64) < RETENTION_CANDIDATE_PAGE {
                 break;
             }
         }
