@@ -219,7 +219,12 @@ async fn all_batches(
 
 /// The whole conformance suite, every case on a fresh schema. The commit deadline and fence
 /// expiry read the server's clock, so the cases that depend on them get a harness clock at the
-/// real time (`CLOCK_SENSITIVE_CASES`); the others keep the suite's fixed `START_MS`.
+/// real time (`CLOCK_SENSITIVE_CASES`); the others keep the suite's fixed `START_MS`. The cases
+/// that advance the harness clock and expect the deadline and fence expiry to follow it
+/// (`MANUAL_CLOCK_CASES`) cannot run against a server clock and are skipped; the same rules are
+/// tested against the server's clock by `postgres_commit_deadline_is_checked_after_the_locks`
+/// (deadline after the locks, fences outliving the deadline) and
+/// `postgres_fence_retention_follows_the_largest_commit_age` (fence expiry).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_conformance() {
     let Some(url) = pg_url() else { return };
@@ -249,17 +254,29 @@ async fn postgres_conformance() {
             }
         }
     };
-    conformance::run_all_except(factory(false), conformance::CLOCK_SENSITIVE_CASES).await;
-    let others: Vec<&str> = conformance::CASES
+    let skip_at_start: Vec<&str> = conformance::CLOCK_SENSITIVE_CASES
+        .iter()
+        .chain(conformance::MANUAL_CLOCK_CASES)
+        .copied()
+        .collect();
+    conformance::run_all_except(factory(false), &skip_at_start).await;
+    let skip_at_system_time: Vec<&str> = conformance::CASES
         .iter()
         .copied()
-        .filter(|c| !conformance::CLOCK_SENSITIVE_CASES.contains(c))
+        .filter(|c| {
+            !conformance::CLOCK_SENSITIVE_CASES.contains(c)
+                || conformance::MANUAL_CLOCK_CASES.contains(c)
+        })
         .collect();
-    conformance::run_all_except(factory(true), &others).await;
+    conformance::run_all_except(factory(true), &skip_at_system_time).await;
+    let manual = conformance::CASES
+        .iter()
+        .filter(|c| conformance::MANUAL_CLOCK_CASES.contains(c))
+        .count();
     assert_eq!(
         schemas.lock().unwrap().len(),
-        conformance::CASES.len(),
-        "every case ran on its own schema"
+        conformance::CASES.len() - manual,
+        "every case but the manual-clock ones ran, each on its own schema"
     );
 }
 
@@ -638,8 +655,8 @@ async fn postgres_migrations() {
         applied += r.await.unwrap().unwrap();
     }
     assert_eq!(
-        applied, 5,
-        "exactly one concurrent migrator applied each of the 5 migrations"
+        applied, 6,
+        "exactly one concurrent migrator applied each of the 6 migrations"
     );
     assert_eq!(migrate(&options).await.unwrap(), 0);
 
@@ -665,6 +682,7 @@ async fn postgres_migrations() {
             (3, "replica_heartbeat_running_max".to_string()),
             (4, "timestamp_indexes".to_string()),
             (5, "commit_point_producer_expiry".to_string()),
+            (6, "fence_retention_confirm_fences".to_string()),
         ]
     );
     sqlx::query("UPDATE schema_migrations SET checksum = 'edited'")
@@ -1897,5 +1915,351 @@ async fn postgres_fences_and_commits_serialize() {
         }
     }
     eprintln!("{commits_won} of 120 commits won against their fence");
+    c.close().await;
+}
+
+// -------------------------------------------------------------------------------------------------
+// Review fixes R1 (fence retention across coordinators) and R3 (a deleted key stays uncommittable)
+
+/// A commit of one 1-record batch to partition 0 of `topic` through the previous version's
+/// `commit_file` signature (a broker not yet upgraded), on a connection of its own.
+async fn old_signature_commit(
+    schema: &Schema,
+    topic: Uuid,
+    key: &str,
+) -> Result<Vec<i16>, sqlx::Error> {
+    let mut conn = side_connection(schema, "-old-broker").await;
+    let r = sqlx::query_scalar::<_, i16>(
+        "SELECT r_error_code FROM commit_file($1, 1, 101, '{0}', 0, \
+         ARRAY[$2]::uuid[], '{0}', '{1}', '{100}', '{1}', '{0}', '{0}', '{-1}', '{-1}', \
+         '{-1}', '{-1}')",
+    )
+    .bind(key)
+    .bind(topic.hyphenated().to_string())
+    .fetch_all(&mut conn)
+    .await;
+    let _ = conn.close().await;
+    r
+}
+
+fn sqlstate(e: &sqlx::Error) -> Option<String> {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .map(|c| c.into_owned())
+}
+
+async fn stored_max_commit_age_ms(conn: &mut PgConnection) -> i64 {
+    sqlx::query_scalar("SELECT max_commit_age_ms FROM coordinator_settings")
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+async fn fence_exists(conn: &mut PgConnection, key: &str) -> bool {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM object_fences WHERE object_key = $1)")
+        .bind(key)
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+/// R1: fences outlive the deadline of every coordinator sharing the schema. A coordinator with a
+/// 1 minute max_commit_age fences a key 3 minutes old and sweeps expired fences (its own 2 x 1 min
+/// would drop that fence); a coordinator at 10 minutes, whose deadline still accepts the key, is
+/// refused by the fence. Connecting with a smaller value never lowers the stored maximum; a larger
+/// one raises it, which lengthens fence retention and the previous signature's deadline. (Keys
+/// with old v7 times stand in for waiting: the server's clock is real.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_fence_retention_follows_the_largest_commit_age() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    let clock = ManualClock::new(START_MS);
+    let ten_minutes = PostgresCoordinator::connect(schema.options(), clock.clone())
+        .await
+        .unwrap();
+    let one_minute = PostgresCoordinator::connect(
+        schema.options().max_commit_age(Duration::from_secs(60)),
+        clock.clone(),
+    )
+    .await
+    .unwrap();
+    let mut inspector = side_connection(&schema, "-inspector").await;
+    assert_eq!(
+        stored_max_commit_age_ms(&mut inspector).await,
+        600_000,
+        "a smaller max_commit_age never lowers the stored maximum"
+    );
+    let topic = create_topic(&ten_minutes, 1).await;
+    let p = TopicIdPartition::new(topic, 0);
+
+    let key = v7_key_at(system_ms() - 3 * 60_000);
+    assert_eq!(
+        one_minute
+            .fence_orphans(std::slice::from_ref(&key))
+            .await
+            .unwrap(),
+        vec![key.clone()]
+    );
+    // Expiry sweeps by the 1 minute coordinator, through both calls that sweep.
+    assert!(one_minute.fence_orphans(&[]).await.unwrap().is_empty());
+    one_minute
+        .confirm_deleted(&["wal/not-an-object".to_string()])
+        .await
+        .unwrap();
+    assert!(
+        fence_exists(&mut inspector, &key).await,
+        "the fence of a key another coordinator's deadline accepts was dropped"
+    );
+    let r = ten_minutes
+        .commit_file(request(&key, vec![plain(p, 1)]))
+        .await;
+    assert!(
+        matches!(r, Err(CoordinatorError::ObjectFenced(_))),
+        "expected ObjectFenced, got {r:?}"
+    );
+    assert_eq!(all_batches(&ten_minutes, p).await.high_watermark, 0);
+
+    // A fence older than 2 x the stored maximum is dropped by the next sweep (any coordinator's
+    // deadline refuses its key anyway).
+    let expired = v7_key_at(system_ms() - 21 * 60_000);
+    assert_eq!(
+        one_minute
+            .fence_orphans(std::slice::from_ref(&expired))
+            .await
+            .unwrap(),
+        vec![expired.clone()]
+    );
+    assert!(one_minute.fence_orphans(&[]).await.unwrap().is_empty());
+    assert!(!fence_exists(&mut inspector, &expired).await);
+    assert!(fence_exists(&mut inspector, &key).await);
+
+    // A coordinator at 30 minutes raises the maximum: a 25 minute old fence now survives sweeps,
+    // and the previous version's signature takes the stored value as its deadline.
+    let thirty_minutes = PostgresCoordinator::connect(
+        schema
+            .options()
+            .max_commit_age(Duration::from_secs(30 * 60)),
+        clock.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(stored_max_commit_age_ms(&mut inspector).await, 1_800_000);
+    let old = v7_key_at(system_ms() - 25 * 60_000);
+    assert_eq!(
+        one_minute
+            .fence_orphans(std::slice::from_ref(&old))
+            .await
+            .unwrap(),
+        vec![old.clone()]
+    );
+    assert!(one_minute.fence_orphans(&[]).await.unwrap().is_empty());
+    assert!(fence_exists(&mut inspector, &old).await);
+    let r = thirty_minutes
+        .commit_file(request(&old, vec![plain(p, 1)]))
+        .await;
+    assert!(
+        matches!(r, Err(CoordinatorError::ObjectFenced(_))),
+        "expected ObjectFenced, got {r:?}"
+    );
+    assert_eq!(
+        old_signature_commit(&schema, topic, &v7_key_at(system_ms() - 20 * 60_000))
+            .await
+            .unwrap(),
+        vec![0],
+        "the previous signature's deadline is the stored maximum (30 min), not 10 min"
+    );
+    let e = old_signature_commit(&schema, topic, &v7_key_at(system_ms() - 31 * 60_000))
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e).as_deref(), Some("DL001"));
+    let e = old_signature_commit(&schema, topic, &old)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e).as_deref(), Some("DL002"));
+    for c in [ten_minutes, one_minute, thirty_minutes] {
+        c.close().await;
+    }
+}
+
+/// R1: the server's key-time parser (used by the previous version's commit_file signature and by
+/// the fences of deleted objects) agrees with `diskless_coordinator::object_key_time_ms` on every
+/// key: every UUID text form, both cases, every version and variant nibble, and near misses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_key_time_parser_agrees_with_rust() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    let c = coordinator(&schema, ManualClock::new(START_MS)).await;
+    let mut keys: Vec<String> = vec![
+        String::new(),
+        "/".into(),
+        "wal/".into(),
+        "wal/not-a-uuid".into(),
+        "wal/00000000-0000-7000-8000-000000000000".into(),
+        "ffffffff-ffff-7fff-bfff-ffffffffffff".into(),
+    ];
+    let mut uuids = vec![Uuid::nil(), Uuid::max()];
+    for ms in [0u64, 1, 1_700_000_000_123, (1 << 48) - 1] {
+        uuids.push(uuid::Builder::from_unix_timestamp_millis(ms, &[0x5a; 10]).into_uuid());
+    }
+    for _ in 0..40 {
+        uuids.push(Uuid::now_v7());
+        uuids.push(Uuid::new_v4());
+    }
+    // Every version nibble and every variant nibble of a v7 UUID.
+    let base = *Uuid::now_v7().as_bytes();
+    for nibble in 0u8..16 {
+        let mut b = base;
+        b[6] = (b[6] & 0x0f) | (nibble << 4);
+        uuids.push(Uuid::from_bytes(b));
+        let mut b = base;
+        b[8] = (b[8] & 0x0f) | (nibble << 4);
+        uuids.push(Uuid::from_bytes(b));
+    }
+    for u in &uuids {
+        let hyphenated = u.hyphenated().to_string();
+        let forms = [
+            hyphenated.clone(),
+            hyphenated.to_uppercase(),
+            u.simple().to_string(),
+            u.simple().to_string().to_uppercase(),
+            u.braced().to_string(),
+            u.urn().to_string(),
+            u.urn().to_string().to_uppercase(),
+            format!("{{{}}}", u.simple()),
+            format!("urn:uuid:{}", u.simple()),
+            format!("{hyphenated}\n"),
+            format!(" {hyphenated}"),
+            format!("{hyphenated}/"),
+            format!("{}x", &hyphenated[..35]),
+            format!("{}é", &hyphenated[..35]),
+            hyphenated.replacen('-', "", 1) + "0",
+            format!("{}-{}", &hyphenated[..7], &hyphenated[9..]),
+        ];
+        for form in forms {
+            keys.push(format!("wal/{form}"));
+            keys.push(format!("a/b/{form}"));
+            keys.push(form);
+        }
+    }
+    let mut conn = side_connection(&schema, "-inspector").await;
+    let sql: Vec<Option<i64>> = sqlx::query_scalar(
+        "SELECT object_key_time_ms(u.k) FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i) \
+         ORDER BY u.i",
+    )
+    .bind(&keys)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(sql.len(), keys.len());
+    let mut dated = 0;
+    for (key, from_sql) in keys.iter().zip(&sql) {
+        let from_rust = diskless_coordinator::object_key_time_ms(key);
+        assert_eq!(*from_sql, from_rust, "key {key:?}");
+        dated += usize::from(from_rust.is_some());
+    }
+    assert!(
+        dated > 400,
+        "only {dated} of {} keys had a time",
+        keys.len()
+    );
+    c.close().await;
+}
+
+/// R3: deleting an object row fences its key, in the deleting transaction, so a commit of the key
+/// never appends batches to a deleted object, whatever the timing: a commit arriving while the
+/// deletion is in progress waits for it and is then refused (ObjectFenced), or told the object is
+/// already committed when the deletion rolls back. The deletion here is the previous version's
+/// plain DELETE, so brokers not yet upgraded fence too. Also: confirm_deleted drops expired fences,
+/// and a deleted key the deadline refuses anyway gets no fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_deleted_objects_are_fenced_and_serialize_with_commits() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    let clock = ManualClock::new(START_MS);
+    let c = coordinator(&schema, clock.clone()).await;
+    let topic = create_topic(&c, 1).await;
+    let p = TopicIdPartition::new(topic, 0);
+    let unknown = TopicIdPartition::new(Uuid::new_v4(), 0);
+    let mut inspector = side_connection(&schema, "-inspector").await;
+
+    for commit_deletion in [true, false] {
+        // An object whose only batch was rejected: marked for deletion at once.
+        let key = v7_key_at(system_ms());
+        let r = c
+            .commit_file(request(&key, vec![plain(unknown, 1)]))
+            .await
+            .unwrap();
+        assert_eq!(r[0].error, ErrorCode::UnknownTopicOrPartition);
+        let mut cleaner = side_connection(&schema, "-cleaner").await;
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "BEGIN; DELETE FROM objects WHERE marked_for_deletion_at IS NOT NULL \
+             AND object_key = '{key}'"
+        )))
+        .execute(&mut cleaner)
+        .await
+        .unwrap();
+        let retry = {
+            let c = c.clone();
+            let key = key.clone();
+            tokio::spawn(async move { c.commit_file(request(&key, vec![plain(p, 1)])).await })
+        };
+        blocked_backend(&mut inspector, &schema.name).await;
+        assert!(!retry.is_finished());
+        let end = if commit_deletion {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        };
+        sqlx::raw_sql(end).execute(&mut cleaner).await.unwrap();
+        let r = retry.await.unwrap();
+        if commit_deletion {
+            assert!(
+                matches!(r, Err(CoordinatorError::ObjectFenced(_))),
+                "a commit of a deleted object must be refused, got {r:?}"
+            );
+            assert_eq!(c.object_info(&key).await.unwrap(), None);
+            assert!(fence_exists(&mut inspector, &key).await);
+        } else {
+            assert!(
+                matches!(r, Err(CoordinatorError::ObjectAlreadyCommitted(_))),
+                "got {r:?}"
+            );
+            assert!(c.object_info(&key).await.unwrap().is_some());
+            assert!(!fence_exists(&mut inspector, &key).await);
+        }
+        assert_eq!(all_batches(c.as_ref(), p).await.high_watermark, 0);
+    }
+
+    // confirm_deleted sweeps expired fences (older than 2 x the stored 10 minutes) and keeps the
+    // others, and does not fence a deleted key the deadline refuses anyway.
+    let expired = v7_key_at(system_ms() - 21 * 60_000);
+    let kept = v7_key_at(system_ms() - 19 * 60_000);
+    assert_eq!(
+        c.fence_orphans(&[expired.clone(), kept.clone()])
+            .await
+            .unwrap(),
+        vec![expired.clone(), kept.clone()]
+    );
+    let ancient = v7_key_at(system_ms() - 60 * 60_000);
+    sqlx::query(
+        "INSERT INTO objects (object_key, uploader_broker_id, object_size, live_bytes, owners, \
+         committed_at, marked_for_deletion_at) VALUES ($1, 1, 10, 0, '{0}', 0, 0)",
+    )
+    .bind(&ancient)
+    .execute(&mut inspector)
+    .await
+    .unwrap();
+    c.confirm_deleted(std::slice::from_ref(&ancient))
+        .await
+        .unwrap();
+    assert_eq!(c.object_info(&ancient).await.unwrap(), None);
+    assert!(!fence_exists(&mut inspector, &expired).await);
+    assert!(fence_exists(&mut inspector, &kept).await);
+    assert!(!fence_exists(&mut inspector, &ancient).await);
+    let r = c.commit_file(request(&ancient, vec![plain(p, 1)])).await;
+    assert!(
+        matches!(r, Err(CoordinatorError::DeadlineExceeded(_))),
+        "got {r:?}"
+    );
     c.close().await;
 }

@@ -67,6 +67,12 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/postgres/0005_commit_point_producer_expiry.sql"),
         transactional: true,
     },
+    Migration {
+        version: 6,
+        name: "fence_retention_confirm_fences",
+        sql: include_str!("../../migrations/postgres/0006_fence_retention_confirm_fences.sql"),
+        transactional: true,
+    },
 ];
 
 /// The latest schema version this build knows.

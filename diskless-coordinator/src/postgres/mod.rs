@@ -82,9 +82,19 @@ pub struct PostgresOptions {
     /// The commit deadline: `commit_file` of a key whose UUID v7 time is older than the server's
     /// clock (`clock_timestamp()`) minus this is refused with
     /// [`CoordinatorError::DeadlineExceeded`], checked inside the commit function once every lock
-    /// of the commit is held (see [`crate::check_commit_deadline`]). Fences of `fence_orphans` are
-    /// kept for [`crate::FENCE_RETENTION_FACTOR`] times this. Default
+    /// of the commit is held (see [`crate::check_commit_deadline`]). Default
     /// [`crate::DEFAULT_MAX_COMMIT_AGE`].
+    ///
+    /// Fences (of `fence_orphans` and of `confirm_deleted`) must outlive the deadline of EVERY
+    /// coordinator sharing the schema, whatever its own setting, so they are not kept for a
+    /// multiple of this value but of the schema's stored maximum: [`PostgresCoordinator::connect`]
+    /// raises the schema's `coordinator_settings.max_commit_age_ms` to this value (it never lowers
+    /// it; migration 6 starts it at 10 minutes, the previous fixed value) before the coordinator's
+    /// first commit, and fences are kept until their key's time is older than
+    /// [`crate::FENCE_RETENTION_FACTOR`] times the stored value (and at least that many times this
+    /// one). Lowering `max_commit_age` therefore never shortens fence retention; to shorten it,
+    /// lower the stored value by hand once no coordinator runs with a larger one. Brokers of the
+    /// previous version (the old `commit_file` signature) use the stored value as their deadline.
     pub max_commit_age: Duration,
 }
 
@@ -312,6 +322,29 @@ pub async fn migrate(options: &PostgresOptions) -> Result<usize, CoordinatorErro
     applied
 }
 
+/// Raises the schema's stored largest `max_commit_age` (which fence expiry reads, migration 6) to
+/// `max_commit_age`, before this coordinator commits anything: from then on no fence of a key its
+/// deadline still accepts can expire. Never lowers it.
+async fn register_max_commit_age(
+    write: &PgPool,
+    max_commit_age: Duration,
+) -> Result<(), CoordinatorError> {
+    let updated = sqlx::query(
+        "UPDATE coordinator_settings SET max_commit_age_ms = greatest(max_commit_age_ms, $1) \
+         WHERE id = 1",
+    )
+    .bind(duration_ms(max_commit_age))
+    .execute(write)
+    .await
+    .map_err(|e| sql_error(e, false))?;
+    if updated.rows_affected() != 1 {
+        return Err(corrupt(
+            "coordinator_settings has no row: fence retention would be unknown",
+        ));
+    }
+    Ok(())
+}
+
 /// A [`BatchCoordinator`] on PostgreSQL: one source of truth for many brokers.
 ///
 /// - **One round trip per commit**: [`BatchCoordinator::commit_file`] is a single call of the
@@ -335,8 +368,11 @@ pub async fn migrate(options: &PostgresOptions) -> Result<usize, CoordinatorErro
 ///   ([`BatchCoordinator::fence_orphans`]), and refuses the whole commit
 ///   ([`CoordinatorError::DeadlineExceeded`], [`CoordinatorError::ObjectFenced`]: nothing
 ///   applied). `fence_orphans` takes the same per-key advisory locks, so a fence and a commit of a
-///   key serialize under READ COMMITTED: never both succeed. Fence expiry reads the server's
-///   clock too. Everything else (commit times, LogAppendTime, retention, producer expiry) reads
+///   key serialize under READ COMMITTED: never both succeed. Deleting an object row
+///   (`confirm_deleted`) fences its key in the same transaction (a trigger, migration 6), so a
+///   deleted object is never committed again. Fence expiry reads the server's clock too, and keeps
+///   fences for twice the largest `max_commit_age` any coordinator of the schema connected with
+///   (see [`PostgresOptions::max_commit_age`]). Everything else (commit times, LogAppendTime, retention, producer expiry) reads
 ///   the injected [`Clock`].
 /// - **Reads never block commits**: `find_batches`, `list_offsets` and `list_topics` run on a
 ///   separate pool, optionally on a read replica ([`PostgresOptions::read_url`]), each call on one
@@ -507,6 +543,7 @@ impl PostgresCoordinator {
                 ));
             }
         }
+        register_max_commit_age(&write, options.max_commit_age).await?;
         let read = options
             .pool_options(options.read_max_connections, 0)
             .connect_lazy_with(read_options);
@@ -1496,18 +1533,23 @@ impl BatchCoordinator for PostgresCoordinator {
         if object_keys.is_empty() {
             return Ok(());
         }
+        let retention =
+            duration_ms(self.options.max_commit_age).saturating_mul(crate::FENCE_RETENTION_FACTOR);
+        let expiry_batch = i32::try_from(crate::FENCE_EXPIRY_BATCH).unwrap_or(i32::MAX);
         retrying!(self, {
             match self.write.acquire().await {
                 Err(e) => Err(Attempt::Sql(e, false)),
-                Ok(mut conn) => sqlx::query(
-                    "DELETE FROM objects WHERE marked_for_deletion_at IS NOT NULL \
-                     AND object_key = ANY($1)",
-                )
-                .bind(object_keys)
-                .execute(&mut *conn)
-                .await
-                .map(|_| ())
-                .map_err(|e| Attempt::Sql(e, true)),
+                // One statement, one transaction: forgets the marked objects among the keys and
+                // fences their keys (the objects' delete trigger, migration 6), after dropping up
+                // to FENCE_EXPIRY_BATCH expired fences.
+                Ok(mut conn) => sqlx::query("SELECT confirm_deleted($1, $2, $3)")
+                    .bind(object_keys)
+                    .bind(retention)
+                    .bind(expiry_batch)
+                    .execute(&mut *conn)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| Attempt::Sql(e, true)),
             }
         })
     }
