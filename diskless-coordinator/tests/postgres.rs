@@ -1501,6 +1501,54 @@ async fn postgres_retention_stops_at_its_budget() {
     c.close().await;
 }
 
+/// A partition over `retention.bytes` whose first batch cannot go (removing it would leave less than
+/// the limit) is not a candidate: a pass with nothing due examines no partition (it used to read a
+/// page of batches of every such partition, every pass).
+#[tokio::test]
+async fn postgres_retention_skips_partitions_size_cannot_trim() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    let clock = ManualClock::new(START_MS);
+    let c = coordinator(&schema, clock.clone()).await;
+    let model = diskless_testkit::coordinator::InMemoryCoordinator::new(clock.clone());
+    let both: [&dyn BatchCoordinator; 2] = [c.as_ref(), &model];
+    let topic = Uuid::from_u128(3);
+    for x in both {
+        x.create_topic(CreateTopicRequest {
+            topic_id: topic,
+            name: "size-bound".into(),
+            partitions: 20,
+            config: TopicConfig {
+                retention_ms: -1,
+                // Each partition holds 2 batches of 100 bytes: 200 > 150, but 200 - 100 < 150.
+                retention_bytes: 150,
+                ..TopicConfig::default()
+            },
+        })
+        .await
+        .unwrap();
+        let mut batches = Vec::new();
+        for p in 0..20 {
+            for _ in 0..2 {
+                batches.push(plain(TopicIdPartition::new(topic, p), 1));
+            }
+        }
+        x.commit_file(request("wal/size-bound", batches))
+            .await
+            .unwrap();
+    }
+    let before = c.stats().retention_partitions_examined;
+    let real = c.enforce_retention(1_000).await.unwrap();
+    assert_eq!(real, model.enforce_retention(1_000).await.unwrap());
+    assert_eq!(real.batches_deleted, 0);
+    assert_eq!(
+        c.stats().retention_partitions_examined - before,
+        0,
+        "no partition can be trimmed by size"
+    );
+    c.close().await;
+}
+
 /// ListOffsets by timestamp and MAX_TIMESTAMP answer as the model does, also when a deleted batch
 /// had raised the running max and for batches committed before the running max existed; on a long
 /// partition the lookups are index probes (checked with EXPLAIN ANALYZE: the indexes are used, no
