@@ -51,7 +51,7 @@ use diskless_coordinator::{
     BatchCoordinator, Clock, CommitFileRequest, CoordinatorError, ErrorCode, NO_TIMESTAMP, ShardId,
     TopicConfig, TopicIdPartition,
 };
-use diskless_storage::{ObjectKey, ObjectStorage, StorageError};
+use diskless_storage::{KeySource, ObjectKey, ObjectStorage, RandomKeys, StorageError};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -365,6 +365,8 @@ struct Shared {
     coordinator: Arc<dyn BatchCoordinator>,
     cache: Option<Arc<dyn LocalCache>>,
     clock: Arc<dyn Clock>,
+    /// Object keys: a UUID v7 at the clock's time (so fences and the coordinator see one time).
+    keys: Arc<dyn KeySource>,
     buffer: Mutex<Buffer>,
     /// `None` once the writer is closed.
     pipeline: Mutex<Option<mpsc::UnboundedSender<Sealed>>>,
@@ -430,13 +432,36 @@ impl std::fmt::Debug for WalWriter {
 }
 
 impl WalWriter {
-    /// Starts a writer. Spawns its timer and commit tasks on the current tokio runtime.
+    /// Starts a writer. Spawns its timer and commit tasks on the current tokio runtime. Object keys
+    /// are UUID v7s at `clock`'s time with OS-random bits ([`RandomKeys`]).
     pub fn new(
         config: WalWriterConfig,
         storage: Arc<dyn ObjectStorage>,
         coordinator: Arc<dyn BatchCoordinator>,
         cache: Option<Arc<dyn LocalCache>>,
         clock: Arc<dyn Clock>,
+    ) -> Result<WalWriter, WriterError> {
+        Self::new_with_keys(
+            config,
+            storage,
+            coordinator,
+            cache,
+            clock,
+            Arc::new(RandomKeys),
+        )
+    }
+
+    /// [`WalWriter::new`] with the source of object keys injected ([`SeededKeys`] for a
+    /// deterministic simulation).
+    ///
+    /// [`SeededKeys`]: diskless_storage::SeededKeys
+    pub fn new_with_keys(
+        config: WalWriterConfig,
+        storage: Arc<dyn ObjectStorage>,
+        coordinator: Arc<dyn BatchCoordinator>,
+        cache: Option<Arc<dyn LocalCache>>,
+        clock: Arc<dyn Clock>,
+        keys: Arc<dyn KeySource>,
     ) -> Result<WalWriter, WriterError> {
         if config.buffer_max_bytes == 0 {
             return Err(WriterError::Config("buffer_max_bytes must be > 0".into()));
@@ -497,6 +522,7 @@ impl WalWriter {
             coordinator,
             cache,
             clock,
+            keys,
             buffer: Mutex::new(Buffer::default()),
             pipeline: Mutex::new(Some(tx)),
             timer: Notify::new(),
@@ -821,7 +847,8 @@ fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
         entries, waiters, ..
     } = std::mem::take(buffer);
     let mut waiters = waiters;
-    let key = match ObjectKey::generate(&shared.config.object_prefix) {
+    let uuid = shared.keys.next_uuid(shared.clock.now_ms());
+    let key = match ObjectKey::generate_with_uuid(&shared.config.object_prefix, uuid) {
         Ok(key) => key,
         Err(e) => {
             // The prefix was checked at construction; this cannot happen, but answer rather than panic.
@@ -939,7 +966,9 @@ async fn upload_hedged(
         return first.await;
     };
     tokio::pin!(first);
+    // `biased`: polled in order, so a run under a simulated clock is deterministic.
     tokio::select! {
+        biased;
         result = &mut first => return result,
         _ = tokio::time::sleep(after) => {}
     }
@@ -948,6 +977,7 @@ async fn upload_hedged(
     let second = storage.upload(key, chunks);
     tokio::pin!(second);
     tokio::select! {
+        biased;
         result = &mut first => match result {
             Ok(()) => Ok(()),
             Err(_) => second.await,
@@ -984,6 +1014,7 @@ async fn run_timer(shared: Arc<Shared>) {
             Some(at) => {
                 let deadline = at + shared.config.commit_interval;
                 tokio::select! {
+                    biased;
                     _ = tokio::time::sleep_until(deadline) => {
                         let mut buffer = shared.buffer.lock();
                         if buffer.opened_at.is_some_and(|t| t + shared.config.commit_interval <= Instant::now()) {

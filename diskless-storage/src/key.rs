@@ -72,6 +72,68 @@ impl ObjectKey {
     }
 }
 
+/// Where a writer's object keys come from: a UUID v7 for the time the writer's clock gives, with
+/// random bits that make keys unique across writers. Injected (like the clock) so that a simulation
+/// or a test decides every key; [`RandomKeys`] is the production source, [`SeededKeys`] the
+/// deterministic one.
+pub trait KeySource: Send + Sync + std::fmt::Debug {
+    /// A fresh UUID v7 whose time is `now_ms` (milliseconds since the Unix epoch; negative values
+    /// are taken as 0).
+    fn next_uuid(&self, now_ms: i64) -> Uuid;
+}
+
+/// Keys with random bits from the operating system's generator (the default).
+///
+/// ```
+/// use diskless_storage::{KeySource, ObjectKey, RandomKeys};
+/// let uuid = RandomKeys.next_uuid(1_700_000_000_000);
+/// let key = ObjectKey::generate_with_uuid("wal", uuid).unwrap();
+/// assert_eq!(key.created_at().unwrap(), std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_000));
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RandomKeys;
+
+impl KeySource for RandomKeys {
+    fn next_uuid(&self, now_ms: i64) -> Uuid {
+        let ms = u64::try_from(now_ms).unwrap_or(0);
+        let mut random = [0u8; 10];
+        random.copy_from_slice(&Uuid::new_v4().as_bytes()[..10]);
+        uuid::Builder::from_unix_timestamp_millis(ms, &random).into_uuid()
+    }
+}
+
+/// Keys whose random bits come from a seeded generator: the same seed and clock give the same keys.
+/// Give each writer of one simulation its own seed.
+///
+/// ```
+/// use diskless_storage::{KeySource, SeededKeys};
+/// let (a, b) = (SeededKeys::new(7), SeededKeys::new(7));
+/// assert_eq!(a.next_uuid(1_000), b.next_uuid(1_000));
+/// assert_ne!(a.next_uuid(1_000), a.next_uuid(1_000));
+/// ```
+#[derive(Debug)]
+pub struct SeededKeys {
+    rng: parking_lot::Mutex<fastrand::Rng>,
+}
+
+impl SeededKeys {
+    /// A source seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        SeededKeys {
+            rng: parking_lot::Mutex::new(fastrand::Rng::with_seed(seed)),
+        }
+    }
+}
+
+impl KeySource for SeededKeys {
+    fn next_uuid(&self, now_ms: i64) -> Uuid {
+        let ms = u64::try_from(now_ms).unwrap_or(0);
+        let mut random = [0u8; 10];
+        self.rng.lock().fill(&mut random);
+        uuid::Builder::from_unix_timestamp_millis(ms, &random).into_uuid()
+    }
+}
+
 impl std::fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)

@@ -14,7 +14,7 @@ pub mod stats;
 mod store;
 
 pub use error::{BoxError, StorageError};
-pub use key::{MAX_KEY_LEN, ObjectKey, validate_prefix};
+pub use key::{KeySource, MAX_KEY_LEN, ObjectKey, RandomKeys, SeededKeys, validate_prefix};
 pub use ranges::{RangeReadConfig, ReadPlan, fetch_ranges, plan_ranged_reads};
 pub use retry::RetryConfig;
 pub use stats::{CountingStorage, RequestCounters, RequestStats};
