@@ -73,5 +73,5 @@ pub use validate::{
 };
 pub use writer::{
     Backpressure, PartitionResponse, PendingProduce, ProducePartition, ProduceRecordError,
-    WalWriter, WalWriterConfig, WriterError, WriterStats,
+    SealPolicy, WalWriter, WalWriterConfig, WriterError, WriterStats,
 };

@@ -41,7 +41,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -61,6 +61,40 @@ use tracing::{debug, warn};
 use crate::batch::RecordBatch;
 use crate::segment::SegmentBuilder;
 use crate::validate::{ValidatedBatch, Validator};
+
+/// When the writer closes its buffer into a segment (besides a full buffer, which always does).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SealPolicy {
+    /// [`WalWriterConfig::commit_interval`] after the buffer's first batch (KIP-1163's
+    /// `diskless.append.commit.interval.ms`): every request waits up to the interval, at any load.
+    #[default]
+    Interval,
+    /// Group commit: seal as soon as the upload pipeline has room — fewer than `max_in_flight`
+    /// segments sealed and not yet uploaded — but not sooner than `min_interval` after the previous
+    /// seal (which bounds the PUT rate of one writer to `1 / min_interval`). While the pipeline is
+    /// busy, requests accumulate and the next segment is bigger, up to `buffer_max_bytes`; so a
+    /// request waits about one upload at high load and `min_interval` at most at low load.
+    /// `commit_interval` stays the longest a batch ever waits. An idle writer makes no PUT.
+    Adaptive {
+        /// The least time between two seals (at most `1 / min_interval` PUTs per second).
+        min_interval: Duration,
+        /// Seal only while fewer segments than this are uploading or waiting for an upload slot
+        /// (1: one upload at a time, the classic group commit; `max_concurrent_uploads`: a free slot).
+        max_in_flight: usize,
+    },
+}
+
+impl SealPolicy {
+    /// Group commit with a PUT-rate bound of 1 / `min_interval` and up to `max_in_flight` segments
+    /// uploading.
+    pub fn adaptive(min_interval: Duration, max_in_flight: usize) -> Self {
+        SealPolicy::Adaptive {
+            min_interval,
+            max_in_flight,
+        }
+    }
+}
 
 /// What [`WalWriter::append`] does when the pending-bytes bound is reached.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,8 +117,12 @@ pub struct WalWriterConfig {
     /// `diskless.append.buffer.max.bytes`). Default 8 MiB.
     pub buffer_max_bytes: usize,
     /// Close the buffer this long after its first batch arrived (KIP-1163
-    /// `diskless.append.commit.interval.ms`). Default 250 ms.
+    /// `diskless.append.commit.interval.ms`). Default 250 ms. With [`SealPolicy::Adaptive`] the
+    /// buffer usually closes sooner; this stays the longest any batch waits.
     pub commit_interval: Duration,
+    /// When to close the buffer besides a full buffer and `commit_interval`. Default
+    /// [`SealPolicy::Interval`].
+    pub seal_policy: SealPolicy,
     /// How many segments may upload at once. Default 4.
     pub max_concurrent_uploads: usize,
     /// Bound on bytes buffered plus bytes being uploaded (a segment waiting only for its commit
@@ -130,6 +168,7 @@ impl Default for WalWriterConfig {
             object_prefix: "wal".to_string(),
             buffer_max_bytes: 8 << 20,
             commit_interval: Duration::from_millis(250),
+            seal_policy: SealPolicy::Interval,
             max_concurrent_uploads: 4,
             max_pending_bytes: 64 << 20,
             max_uncommitted_bytes: 256 << 20,
@@ -341,6 +380,9 @@ struct Buffer {
     waiters: Vec<Waiter>,
     bytes: usize,
     opened_at: Option<Instant>,
+    /// When the previous segment was sealed (for `SealPolicy::Adaptive`'s `min_interval`). Kept
+    /// across seals (not reset by `std::mem::take` of the rest of the buffer).
+    last_seal: Option<Instant>,
 }
 
 /// A closed segment on its way through upload and commit. Its bytes live only in the upload task.
@@ -374,7 +416,9 @@ struct Shared {
     /// Bytes of requests not yet answered (see `WalWriterConfig::max_uncommitted_bytes`).
     uncommitted: Arc<Semaphore>,
     uploads: Arc<Semaphore>,
-    /// Wakes the timer when a buffer gets its first batch, or on close.
+    /// Segments sealed whose upload has not ended (uploading or waiting for a slot).
+    uploading: AtomicUsize,
+    /// Wakes the timer when a buffer gets its first batch, when an upload ends, or on close.
     timer: Notify,
     closed: AtomicBool,
     counters: Counters,
@@ -497,6 +541,14 @@ impl WalWriter {
         if config.cache_block_size == 0 {
             return Err(WriterError::Config("cache_block_size must be > 0".into()));
         }
+        if let SealPolicy::Adaptive {
+            max_in_flight: 0, ..
+        } = config.seal_policy
+        {
+            return Err(WriterError::Config(
+                "SealPolicy::Adaptive needs max_in_flight >= 1".into(),
+            ));
+        }
         if config.commit_timeout.is_zero() {
             return Err(WriterError::Config("commit_timeout must be > 0".into()));
         }
@@ -517,6 +569,7 @@ impl WalWriter {
             budget: Arc::new(Semaphore::new(config.max_pending_bytes)),
             uncommitted: Arc::new(Semaphore::new(config.max_uncommitted_bytes)),
             uploads: Arc::new(Semaphore::new(config.max_concurrent_uploads)),
+            uploading: AtomicUsize::new(0),
             config,
             storage,
             coordinator,
@@ -640,7 +693,7 @@ impl WalWriter {
             buffer.opened_at = Some(Instant::now());
             shared.timer.notify_one();
         }
-        if buffer.bytes >= shared.config.buffer_max_bytes {
+        if buffer.bytes >= shared.config.buffer_max_bytes || adaptive_ready(shared, &buffer) {
             seal_locked(shared, &mut buffer);
         }
         drop(buffer);
@@ -846,6 +899,8 @@ fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
     let Buffer {
         entries, waiters, ..
     } = std::mem::take(buffer);
+    buffer.last_seal = Some(Instant::now());
+    shared.uploading.fetch_add(1, Ordering::AcqRel);
     let mut waiters = waiters;
     let uuid = shared.keys.next_uuid(shared.clock.now_ms());
     let key = match ObjectKey::generate_with_uuid(&shared.config.object_prefix, uuid) {
@@ -909,6 +964,7 @@ fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
         let key = key.clone();
         let hedge_after = shared.config.hedge_uploads_after;
         let writer = shared.clone();
+        let in_flight = InFlight(shared.clone());
         shared.runtime.spawn(async move {
             let _slot = uploads.acquire_owned().await.ok();
             let result = upload_hedged(storage.as_ref(), &key, &chunks, hedge_after, || {
@@ -928,6 +984,15 @@ fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
             // The segment's bytes and its share of the budget go now, not at the commit.
             drop(chunks);
             drop(permits);
+            drop(in_flight);
+            // Room in the pipeline: an adaptive writer seals what has accumulated meanwhile.
+            {
+                let mut buffer = writer.buffer.lock();
+                if adaptive_ready(&writer, &buffer) {
+                    seal_locked(&writer, &mut buffer);
+                }
+            }
+            writer.timer.notify_one();
             result
         })
     };
@@ -1002,22 +1067,68 @@ fn complete_all(waiter: Waiter, error: ErrorCode, message: &str) {
     let _ = waiter.tx.send(finish_slots(waiter.slots, error, message));
 }
 
-/// Closes the buffer `commit_interval` after its first batch.
+/// One sealed segment counted in `Shared::uploading` until its upload ends (also when the upload
+/// task is aborted or panics, so an adaptive writer never waits for a slot that cannot free).
+struct InFlight(Arc<Shared>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.uploading.fetch_sub(1, Ordering::AcqRel);
+        self.0.timer.notify_one();
+    }
+}
+
+/// Whether an adaptive writer seals the (non-empty) buffer now: the pipeline has room and
+/// `min_interval` has passed since the previous seal.
+fn adaptive_ready(shared: &Shared, buffer: &Buffer) -> bool {
+    let SealPolicy::Adaptive {
+        min_interval,
+        max_in_flight,
+    } = shared.config.seal_policy
+    else {
+        return false;
+    };
+    !buffer.entries.is_empty()
+        && shared.uploading.load(Ordering::Acquire) < max_in_flight
+        && buffer
+            .last_seal
+            .is_none_or(|t| t + min_interval <= Instant::now())
+}
+
+/// Closes the buffer `commit_interval` after its first batch, and, for an adaptive writer, when the
+/// pipeline has room once `min_interval` has passed since the previous seal.
 async fn run_timer(shared: Arc<Shared>) {
     loop {
         if shared.closed.load(Ordering::Acquire) {
             return;
         }
-        let opened_at = shared.buffer.lock().opened_at;
-        match opened_at {
+        let next = {
+            let buffer = shared.buffer.lock();
+            buffer.opened_at.map(|at| {
+                let mut deadline = at + shared.config.commit_interval;
+                if let SealPolicy::Adaptive {
+                    min_interval,
+                    max_in_flight,
+                } = shared.config.seal_policy
+                    && shared.uploading.load(Ordering::Acquire) < max_in_flight
+                    && let Some(last) = buffer.last_seal
+                {
+                    deadline = deadline.min(last + min_interval);
+                }
+                deadline
+            })
+        };
+        match next {
             None => shared.timer.notified().await,
-            Some(at) => {
-                let deadline = at + shared.config.commit_interval;
+            Some(deadline) => {
                 tokio::select! {
                     biased;
                     _ = tokio::time::sleep_until(deadline) => {
                         let mut buffer = shared.buffer.lock();
-                        if buffer.opened_at.is_some_and(|t| t + shared.config.commit_interval <= Instant::now()) {
+                        let due = buffer
+                            .opened_at
+                            .is_some_and(|t| t + shared.config.commit_interval <= Instant::now());
+                        if due || adaptive_ready(&shared, &buffer) {
                             seal_locked(&shared, &mut buffer);
                         }
                     }
