@@ -12,7 +12,7 @@ use bytes::Bytes;
 use diskless_coordinator::{
     BatchCoordinator, ErrorCode, SystemClock, TopicConfig, TopicIdPartition,
 };
-use diskless_core::{ProducePartition, WalWriter, WalWriterConfig};
+use diskless_core::{ProducePartition, SealPolicy, WalWriter, WalWriterConfig};
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use diskless_testkit::coordinator::InMemoryCoordinator;
 use diskless_testkit::storage::Latency;
@@ -40,6 +40,8 @@ struct Scenario {
     overhead_p99: Option<Duration>,
     /// `WalWriterConfig::hedge_uploads_after`.
     hedge_after: Option<Duration>,
+    /// `WalWriterConfig::seal_policy`.
+    seal: SealPolicy,
 }
 
 /// Runs figure 5.
@@ -53,6 +55,7 @@ pub fn run(quick: bool) -> Vec<Row> {
             produce_p99: Duration::from_millis(500),
             overhead_p99: Some(Duration::from_millis(10)),
             hedge_after: None,
+            seal: SealPolicy::Interval,
         },
         Scenario {
             label: "S3 Express-like store (p50 25 ms, p99 100 ms), 50 ms interval",
@@ -61,6 +64,7 @@ pub fn run(quick: bool) -> Vec<Row> {
             produce_p99: Duration::from_millis(150),
             overhead_p99: None,
             hedge_after: None,
+            seal: SealPolicy::Interval,
         },
         Scenario {
             label: "S3 standard-like store, WalWriterConfig::hedge_uploads_after = 200 ms",
@@ -69,6 +73,25 @@ pub fn run(quick: bool) -> Vec<Row> {
             produce_p99: Duration::from_millis(500),
             overhead_p99: None,
             hedge_after: Some(Duration::from_millis(200)),
+            seal: SealPolicy::Interval,
+        },
+        Scenario {
+            label: "S3 standard-like store, SealPolicy::Adaptive (min 50 ms, 1 segment in flight), 250 ms max",
+            store: Latency::log_normal(Duration::from_millis(100), Duration::from_millis(400)),
+            interval: Duration::from_millis(250),
+            produce_p99: Duration::from_millis(500),
+            overhead_p99: Some(Duration::from_millis(10)),
+            hedge_after: None,
+            seal: SealPolicy::adaptive(Duration::from_millis(50), 1),
+        },
+        Scenario {
+            label: "S3 standard-like store, SealPolicy::Adaptive (min 50 ms, 4 in flight), hedged at 200 ms",
+            store: Latency::log_normal(Duration::from_millis(100), Duration::from_millis(400)),
+            interval: Duration::from_millis(250),
+            produce_p99: Duration::from_millis(500),
+            overhead_p99: Some(Duration::from_millis(10)),
+            hedge_after: Some(Duration::from_millis(200)),
+            seal: SealPolicy::adaptive(Duration::from_millis(50), 4),
         },
     ];
     let mut rows = Vec::new();
@@ -111,6 +134,7 @@ fn scenario(s: &Scenario, seconds: u64) -> Vec<Row> {
             WalWriterConfig {
                 commit_interval: s.interval,
                 hedge_uploads_after: s.hedge_after,
+                seal_policy: s.seal,
                 ..WalWriterConfig::default()
             },
             storage.clone(),
@@ -210,7 +234,7 @@ fn scenario(s: &Scenario, seconds: u64) -> Vec<Row> {
     } else {
         s.label.to_string()
     };
-    let produce_target = if s.hedge_after.is_some() {
+    let produce_target = if s.hedge_after.is_some() && s.seal == SealPolicy::Interval {
         ("(none)".to_string(), Status::Info)
     } else {
         (
