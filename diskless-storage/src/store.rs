@@ -190,12 +190,14 @@ impl ObjectStoreStorage {
     ///   `az://container/prefix` (feature `azure`; also `azure://`, `abfs://`, `abfss://`,
     ///   `adl://`).
     ///
-    /// `options` (and the URL's query parameters, which they override) are the `object_store`
-    /// builder's configuration keys, e.g. `aws_endpoint`, `aws_region`, `aws_access_key_id`,
-    /// `aws_secret_access_key`, `aws_allow_http`, `aws_virtual_hosted_style_request`,
-    /// `google_service_account`, `azure_storage_account_name`, `timeout`. An unknown key is an
-    /// error. Credentials not given are not read from the environment; pass
-    /// `std::env::vars()` filtered to the keys you want for that.
+    /// The cloud backends first read their standard environment variables, as the `object_store`
+    /// builders' `from_env` do (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+    /// `AWS_DEFAULT_REGION`, `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, ...; `GOOGLE_*`; `AZURE_*`), then the
+    /// URL's query parameters, then `options`, each overriding the one before. The keys are the
+    /// `object_store` builder's configuration keys, e.g. `aws_endpoint`, `aws_region`,
+    /// `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http`,
+    /// `aws_virtual_hosted_style_request`, `google_service_account`, `azure_storage_account_name`,
+    /// `timeout`. An unknown key in the URL or `options` is an error.
     ///
     /// ```
     /// use diskless_storage::{ObjectStoreStorage, StorageError};
@@ -261,7 +263,7 @@ impl ObjectStoreStorage {
                 #[cfg(feature = "s3")]
                 {
                     use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-                    let mut builder = AmazonS3Builder::new().with_url(base.as_str());
+                    let mut builder = AmazonS3Builder::from_env().with_url(base.as_str());
                     for (k, v) in opts {
                         let key: AmazonS3ConfigKey = parse_key(&k, "s3")?;
                         builder = builder.with_config(key, v);
@@ -279,7 +281,7 @@ impl ObjectStoreStorage {
                 #[cfg(feature = "gcs")]
                 {
                     use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
-                    let mut builder = GoogleCloudStorageBuilder::new().with_url(base.as_str());
+                    let mut builder = GoogleCloudStorageBuilder::from_env().with_url(base.as_str());
                     for (k, v) in opts {
                         let key: GoogleConfigKey = parse_key(&k, "gcs")?;
                         builder = builder.with_config(key, v);
@@ -297,7 +299,7 @@ impl ObjectStoreStorage {
                 #[cfg(feature = "azure")]
                 {
                     use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
-                    let mut builder = MicrosoftAzureBuilder::new().with_url(base.as_str());
+                    let mut builder = MicrosoftAzureBuilder::from_env().with_url(base.as_str());
                     for (k, v) in opts {
                         let key: AzureConfigKey = parse_key(&k, "azure")?;
                         builder = builder.with_config(key, v);

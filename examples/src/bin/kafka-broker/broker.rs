@@ -17,7 +17,7 @@ use diskless_core::lifecycle::{
     CleanerConfig, Lifecycle, LifecycleHandle, ObjectCleaner, OrphanCollector, OrphanConfig,
     ProducerExpirer, ProducerExpiryConfig, RetentionConfig, RetentionEnforcer,
 };
-use diskless_core::{Fetcher, FetcherConfig, WalWriter, WalWriterConfig};
+use diskless_core::{Fetcher, FetcherConfig, SealPolicy, WalWriter, WalWriterConfig};
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use tokio::sync::watch;
 use tracing::info;
@@ -279,6 +279,10 @@ impl Broker {
                 WalWriterConfig {
                     broker_id: l.node_id,
                     commit_interval: config.commit_interval,
+                    seal_policy: match config.seal_min_interval {
+                        Some(min) => SealPolicy::adaptive(min, 4),
+                        None => SealPolicy::Interval,
+                    },
                     buffer_max_bytes: config.buffer_max_bytes,
                     max_pending_bytes: (config.buffer_max_bytes * 8).max(64 << 20),
                     ..WalWriterConfig::default()

@@ -22,7 +22,8 @@ Options:
   --advertised-host HOST    host announced in Metadata (default: the listener's host, 127.0.0.1
                             for a wildcard address)
   --storage URL             object storage (default file://<data-dir>/objects); also memory:///,
-                            s3://bucket/prefix (with the s3 feature of diskless-storage)
+                            s3://bucket/prefix (endpoint, region and credentials from the AWS_*
+                            environment variables or URL parameters such as ?aws_endpoint=...)
   --coordinator URL         batch coordinator (default sqlite://<data-dir>/coordinator.db);
                             also postgres://user:pass@host/db, memory:// (nothing survives)
   --shards N                coordinator shards (KIP-1164; default 1 = one coordinator). With N > 1:
@@ -31,7 +32,9 @@ Options:
                             partition -> shard map <data-dir>/coordinator-shards.map; Metadata then
                             names each partition's produce gateway (KIP-1163) as its leader. The map
                             is this process's: run one broker process per set of PostgreSQL shards
-  --commit-interval-ms MS   WAL commit interval (default 250)
+  --commit-interval-ms MS   WAL commit interval: the longest a batch waits (default 250)
+  --seal-min-interval-ms MS adaptive sealing (group commit): close a segment as soon as an upload
+                            slot is free, at most once per MS; 0 = fixed interval (default 0)
   --buffer-max-bytes N      WAL buffer size that closes a segment early (default 8388608)
   --cache-max-bytes N       object cache size (default 268435456)
   --retention-check-ms MS   how often retention.ms/retention.bytes are applied and deleted
@@ -78,6 +81,8 @@ pub struct Config {
     pub storage_url: Option<String>,
     pub coordinator_url: Option<String>,
     pub commit_interval: Duration,
+    /// `SealPolicy::Adaptive`'s minimum interval (`None`: `SealPolicy::Interval`).
+    pub seal_min_interval: Option<Duration>,
     pub buffer_max_bytes: usize,
     pub cache_max_bytes: u64,
     pub cluster_id: String,
@@ -119,6 +124,7 @@ impl Config {
         let mut storage_url = None;
         let mut coordinator_url = None;
         let mut commit_interval_ms: u64 = 250;
+        let mut seal_min_interval_ms: u64 = 0;
         let mut buffer_max_bytes: usize = 8 << 20;
         let mut cache_max_bytes: u64 = 256 << 20;
         let mut cluster_id = "diskless-example".to_string();
@@ -145,6 +151,9 @@ impl Config {
                 "--coordinator" => coordinator_url = Some(value(&name, inline, &mut args)?),
                 "--commit-interval-ms" => {
                     commit_interval_ms = number(&name, &value(&name, inline, &mut args)?)?
+                }
+                "--seal-min-interval-ms" => {
+                    seal_min_interval_ms = number(&name, &value(&name, inline, &mut args)?)?
                 }
                 "--buffer-max-bytes" => {
                     buffer_max_bytes = number(&name, &value(&name, inline, &mut args)?)?
@@ -255,6 +264,8 @@ impl Config {
             storage_url,
             coordinator_url,
             commit_interval: Duration::from_millis(commit_interval_ms),
+            seal_min_interval: (seal_min_interval_ms > 0)
+                .then(|| Duration::from_millis(seal_min_interval_ms)),
             buffer_max_bytes,
             cache_max_bytes,
             cluster_id,
