@@ -257,6 +257,17 @@ impl Broker {
                     .map_err(|e| format!("object storage {url}: {e}"))?,
             ),
         };
+        // Benchmarks only: an S3-like latency on every storage call (log-normal, seeded).
+        let storage: Arc<dyn ObjectStorage> = match config.storage_latency {
+            Some((p50, p99)) => Arc::new(diskless_testkit::storage::FaultyStorage::new(
+                storage,
+                diskless_testkit::storage::FaultConfig {
+                    latency: Some(diskless_testkit::storage::Latency::log_normal(p50, p99)),
+                    ..Default::default()
+                },
+            )),
+            None => storage,
+        };
 
         let Coordinators {
             coordinator,

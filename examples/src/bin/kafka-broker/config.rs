@@ -33,6 +33,9 @@ Options:
                             names each partition's produce gateway (KIP-1163) as its leader. The map
                             is this process's: run one broker process per set of PostgreSQL shards
   --commit-interval-ms MS   WAL commit interval: the longest a batch waits (default 250)
+  --storage-latency-ms P50[:P99]
+                            benchmarks only: add a log-normal latency to every storage call (an
+                            S3-like store is 100:400)
   --seal-min-interval-ms MS adaptive sealing (group commit): close a segment as soon as an upload
                             slot is free, at most once per MS; 0 = fixed interval (default 0)
   --buffer-max-bytes N      WAL buffer size that closes a segment early (default 8388608)
@@ -83,6 +86,8 @@ pub struct Config {
     pub commit_interval: Duration,
     /// `SealPolicy::Adaptive`'s minimum interval (`None`: `SealPolicy::Interval`).
     pub seal_min_interval: Option<Duration>,
+    /// Added storage latency (p50, p99), for benchmarks.
+    pub storage_latency: Option<(Duration, Duration)>,
     pub buffer_max_bytes: usize,
     pub cache_max_bytes: u64,
     pub cluster_id: String,
@@ -125,6 +130,7 @@ impl Config {
         let mut coordinator_url = None;
         let mut commit_interval_ms: u64 = 250;
         let mut seal_min_interval_ms: u64 = 0;
+        let mut storage_latency = None;
         let mut buffer_max_bytes: usize = 8 << 20;
         let mut cache_max_bytes: u64 = 256 << 20;
         let mut cluster_id = "diskless-example".to_string();
@@ -151,6 +157,20 @@ impl Config {
                 "--coordinator" => coordinator_url = Some(value(&name, inline, &mut args)?),
                 "--commit-interval-ms" => {
                     commit_interval_ms = number(&name, &value(&name, inline, &mut args)?)?
+                }
+                "--storage-latency-ms" => {
+                    let v = value(&name, inline, &mut args)?;
+                    let (p50, p99) = match v.split_once(':') {
+                        Some((a, b)) => (number::<u64>(&name, a)?, number::<u64>(&name, b)?),
+                        None => {
+                            let p = number::<u64>(&name, &v)?;
+                            (p, p)
+                        }
+                    };
+                    storage_latency = Some((
+                        Duration::from_millis(p50),
+                        Duration::from_millis(p99.max(p50)),
+                    ));
                 }
                 "--seal-min-interval-ms" => {
                     seal_min_interval_ms = number(&name, &value(&name, inline, &mut args)?)?
@@ -266,6 +286,7 @@ impl Config {
             commit_interval: Duration::from_millis(commit_interval_ms),
             seal_min_interval: (seal_min_interval_ms > 0)
                 .then(|| Duration::from_millis(seal_min_interval_ms)),
+            storage_latency,
             buffer_max_bytes,
             cache_max_bytes,
             cluster_id,
