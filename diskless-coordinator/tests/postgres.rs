@@ -655,8 +655,8 @@ async fn postgres_migrations() {
         applied += r.await.unwrap().unwrap();
     }
     assert_eq!(
-        applied, 6,
-        "exactly one concurrent migrator applied each of the 6 migrations"
+        applied, 7,
+        "exactly one concurrent migrator applied each of the 7 migrations"
     );
     assert_eq!(migrate(&options).await.unwrap(), 0);
 
@@ -683,6 +683,7 @@ async fn postgres_migrations() {
             (4, "timestamp_indexes".to_string()),
             (5, "commit_point_producer_expiry".to_string()),
             (6, "fence_retention_confirm_fences".to_string()),
+            (7, "set_based_idempotent_commit".to_string()),
         ]
     );
     sqlx::query("UPDATE schema_migrations SET checksum = 'edited'")
@@ -761,6 +762,205 @@ async fn postgres_large_commit() {
     assert!(r.iter().all(|r| r.duplicate), "{r:?}");
     let info = c.object_info("wal/large").await.unwrap().unwrap();
     assert_eq!(info.live_bytes, 200 * 100);
+    c.close().await;
+}
+
+/// A deterministic xorshift generator (the test needs reproducible requests, not proptest's
+/// shrinking).
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in `0..n`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// What a simulated idempotent client of one (partition, producer) has sent: its epoch, its next
+/// sequence and every batch (epoch, base sequence, records) in send order.
+#[derive(Default)]
+struct Sender {
+    epoch: i16,
+    next: i32,
+    sent: Vec<(i16, i32, i32)>,
+}
+
+/// Many idempotent producers with many batches each per commit (issue #17: the commit decides
+/// idempotent batches set-based, every (partition, producer) group advancing one batch per step)
+/// give exactly the reference model's results and state: duplicates of stored batches and of
+/// batches appended earlier in the same commit (answered with those batches' offsets and log
+/// append times), windows that slide within a commit so that a re-send of an evicted batch is out
+/// of order, epoch bumps followed by batches of the old epoch in the same commit, sequence gaps,
+/// the i32::MAX wrap, per-batch field errors, unknown partitions and non-idempotent batches
+/// interleaved, on a CreateTime and a LogAppendTime topic. Checked after every commit: every
+/// batch's result, every partition's batches and every producer's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_many_idempotent_producers_per_commit_match_model() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    // The commit deadline reads the server's clock: keys are made at the clock's time.
+    let clock = conformance::harness_clock_at_system_time();
+    let c = coordinator(&schema, clock.clone()).await;
+    let model = diskless_testkit::coordinator::InMemoryCoordinator::new(clock.clone());
+    const PARTITIONS: i32 = 6;
+    const PRODUCERS: i64 = 24;
+    let mut topics = Vec::new();
+    for log_append_time in [false, true] {
+        let request = CreateTopicRequest {
+            topic_id: Uuid::new_v4(),
+            name: format!("t-{log_append_time}"),
+            partitions: PARTITIONS,
+            config: TopicConfig {
+                timestamp_type: if log_append_time {
+                    TimestampType::LogAppendTime
+                } else {
+                    TimestampType::CreateTime
+                },
+                ..TopicConfig::default()
+            },
+        };
+        topics.push(request.topic_id);
+        c.create_topic(request.clone()).await.unwrap();
+        model.create_topic(request).await.unwrap();
+    }
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut senders: HashMap<(TopicIdPartition, i64), Sender> = HashMap::new();
+    // What the run exercised (asserted below, so the test cannot silently stop covering it).
+    let (mut dup_stored, mut dup_same_commit, mut out_of_order, mut fenced_epoch) = (0, 0, 0, 0);
+    let (mut field_errors, mut appended) = (0, 0);
+    for commit in 0..12 {
+        clock.advance(7);
+        let mut batches = Vec::new();
+        for _ in 0..300 {
+            let topic = topics[rng.below(2) as usize];
+            let partition = if rng.below(40) == 0 {
+                PARTITIONS // unknown
+            } else {
+                rng.below(PARTITIONS as u64) as i32
+            };
+            let p = TopicIdPartition::new(topic, partition);
+            let records = 1 + rng.below(4) as i32;
+            if rng.below(10) == 0 {
+                batches.push(plain(p, records));
+                continue;
+            }
+            let pid = rng.below(PRODUCERS as u64) as i64;
+            let s = senders.entry((p, pid)).or_default();
+            let (epoch, base, records) = match rng.below(100) {
+                // Re-send one of the last 8 batches sent (maybe of this commit, maybe evicted
+                // from the window, maybe of an older epoch).
+                0..=14 if !s.sent.is_empty() => {
+                    let back = rng.below(8.min(s.sent.len() as u64)) as usize;
+                    s.sent[s.sent.len() - 1 - back]
+                }
+                15..=19 => {
+                    s.epoch += 1;
+                    s.next = 0;
+                    (s.epoch, 0, records)
+                }
+                20..=23 => (s.epoch - 1, s.next, records),
+                24..=27 => (s.epoch, s.next.wrapping_add(2), records),
+                28..=30 => (s.epoch, -1, records),
+                31..=32 => (-2, s.next, records),
+                33..=37 if s.sent.is_empty() => {
+                    // A producer without state may start anywhere: close to the wrap.
+                    s.next = i32::MAX - 1;
+                    (s.epoch, i32::MAX - 1, 1 + records)
+                }
+                _ => (s.epoch, s.next, records),
+            };
+            if base >= 0 && epoch == s.epoch && base == s.next {
+                s.next = diskless_coordinator::last_sequence(base, records).wrapping_add(1);
+                if s.next < 0 {
+                    s.next = 0;
+                }
+            }
+            s.sent.push((epoch, base, records));
+            batches.push(CommitBatch {
+                base_sequence: base,
+                last_sequence: if base >= 0 {
+                    diskless_coordinator::last_sequence(base, records)
+                } else {
+                    base
+                },
+                ..idempotent(p, pid, epoch, 0, records)
+            });
+        }
+        let key = v7_key_at(diskless_coordinator::Clock::now_ms(clock.as_ref()));
+        let req = request(&key, batches);
+        let before: HashMap<TopicIdPartition, i64> = {
+            let mut m = HashMap::new();
+            for &t in &topics {
+                for partition in 0..PARTITIONS {
+                    let p = TopicIdPartition::new(t, partition);
+                    m.insert(p, all_batches(&model, p).await.high_watermark);
+                }
+            }
+            m
+        };
+        let got = c.commit_file(req.clone()).await.unwrap();
+        let want = model.commit_file(req.clone()).await.unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "commit {commit}, batch {i}: {:?}", req.batches[i]);
+        }
+        assert_eq!(got.len(), want.len());
+        for (b, r) in req.batches.iter().zip(&want) {
+            match r.error {
+                ErrorCode::None if r.duplicate => {
+                    if r.base_offset >= before[&b.partition] {
+                        dup_same_commit += 1;
+                    } else {
+                        dup_stored += 1;
+                    }
+                }
+                ErrorCode::None => appended += 1,
+                ErrorCode::OutOfOrderSequenceNumber => out_of_order += 1,
+                ErrorCode::InvalidProducerEpoch if b.producer_epoch >= -1 => fenced_epoch += 1,
+                ErrorCode::InvalidProducerEpoch | ErrorCode::InvalidRecord => field_errors += 1,
+                _ => {}
+            }
+        }
+        for &t in &topics {
+            for partition in 0..=PARTITIONS {
+                let p = TopicIdPartition::new(t, partition);
+                assert_eq!(
+                    all_batches(c.as_ref(), p).await,
+                    all_batches(&model, p).await,
+                    "commit {commit}: batches of {p}"
+                );
+                for pid in 0..PRODUCERS {
+                    assert_eq!(
+                        c.producer_state(p, pid).await.unwrap(),
+                        model.producer_state(p, pid).await.unwrap(),
+                        "commit {commit}: producer {pid} of {p}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            c.object_info(&key).await.unwrap(),
+            model.object_info(&key).await.unwrap()
+        );
+    }
+    let counts = [
+        ("appended", appended),
+        ("duplicates of stored batches", dup_stored),
+        ("duplicates of batches of the same commit", dup_same_commit),
+        ("out of order", out_of_order),
+        ("older epoch", fenced_epoch),
+        ("field errors", field_errors),
+    ];
+    println!("exercised: {counts:?}");
+    for (what, n) in counts {
+        assert!(n >= 20, "too few {what}: {counts:?}");
+    }
     c.close().await;
 }
 

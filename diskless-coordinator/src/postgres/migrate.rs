@@ -73,6 +73,12 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/postgres/0006_fence_retention_confirm_fences.sql"),
         transactional: true,
     },
+    Migration {
+        version: 7,
+        name: "set_based_idempotent_commit",
+        sql: include_str!("../../migrations/postgres/0007_set_based_idempotent_commit.sql"),
+        transactional: true,
+    },
 ];
 
 /// The latest schema version this build knows.
