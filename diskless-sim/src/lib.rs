@@ -1,0 +1,497 @@
+//! A deterministic simulation of a whole diskless cluster, run seed by seed (issue #13).
+//!
+//! One seed decides everything: the workload, the settings, the fault schedule and the
+//! interleaving. Each run builds its own current-thread tokio runtime with a paused clock (virtual
+//! time: minutes of simulated time cost milliseconds), seeds every random generator from the seed,
+//! and takes time from a [`SimClock`] over tokio's clock and object keys from seeded
+//! [`diskless_storage::SeededKeys`]. The same seed gives the same run, event for event: the
+//! [`SimReport::trace_hash`] is a hash of every event.
+//!
+//! # What runs
+//!
+//! - **Brokers** (3): each a [`diskless_core::WalWriter`] and a [`diskless_core::Fetcher`] with
+//!   its own [`SimCache`] and a clock skewed by up to ±2 s, over one shared storage and one
+//!   shared coordinator. A crash closes the broker's gate (calls not yet started fail, calls on the
+//!   wire go on), disconnects its clients, closes its writer in the background and drops its
+//!   cache; after a random downtime a new incarnation starts with new keys and a new skew.
+//! - **Producers** (1–3 per partition, idempotent or plain): batches of 1–5 records whose values
+//!   name the producer, the batch and the record; one batch in flight; a request timeout after
+//!   which the same bytes are resent to another broker; retriable errors retried until a delivery
+//!   timeout; an idempotent producer that gives a batch up bumps its epoch (KIP-360).
+//! - **Consumers** (one per partition): fetch from the offset they track through a random
+//!   broker, jump to the log start on `OFFSET_OUT_OF_RANGE`.
+//! - **Lifecycle workers** on their own schedules and settings (aggressive orphan collection
+//!   included): retention, object cleaner, orphan collector (restarted now and then, losing its
+//!   state), producer-id expiry; DeleteRecords now and then; sometimes a topic is deleted and
+//!   another one created under its name.
+//! - **Faults** during the first phase: storage errors, ambiguous uploads, latency, upload
+//!   stalls, unreadable objects ([`diskless_testkit::storage::FaultyStorage`]); commits refused,
+//!   applied with the answer lost ([`diskless_testkit::coordinator::FaultyCoordinator`]), stalled
+//!   ([`FaultyCommits`]; on the router and, for [`Variant::Sharded`], on single shards); broker
+//!   crashes; clock skew; cache eviction storms. Then a calm phase (producers go on, no faults), then a quiet phase
+//!   (no produce) long enough for every orphan and dead object to go.
+//!
+//! # Invariants
+//!
+//! Each violation names its invariant ([`Violation::invariant`]):
+//!
+//! 1. [`ACKED_READABLE`]: every acknowledged batch is readable at its offset, byte for byte (the
+//!    served batch equals the sent one except the base offset, the partition leader epoch and,
+//!    for LogAppendTime, the timestamp type bit, max timestamp and CRC), until retention or
+//!    DeleteRecords removed it; every batch served is one a producer sent; an idempotent batch
+//!    appears at most once (at its acknowledged offset). Checked on every consumer read and by a
+//!    final scan of every partition.
+//! 2. [`OFFSETS`]: offsets are contiguous and never reused (the same offset always holds the same
+//!    batch, batches never overlap); the high watermark and log start offset never go back, and
+//!    the high watermark covers every acknowledgement.
+//! 3. [`OBJECTS`]: at every periodic check, every object referenced by a live batch is in the
+//!    store; at the end of the quiet period, every stored object is referenced by a live batch.
+//! 4. [`BOUNDS`]: writers stay within `max_pending_bytes` / `max_uncommitted_bytes` and caches
+//!    within their capacity; every produce request is answered within a bound derived from the
+//!    settings; every producer's delivery ends; `close()` returns in bounded time.
+//! 5. [`CONSUMER`]: a consumer never sees a batch twice or out of order; an idempotent
+//!    producer's batches are read in the order it sent them.
+//!
+//! # Running
+//!
+//! [`run`] runs one seed against a built-in [`Variant`]; [`run_with`] runs it against components
+//! built by a factory (a user's own `ObjectStorage` and `BatchCoordinator`). A failing run returns a
+//! [`Violation`] whose `Display` names the invariant, the seed and one command that replays it.
+
+mod blocking;
+mod cache;
+mod clock;
+mod oracle;
+mod params;
+mod sync;
+mod trace;
+mod world;
+mod wrappers;
+
+pub use blocking::{BlockingCoordinator, block_on};
+pub use cache::SimCache;
+pub use clock::{SIM_EPOCH_MS, SimClock};
+pub use oracle::{ACKED_READABLE, BOUNDS, CONSUMER, OBJECTS, OFFSETS, SETUP};
+pub use sync::Stall;
+pub use trace::fnv1a;
+pub use wrappers::FaultyCommits;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use diskless_coordinator::sharded::{MemoryShardMap, ShardedConfig, ShardedCoordinator};
+use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions};
+use diskless_coordinator::{BatchCoordinator, Clock};
+use diskless_storage::{ObjectStorage, ObjectStoreStorage, RetryConfig, StorageOptions};
+use diskless_testkit::coordinator::InMemoryCoordinator;
+
+/// The coordinator a built-in run uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// The in-memory reference model (`InMemoryCoordinator`).
+    Model,
+    /// The SQLite coordinator on an in-memory database, each call run to completion
+    /// ([`BlockingCoordinator`]).
+    Sqlite,
+    /// A 3-shard `ShardedCoordinator` over model shards (each behind its own
+    /// [`FaultyCommits`]), `MemoryShardMap`, seeded owner shuffles.
+    Sharded,
+}
+
+impl Variant {
+    /// Every variant.
+    pub const ALL: [Variant; 3] = [Variant::Model, Variant::Sqlite, Variant::Sharded];
+
+    /// The name used in replay commands (`DISKLESS_SIM_VARIANT`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Model => "model",
+            Variant::Sqlite => "sqlite",
+            Variant::Sharded => "sharded",
+        }
+    }
+
+    /// The variant of a name.
+    pub fn parse(name: &str) -> Option<Variant> {
+        Variant::ALL.into_iter().find(|v| v.name() == name)
+    }
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which kinds of faults a run injects. All on by default; switching one off (`DISKLESS_SIM_
+/// DISABLE=<name>,...` in the test harness) isolates a finding while the others keep running.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Faults {
+    /// Storage calls failing (uploads, fetches, deletes, listings).
+    pub storage_errors: bool,
+    /// Uploads that land and report a failure.
+    pub ambiguous_uploads: bool,
+    /// Storage latency (log-normal).
+    pub slow_storage: bool,
+    /// Uploads stalled until released.
+    pub upload_stalls: bool,
+    /// Objects unreadable for a while.
+    pub unreadable_objects: bool,
+    /// Commits refused (not applied).
+    pub commits_refused: bool,
+    /// Commits applied with the answer lost.
+    pub commits_lost: bool,
+    /// Commits stalled until released (longer than the writer's commit timeout too).
+    pub commit_stalls: bool,
+    /// Broker crashes and restarts.
+    pub crashes: bool,
+    /// Broker, producer and lifecycle clocks off by up to ±2 s.
+    pub clock_skew: bool,
+    /// Brokers' caches emptied at once.
+    pub cache_storms: bool,
+    /// The lifecycle host restarting (the orphan collector loses its state).
+    pub lifecycle_restarts: bool,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            storage_errors: true,
+            ambiguous_uploads: true,
+            slow_storage: true,
+            upload_stalls: true,
+            unreadable_objects: true,
+            commits_refused: true,
+            commits_lost: true,
+            commit_stalls: true,
+            crashes: true,
+            clock_skew: true,
+            cache_storms: true,
+            lifecycle_restarts: true,
+        }
+    }
+}
+
+impl Faults {
+    /// The names of the fault kinds, as [`Faults::set`] takes them.
+    pub const NAMES: [&'static str; 12] = [
+        "storage-errors",
+        "ambiguous-uploads",
+        "slow-storage",
+        "upload-stalls",
+        "unreadable-objects",
+        "commits-refused",
+        "commits-lost",
+        "commit-stalls",
+        "crashes",
+        "clock-skew",
+        "cache-storms",
+        "lifecycle-restarts",
+    ];
+
+    fn flag(&mut self, name: &str) -> Option<&mut bool> {
+        Some(match name {
+            "storage-errors" => &mut self.storage_errors,
+            "ambiguous-uploads" => &mut self.ambiguous_uploads,
+            "slow-storage" => &mut self.slow_storage,
+            "upload-stalls" => &mut self.upload_stalls,
+            "unreadable-objects" => &mut self.unreadable_objects,
+            "commits-refused" => &mut self.commits_refused,
+            "commits-lost" => &mut self.commits_lost,
+            "commit-stalls" => &mut self.commit_stalls,
+            "crashes" => &mut self.crashes,
+            "clock-skew" => &mut self.clock_skew,
+            "cache-storms" => &mut self.cache_storms,
+            "lifecycle-restarts" => &mut self.lifecycle_restarts,
+            _ => return None,
+        })
+    }
+
+    /// Switches the fault kind `name` (one of [`Faults::NAMES`]) on or off; `false` for an
+    /// unknown name.
+    pub fn set(&mut self, name: &str, on: bool) -> bool {
+        match self.flag(name) {
+            Some(flag) => {
+                *flag = on;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The names of the kinds switched off.
+    pub fn disabled(&self) -> Vec<&'static str> {
+        let mut copy = self.clone();
+        Faults::NAMES
+            .into_iter()
+            .filter(|n| copy.flag(n).is_some_and(|f| !*f))
+            .collect()
+    }
+}
+
+/// What one run does.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Decides everything else.
+    pub seed: u64,
+    /// The coordinator of a built-in run ([`run`]).
+    pub variant: Variant,
+    /// The fault kinds injected.
+    pub faults: Faults,
+    /// Print every trace event to stderr as it happens (a replay).
+    pub echo: bool,
+    /// How many of the last events a [`Violation`] carries.
+    pub trace_tail: usize,
+}
+
+impl SimConfig {
+    /// Seed `seed` of `variant`, every fault on, no echo, the last 60 events kept.
+    pub fn new(seed: u64, variant: Variant) -> Self {
+        SimConfig {
+            seed,
+            variant,
+            faults: Faults::default(),
+            echo: false,
+            trace_tail: 60,
+        }
+    }
+
+    /// The command that replays this run with the crate's test harness.
+    pub fn replay_command(&self, variant: &str) -> String {
+        let disabled = self.faults.disabled();
+        let disable = if disabled.is_empty() {
+            String::new()
+        } else {
+            format!("DISKLESS_SIM_DISABLE={} ", disabled.join(","))
+        };
+        format!(
+            "DISKLESS_SIM_SEED={} DISKLESS_SIM_VARIANT={variant} {disable}cargo test -p diskless-sim --test sim replay -- --nocapture",
+            self.seed
+        )
+    }
+}
+
+/// Counters of a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SimStats {
+    /// Logical batches the producers sent.
+    pub batches_sent: u64,
+    /// Produce requests (attempts).
+    pub produce_requests: u64,
+    /// Batches acknowledged.
+    pub acked: u64,
+    /// Batches given up after the delivery timeout.
+    pub given_up: u64,
+    /// Batches failed for good (non-retriable error).
+    pub failed: u64,
+    /// Answers `OUT_OF_ORDER_SEQUENCE_NUMBER` or `INVALID_PRODUCER_EPOCH` (the producer bumps its
+    /// epoch).
+    pub producer_fenced: u64,
+    /// Retriable errors answered.
+    pub retriable_errors: u64,
+    /// Requests a producer stopped waiting for.
+    pub client_timeouts: u64,
+    /// Fetch requests.
+    pub fetches: u64,
+    /// Fetches answered with an error (other than out of range).
+    pub fetch_errors: u64,
+    /// Fetches out of range (the consumer then jumps to the log start).
+    pub out_of_range: u64,
+    /// Batches consumers read and checked.
+    pub batches_consumed: u64,
+    /// Batches the final scan read and checked.
+    pub final_batches: u64,
+    /// Faults injected by the schedule (crashes apart).
+    pub faults: u64,
+    /// Broker crashes.
+    pub crashes: u64,
+    /// DeleteRecords calls applied.
+    pub delete_records: u64,
+    /// Topics deleted.
+    pub topics_deleted: u64,
+    /// Batches retention deleted.
+    pub retention_deleted: u64,
+    /// Objects the cleaner deleted.
+    pub objects_cleaned: u64,
+    /// Orphans the collector deleted.
+    pub orphans_deleted: u64,
+    /// Producer states expired.
+    pub producers_expired: u64,
+    /// Periodic checks passed.
+    pub checks: u64,
+}
+
+/// A run that held every invariant.
+#[derive(Clone, Debug)]
+pub struct SimReport {
+    /// The seed.
+    pub seed: u64,
+    /// The variant (or the label of a [`run_with`] run).
+    pub variant: String,
+    /// FNV-1a over every event of the run: equal for two runs of the same seed.
+    pub trace_hash: u64,
+    /// Events in the trace.
+    pub events: u64,
+    /// Virtual time the run took (ms).
+    pub virtual_ms: i64,
+    /// Counters.
+    pub stats: SimStats,
+}
+
+/// A broken invariant.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    /// The seed.
+    pub seed: u64,
+    /// The variant (or label).
+    pub variant: String,
+    /// Which invariant ([`ACKED_READABLE`], [`OFFSETS`], [`OBJECTS`], [`BOUNDS`], [`CONSUMER`]; or
+    /// [`SETUP`] when the run could not start).
+    pub invariant: &'static str,
+    /// What was seen.
+    pub message: String,
+    /// Virtual time of the violation (ms since the start).
+    pub at_ms: i64,
+    /// The command that replays the run.
+    pub replay: String,
+    /// The last events before it.
+    pub trace_tail: Vec<String>,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "invariant `{}` violated (seed {}, variant {}, at {} ms): {}",
+            self.invariant, self.seed, self.variant, self.at_ms, self.message
+        )?;
+        writeln!(f, "replay: {}", self.replay)?;
+        if !self.trace_tail.is_empty() {
+            writeln!(f, "last events:")?;
+            for line in &self.trace_tail {
+                writeln!(f, "  {line}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Violation {}
+
+/// What a run simulates: the shared storage and coordinator, as stored (the simulation adds the
+/// faults), and the coordinator's commit deadline.
+pub struct Components {
+    /// The object storage (no faults of its own).
+    pub storage: Arc<dyn ObjectStorage>,
+    /// The coordinator, reading time from the clock the factory was given.
+    pub coordinator: Arc<dyn BatchCoordinator>,
+    /// The coordinator's `max_commit_age`: the quiet period waits for twice it.
+    pub max_commit_age: Duration,
+    /// Fault injectors on single shards (commit faults may target one of them); may be empty.
+    pub shard_faults: Vec<Arc<FaultyCommits>>,
+}
+
+/// Runs one seed of a built-in variant.
+pub fn run(config: &SimConfig) -> Result<SimReport, Violation> {
+    let variant = config.variant;
+    let seed = config.seed;
+    run_with(config, variant.name(), move |clock| {
+        builtin(variant, seed, clock)
+    })
+}
+
+/// Runs one seed against the components `factory` builds. `factory` runs inside the run's
+/// runtime and is given the coordinator's clock (a [`SimClock`]); components must take time only
+/// from it and from tokio's clock, and randomness only from seeded generators, for the run to be
+/// reproducible.
+pub fn run_with<F, Fut>(config: &SimConfig, label: &str, factory: F) -> Result<SimReport, Violation>
+where
+    F: FnOnce(Arc<dyn Clock>) -> Fut,
+    Fut: Future<Output = Result<Components, String>>,
+{
+    let setup = |message: String| Violation {
+        seed: config.seed,
+        variant: label.to_string(),
+        invariant: SETUP,
+        message,
+        at_ms: 0,
+        replay: config.replay_command(label),
+        trace_tail: Vec::new(),
+    };
+    // Library code that seeds from fastrand's thread-local generator derives from the seed.
+    fastrand::seed(config.seed);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .map_err(|e| setup(format!("building the runtime: {e}")))?;
+    runtime.block_on(async {
+        let clock = SimClock::new(SIM_EPOCH_MS);
+        let components = factory(clock.clone()).await.map_err(setup)?;
+        world::simulate(config.clone(), label.to_string(), clock, components).await
+    })
+}
+
+/// The components of a built-in variant.
+async fn builtin(variant: Variant, seed: u64, clock: Arc<dyn Clock>) -> Result<Components, String> {
+    let mut rng = params::rng_for(seed, "components", 0);
+    let max_commit_age = [20u64, 60, 600][rng.usize(0..3)];
+    let max_commit_age = Duration::from_secs(max_commit_age);
+    let retry = RetryConfig {
+        max_attempts: 3,
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(100),
+        attempt_timeout: Duration::from_secs(5),
+        deadline: Duration::from_secs(10),
+        seed: Some(rng.u64(..)),
+        ..RetryConfig::default()
+    };
+    let storage = ObjectStoreStorage::in_memory()
+        .with_options(StorageOptions::default().with_retry(retry))
+        .map_err(|e| format!("storage: {e}"))?;
+    let mut shard_faults = Vec::new();
+    let coordinator: Arc<dyn BatchCoordinator> = match variant {
+        Variant::Model => {
+            Arc::new(InMemoryCoordinator::new(clock).with_max_commit_age(max_commit_age))
+        }
+        Variant::Sqlite => {
+            let options = SqliteOptions::default().max_commit_age(max_commit_age);
+            // Opened to completion too: no virtual time passes while its thread starts.
+            let sqlite = block_on(SqliteCoordinator::in_memory_with(options, clock))
+                .map_err(|e| format!("sqlite: {e}"))?;
+            Arc::new(BlockingCoordinator::new(Arc::new(sqlite)))
+        }
+        Variant::Sharded => {
+            let mut shards: Vec<Arc<dyn BatchCoordinator>> = Vec::new();
+            for _ in 0..3 {
+                let model = Arc::new(
+                    InMemoryCoordinator::new(clock.clone()).with_max_commit_age(max_commit_age),
+                );
+                let faulty = FaultyCommits::new(model);
+                shard_faults.push(faulty.clone());
+                shards.push(faulty);
+            }
+            let router = ShardedCoordinator::open(
+                shards,
+                Arc::new(MemoryShardMap::new()),
+                clock,
+                ShardedConfig {
+                    seed: rng.u64(..),
+                    max_commit_age,
+                    ..ShardedConfig::default()
+                },
+            )
+            .await
+            .map_err(|e| format!("sharded: {e}"))?;
+            Arc::new(router)
+        }
+    };
+    Ok(Components {
+        storage: Arc::new(storage),
+        coordinator,
+        max_commit_age,
+        shard_faults,
+    })
+}

@@ -1,0 +1,264 @@
+//! Everything a seed decides about a run before it starts: sizes, settings, rates, schedules.
+
+use std::time::Duration;
+
+use diskless_coordinator::{TimestampType, TopicConfig};
+use diskless_core::lifecycle::{
+    CleanerConfig, OrphanConfig, ProducerExpiryConfig, RetentionConfig,
+};
+use diskless_core::{Backpressure, FetcherConfig, WalWriterConfig};
+use diskless_testkit::storage::{FaultConfig, Latency};
+
+use crate::Faults;
+use crate::trace::fnv1a;
+
+/// The object key prefix of every writer (and of the orphan collector).
+pub(crate) const PREFIX: &str = "wal";
+
+/// A generator seeded from the run's seed and a name: every actor draws from its own, so adding
+/// an actor does not shift the others' draws.
+pub(crate) fn rng_for(seed: u64, what: &str, index: u64) -> fastrand::Rng {
+    let mut h = fnv1a(&seed.to_le_bytes(), 0xcbf2_9ce4_8422_2325);
+    h = fnv1a(what.as_bytes(), h);
+    h = fnv1a(&index.to_le_bytes(), h);
+    fastrand::Rng::with_seed(h)
+}
+
+fn ms(rng: &mut fastrand::Rng, lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(rng.u64(lo..=hi))
+}
+
+/// One topic to create.
+#[derive(Clone, Debug)]
+pub(crate) struct TopicPlan {
+    pub(crate) name: String,
+    pub(crate) partitions: i32,
+    pub(crate) config: TopicConfig,
+}
+
+/// The settings of one run.
+#[derive(Clone, Debug)]
+pub(crate) struct Params {
+    pub(crate) brokers: usize,
+    pub(crate) writer: WalWriterConfig,
+    pub(crate) fetcher: FetcherConfig,
+    pub(crate) cache_capacity: u64,
+    pub(crate) fault_storage: FaultConfig,
+    pub(crate) calm_storage: FaultConfig,
+    /// The coordinators' commit deadline.
+    pub(crate) max_commit_age: Duration,
+    pub(crate) orphan: OrphanConfig,
+    pub(crate) cleaner: CleanerConfig,
+    pub(crate) retention: RetentionConfig,
+    pub(crate) expiry: ProducerExpiryConfig,
+    pub(crate) orphan_every: Duration,
+    pub(crate) cleaner_every: Duration,
+    pub(crate) retention_every: Duration,
+    pub(crate) expiry_every: Duration,
+    pub(crate) check_every: Duration,
+    /// Faults are injected during `[0, fault_phase)`.
+    pub(crate) fault_phase: Duration,
+    /// Producers and consumers go on without faults for this long after it.
+    pub(crate) calm_phase: Duration,
+    pub(crate) max_skew_ms: i64,
+    pub(crate) topics: Vec<TopicPlan>,
+    pub(crate) producers_per_partition: (u32, u32),
+    pub(crate) idempotent_share: f64,
+    pub(crate) think: (u64, u64),
+    pub(crate) poll: (u64, u64),
+    /// A producer's wait for one answer (Kafka's `request.timeout.ms`).
+    pub(crate) request_timeout: Duration,
+    /// A producer gives a batch up after this long (Kafka's `delivery.timeout.ms`).
+    pub(crate) delivery_timeout: Duration,
+    pub(crate) retry_backoff: Duration,
+    /// The longest one storage stall lasts, and all of them together.
+    pub(crate) max_stall: Duration,
+    pub(crate) stall_budget: Duration,
+    /// The longest a commit stall lasts.
+    pub(crate) max_commit_stall: Duration,
+    /// Bound of one upload: hedging delay plus the slowest storage call.
+    pub(crate) upload_bound: Duration,
+    pub(crate) delete_records_every: (u64, u64),
+    /// Delete (and recreate) a topic once during the faulty phase.
+    pub(crate) delete_topic: bool,
+}
+
+impl Params {
+    pub(crate) fn derive(seed: u64, faults: &Faults, max_commit_age: Duration) -> Params {
+        let mut rng = rng_for(seed, "params", 0);
+        let r = &mut rng;
+
+        let commit_timeout = ms(r, 1_000, 5_000);
+        let buffer_max_bytes = r.usize(2_048..=16_384);
+        let max_pending_bytes = buffer_max_bytes * r.usize(1..=4);
+        let block = [512u64, 1024, 2048, 4096][r.usize(0..4)];
+        let writer = WalWriterConfig {
+            object_prefix: PREFIX.to_string(),
+            buffer_max_bytes,
+            commit_interval: ms(r, 20, 100),
+            max_concurrent_uploads: r.usize(1..=4),
+            max_pending_bytes,
+            max_uncommitted_bytes: max_pending_bytes * r.usize(1..=4),
+            backpressure: if r.u8(0..5) == 0 {
+                Backpressure::FailFast
+            } else {
+                Backpressure::Wait
+            },
+            cache_block_size: block,
+            max_concurrent_validations: r.usize(1..=8),
+            hedge_uploads_after: r.bool().then(|| ms(r, 30, 300)),
+            commit_timeout,
+            ..WalWriterConfig::default()
+        };
+        // Every object of a fetch is read at once: `Fetcher::read_batches` groups reads by object
+        // in a `HashMap`, so with fewer read slots than objects the order of the reads (and the
+        // virtual time each starts) would follow the process's hash seed, not the run's seed.
+        let fetcher = FetcherConfig {
+            cache_block_size: block,
+            max_concurrent_objects: 1 << 16,
+            ..FetcherConfig::default()
+        };
+
+        let latency = if faults.slow_storage {
+            let p50 = ms(r, 2, 40);
+            Some(Latency::log_normal(p50, p50 * r.u32(2..=10)))
+        } else {
+            None
+        };
+        let rate = |r: &mut fastrand::Rng, on: bool, max: f64| if on { r.f64() * max } else { 0.0 };
+        let fault_storage = FaultConfig {
+            seed: r.u64(..),
+            upload_failure_rate: rate(r, faults.storage_errors, 0.08),
+            ambiguous_upload_rate: rate(r, faults.ambiguous_uploads, 0.08),
+            fetch_failure_rate: rate(r, faults.storage_errors, 0.08),
+            delete_failure_rate: rate(r, faults.storage_errors, 0.2),
+            list_failure_rate: rate(r, faults.storage_errors, 0.2),
+            latency: latency.clone(),
+        };
+        let calm_storage = FaultConfig {
+            seed: r.u64(..),
+            latency: latency.clone(),
+            ..FaultConfig::default()
+        };
+        let slowest_call = latency.as_ref().map_or(Duration::ZERO, |l| l.max);
+        let upload_bound = writer.hedge_uploads_after.unwrap_or(Duration::ZERO) + slowest_call * 2;
+
+        let mut orphan = OrphanConfig::new(PREFIX);
+        orphan.max_commit_age = match r.u8(0..4) {
+            0 => Duration::ZERO,
+            1 => ms(r, 0, 2 * max_commit_age.as_millis() as u64),
+            2 => ms(r, 0, 5_000),
+            _ => orphan.max_commit_age,
+        };
+        orphan.recheck_delay = match r.u8(0..4) {
+            0 => Duration::ZERO,
+            1 => ms(r, 0, 120_000),
+            2 => ms(r, 0, 5_000),
+            _ => orphan.recheck_delay,
+        };
+        orphan.known_batch = r.usize(1..=50);
+        orphan.max_listed_per_pass = r.u64(20..=500);
+        orphan.max_suspects = r.usize(5..=1_000);
+        orphan.max_deletes_per_pass = r.usize(1..=100);
+        orphan.full_sweep_interval = match r.u8(0..3) {
+            0 => Duration::ZERO,
+            1 => Duration::from_secs(60),
+            _ => orphan.full_sweep_interval,
+        };
+        let cleaner = CleanerConfig {
+            grace: if r.u8(0..3) == 0 {
+                ms(r, 1_000, 10_000)
+            } else {
+                Duration::from_secs(60)
+            },
+            batch_size: r.u32(1..=100),
+            max_rounds_per_pass: r.u32(1..=4),
+        };
+        let retention = RetentionConfig {
+            max_batches_per_call: r.u32(1..=50),
+            max_calls_per_pass: r.u32(1..=4),
+        };
+        let expiry = ProducerExpiryConfig {
+            max_producers_per_call: r.u32(1..=20),
+            max_calls_per_pass: r.u32(1..=4),
+        };
+
+        let request_timeout = commit_timeout * 2 + writer.commit_interval + upload_bound;
+        let delivery_timeout = request_timeout * r.u32(3..=5);
+        let fault_phase = ms(r, 30_000, 50_000);
+
+        let short = TopicConfig {
+            retention_ms: r.i64(5_000..=30_000),
+            retention_bytes: if r.bool() { r.i64(4_096..=32_768) } else { -1 },
+            producer_id_expiration_ms: i64::try_from(
+                (max_commit_age + delivery_timeout + Duration::from_secs(10)).as_millis(),
+            )
+            .unwrap_or(i64::MAX),
+            ..TopicConfig::default()
+        };
+        let append_time = TopicConfig {
+            timestamp_type: TimestampType::LogAppendTime,
+            ..TopicConfig::default()
+        };
+        let topics = vec![
+            TopicPlan {
+                name: "orders".into(),
+                partitions: r.i32(2..=4),
+                config: short,
+            },
+            TopicPlan {
+                name: "events".into(),
+                partitions: r.i32(2..=4),
+                config: append_time,
+            },
+        ];
+
+        Params {
+            brokers: 3,
+            writer,
+            fetcher,
+            cache_capacity: r.u64(4_096..=65_536),
+            fault_storage,
+            calm_storage,
+            max_commit_age,
+            orphan,
+            cleaner,
+            retention,
+            expiry,
+            orphan_every: ms(r, 1_000, 20_000),
+            cleaner_every: ms(r, 1_000, 15_000),
+            retention_every: ms(r, 500, 10_000),
+            expiry_every: ms(r, 5_000, 30_000),
+            check_every: ms(r, 500, 3_000),
+            fault_phase,
+            calm_phase: ms(r, 15_000, 25_000),
+            max_skew_ms: if faults.clock_skew { 2_000 } else { 0 },
+            topics,
+            producers_per_partition: (1, r.u32(1..=3)),
+            idempotent_share: 0.5 + r.f64() * 0.5,
+            think: (100, r.u64(300..=1_500)),
+            poll: (50, r.u64(200..=800)),
+            request_timeout,
+            delivery_timeout,
+            retry_backoff: ms(r, 20, 200),
+            max_stall: ms(r, 500, 10_000),
+            stall_budget: Duration::from_secs(20),
+            max_commit_stall: commit_timeout * r.u32(1..=4),
+            upload_bound,
+            delete_records_every: (2_000, r.u64(3_000..=15_000)),
+            delete_topic: r.u8(0..3) == 0,
+        }
+    }
+
+    /// The longest a writer may take to answer a request that found `ahead` requests unanswered
+    /// in it: its buffer's interval, every storage stall of the run, and for each request ahead
+    /// and itself one upload and one commit (commits are serial; each is given up after
+    /// `commit_timeout`), plus a second of slack.
+    pub(crate) fn answer_bound(&self, ahead: usize) -> Duration {
+        let per = self.upload_bound + self.writer.commit_timeout;
+        self.writer.commit_interval
+            + self.stall_budget
+            + per * u32::try_from(ahead + 1).unwrap_or(u32::MAX)
+            + Duration::from_secs(1)
+    }
+}

@@ -1,0 +1,490 @@
+//! Storage and coordinator wrappers the simulation puts between the brokers and the shared
+//! components: listing times from the simulated clock, a switch from the faulty to the calm
+//! storage, and a crash gate per broker incarnation.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use diskless_coordinator::{
+    BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest, CoordinatorError,
+    CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, FindBatchesRequest,
+    FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectToDelete,
+    ProducerExpiryReport, ProducerState, RetentionReport, TopicIdPartition, TopicInfo,
+};
+use diskless_storage::{ObjectKey, ObjectMeta, ObjectStorage, StorageError};
+use diskless_testkit::coordinator::FaultyCoordinator;
+use diskless_testkit::storage::FaultyStorage;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use parking_lot::Mutex;
+
+use crate::sync::Stall;
+
+/// Dates listed objects by the simulated clock: the time the object first landed (its upload
+/// returned from the store), whatever the store says. Stores date objects by the wall clock
+/// (`object_store`'s in-memory store does), which has nothing to do with a simulated run; the
+/// orphan collector reads these dates.
+#[derive(Debug)]
+pub(crate) struct LandedAt {
+    inner: Arc<dyn ObjectStorage>,
+    clock: Arc<dyn Clock>,
+    landed: Mutex<BTreeMap<ObjectKey, i64>>,
+}
+
+impl LandedAt {
+    pub(crate) fn new(inner: Arc<dyn ObjectStorage>, clock: Arc<dyn Clock>) -> Self {
+        LandedAt {
+            inner,
+            clock,
+            landed: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn redate(&self, mut meta: ObjectMeta) -> ObjectMeta {
+        let at = self.landed.lock().get(&meta.key).copied();
+        let ms = at
+            .or_else(|| {
+                meta.key
+                    .created_at()
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .and_then(|d| i64::try_from(d.as_millis()).ok())
+            })
+            .unwrap_or(0);
+        meta.last_modified = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+        meta
+    }
+}
+
+#[async_trait]
+impl ObjectStorage for LandedAt {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        self.inner.upload(key, payload).await?;
+        let now = self.clock.now_ms();
+        self.landed.lock().entry(key.clone()).or_insert(now);
+        Ok(())
+    }
+
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        self.inner.fetch(key, range).await
+    }
+
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        let deleted = self.inner.delete(keys).await?;
+        let mut landed = self.landed.lock();
+        for k in &deleted {
+            landed.remove(k);
+        }
+        Ok(deleted)
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.inner
+            .list(prefix)
+            .map(move |m| m.map(|m| self.redate(m)))
+            .boxed()
+    }
+
+    fn list_with_offset<'a>(
+        &'a self,
+        prefix: &'a str,
+        offset: &'a str,
+    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.inner
+            .list_with_offset(prefix, offset)
+            .map(move |m| m.map(|m| self.redate(m)))
+            .boxed()
+    }
+}
+
+/// The storage every actor uses: the faulty storage until the faults stop, then the calm one
+/// (same objects, latency only). Uploads wait while `stall` is on, before reaching either.
+#[derive(Debug)]
+pub(crate) struct PhaseStorage {
+    pub(crate) faulty: Arc<FaultyStorage>,
+    pub(crate) calm: Arc<FaultyStorage>,
+    pub(crate) calm_on: AtomicBool,
+    pub(crate) stall: Stall,
+}
+
+impl PhaseStorage {
+    fn current(&self) -> &FaultyStorage {
+        if self.calm_on.load(Ordering::SeqCst) {
+            &self.calm
+        } else {
+            &self.faulty
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStorage for PhaseStorage {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        self.stall.pass().await;
+        self.current().upload(key, payload).await
+    }
+
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        self.current().fetch(key, range).await
+    }
+
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        self.current().delete(keys).await
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.current().list(prefix)
+    }
+
+    fn list_with_offset<'a>(
+        &'a self,
+        prefix: &'a str,
+        offset: &'a str,
+    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.current().list_with_offset(prefix, offset)
+    }
+}
+
+/// Why a crashed broker's call failed.
+#[derive(Debug)]
+pub(crate) struct Crashed;
+
+impl std::fmt::Display for Crashed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the broker crashed")
+    }
+}
+
+impl std::error::Error for Crashed {}
+
+/// One broker incarnation's view of the shared storage and coordinator. When the broker crashes
+/// the gate closes: calls not yet started fail at once (as a dead process sends nothing), calls
+/// already on their way go on (a request on the wire still lands).
+#[derive(Debug)]
+pub(crate) struct Gate {
+    alive: AtomicBool,
+}
+
+impl Gate {
+    pub(crate) fn new() -> Arc<Gate> {
+        Arc::new(Gate {
+            alive: AtomicBool::new(true),
+        })
+    }
+
+    pub(crate) fn close(&self) {
+        self.alive.store(false, Ordering::SeqCst);
+    }
+
+    fn storage(&self) -> Result<(), StorageError> {
+        if self.alive.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(StorageError::Transient {
+                source: Box::new(Crashed),
+            })
+        }
+    }
+
+    fn coordinator(&self) -> Result<(), CoordinatorError> {
+        if self.alive.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(CoordinatorError::Unavailable(Box::new(Crashed)))
+        }
+    }
+}
+
+/// Storage behind a [`Gate`].
+#[derive(Debug)]
+pub(crate) struct GatedStorage {
+    pub(crate) gate: Arc<Gate>,
+    pub(crate) inner: Arc<dyn ObjectStorage>,
+}
+
+#[async_trait]
+impl ObjectStorage for GatedStorage {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        self.gate.storage()?;
+        self.inner.upload(key, payload).await
+    }
+
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        self.gate.storage()?;
+        self.inner.fetch(key, range).await
+    }
+
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        self.gate.storage()?;
+        self.inner.delete(keys).await
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        match self.gate.storage() {
+            Ok(()) => self.inner.list(prefix),
+            Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+        }
+    }
+
+    fn list_with_offset<'a>(
+        &'a self,
+        prefix: &'a str,
+        offset: &'a str,
+    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        match self.gate.storage() {
+            Ok(()) => self.inner.list_with_offset(prefix, offset),
+            Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+        }
+    }
+}
+
+/// A coordinator behind a [`Gate`].
+#[derive(Debug)]
+pub(crate) struct GatedCoordinator {
+    pub(crate) gate: Arc<Gate>,
+    pub(crate) inner: Arc<dyn BatchCoordinator>,
+}
+
+#[async_trait]
+impl BatchCoordinator for GatedCoordinator {
+    async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.create_topic(request).await
+    }
+
+    async fn delete_topic(&self, topic_id: uuid::Uuid) -> Result<(), CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.delete_topic(topic_id).await
+    }
+
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.list_topics().await
+    }
+
+    async fn commit_file(
+        &self,
+        request: CommitFileRequest,
+    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.commit_file(request).await
+    }
+
+    async fn find_batches(
+        &self,
+        requests: &[FindBatchesRequest],
+        fetch_max_bytes: u32,
+    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.find_batches(requests, fetch_max_bytes).await
+    }
+
+    async fn list_offsets(
+        &self,
+        requests: &[ListOffsetsRequest],
+    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.list_offsets(requests).await
+    }
+
+    async fn delete_records(
+        &self,
+        requests: &[DeleteRecordsRequest],
+    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.delete_records(requests).await
+    }
+
+    async fn enforce_retention(
+        &self,
+        max_batches: u32,
+    ) -> Result<RetentionReport, CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.enforce_retention(max_batches).await
+    }
+
+    async fn objects_to_delete(
+        &self,
+        marked_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.objects_to_delete(marked_before_ms, limit).await
+    }
+
+    async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.confirm_deleted(object_keys).await
+    }
+
+    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.fence_orphans(object_keys).await
+    }
+
+    async fn expire_producers(
+        &self,
+        max_producers: u32,
+    ) -> Result<ProducerExpiryReport, CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.expire_producers(max_producers).await
+    }
+
+    async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.known_objects(object_keys).await
+    }
+
+    async fn object_info(&self, object_key: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.object_info(object_key).await
+    }
+
+    async fn producer_state(
+        &self,
+        partition: TopicIdPartition,
+        producer_id: i64,
+    ) -> Result<Option<ProducerState>, CoordinatorError> {
+        self.gate.coordinator()?;
+        self.inner.producer_state(partition, producer_id).await
+    }
+}
+
+/// Commit faults on a coordinator: refused and applied-with-the-answer-lost commits from the
+/// testkit's [`FaultyCoordinator`], and stalls of its own (deterministic, see [`Stall`]). A
+/// stalled commit waits before anything else, as a commit stuck on its way to the coordinator.
+#[derive(Debug)]
+pub struct FaultyCommits {
+    faulty: Arc<FaultyCoordinator>,
+    stall: Stall,
+}
+
+impl FaultyCommits {
+    /// Wraps `inner`, injecting nothing until told to.
+    pub fn new(inner: Arc<dyn BatchCoordinator>) -> Arc<FaultyCommits> {
+        Arc::new(FaultyCommits {
+            faulty: FaultyCoordinator::new(inner),
+            stall: Stall::default(),
+        })
+    }
+
+    /// The next `n` commits fail without being applied.
+    pub fn fail_next_commits(&self, n: u32) {
+        self.faulty.fail_next_commits(n);
+    }
+
+    /// The next `n` commits are applied, then report an unknown outcome.
+    pub fn lose_next_commits(&self, n: u32) {
+        self.faulty.lose_next_commits(n);
+    }
+
+    /// Commits wait until [`FaultyCommits::release_commits`].
+    pub fn stall_commits(&self) {
+        self.stall.stall();
+    }
+
+    /// Lets stalled commits go on.
+    pub fn release_commits(&self) {
+        self.stall.release();
+    }
+
+    /// Commits waiting on a stall now.
+    pub fn stalled_commits(&self) -> usize {
+        self.stall.waiting()
+    }
+}
+
+#[async_trait]
+impl BatchCoordinator for FaultyCommits {
+    async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
+        self.faulty.create_topic(request).await
+    }
+
+    async fn delete_topic(&self, topic_id: uuid::Uuid) -> Result<(), CoordinatorError> {
+        self.faulty.delete_topic(topic_id).await
+    }
+
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
+        self.faulty.list_topics().await
+    }
+
+    async fn commit_file(
+        &self,
+        request: CommitFileRequest,
+    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
+        self.stall.pass().await;
+        self.faulty.commit_file(request).await
+    }
+
+    async fn find_batches(
+        &self,
+        requests: &[FindBatchesRequest],
+        fetch_max_bytes: u32,
+    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        self.faulty.find_batches(requests, fetch_max_bytes).await
+    }
+
+    async fn list_offsets(
+        &self,
+        requests: &[ListOffsetsRequest],
+    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
+        self.faulty.list_offsets(requests).await
+    }
+
+    async fn delete_records(
+        &self,
+        requests: &[DeleteRecordsRequest],
+    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
+        self.faulty.delete_records(requests).await
+    }
+
+    async fn enforce_retention(
+        &self,
+        max_batches: u32,
+    ) -> Result<RetentionReport, CoordinatorError> {
+        self.faulty.enforce_retention(max_batches).await
+    }
+
+    async fn objects_to_delete(
+        &self,
+        marked_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
+        self.faulty.objects_to_delete(marked_before_ms, limit).await
+    }
+
+    async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
+        self.faulty.confirm_deleted(object_keys).await
+    }
+
+    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        self.faulty.fence_orphans(object_keys).await
+    }
+
+    async fn expire_producers(
+        &self,
+        max_producers: u32,
+    ) -> Result<ProducerExpiryReport, CoordinatorError> {
+        self.faulty.expire_producers(max_producers).await
+    }
+
+    async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        self.faulty.known_objects(object_keys).await
+    }
+
+    async fn object_info(&self, object_key: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
+        self.faulty.object_info(object_key).await
+    }
+
+    async fn producer_state(
+        &self,
+        partition: TopicIdPartition,
+        producer_id: i64,
+    ) -> Result<Option<ProducerState>, CoordinatorError> {
+        self.faulty.producer_state(partition, producer_id).await
+    }
+}

@@ -1,0 +1,111 @@
+//! The simulation in CI, replays and soaks. See the crate docs for what is simulated.
+
+use std::time::Instant;
+
+use diskless_sim::{Faults, SimConfig, Variant, run};
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+fn faults_from_env() -> Faults {
+    let mut faults = Faults::default();
+    if let Ok(list) = std::env::var("DISKLESS_SIM_DISABLE") {
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            assert!(
+                faults.set(name, false),
+                "unknown fault kind {name:?}; known: {:?}",
+                Faults::NAMES
+            );
+        }
+    }
+    faults
+}
+
+/// Runs `count` seeds from `start` of `variant`; panics with the first violation.
+fn run_seeds(variant: Variant, default_count: u64) {
+    if let Ok(only) = std::env::var("DISKLESS_SIM_VARIANT")
+        && Variant::parse(&only) != Some(variant)
+    {
+        return;
+    }
+    let count = env_u64("DISKLESS_SIM_SEEDS").unwrap_or(default_count);
+    let start = env_u64("DISKLESS_SIM_START_SEED").unwrap_or(1);
+    let faults = faults_from_env();
+    let began = Instant::now();
+    for seed in start..start + count {
+        let mut config = SimConfig::new(seed, variant);
+        config.faults = faults.clone();
+        let t = Instant::now();
+        match run(&config) {
+            Ok(report) => eprintln!(
+                "{variant} seed {seed}: ok in {:?} ({} virtual s, {} events) {:?}",
+                t.elapsed(),
+                report.virtual_ms / 1000,
+                report.events,
+                report.stats
+            ),
+            Err(v) => panic!("{v}"),
+        }
+    }
+    eprintln!(
+        "{variant}: {count} seeds from {start} in {:?}",
+        began.elapsed()
+    );
+}
+
+#[test]
+fn model() {
+    run_seeds(Variant::Model, 3);
+}
+
+#[test]
+fn sqlite() {
+    run_seeds(Variant::Sqlite, 3);
+}
+
+#[test]
+fn sharded() {
+    run_seeds(Variant::Sharded, 3);
+}
+
+/// Replays one seed with its trace printed: `DISKLESS_SIM_SEED=<seed> DISKLESS_SIM_VARIANT=<variant>
+/// cargo test -p diskless-sim --test sim replay -- --nocapture` (does nothing without the seed).
+#[test]
+fn replay() {
+    let Some(seed) = env_u64("DISKLESS_SIM_SEED") else {
+        return;
+    };
+    let name = std::env::var("DISKLESS_SIM_VARIANT").unwrap_or_else(|_| "model".into());
+    let variant = Variant::parse(&name).unwrap_or_else(|| panic!("unknown variant {name:?}"));
+    let mut config = SimConfig::new(seed, variant);
+    config.faults = faults_from_env();
+    config.echo = true;
+    match run(&config) {
+        Ok(report) => eprintln!(
+            "seed {seed} {variant}: ok, trace hash {:016x}, {:?}",
+            report.trace_hash, report.stats
+        ),
+        Err(v) => panic!("{v}"),
+    }
+}
+
+/// A run is reproducible: the same seed gives the same trace, event for event.
+#[test]
+fn same_seed_same_trace() {
+    for variant in Variant::ALL {
+        for seed in [3, 11] {
+            let config = SimConfig::new(seed, variant);
+            let a = run(&config).unwrap_or_else(|v| panic!("{v}"));
+            let b = run(&config).unwrap_or_else(|v| panic!("{v}"));
+            assert_eq!(
+                (a.trace_hash, a.events, &a.stats),
+                (b.trace_hash, b.events, &b.stats),
+                "{variant} seed {seed} is not reproducible"
+            );
+            let other =
+                run(&SimConfig::new(seed + 1000, variant)).unwrap_or_else(|v| panic!("{v}"));
+            assert_ne!(a.trace_hash, other.trace_hash, "the seed must matter");
+        }
+    }
+}
