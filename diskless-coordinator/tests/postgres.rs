@@ -964,6 +964,118 @@ async fn postgres_many_idempotent_producers_per_commit_match_model() {
     c.close().await;
 }
 
+/// A commit reads and writes only what it touches, by index probes or by the ctids of rows it
+/// locked, never by a sequential scan of a table that grows with the data (partitions, batches,
+/// objects, producer states; issue #17: commit latency stays flat as the store grows), whatever
+/// the statistics say: here the tables are analyzed, which made migration 5's partitions UPDATE a
+/// hash join over a sequential scan of every partition (2,000 here).
+/// The commit function is called directly in a transaction of a side connection, whose
+/// `pg_stat_xact_user_tables` counts that transaction's scans; it is rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_commit_uses_no_sequential_scans() {
+    let Some(url) = pg_url() else { return };
+    let schema = Schema::new(&url);
+    let clock = ManualClock::new(START_MS);
+    let c = coordinator(&schema, clock.clone()).await;
+    const PARTITIONS: i32 = 2000;
+    let topic = create_topic(&c, PARTITIONS).await;
+    // Some history: batches, objects and producer states.
+    let mut seq: HashMap<i32, i32> = HashMap::new();
+    let mut batch = |i: usize| {
+        let p = TopicIdPartition::new(topic, (i as i32 * 7) % PARTITIONS);
+        if i % 2 == 0 {
+            let s = seq.entry(p.partition).or_insert(0);
+            let b = idempotent(p, i64::from(p.partition), 0, *s, 2);
+            *s += 2;
+            b
+        } else {
+            plain(p, 2)
+        }
+    };
+    for f in 0..5 {
+        let batches: Vec<CommitBatch> = (f * 400..(f + 1) * 400).map(&mut batch).collect();
+        let r = c
+            .commit_file(request(&format!("wal/history-{f}"), batches))
+            .await
+            .unwrap();
+        assert!(r.iter().all(|r| r.error.is_ok() && !r.duplicate));
+    }
+    let mut conn = side_connection(&schema, "-scans").await;
+    // Objects of a running cluster: many (deleted ones, here marked and without batches), so that a
+    // lookup by id is an index probe for the planner too.
+    sqlx::raw_sql(
+        "INSERT INTO objects (object_key, uploader_broker_id, object_size, live_bytes, owners, \
+         committed_at, marked_for_deletion_at) SELECT 'wal/old-' || g, 1, 100, 0, '{0}', 0, 0 \
+         FROM generate_series(1, 20000) AS g; \
+         ANALYZE topics, partitions, objects, batches, producer_state",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    // The next commits, as the coordinator sends them: 200 batches without producer ids, then
+    // 200 batches half idempotent (known producers), half plain.
+    let plain_req = request(
+        "wal/measured-plain",
+        (0..200)
+            .map(|i| plain(TopicIdPartition::new(topic, (i * 11) % PARTITIONS), 2))
+            .collect(),
+    );
+    let mixed_req = request("wal/measured-mixed", (2000..2200).map(&mut batch).collect());
+    let mut tx = conn.begin().await.unwrap();
+    for req in [&plain_req, &mixed_req] {
+        let topics: Vec<String> = req
+            .batches
+            .iter()
+            .map(|b| b.partition.topic_id.hyphenated().to_string())
+            .collect();
+        let col = |f: fn(&CommitBatch) -> i64| req.batches.iter().map(f).collect::<Vec<i64>>();
+        let appended: i64 = sqlx::query_scalar(
+            "SELECT count(*) FILTER (WHERE r_error_code = 0 AND NOT r_duplicate) FROM \
+             commit_file($1, 1, $2, '{0}', $3, $4::text[]::uuid[], $5::integer[], $6, $7, \
+             $8::integer[], $9, $10, $11, $12::smallint[], $13::integer[], $14::integer[], NULL, \
+             600000, $15::smallint[])",
+        )
+        .bind(&req.object_key)
+        .bind(req.object_size as i64)
+        .bind(START_MS)
+        .bind(&topics)
+        .bind(col(|b| i64::from(b.partition.partition)))
+        .bind(col(|b| b.byte_offset as i64))
+        .bind(col(|b| i64::from(b.byte_size)))
+        .bind(col(|b| i64::from(b.record_count)))
+        .bind(col(|b| b.base_timestamp))
+        .bind(col(|b| b.max_timestamp))
+        .bind(col(|b| b.producer_id))
+        .bind(col(|b| i64::from(b.producer_epoch)))
+        .bind(col(|b| i64::from(b.base_sequence)))
+        .bind(col(|b| i64::from(b.last_sequence)))
+        .bind(vec![0i64; req.batches.len()])
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        assert_eq!(
+            appended, 200,
+            "every batch of {} is appended",
+            req.object_key
+        );
+    }
+    let scans: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT relname::text, seq_scan FROM pg_stat_xact_user_tables \
+         WHERE schemaname = current_schema() \
+         AND relname IN ('partitions', 'objects', 'batches', 'producer_state') ORDER BY relname",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(scans.len(), 4, "{scans:?}");
+    assert!(
+        scans.iter().all(|(_, n)| *n == 0),
+        "sequential scans in two commits: {scans:?}"
+    );
+    c.close().await;
+}
+
 /// Writers, DeleteRecords and retention run concurrently on overlapping partitions: nothing fails
 /// or deadlocks, every log stays gap-free from its log start offset, and the bookkeeping (live
 /// bytes of objects and partitions, deletion marks) matches the batches that are left.
