@@ -8,6 +8,7 @@
 //! `--quick` is the smoke mode CI runs (seconds, also in a debug build); figures 5 and 6 run on
 //! tokio's paused clock (simulated time). See BENCHMARKS.md at the repository root.
 
+mod fig10_scale;
 mod fig1_produce;
 mod fig2_sqlite;
 mod fig3_postgres;
@@ -26,7 +27,7 @@ use std::time::Instant;
 type Figure = fn(bool) -> Vec<report::Row>;
 
 fn usage() -> ! {
-    eprintln!("usage: diskless-bench [--quick] [--only N[,N...]]   (N in 1..=9)");
+    eprintln!("usage: diskless-bench [--quick] [--only N[,N...]]   (N in 1..=10)");
     std::process::exit(2);
 }
 
@@ -51,7 +52,7 @@ fn main() {
                 let figures: Result<Vec<u8>, _> =
                     list.split(',').map(|s| s.trim().parse()).collect();
                 match figures {
-                    Ok(f) if f.iter().all(|n| (1..=9).contains(n)) => only = Some(f),
+                    Ok(f) if f.iter().all(|n| (1..=10).contains(n)) => only = Some(f),
                     _ => usage(),
                 }
             }
@@ -59,7 +60,7 @@ fn main() {
         }
     }
     let wanted = |n: u8| only.as_ref().is_none_or(|o| o.contains(&n));
-    let figures: [(u8, Figure); 9] = [
+    let figures: [(u8, Figure); 10] = [
         (1, fig1_produce::run),
         (2, fig2_sqlite::run),
         (3, fig3_postgres::run),
@@ -69,6 +70,7 @@ fn main() {
         (7, fig7_cost::run),
         (8, fig8_memory::run),
         (9, fig9_timestamp_lookup::run),
+        (10, fig10_scale::run),
     ];
     println!(
         "diskless-bench {} mode, {} build",

@@ -34,7 +34,7 @@ impl Status {
 /// One line of the table.
 #[derive(Clone, Debug)]
 pub struct Row {
-    /// The figure number of the issue (1..=9).
+    /// The figure number of the issue (1..=10).
     pub figure: u8,
     /// What is measured.
     pub what: String,
