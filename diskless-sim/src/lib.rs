@@ -291,6 +291,9 @@ pub struct SimStats {
     pub producer_fenced: u64,
     /// Retriable errors answered.
     pub retriable_errors: u64,
+    /// Of those, commits the coordinator refused because the orphan collector had fenced the
+    /// object (the commit point at work).
+    pub fenced_commits: u64,
     /// Requests a producer stopped waiting for.
     pub client_timeouts: u64,
     /// Fetch requests.

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use diskless_coordinator::TopicIdPartition;
+use diskless_core::compression::decompress;
 use diskless_core::{RecordBatch, RecordIter};
 
 /// Invariant 1: every acknowledged batch is readable at its offset, byte for byte; an idempotent
@@ -39,7 +40,13 @@ pub(crate) fn record_value(id: BatchId, index: usize, pad: usize) -> Vec<u8> {
 /// The batch id written in a served batch's records (every record must carry the same).
 fn batch_id_of(batch: &RecordBatch) -> Result<BatchId, String> {
     let count = usize::try_from(batch.records_count()).unwrap_or(0);
-    let body = batch.records_bytes();
+    let codec = batch
+        .attributes()
+        .compression()
+        .ok_or_else(|| "unknown compression codec".to_string())?;
+    let mut body = Vec::new();
+    decompress(codec, &batch.records_bytes(), 1 << 24, &mut body)
+        .map_err(|e| format!("records do not decompress: {e}"))?;
     let mut id = None;
     for (index, record) in RecordIter::new(&body, count).enumerate() {
         let record = record.map_err(|e| format!("record {index} does not parse: {e:?}"))?;

@@ -64,6 +64,11 @@ impl Stall {
         self.waiting.load(Ordering::SeqCst)
     }
 
+    /// Whether callers are held now.
+    pub fn is_on(&self) -> bool {
+        self.on.load(Ordering::SeqCst)
+    }
+
     /// Returns at once unless stalled; then when released.
     pub async fn pass(&self) {
         if !self.on.load(Ordering::SeqCst) {

@@ -16,7 +16,7 @@ use diskless_core::lifecycle::{
     ObjectCleaner, OrphanCollector, ProducerExpirer, RetentionEnforcer,
 };
 use diskless_core::{
-    FetchPartition, Fetcher, FetcherConfig, ListOffsetsPartition, PartitionResponse,
+    Compression, FetchPartition, Fetcher, FetcherConfig, ListOffsetsPartition, PartitionResponse,
     ProducePartition, RecordBatch, RecordBatchBuilder, WalWriter, WalWriterConfig, split_batches,
 };
 use diskless_storage::{ObjectKey, ObjectStorage, SeededKeys};
@@ -95,6 +95,7 @@ struct ProducerSpec {
     config: Arc<TopicConfig>,
     producer_id: Option<i64>,
     skew_ms: i64,
+    compression: Compression,
 }
 
 enum Delivery {
@@ -109,7 +110,7 @@ pub(crate) struct World {
     label: String,
     p: Params,
     clock: Arc<SimClock>,
-    trace: Mutex<Trace>,
+    trace: Arc<Mutex<Trace>>,
     /// The shared storage as stored (no faults), for checks.
     raw_storage: Arc<dyn ObjectStorage>,
     /// The storage every actor uses (faulty, then calm).
@@ -388,12 +389,20 @@ impl World {
                 } else {
                     0
                 };
+                let compression = match rng.u8(0..10) {
+                    0 => Compression::Gzip,
+                    1 => Compression::Snappy,
+                    2 => Compression::Lz4,
+                    3 => Compression::Zstd,
+                    _ => Compression::None,
+                };
                 let spec = ProducerSpec {
                     index,
                     partition,
                     config: config.clone(),
                     producer_id,
                     skew_ms,
+                    compression,
                 };
                 let world = self.clone();
                 self.producers
@@ -433,7 +442,7 @@ impl World {
             let id: BatchId = (spec.index, batch_no);
             let records = rng.usize(1..=5);
             let now = clock.now_ms();
-            let mut builder = RecordBatchBuilder::new();
+            let mut builder = RecordBatchBuilder::new().compression(spec.compression);
             if let Some(pid) = spec.producer_id {
                 builder = builder.producer(pid, epoch, sequence);
             }
@@ -591,7 +600,14 @@ impl World {
                     return Delivery::Failed(answer.error);
                 }
                 code if code.is_retriable() => {
-                    self.stat(|s| s.retriable_errors += 1);
+                    let fenced = answer
+                        .error_message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("fenced"));
+                    self.stat(|s| {
+                        s.retriable_errors += 1;
+                        s.fenced_commits += u64::from(fenced);
+                    });
                     sleep(self.p.retry_backoff).await;
                 }
                 code => {
@@ -1136,17 +1152,14 @@ impl World {
             let collector = self.collector.lock().clone();
             match collector.run_pass().await {
                 Ok(r) => {
-                    if r.new_suspects > 0 || r.deleted > 0 || r.not_deleted > 0 {
-                        ev!(
-                            self,
-                            "orphans: listed {}, new suspects {}, deleted {}, not deleted {}, known {}, waiting {}",
-                            r.listed,
-                            r.new_suspects,
-                            r.deleted,
-                            r.not_deleted,
-                            r.known,
-                            r.waiting
-                        );
+                    if r.new_suspects > 0
+                        || r.deleted > 0
+                        || r.not_deleted > 0
+                        || r.deferred > 0
+                        || r.dropped > 0
+                        || std::env::var_os("SIMDBG").is_some()
+                    {
+                        ev!(self, "orphans: {r:?}");
                         self.stat(|s| s.orphans_deleted += r.deleted);
                     }
                 }
@@ -1232,8 +1245,22 @@ impl World {
                     break;
                 }
                 for b in &answer.batches {
+                    let contiguous = if position == lso {
+                        b.base_offset <= position && position <= b.last_offset
+                    } else {
+                        b.base_offset == position
+                    };
+                    if !contiguous {
+                        return Err((
+                            OFFSETS,
+                            format!(
+                                "checker: {p} from {lso} to {hw}: at {position} the coordinator has {}..={}",
+                                b.base_offset, b.last_offset
+                            ),
+                        ));
+                    }
                     out.insert(b.object_key.clone(), p);
-                    position = position.max(b.last_offset + 1);
+                    position = b.last_offset + 1;
                 }
             }
         }
@@ -1307,7 +1334,12 @@ impl World {
 
     async fn checker_loop(self: Arc<Self>) {
         while self.phase() < DONE && !self.failed() {
-            sleep(self.p.check_every).await;
+            // In the quiet period the liveness wait checks the objects itself.
+            if self.phase() >= QUIET {
+                sleep(self.p.check_every.max(Duration::from_secs(30))).await;
+            } else {
+                sleep(self.p.check_every).await;
+            }
             if let Err(f) = self.check_bounds() {
                 self.fail(f);
                 return;
@@ -1436,8 +1468,12 @@ pub(crate) async fn simulate(
     components: Components,
 ) -> Result<SimReport, Violation> {
     let p = Params::derive(config.seed, &config.faults, components.max_commit_age);
-    let raw_storage: Arc<dyn ObjectStorage> =
-        Arc::new(LandedAt::new(components.storage, clock.clone()));
+    let trace = Arc::new(Mutex::new(Trace::new(config.trace_tail, config.echo)));
+    let raw_storage: Arc<dyn ObjectStorage> = Arc::new(LandedAt::new(
+        components.storage,
+        clock.clone(),
+        trace.clone(),
+    ));
     let storage = Arc::new(PhaseStorage {
         faulty: Arc::new(FaultyStorage::new(
             raw_storage.clone(),
@@ -1447,8 +1483,8 @@ pub(crate) async fn simulate(
             raw_storage.clone(),
             p.calm_storage.clone(),
         )),
-        calm_on: std::sync::atomic::AtomicBool::new(false),
-        stall: Stall::default(),
+        calm_on: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        stall: Arc::new(Stall::default()),
     });
     let faulty = FaultyCommits::new(components.coordinator.clone());
     let lifecycle_skew = if p.max_skew_ms > 0 {
@@ -1464,7 +1500,7 @@ pub(crate) async fn simulate(
         p.orphan.clone(),
     ));
     let world = Arc::new(World {
-        trace: Mutex::new(Trace::new(config.trace_tail, config.echo)),
+        trace,
         label,
         raw_storage,
         storage,
@@ -1528,14 +1564,16 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
     let p = world.p.clone();
     ev!(
         world,
-        "start: seed {} variant {} commit timeout {:?} max commit age {:?} orphan M {:?} R {:?} grace {:?}",
+        "start: seed {} variant {} commit timeout {:?} max commit age {:?} orphan M {:?} R {:?} every {:?} grace {:?} lifecycle skew {} ms",
         world.config.seed,
         world.label,
         p.writer.commit_timeout,
         p.max_commit_age,
         p.orphan.max_commit_age,
         p.orphan.recheck_delay,
-        p.cleaner.grace
+        p.orphan_every,
+        p.cleaner.grace,
+        world.lifecycle_clock.skew_ms()
     );
     for id in 0..p.brokers {
         world.restart(id);
@@ -1620,12 +1658,20 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
     if !world.wait_until(min_end).await {
         return Ok(());
     }
+    // From then on the unreferenced objects must keep going away: at most one no-progress window
+    // (every worker gets several passes in it, a full orphan cycle twice over) without progress.
     let stored = world.stored_keys().await.map_err(|e| (OBJECTS, e))?.len() as u64;
     let passes_per_cycle = stored / p.orphan.max_listed_per_pass.max(1) + 2;
-    let extra = (p.orphan_every * u32::try_from(passes_per_cycle * 4).unwrap_or(u32::MAX))
+    let window = p.orphan_every * u32::try_from(passes_per_cycle * 3).unwrap_or(u32::MAX)
         + p.orphan.recheck_delay * 2
-        + p.cleaner_every * 4;
-    let max_end = min_end + extra.as_millis() as i64;
+        + p.orphan.full_sweep_interval.min(Duration::from_secs(3_600))
+        + p.cleaner_every * 3
+        + p.cleaner.grace
+        + Duration::from_secs(10);
+    let window_ms = window.as_millis() as i64;
+    let give_up = min_end + 12 * 3_600_000;
+    let mut best = usize::MAX;
+    let mut progress_at = world.clock.elapsed_ms();
     let leftover = loop {
         let (referenced, stored) = world.check_objects().await?;
         let unreferenced: Vec<String> = stored
@@ -1633,13 +1679,18 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
             .filter(|k| !referenced.contains_key(*k))
             .cloned()
             .collect();
+        let now = world.clock.elapsed_ms();
         if unreferenced.is_empty() {
             break None;
         }
-        if world.clock.elapsed_ms() >= max_end {
+        if unreferenced.len() < best {
+            best = unreferenced.len();
+            progress_at = now;
+        }
+        if now - progress_at > window_ms || now >= give_up {
             break Some(unreferenced);
         }
-        if !world.wait_until(world.clock.elapsed_ms() + 5_000).await {
+        if !world.wait_until(now + 5_000).await {
             return Ok(());
         }
     };
@@ -1652,9 +1703,10 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
         return Err((
             OBJECTS,
             format!(
-                "{} objects neither referenced nor deleted {} s into the quiet period: {}",
+                "{} objects neither referenced nor deleted {} s into the quiet period, none gone in the last {} s: {}",
                 keys.len(),
                 (world.clock.elapsed_ms() - start_wait) / 1000,
+                window_ms / 1000,
                 details.join("; ")
             ),
         ));

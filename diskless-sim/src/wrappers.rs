@@ -23,7 +23,9 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use parking_lot::Mutex;
 
+use crate::clock::SimClock;
 use crate::sync::Stall;
+use crate::trace::Trace;
 
 /// Dates listed objects by the simulated clock: the time the object first landed (its upload
 /// returned from the store), whatever the store says. Stores date objects by the wall clock
@@ -32,16 +34,22 @@ use crate::sync::Stall;
 #[derive(Debug)]
 pub(crate) struct LandedAt {
     inner: Arc<dyn ObjectStorage>,
-    clock: Arc<dyn Clock>,
+    clock: Arc<SimClock>,
     landed: Mutex<BTreeMap<ObjectKey, i64>>,
+    trace: Arc<Mutex<Trace>>,
 }
 
 impl LandedAt {
-    pub(crate) fn new(inner: Arc<dyn ObjectStorage>, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(
+        inner: Arc<dyn ObjectStorage>,
+        clock: Arc<SimClock>,
+        trace: Arc<Mutex<Trace>>,
+    ) -> Self {
         LandedAt {
             inner,
             clock,
             landed: Mutex::new(BTreeMap::new()),
+            trace,
         }
     }
 
@@ -65,7 +73,18 @@ impl ObjectStorage for LandedAt {
     async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
         self.inner.upload(key, payload).await?;
         let now = self.clock.now_ms();
-        self.landed.lock().entry(key.clone()).or_insert(now);
+        let fresh = {
+            let mut landed = self.landed.lock();
+            let fresh = !landed.contains_key(key);
+            landed.entry(key.clone()).or_insert(now);
+            fresh
+        };
+        if fresh {
+            let at = self.clock.elapsed_ms();
+            self.trace
+                .lock()
+                .event(at, format_args!("store: {key} landed"));
+        }
         Ok(())
     }
 
@@ -76,8 +95,12 @@ impl ObjectStorage for LandedAt {
     async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
         let deleted = self.inner.delete(keys).await?;
         let mut landed = self.landed.lock();
+        let at = self.clock.elapsed_ms();
+        let mut trace = self.trace.lock();
         for k in &deleted {
-            landed.remove(k);
+            if landed.remove(k).is_some() {
+                trace.event(at, format_args!("store: {k} deleted"));
+            }
         }
         Ok(deleted)
     }
@@ -102,30 +125,57 @@ impl ObjectStorage for LandedAt {
 }
 
 /// The storage every actor uses: the faulty storage until the faults stop, then the calm one
-/// (same objects, latency only). Uploads wait while `stall` is on, before reaching either.
+/// (same objects, latency only).
+///
+/// Uploads started while `stall` is on wait before reaching either, in a task of their own: a
+/// caller that gives up (drops the call) does not stop the request, which lands once released,
+/// as a PUT stuck on the network would.
 #[derive(Debug)]
 pub(crate) struct PhaseStorage {
     pub(crate) faulty: Arc<FaultyStorage>,
     pub(crate) calm: Arc<FaultyStorage>,
-    pub(crate) calm_on: AtomicBool,
-    pub(crate) stall: Stall,
+    pub(crate) calm_on: Arc<AtomicBool>,
+    pub(crate) stall: Arc<Stall>,
 }
 
 impl PhaseStorage {
-    fn current(&self) -> &FaultyStorage {
-        if self.calm_on.load(Ordering::SeqCst) {
-            &self.calm
-        } else {
-            &self.faulty
-        }
+    fn current(&self) -> &Arc<FaultyStorage> {
+        pick(&self.calm_on, &self.faulty, &self.calm)
+    }
+}
+
+fn pick<'a>(
+    calm_on: &AtomicBool,
+    faulty: &'a Arc<FaultyStorage>,
+    calm: &'a Arc<FaultyStorage>,
+) -> &'a Arc<FaultyStorage> {
+    if calm_on.load(Ordering::SeqCst) {
+        calm
+    } else {
+        faulty
     }
 }
 
 #[async_trait]
 impl ObjectStorage for PhaseStorage {
     async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
-        self.stall.pass().await;
-        self.current().upload(key, payload).await
+        if !self.stall.is_on() {
+            return self.current().upload(key, payload).await;
+        }
+        let (faulty, calm, calm_on, stall) = (
+            self.faulty.clone(),
+            self.calm.clone(),
+            self.calm_on.clone(),
+            self.stall.clone(),
+        );
+        let (key, payload) = (key.clone(), payload.to_vec());
+        let request = tokio::spawn(async move {
+            stall.pass().await;
+            pick(&calm_on, &faulty, &calm).upload(&key, &payload).await
+        });
+        request.await.map_err(|e| StorageError::Transient {
+            source: Box::new(e),
+        })?
     }
 
     async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
@@ -355,12 +405,15 @@ impl BatchCoordinator for GatedCoordinator {
 }
 
 /// Commit faults on a coordinator: refused and applied-with-the-answer-lost commits from the
-/// testkit's [`FaultyCoordinator`], and stalls of its own (deterministic, see [`Stall`]). A
-/// stalled commit waits before anything else, as a commit stuck on its way to the coordinator.
+/// testkit's [`FaultyCoordinator`], and stalls of its own (deterministic, see [`Stall`]).
+///
+/// A commit started while stalled waits before anything else, in a task of its own, as a commit
+/// stuck on its way to the coordinator: a caller that gives up (the writer's commit timeout
+/// drops the call) does not stop it; it lands once released.
 #[derive(Debug)]
 pub struct FaultyCommits {
     faulty: Arc<FaultyCoordinator>,
-    stall: Stall,
+    stall: Arc<Stall>,
 }
 
 impl FaultyCommits {
@@ -368,7 +421,7 @@ impl FaultyCommits {
     pub fn new(inner: Arc<dyn BatchCoordinator>) -> Arc<FaultyCommits> {
         Arc::new(FaultyCommits {
             faulty: FaultyCoordinator::new(inner),
-            stall: Stall::default(),
+            stall: Arc::new(Stall::default()),
         })
     }
 
@@ -416,8 +469,16 @@ impl BatchCoordinator for FaultyCommits {
         &self,
         request: CommitFileRequest,
     ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
-        self.stall.pass().await;
-        self.faulty.commit_file(request).await
+        if !self.stall.is_on() {
+            return self.faulty.commit_file(request).await;
+        }
+        let (faulty, stall) = (self.faulty.clone(), self.stall.clone());
+        let call = tokio::spawn(async move {
+            stall.pass().await;
+            faulty.commit_file(request).await
+        });
+        call.await
+            .map_err(|e| CoordinatorError::OutcomeUnknown(Box::new(e)))?
     }
 
     async fn find_batches(

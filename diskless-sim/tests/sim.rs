@@ -32,7 +32,9 @@ fn run_seeds(variant: Variant, default_count: u64) {
     let count = env_u64("DISKLESS_SIM_SEEDS").unwrap_or(default_count);
     let start = env_u64("DISKLESS_SIM_START_SEED").unwrap_or(1);
     let faults = faults_from_env();
+    let keep_going = std::env::var_os("DISKLESS_SIM_KEEP_GOING").is_some();
     let began = Instant::now();
+    let mut failures = Vec::new();
     for seed in start..start + count {
         let mut config = SimConfig::new(seed, variant);
         config.faults = faults.clone();
@@ -45,13 +47,25 @@ fn run_seeds(variant: Variant, default_count: u64) {
                 report.events,
                 report.stats
             ),
+            Err(v) if keep_going => {
+                eprintln!("{variant} seed {seed}: FAILED\n{v}");
+                failures.push(v);
+            }
             Err(v) => panic!("{v}"),
         }
     }
     eprintln!(
-        "{variant}: {count} seeds from {start} in {:?}",
-        began.elapsed()
+        "{variant}: {count} seeds from {start} in {:?}, {} failed",
+        began.elapsed(),
+        failures.len()
     );
+    if let Some(first) = failures.first() {
+        let seeds: Vec<String> = failures
+            .iter()
+            .map(|v| format!("{} ({})", v.seed, v.invariant))
+            .collect();
+        panic!("failing seeds: {}\nfirst:\n{first}", seeds.join(", "));
+    }
 }
 
 #[test]
