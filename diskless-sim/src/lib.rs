@@ -296,6 +296,8 @@ pub struct SimStats {
     pub fenced_commits: u64,
     /// Requests a producer stopped waiting for.
     pub client_timeouts: u64,
+    /// Batches sent with a corrupted copy first (which must be refused).
+    pub corrupt_sent: u64,
     /// Fetch requests.
     pub fetches: u64,
     /// Fetches answered with an error (other than out of range).

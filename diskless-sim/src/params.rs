@@ -6,7 +6,7 @@ use diskless_coordinator::{TimestampType, TopicConfig};
 use diskless_core::lifecycle::{
     CleanerConfig, OrphanConfig, ProducerExpiryConfig, RetentionConfig,
 };
-use diskless_core::{Backpressure, FetcherConfig, WalWriterConfig};
+use diskless_core::{Backpressure, FetcherConfig, SealPolicy, WalWriterConfig};
 use diskless_testkit::storage::{FaultConfig, Latency};
 
 use crate::Faults;
@@ -92,11 +92,22 @@ impl Params {
         let buffer_max_bytes = r.usize(2_048..=16_384);
         let max_pending_bytes = buffer_max_bytes * r.usize(1..=4);
         let block = [512u64, 1024, 2048, 4096][r.usize(0..4)];
+        let max_concurrent_uploads = r.usize(1..=4);
+        let commit_interval = ms(r, 20, 100);
+        let seal_policy = if r.bool() {
+            SealPolicy::adaptive(
+                ms(r, 0, commit_interval.as_millis() as u64),
+                r.usize(1..=max_concurrent_uploads),
+            )
+        } else {
+            SealPolicy::Interval
+        };
         let writer = WalWriterConfig {
             object_prefix: PREFIX.to_string(),
             buffer_max_bytes,
-            commit_interval: ms(r, 20, 100),
-            max_concurrent_uploads: r.usize(1..=4),
+            commit_interval,
+            seal_policy,
+            max_concurrent_uploads,
             max_pending_bytes,
             max_uncommitted_bytes: max_pending_bytes * r.usize(1..=4),
             backpressure: if r.u8(0..5) == 0 {

@@ -448,7 +448,13 @@ impl World {
             }
             for r in 0..records {
                 let key = rng.bool().then(|| format!("k{}", rng.u32(0..100)));
-                let value = record_value(id, r, rng.usize(0..=120));
+                // Now and then a record larger than the writer's whole buffer (or memory bound).
+                let pad = if rng.u32(0..60) == 0 {
+                    rng.usize(2_000..=20_000)
+                } else {
+                    rng.usize(0..=120)
+                };
+                let value = record_value(id, r, pad);
                 builder = builder.record(
                     now + r as i64,
                     key.as_deref().map(str::as_bytes),
@@ -474,6 +480,9 @@ impl World {
                 },
             );
             self.stat(|s| s.batches_sent += 1);
+            if rng.u32(0..50) == 0 {
+                self.send_corrupt(&spec, &mut rng, &bytes).await;
+            }
             let delivery = self
                 .deliver(&spec, &mut rng, id, bytes, epoch, sequence)
                 .await;
@@ -493,6 +502,49 @@ impl World {
                     }
                 }
                 Delivery::TopicGone => return,
+            }
+        }
+    }
+
+    /// Sends a copy of `bytes` with one byte of its records flipped: its CRC no longer matches, and
+    /// no broker may accept it (Kafka answers `CORRUPT_MESSAGE`).
+    async fn send_corrupt(
+        self: &Arc<Self>,
+        spec: &ProducerSpec,
+        rng: &mut fastrand::Rng,
+        bytes: &Bytes,
+    ) {
+        let Some(node) = self.pick_node(rng, None) else {
+            return;
+        };
+        let mut corrupt = bytes.to_vec();
+        if let Some(last) = corrupt.last_mut() {
+            *last ^= 0x5a;
+        }
+        let answer = self.submit(&node, spec, Bytes::from(corrupt));
+        let answer = tokio::select! {
+            biased;
+            a = answer => a.ok().flatten(),
+            _ = node.crashed.wait() => None,
+            _ = sleep(self.p.request_timeout) => None,
+        };
+        if let Some(a) = answer {
+            ev!(
+                self,
+                "producer {} sent a corrupt batch to broker {}: {:?}",
+                spec.index,
+                node.id,
+                a.error
+            );
+            self.stat(|s| s.corrupt_sent += 1);
+            if a.error.is_ok() {
+                self.fail((
+                    ACKED_READABLE,
+                    format!(
+                        "broker {} acknowledged a batch whose CRC does not match at offset {}",
+                        node.id, a.base_offset
+                    ),
+                ));
             }
         }
     }
