@@ -61,6 +61,7 @@
 mod blocking;
 mod cache;
 mod clock;
+mod flaky;
 mod oracle;
 mod params;
 mod sync;
@@ -71,6 +72,7 @@ mod wrappers;
 pub use blocking::{BlockingCoordinator, block_on};
 pub use cache::SimCache;
 pub use clock::{SIM_EPOCH_MS, SimClock};
+pub use flaky::{FlakyRates, FlakyStore};
 pub use oracle::{ACKED_READABLE, BOUNDS, CONSUMER, OBJECTS, OFFSETS, SETUP};
 pub use sync::Stall;
 pub use trace::fnv1a;
@@ -83,7 +85,9 @@ use std::time::Duration;
 use diskless_coordinator::sharded::{MemoryShardMap, ShardedConfig, ShardedCoordinator};
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions};
 use diskless_coordinator::{BatchCoordinator, Clock};
-use diskless_storage::{ObjectStorage, ObjectStoreStorage, RetryConfig, StorageOptions};
+use diskless_storage::{
+    ObjectStorage, ObjectStoreStorage, RetryConfig, StorageOptions, object_store,
+};
 use diskless_testkit::coordinator::InMemoryCoordinator;
 
 /// The coordinator a built-in run uses.
@@ -386,34 +390,64 @@ impl std::fmt::Display for Violation {
 impl std::error::Error for Violation {}
 
 /// What a run simulates: the shared storage and coordinator, as stored (the simulation adds the
-/// faults), and the coordinator's commit deadline.
+/// faults), and what the simulation must know about them.
 pub struct Components {
-    /// The object storage (no faults of its own).
+    /// The object storage (faults of its own, if any, must stop in [`Components::calm`]).
     pub storage: Arc<dyn ObjectStorage>,
     /// The coordinator, reading time from the clock the factory was given.
     pub coordinator: Arc<dyn BatchCoordinator>,
     /// The coordinator's `max_commit_age`: the quiet period waits for twice it.
     pub max_commit_age: Duration,
+    /// The longest one storage call may take by itself (its own retries and timeouts), for the
+    /// bound on produce answers.
+    pub storage_deadline: Duration,
+    /// Whether the storage dates listed objects by the clock the factory was given (otherwise,
+    /// e.g. `object_store`'s in-memory store with the wall clock, the simulation dates them by
+    /// when their upload returned).
+    pub dates_by_sim_clock: bool,
     /// Fault injectors on single shards (commit faults may target one of them); may be empty.
     pub shard_faults: Vec<Arc<FaultyCommits>>,
+    /// Called when the faults stop (components with faults of their own stop them here).
+    pub calm: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Components {
+    /// Components with nothing of their own to stop or date: the storage dates objects by the
+    /// wall clock and takes no time by itself.
+    pub fn new(
+        storage: Arc<dyn ObjectStorage>,
+        coordinator: Arc<dyn BatchCoordinator>,
+        max_commit_age: Duration,
+    ) -> Self {
+        Components {
+            storage,
+            coordinator,
+            max_commit_age,
+            storage_deadline: Duration::ZERO,
+            dates_by_sim_clock: false,
+            shard_faults: Vec::new(),
+            calm: None,
+        }
+    }
 }
 
 /// Runs one seed of a built-in variant.
 pub fn run(config: &SimConfig) -> Result<SimReport, Violation> {
     let variant = config.variant;
     let seed = config.seed;
+    let faults = config.faults.clone();
     run_with(config, variant.name(), move |clock| {
-        builtin(variant, seed, clock)
+        builtin(variant, seed, faults, clock)
     })
 }
 
 /// Runs one seed against the components `factory` builds. `factory` runs inside the run's
-/// runtime and is given the coordinator's clock (a [`SimClock`]); components must take time only
-/// from it and from tokio's clock, and randomness only from seeded generators, for the run to be
+/// runtime and is given the coordinator's clock; components must take time only from it and
+/// from tokio's clock, and randomness only from seeded generators, for the run to be
 /// reproducible.
 pub fn run_with<F, Fut>(config: &SimConfig, label: &str, factory: F) -> Result<SimReport, Violation>
 where
-    F: FnOnce(Arc<dyn Clock>) -> Fut,
+    F: FnOnce(Arc<SimClock>) -> Fut,
     Fut: Future<Output = Result<Components, String>>,
 {
     let setup = |message: String| Violation {
@@ -439,23 +473,45 @@ where
     })
 }
 
-/// The components of a built-in variant.
-async fn builtin(variant: Variant, seed: u64, clock: Arc<dyn Clock>) -> Result<Components, String> {
+/// The components of a built-in variant: `object_store`'s in-memory store behind a
+/// [`FlakyStore`] and an `ObjectStoreStorage` with fast retries, and the variant's coordinator.
+async fn builtin(
+    variant: Variant,
+    seed: u64,
+    faults: Faults,
+    clock: Arc<SimClock>,
+) -> Result<Components, String> {
     let mut rng = params::rng_for(seed, "components", 0);
     let max_commit_age = [20u64, 60, 600][rng.usize(0..3)];
     let max_commit_age = Duration::from_secs(max_commit_age);
     let retry = RetryConfig {
-        max_attempts: 3,
+        max_attempts: 4,
         initial_backoff: Duration::from_millis(10),
-        max_backoff: Duration::from_millis(100),
-        attempt_timeout: Duration::from_secs(5),
-        deadline: Duration::from_secs(10),
+        max_backoff: Duration::from_millis(200),
+        attempt_timeout: Duration::from_secs(2),
+        deadline: Duration::from_secs(6),
         seed: Some(rng.u64(..)),
         ..RetryConfig::default()
     };
-    let storage = ObjectStoreStorage::in_memory()
-        .with_options(StorageOptions::default().with_retry(retry))
+    let rate = |rng: &mut fastrand::Rng, on: bool, max: f64| if on { rng.f64() * max } else { 0.0 };
+    let rates = FlakyRates {
+        put_fail: rate(&mut rng, faults.storage_errors, 0.05),
+        put_ambiguous: rate(&mut rng, faults.ambiguous_uploads, 0.05),
+        put_slow: rate(&mut rng, faults.ambiguous_uploads, 0.04),
+        slow: Duration::from_secs(3),
+        get_fail: rate(&mut rng, faults.storage_errors, 0.03),
+        delete_fail: rate(&mut rng, faults.storage_errors, 0.1),
+    };
+    let flaky = Arc::new(FlakyStore::new(
+        Arc::new(object_store::memory::InMemory::new()),
+        clock.clone(),
+        rng.u64(..),
+        rates,
+    ));
+    let storage = ObjectStoreStorage::from_object_store(flaky.clone(), "")
+        .and_then(|s| s.with_options(StorageOptions::default().with_retry(retry.clone())))
         .map_err(|e| format!("storage: {e}"))?;
+    let clock: Arc<dyn Clock> = clock;
     let mut shard_faults = Vec::new();
     let coordinator: Arc<dyn BatchCoordinator> = match variant {
         Variant::Model => {
@@ -497,6 +553,10 @@ async fn builtin(variant: Variant, seed: u64, clock: Arc<dyn Clock>) -> Result<C
         storage: Arc::new(storage),
         coordinator,
         max_commit_age,
+        // Retries within the deadline, plus a slow PUT's last attempt cut at its timeout.
+        storage_deadline: retry.deadline + retry.attempt_timeout,
+        dates_by_sim_clock: true,
         shard_faults,
+        calm: Some(Box::new(move || flaky.calm())),
     })
 }

@@ -76,7 +76,8 @@ pub(crate) struct Params {
     pub(crate) stall_budget: Duration,
     /// The longest a commit stall lasts.
     pub(crate) max_commit_stall: Duration,
-    /// Bound of one upload: hedging delay plus the slowest storage call.
+    /// Bound of one upload: hedging delay, the slowest injected latency (twice) and the storage's
+    /// own deadline.
     pub(crate) upload_bound: Duration,
     pub(crate) delete_records_every: (u64, u64),
     /// Delete (and recreate) a topic once during the faulty phase.
@@ -84,7 +85,12 @@ pub(crate) struct Params {
 }
 
 impl Params {
-    pub(crate) fn derive(seed: u64, faults: &Faults, max_commit_age: Duration) -> Params {
+    pub(crate) fn derive(
+        seed: u64,
+        faults: &Faults,
+        max_commit_age: Duration,
+        storage_deadline: Duration,
+    ) -> Params {
         let mut rng = rng_for(seed, "params", 0);
         let r = &mut rng;
 
@@ -152,7 +158,9 @@ impl Params {
             ..FaultConfig::default()
         };
         let slowest_call = latency.as_ref().map_or(Duration::ZERO, |l| l.max);
-        let upload_bound = writer.hedge_uploads_after.unwrap_or(Duration::ZERO) + slowest_call * 2;
+        let upload_bound = writer.hedge_uploads_after.unwrap_or(Duration::ZERO)
+            + slowest_call * 2
+            + storage_deadline;
 
         // The collector's settings: aggressive (it fences young objects whose commits are merely
         // slow: safe since #12, the commit point refuses fenced keys), moderate, or the defaults.

@@ -139,6 +139,8 @@ pub(crate) struct World {
     producers: Mutex<Vec<JoinHandle<()>>>,
     consumers: Mutex<Vec<JoinHandle<()>>>,
     closes: Mutex<Vec<JoinHandle<()>>>,
+    /// The components' own faults stop here.
+    calm_hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl World {
@@ -1131,6 +1133,9 @@ impl World {
     fn calm_down(self: &Arc<Self>) {
         self.phase.store(CALM, Ordering::SeqCst);
         self.storage.calm_on.store(true, Ordering::SeqCst);
+        if let Some(calm) = self.calm_hook.lock().take() {
+            calm();
+        }
         self.storage.stall.release();
         for c in std::iter::once(&self.faulty).chain(self.shard_faults.iter()) {
             c.fail_next_commits(0);
@@ -1519,12 +1524,18 @@ pub(crate) async fn simulate(
     clock: Arc<SimClock>,
     components: Components,
 ) -> Result<SimReport, Violation> {
-    let p = Params::derive(config.seed, &config.faults, components.max_commit_age);
+    let p = Params::derive(
+        config.seed,
+        &config.faults,
+        components.max_commit_age,
+        components.storage_deadline,
+    );
     let trace = Arc::new(Mutex::new(Trace::new(config.trace_tail, config.echo)));
     let raw_storage: Arc<dyn ObjectStorage> = Arc::new(LandedAt::new(
         components.storage,
         clock.clone(),
         trace.clone(),
+        components.dates_by_sim_clock,
     ));
     let storage = Arc::new(PhaseStorage {
         faulty: Arc::new(FaultyStorage::new(
@@ -1578,6 +1589,7 @@ pub(crate) async fn simulate(
         producers: Mutex::new(Vec::new()),
         consumers: Mutex::new(Vec::new()),
         closes: Mutex::new(Vec::new()),
+        calm_hook: Mutex::new(components.calm),
         clock,
         p,
         config,

@@ -27,16 +27,18 @@ use crate::clock::SimClock;
 use crate::sync::Stall;
 use crate::trace::Trace;
 
-/// Dates listed objects by the simulated clock: the time the object first landed (its upload
-/// returned from the store), whatever the store says. Stores date objects by the wall clock
-/// (`object_store`'s in-memory store does), which has nothing to do with a simulated run; the
-/// orphan collector reads these dates.
+/// Traces objects landing in and leaving the store, and (unless the store dates objects by the
+/// simulated clock itself) dates listed objects by the time their upload returned. Stores date
+/// objects by the wall clock (`object_store`'s in-memory store does), which has nothing to do
+/// with a simulated run; the orphan collector reads these dates.
 #[derive(Debug)]
 pub(crate) struct LandedAt {
     inner: Arc<dyn ObjectStorage>,
     clock: Arc<SimClock>,
     landed: Mutex<BTreeMap<ObjectKey, i64>>,
     trace: Arc<Mutex<Trace>>,
+    /// The store dates objects by the simulated clock already: its dates are kept.
+    trust_dates: bool,
 }
 
 impl LandedAt {
@@ -44,16 +46,21 @@ impl LandedAt {
         inner: Arc<dyn ObjectStorage>,
         clock: Arc<SimClock>,
         trace: Arc<Mutex<Trace>>,
+        trust_dates: bool,
     ) -> Self {
         LandedAt {
             inner,
             clock,
             landed: Mutex::new(BTreeMap::new()),
             trace,
+            trust_dates,
         }
     }
 
     fn redate(&self, mut meta: ObjectMeta) -> ObjectMeta {
+        if self.trust_dates {
+            return meta;
+        }
         let at = self.landed.lock().get(&meta.key).copied();
         let ms = at
             .or_else(|| {

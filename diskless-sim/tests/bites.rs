@@ -148,15 +148,15 @@ fn first_violation(bug: Bug, max_seeds: u64) -> Option<Violation> {
         let result = run_with(&config, &format!("{bug:?}"), |clock| async move {
             let max_commit_age = Duration::from_secs(60);
             let model = InMemoryCoordinator::new(clock).with_max_commit_age(max_commit_age);
-            Ok(Components {
-                storage: Arc::new(ObjectStoreStorage::in_memory()),
-                coordinator: Arc::new(Mutant {
-                    inner: Arc::new(model),
-                    bug,
-                }),
+            let mutant = Mutant {
+                inner: Arc::new(model),
+                bug,
+            };
+            Ok(Components::new(
+                Arc::new(ObjectStoreStorage::in_memory()),
+                Arc::new(mutant),
                 max_commit_age,
-                shard_faults: Vec::new(),
-            })
+            ))
         });
         if let Err(v) = result {
             eprintln!("{bug:?} found at seed {seed}:\n{v}");
