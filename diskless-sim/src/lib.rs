@@ -1,62 +1,98 @@
 //! A deterministic simulation of a whole diskless cluster, run seed by seed (issue #13).
 //!
-//! One seed decides everything: the workload, the settings, the fault schedule and the
+//! One seed decides everything: the settings, the workload, the fault schedule and the
 //! interleaving. Each run builds its own current-thread tokio runtime with a paused clock (virtual
-//! time: minutes of simulated time cost milliseconds), seeds every random generator from the seed,
-//! and takes time from a [`SimClock`] over tokio's clock and object keys from seeded
-//! [`diskless_storage::SeededKeys`]. The same seed gives the same run, event for event: the
-//! [`SimReport::trace_hash`] is a hash of every event.
+//! time: the minutes a run simulates cost a fraction of a second), seeds every random generator
+//! from the seed, and takes wall-clock time from a [`SimClock`] over tokio's clock and object keys
+//! from seeded [`diskless_storage::SeededKeys`]. The same seed gives the same run, event for
+//! event: [`SimReport::trace_hash`] hashes every event.
 //!
 //! # What runs
 //!
 //! - **Brokers** (3): each a [`diskless_core::WalWriter`] and a [`diskless_core::Fetcher`] with
-//!   its own [`SimCache`] and a clock skewed by up to ±2 s, over one shared storage and one
-//!   shared coordinator. A crash closes the broker's gate (calls not yet started fail, calls on the
-//!   wire go on), disconnects its clients, closes its writer in the background and drops its
-//!   cache; after a random downtime a new incarnation starts with new keys and a new skew.
-//! - **Producers** (1–3 per partition, idempotent or plain): batches of 1–5 records whose values
-//!   name the producer, the batch and the record; one batch in flight; a request timeout after
-//!   which the same bytes are resent to another broker; retriable errors retried until a delivery
-//!   timeout; an idempotent producer that gives a batch up bumps its epoch (KIP-360).
+//!   its own [`SimCache`] and a clock skewed by up to ±2 s, over one shared storage and one shared
+//!   coordinator. Writer settings are drawn per run (buffer sizes, interval or adaptive seal
+//!   policy, upload concurrency, hedging, backpressure mode, small memory bounds, a commit timeout
+//!   of 1–5 s). A crash closes the broker's gate (calls not yet started fail, calls on the wire go
+//!   on), disconnects its clients, closes its writer in the background and drops its cache; after
+//!   a random downtime a new incarnation starts with new keys and a new skew.
+//! - **Producers** (1–3 per partition, idempotent or plain, some compressing): batches of 1–5
+//!   records whose values name the producer, the batch and the record (now and then a record
+//!   larger than the writer's whole buffer); one batch in flight; a request timeout after which
+//!   the same bytes go to another broker; retriable errors retried until a delivery timeout; an
+//!   idempotent producer that gives a batch up bumps its epoch (KIP-360). Now and then a producer
+//!   first sends a copy with a broken CRC, which must be refused.
 //! - **Consumers** (one per partition): fetch from the offset they track through a random
-//!   broker, jump to the log start on `OFFSET_OUT_OF_RANGE`.
-//! - **Lifecycle workers** on their own schedules and settings (aggressive orphan collection
-//!   included): retention, object cleaner, orphan collector (restarted now and then, losing its
-//!   state), producer-id expiry; DeleteRecords now and then; sometimes a topic is deleted and
-//!   another one created under its name.
-//! - **Faults** during the first phase: storage errors, ambiguous uploads, latency, upload
-//!   stalls, unreadable objects ([`diskless_testkit::storage::FaultyStorage`]); commits refused,
-//!   applied with the answer lost ([`diskless_testkit::coordinator::FaultyCoordinator`]), stalled
-//!   ([`FaultyCommits`]; on the router and, for [`Variant::Sharded`], on single shards); broker
-//!   crashes; clock skew; cache eviction storms. Then a calm phase (producers go on, no faults), then a quiet phase
-//!   (no produce) long enough for every orphan and dead object to go.
+//!   broker, jump to the log start (ListOffsets EARLIEST) on `OFFSET_OUT_OF_RANGE`.
+//! - **Lifecycle workers** on their own schedules and settings, aggressive ones included (an
+//!   orphan collector with a candidate age and recheck delay of a few milliseconds): retention,
+//!   the object cleaner, the orphan collector (its host restarts now and then, losing its state),
+//!   producer-id expiry; DeleteRecords now and then; in some runs a topic is deleted and another
+//!   one created under its name.
+//! - **Faults**, during the first phase (30–50 virtual seconds): `FaultyStorage` (storage errors,
+//!   ambiguous uploads, log-normal latency, unreadable objects); a [`FlakyStore`] below
+//!   `ObjectStoreStorage` (503s, uploads that land and fail, slow uploads that land after the
+//!   attempt timeout, S3's 409 while one is in flight), so that its own retries and
+//!   create-or-verify run under faults; upload stalls; commits refused, applied with the answer
+//!   lost, or stalled ([`FaultyCommits`], on the router and, for [`Variant::Sharded`], on single
+//!   shards: partial commits); a stalled upload or commit is a request on the wire that lands
+//!   when released, even after its caller gave up; broker crashes; clock skew; cache eviction
+//!   storms. Then a calm phase (producers go on, no faults), then a quiet phase (no produce) until
+//!   every orphan and dead object is gone.
 //!
 //! # Invariants
 //!
 //! Each violation names its invariant ([`Violation::invariant`]):
 //!
-//! 1. [`ACKED_READABLE`]: every acknowledged batch is readable at its offset, byte for byte (the
-//!    served batch equals the sent one except the base offset, the partition leader epoch and,
-//!    for LogAppendTime, the timestamp type bit, max timestamp and CRC), until retention or
-//!    DeleteRecords removed it; every batch served is one a producer sent; an idempotent batch
-//!    appears at most once (at its acknowledged offset). Checked on every consumer read and by a
-//!    final scan of every partition.
-//! 2. [`OFFSETS`]: offsets are contiguous and never reused (the same offset always holds the same
-//!    batch, batches never overlap); the high watermark and log start offset never go back, and
-//!    the high watermark covers every acknowledgement.
+//! 1. [`ACKED_READABLE`]: every batch served is one a producer sent, byte for byte except the
+//!    base offset, the partition leader epoch asked for and, for LogAppendTime, the timestamp
+//!    type bit, max timestamp (= the acknowledged log append time) and CRC, with a valid CRC;
+//!    every acknowledged batch is in the log at its acknowledged offset until retention or
+//!    DeleteRecords removed it; an idempotent producer's batch appears at most once, at its
+//!    acknowledged offset; a corrupt batch is never acknowledged. Checked on every consumer read
+//!    and by a final scan of every partition through a fault-free fetcher.
+//! 2. [`OFFSETS`]: offsets are contiguous from the log start to the high watermark and never
+//!    reused (an offset always holds the same batch, batches never overlap, an acknowledged
+//!    offset holds the acknowledged batch); the high watermark and log start offset never go
+//!    back and the high watermark covers every acknowledgement. Checked on every fetch answer,
+//!    every periodic check (the whole log's coordinates) and the final scan.
 //! 3. [`OBJECTS`]: at every periodic check, every object referenced by a live batch is in the
-//!    store; at the end of the quiet period, every stored object is referenced by a live batch.
-//! 4. [`BOUNDS`]: writers stay within `max_pending_bytes` / `max_uncommitted_bytes` and caches
-//!    within their capacity; every produce request is answered within a bound derived from the
-//!    settings; every producer's delivery ends; `close()` returns in bounded time.
-//! 5. [`CONSUMER`]: a consumer never sees a batch twice or out of order; an idempotent
+//!    store (read bypassing the faults); in the quiet period the unreferenced objects (orphans,
+//!    dead objects) keep going away until none is left — a window in which every lifecycle
+//!    worker had several passes (a full orphan cycle twice over) without progress is a violation.
+//! 4. [`BOUNDS`]: writers stay within `max_pending_bytes` and `max_uncommitted_bytes`, caches
+//!    within their capacity; every produce request is answered within `commit_interval` + every
+//!    storage stall of the run + (requests ahead of it + 1) × (upload bound + `commit_timeout`) +
+//!    1 s (commits are serial; each is given up after `commit_timeout`); every producer's
+//!    delivery ends; `close()` returns within that bound, for crashed and live brokers.
+//! 5. [`CONSUMER`]: a consumer never sees a batch twice or out of order; each idempotent
 //!    producer's batches are read in the order it sent them.
+//!
+//! # Determinism
+//!
+//! Besides seeding, three things keep a run reproducible. Stalls and one-shot flags use one
+//! `tokio::sync::Notify` ([`Stall`]), not `tokio::sync::watch`, which wakes its waiters in an
+//! order drawn from tokio's unseedable per-runtime generator (so the testkit's own stalls are not
+//! used). Fetchers read every object of a fetch at once (`max_concurrent_objects`), because
+//! `Fetcher` groups reads by object in a `HashMap` whose order follows the process's hash seed.
+//! The SQLite coordinator's calls run to completion on the runtime's thread
+//! ([`BlockingCoordinator`]), so no virtual time passes while its connection thread works.
+//!
+//! # Not simulated
+//!
+//! PostgreSQL (it needs a server; its concurrency has its own tests), real HTTP stores, several
+//! threads (one runtime thread: interleavings at await points only), a coordinator crash or
+//! restart, the host broker (network layer, metadata, leader epochs), multi-partition produce
+//! requests, transactions, consumer groups, and ListOffsets by timestamp.
 //!
 //! # Running
 //!
 //! [`run`] runs one seed against a built-in [`Variant`]; [`run_with`] runs it against components
-//! built by a factory (a user's own `ObjectStorage` and `BatchCoordinator`). A failing run returns a
+//! a factory builds (a user's own `ObjectStorage` and `BatchCoordinator`). A failing run returns a
 //! [`Violation`] whose `Display` names the invariant, the seed and one command that replays it.
+//! `tests/sim.rs` runs a fixed set of seeds per variant in CI; `DISKLESS_SIM_SEEDS`,
+//! `DISKLESS_SIM_START_SEED`, `DISKLESS_SIM_VARIANT`, `DISKLESS_SIM_KEEP_GOING` and
+//! `DISKLESS_SIM_DISABLE` make it a soak.
 
 mod blocking;
 mod cache;
@@ -432,7 +468,7 @@ impl Components {
 }
 
 /// Runs one seed of a built-in variant.
-pub fn run(config: &SimConfig) -> Result<SimReport, Violation> {
+pub fn run(config: &SimConfig) -> Result<SimReport, Box<Violation>> {
     let variant = config.variant;
     let seed = config.seed;
     let faults = config.faults.clone();
@@ -445,19 +481,25 @@ pub fn run(config: &SimConfig) -> Result<SimReport, Violation> {
 /// runtime and is given the coordinator's clock; components must take time only from it and
 /// from tokio's clock, and randomness only from seeded generators, for the run to be
 /// reproducible.
-pub fn run_with<F, Fut>(config: &SimConfig, label: &str, factory: F) -> Result<SimReport, Violation>
+pub fn run_with<F, Fut>(
+    config: &SimConfig,
+    label: &str,
+    factory: F,
+) -> Result<SimReport, Box<Violation>>
 where
     F: FnOnce(Arc<SimClock>) -> Fut,
     Fut: Future<Output = Result<Components, String>>,
 {
-    let setup = |message: String| Violation {
-        seed: config.seed,
-        variant: label.to_string(),
-        invariant: SETUP,
-        message,
-        at_ms: 0,
-        replay: config.replay_command(label),
-        trace_tail: Vec::new(),
+    let setup = |message: String| {
+        Box::new(Violation {
+            seed: config.seed,
+            variant: label.to_string(),
+            invariant: SETUP,
+            message,
+            at_ms: 0,
+            replay: config.replay_command(label),
+            trace_tail: Vec::new(),
+        })
     };
     // Library code that seeds from fastrand's thread-local generator derives from the seed.
     fastrand::seed(config.seed);

@@ -149,10 +149,8 @@ pub(crate) struct Oracle {
     parts: BTreeMap<TopicIdPartition, Part>,
 }
 
-/// Byte ranges of a v2 batch header.
-const BASE_OFFSET: std::ops::Range<usize> = 0..8;
+/// Byte ranges of a v2 batch header (the base offset is 0..8, the CRC 17..21).
 const LEADER_EPOCH: std::ops::Range<usize> = 12..16;
-const CRC: std::ops::Range<usize> = 17..21;
 const ATTRIBUTES: std::ops::Range<usize> = 21..23;
 const MAX_TIMESTAMP: std::ops::Range<usize> = 35..43;
 
@@ -349,7 +347,6 @@ impl Oracle {
                 format!("{at}: batch {id:?} served bytes differ from the bytes sent"),
             ));
         }
-        let _ = (BASE_OFFSET, CRC);
         let max_timestamp = be_i64(&served[MAX_TIMESTAMP]);
         if sent.idempotent
             && let Some(other) = sent.seen_at.iter().find(|o| **o != base)

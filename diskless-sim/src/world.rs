@@ -127,6 +127,7 @@ pub(crate) struct World {
     requests: Mutex<BTreeMap<u64, Outstanding>>,
     next_request: AtomicU64,
     next_producer: AtomicU32,
+    next_consumer: AtomicU64,
     next_producer_id: AtomicI64,
     next_topic: AtomicU64,
     phase: AtomicU8,
@@ -412,7 +413,7 @@ impl World {
                     .push(tokio::spawn(async move { world.producer(spec).await }));
             }
             let world = self.clone();
-            let index = u64::from(self.next_producer.load(Ordering::SeqCst)) << 8 | i as u64;
+            let index = self.next_consumer.fetch_add(1, Ordering::SeqCst);
             self.consumers.lock().push(tokio::spawn(async move {
                 world.consumer(partition, index).await
             }));
@@ -1214,7 +1215,6 @@ impl World {
                         || r.not_deleted > 0
                         || r.deferred > 0
                         || r.dropped > 0
-                        || std::env::var_os("SIMDBG").is_some()
                     {
                         ev!(self, "orphans: {r:?}");
                         self.stat(|s| s.orphans_deleted += r.deleted);
@@ -1523,7 +1523,7 @@ pub(crate) async fn simulate(
     label: String,
     clock: Arc<SimClock>,
     components: Components,
-) -> Result<SimReport, Violation> {
+) -> Result<SimReport, Box<Violation>> {
     let p = Params::derive(
         config.seed,
         &config.faults,
@@ -1577,6 +1577,7 @@ pub(crate) async fn simulate(
         requests: Mutex::new(BTreeMap::new()),
         next_request: AtomicU64::new(0),
         next_producer: AtomicU32::new(0),
+        next_consumer: AtomicU64::new(0),
         next_producer_id: AtomicI64::new(1000),
         next_topic: AtomicU64::new(0),
         phase: AtomicU8::new(FAULTY),
@@ -1603,7 +1604,7 @@ pub(crate) async fn simulate(
     let trace = world.trace.lock();
     let violation = world.violation.lock().clone();
     match violation {
-        Some((invariant, message, at_ms)) => Err(Violation {
+        Some((invariant, message, at_ms)) => Err(Box::new(Violation {
             seed: world.config.seed,
             variant: world.label.clone(),
             invariant,
@@ -1611,7 +1612,7 @@ pub(crate) async fn simulate(
             at_ms,
             replay: world.config.replay_command(&world.label),
             trace_tail: trace.tail(),
-        }),
+        })),
         None => Ok(SimReport {
             seed: world.config.seed,
             variant: world.label.clone(),
@@ -1804,6 +1805,8 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
     if world.failed() {
         return Ok(());
     }
+    // Let the broker-side tasks of the last answers finish.
+    sleep(Duration::from_millis(1)).await;
     if let Some(o) = world.requests.lock().values().next() {
         return Err((
             BOUNDS,

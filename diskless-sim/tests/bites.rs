@@ -142,7 +142,7 @@ impl BatchCoordinator for Mutant {
 }
 
 /// Runs seeds from 1 against a mutant until one fails; returns that violation.
-fn first_violation(bug: Bug, max_seeds: u64) -> Option<Violation> {
+fn first_violation(bug: Bug, max_seeds: u64) -> Option<Box<Violation>> {
     for seed in 1..=max_seeds {
         let config = SimConfig::new(seed, Variant::Model);
         let result = run_with(&config, &format!("{bug:?}"), |clock| async move {
