@@ -18,7 +18,7 @@
 //! The fetcher also answers ListOffsets at record granularity ([`Fetcher::list_offsets`], in
 //! [`crate::offsets`]), reading through the same cache and storage path the one batch it needs.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -298,7 +298,9 @@ impl Fetcher {
     {
         // Owned keys: a future holding `&str` keys across awaits is not `Send` for every lifetime
         // (a rustc limitation), and hosts spawn their fetch handlers.
-        let mut by_object: HashMap<String, ObjectReads<K>> = HashMap::new();
+        // Ordered by key, so reads start in the same order on every run (a simulation under a
+        // paused clock is reproducible whatever `max_concurrent_objects` is).
+        let mut by_object: BTreeMap<String, ObjectReads<K>> = BTreeMap::new();
         for (slot, b) in wanted {
             // An overflowing range (a corrupt row) becomes an empty one, refused by read_object.
             let end = b
