@@ -217,7 +217,7 @@ impl Params {
         };
 
         let request_timeout = commit_timeout * 2 + writer.commit_interval + upload_bound;
-        let delivery_timeout = request_timeout * r.u32(3..=5);
+        let delivery_timeout = request_timeout.mul_f64(1.0 + 4.0 * r.f64());
         let fault_phase = ms(r, 30_000, 50_000);
 
         let short = TopicConfig {
