@@ -70,13 +70,12 @@
 //!
 //! # Determinism
 //!
-//! Besides seeding, three things keep a run reproducible. Stalls and one-shot flags use one
-//! `tokio::sync::Notify` ([`Stall`]), not `tokio::sync::watch`, which wakes its waiters in an
-//! order drawn from tokio's unseedable per-runtime generator (so the testkit's own stalls are not
-//! used). Fetchers read every object of a fetch at once (`max_concurrent_objects`), because
-//! `Fetcher` groups reads by object in a `HashMap` whose order follows the process's hash seed.
-//! The SQLite coordinator's calls run to completion on the runtime's thread
-//! ([`BlockingCoordinator`]), so no virtual time passes while its connection thread works.
+//! Besides seeding, two things in this crate keep a run reproducible. Stalls and one-shot flags
+//! use one `tokio::sync::Notify` ([`Stall`]), not `tokio::sync::watch`, which wakes its waiters in
+//! an order drawn from tokio's unseedable per-runtime generator (so the testkit's own stalls are
+//! not used). The SQLite coordinator's calls run to completion on the runtime's thread
+//! ([`BlockingCoordinator`]), so no virtual time passes while its connection thread works. In the
+//! library, `select!`s are biased and a fetch reads its objects in key order.
 //!
 //! # Not simulated
 //!

@@ -127,12 +127,9 @@ impl Params {
             commit_timeout,
             ..WalWriterConfig::default()
         };
-        // Every object of a fetch is read at once: `Fetcher::read_batches` groups reads by object
-        // in a `HashMap`, so with fewer read slots than objects the order of the reads (and the
-        // virtual time each starts) would follow the process's hash seed, not the run's seed.
         let fetcher = FetcherConfig {
             cache_block_size: block,
-            max_concurrent_objects: 1 << 16,
+            max_concurrent_objects: r.usize(1..=4),
             ..FetcherConfig::default()
         };
 
