@@ -21,7 +21,9 @@ pub struct OrphanConfig {
     /// clock skew between the hosts, so that the collector only fences keys whose commits the
     /// deadline refuses anyway; below that it may fence an upload whose commit is merely slow,
     /// which costs that produce request an error (`REQUEST_TIMED_OUT`, the producer retries),
-    /// never data. Default 15 minutes.
+    /// never data. Below the clock difference between the store's `last_modified` dates and this
+    /// collector's clock, an orphan listed just after a clean cycle may count as settled and wait
+    /// for the next full sweep (`full_sweep_interval`) before it is collected. Default 15 minutes.
     pub max_commit_age: Duration,
     /// How long a suspect must have been unknown (phase 1) before it is fenced and deleted (phase
     /// 2). Not a safety assumption either: it only lets visibility lag settle — a listing that
