@@ -15,8 +15,7 @@ mod moka_cache;
 
 pub use moka_cache::{MokaCache, MokaCacheConfig};
 
-/// A boxed error source.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub use diskless_common::BoxError;
 
 /// The key of one cached block.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -3,8 +3,7 @@
 
 use crate::ErrorCode;
 
-/// A boxed error source.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+use diskless_common::BoxError;
 
 /// Why a coordinator call failed as a whole.
 #[derive(Debug, thiserror::Error)]

@@ -9,10 +9,10 @@
 //! default) and PostgreSQL (feature `postgres`). `diskless-testkit` holds an in-memory reference model
 //! and the conformance suite that every implementation runs.
 
-mod clock;
 mod deadline;
 mod error;
 mod error_code;
+mod layer;
 mod types;
 mod validate;
 
@@ -22,13 +22,14 @@ pub mod sharded;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use deadline::{
     DEFAULT_MAX_COMMIT_AGE, FENCE_EXPIRY_BATCH, FENCE_RETENTION_FACTOR, check_commit_deadline,
     fence_expiry_before, max_age_ms, object_key_time_ms,
 };
-pub use error::{BoxError, CoordinatorError};
+pub use diskless_common::{BoxError, Clock, ManualClock, SystemClock};
+pub use error::CoordinatorError;
 pub use error_code::ErrorCode;
+pub use layer::{CoordinatorLayer, CoordinatorMetrics, CoordinatorOp, Layered, MeteredCoordinator};
 pub use types::*;
 pub use validate::{last_sequence, producer_field_error};
 

@@ -1,7 +1,6 @@
 //! Errors of object storage calls.
 
-/// A boxed error source.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub use diskless_common::BoxError;
 
 /// Why an object storage call failed.
 #[derive(Debug, thiserror::Error)]

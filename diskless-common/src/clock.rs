@@ -1,5 +1,6 @@
-//! The clock a coordinator reads commit and deletion times from. Injected so that tests are
-//! deterministic (as SlateDB injects its clock).
+//! The clock every component reads wall-clock time from (commit and deletion times, object key
+//! times, deadlines, fences). Injected so that tests are deterministic (as SlateDB injects its
+//! clock); [`SystemClock`] is the only reader of the system time in library code.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ pub trait Clock: Send + Sync + Debug {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)] // The one blessed reader of the system time.
     fn now_ms(&self) -> i64 {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -27,7 +29,7 @@ impl Clock for SystemClock {
 /// A clock that moves only when told to, for tests.
 ///
 /// ```
-/// use diskless_coordinator::{Clock, ManualClock};
+/// use diskless_common::{Clock, ManualClock};
 /// let clock = ManualClock::new(1_000);
 /// clock.advance(500);
 /// assert_eq!(clock.now_ms(), 1_500);
