@@ -72,6 +72,6 @@ pub use validate::{
     default_decompression_limit, validate_batch, validate_produce_records, verify_stored_batch,
 };
 pub use writer::{
-    Backpressure, PartitionResponse, PendingProduce, ProducePartition, ProduceRecordError,
-    SealPolicy, WalWriter, WalWriterConfig, WriterError, WriterStats,
+    Backpressure, ConfigError, PartitionResponse, PendingProduce, ProducePartition,
+    ProduceRecordError, SealPolicy, WalWriter, WalWriterConfig, WriterError, WriterStats,
 };

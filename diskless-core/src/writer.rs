@@ -58,6 +58,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+mod config;
+pub use config::ConfigError;
+
 use crate::batch::RecordBatch;
 use crate::segment::SegmentBuilder;
 use crate::validate::{ValidatedBatch, Validator};
