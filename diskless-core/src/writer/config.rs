@@ -1,5 +1,9 @@
-//! Settings of the produce path and the one error type every façade configuration is checked
-//! against.
+//! Settings of the produce path ([`WalWriterConfig`], [`SealPolicy`], [`Backpressure`]) and the
+//! one error type every façade configuration is checked against ([`ConfigError`]).
+
+use std::time::Duration;
+
+use diskless_coordinator::ShardId;
 
 /// A configuration value that is out of range, found when a [`WalWriter`](crate::WalWriter) or a
 /// [`Fetcher`](crate::Fetcher) is built. Invalid values are rejected, never clamped.
@@ -25,6 +29,126 @@ impl ConfigError {
         ConfigError::Invalid {
             field,
             reason: reason.into(),
+        }
+    }
+}
+
+/// When the writer closes its buffer into a segment (besides a full buffer, which always does).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SealPolicy {
+    /// [`WalWriterConfig::commit_interval`] after the buffer's first batch (KIP-1163's
+    /// `diskless.append.commit.interval.ms`): every request waits up to the interval, at any load.
+    #[default]
+    Interval,
+    /// Group commit: seal as soon as the upload pipeline has room — fewer than `max_in_flight`
+    /// segments sealed and not yet uploaded — but not sooner than `min_interval` after the previous
+    /// seal (which bounds the PUT rate of one writer to `1 / min_interval`). While the pipeline is
+    /// busy, requests accumulate and the next segment is bigger, up to `buffer_max_bytes`; so a
+    /// request waits about one upload at high load and `min_interval` at most at low load.
+    /// `commit_interval` stays the longest a batch ever waits. An idle writer makes no PUT.
+    Adaptive {
+        /// The least time between two seals (at most `1 / min_interval` PUTs per second).
+        min_interval: Duration,
+        /// Seal only while fewer segments than this are uploading or waiting for an upload slot
+        /// (1: one upload at a time, the classic group commit; `max_concurrent_uploads`: a free slot).
+        max_in_flight: usize,
+    },
+}
+
+impl SealPolicy {
+    /// Group commit with a PUT-rate bound of 1 / `min_interval` and up to `max_in_flight` segments
+    /// uploading.
+    pub fn adaptive(min_interval: Duration, max_in_flight: usize) -> Self {
+        SealPolicy::Adaptive {
+            min_interval,
+            max_in_flight,
+        }
+    }
+}
+
+/// What [`WalWriter::append`] does when the pending-bytes bound is reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backpressure {
+    /// Wait until enough earlier segments are committed (the default).
+    #[default]
+    Wait,
+    /// Fail the request at once with `KAFKA_STORAGE_ERROR` (retriable).
+    FailFast,
+}
+
+/// Settings of a [`WalWriter`].
+#[derive(Clone, Debug)]
+pub struct WalWriterConfig {
+    /// The id of the broker that uploads (recorded with each object).
+    pub broker_id: i32,
+    /// The prefix of object keys: objects are named `<prefix>/<uuid v7>`.
+    pub object_prefix: String,
+    /// Close the buffer into a segment once it holds this many bytes (KIP-1163
+    /// `diskless.append.buffer.max.bytes`). Default 8 MiB.
+    pub buffer_max_bytes: usize,
+    /// Close the buffer this long after its first batch arrived (KIP-1163
+    /// `diskless.append.commit.interval.ms`). Default 250 ms. With [`SealPolicy::Adaptive`] the
+    /// buffer usually closes sooner; this stays the longest any batch waits.
+    pub commit_interval: Duration,
+    /// When to close the buffer besides a full buffer and `commit_interval`. Default
+    /// [`SealPolicy::Interval`].
+    pub seal_policy: SealPolicy,
+    /// How many segments may upload at once. Default 4.
+    pub max_concurrent_uploads: usize,
+    /// Bound on bytes buffered plus bytes being uploaded (a segment waiting only for its commit
+    /// holds no payload). Default 64 MiB.
+    pub max_pending_bytes: usize,
+    /// Bound on bytes of requests not yet answered: buffered, uploading, or uploaded and waiting for
+    /// their commit. Commits are serial, so a slow coordinator would otherwise let uploaded segments
+    /// (their metadata and waiting requests) pile up without limit. At least `max_pending_bytes`.
+    /// Default 256 MiB.
+    pub max_uncommitted_bytes: usize,
+    /// What `append` does at that bound.
+    pub backpressure: Backpressure,
+    /// The coordinator shards that own this writer's objects (KIP-1164 owner list). Default `[0]`.
+    pub owners: Vec<ShardId>,
+    /// Block size used to put freshly uploaded segments into the cache; must equal the fetcher's.
+    /// Default [`crate::DEFAULT_CACHE_BLOCK_SIZE`].
+    pub cache_block_size: u64,
+    /// How many requests may be validated at once. Validating a compressed batch decompresses it
+    /// (up to 32 × `max.message.bytes`, see [`crate::default_decompression_limit`]) before the
+    /// request is counted in `max_pending_bytes`, so this bounds that memory too. Default 8.
+    pub max_concurrent_validations: usize,
+    /// Start a second, identical upload of a segment whose first attempt has not finished after
+    /// this long, and take whichever lands first (a hedged request). Commits happen in segment
+    /// order, so one slow upload delays every later segment: hedging cuts that tail for a few extra
+    /// PUTs (create-only uploads make the duplicate harmless: same key, same bytes). `None` (the
+    /// default) never hedges; about the store's p95 upload latency is a good value.
+    pub hedge_uploads_after: Option<Duration>,
+    /// How long the writer waits for the coordinator's answer to a segment's commit. After it, every
+    /// request of the segment is answered `REQUEST_TIMED_OUT` (retriable), the call is abandoned
+    /// (its outcome is unknown: it may still apply) and the object is left to the orphan
+    /// collector. It must stay well below the coordinators' `max_commit_age` (default 10 minutes,
+    /// [`diskless_coordinator::DEFAULT_MAX_COMMIT_AGE`]), past which a late commit is refused
+    /// anyway. Later segments commit without waiting for an abandoned call, so a timed-out request's
+    /// batches may land after later ones (as after any Kafka `REQUEST_TIMED_OUT`; an idempotent
+    /// producer's sequence checks keep its order). Default 30 s (Kafka's `request.timeout.ms`).
+    pub commit_timeout: Duration,
+}
+
+impl Default for WalWriterConfig {
+    fn default() -> Self {
+        WalWriterConfig {
+            broker_id: 0,
+            object_prefix: "wal".to_string(),
+            buffer_max_bytes: 8 << 20,
+            commit_interval: Duration::from_millis(250),
+            seal_policy: SealPolicy::Interval,
+            max_concurrent_uploads: 4,
+            max_pending_bytes: 64 << 20,
+            max_uncommitted_bytes: 256 << 20,
+            backpressure: Backpressure::Wait,
+            owners: vec![0],
+            cache_block_size: crate::DEFAULT_CACHE_BLOCK_SIZE,
+            max_concurrent_validations: 8,
+            hedge_uploads_after: None,
+            commit_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -1,0 +1,211 @@
+//! Committing sealed segments strictly in seal order, and answering their requests.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use diskless_coordinator::{CoordinatorError, ErrorCode, TopicIdPartition};
+use diskless_storage::StorageError;
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
+use tracing::warn;
+
+use super::seal::Sealed;
+use super::{PartitionResponse, PendingProduce, PendingState, Shared};
+
+/// The answer slot of one partition of a buffered request.
+pub(super) enum Slot {
+    /// Waiting for the coordinator.
+    Pending(TopicIdPartition),
+    /// Answered (validation failure, or the commit result of its first batch).
+    Done(PartitionResponse),
+}
+
+/// A request waiting in the buffer for its segment's commit.
+pub(super) struct Waiter {
+    pub(super) tx: oneshot::Sender<Vec<PartitionResponse>>,
+    pub(super) slots: Vec<Slot>,
+    /// The request's share of the pending-bytes budget. At seal it moves to the upload task and is
+    /// released once the segment's bytes are uploaded (or failed): a segment waiting for its turn to
+    /// commit holds only metadata, so one slow upload does not hold the budget of later ones.
+    pub(super) permit: Option<OwnedSemaphorePermit>,
+    /// The request's share of the uncommitted-bytes bound, released when it is answered.
+    pub(super) _uncommitted: OwnedSemaphorePermit,
+}
+
+/// Answers a request that never entered the buffer: pending slots get `error`.
+pub(super) fn fill_errors(slots: Vec<Slot>, error: ErrorCode, message: &str) -> PendingProduce {
+    PendingProduce {
+        state: PendingState::Ready(Some(finish_slots(slots, error, message))),
+    }
+}
+
+/// Turns slots into answers; slots still pending get `error`.
+pub(super) fn finish_slots(
+    slots: Vec<Slot>,
+    error: ErrorCode,
+    message: &str,
+) -> Vec<PartitionResponse> {
+    slots
+        .into_iter()
+        .map(|slot| match slot {
+            Slot::Done(r) => r,
+            Slot::Pending(p) => PartitionResponse::error(p, error, message),
+        })
+        .collect()
+}
+
+pub(super) fn fail_sealed(sealed: Sealed, error: ErrorCode, message: &str) {
+    sealed.upload.abort();
+    for w in sealed.waiters {
+        complete_all(w, error, message);
+    }
+}
+
+/// Answers a request; its still-pending slots get `error`.
+pub(super) fn complete_all(waiter: Waiter, error: ErrorCode, message: &str) {
+    // The requester may have gone away; nothing to do then.
+    let _ = waiter.tx.send(finish_slots(waiter.slots, error, message));
+}
+
+/// Takes closed segments in order: waits for each upload, commits, answers.
+pub(super) async fn run_committer(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Sealed>) {
+    while let Some(sealed) = rx.recv().await {
+        commit_one(&shared, sealed).await;
+    }
+    shared.finished.send_replace(true);
+}
+
+pub(super) async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
+    let Sealed {
+        key,
+        size,
+        targets,
+        commit,
+        mut waiters,
+        upload,
+    } = sealed;
+    let counters = &shared.counters;
+    let uploaded = match upload.await {
+        Ok(result) => result,
+        Err(join) => Err(StorageError::Transient {
+            source: Box::new(join),
+        }),
+    };
+    if let Err(e) = uploaded {
+        counters.upload_failures.fetch_add(1, Ordering::Relaxed);
+        warn!(key = %key, error = %e, "segment upload failed");
+        // An attempt may have landed before the failure was seen: leave no garbage.
+        let storage = shared.storage.clone();
+        let k = key.clone();
+        shared.runtime.spawn(async move {
+            if let Err(e) = storage.delete(std::slice::from_ref(&k)).await {
+                warn!(key = %k, error = %e, "could not delete a failed upload; orphan collection will");
+            }
+        });
+        for w in waiters {
+            complete_all(
+                w,
+                ErrorCode::KafkaStorageError,
+                &format!("upload of the WAL segment failed: {e}"),
+            );
+        }
+        return;
+    }
+    counters.segments_uploaded.fetch_add(1, Ordering::Relaxed);
+    counters.bytes_uploaded.fetch_add(size, Ordering::Relaxed);
+
+    let timeout = shared.config.commit_timeout;
+    let answer = match tokio::time::timeout(timeout, shared.coordinator.commit_file(commit)).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            counters.commit_timeouts.fetch_add(1, Ordering::Relaxed);
+            // Abandoned: the call may still apply (until the coordinator's commit deadline), so the
+            // object stays; the orphan collector fences and deletes it if it never committed.
+            Err(CoordinatorError::OutcomeUnknown(
+                format!("no answer from the coordinator within the commit timeout ({timeout:?})")
+                    .into(),
+            ))
+        }
+    };
+    match answer {
+        Ok(results) => {
+            counters.segments_committed.fetch_add(1, Ordering::Relaxed);
+            for (entry, result) in targets.iter().zip(results.iter()) {
+                if result.error.is_ok() && !result.duplicate {
+                    counters.batches_committed.fetch_add(1, Ordering::Relaxed);
+                }
+                let Some(slot) = waiters
+                    .get_mut(entry.request)
+                    .and_then(|w| w.slots.get_mut(entry.slot))
+                else {
+                    continue;
+                };
+                let rejected = || {
+                    PartitionResponse::error(
+                        entry.partition,
+                        result.error,
+                        format!("batch rejected by the coordinator: {}", result.error),
+                    )
+                };
+                match slot {
+                    // The partition's first batch gives the answer's offsets.
+                    Slot::Pending(_) if result.error.is_ok() => {
+                        *slot = Slot::Done(PartitionResponse {
+                            partition: entry.partition,
+                            error: ErrorCode::None,
+                            error_message: None,
+                            base_offset: result.base_offset,
+                            log_append_time: result.log_append_time,
+                            log_start_offset: result.log_start_offset,
+                            record_errors: Vec::new(),
+                        })
+                    }
+                    Slot::Pending(_) => *slot = Slot::Done(rejected()),
+                    // One batch per partition today (validate_produce_records); kept so that a
+                    // partition's answer fails if any of its batches is rejected.
+                    Slot::Done(r) if r.error.is_ok() && !result.error.is_ok() => *r = rejected(),
+                    Slot::Done(_) => {}
+                }
+            }
+            if results.len() != targets.len() {
+                warn!(
+                    key = %key,
+                    expected = targets.len(),
+                    got = results.len(),
+                    "coordinator answered a different number of batches"
+                );
+            }
+            for w in waiters {
+                complete_all(
+                    w,
+                    ErrorCode::UnknownServerError,
+                    "the coordinator did not answer for this batch",
+                );
+            }
+        }
+        Err(e) => {
+            counters.commit_failures.fetch_add(1, Ordering::Relaxed);
+            // Only errors that say the commit certainly did not apply make the object garbage;
+            // anything else (outcome unknown, "already committed" after some retry layer) keeps it
+            // for the orphan collector, which asks the coordinator first.
+            let certainly_not_applied = e.certainly_not_applied();
+            let code = match &e {
+                CoordinatorError::OutcomeUnknown(_)
+                | CoordinatorError::ObjectAlreadyCommitted(_) => ErrorCode::RequestTimedOut,
+                other => other.error_code(),
+            };
+            warn!(key = %key, error = %e, "segment commit failed");
+            if certainly_not_applied {
+                let storage = shared.storage.clone();
+                let k = key.clone();
+                shared.runtime.spawn(async move {
+                    if let Err(e) = storage.delete(std::slice::from_ref(&k)).await {
+                        warn!(key = %k, error = %e, "could not delete an uncommitted segment");
+                    }
+                });
+            }
+            for w in waiters {
+                complete_all(w, code, &format!("commit of the WAL segment failed: {e}"));
+            }
+        }
+    }
+}

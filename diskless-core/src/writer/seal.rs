@@ -1,0 +1,335 @@
+//! Sealing the buffer into a segment, and uploading it (hedged), then into the cache.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use diskless_cache::{BlockKey, LocalCache};
+use diskless_coordinator::{CommitFileRequest, ErrorCode, TopicIdPartition};
+use diskless_storage::{ObjectKey, ObjectStorage, StorageError};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::commit::{Waiter, complete_all, fail_sealed};
+use super::{SealPolicy, Shared};
+use crate::batch::RecordBatch;
+use crate::segment::SegmentBuilder;
+use crate::validate::ValidatedBatch;
+
+/// A batch waiting in the buffer.
+pub(super) struct Entry {
+    pub(super) partition: TopicIdPartition,
+    pub(super) batch: RecordBatch,
+    pub(super) meta: ValidatedBatch,
+    /// The request (index into `Buffer::requests`) and the partition slot in its answer.
+    pub(super) request: usize,
+    pub(super) slot: usize,
+}
+
+/// Where a committed batch's result goes: its partition, request and answer slot.
+pub(super) struct Target {
+    pub(super) partition: TopicIdPartition,
+    pub(super) request: usize,
+    pub(super) slot: usize,
+}
+
+#[derive(Default)]
+pub(super) struct Buffer {
+    pub(super) entries: Vec<Entry>,
+    pub(super) waiters: Vec<Waiter>,
+    pub(super) bytes: usize,
+    pub(super) opened_at: Option<Instant>,
+    /// When the previous segment was sealed (for `SealPolicy::Adaptive`'s `min_interval`). Kept
+    /// across seals (not reset by `std::mem::take` of the rest of the buffer).
+    pub(super) last_seal: Option<Instant>,
+}
+
+/// A closed segment on its way through upload and commit. Its bytes live only in the upload task.
+pub(super) struct Sealed {
+    pub(super) key: ObjectKey,
+    pub(super) size: u64,
+    /// For each batch in the order of the commit request: where its result goes.
+    pub(super) targets: Vec<Target>,
+    pub(super) commit: CommitFileRequest,
+    pub(super) waiters: Vec<Waiter>,
+    pub(super) upload: JoinHandle<Result<(), StorageError>>,
+}
+
+/// Closes the buffer into a segment and starts its upload. Called with the buffer locked, so that
+/// segments enter the commit pipeline in the order they were closed.
+pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
+    let Buffer {
+        entries, waiters, ..
+    } = std::mem::take(buffer);
+    buffer.last_seal = Some(Instant::now());
+    shared.uploading.fetch_add(1, Ordering::AcqRel);
+    let mut waiters = waiters;
+    let uuid = shared.keys.next_uuid(shared.clock.now_ms());
+    let key = match ObjectKey::generate_with_uuid(&shared.config.object_prefix, uuid) {
+        Ok(key) => key,
+        Err(e) => {
+            // The prefix was checked at construction; this cannot happen, but answer rather than panic.
+            for w in waiters.drain(..) {
+                complete_all(w, ErrorCode::KafkaStorageError, &e.to_string());
+            }
+            return;
+        }
+    };
+    // The batches move into the segment (no copy, no clone); only metadata stays here.
+    let mut builder = SegmentBuilder::new();
+    let mut metas = Vec::with_capacity(entries.len());
+    for entry in entries {
+        builder.add(entry.partition, entry.batch);
+        metas.push((
+            entry.meta,
+            Target {
+                partition: entry.partition,
+                request: entry.request,
+                slot: entry.slot,
+            },
+        ));
+    }
+    let segment = builder.finish();
+    // The segment lists batches grouped by partition; commit them in that order, which keeps each
+    // partition's batches in the order they were appended.
+    let mut metas: Vec<Option<(ValidatedBatch, Target)>> = metas.into_iter().map(Some).collect();
+    let mut targets = Vec::with_capacity(metas.len());
+    let mut batches = Vec::with_capacity(metas.len());
+    for placed in &segment.batches {
+        if let Some((meta, target)) = metas.get_mut(placed.insertion_index).and_then(Option::take) {
+            batches.push(meta.commit_batch(target.partition, placed.byte_offset));
+            targets.push(target);
+        }
+    }
+    let chunks = segment.chunks;
+    let size = segment.size;
+    let commit = CommitFileRequest {
+        object_key: key.as_str().to_string(),
+        uploader_broker_id: shared.config.broker_id,
+        object_size: size,
+        owners: shared.config.owners.clone(),
+        batches,
+    };
+    shared
+        .counters
+        .segments_closed
+        .fetch_add(1, Ordering::Relaxed);
+    debug!(key = %key, size, batches = targets.len(), "segment closed");
+
+    let permits: Vec<OwnedSemaphorePermit> =
+        waiters.iter_mut().filter_map(|w| w.permit.take()).collect();
+    let upload = {
+        let storage = shared.storage.clone();
+        let uploads = shared.uploads.clone();
+        let cache = shared.cache.clone();
+        let block_size = shared.config.cache_block_size;
+        let key = key.clone();
+        let hedge_after = shared.config.hedge_uploads_after;
+        let writer = shared.clone();
+        let in_flight = InFlight(shared.clone());
+        shared.runtime.spawn(async move {
+            let _slot = uploads.acquire_owned().await.ok();
+            let result = upload_hedged(storage.as_ref(), &key, &chunks, hedge_after, || {
+                writer
+                    .counters
+                    .hedged_uploads
+                    .fetch_add(1, Ordering::Relaxed);
+            })
+            .await;
+            if result.is_ok() {
+                // Fresh data is read soon, mostly by this broker: keep the segment in the cache.
+                // Blocks are keyed by object, so nobody finds them before the commit.
+                if let Some(cache) = cache {
+                    fill_cache(cache.as_ref(), key.as_str(), &chunks, size, block_size).await;
+                }
+            }
+            // The segment's bytes and its share of the budget go now, not at the commit.
+            drop(chunks);
+            drop(permits);
+            drop(in_flight);
+            // Room in the pipeline: an adaptive writer seals what has accumulated meanwhile.
+            {
+                let mut buffer = writer.buffer.lock();
+                if adaptive_ready(&writer, &buffer) {
+                    seal_locked(&writer, &mut buffer);
+                }
+            }
+            writer.timer.notify_one();
+            result
+        })
+    };
+    let sealed = Sealed {
+        key,
+        size,
+        targets,
+        commit,
+        waiters: std::mem::take(&mut waiters),
+        upload,
+    };
+    let pipeline = shared.pipeline.lock();
+    match pipeline.as_ref() {
+        Some(tx) => {
+            if let Err(mpsc::error::SendError(sealed)) = tx.send(sealed) {
+                fail_sealed(sealed, ErrorCode::KafkaStorageError, "the writer is closed");
+            }
+        }
+        None => fail_sealed(sealed, ErrorCode::KafkaStorageError, "the writer is closed"),
+    }
+}
+
+/// Uploads a segment; with `hedge_after`, a second identical upload starts if the first has not
+/// finished by then, and the first success wins (the other is dropped, which cancels it; a cancelled
+/// PUT that lands anyway wrote the same bytes under the same key). Fails only when every attempt
+/// failed, with the last error.
+pub(super) async fn upload_hedged(
+    storage: &dyn ObjectStorage,
+    key: &ObjectKey,
+    chunks: &[Bytes],
+    hedge_after: Option<Duration>,
+    on_hedge: impl FnOnce(),
+) -> Result<(), StorageError> {
+    let first = storage.upload(key, chunks);
+    let Some(after) = hedge_after else {
+        return first.await;
+    };
+    tokio::pin!(first);
+    // `biased`: polled in order, so a run under a simulated clock is deterministic.
+    tokio::select! {
+        biased;
+        result = &mut first => return result,
+        _ = tokio::time::sleep(after) => {}
+    }
+    on_hedge();
+    debug!(key = %key, "upload is slow, hedging with a second attempt");
+    let second = storage.upload(key, chunks);
+    tokio::pin!(second);
+    tokio::select! {
+        biased;
+        result = &mut first => match result {
+            Ok(()) => Ok(()),
+            Err(_) => second.await,
+        },
+        result = &mut second => match result {
+            Ok(()) => Ok(()),
+            Err(_) => first.await,
+        },
+    }
+}
+
+/// One sealed segment counted in `Shared::uploading` until its upload ends (also when the upload
+/// task is aborted or panics, so an adaptive writer never waits for a slot that cannot free).
+pub(super) struct InFlight(Arc<Shared>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.uploading.fetch_sub(1, Ordering::AcqRel);
+        self.0.timer.notify_one();
+    }
+}
+
+/// Whether an adaptive writer seals the (non-empty) buffer now: the pipeline has room and
+/// `min_interval` has passed since the previous seal.
+pub(super) fn adaptive_ready(shared: &Shared, buffer: &Buffer) -> bool {
+    let SealPolicy::Adaptive {
+        min_interval,
+        max_in_flight,
+    } = shared.config.seal_policy
+    else {
+        return false;
+    };
+    !buffer.entries.is_empty()
+        && shared.uploading.load(Ordering::Acquire) < max_in_flight
+        && buffer
+            .last_seal
+            .is_none_or(|t| t + min_interval <= Instant::now())
+}
+
+/// Closes the buffer `commit_interval` after its first batch, and, for an adaptive writer, when the
+/// pipeline has room once `min_interval` has passed since the previous seal.
+pub(super) async fn run_timer(shared: Arc<Shared>) {
+    loop {
+        if shared.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let next = {
+            let buffer = shared.buffer.lock();
+            buffer.opened_at.map(|at| {
+                let mut deadline = at + shared.config.commit_interval;
+                if let SealPolicy::Adaptive {
+                    min_interval,
+                    max_in_flight,
+                } = shared.config.seal_policy
+                    && shared.uploading.load(Ordering::Acquire) < max_in_flight
+                    && let Some(last) = buffer.last_seal
+                {
+                    deadline = deadline.min(last + min_interval);
+                }
+                deadline
+            })
+        };
+        match next {
+            None => shared.timer.notified().await,
+            Some(deadline) => {
+                tokio::select! {
+                    biased;
+                    _ = tokio::time::sleep_until(deadline) => {
+                        let mut buffer = shared.buffer.lock();
+                        let due = buffer
+                            .opened_at
+                            .is_some_and(|t| t + shared.config.commit_interval <= Instant::now());
+                        if due || adaptive_ready(&shared, &buffer) {
+                            seal_locked(&shared, &mut buffer);
+                        }
+                    }
+                    _ = shared.timer.notified() => {}
+                }
+            }
+        }
+    }
+}
+
+/// Puts a freshly uploaded segment into the cache, cut into aligned blocks.
+async fn fill_cache(
+    cache: &dyn LocalCache,
+    key: &str,
+    chunks: &[Bytes],
+    size: u64,
+    block_size: u64,
+) {
+    let object: Arc<str> = Arc::from(key);
+    // Each block is allocated at its exact final size (the last one is usually shorter): a
+    // `Bytes` keeps its whole allocation, and the cache weighs blocks by length.
+    let capacity = |index: u64| {
+        usize::try_from(block_size.min(size.saturating_sub(index.saturating_mul(block_size))))
+            .unwrap_or(0)
+    };
+    let mut block = Vec::with_capacity(capacity(0));
+    let mut index = 0u64;
+    for chunk in chunks {
+        let mut rest = &chunk[..];
+        while !rest.is_empty() {
+            let room = usize::try_from(block_size).unwrap_or(usize::MAX) - block.len();
+            let take = room.min(rest.len());
+            block.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            if block.len() as u64 == block_size {
+                let full = std::mem::replace(&mut block, Vec::with_capacity(capacity(index + 1)));
+                cache
+                    .insert(
+                        BlockKey::new(object.clone(), block_size, index),
+                        Bytes::from(full),
+                    )
+                    .await;
+                index += 1;
+            }
+        }
+    }
+    if !block.is_empty() {
+        cache
+            .insert(BlockKey::new(object, block_size, index), Bytes::from(block))
+            .await;
+    }
+}
