@@ -1,62 +1,31 @@
-//! The conformance suite of diskless-testkit against every implementation in this crate.
+//! The conformance suite of diskless-testkit against every implementation in this crate, one test
+//! per case and implementation (`sqlite_file::commit_validation`, ...). PostgreSQL runs it in
+//! `postgres.rs`, the sharded router in `sharded.rs`.
 
-use diskless_coordinator::ManualClock;
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions, Synchronous};
 use diskless_testkit::coordinator::InMemoryCoordinator;
-use diskless_testkit::coordinator::conformance::{self, Harness, START_MS};
+use diskless_testkit::coordinator_conformance;
 use std::sync::Arc;
 
-#[tokio::test]
-async fn model_conformance() {
-    conformance::run_all(|| async {
-        let clock = ManualClock::new(START_MS);
-        Harness {
-            coordinator: Arc::new(InMemoryCoordinator::new(clock.clone())),
-            clock,
-        }
-    })
-    .await;
-}
+coordinator_conformance!(model, async |clock| {
+    Arc::new(InMemoryCoordinator::new(clock))
+});
 
-/// Every case on its own database file (WAL, read pool, default durability).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_file_conformance() {
+// Every case on its own database file (WAL, read pool, default durability).
+coordinator_conformance!(sqlite_file, async |clock| {
     let dir = tempfile::tempdir().unwrap();
-    let counter = std::sync::atomic::AtomicUsize::new(0);
-    conformance::run_all(|| {
-        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = dir.path().join(format!("case-{n}.db"));
-        async move {
-            let clock = ManualClock::new(START_MS);
-            let coordinator = SqliteCoordinator::open(
-                &path,
-                SqliteOptions::default().synchronous(Synchronous::Normal),
-                clock.clone(),
-            )
-            .await
-            .unwrap();
-            Harness {
-                coordinator: Arc::new(coordinator),
-                clock,
-            }
-        }
-    })
-    .await;
-    assert_eq!(
-        counter.load(std::sync::atomic::Ordering::Relaxed),
-        conformance::CASES.len(),
-        "every case ran on its own database"
-    );
-}
+    let coordinator = SqliteCoordinator::open(
+        dir.path().join("case.db"),
+        SqliteOptions::default().synchronous(Synchronous::Normal),
+        clock,
+    )
+    .await
+    .unwrap();
+    (Arc::new(coordinator), dir)
+});
 
-#[tokio::test]
-async fn sqlite_in_memory_conformance() {
-    conformance::run_all(|| async {
-        let clock = ManualClock::new(START_MS);
-        Harness {
-            coordinator: Arc::new(SqliteCoordinator::in_memory(clock.clone()).await.unwrap()),
-            clock,
-        }
-    })
-    .await;
-}
+coordinator_conformance!(sqlite_in_memory, async |clock| {
+    Arc::new(SqliteCoordinator::in_memory(clock).await.unwrap())
+});

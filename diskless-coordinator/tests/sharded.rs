@@ -7,8 +7,10 @@ use diskless_coordinator::sharded::{
 };
 use diskless_coordinator::sqlite::SqliteCoordinator;
 use diskless_coordinator::*;
-use diskless_testkit::coordinator::conformance::{self, Harness, START_MS};
+use diskless_testkit::coordinator::conformance::START_MS;
 use diskless_testkit::coordinator::{FaultyCoordinator, InMemoryCoordinator};
+use diskless_testkit::coordinator_conformance;
+use diskless_testkit::keys::v7_key;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -51,16 +53,6 @@ async fn router(
     )
     .await
     .unwrap()
-}
-
-/// A v7 key dated `ms`.
-fn key_at(ms: i64) -> String {
-    let ts = uuid::Timestamp::from_unix(
-        uuid::NoContext,
-        (ms / 1000) as u64,
-        ((ms % 1000) * 1_000_000) as u32,
-    );
-    format!("wal/{}", Uuid::new_v7(ts))
 }
 
 fn batch(p: TopicIdPartition, size: u32, ts: i64) -> CommitBatch {
@@ -110,49 +102,25 @@ async fn create(c: &dyn BatchCoordinator, id: u128, partitions: i32, config: Top
 // ---------------------------------------------------------------------------------------------
 // Conformance
 
-#[tokio::test]
-async fn single_shard_router_passes_conformance() {
-    conformance::run_all(|| async {
-        let clock = ManualClock::new(START_MS);
-        Harness {
-            coordinator: Arc::new(router(model_shards(&clock, 1), &clock).await),
-            clock,
-        }
-    })
-    .await;
-}
+coordinator_conformance!(single_model_shard, async |clock| {
+    Arc::new(router(model_shards(&clock, 1), &clock).await)
+});
 
-/// Cases that check something the router defines differently on purpose: the owner list (the router
-/// replaces it with the shuffled list of the shards it committed to), and the order of a capped
-/// producer expiry across topics (the router expires shard by shard; within a shard the order is
-/// the contract's — see `capped_producer_expiry_goes_shard_by_shard`).
-const DIVERGING: &[&str] = &[
-    "object_live_bytes_and_marking",
-    "producer_expiry_cap_and_order",
-];
+// Cases that check something the router defines differently on purpose: the owner list (the
+// router replaces it with the shuffled list of the shards it committed to), and the order of a
+// capped producer expiry across topics (the router expires shard by shard; within a shard the
+// order is the contract's — see `capped_producer_expiry_goes_shard_by_shard`).
+coordinator_conformance!(
+    three_model_shards,
+    async |clock| Arc::new(router(model_shards(&clock, 3), &clock).await),
+    skip = [object_live_bytes_and_marking, producer_expiry_cap_and_order],
+);
 
-#[tokio::test]
-async fn three_shard_router_passes_conformance_cases() {
-    for name in DIVERGING {
-        assert!(conformance::CASES.contains(name), "{name} is not a case");
-    }
-    for sqlite in [false, true] {
-        conformance::run_all_except(
-            || async {
-                let clock = ManualClock::new(START_MS);
-                let shards = if sqlite {
-                    sqlite_shards(&clock, 3).await
-                } else {
-                    model_shards(&clock, 3)
-                };
-                let coordinator = Arc::new(router(shards, &clock).await);
-                Harness { coordinator, clock }
-            },
-            DIVERGING,
-        )
-        .await;
-    }
-}
+coordinator_conformance!(
+    three_sqlite_shards,
+    async |clock| Arc::new(router(sqlite_shards(&clock, 3).await, &clock).await),
+    skip = [object_live_bytes_and_marking, producer_expiry_cap_and_order],
+);
 
 // ---------------------------------------------------------------------------------------------
 // Placement
@@ -207,7 +175,7 @@ async fn placement_is_stored_and_survives_a_restart() {
             let tp = TopicIdPartition::new(topic, p);
             let shard = r.shard_of(tp).unwrap();
             let res = r
-                .commit_file(request(&key_at(START_MS), vec![batch(tp, 10, START_MS)]))
+                .commit_file(request(&v7_key(START_MS), vec![batch(tp, 10, START_MS)]))
                 .await
                 .unwrap();
             assert_eq!(res[0].error, ErrorCode::None);
@@ -286,7 +254,7 @@ async fn commit_splits_by_shard_and_merges_in_request_order() {
     let p = |i| TopicIdPartition::new(t, i);
     let mut first_owners = BTreeMap::new();
     for round in 0..30i64 {
-        let key = key_at(START_MS);
+        let key = v7_key(START_MS);
         let res = r
             .commit_file(request(
                 &key,
@@ -334,7 +302,7 @@ async fn an_object_is_deletable_only_when_every_owner_released_it() {
     let r = router(model_shards(&clock, 3), &clock).await;
     let t = create(&r, 1, 3, TopicConfig::default()).await;
     let p = |i| TopicIdPartition::new(t, i);
-    let key = key_at(START_MS);
+    let key = v7_key(START_MS);
     r.commit_file(request(
         &key,
         vec![
@@ -426,7 +394,7 @@ async fn partial_commits_are_outcome_unknown_and_settle_after_the_horizon() {
 
     // Shard 1 is down: shards 0 and 2 apply, the whole commit is OutcomeUnknown.
     flaky[1].set_failing(true);
-    let key = key_at(START_MS);
+    let key = v7_key(START_MS);
     let all = vec![
         batch(on(0), 10, START_MS),
         batch(on(1), 10, START_MS),
@@ -449,7 +417,7 @@ async fn partial_commits_are_outcome_unknown_and_settle_after_the_horizon() {
         f.set_failing(true);
     }
     let err = r
-        .commit_file(request(&key_at(START_MS), all.clone()))
+        .commit_file(request(&v7_key(START_MS), all.clone()))
         .await
         .unwrap_err();
     assert!(err.is_retriable(), "{err:?}");
@@ -459,7 +427,7 @@ async fn partial_commits_are_outcome_unknown_and_settle_after_the_horizon() {
     }
     flaky[2].set_losing(true);
     let err = r
-        .commit_file(request(&key_at(START_MS), all))
+        .commit_file(request(&v7_key(START_MS), all))
         .await
         .unwrap_err();
     assert!(matches!(err, CoordinatorError::OutcomeUnknown(_)));
@@ -493,7 +461,7 @@ async fn commits_past_the_deadline_are_refused() {
     let clock = ManualClock::new(START_MS);
     let r = router(model_shards(&clock, 2), &clock).await;
     let t = create(&r, 1, 2, TopicConfig::default()).await;
-    let old = key_at(START_MS - 600_001);
+    let old = v7_key(START_MS - 600_001);
     let err = r
         .commit_file(request(
             &old,
@@ -506,7 +474,7 @@ async fn commits_past_the_deadline_are_refused() {
         "{err:?}"
     );
     assert!(r.known_objects(&[old]).await.unwrap().is_empty());
-    let fresh = key_at(START_MS - 599_000);
+    let fresh = v7_key(START_MS - 599_000);
     r.commit_file(request(
         &fresh,
         vec![batch(TopicIdPartition::new(t, 0), 10, START_MS)],
@@ -514,7 +482,7 @@ async fn commits_past_the_deadline_are_refused() {
     .await
     .unwrap();
     // Unroutable-only commits are registered (and marked) on one shard.
-    let lost = key_at(START_MS);
+    let lost = v7_key(START_MS);
     let res = r
         .commit_file(request(
             &lost,
@@ -789,7 +757,7 @@ async fn a_router_learns_topics_created_through_another_router() {
     );
     let results = b
         .commit_file(request(
-            &key_at(START_MS),
+            &v7_key(START_MS),
             (0..3)
                 .map(|p| batch(TopicIdPartition::new(t, p), 10, START_MS))
                 .collect(),
@@ -856,14 +824,14 @@ async fn fences_span_every_shard() {
     let clock = ManualClock::new(START_MS);
     let r = router(model_shards(&clock, 3), &clock).await;
     let t = create(&r, 5, 3, TopicConfig::default()).await;
-    let committed = key_at(START_MS);
+    let committed = v7_key(START_MS);
     r.commit_file(request(
         &committed,
         vec![batch(TopicIdPartition::new(t, 2), 10, START_MS)],
     ))
     .await
     .unwrap();
-    let orphan = key_at(START_MS);
+    let orphan = v7_key(START_MS);
     assert_eq!(
         r.fence_orphans(&[committed.clone(), orphan.clone()])
             .await
@@ -919,7 +887,7 @@ async fn capped_producer_expiry_goes_shard_by_shard() {
             ..batch(TopicIdPartition::new(t, p), 10, START_MS)
         })
         .collect();
-    r.commit_file(request(&key_at(START_MS), batches))
+    r.commit_file(request(&v7_key(START_MS), batches))
         .await
         .unwrap();
     clock.advance(1_000);
@@ -956,7 +924,7 @@ async fn a_fence_on_one_shard_makes_a_commit_partial_and_keeps_the_object() {
     let (p0, p1) = (TopicIdPartition::new(t, 0), TopicIdPartition::new(t, 1));
     let (s0, s1) = (r.shard_of(p0).unwrap(), r.shard_of(p1).unwrap());
     assert_ne!(s0, s1, "the two partitions live on different shards");
-    let key = key_at(START_MS);
+    let key = v7_key(START_MS);
     // The orphan collector's fence reached only the second shard (say, the call failed half-way).
     assert_eq!(
         shards[s1 as usize]

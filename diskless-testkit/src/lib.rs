@@ -5,7 +5,14 @@
 //! - [`coordinator`]: an in-memory reference `BatchCoordinator` written for obviousness, its
 //!   conformance suite, and operation generators for model-based property tests.
 //! - [`cache`]: a conformance suite every `LocalCache` runs.
+//! - [`keys`]: object keys with a chosen UUID v7 time.
+//!
+//! Each suite comes with a macro that makes one test per case for an implementation
+//! ([`coordinator_conformance!`], [`storage_conformance!`], [`cache_conformance!`]), so that the
+//! test runner lists, runs and reports each case on its own.
 
 pub mod cache;
 pub mod coordinator;
+pub mod fixture;
+pub mod keys;
 pub mod storage;

@@ -1,38 +1,38 @@
 //! The conformance suite of [`BatchCoordinator`] implementations.
 //!
 //! Every case is a `pub async fn` taking a fresh [`Harness`] (an empty coordinator and the
-//! [`ManualClock`] it reads), so a failing case can be run on its own; [`run_all`] runs them all, each
-//! on a new harness from the factory. Cases panic on failure (they are tests).
+//! [`ManualClock`] it reads) and panicking on a violation. Run them with
+//! [`coordinator_conformance!`](crate::coordinator_conformance), which makes one test per case (so
+//! that the test runner lists, runs and reports each case on its own), or all in one test with
+//! [`run_all`]:
 //!
 //! ```
-//! use diskless_coordinator::ManualClock;
 //! use diskless_testkit::coordinator::{InMemoryCoordinator, conformance};
 //! use std::sync::Arc;
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! conformance::run_all(|| async {
-//!     let clock = ManualClock::new(conformance::START_MS);
-//!     conformance::Harness {
-//!         coordinator: Arc::new(InMemoryCoordinator::new(clock.clone())),
-//!         clock,
-//!     }
-//! })
-//! .await;
+//! conformance::run_all(async |clock| Arc::new(InMemoryCoordinator::new(clock))).await;
 //! # });
 //! ```
+//!
+//! The cases are listed once, in `__coordinator_conformance_cases!`; [`CASES`],
+//! [`CLOCK_SENSITIVE_CASES`], [`MANUAL_CLOCK_CASES`], [`run_all`] and the macro's tests follow
+//! from that list, and a unit test checks that it names every `pub async fn` case of this file.
 
+use crate::fixture::Fixture;
+use crate::keys::v7_key;
 use diskless_coordinator::{
     BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest,
     CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, EARLIEST_TIMESTAMP, ErrorCode,
     FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
-    ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, TimestampType,
-    TopicConfig, TopicIdPartition,
+    ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, SystemClock,
+    TimestampType, TopicConfig, TopicIdPartition,
 };
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use uuid::Uuid;
 
-/// The clock's start time in every harness built by the suite's users (any positive value works).
+/// The clock's start time in every harness of the suite (any positive value works), except the
+/// [`CLOCK_SENSITIVE_CASES`] of an implementation with a server clock.
 pub const START_MS: i64 = 1_700_000_000_000;
 
 /// A fresh coordinator under test and the clock it reads.
@@ -44,129 +44,282 @@ pub struct Harness {
     pub clock: Arc<ManualClock>,
 }
 
-macro_rules! cases {
-    ($($name:ident),* $(,)?) => {
-        /// The names of all cases, in the order [`run_all`] runs them.
-        pub const CASES: &[&str] = &[$(stringify!($name)),*];
+/// Where the implementation under test reads the time that decides the commit deadline and fence
+/// expiry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockSource {
+    /// The harness's [`ManualClock`] (the in-memory model, SQLite, the sharded router): every
+    /// case runs with the clock at [`START_MS`].
+    Harness,
+    /// A clock of its own, such as a database server's (PostgreSQL): the
+    /// [`CLOCK_SENSITIVE_CASES`] run with a harness clock at the real time
+    /// ([`harness_clock_at_system_time`]), the [`MANUAL_CLOCK_CASES`] cannot run (test the same
+    /// rules against that clock), the others run at [`START_MS`].
+    Server,
+}
 
-        /// Runs every case, each on a new harness from `factory`.
-        pub async fn run_all<F, Fut>(factory: F)
-        where
-            F: Fn() -> Fut,
-            Fut: Future<Output = Harness>,
-        {
-            run_all_except(factory, &[]).await;
+/// Calls back `$callback! { { $($args)* } case, case [tag], ... }` with every case of the suite,
+/// in the order [`run_all`] runs them: the one list of cases. Tags: `clock_sensitive`
+/// ([`CLOCK_SENSITIVE_CASES`]), `manual_clock` ([`MANUAL_CLOCK_CASES`]).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __coordinator_conformance_cases {
+    ($($callback:ident)::+ { $($args:tt)* }) => {
+        $($callback)::+! {
+            { $($args)* }
+            create_and_list_topics,
+            create_topic_validation,
+            delete_topic,
+            commit_assigns_consecutive_offsets,
+            commit_to_unknown_partition,
+            log_append_time,
+            batches_of_one_file_keep_order,
+            multiple_producers_in_one_file,
+            large_files_and_many_keys,
+            producer_same_sequence_resent_is_duplicate,
+            producer_sequence_gap_rejected,
+            producer_higher_epoch_accepted,
+            producer_old_epoch_rejected,
+            producer_new_epoch_must_start_at_zero,
+            sequence_wrap_max_to_zero_accepted,
+            sequence_wrap_max_to_one_rejected,
+            duplicate_appends_window_of_five,
+            duplicate_partial_overlap_rejected,
+            duplicate_keeps_original_log_append_time,
+            duplicate_within_one_file,
+            no_producer_state_accepts_any_sequence,
+            non_idempotent_batches_skip_checks,
+            commit_validation,
+            duplicate_object_key_rejected,
+            object_live_bytes_and_marking,
+            object_with_only_rejected_batches_is_marked,
+            objects_to_delete_and_confirm,
+            find_batches_byte_limits,
+            find_batches_offsets_and_errors,
+            list_offsets_earliest_latest,
+            list_offsets_by_timestamp,
+            list_offsets_max_timestamp,
+            delete_records_moves_log_start,
+            cannot_move_log_start_past_high_watermark,
+            retention_by_time,
+            retention_by_size,
+            retention_cap_reports_more,
+            retention_disabled_and_log_append_time,
+            producer_state_survives_delete_records,
+            producer_fields_judged_per_batch,
+            commit_deadline_checked_at_commit [clock_sensitive],
+            fence_orphans_fences_unknown_keys_only [clock_sensitive],
+            fenced_and_expired_keys_never_commit [clock_sensitive],
+            retention_ages_batches_without_timestamps_by_commit_time,
+            producer_state_expires,
+            producer_expiry_cap_and_order,
+            the_deadline_and_fences_follow_the_coordinator_clock [manual_clock],
+            a_confirmed_deleted_key_is_never_committed_again [clock_sensitive],
         }
+    };
+}
 
-        /// Runs every case not named in `skip`, each on a new harness from `factory`: for an
-        /// implementation that defines something differently on purpose (say which, and why).
-        pub async fn run_all_except<F, Fut>(factory: F, skip: &[&str])
+/// Defines the lists and [`run_all`] from the case list.
+macro_rules! define_from_cases {
+    ({} $($case:ident $([$tag:ident])?),* $(,)?) => {
+        /// The names of all cases, in the order [`run_all`] runs them.
+        pub const CASES: &[&str] = &[$(stringify!($case)),*];
+
+        /// Cases that read the coordinator's clock to decide the commit deadline and fence expiry.
+        /// An implementation that reads a server clock instead ([`ClockSource::Server`]) runs them
+        /// with a harness whose clock starts at the real time ([`harness_clock_at_system_time`])
+        /// instead of [`START_MS`].
+        pub const CLOCK_SENSITIVE_CASES: &[&str] =
+            names_tagged!(clock_sensitive [] $($case $([$tag])?),*);
+
+        /// Cases that advance the harness's [`ManualClock`] and expect the commit deadline and fence
+        /// expiry to follow it. An implementation that reads a server clock for those
+        /// ([`ClockSource::Server`]) cannot run them; it must test the same rules against its own
+        /// clock.
+        pub const MANUAL_CLOCK_CASES: &[&str] =
+            names_tagged!(manual_clock [] $($case $([$tag])?),*);
+
+        /// Runs every case not named in `skip`, each on a new coordinator from `factory` (see
+        /// [`run_all`]): for an implementation that defines something differently on purpose (say
+        /// which, and why).
+        pub async fn run_all_except<F, S>(clock_source: ClockSource, factory: F, skip: &[&str])
         where
-            F: Fn() -> Fut,
-            Fut: Future<Output = Harness>,
+            F: AsyncFn(Arc<ManualClock>) -> S,
+            S: Fixture<dyn BatchCoordinator>,
         {
             $(
-                if !skip.contains(&stringify!($name)) {
-                    tracing::info!(case = stringify!($name), "coordinator conformance");
-                    $name(factory().await).await;
+                if !skip.contains(&stringify!($case)) {
+                    run_case(stringify!($case), clock_source, $case, &factory).await;
                 }
             )*
         }
     };
 }
 
-cases!(
-    create_and_list_topics,
-    create_topic_validation,
-    delete_topic,
-    commit_assigns_consecutive_offsets,
-    commit_to_unknown_partition,
-    log_append_time,
-    batches_of_one_file_keep_order,
-    multiple_producers_in_one_file,
-    large_files_and_many_keys,
-    producer_same_sequence_resent_is_duplicate,
-    producer_sequence_gap_rejected,
-    producer_higher_epoch_accepted,
-    producer_old_epoch_rejected,
-    producer_new_epoch_must_start_at_zero,
-    sequence_wrap_max_to_zero_accepted,
-    sequence_wrap_max_to_one_rejected,
-    duplicate_appends_window_of_five,
-    duplicate_partial_overlap_rejected,
-    duplicate_keeps_original_log_append_time,
-    duplicate_within_one_file,
-    no_producer_state_accepts_any_sequence,
-    non_idempotent_batches_skip_checks,
-    commit_validation,
-    duplicate_object_key_rejected,
-    object_live_bytes_and_marking,
-    object_with_only_rejected_batches_is_marked,
-    objects_to_delete_and_confirm,
-    find_batches_byte_limits,
-    find_batches_offsets_and_errors,
-    list_offsets_earliest_latest,
-    list_offsets_by_timestamp,
-    list_offsets_max_timestamp,
-    delete_records_moves_log_start,
-    cannot_move_log_start_past_high_watermark,
-    retention_by_time,
-    retention_by_size,
-    retention_cap_reports_more,
-    retention_disabled_and_log_append_time,
-    producer_state_survives_delete_records,
-    producer_fields_judged_per_batch,
-    commit_deadline_checked_at_commit,
-    fence_orphans_fences_unknown_keys_only,
-    fenced_and_expired_keys_never_commit,
-    retention_ages_batches_without_timestamps_by_commit_time,
-    producer_state_expires,
-    producer_expiry_cap_and_order,
-    the_deadline_and_fences_follow_the_coordinator_clock,
-    a_confirmed_deleted_key_is_never_committed_again,
-);
+/// `&["case", ...]`: the names of the cases tagged `$wanted` in a case list.
+macro_rules! names_tagged {
+    ($wanted:ident [$($names:tt)*]) => {
+        &[$($names)*]
+    };
+    (clock_sensitive [$($names:tt)*] $case:ident [clock_sensitive] $(, $($rest:tt)*)?) => {
+        names_tagged!(clock_sensitive [$($names)* stringify!($case),] $($($rest)*)?)
+    };
+    (manual_clock [$($names:tt)*] $case:ident [manual_clock] $(, $($rest:tt)*)?) => {
+        names_tagged!(manual_clock [$($names)* stringify!($case),] $($($rest)*)?)
+    };
+    ($wanted:ident [$($names:tt)*] $case:ident $([$tag:ident])? $(, $($rest:tt)*)?) => {
+        names_tagged!($wanted [$($names)*] $($($rest)*)?)
+    };
+}
 
-/// Cases that read the coordinator's clock to decide the commit deadline and fence expiry. An
-/// implementation that reads a server clock instead (PostgreSQL) runs them with a harness whose
-/// clock starts at the real time ([`harness_clock_at_system_time`]) instead of [`START_MS`].
-pub const CLOCK_SENSITIVE_CASES: &[&str] = &[
-    "commit_deadline_checked_at_commit",
-    "fence_orphans_fences_unknown_keys_only",
-    "fenced_and_expired_keys_never_commit",
-    "a_confirmed_deleted_key_is_never_committed_again",
-];
+__coordinator_conformance_cases!(define_from_cases {});
 
-/// Cases that advance the harness's [`ManualClock`] and expect the commit deadline and fence expiry
-/// to follow it. An implementation that reads a server clock for those (PostgreSQL) cannot run them;
-/// it must test the same rules against its own clock.
-pub const MANUAL_CLOCK_CASES: &[&str] = &["the_deadline_and_fences_follow_the_coordinator_clock"];
+/// Runs every case, each on a new coordinator from `factory` reading the clock it is given (at
+/// [`START_MS`]); panics on the first violation.
+pub async fn run_all<F, S>(factory: F)
+where
+    F: AsyncFn(Arc<ManualClock>) -> S,
+    S: Fixture<dyn BatchCoordinator>,
+{
+    run_all_except(ClockSource::Harness, factory, &[]).await;
+}
+
+/// Runs one case on a new coordinator from `factory`, given the clock the case needs under
+/// `clock_source`. A factory returning `None` skips the case.
+pub async fn run_case<C, F, S>(name: &str, clock_source: ClockSource, case: C, factory: F)
+where
+    C: AsyncFnOnce(Harness),
+    F: AsyncFnOnce(Arc<ManualClock>) -> S,
+    S: Fixture<dyn BatchCoordinator>,
+{
+    let clock = match clock_source {
+        ClockSource::Server if CLOCK_SENSITIVE_CASES.contains(&name) => {
+            harness_clock_at_system_time()
+        }
+        _ => ManualClock::new(START_MS),
+    };
+    let Some((coordinator, guard)) = factory(clock.clone()).await.into_parts() else {
+        return;
+    };
+    tracing::info!(case = name, "coordinator conformance");
+    case(Harness { coordinator, clock }).await;
+    drop(guard);
+}
+
+/// Makes one test per case of the coordinator conformance suite, in a module `$module`:
+/// `$module::commit_assigns_consecutive_offsets` and so on, each on a new coordinator from the
+/// factory, on a multi-threaded tokio runtime with two workers.
+///
+/// The factory is an async closure that takes the case's clock (`Arc<ManualClock>`, to be read
+/// by the coordinator) and returns a [`Fixture`]: `Arc<YourCoordinator>`, a pair
+/// `(Arc<YourCoordinator>, guard)` whose guard lives until the case ends (a temporary
+/// directory, a database schema), or `None` to skip the case (when a database is not reachable,
+/// say; print why). It may use the items of the enclosing module.
+///
+/// Options, after the factory and in this order:
+/// - `clock = server`: the coordinator decides the commit deadline and fence expiry by a clock of
+///   its own ([`ClockSource::Server`]): the [`MANUAL_CLOCK_CASES`] are left out, the
+///   [`CLOCK_SENSITIVE_CASES`] get a clock at the real time. (`clock = harness`, the default:
+///   every case runs with the clock at [`START_MS`].)
+/// - `skip = [case, ...]`: cases left out, for an implementation that defines something
+///   differently on purpose (say which, and why, next to the list). Each must name a case.
+///
+/// ```test_harness
+/// use diskless_testkit::coordinator::InMemoryCoordinator;
+/// use std::sync::Arc;
+///
+/// diskless_testkit::coordinator_conformance!(model, async |clock| {
+///     Arc::new(InMemoryCoordinator::new(clock))
+/// });
+///
+/// // The same, leaving out one case, for an implementation with a clock of its own.
+/// diskless_testkit::coordinator_conformance!(
+///     model_with_server_clock,
+///     async |clock| Arc::new(InMemoryCoordinator::new(clock)),
+///     clock = server,
+///     skip = [producer_expiry_cap_and_order],
+/// );
+/// ```
+#[macro_export]
+macro_rules! coordinator_conformance {
+    (
+        $module:ident,
+        $factory:expr
+        $(, clock = $clock:ident)?
+        $(, skip = [$($skip:ident),* $(,)?])?
+        $(,)?
+    ) => {
+        $crate::__coordinator_conformance_cases!($crate::__conformance_module {
+            [$] $module [$($($skip)*)?] [$crate::coordinator::conformance]
+            __coordinator_conformance_test { [$($clock)?] ($factory) }
+        });
+    };
+}
+
+/// One test of [`coordinator_conformance!`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __coordinator_conformance_test {
+    ({ [server] ($factory:expr) } $case:ident [manual_clock]) => {};
+    ({ [$($clock:ident)?] ($factory:expr) } $case:ident $([$tag:ident])?) => {
+        #[test]
+        fn $case() {
+            $crate::fixture::__private::block_on(
+                2,
+                $crate::coordinator::conformance::run_case(
+                    ::core::stringify!($case),
+                    $crate::__coordinator_clock_source!($($clock)?),
+                    $crate::coordinator::conformance::$case,
+                    $factory,
+                ),
+            );
+        }
+    };
+}
+
+/// The [`ClockSource`] named by `clock = ...` of [`coordinator_conformance!`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __coordinator_clock_source {
+    () => {
+        $crate::coordinator::conformance::ClockSource::Harness
+    };
+    (harness) => {
+        $crate::coordinator::conformance::ClockSource::Harness
+    };
+    (server) => {
+        $crate::coordinator::conformance::ClockSource::Server
+    };
+}
 
 /// A [`ManualClock`] at the real current time, for implementations that check the commit deadline
 /// against a server clock (see [`CLOCK_SENSITIVE_CASES`]).
 pub fn harness_clock_at_system_time() -> Arc<ManualClock> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(START_MS);
-    ManualClock::new(now)
+    ManualClock::new(SystemClock.now_ms())
 }
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-static KEYS: AtomicU64 = AtomicU64::new(0);
-
+/// A fresh key without a UUID v7 time (never refused by the commit deadline, never fenced).
 fn new_key() -> String {
-    format!("wal/{:020}", KEYS.fetch_add(1, Ordering::Relaxed))
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("wal/{:020}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-/// A fresh UUID v7 key whose time is `ms` (unique: a counter fills the random bits).
-fn v7_key(ms: i64) -> String {
-    let n = KEYS.fetch_add(1, Ordering::Relaxed);
-    let mut random = [0u8; 10];
-    random[2..].copy_from_slice(&n.to_be_bytes());
-    let uuid = uuid::Builder::from_unix_timestamp_millis(ms.max(0) as u64, &random).into_uuid();
-    format!("wal/{uuid}")
+/// A fresh id (for topics), unique in the process and reproducible: the high half is a counter
+/// mixed by SplitMix64's finalizer, so that ids do not sort in the order they were made, the low
+/// half the counter itself.
+fn fresh_id() -> Uuid {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut z = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&(z ^ (z >> 31)).to_be_bytes());
+    bytes[8..].copy_from_slice(&n.to_be_bytes());
+    uuid::Builder::from_random_bytes(bytes).into_uuid()
 }
 
 /// The default commit deadline in ms (every harness's coordinator uses the defaults).
@@ -235,7 +388,7 @@ async fn commit_key(h: &Harness, key: &str, batches: Vec<CommitBatch>) -> Vec<Co
 }
 
 async fn topic_with(h: &Harness, name: &str, partitions: i32, config: TopicConfig) -> Uuid {
-    let id = Uuid::new_v4();
+    let id = fresh_id();
     h.coordinator
         .create_topic(CreateTopicRequest {
             topic_id: id,
@@ -249,7 +402,7 @@ async fn topic_with(h: &Harness, name: &str, partitions: i32, config: TopicConfi
 }
 
 async fn topic(h: &Harness, partitions: i32) -> Uuid {
-    let name = format!("t-{}", Uuid::new_v4());
+    let name = format!("t-{}", fresh_id());
     topic_with(h, &name, partitions, TopicConfig::default()).await
 }
 
@@ -359,7 +512,7 @@ pub async fn create_and_list_topics(h: Harness) {
 /// Bad partition counts, names and configuration values are invalid; ids and names are unique.
 pub async fn create_topic_validation(h: Harness) {
     let req = |name: &str, partitions: i32, config: TopicConfig| CreateTopicRequest {
-        topic_id: Uuid::new_v4(),
+        topic_id: fresh_id(),
         name: name.to_string(),
         partitions,
         config,
@@ -441,7 +594,7 @@ pub async fn delete_topic(h: Harness) {
     )
     .await;
     commit_key(&h, &only_gone, vec![plain(tp(gone, 1), 3, 70, START_MS)]).await;
-    let r = c.delete_topic(Uuid::new_v4()).await;
+    let r = c.delete_topic(fresh_id()).await;
     assert!(matches!(r, Err(CoordinatorError::UnknownTopic(_))), "{r:?}");
 
     h.clock.advance(10);
@@ -550,7 +703,7 @@ pub async fn commit_to_unknown_partition(h: Harness) {
         vec![
             plain(tp(t, 0), 1, 10, START_MS),
             plain(tp(t, 1), 1, 10, START_MS),
-            plain(tp(Uuid::new_v4(), 0), 1, 10, START_MS),
+            plain(tp(fresh_id(), 0), 1, 10, START_MS),
             plain(tp(t, -1), 1, 10, START_MS),
             plain(tp(t, 0), 1, 10, START_MS),
         ],
@@ -1291,7 +1444,7 @@ pub async fn find_batches_offsets_and_errors(h: Harness) {
                 req(p, 16),
                 req(p, -1),
                 req(tp(t, 1), 0),
-                req(tp(Uuid::new_v4(), 0), 0),
+                req(tp(fresh_id(), 0), 0),
             ],
             10_000,
         )
@@ -1517,7 +1670,7 @@ pub async fn cannot_move_log_start_past_high_watermark(h: Harness) {
 async fn retention_topic(h: &Harness, retention_ms: i64, retention_bytes: i64) -> TopicIdPartition {
     let t = topic_with(
         h,
-        &format!("r-{}", Uuid::new_v4()),
+        &format!("r-{}", fresh_id()),
         1,
         TopicConfig {
             retention_ms,
@@ -1907,7 +2060,7 @@ pub async fn a_confirmed_deleted_key_is_never_committed_again(h: Harness) {
     let c = &h.coordinator;
     let now = h.clock.now_ms();
     let key = v7_key(now);
-    let unknown = tp(Uuid::new_v4(), 0);
+    let unknown = tp(fresh_id(), 0);
     let r = commit_key(&h, &key, vec![plain(unknown, 1, 10, now)]).await;
     rejected(&r[0], ErrorCode::UnknownTopicOrPartition);
     h.clock.advance(1);
@@ -2043,7 +2196,7 @@ pub async fn retention_ages_batches_without_timestamps_by_commit_time(h: Harness
 }
 
 async fn expiring_topic(h: &Harness, partitions: i32, expiration_ms: i64) -> Uuid {
-    let name = format!("t-{}", Uuid::new_v4());
+    let name = format!("t-{}", fresh_id());
     topic_with(
         h,
         &name,
@@ -2084,7 +2237,7 @@ pub async fn producer_state_expires(h: Harness) {
     // Invalid settings are refused.
     invalid(
         c.create_topic(CreateTopicRequest {
-            topic_id: Uuid::new_v4(),
+            topic_id: fresh_id(),
             name: "bad-expiration".into(),
             partitions: 1,
             config: TopicConfig {
@@ -2146,4 +2299,29 @@ pub async fn producer_expiry_cap_and_order(h: Harness) {
     let r = c.expire_producers(2).await.unwrap();
     assert_eq!((r.expired, r.more), (1, false));
     assert_eq!(c.producer_state(tp(second, 0), 1).await.unwrap(), None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The case list names every case of this file (a `pub async fn` taking a [`Harness`]) once,
+    /// so that a new case cannot be left out of [`run_all`] and the macro's tests.
+    #[test]
+    fn the_case_list_names_every_case() {
+        let source = include_str!("conformance.rs");
+        let defined: BTreeSet<&str> = source
+            .lines()
+            .filter_map(|line| line.strip_prefix("pub async fn "))
+            .filter_map(|rest| rest.strip_suffix("(h: Harness) {"))
+            .collect();
+        let listed: BTreeSet<&str> = CASES.iter().copied().collect();
+        assert_eq!(listed.len(), CASES.len(), "a case is listed twice");
+        assert_eq!(listed, defined, "the case list and the cases differ");
+        for tagged in CLOCK_SENSITIVE_CASES.iter().chain(MANUAL_CLOCK_CASES) {
+            assert!(CASES.contains(tagged), "{tagged}");
+        }
+        assert!(!CLOCK_SENSITIVE_CASES.is_empty() && !MANUAL_CLOCK_CASES.is_empty());
+    }
 }

@@ -3,7 +3,9 @@
 //! - [`InMemoryCoordinator`]: the reference model of [`diskless_coordinator::BatchCoordinator`].
 //! - [`FaultyCoordinator`]: wraps any coordinator; commits fail unapplied, or apply and lose their
 //!   answer, or wait.
-//! - [`conformance`]: the cases every implementation must pass ([`conformance::run_all`]).
+//! - [`conformance`]: the cases every implementation must pass, one test each with
+//!   [`coordinator_conformance!`](crate::coordinator_conformance) (or all at once with
+//!   [`conformance::run_all`]).
 //! - [`ops`]: proptest strategies for random operation sequences and
 //!   [`ops::check_against_model`], the driver of model-based tests.
 
@@ -31,9 +33,14 @@ mod tests {
         }
     }
 
+    crate::coordinator_conformance!(model_conformance, async |clock| {
+        Arc::new(InMemoryCoordinator::new(clock))
+    });
+
+    /// `run_all` runs every case (the macro's tests run them one by one).
     #[tokio::test]
-    async fn model_passes_conformance() {
-        conformance::run_all(|| async { harness() }).await;
+    async fn model_passes_run_all() {
+        conformance::run_all(async |clock| Arc::new(InMemoryCoordinator::new(clock))).await;
     }
 
     proptest! {

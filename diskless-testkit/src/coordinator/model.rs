@@ -778,12 +778,8 @@ impl BatchCoordinator for InMemoryCoordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::v7_key;
     use diskless_coordinator::{DEFAULT_MAX_COMMIT_AGE, ManualClock, max_age_ms};
-
-    fn key_at(ms: i64) -> String {
-        let uuid = uuid::Builder::from_unix_timestamp_millis(ms as u64, &[7; 10]).into_uuid();
-        format!("wal/{uuid}")
-    }
 
     /// Fences are kept for twice the commit deadline after their key time, then dropped by the next
     /// `fence_orphans` call, so fence state stays bounded.
@@ -792,7 +788,7 @@ mod tests {
         let start = 1_700_000_000_000;
         let clock = ManualClock::new(start);
         let model = InMemoryCoordinator::new(clock.clone());
-        let key = key_at(start);
+        let key = v7_key(start);
         model
             .fence_orphans(std::slice::from_ref(&key))
             .await

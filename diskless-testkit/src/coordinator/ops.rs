@@ -499,10 +499,7 @@ impl Driver<'_> {
     /// runs deterministic).
     fn v7_key(&mut self, ms: i64) -> String {
         self.key_counter += 1;
-        let mut random = [0u8; 10];
-        random[2..].copy_from_slice(&self.key_counter.to_be_bytes());
-        let uuid = uuid::Builder::from_unix_timestamp_millis(ms.max(0) as u64, &random).into_uuid();
-        format!("wal/model/{uuid}")
+        crate::keys::v7_key_with(ms, self.key_counter)
     }
 
     async fn resolve_commit(&mut self, batches: &[BatchSpec], key: KeyChoice) -> CommitFileRequest {
