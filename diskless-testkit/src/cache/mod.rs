@@ -1,13 +1,15 @@
 //! Conformance suite for `LocalCache` implementations.
 //!
 //! Every [`LocalCache`] — the bundled `MokaCache` or a user's own — should pass it. Implement
-//! [`CacheFactory`] for your cache and call [`run_all`] from a test (it needs a tokio runtime; a
+//! [`CacheFactory`] for your cache and make one test per case with
+//! [`cache_conformance!`](crate::cache_conformance), so that the test runner lists, runs and
+//! reports each case on its own (or call [`run_all`] from one test; it needs a tokio runtime, and a
 //! multi-threaded one exercises more interleavings):
 //!
-//! ```
+//! ```test_harness
 //! use async_trait::async_trait;
 //! use diskless_cache::{MokaCache, MokaCacheConfig};
-//! use diskless_testkit::cache::{CacheFactory, run_all};
+//! use diskless_testkit::cache::CacheFactory;
 //!
 //! struct Moka;
 //!
@@ -22,11 +24,12 @@
 //!     }
 //! }
 //!
-//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-//! # async fn main() {
-//! run_all(&Moka).await;
-//! # }
+//! diskless_testkit::cache_conformance!(moka, Moka);
 //! ```
+//!
+//! The cases are listed once, in `__cache_conformance_cases!`; [`CASES`], [`run_all`] and the
+//! macro's tests follow from that list, and a unit test checks that it names every case of this
+//! file.
 //!
 //! What the suite expects beyond the trait's doc comments:
 //! - [`CacheStats::bytes`] counts the bytes of the cached blocks (their lengths), and
@@ -62,17 +65,71 @@ pub trait CacheFactory: Send + Sync {
     async fn settle(&self, _cache: &Self::Cache) {}
 }
 
-/// Runs every case of the suite, each on a fresh cache.
-pub async fn run_all<F: CacheFactory>(factory: &F) {
-    get_miss_then_insert_then_hit(factory).await;
-    get_or_load_loads_once_and_caches(factory).await;
-    concurrent_get_or_load_runs_one_load(factory).await;
-    concurrent_failed_load_shares_the_error(factory).await;
-    failed_load_is_not_cached(factory).await;
-    block_size_is_part_of_the_key(factory).await;
-    invalidate_object_removes_only_that_object(factory).await;
-    stats_are_consistent(factory).await;
-    byte_bound_is_respected(factory).await;
+/// Calls back `$callback! { { $($args)* } case, ... }` with every case of the suite, in the order
+/// [`run_all`] runs them: the one list of cases.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __cache_conformance_cases {
+    ($($callback:ident)::+ { $($args:tt)* }) => {
+        $($callback)::+! {
+            { $($args)* }
+            get_miss_then_insert_then_hit,
+            get_or_load_loads_once_and_caches,
+            concurrent_get_or_load_runs_one_load,
+            concurrent_failed_load_shares_the_error,
+            failed_load_is_not_cached,
+            block_size_is_part_of_the_key,
+            invalidate_object_removes_only_that_object,
+            stats_are_consistent,
+            byte_bound_is_respected,
+        }
+    };
+}
+
+/// Defines [`CASES`] and [`run_all`] from the case list.
+macro_rules! define_from_cases {
+    ({} $($case:ident),* $(,)?) => {
+        /// The names of all cases, in the order [`run_all`] runs them.
+        pub const CASES: &[&str] = &[$(stringify!($case)),*];
+
+        /// Runs every case of the suite, each on a fresh cache.
+        pub async fn run_all<F: CacheFactory>(factory: &F) {
+            $(
+                tracing::info!(case = stringify!($case), "cache conformance");
+                $case(factory).await;
+            )*
+        }
+    };
+}
+
+__cache_conformance_cases!(define_from_cases {});
+
+/// Makes one test per case of the cache conformance suite, in a module `$module`:
+/// `$module::stats_are_consistent` and so on, each on a fresh cache from `$factory` (an
+/// expression of a type implementing [`CacheFactory`], evaluated in each test), on a
+/// multi-threaded tokio runtime with four workers (to exercise interleavings of concurrent
+/// callers). Option, after the factory: `skip = [case, ...]`, cases left out (say which, and why,
+/// next to the list); each must name a case. Example in [the module's documentation](self).
+#[macro_export]
+macro_rules! cache_conformance {
+    ($module:ident, $factory:expr $(, skip = [$($skip:ident),* $(,)?])? $(,)?) => {
+        $crate::__cache_conformance_cases!($crate::__conformance_module {
+            [$] $module [$($($skip)*)?] [$crate::cache]
+            __cache_conformance_test { ($factory) }
+        });
+    };
+}
+
+/// One test of [`cache_conformance!`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __cache_conformance_test {
+    ({ ($factory:expr) } $case:ident) => {
+        #[test]
+        fn $case() {
+            $crate::fixture::__private::block_on(4, $crate::cache::$case(&$factory));
+        }
+    };
 }
 
 fn block(tag: u8, len: usize) -> Bytes {
@@ -505,4 +562,25 @@ pub async fn byte_bound_is_respected<F: CacheFactory>(factory: &F) {
     factory.settle(&cache).await;
     assert!(cache.stats().bytes <= CAPACITY);
     assert_eq!(cache.get(&huge).await, None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The case list names every case of this file (a `pub async fn` taking the factory) once, so
+    /// that a new case cannot be left out of [`run_all`] and the macro's tests.
+    #[test]
+    fn the_case_list_names_every_case() {
+        let source = include_str!("mod.rs");
+        let defined: BTreeSet<&str> = source
+            .lines()
+            .filter_map(|line| line.strip_prefix("pub async fn "))
+            .filter_map(|rest| rest.strip_suffix("<F: CacheFactory>(factory: &F) {"))
+            .collect();
+        let listed: BTreeSet<&str> = CASES.iter().copied().collect();
+        assert_eq!(listed.len(), CASES.len(), "a case is listed twice");
+        assert_eq!(listed, defined, "the case list and the cases differ");
+    }
 }

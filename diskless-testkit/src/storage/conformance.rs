@@ -1,10 +1,11 @@
 //! The cases every [`ObjectStorage`] must pass.
 //!
 //! Each case is a public async function taking the storage under test and panicking (with a
-//! message) on a violation, like `object_store`'s integration tests; [`run_all`] runs them all
-//! with a fresh storage per case from a factory. Every case works under its own random prefix
-//! (`conformance/<uuid>/<case>`), so a factory may return storages sharing one bucket or
-//! directory.
+//! message) on a violation, like `object_store`'s integration tests. Run them with
+//! [`storage_conformance!`](crate::storage_conformance), which makes one test per case (so that
+//! the test runner lists, runs and reports each case on its own), or all in one test with
+//! [`run_all`]. Every case works under its own random prefix (`conformance/<uuid>/<case>`), so a
+//! factory may return storages sharing one bucket or directory.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
@@ -12,14 +13,18 @@
 //! use diskless_testkit::storage::conformance;
 //! use std::sync::Arc;
 //!
-//! conformance::run_all(|| async { Arc::new(ObjectStoreStorage::in_memory()) as _ }).await;
+//! conformance::run_all(async || Arc::new(ObjectStoreStorage::in_memory())).await;
 //! # });
 //! ```
+//!
+//! The cases are listed once, in `__storage_conformance_cases!`; [`CASES`], [`run_all`] and the
+//! macro's tests follow from that list, and a unit test checks that it names every case of this
+//! file.
 
+use crate::fixture::Fixture;
 use bytes::Bytes;
 use diskless_storage::{ObjectKey, ObjectMeta, ObjectStorage, StorageError};
 use futures::TryStreamExt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -29,23 +34,158 @@ pub const LARGE_OBJECT_SIZE: usize = 16 * 1024 * 1024 + 12_345;
 /// Number of uploads [`concurrent_uploads`] runs at once.
 pub const CONCURRENT_UPLOADS: usize = 32;
 
-/// Runs every case, each with a fresh storage from `factory`.
-pub async fn run_all<F, Fut>(factory: F)
+/// Calls back `$callback! { { $($args)* } case, case [tag], ... }` with every case of the suite,
+/// in the order [`run_all`] runs them: the one list of cases. Tag `shared`: the case takes an
+/// `Arc<dyn ObjectStorage>` (to share it with tasks) instead of a `&dyn ObjectStorage`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __storage_conformance_cases {
+    ($($callback:ident)::+ { $($args:tt)* }) => {
+        $($callback)::+! {
+            { $($args)* }
+            upload_then_fetch_edges,
+            fetch_invalid_ranges,
+            empty_object,
+            create_only,
+            retry_after_ambiguous_upload,
+            idempotent_delete,
+            list_by_prefix,
+            list_with_offset,
+            invalid_keys_rejected,
+            large_object,
+            concurrent_uploads [shared],
+        }
+    };
+}
+
+/// Defines [`CASES`] and [`run_all`] from the case list.
+macro_rules! define_from_cases {
+    ({} $($case:ident $([$tag:ident])?),* $(,)?) => {
+        /// The names of all cases, in the order [`run_all`] runs them.
+        pub const CASES: &[&str] = &[$(stringify!($case)),*];
+
+        /// Runs every case, each with a fresh storage from `factory`; panics on the first
+        /// violation.
+        pub async fn run_all<F, S>(factory: F)
+        where
+            F: AsyncFn() -> S,
+            S: Fixture<dyn ObjectStorage>,
+        {
+            $( run_case_of!($case $([$tag])?, &factory); )*
+        }
+    };
+}
+
+/// Runs one case of the list with the runner its tag asks for.
+macro_rules! run_case_of {
+    ($case:ident [shared], $factory:expr) => {
+        run_shared_case(stringify!($case), $case, $factory).await
+    };
+    ($case:ident, $factory:expr) => {
+        run_case(stringify!($case), $case, $factory).await
+    };
+}
+
+__storage_conformance_cases!(define_from_cases {});
+
+/// Runs one case taking a `&dyn ObjectStorage` on a fresh storage from `factory`. A factory
+/// returning `None` skips the case.
+pub async fn run_case<C, F, S>(name: &str, case: C, factory: F)
 where
-    F: Fn() -> Fut,
-    Fut: Future<Output = Arc<dyn ObjectStorage>>,
+    C: AsyncFnOnce(&dyn ObjectStorage),
+    F: AsyncFnOnce() -> S,
+    S: Fixture<dyn ObjectStorage>,
 {
-    upload_then_fetch_edges(&*factory().await).await;
-    fetch_invalid_ranges(&*factory().await).await;
-    empty_object(&*factory().await).await;
-    create_only(&*factory().await).await;
-    retry_after_ambiguous_upload(&*factory().await).await;
-    idempotent_delete(&*factory().await).await;
-    list_by_prefix(&*factory().await).await;
-    list_with_offset(&*factory().await).await;
-    invalid_keys_rejected(&*factory().await).await;
-    large_object(&*factory().await).await;
-    concurrent_uploads(factory().await).await;
+    if let Some((storage, guard)) = factory().await.into_parts() {
+        tracing::info!(case = name, "storage conformance");
+        case(&*storage).await;
+        drop(storage);
+        drop(guard);
+    }
+}
+
+/// Runs one case taking an `Arc<dyn ObjectStorage>` (the `shared` ones) on a fresh storage from
+/// `factory`. A factory returning `None` skips the case.
+pub async fn run_shared_case<C, F, S>(name: &str, case: C, factory: F)
+where
+    C: AsyncFnOnce(Arc<dyn ObjectStorage>),
+    F: AsyncFnOnce() -> S,
+    S: Fixture<dyn ObjectStorage>,
+{
+    if let Some((storage, guard)) = factory().await.into_parts() {
+        tracing::info!(case = name, "storage conformance");
+        case(storage).await;
+        drop(guard);
+    }
+}
+
+/// Makes one test per case of the storage conformance suite, in a module `$module`:
+/// `$module::create_only` and so on, each on a fresh storage from the factory, on a
+/// multi-threaded tokio runtime with two workers.
+///
+/// The factory is an async closure without arguments that returns a
+/// [`Fixture`]: `Arc<YourStorage>`, a pair `(Arc<YourStorage>, guard)` whose guard lives until
+/// the case ends (a temporary directory, an in-process server), or `None` to skip the case (when
+/// a service is not reachable, say; print why). It may use the items of the enclosing module.
+/// Option, after the factory: `skip = [case, ...]`, cases left out (say which, and why, next to
+/// the list); each must name a case.
+///
+/// ```test_harness
+/// use diskless_storage::ObjectStoreStorage;
+/// use std::sync::Arc;
+///
+/// diskless_testkit::storage_conformance!(in_memory, async || {
+///     Arc::new(ObjectStoreStorage::in_memory())
+/// });
+///
+/// // The guard (here a string; a temporary directory or a server in practice) lives as long as
+/// // the case.
+/// diskless_testkit::storage_conformance!(
+///     in_memory_with_a_guard,
+///     async || (Arc::new(ObjectStoreStorage::in_memory()), String::from("guard")),
+///     skip = [large_object], // (a store that caps object sizes would say so here)
+/// );
+/// ```
+#[macro_export]
+macro_rules! storage_conformance {
+    ($module:ident, $factory:expr $(, skip = [$($skip:ident),* $(,)?])? $(,)?) => {
+        $crate::__storage_conformance_cases!($crate::__conformance_module {
+            [$] $module [$($($skip)*)?] [$crate::storage::conformance]
+            __storage_conformance_test { ($factory) }
+        });
+    };
+}
+
+/// One test of [`storage_conformance!`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __storage_conformance_test {
+    ({ ($factory:expr) } $case:ident [shared]) => {
+        #[test]
+        fn $case() {
+            $crate::fixture::__private::block_on(
+                2,
+                $crate::storage::conformance::run_shared_case(
+                    ::core::stringify!($case),
+                    $crate::storage::conformance::$case,
+                    $factory,
+                ),
+            );
+        }
+    };
+    ({ ($factory:expr) } $case:ident) => {
+        #[test]
+        fn $case() {
+            $crate::fixture::__private::block_on(
+                2,
+                $crate::storage::conformance::run_case(
+                    ::core::stringify!($case),
+                    $crate::storage::conformance::$case,
+                    $factory,
+                ),
+            );
+        }
+    };
 }
 
 /// A prefix no other case (or run) uses.
@@ -460,4 +600,28 @@ pub async fn concurrent_uploads(storage: Arc<dyn ObjectStorage>) {
     }
     let listed: Vec<ObjectMeta> = storage.list(&prefix).try_collect().await.expect("list");
     assert_eq!(listed.len(), CONCURRENT_UPLOADS);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The case list names every case of this file (a `pub async fn` taking the storage) once,
+    /// so that a new case cannot be left out of [`run_all`] and the macro's tests.
+    #[test]
+    fn the_case_list_names_every_case() {
+        let source = include_str!("conformance.rs");
+        let defined: BTreeSet<&str> = source
+            .lines()
+            .filter_map(|line| line.strip_prefix("pub async fn "))
+            .filter_map(|rest| {
+                rest.strip_suffix("(storage: &dyn ObjectStorage) {")
+                    .or_else(|| rest.strip_suffix("(storage: Arc<dyn ObjectStorage>) {"))
+            })
+            .collect();
+        let listed: BTreeSet<&str> = CASES.iter().copied().collect();
+        assert_eq!(listed.len(), CASES.len(), "a case is listed twice");
+        assert_eq!(listed, defined, "the case list and the cases differ");
+    }
 }

@@ -616,14 +616,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn without_faults_it_passes_conformance() {
-        crate::storage::conformance::run_all(|| async {
+        crate::storage::conformance::run_all(async || {
             Arc::new(FaultyStorage::new(
                 ObjectStoreStorage::in_memory(),
                 FaultConfig {
                     latency: Some(Latency::s3_like()),
                     ..FaultConfig::default()
                 },
-            )) as Arc<dyn ObjectStorage>
+            ))
         })
         .await;
     }

@@ -1,7 +1,8 @@
 //! Conformance suite, fault injection and an in-process S3 server for `ObjectStorage`.
 //!
-//! - [`conformance`]: the cases every [`diskless_storage::ObjectStorage`] must pass
-//!   ([`conformance::run_all`] with a factory, or one case at a time).
+//! - [`conformance`]: the cases every [`diskless_storage::ObjectStorage`] must pass, one test each
+//!   with [`storage_conformance!`](crate::storage_conformance) (or all at once with
+//!   [`conformance::run_all`]).
 //! - [`FaultyStorage`]: a wrapper injecting failures, ambiguous uploads, latency, unreadable keys
 //!   and upload stalls, deterministically from a seed.
 //! - `S3TestServer` (feature `s3-server`): an S3 server (s3s + s3s-fs) on 127.0.0.1 and the
