@@ -55,6 +55,25 @@ impl<C: ObjectStorage + 'static> Fixture<dyn ObjectStorage> for Arc<C> {
     }
 }
 
+/// Asserts that a suite's case list names every case of its source once: every
+/// `pub async fn <name><signature>` line of `source` whose signature is one of `signatures`.
+#[cfg(test)]
+pub(crate) fn assert_lists_every_case(cases: &[&str], source: &str, signatures: &[&str]) {
+    use std::collections::BTreeSet;
+    let defined: BTreeSet<&str> = source
+        .lines()
+        .filter_map(|line| line.strip_prefix("pub async fn "))
+        .filter_map(|rest| signatures.iter().find_map(|s| rest.strip_suffix(s)))
+        .collect();
+    let listed: BTreeSet<&str> = cases.iter().copied().collect();
+    assert_eq!(listed.len(), cases.len(), "a case is listed twice");
+    assert!(
+        !defined.is_empty(),
+        "no case found: are the signatures right?"
+    );
+    assert_eq!(listed, defined, "the case list and the cases differ");
+}
+
 /// The module of a conformance macro: `mod $module { use super::*; <tests> }` with one test per
 /// case not named in `skip`, each made by `$crate::$test! { { $($args)* } case [tag] }`. Called
 /// back by a suite's case list; `$d` is a `$`, for the inner macro's own variables.

@@ -150,6 +150,29 @@ fn ok_load(
     })
 }
 
+/// Caches `bytes` under `key` by `insert` when `index` is even, by a `get_or_load` (counted in
+/// `count`) that must return them when odd.
+async fn insert_or_load<C: LocalCache>(
+    cache: &C,
+    key: BlockKey,
+    bytes: Bytes,
+    index: u64,
+    count: &Arc<AtomicUsize>,
+) {
+    if index % 2 == 0 {
+        cache.insert(key, bytes).await;
+    } else {
+        let got = cache
+            .get_or_load(key.clone(), ok_load(bytes.clone(), Arc::clone(count)))
+            .await;
+        assert_eq!(
+            got.ok(),
+            Some(bytes),
+            "get_or_load of {key:?} returns the loaded bytes, even when not kept"
+        );
+    }
+}
+
 /// An error a test loader returns.
 #[derive(Debug, thiserror::Error)]
 #[error("test load failed: {0}")]
@@ -242,6 +265,42 @@ impl Gate {
 /// Permits an opened gate hands out: more than any case has callers.
 const OPEN_PERMITS: usize = 1 << 16;
 
+/// `callers` concurrent `get_or_load` of `key`, each in a task of its own and with a loader of its
+/// own that counts its run in `count`, waits at a gate (opened once the first loader started and
+/// the others had time to queue up) and answers `answer(caller)`. The callers' results, in order.
+async fn gated_concurrent_loads<C: LocalCache + 'static>(
+    cache: &Arc<C>,
+    key: &BlockKey,
+    callers: usize,
+    count: &Arc<AtomicUsize>,
+    answer: fn(usize) -> Result<Bytes, BoxError>,
+) -> Vec<Result<Bytes, diskless_cache::LoadError>> {
+    let gate = Gate::new();
+    let mut tasks = Vec::with_capacity(callers);
+    for caller in 0..callers {
+        let (cache, key, count, gate) = (
+            Arc::clone(cache),
+            key.clone(),
+            Arc::clone(count),
+            Arc::clone(&gate),
+        );
+        tasks.push(tokio::spawn(async move {
+            let load = Box::pin(async move {
+                count.fetch_add(1, Ordering::SeqCst);
+                gate.enter().await;
+                answer(caller)
+            });
+            cache.get_or_load(key, load).await
+        }));
+    }
+    gate.open_after_first_load().await;
+    let mut results = Vec::with_capacity(callers);
+    for task in tasks {
+        results.push(task.await.expect("caller task panicked"));
+    }
+    results
+}
+
 /// 50 concurrent `get_or_load` of one absent block run the loader exactly once, and all get the
 /// same bytes; every call counts a hit or a miss, and `loads` is 1.
 pub async fn concurrent_get_or_load_runs_one_load<F: CacheFactory>(factory: &F) {
@@ -249,31 +308,12 @@ pub async fn concurrent_get_or_load_runs_one_load<F: CacheFactory>(factory: &F) 
     let cache = Arc::new(factory.create(ROOMY_CAPACITY).await);
     let key = BlockKey::new("obj-hot", 1 << 16, 5);
     let count = Arc::new(AtomicUsize::new(0));
-    let gate = Gate::new();
     let before = cache.stats();
-    let mut tasks = Vec::with_capacity(CALLERS);
-    for caller in 0..CALLERS {
-        let (cache, key, count, gate) = (
-            Arc::clone(&cache),
-            key.clone(),
-            Arc::clone(&count),
-            Arc::clone(&gate),
-        );
-        tasks.push(tokio::spawn(async move {
-            // Each caller offers its own loader; only one may run.
-            let load = Box::pin(async move {
-                count.fetch_add(1, Ordering::SeqCst);
-                gate.enter().await;
-                Ok::<_, BoxError>(block(caller as u8, 3000))
-            });
-            cache.get_or_load(key, load).await
-        }));
-    }
-    gate.open_after_first_load().await;
-    let mut results = Vec::with_capacity(CALLERS);
-    for task in tasks {
-        results.push(task.await.expect("caller task panicked"));
-    }
+    // Each caller offers its own loader; only one may run.
+    let results = gated_concurrent_loads(&cache, &key, CALLERS, &count, |caller| {
+        Ok(block(caller as u8, 3000))
+    })
+    .await;
     assert_eq!(
         count.load(Ordering::SeqCst),
         1,
@@ -303,30 +343,14 @@ pub async fn concurrent_failed_load_shares_the_error<F: CacheFactory>(factory: &
     let cache = Arc::new(factory.create(ROOMY_CAPACITY).await);
     let key = BlockKey::new("obj-broken", 512, 0);
     let count = Arc::new(AtomicUsize::new(0));
-    let gate = Gate::new();
-    let mut tasks = Vec::with_capacity(CALLERS);
-    for _ in 0..CALLERS {
-        let (cache, key, count, gate) = (
-            Arc::clone(&cache),
-            key.clone(),
-            Arc::clone(&count),
-            Arc::clone(&gate),
-        );
-        tasks.push(tokio::spawn(async move {
-            let load = Box::pin(async move {
-                count.fetch_add(1, Ordering::SeqCst);
-                gate.enter().await;
-                Err::<Bytes, BoxError>(Box::new(TestLoadError("object unavailable")))
-            });
-            cache.get_or_load(key, load).await
-        }));
-    }
-    gate.open_after_first_load().await;
-    let mut errors = Vec::with_capacity(CALLERS);
-    for task in tasks {
-        let result = task.await.expect("caller task panicked");
-        errors.push(result.expect_err("a failed load must fail every caller that waited on it"));
-    }
+    let results = gated_concurrent_loads(&cache, &key, CALLERS, &count, |_| {
+        Err(Box::new(TestLoadError("object unavailable")))
+    })
+    .await;
+    let errors: Vec<diskless_cache::LoadError> = results
+        .into_iter()
+        .map(|r| r.expect_err("a failed load must fail every caller that waited on it"))
+        .collect();
     for error in &errors {
         assert_eq!(error.to_string(), "test load failed: object unavailable");
     }
@@ -404,14 +428,7 @@ pub async fn invalidate_object_removes_only_that_object<F: CacheFactory>(factory
         for index in 0..4u64 {
             let key = BlockKey::new(*object, 256, index);
             let bytes = block((o * 16 + index as usize) as u8, 256);
-            if index % 2 == 0 {
-                cache.insert(key, bytes).await;
-            } else {
-                let got = cache
-                    .get_or_load(key, ok_load(bytes.clone(), Arc::clone(&count)))
-                    .await;
-                assert_eq!(got.ok(), Some(bytes));
-            }
+            insert_or_load(&cache, key, bytes, index, &count).await;
         }
         cache
             .insert(BlockKey::new(*object, 1024, 0), block(o as u8, 1024))
@@ -517,19 +534,8 @@ pub async fn byte_bound_is_respected<F: CacheFactory>(factory: &F) {
     let count = Arc::new(AtomicUsize::new(0));
     for index in 0..BLOCKS {
         let key = BlockKey::new("obj-big", BLOCK as u64, index);
-        let bytes = block(index as u8, BLOCK);
-        if index % 2 == 0 {
-            cache.insert(key, bytes).await;
-        } else {
-            let got = cache
-                .get_or_load(key, ok_load(bytes.clone(), Arc::clone(&count)))
-                .await;
-            assert_eq!(
-                got.ok(),
-                Some(bytes),
-                "a load's bytes are returned even when not kept"
-            );
-        }
+        // (A load's bytes are returned even when not kept.)
+        insert_or_load(&cache, key, block(index as u8, BLOCK), index, &count).await;
     }
     factory.settle(&cache).await;
     let stats = cache.stats();
@@ -567,20 +573,15 @@ pub async fn byte_bound_is_respected<F: CacheFactory>(factory: &F) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeSet;
 
-    /// The case list names every case of this file (a `pub async fn` taking the factory) once, so
-    /// that a new case cannot be left out of [`run_all`] and the macro's tests.
+    /// The case list names every case of this file once, so that a new case cannot be left out of
+    /// [`run_all`] and the macro's tests.
     #[test]
     fn the_case_list_names_every_case() {
-        let source = include_str!("mod.rs");
-        let defined: BTreeSet<&str> = source
-            .lines()
-            .filter_map(|line| line.strip_prefix("pub async fn "))
-            .filter_map(|rest| rest.strip_suffix("<F: CacheFactory>(factory: &F) {"))
-            .collect();
-        let listed: BTreeSet<&str> = CASES.iter().copied().collect();
-        assert_eq!(listed.len(), CASES.len(), "a case is listed twice");
-        assert_eq!(listed, defined, "the case list and the cases differ");
+        crate::fixture::assert_lists_every_case(
+            CASES,
+            include_str!("mod.rs"),
+            &["<F: CacheFactory>(factory: &F) {"],
+        );
     }
 }

@@ -24,8 +24,8 @@ use diskless_coordinator::{
     BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest,
     CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, EARLIEST_TIMESTAMP, ErrorCode,
     FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
-    ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, SystemClock,
-    TimestampType, TopicConfig, TopicIdPartition,
+    ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo,
+    ProducerState, RetentionReport, SystemClock, TimestampType, TopicConfig, TopicIdPartition,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -372,6 +372,11 @@ fn request(key: &str, mut batches: Vec<CommitBatch>) -> CommitFileRequest {
     }
 }
 
+/// Commits one batch under a new key; its result.
+async fn commit_one(h: &Harness, batch: CommitBatch) -> CommitBatchResult {
+    commit(h, vec![batch]).await.remove(0)
+}
+
 async fn commit(h: &Harness, batches: Vec<CommitBatch>) -> Vec<CommitBatchResult> {
     commit_key(h, &new_key(), batches).await
 }
@@ -404,6 +409,11 @@ async fn topic_with(h: &Harness, name: &str, partitions: i32, config: TopicConfi
 async fn topic(h: &Harness, partitions: i32) -> Uuid {
     let name = format!("t-{}", fresh_id());
     topic_with(h, &name, partitions, TopicConfig::default()).await
+}
+
+/// Partition 0 of a new topic of one partition.
+async fn partition(h: &Harness) -> TopicIdPartition {
+    tp(topic(h, 1).await, 0)
 }
 
 fn tp(id: Uuid, p: i32) -> TopicIdPartition {
@@ -452,6 +462,44 @@ async fn delete_records(h: &Harness, p: TopicIdPartition, offset: i64) -> (Error
         .expect("delete_records")
         .remove(0);
     (r.error, r.low_watermark)
+}
+
+/// A retention pass with room for 100 batches.
+async fn retention_pass(h: &Harness) -> RetentionReport {
+    h.coordinator
+        .enforce_retention(100)
+        .await
+        .expect("enforce_retention")
+}
+
+/// What the coordinator knows of an object (`None`: nothing).
+async fn object(h: &Harness, key: &str) -> Option<ObjectInfo> {
+    h.coordinator.object_info(key).await.expect("object_info")
+}
+
+/// What the coordinator knows of an object it must know.
+async fn info_of(h: &Harness, key: &str) -> ObjectInfo {
+    object(h, key)
+        .await
+        .unwrap_or_else(|| panic!("object {key} is unknown"))
+}
+
+/// Whether `known_objects` answers the key.
+async fn is_known(h: &Harness, key: &str) -> bool {
+    let known = h
+        .coordinator
+        .known_objects(&[key.to_string()])
+        .await
+        .expect("known_objects");
+    !known.is_empty()
+}
+
+/// The state of a producer on a partition (`None`: none).
+async fn producer(h: &Harness, p: TopicIdPartition, producer_id: i64) -> Option<ProducerState> {
+    h.coordinator
+        .producer_state(p, producer_id)
+        .await
+        .expect("producer_state")
 }
 
 fn ok_at(r: &CommitBatchResult, base_offset: i64) {
@@ -605,10 +653,10 @@ pub async fn delete_topic(h: Harness) {
     let r = c.delete_topic(gone).await;
     assert!(matches!(r, Err(CoordinatorError::UnknownTopic(_))), "{r:?}");
 
-    let shared_info = c.object_info(&shared).await.unwrap().unwrap();
+    let shared_info = info_of(&h, &shared).await;
     assert_eq!(shared_info.live_bytes, 50);
     assert_eq!(shared_info.marked_for_deletion_at, None);
-    let gone_info = c.object_info(&only_gone).await.unwrap().unwrap();
+    let gone_info = info_of(&h, &only_gone).await;
     assert_eq!(gone_info.live_bytes, 0);
     assert_eq!(gone_info.marked_for_deletion_at, Some(START_MS + 10));
 
@@ -781,8 +829,7 @@ pub async fn batches_of_one_file_keep_order(h: Harness) {
 
 /// Several producers in one file each get their own sequence checks.
 pub async fn multiple_producers_in_one_file(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     let r = commit(
         &h,
         vec![
@@ -801,7 +848,7 @@ pub async fn multiple_producers_in_one_file(h: Harness) {
     ok_at(&r[3], 7);
     rejected(&r[4], ErrorCode::OutOfOrderSequenceNumber);
     dup_of(&r[5], 0);
-    let s1 = h.coordinator.producer_state(p, 1).await.unwrap().unwrap();
+    let s1 = producer(&h, p, 1).await.unwrap();
     assert_eq!(s1.producer_epoch, 0);
     assert_eq!(s1.batches.len(), 2);
     assert_eq!(
@@ -812,10 +859,10 @@ pub async fn multiple_producers_in_one_file(h: Harness) {
         (s1.batches[1].base_offset, s1.batches[1].last_offset),
         (5, 6)
     );
-    let s2 = h.coordinator.producer_state(p, 2).await.unwrap().unwrap();
+    let s2 = producer(&h, p, 2).await.unwrap();
     assert_eq!(s2.batches.len(), 2);
     assert_eq!(s2.batches[0].base_offset, 2);
-    assert!(h.coordinator.producer_state(p, 3).await.unwrap().is_none());
+    assert!(producer(&h, p, 3).await.is_none());
     let (_, _, hwm) = all_batches(&h, p).await;
     assert_eq!(hwm, 8);
 }
@@ -905,112 +952,101 @@ async fn delete_records_all(h: &Harness, t: Uuid, partitions: i32) {
 
 /// The same sequence range re-sent under the same epoch is a duplicate of the original.
 pub async fn producer_same_sequence_resent_is_duplicate(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
-    ok_at(&commit(&h, vec![idem(p, 5, 1, 0, 3)]).await[0], 0);
+    let p = partition(&h).await;
+    ok_at(&commit_one(&h, idem(p, 5, 1, 0, 3)).await, 0);
     let r = commit(&h, vec![idem(p, 5, 1, 0, 3)]).await;
     dup_of(&r[0], 0);
     assert_eq!(r[0].log_start_offset, 0);
     let (batches, _, hwm) = all_batches(&h, p).await;
     assert_eq!((batches.len(), hwm), (1, 3));
-    ok_at(&commit(&h, vec![idem(p, 5, 1, 3, 1)]).await[0], 3);
+    ok_at(&commit_one(&h, idem(p, 5, 1, 3, 1)).await, 3);
 }
 
 /// A gap in the sequence is OUT_OF_ORDER_SEQUENCE_NUMBER and changes nothing.
 pub async fn producer_sequence_gap_rejected(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
-    ok_at(&commit(&h, vec![idem(p, 5, 0, 0, 1)]).await[0], 0);
-    let before = h.coordinator.producer_state(p, 5).await.unwrap();
+    let p = partition(&h).await;
+    ok_at(&commit_one(&h, idem(p, 5, 0, 0, 1)).await, 0);
+    let before = producer(&h, p, 5).await;
     rejected(
-        &commit(&h, vec![idem(p, 5, 0, 2, 1)]).await[0],
+        &commit_one(&h, idem(p, 5, 0, 2, 1)).await,
         ErrorCode::OutOfOrderSequenceNumber,
     );
-    assert_eq!(h.coordinator.producer_state(p, 5).await.unwrap(), before);
-    ok_at(&commit(&h, vec![idem(p, 5, 0, 1, 1)]).await[0], 1);
+    assert_eq!(producer(&h, p, 5).await, before);
+    ok_at(&commit_one(&h, idem(p, 5, 0, 1, 1)).await, 1);
 }
 
 /// A higher epoch starting at sequence 0 is accepted and starts a new window.
 pub async fn producer_higher_epoch_accepted(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
-    ok_at(&commit(&h, vec![idem(p, 9, 0, 0, 5)]).await[0], 0);
-    ok_at(&commit(&h, vec![idem(p, 9, 3, 0, 2)]).await[0], 5);
-    let s = h.coordinator.producer_state(p, 9).await.unwrap().unwrap();
+    let p = partition(&h).await;
+    ok_at(&commit_one(&h, idem(p, 9, 0, 0, 5)).await, 0);
+    ok_at(&commit_one(&h, idem(p, 9, 3, 0, 2)).await, 5);
+    let s = producer(&h, p, 9).await.unwrap();
     assert_eq!(s.producer_epoch, 3);
     assert_eq!(s.batches.len(), 1);
     assert_eq!(s.batches[0].base_offset, 5);
     // The old epoch's batch is no duplicate any more: the old epoch is fenced.
     rejected(
-        &commit(&h, vec![idem(p, 9, 0, 0, 5)]).await[0],
+        &commit_one(&h, idem(p, 9, 0, 0, 5)).await,
         ErrorCode::InvalidProducerEpoch,
     );
 }
 
 /// An older epoch is INVALID_PRODUCER_EPOCH.
 pub async fn producer_old_epoch_rejected(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
-    ok_at(&commit(&h, vec![idem(p, 9, 5, 0, 1)]).await[0], 0);
+    let p = partition(&h).await;
+    ok_at(&commit_one(&h, idem(p, 9, 5, 0, 1)).await, 0);
     rejected(
-        &commit(&h, vec![idem(p, 9, 4, 1, 1)]).await[0],
+        &commit_one(&h, idem(p, 9, 4, 1, 1)).await,
         ErrorCode::InvalidProducerEpoch,
     );
     rejected(
-        &commit(&h, vec![idem(p, 9, 4, 0, 1)]).await[0],
+        &commit_one(&h, idem(p, 9, 4, 0, 1)).await,
         ErrorCode::InvalidProducerEpoch,
     );
-    ok_at(&commit(&h, vec![idem(p, 9, 5, 1, 1)]).await[0], 1);
+    ok_at(&commit_one(&h, idem(p, 9, 5, 1, 1)).await, 1);
 }
 
 /// A new epoch must start at sequence 0.
 pub async fn producer_new_epoch_must_start_at_zero(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
-    ok_at(&commit(&h, vec![idem(p, 9, 0, 0, 1)]).await[0], 0);
+    let p = partition(&h).await;
+    ok_at(&commit_one(&h, idem(p, 9, 0, 0, 1)).await, 0);
     rejected(
-        &commit(&h, vec![idem(p, 9, 1, 1, 1)]).await[0],
+        &commit_one(&h, idem(p, 9, 1, 1, 1)).await,
         ErrorCode::OutOfOrderSequenceNumber,
     );
-    let s = h.coordinator.producer_state(p, 9).await.unwrap().unwrap();
+    let s = producer(&h, p, 9).await.unwrap();
     assert_eq!(s.producer_epoch, 0);
 }
 
 /// After sequence i32::MAX the next batch starts at 0.
 pub async fn sequence_wrap_max_to_zero_accepted(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
-    ok_at(
-        &commit(&h, vec![idem(p, 1, 0, i32::MAX - 1, 2)]).await[0],
-        0,
-    );
-    ok_at(&commit(&h, vec![idem(p, 1, 0, 0, 1)]).await[0], 2);
+    let p = partition(&h).await;
+    ok_at(&commit_one(&h, idem(p, 1, 0, i32::MAX - 1, 2)).await, 0);
+    ok_at(&commit_one(&h, idem(p, 1, 0, 0, 1)).await, 2);
     // A batch spanning the wrap: base MAX, last 1.
     let t2 = topic(&h, 1).await;
     let q = tp(t2, 0);
     let b = idem(q, 1, 0, i32::MAX, 2);
     assert_eq!(b.last_sequence, 0);
-    ok_at(&commit(&h, vec![b]).await[0], 0);
-    ok_at(&commit(&h, vec![idem(q, 1, 0, 1, 1)]).await[0], 2);
+    ok_at(&commit_one(&h, b).await, 0);
+    ok_at(&commit_one(&h, idem(q, 1, 0, 1, 1)).await, 2);
 }
 
 /// After sequence i32::MAX a batch starting at 1 is out of order.
 pub async fn sequence_wrap_max_to_one_rejected(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
-    ok_at(&commit(&h, vec![idem(p, 1, 0, i32::MAX, 1)]).await[0], 0);
+    let p = partition(&h).await;
+    ok_at(&commit_one(&h, idem(p, 1, 0, i32::MAX, 1)).await, 0);
     rejected(
-        &commit(&h, vec![idem(p, 1, 0, 1, 1)]).await[0],
+        &commit_one(&h, idem(p, 1, 0, 1, 1)).await,
         ErrorCode::OutOfOrderSequenceNumber,
     );
-    ok_at(&commit(&h, vec![idem(p, 1, 0, 0, 1)]).await[0], 1);
+    ok_at(&commit_one(&h, idem(p, 1, 0, 0, 1)).await, 1);
 }
 
 /// UnifiedLogTest.testDuplicateAppends: the last five batches are recognised as duplicates and
 /// answered with their original offsets; an older one is out of order.
 pub async fn duplicate_appends_window_of_five(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     let mut offsets = Vec::new();
     for i in 0..7 {
         // Interleave non-idempotent batches so the offsets are not a plain multiple.
@@ -1022,40 +1058,39 @@ pub async fn duplicate_appends_window_of_five(h: Harness) {
     let (_, _, hwm) = all_batches(&h, p).await;
     for i in 2..7 {
         dup_of(
-            &commit(&h, vec![idem(p, 3, 0, 2 * i, 2)]).await[0],
+            &commit_one(&h, idem(p, 3, 0, 2 * i, 2)).await,
             offsets[i as usize],
         );
     }
     for i in 0..2 {
         rejected(
-            &commit(&h, vec![idem(p, 3, 0, 2 * i, 2)]).await[0],
+            &commit_one(&h, idem(p, 3, 0, 2 * i, 2)).await,
             ErrorCode::OutOfOrderSequenceNumber,
         );
     }
     let (_, _, after) = all_batches(&h, p).await;
     assert_eq!(after, hwm, "duplicates do not append");
-    let s = h.coordinator.producer_state(p, 3).await.unwrap().unwrap();
+    let s = producer(&h, p, 3).await.unwrap();
     let seqs: Vec<i32> = s.batches.iter().map(|b| b.base_sequence).collect();
     assert_eq!(seqs, vec![4, 6, 8, 10, 12]);
     let bases: Vec<i64> = s.batches.iter().map(|b| b.base_offset).collect();
     assert_eq!(bases, offsets[2..].to_vec());
     // The sequence continues.
-    ok_at(&commit(&h, vec![idem(p, 3, 0, 14, 1)]).await[0], hwm);
+    ok_at(&commit_one(&h, idem(p, 3, 0, 14, 1)).await, hwm);
 }
 
 /// A batch overlapping a kept one without matching it exactly is out of order.
 pub async fn duplicate_partial_overlap_rejected(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
-    ok_at(&commit(&h, vec![idem(p, 3, 0, 0, 5)]).await[0], 0);
-    ok_at(&commit(&h, vec![idem(p, 3, 0, 5, 5)]).await[0], 5);
+    let p = partition(&h).await;
+    ok_at(&commit_one(&h, idem(p, 3, 0, 0, 5)).await, 0);
+    ok_at(&commit_one(&h, idem(p, 3, 0, 5, 5)).await, 5);
     for (seq, n) in [(0, 4), (1, 4), (3, 4), (5, 6), (6, 4)] {
         rejected(
-            &commit(&h, vec![idem(p, 3, 0, seq, n)]).await[0],
+            &commit_one(&h, idem(p, 3, 0, seq, n)).await,
             ErrorCode::OutOfOrderSequenceNumber,
         );
     }
-    dup_of(&commit(&h, vec![idem(p, 3, 0, 0, 5)]).await[0], 0);
+    dup_of(&commit_one(&h, idem(p, 3, 0, 0, 5)).await, 0);
 }
 
 /// A duplicate answers the original log append time, not the time of the retry.
@@ -1077,14 +1112,13 @@ pub async fn duplicate_keeps_original_log_append_time(h: Harness) {
     let again = commit(&h, vec![idem(p, 3, 0, 0, 1)]).await;
     dup_of(&again[0], 0);
     assert_eq!(again[0].log_append_time, START_MS);
-    let s = h.coordinator.producer_state(p, 3).await.unwrap().unwrap();
+    let s = producer(&h, p, 3).await.unwrap();
     assert_eq!(s.batches[0].log_append_time, START_MS);
 }
 
 /// A duplicate of a batch earlier in the same file is recognised.
 pub async fn duplicate_within_one_file(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     let key = new_key();
     let r = commit_key(
         &h,
@@ -1100,23 +1134,22 @@ pub async fn duplicate_within_one_file(h: Harness) {
     dup_of(&r[1], 0);
     ok_at(&r[2], 2);
     // The duplicate's bytes are not live.
-    let info = h.coordinator.object_info(&key).await.unwrap().unwrap();
+    let info = info_of(&h, &key).await;
     assert_eq!(info.live_bytes, 200);
 }
 
 /// Without producer state any epoch and sequence is accepted.
 pub async fn no_producer_state_accepts_any_sequence(h: Harness) {
     let t = topic(&h, 2).await;
-    ok_at(&commit(&h, vec![idem(tp(t, 0), 8, 4, 1000, 3)]).await[0], 0);
-    ok_at(&commit(&h, vec![idem(tp(t, 0), 8, 4, 1003, 1)]).await[0], 3);
+    ok_at(&commit_one(&h, idem(tp(t, 0), 8, 4, 1000, 3)).await, 0);
+    ok_at(&commit_one(&h, idem(tp(t, 0), 8, 4, 1003, 1)).await, 3);
     // State is per partition.
-    ok_at(&commit(&h, vec![idem(tp(t, 1), 8, 2, 77, 1)]).await[0], 0);
+    ok_at(&commit_one(&h, idem(tp(t, 1), 8, 2, 77, 1)).await, 0);
 }
 
 /// Non-idempotent batches (producer id -1) are never checked.
 pub async fn non_idempotent_batches_skip_checks(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     let r = commit(
         &h,
         vec![plain(p, 1, 10, START_MS), plain(p, 1, 10, START_MS)],
@@ -1126,19 +1159,12 @@ pub async fn non_idempotent_batches_skip_checks(h: Harness) {
     ok_at(&r[1], 1);
     let r = commit(&h, vec![plain(p, 1, 10, START_MS)]).await;
     ok_at(&r[0], 2);
-    assert!(
-        h.coordinator
-            .producer_state(p, NO_PRODUCER_ID)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(producer(&h, p, NO_PRODUCER_ID).await.is_none());
 }
 
 /// Malformed commits fail as a whole and register nothing.
 pub async fn commit_validation(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     let c = &h.coordinator;
     let good = || request(&new_key(), vec![plain(p, 1, 10, START_MS)]);
     let mut bad = Vec::new();
@@ -1167,7 +1193,7 @@ pub async fn commit_validation(h: Harness) {
         let key = r.object_key.clone();
         invalid(c.commit_file(r).await);
         if !key.is_empty() {
-            assert_eq!(c.object_info(&key).await.unwrap(), None);
+            assert_eq!(object(&h, &key).await, None);
         }
     }
     let (batches, _, hwm) = all_batches(&h, p).await;
@@ -1176,14 +1202,13 @@ pub async fn commit_validation(h: Harness) {
     // An object with no batches is accepted (and immediately unreferenced).
     let key = new_key();
     assert!(commit_key(&h, &key, vec![]).await.is_empty());
-    let info = c.object_info(&key).await.unwrap().unwrap();
+    let info = info_of(&h, &key).await;
     assert_eq!(info.marked_for_deletion_at, Some(START_MS));
 }
 
 /// An object key is committed once.
 pub async fn duplicate_object_key_rejected(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     let key = new_key();
     commit_key(&h, &key, vec![plain(p, 1, 10, START_MS)]).await;
     let r = h
@@ -1219,7 +1244,7 @@ pub async fn object_live_bytes_and_marking(h: Harness) {
         ],
     )
     .await;
-    let info = h.coordinator.object_info(&key).await.unwrap().unwrap();
+    let info = info_of(&h, &key).await;
     assert_eq!(info.object_key, key);
     assert_eq!(info.uploader_broker_id, 7);
     assert_eq!(info.object_size, 1151);
@@ -1227,26 +1252,18 @@ pub async fn object_live_bytes_and_marking(h: Harness) {
     assert_eq!(info.owners, vec![0]);
     assert_eq!(info.committed_at, START_MS + 3);
     assert_eq!(info.marked_for_deletion_at, None);
-    assert_eq!(h.coordinator.object_info("nope").await.unwrap(), None);
+    assert_eq!(object(&h, "nope").await, None);
 
     h.clock.advance(10);
     assert_eq!(delete_records(&h, p0, 1).await, (ErrorCode::None, 1));
-    let info = h.coordinator.object_info(&key).await.unwrap().unwrap();
+    let info = info_of(&h, &key).await;
     assert_eq!(info.live_bytes, 50);
     assert_eq!(info.marked_for_deletion_at, None);
     assert_eq!(delete_records(&h, p1, -1).await, (ErrorCode::None, 1));
-    assert_eq!(
-        h.coordinator
-            .object_info(&key)
-            .await
-            .unwrap()
-            .unwrap()
-            .live_bytes,
-        20
-    );
+    assert_eq!(info_of(&h, &key).await.live_bytes, 20);
     h.clock.advance(10);
     assert_eq!(delete_records(&h, p0, 2).await, (ErrorCode::None, 2));
-    let info = h.coordinator.object_info(&key).await.unwrap().unwrap();
+    let info = info_of(&h, &key).await;
     assert_eq!(info.live_bytes, 0);
     assert_eq!(info.marked_for_deletion_at, Some(START_MS + 23));
     assert!(
@@ -1281,7 +1298,7 @@ pub async fn object_with_only_rejected_batches_is_marked(h: Harness) {
     rejected(&r[1], ErrorCode::OutOfOrderSequenceNumber);
     dup_of(&r[2], 0);
     rejected(&r[3], ErrorCode::UnknownTopicOrPartition);
-    let info = h.coordinator.object_info(&key).await.unwrap().unwrap();
+    let info = info_of(&h, &key).await;
     assert_eq!(info.live_bytes, 0);
     assert_eq!(info.marked_for_deletion_at, Some(START_MS + 7));
     let marked = h
@@ -1298,8 +1315,7 @@ pub async fn object_with_only_rejected_batches_is_marked(h: Harness) {
 /// objects_to_delete lists marked objects oldest first, before a time, up to a limit;
 /// confirm_deleted forgets only marked objects; known_objects tells which keys are known.
 pub async fn objects_to_delete_and_confirm(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     let live = new_key();
     let (a, b, c) = (new_key(), new_key(), new_key());
     commit_key(&h, &a, vec![plain(p, 1, 10, START_MS)]).await; // offset 0
@@ -1341,11 +1357,8 @@ pub async fn objects_to_delete_and_confirm(h: Harness) {
     co.confirm_deleted(&[a.clone(), live.clone(), unknown.clone()])
         .await
         .unwrap();
-    assert_eq!(co.object_info(&a).await.unwrap(), None);
-    assert!(
-        co.object_info(&live).await.unwrap().is_some(),
-        "not marked: kept"
-    );
+    assert_eq!(object(&h, &a).await, None);
+    assert!(object(&h, &live).await.is_some(), "not marked: kept");
     let rest = co.objects_to_delete(i64::MAX, 100).await.unwrap();
     assert_eq!(rest.len(), 2);
     assert_eq!(
@@ -1353,12 +1366,7 @@ pub async fn objects_to_delete_and_confirm(h: Harness) {
         vec![b.clone()]
     );
     // A confirmed-deleted key is forgotten, so it can never be confused with a live one.
-    assert!(
-        co.known_objects(std::slice::from_ref(&a))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(!is_known(&h, &a).await);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1420,15 +1428,7 @@ pub async fn find_batches_byte_limits(h: Harness) {
 pub async fn find_batches_offsets_and_errors(h: Harness) {
     let t = topic(&h, 1).await;
     let p = tp(t, 0);
-    commit(
-        &h,
-        vec![
-            plain(p, 5, 10, START_MS),
-            plain(p, 5, 10, START_MS),
-            plain(p, 5, 10, START_MS),
-        ],
-    )
-    .await;
+    commit(&h, vec![plain(p, 5, 10, START_MS); 3]).await;
     let req = |partition, offset| FindBatchesRequest {
         partition,
         offset,
@@ -1526,8 +1526,7 @@ pub async fn list_offsets_earliest_latest(h: Harness) {
 
 /// By timestamp: the first batch whose max timestamp is at or after the target.
 pub async fn list_offsets_by_timestamp(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     commit(
         &h,
         vec![
@@ -1562,8 +1561,7 @@ pub async fn list_offsets_by_timestamp(h: Harness) {
 
 /// MAX_TIMESTAMP: the earliest batch with the largest timestamp (KIP-734), at batch granularity.
 pub async fn list_offsets_max_timestamp(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     commit(
         &h,
         vec![
@@ -1607,15 +1605,7 @@ pub async fn list_offsets_max_timestamp(h: Harness) {
 pub async fn delete_records_moves_log_start(h: Harness) {
     let t = topic(&h, 1).await;
     let p = tp(t, 0);
-    commit(
-        &h,
-        vec![
-            plain(p, 3, 10, START_MS),
-            plain(p, 3, 10, START_MS),
-            plain(p, 3, 10, START_MS),
-        ],
-    )
-    .await;
+    commit(&h, vec![plain(p, 3, 10, START_MS); 3]).await;
     assert_eq!(delete_records(&h, p, 4).await, (ErrorCode::None, 4));
     let (batches, lso, hwm) = all_batches(&h, p).await;
     assert_eq!((lso, hwm), (4, 9));
@@ -1651,8 +1641,7 @@ pub async fn delete_records_moves_log_start(h: Harness) {
 
 /// UnifiedLogTest: the log start offset cannot move past the high watermark.
 pub async fn cannot_move_log_start_past_high_watermark(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     assert_eq!(
         delete_records(&h, p, 1).await,
         (ErrorCode::OffsetOutOfRange, -1)
@@ -1697,7 +1686,7 @@ pub async fn retention_by_time(h: Harness) {
         ],
     )
     .await;
-    let report = h.coordinator.enforce_retention(100).await.unwrap();
+    let report = retention_pass(&h).await;
     assert_eq!(report.batches_deleted, 2);
     assert_eq!(report.bytes_deleted, 20);
     assert!(!report.more);
@@ -1705,29 +1694,15 @@ pub async fn retention_by_time(h: Harness) {
     assert_eq!((batches.len(), lso), (3, 2));
     // Exactly retention.ms old is kept (strictly greater deletes).
     h.clock.set(now + 900);
-    assert_eq!(
-        h.coordinator
-            .enforce_retention(100)
-            .await
-            .unwrap()
-            .batches_deleted,
-        0
-    );
+    assert_eq!(retention_pass(&h).await.batches_deleted, 0);
     h.clock.set(now + 901);
-    let report = h.coordinator.enforce_retention(100).await.unwrap();
+    let report = retention_pass(&h).await;
     assert_eq!(
         report.batches_deleted, 2,
         "the young one and the old one after it"
     );
     h.clock.set(now + 1001);
-    assert_eq!(
-        h.coordinator
-            .enforce_retention(100)
-            .await
-            .unwrap()
-            .batches_deleted,
-        1
-    );
+    assert_eq!(retention_pass(&h).await.batches_deleted, 1);
     let (batches, lso, hwm) = all_batches(&h, p).await;
     assert!(batches.is_empty());
     assert_eq!((lso, hwm), (5, 5));
@@ -1736,60 +1711,22 @@ pub async fn retention_by_time(h: Harness) {
 /// Size retention deletes the oldest batches while what is left stays >= retention.bytes.
 pub async fn retention_by_size(h: Harness) {
     let p = retention_topic(&h, -1, 250).await;
-    commit(
-        &h,
-        vec![
-            plain(p, 1, 100, 0),
-            plain(p, 1, 100, 0),
-            plain(p, 1, 100, 0),
-            plain(p, 1, 100, 0),
-        ],
-    )
-    .await;
+    commit(&h, vec![plain(p, 1, 100, 0); 4]).await;
     // 400 bytes; deleting one leaves 300 >= 250, deleting two would leave 200 < 250.
-    let report = h.coordinator.enforce_retention(100).await.unwrap();
+    let report = retention_pass(&h).await;
     assert_eq!((report.batches_deleted, report.bytes_deleted), (1, 100));
     let (batches, lso, _) = all_batches(&h, p).await;
     assert_eq!((batches.len(), lso), (3, 1));
-    assert_eq!(
-        h.coordinator
-            .enforce_retention(100)
-            .await
-            .unwrap()
-            .batches_deleted,
-        0
-    );
+    assert_eq!(retention_pass(&h).await.batches_deleted, 0);
 
     // Exactly at the limit: deleting leaves 200 >= 200.
     let q = retention_topic(&h, -1, 200).await;
-    commit(
-        &h,
-        vec![
-            plain(q, 1, 100, 0),
-            plain(q, 1, 100, 0),
-            plain(q, 1, 100, 0),
-        ],
-    )
-    .await;
-    assert_eq!(
-        h.coordinator
-            .enforce_retention(100)
-            .await
-            .unwrap()
-            .batches_deleted,
-        1
-    );
+    commit(&h, vec![plain(q, 1, 100, 0); 3]).await;
+    assert_eq!(retention_pass(&h).await.batches_deleted, 1);
     // retention.bytes 0 deletes everything.
     let z = retention_topic(&h, -1, 0).await;
     commit(&h, vec![plain(z, 1, 100, 0), plain(z, 1, 100, 0)]).await;
-    assert_eq!(
-        h.coordinator
-            .enforce_retention(100)
-            .await
-            .unwrap()
-            .batches_deleted,
-        2
-    );
+    assert_eq!(retention_pass(&h).await.batches_deleted, 2);
     let (batches, lso, hwm) = all_batches(&h, z).await;
     assert!(batches.is_empty());
     assert_eq!((lso, hwm), (2, 2));
@@ -1807,7 +1744,7 @@ pub async fn retention_by_size(h: Harness) {
     .await;
     // The old one goes by time (300 bytes left), then one more by size (200 >= 150), not a third
     // (100 < 150).
-    let report = h.coordinator.enforce_retention(100).await.unwrap();
+    let report = retention_pass(&h).await;
     assert_eq!(report.batches_deleted, 2);
     let (batches, lso, _) = all_batches(&h, both).await;
     assert_eq!((batches.len(), lso), (2, 2));
@@ -1831,19 +1768,11 @@ pub async fn retention_cap_reports_more(h: Harness) {
     // A zero budget does nothing and never asks for more.
     let r = h.coordinator.enforce_retention(0).await.unwrap();
     assert_eq!((r.batches_deleted, r.more), (0, false));
-    assert!(
-        h.coordinator
-            .object_info(&key)
-            .await
-            .unwrap()
-            .unwrap()
-            .marked_for_deletion_at
-            .is_none()
-    );
+    assert!(info_of(&h, &key).await.marked_for_deletion_at.is_none());
     // The pass spent its whole budget: `more`, although nothing is left (it does not look further).
     let r = h.coordinator.enforce_retention(2).await.unwrap();
     assert_eq!((r.batches_deleted, r.more), (2, true));
-    let info = h.coordinator.object_info(&key).await.unwrap().unwrap();
+    let info = info_of(&h, &key).await;
     assert_eq!(info.live_bytes, 0);
     assert_eq!(info.marked_for_deletion_at, Some(START_MS));
     let r = h.coordinator.enforce_retention(2).await.unwrap();
@@ -1855,14 +1784,7 @@ pub async fn retention_disabled_and_log_append_time(h: Harness) {
     let p = retention_topic(&h, -1, -1).await;
     commit(&h, vec![plain(p, 1, 10, 0), plain(p, 1, 10, 0)]).await;
     h.clock.advance(1_000_000_000);
-    assert_eq!(
-        h.coordinator
-            .enforce_retention(100)
-            .await
-            .unwrap()
-            .batches_deleted,
-        0
-    );
+    assert_eq!(retention_pass(&h).await.batches_deleted, 0);
 
     let lat = topic_with(
         &h,
@@ -1878,41 +1800,26 @@ pub async fn retention_disabled_and_log_append_time(h: Harness) {
     let q = tp(lat, 0);
     commit(&h, vec![plain(q, 1, 10, 0)]).await; // producer timestamp 0: ignored
     h.clock.advance(1000);
-    assert_eq!(
-        h.coordinator
-            .enforce_retention(100)
-            .await
-            .unwrap()
-            .batches_deleted,
-        0
-    );
+    assert_eq!(retention_pass(&h).await.batches_deleted, 0);
     h.clock.advance(1);
-    assert_eq!(
-        h.coordinator
-            .enforce_retention(100)
-            .await
-            .unwrap()
-            .batches_deleted,
-        1
-    );
+    assert_eq!(retention_pass(&h).await.batches_deleted, 1);
 }
 
 /// Producer state outlives the batches it was built from (KIP-360): duplicates are still answered.
 pub async fn producer_state_survives_delete_records(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
-    ok_at(&commit(&h, vec![idem(p, 4, 0, 0, 2)]).await[0], 0);
+    let p = partition(&h).await;
+    ok_at(&commit_one(&h, idem(p, 4, 0, 0, 2)).await, 0);
     delete_records(&h, p, -1).await;
-    let s = h.coordinator.producer_state(p, 4).await.unwrap().unwrap();
+    let s = producer(&h, p, 4).await.unwrap();
     assert_eq!(s.batches.len(), 1);
     let r = commit(&h, vec![idem(p, 4, 0, 0, 2)]).await;
     dup_of(&r[0], 0);
     assert_eq!(r[0].log_start_offset, 2);
     rejected(
-        &commit(&h, vec![idem(p, 4, 0, 5, 1)]).await[0],
+        &commit_one(&h, idem(p, 4, 0, 5, 1)).await,
         ErrorCode::OutOfOrderSequenceNumber,
     );
-    ok_at(&commit(&h, vec![idem(p, 4, 0, 2, 1)]).await[0], 2);
+    ok_at(&commit_one(&h, idem(p, 4, 0, 2, 1)).await, 2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1922,8 +1829,7 @@ pub async fn producer_state_survives_delete_records(h: Harness) {
 /// never the other producers' batches of the same segment. A producer id below -1 is not
 /// idempotent (Kafka's `hasProducerId`).
 pub async fn producer_fields_judged_per_batch(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     let mut bad_epoch = idem(p, 2, 0, 0, 1);
     bad_epoch.producer_epoch = -2;
     let mut bad_seq = idem(p, 3, 0, 0, 1);
@@ -1958,27 +1864,21 @@ pub async fn producer_fields_judged_per_batch(h: Harness) {
     ok_at(&r[3], 2);
     ok_at(&r[4], 3);
     ok_at(&r[5], 4);
-    let c = &h.coordinator;
-    assert_eq!(c.producer_state(p, 2).await.unwrap(), None);
-    assert_eq!(c.producer_state(p, 3).await.unwrap(), None);
-    assert_eq!(c.producer_state(p, -5).await.unwrap(), None);
+    assert_eq!(producer(&h, p, 2).await, None);
+    assert_eq!(producer(&h, p, 3).await, None);
+    assert_eq!(producer(&h, p, -5).await, None);
     // Kafka accepts epoch -1 for a new producer id; its state then has epoch -1.
-    let s4 = c
-        .producer_state(p, 4)
-        .await
-        .unwrap()
-        .expect("state of producer 4");
+    let s4 = producer(&h, p, 4).await.expect("state of producer 4");
     assert_eq!(s4.producer_epoch, -1);
     // Only the appended batches count towards the object's live bytes.
-    assert_eq!(c.object_info(&key).await.unwrap().unwrap().live_bytes, 400);
+    assert_eq!(info_of(&h, &key).await.live_bytes, 400);
 }
 
 /// The commit deadline is decided by the coordinator at the commit: a key whose UUID v7 time is
 /// older than `now - max_commit_age` is refused with nothing applied; one just inside is accepted;
 /// keys without a v7 time are never refused. (Uses the default `max_commit_age`.)
 pub async fn commit_deadline_checked_at_commit(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     let c = &h.coordinator;
     let now = h.clock.now_ms();
     let late = v7_key(now - max_age_ms() - 60_000);
@@ -1990,14 +1890,14 @@ pub async fn commit_deadline_checked_at_commit(h: Harness) {
         "expected DeadlineExceeded, got {r:?}"
     );
     assert!(r.unwrap_err().certainly_not_applied());
-    assert_eq!(c.object_info(&late).await.unwrap(), None);
+    assert_eq!(object(&h, &late).await, None);
     assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 0);
     let inside = v7_key(now - max_age_ms() + 60_000);
     ok_at(
         &commit_key(&h, &inside, vec![plain(p, 1, 10, now)]).await[0],
         0,
     );
-    ok_at(&commit(&h, vec![plain(p, 1, 10, now)]).await[0], 1);
+    ok_at(&commit_one(&h, plain(p, 1, 10, now)).await, 1);
 }
 
 /// The deadline is read from the coordinator's clock at the commit: a key accepted now is refused
@@ -2005,8 +1905,7 @@ pub async fn commit_deadline_checked_at_commit(h: Harness) {
 /// deadline would still accept the key, the fence (even after an expiry sweep) refuses it.
 /// (A [`MANUAL_CLOCK_CASES`] case: the coordinator must read the harness clock.)
 pub async fn the_deadline_and_fences_follow_the_coordinator_clock(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     let c = &h.coordinator;
     let start = h.clock.now_ms();
     let aging = v7_key(start);
@@ -2037,7 +1936,7 @@ pub async fn the_deadline_and_fences_follow_the_coordinator_clock(h: Harness) {
         matches!(r, Err(CoordinatorError::DeadlineExceeded(_))),
         "expected DeadlineExceeded, got {r:?}"
     );
-    assert_eq!(c.object_info(&aging).await.unwrap(), None);
+    assert_eq!(object(&h, &aging).await, None);
     assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 0);
     // Long after, both stay refused (by the deadline once the fence is dropped).
     h.clock.advance(10 * max_age_ms());
@@ -2055,8 +1954,7 @@ pub async fn the_deadline_and_fences_follow_the_coordinator_clock(h: Harness) {
 /// every batch of its first commit was rejected and the cleaner deleted it) is refused instead of
 /// appending batches to an object that no longer exists.
 pub async fn a_confirmed_deleted_key_is_never_committed_again(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     let c = &h.coordinator;
     let now = h.clock.now_ms();
     let key = v7_key(now);
@@ -2073,7 +1971,7 @@ pub async fn a_confirmed_deleted_key_is_never_committed_again(h: Harness) {
         vec![key.as_str()]
     );
     c.confirm_deleted(std::slice::from_ref(&key)).await.unwrap();
-    assert_eq!(c.object_info(&key).await.unwrap(), None);
+    assert_eq!(object(&h, &key).await, None);
     let again = c
         .commit_file(request(&key, vec![plain(p, 1, 10, now)]))
         .await;
@@ -2082,21 +1980,15 @@ pub async fn a_confirmed_deleted_key_is_never_committed_again(h: Harness) {
         "expected ObjectFenced, got {again:?}"
     );
     assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 0);
-    assert_eq!(c.object_info(&key).await.unwrap(), None);
-    assert!(
-        c.known_objects(std::slice::from_ref(&key))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert_eq!(object(&h, &key).await, None);
+    assert!(!is_known(&h, &key).await);
 }
 
 /// `fence_orphans` fences exactly the unknown keys with a v7 time, in request order, once each,
 /// idempotently; known keys and keys without a v7 time are left alone. Fences do not make a key
 /// known.
 pub async fn fence_orphans_fences_unknown_keys_only(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     let c = &h.coordinator;
     let now = h.clock.now_ms();
     let committed = v7_key(now);
@@ -2126,15 +2018,14 @@ pub async fn fence_orphans_fences_unknown_keys_only(h: Harness) {
         c.known_objects(&keys).await.unwrap(),
         vec![committed.clone()]
     );
-    assert_eq!(c.object_info(&orphan_a).await.unwrap(), None);
+    assert_eq!(object(&h, &orphan_a).await, None);
     assert!(c.fence_orphans(&[]).await.unwrap().is_empty());
 }
 
 /// A commit of a fenced key is refused with nothing applied, so the collector may delete the
 /// object whatever commits are in flight; the refusal is certain (the writer may delete the object).
 pub async fn fenced_and_expired_keys_never_commit(h: Harness) {
-    let t = topic(&h, 1).await;
-    let p = tp(t, 0);
+    let p = partition(&h).await;
     let c = &h.coordinator;
     let now = h.clock.now_ms();
     let orphan = v7_key(now);
@@ -2154,15 +2045,10 @@ pub async fn fenced_and_expired_keys_never_commit(h: Harness) {
         Err(e @ CoordinatorError::ObjectFenced(_)) => assert!(e.certainly_not_applied()),
         other => panic!("expected ObjectFenced, got {other:?}"),
     }
-    assert_eq!(c.object_info(&orphan).await.unwrap(), None);
+    assert_eq!(object(&h, &orphan).await, None);
     assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 0);
-    assert_eq!(c.producer_state(p, 1).await.unwrap(), None);
-    assert!(
-        c.known_objects(std::slice::from_ref(&orphan))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert_eq!(producer(&h, p, 1).await, None);
+    assert!(!is_known(&h, &orphan).await);
     // Other keys commit normally.
     ok_at(
         &commit_key(&h, &v7_key(now), vec![plain(p, 1, 10, now)]).await[0],
@@ -2179,18 +2065,18 @@ pub async fn retention_ages_batches_without_timestamps_by_commit_time(h: Harness
     commit(&h, vec![untimed.clone()]).await;
     h.clock.advance(5_000);
     commit(&h, vec![untimed]).await;
-    let r = h.coordinator.enforce_retention(100).await.unwrap();
+    let r = retention_pass(&h).await;
     assert_eq!(
         r.batches_deleted, 0,
         "no timestamp must not mean 'infinitely old'"
     );
     assert_eq!(list(&h, p, EARLIEST_TIMESTAMP).await.offset, 0);
     h.clock.advance(5_001); // the first batch is now 10 001 ms old, the second 5 001
-    let r = h.coordinator.enforce_retention(100).await.unwrap();
+    let r = retention_pass(&h).await;
     assert_eq!(r.batches_deleted, 1);
     assert_eq!(list(&h, p, EARLIEST_TIMESTAMP).await.offset, 2);
     h.clock.advance(5_000);
-    let r = h.coordinator.enforce_retention(100).await.unwrap();
+    let r = retention_pass(&h).await;
     assert_eq!(r.batches_deleted, 1);
     assert_eq!(list(&h, p, EARLIEST_TIMESTAMP).await.offset, 4);
 }
@@ -2215,23 +2101,23 @@ pub async fn producer_state_expires(h: Harness) {
     let t = expiring_topic(&h, 1, 5_000).await;
     let p = tp(t, 0);
     let c = &h.coordinator;
-    ok_at(&commit(&h, vec![idem(p, 1, 0, 0, 1)]).await[0], 0);
-    let s = c.producer_state(p, 1).await.unwrap().unwrap();
+    ok_at(&commit_one(&h, idem(p, 1, 0, 0, 1)).await, 0);
+    let s = producer(&h, p, 1).await.unwrap();
     assert_eq!(s.last_append_ms, h.clock.now_ms());
     h.clock.advance(3_000);
-    ok_at(&commit(&h, vec![idem(p, 2, 0, 0, 1)]).await[0], 1);
+    ok_at(&commit_one(&h, idem(p, 2, 0, 0, 1)).await, 1);
     h.clock.advance(1_000);
-    dup_of(&commit(&h, vec![idem(p, 1, 0, 0, 1)]).await[0], 0);
+    dup_of(&commit_one(&h, idem(p, 1, 0, 0, 1)).await, 0);
     h.clock.advance(999); // producer 1: 4 999 ms since its append
     assert_eq!(c.expire_producers(100).await.unwrap().expired, 0);
     h.clock.advance(1); // 5 000 ms: expired (>=); producer 2: 2 000 ms
     let r = c.expire_producers(100).await.unwrap();
     assert_eq!((r.expired, r.more), (1, false));
-    assert_eq!(c.producer_state(p, 1).await.unwrap(), None);
-    assert!(c.producer_state(p, 2).await.unwrap().is_some());
+    assert_eq!(producer(&h, p, 1).await, None);
+    assert!(producer(&h, p, 2).await.is_some());
     // Producer 1 is new again: a gap is accepted, and a resend of its old batch is appended again.
-    ok_at(&commit(&h, vec![idem(p, 1, 0, 7, 1)]).await[0], 2);
-    ok_at(&commit(&h, vec![idem(p, 1, 1, 0, 1)]).await[0], 3);
+    ok_at(&commit_one(&h, idem(p, 1, 0, 7, 1)).await, 2);
+    ok_at(&commit_one(&h, idem(p, 1, 1, 0, 1)).await, 3);
     // The default is one day.
     assert_eq!(TopicConfig::default().producer_id_expiration_ms, 86_400_000);
     // Invalid settings are refused.
@@ -2289,36 +2175,31 @@ pub async fn producer_expiry_cap_and_order(h: Harness) {
     );
     let r = c.expire_producers(2).await.unwrap();
     assert_eq!((r.expired, r.more), (2, true));
-    assert_eq!(c.producer_state(tp(first, 0), 3).await.unwrap(), None);
-    assert_eq!(c.producer_state(tp(first, 0), 9).await.unwrap(), None);
-    assert!(c.producer_state(tp(first, 1), 5).await.unwrap().is_some());
+    assert_eq!(producer(&h, tp(first, 0), 3).await, None);
+    assert_eq!(producer(&h, tp(first, 0), 9).await, None);
+    assert!(producer(&h, tp(first, 1), 5).await.is_some());
     let r = c.expire_producers(1).await.unwrap();
     assert_eq!((r.expired, r.more), (1, true));
-    assert_eq!(c.producer_state(tp(first, 1), 5).await.unwrap(), None);
-    assert!(c.producer_state(tp(second, 0), 1).await.unwrap().is_some());
+    assert_eq!(producer(&h, tp(first, 1), 5).await, None);
+    assert!(producer(&h, tp(second, 0), 1).await.is_some());
     let r = c.expire_producers(2).await.unwrap();
     assert_eq!((r.expired, r.more), (1, false));
-    assert_eq!(c.producer_state(tp(second, 0), 1).await.unwrap(), None);
+    assert_eq!(producer(&h, tp(second, 0), 1).await, None);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeSet;
 
-    /// The case list names every case of this file (a `pub async fn` taking a [`Harness`]) once,
-    /// so that a new case cannot be left out of [`run_all`] and the macro's tests.
+    /// The case list names every case of this file once, so that a new case cannot be left out of
+    /// [`run_all`] and the macro's tests.
     #[test]
     fn the_case_list_names_every_case() {
-        let source = include_str!("conformance.rs");
-        let defined: BTreeSet<&str> = source
-            .lines()
-            .filter_map(|line| line.strip_prefix("pub async fn "))
-            .filter_map(|rest| rest.strip_suffix("(h: Harness) {"))
-            .collect();
-        let listed: BTreeSet<&str> = CASES.iter().copied().collect();
-        assert_eq!(listed.len(), CASES.len(), "a case is listed twice");
-        assert_eq!(listed, defined, "the case list and the cases differ");
+        crate::fixture::assert_lists_every_case(
+            CASES,
+            include_str!("conformance.rs"),
+            &["(h: Harness) {"],
+        );
         for tagged in CLOCK_SENSITIVE_CASES.iter().chain(MANUAL_CLOCK_CASES) {
             assert!(CASES.contains(tagged), "{tagged}");
         }

@@ -509,114 +509,102 @@ impl Driver<'_> {
         let mut at = 1u64;
         for spec in batches {
             let partition = TopicIdPartition::new(slot_topic_id(spec.slot), spec.partition);
-            let (producer_id, producer_epoch, base_sequence, last_sequence) = match &spec.producer {
-                None => (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_SEQUENCE),
-                Some(ps) => {
-                    let state = self
-                        .model
-                        .producer_state(partition, ps.producer_id)
-                        .await
-                        .ok()
-                        .flatten();
-                    let current = match pending.get(&(partition, ps.producer_id)) {
-                        Some(p) => Some(*p),
-                        None => state.as_ref().map(|s| Pending {
-                            epoch: s.producer_epoch,
-                            next_seq: s.batches.last().map_or(0, |b| {
-                                if b.last_sequence == i32::MAX {
-                                    0
-                                } else {
-                                    b.last_sequence + 1
-                                }
+            let (producer_id, producer_epoch, base_sequence, last_sequence, record_count) =
+                match &spec.producer {
+                    None => (
+                        NO_PRODUCER_ID,
+                        NO_PRODUCER_EPOCH,
+                        NO_SEQUENCE,
+                        NO_SEQUENCE,
+                        spec.records,
+                    ),
+                    Some(ps) => {
+                        let state = self
+                            .model
+                            .producer_state(partition, ps.producer_id)
+                            .await
+                            .ok()
+                            .flatten();
+                        let current = match pending.get(&(partition, ps.producer_id)) {
+                            Some(p) => Some(*p),
+                            None => state.as_ref().map(|s| Pending {
+                                epoch: s.producer_epoch,
+                                next_seq: s.batches.last().map_or(0, |b| {
+                                    if b.last_sequence == i32::MAX {
+                                        0
+                                    } else {
+                                        b.last_sequence + 1
+                                    }
+                                }),
                             }),
-                        }),
-                    };
-                    // New producers start at epoch 2 so that an older epoch exists.
-                    let cur_epoch = current.map_or(2, |c| c.epoch);
-                    let epoch = match ps.epoch {
-                        EpochChoice::Same => cur_epoch,
-                        EpochChoice::Bump => cur_epoch.saturating_add(1),
-                        EpochChoice::Older => cur_epoch.saturating_sub(1).max(0),
-                        EpochChoice::Invalid => -2,
-                    };
-                    let next = if epoch != cur_epoch {
-                        0
-                    } else {
-                        current.map_or(0, |c| c.next_seq)
-                    };
-                    let old = match ps.seq {
-                        SeqChoice::ResendOld(n) => self
-                            .sent
-                            .get(&(partition, ps.producer_id))
-                            .filter(|h| !h.is_empty())
-                            .map(|h| h[h.len() - 1 - n % h.len()]),
-                        _ => None,
-                    };
-                    let epoch = old.map_or(epoch, |(e, _, _)| e);
-                    let seq = match ps.seq {
-                        SeqChoice::ResendOld(_) => old.map_or(next, |(_, s, _)| s),
-                        SeqChoice::Next => next,
-                        SeqChoice::Gap(g) => next.saturating_add(g),
-                        SeqChoice::Exact(s) => s,
-                        SeqChoice::Negative => -1,
-                        SeqChoice::Resend(n) => match &state {
-                            Some(s) if !s.batches.is_empty() => {
-                                let b = &s.batches[s.batches.len() - 1 - n % s.batches.len()];
-                                b.base_sequence
-                            }
-                            _ => next,
-                        },
-                    };
-                    // A resend keeps the original batch's record count, so it is an exact match.
-                    let records = match (ps.seq, &state) {
-                        (SeqChoice::Resend(_), Some(s)) => s
-                            .batches
-                            .iter()
-                            .find(|b| b.base_sequence == seq)
-                            .map_or(spec.records, |b| (b.last_offset - b.base_offset + 1) as i32),
-                        (SeqChoice::ResendOld(_), _) => old.map_or(spec.records, |(_, _, r)| r),
-                        _ => spec.records,
-                    };
-                    self.sent
-                        .entry((partition, ps.producer_id))
-                        .or_default()
-                        .push((epoch, seq, records));
-                    let last = ((i64::from(seq) + i64::from(records) - 1)
-                        % (i64::from(i32::MAX) + 1)) as i32;
-                    let next_seq = if last == i32::MAX { 0 } else { last + 1 };
-                    if epoch >= cur_epoch {
-                        pending.insert((partition, ps.producer_id), Pending { epoch, next_seq });
+                        };
+                        // New producers start at epoch 2 so that an older epoch exists.
+                        let cur_epoch = current.map_or(2, |c| c.epoch);
+                        let epoch = match ps.epoch {
+                            EpochChoice::Same => cur_epoch,
+                            EpochChoice::Bump => cur_epoch.saturating_add(1),
+                            EpochChoice::Older => cur_epoch.saturating_sub(1).max(0),
+                            EpochChoice::Invalid => -2,
+                        };
+                        let next = if epoch != cur_epoch {
+                            0
+                        } else {
+                            current.map_or(0, |c| c.next_seq)
+                        };
+                        let old = match ps.seq {
+                            SeqChoice::ResendOld(n) => self
+                                .sent
+                                .get(&(partition, ps.producer_id))
+                                .filter(|h| !h.is_empty())
+                                .map(|h| h[h.len() - 1 - n % h.len()]),
+                            _ => None,
+                        };
+                        let epoch = old.map_or(epoch, |(e, _, _)| e);
+                        let seq = match ps.seq {
+                            SeqChoice::ResendOld(_) => old.map_or(next, |(_, s, _)| s),
+                            SeqChoice::Next => next,
+                            SeqChoice::Gap(g) => next.saturating_add(g),
+                            SeqChoice::Exact(s) => s,
+                            SeqChoice::Negative => -1,
+                            SeqChoice::Resend(n) => match &state {
+                                Some(s) if !s.batches.is_empty() => {
+                                    let b = &s.batches[s.batches.len() - 1 - n % s.batches.len()];
+                                    b.base_sequence
+                                }
+                                _ => next,
+                            },
+                        };
+                        // A resend keeps the original batch's record count, so it is an exact match.
+                        let records = match (ps.seq, &state) {
+                            (SeqChoice::Resend(_), Some(s)) => s
+                                .batches
+                                .iter()
+                                .find(|b| b.base_sequence == seq)
+                                .map_or(spec.records, |b| {
+                                    (b.last_offset - b.base_offset + 1) as i32
+                                }),
+                            (SeqChoice::ResendOld(_), _) => old.map_or(spec.records, |(_, _, r)| r),
+                            _ => spec.records,
+                        };
+                        self.sent
+                            .entry((partition, ps.producer_id))
+                            .or_default()
+                            .push((epoch, seq, records));
+                        let last = ((i64::from(seq) + i64::from(records) - 1)
+                            % (i64::from(i32::MAX) + 1)) as i32;
+                        let next_seq = if last == i32::MAX { 0 } else { last + 1 };
+                        if epoch >= cur_epoch {
+                            pending
+                                .insert((partition, ps.producer_id), Pending { epoch, next_seq });
+                        }
+                        (ps.producer_id, epoch, seq, last, records)
                     }
-                    out.push(CommitBatch {
-                        partition,
-                        byte_offset: at,
-                        byte_size: spec.size,
-                        record_count: records,
-                        base_timestamp: if spec.no_timestamp {
-                            -1
-                        } else {
-                            now + spec.ts_delta - 10
-                        },
-                        max_timestamp: if spec.no_timestamp {
-                            -1
-                        } else {
-                            now + spec.ts_delta
-                        },
-                        timestamp_type: TimestampType::CreateTime,
-                        producer_id: ps.producer_id,
-                        producer_epoch: epoch,
-                        base_sequence: seq,
-                        last_sequence: last,
-                    });
-                    at += u64::from(spec.size);
-                    continue;
-                }
-            };
+                };
             out.push(CommitBatch {
                 partition,
                 byte_offset: at,
                 byte_size: spec.size,
-                record_count: spec.records,
+                record_count,
                 base_timestamp: if spec.no_timestamp {
                     -1
                 } else {

@@ -71,18 +71,20 @@ macro_rules! define_from_cases {
             F: AsyncFn() -> S,
             S: Fixture<dyn ObjectStorage>,
         {
-            $( run_case_of!($case $([$tag])?, &factory); )*
+            $( __storage_case_runner!($($tag)?)(stringify!($case), $case, &factory).await; )*
         }
     };
 }
 
-/// Runs one case of the list with the runner its tag asks for.
-macro_rules! run_case_of {
-    ($case:ident [shared], $factory:expr) => {
-        run_shared_case(stringify!($case), $case, $factory).await
+/// The runner of a case with these tags: [`run_case`], or [`run_shared_case`] for `shared`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __storage_case_runner {
+    () => {
+        $crate::storage::conformance::run_case
     };
-    ($case:ident, $factory:expr) => {
-        run_case(stringify!($case), $case, $factory).await
+    (shared) => {
+        $crate::storage::conformance::run_shared_case
     };
 }
 
@@ -96,12 +98,7 @@ where
     F: AsyncFnOnce() -> S,
     S: Fixture<dyn ObjectStorage>,
 {
-    if let Some((storage, guard)) = factory().await.into_parts() {
-        tracing::info!(case = name, "storage conformance");
-        case(&*storage).await;
-        drop(storage);
-        drop(guard);
-    }
+    run_shared_case(name, async |storage| case(&*storage).await, factory).await;
 }
 
 /// Runs one case taking an `Arc<dyn ObjectStorage>` (the `shared` ones) on a fresh storage from
@@ -160,25 +157,12 @@ macro_rules! storage_conformance {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __storage_conformance_test {
-    ({ ($factory:expr) } $case:ident [shared]) => {
+    ({ ($factory:expr) } $case:ident $([$tag:ident])?) => {
         #[test]
         fn $case() {
             $crate::fixture::__private::block_on(
                 2,
-                $crate::storage::conformance::run_shared_case(
-                    ::core::stringify!($case),
-                    $crate::storage::conformance::$case,
-                    $factory,
-                ),
-            );
-        }
-    };
-    ({ ($factory:expr) } $case:ident) => {
-        #[test]
-        fn $case() {
-            $crate::fixture::__private::block_on(
-                2,
-                $crate::storage::conformance::run_case(
+                $crate::__storage_case_runner!($($tag)?)(
                     ::core::stringify!($case),
                     $crate::storage::conformance::$case,
                     $factory,
@@ -605,23 +589,18 @@ pub async fn concurrent_uploads(storage: Arc<dyn ObjectStorage>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeSet;
 
-    /// The case list names every case of this file (a `pub async fn` taking the storage) once,
-    /// so that a new case cannot be left out of [`run_all`] and the macro's tests.
+    /// The case list names every case of this file once, so that a new case cannot be left out of
+    /// [`run_all`] and the macro's tests.
     #[test]
     fn the_case_list_names_every_case() {
-        let source = include_str!("conformance.rs");
-        let defined: BTreeSet<&str> = source
-            .lines()
-            .filter_map(|line| line.strip_prefix("pub async fn "))
-            .filter_map(|rest| {
-                rest.strip_suffix("(storage: &dyn ObjectStorage) {")
-                    .or_else(|| rest.strip_suffix("(storage: Arc<dyn ObjectStorage>) {"))
-            })
-            .collect();
-        let listed: BTreeSet<&str> = CASES.iter().copied().collect();
-        assert_eq!(listed.len(), CASES.len(), "a case is listed twice");
-        assert_eq!(listed, defined, "the case list and the cases differ");
+        crate::fixture::assert_lists_every_case(
+            CASES,
+            include_str!("conformance.rs"),
+            &[
+                "(storage: &dyn ObjectStorage) {",
+                "(storage: Arc<dyn ObjectStorage>) {",
+            ],
+        );
     }
 }
