@@ -1,21 +1,28 @@
-//! Object keys: `<prefix>/<uuid v7>`, validated before they reach any backend.
+//! Object keys: `<prefix>/<uuid v7>`, validated before they reach any backend, and the
+//! [`KeySource`]s their UUIDs come from.
 
 use crate::StorageError;
+use diskless_common::Clock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use uuid::Uuid;
 
 /// A validated object key.
 ///
 /// A key is one or more `/`-separated segments; no segment is empty, `.` or `..`, and no character
-/// is a control character or a backslash, so a key can never escape a filesystem backend's root. Keys
-/// made by [`ObjectKey::generate`] end in a time-ordered UUID (v7), from which
-/// [`ObjectKey::created_at`] reads the object's age.
+/// is a control character or a backslash, so a key can never escape a filesystem backend's root.
+/// Keys made by [`ObjectKey::generate`] end in a time-ordered UUID (v7) whose time comes from an
+/// injected [`Clock`] and whose random bits from a [`KeySource`]; [`ObjectKey::created_at`]
+/// reads the object's age back from it.
 ///
 /// ```
-/// use diskless_storage::ObjectKey;
-/// let key = ObjectKey::generate("wal/cluster-1").unwrap();
+/// use diskless_storage::{ManualClock, ObjectKey, SeededKeys};
+/// let (keys, clock) = (SeededKeys::new(7), ManualClock::new(1_700_000_000_000));
+/// let key = ObjectKey::generate("wal/cluster-1", &keys, clock.as_ref()).unwrap();
 /// assert!(key.as_str().starts_with("wal/cluster-1/"));
-/// assert!(key.created_at().is_some());
+/// assert_eq!(
+///     key.created_at(),
+///     Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_000))
+/// );
 /// assert!(ObjectKey::parse("wal/../etc/passwd").is_err());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -25,12 +32,23 @@ pub struct ObjectKey(String);
 pub const MAX_KEY_LEN: usize = 1024;
 
 impl ObjectKey {
-    /// A fresh key `<prefix>/<uuid v7>` under a validated prefix. An empty prefix gives `<uuid v7>`.
-    pub fn generate(prefix: &str) -> Result<ObjectKey, StorageError> {
-        Self::generate_with_uuid(prefix, Uuid::now_v7())
+    /// A fresh key `<prefix>/<uuid v7>` under a validated prefix (an empty prefix gives
+    /// `<uuid v7>`): the UUID's time is `clock`'s now, its random bits come from `keys`. The
+    /// prefix is checked before anything is drawn from `keys`, so an invalid prefix leaves a
+    /// seeded source's sequence untouched.
+    pub fn generate(
+        prefix: &str,
+        keys: &dyn KeySource,
+        clock: &dyn Clock,
+    ) -> Result<ObjectKey, StorageError> {
+        if !prefix.is_empty() {
+            validate_prefix(prefix)?;
+        }
+        Self::generate_with_uuid(prefix, keys.next_uuid(clock.now_ms()))
     }
 
-    /// A key `<prefix>/<uuid>` with the given UUID (for deterministic tests).
+    /// A key `<prefix>/<uuid>` with the given UUID (a UUID drawn from a [`KeySource`] by the
+    /// caller, or a fixed one in a test).
     pub fn generate_with_uuid(prefix: &str, uuid: Uuid) -> Result<ObjectKey, StorageError> {
         if prefix.is_empty() {
             return Ok(ObjectKey(uuid.to_string()));
@@ -72,33 +90,52 @@ impl ObjectKey {
     }
 }
 
-/// Where a writer's object keys come from: a UUID v7 for the time the writer's clock gives, with
-/// random bits that make keys unique across writers. Injected (like the clock) so that a simulation
+/// Where object keys come from: a UUID v7 for the time the caller's clock gives, with random
+/// bits that make keys unique across writers. Injected (like the [`Clock`]) so that a simulation
 /// or a test decides every key; [`RandomKeys`] is the production source, [`SeededKeys`] the
-/// deterministic one.
+/// deterministic one. Library code draws keys only from a `KeySource` (`.config/clippy.toml`
+/// forbids `Uuid::now_v7` and `Uuid::new_v4`).
 pub trait KeySource: Send + Sync + std::fmt::Debug {
     /// A fresh UUID v7 whose time is `now_ms` (milliseconds since the Unix epoch; negative values
     /// are taken as 0).
     fn next_uuid(&self, now_ms: i64) -> Uuid;
 }
 
-/// Keys with random bits from the operating system's generator (the default).
+/// The production [`KeySource`]: [`SeededKeys`] seeded from the operating system's entropy
+/// ([`diskless_common::entropy_seed`]), so that two writers (or two processes) draw different
+/// keys. Pair it with [`diskless_common::SystemClock`].
 ///
 /// ```
-/// use diskless_storage::{KeySource, ObjectKey, RandomKeys};
-/// let uuid = RandomKeys.next_uuid(1_700_000_000_000);
+/// use diskless_storage::{KeySource, ObjectKey, RandomKeys, SystemClock};
+/// let keys = RandomKeys::new();
+/// let uuid = keys.next_uuid(1_700_000_000_000);
 /// let key = ObjectKey::generate_with_uuid("wal", uuid).unwrap();
 /// assert_eq!(key.created_at().unwrap(), std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_000));
+/// let (a, b) = (
+///     ObjectKey::generate("wal", &keys, &SystemClock).unwrap(),
+///     ObjectKey::generate("wal", &keys, &SystemClock).unwrap(),
+/// );
+/// assert_ne!(a, b);
 /// ```
-#[derive(Clone, Copy, Debug, Default)]
-pub struct RandomKeys;
+#[derive(Debug)]
+pub struct RandomKeys(SeededKeys);
+
+impl RandomKeys {
+    /// A source seeded from [`diskless_common::entropy_seed`].
+    pub fn new() -> Self {
+        RandomKeys(SeededKeys::new(diskless_common::entropy_seed()))
+    }
+}
+
+impl Default for RandomKeys {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl KeySource for RandomKeys {
     fn next_uuid(&self, now_ms: i64) -> Uuid {
-        let ms = u64::try_from(now_ms).unwrap_or(0);
-        let mut random = [0u8; 10];
-        random.copy_from_slice(&Uuid::new_v4().as_bytes()[..10]);
-        uuid::Builder::from_unix_timestamp_millis(ms, &random).into_uuid()
+        self.0.next_uuid(now_ms)
     }
 }
 
@@ -131,6 +168,13 @@ impl KeySource for SeededKeys {
         let mut random = [0u8; 10];
         self.rng.lock().fill(&mut random);
         uuid::Builder::from_unix_timestamp_millis(ms, &random).into_uuid()
+    }
+}
+
+/// Shared key sources are key sources (a host may hand one `Arc` to several writers).
+impl<T: KeySource + ?Sized> KeySource for std::sync::Arc<T> {
+    fn next_uuid(&self, now_ms: i64) -> Uuid {
+        (**self).next_uuid(now_ms)
     }
 }
 
@@ -179,6 +223,8 @@ pub fn validate_prefix(prefix: &str) -> Result<(), StorageError> {
 }
 
 #[cfg(test)]
+// Also when clippy runs without the workspace's clippy.toml (allow-unwrap-in-tests).
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -197,15 +243,38 @@ mod tests {
 
     #[test]
     fn generated_keys_are_time_ordered_and_dated() {
-        let before = SystemTime::now() - Duration::from_secs(1);
-        let a = ObjectKey::generate("p").unwrap();
-        let b = ObjectKey::generate("p").unwrap();
-        assert!(a < b);
-        let t = a.created_at().unwrap();
-        assert!(t >= before && t <= SystemTime::now() + Duration::from_secs(1));
-        assert!(ObjectKey::generate("bad/").is_err());
+        let clock = diskless_common::ManualClock::new(1_700_000_000_000);
+        let keys = SeededKeys::new(1);
+        let a = ObjectKey::generate("p", &keys, clock.as_ref()).unwrap();
+        clock.advance(1);
+        let b = ObjectKey::generate("p", &keys, clock.as_ref()).unwrap();
+        assert!(a < b, "a later millisecond sorts after");
+        assert_eq!(
+            a.created_at(),
+            Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_000))
+        );
+        assert_eq!(a.uuid().map(|u| u.get_version_num()), Some(7));
+        assert!(ObjectKey::generate("bad/", &keys, clock.as_ref()).is_err());
         assert_eq!(ObjectKey::parse("p/not-a-uuid").unwrap().created_at(), None);
-        let v4 = ObjectKey::generate_with_uuid("p", Uuid::new_v4()).unwrap();
+        let v4 = uuid::Builder::from_random_bytes([7; 16]).into_uuid();
+        let v4 = ObjectKey::generate_with_uuid("p", v4).unwrap();
         assert_eq!(v4.created_at(), None);
+    }
+
+    #[test]
+    fn an_invalid_prefix_draws_nothing() {
+        let clock = diskless_common::ManualClock::new(5);
+        let (a, b) = (SeededKeys::new(3), SeededKeys::new(3));
+        assert!(ObjectKey::generate("a//b", &a, clock.as_ref()).is_err());
+        assert_eq!(
+            ObjectKey::generate("p", &a, clock.as_ref()).unwrap(),
+            ObjectKey::generate("p", &b, clock.as_ref()).unwrap()
+        );
+    }
+
+    #[test]
+    fn random_keys_differ_between_sources() {
+        let (a, b) = (RandomKeys::new(), RandomKeys::new());
+        assert_ne!(a.next_uuid(0), b.next_uuid(0));
     }
 }

@@ -4,17 +4,44 @@
 //! KIP-1163 asks three things of object storage: upload a WAL segment under a fresh name, read byte
 //! ranges of it, and delete it (idempotently) once nothing in it is live. Orphan reconciliation also
 //! lists objects by prefix with their size and age.
+//!
+//! - [`ObjectStoreStorage`]: the implementation, with retries, timeouts and request accounting;
+//!   built from a URL ([`ObjectStoreStorage::from_url`]) or an `object_store` store.
+//! - [`MeteredStorage`]: the storage-call metrics of [`diskless_common::metrics`] around any
+//!   storage; [`CountingStorage`]: request counters around any storage.
+//! - [`ObjectKey`], [`KeySource`]: keys and where their UUIDs come from ([`RandomKeys`],
+//!   [`SeededKeys`]), with the time of an injected [`Clock`].
+//!
+//! # Cargo features
+//!
+//! | feature | default | enables |
+//! |---|---|---|
+//! | `fs` | yes | the local filesystem ([`ObjectStoreStorage::local_fs`], `file://` URLs) |
+//! | `s3` | no | Amazon S3 and S3-compatible stores (`s3://` URLs) |
+//! | `gcs` | no | Google Cloud Storage (`gs://` URLs) |
+//! | `azure` | no | Azure Blob Storage (`az://` URLs) |
+//!
+//! A URL whose backend's feature is off is refused with [`StorageError::Config`] naming the
+//! feature.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod classify;
 mod error;
+mod from_url;
 mod key;
+mod metered;
 pub mod ranges;
 pub mod retry;
 pub mod stats;
 mod store;
 
+/// The clock object keys take their time from (re-exported from `diskless-common`, so that
+/// [`ObjectKey::generate`] needs no other crate).
+pub use diskless_common::{Clock, ManualClock, SystemClock};
 pub use error::{BoxError, StorageError};
 pub use key::{KeySource, MAX_KEY_LEN, ObjectKey, RandomKeys, SeededKeys, validate_prefix};
+pub use metered::MeteredStorage;
 pub use ranges::{RangeReadConfig, ReadPlan, fetch_ranges, plan_ranged_reads};
 pub use retry::RetryConfig;
 pub use stats::{CountingStorage, RequestCounters, RequestStats};
@@ -28,9 +55,13 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 /// An object as listed by [`ObjectStorage::list`].
+///
+/// Exhaustive on purpose (like the coordinator trait's request and response types): every
+/// [`ObjectStorage`] implementation, including third-party ones and test doubles, builds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectMeta {
     /// The object's key.
@@ -110,31 +141,47 @@ pub trait ObjectStorage: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Shared storages are storages: lets wrappers ([`CountingStorage`], a test's fault injector)
-/// hold an `Arc<dyn ObjectStorage>`.
-#[async_trait]
-impl<T: ObjectStorage + ?Sized> ObjectStorage for std::sync::Arc<T> {
-    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
-        (**self).upload(key, payload).await
-    }
+/// Forwards every [`ObjectStorage`] method (`list_with_offset` included, so that a native
+/// offset listing is kept) to the storage behind a pointer.
+macro_rules! forward_through_pointer {
+    ($pointer:ident) => {
+        #[async_trait]
+        impl<T: ObjectStorage + ?Sized> ObjectStorage for $pointer<T> {
+            async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+                (**self).upload(key, payload).await
+            }
 
-    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
-        (**self).fetch(key, range).await
-    }
+            async fn fetch(
+                &self,
+                key: &ObjectKey,
+                range: Range<u64>,
+            ) -> Result<Bytes, StorageError> {
+                (**self).fetch(key, range).await
+            }
 
-    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
-        (**self).delete(keys).await
-    }
+            async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+                (**self).delete(keys).await
+            }
 
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
-        (**self).list(prefix)
-    }
+            fn list<'a>(
+                &'a self,
+                prefix: &'a str,
+            ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+                (**self).list(prefix)
+            }
 
-    fn list_with_offset<'a>(
-        &'a self,
-        prefix: &'a str,
-        offset: &'a str,
-    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
-        (**self).list_with_offset(prefix, offset)
-    }
+            fn list_with_offset<'a>(
+                &'a self,
+                prefix: &'a str,
+                offset: &'a str,
+            ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+                (**self).list_with_offset(prefix, offset)
+            }
+        }
+    };
 }
+
+// Shared and boxed storages are storages: wrappers ([`CountingStorage`], [`MeteredStorage`], a
+// test's fault injector) hold an `Arc<dyn ObjectStorage>` or a `Box<dyn ObjectStorage>`.
+forward_through_pointer!(Arc);
+forward_through_pointer!(Box);

@@ -11,14 +11,23 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use std::ops::Range;
 
-/// Settings of [`fetch_ranges`].
+/// Settings of [`fetch_ranges`]. Start from [`RangeReadConfig::default()`] and change what you
+/// need with the `with_*` methods; [`RangeReadConfig::validate`] rejects invalid values.
+///
+/// ```
+/// use diskless_storage::RangeReadConfig;
+/// let config = RangeReadConfig::default().with_max_gap(64 << 10).with_concurrency(4);
+/// assert!(config.validate().is_ok());
+/// assert!(config.with_concurrency(0).validate().is_err());
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RangeReadConfig {
     /// Ranges separated by at most this many bytes are read by one GET (the bytes in between are
     /// read and dropped). Default 1 MiB, the break-even point of a GET's cost against transfer
     /// commonly used with S3 (also `object_store`'s default).
     pub max_gap: u64,
-    /// GETs in flight at once for one call. Default 8.
+    /// GETs in flight at once for one call (at least 1). Default 8.
     pub concurrency: usize,
 }
 
@@ -31,8 +40,36 @@ impl Default for RangeReadConfig {
     }
 }
 
-/// Which GETs to send for a set of ranges, and where each requested range lies in their results.
+impl RangeReadConfig {
+    /// Sets [`max_gap`](Self::max_gap).
+    pub fn with_max_gap(mut self, max_gap: u64) -> Self {
+        self.max_gap = max_gap;
+        self
+    }
+
+    /// Sets [`concurrency`](Self::concurrency).
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// Checks the settings (every `max_gap` is valid; `concurrency` must be at least 1): an
+    /// invalid value is a [`StorageError::Config`] naming the field, never clamped.
+    /// [`fetch_ranges`] calls it; a component holding a config should call it when built.
+    pub fn validate(&self) -> Result<(), StorageError> {
+        if self.concurrency == 0 {
+            return Err(StorageError::Config(
+                "range_read.concurrency: must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Which GETs to send for a set of ranges, and where each requested range lies in their results
+/// (an output of [`plan_ranged_reads`]; `#[non_exhaustive]`: fields may be added).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReadPlan {
     /// The byte ranges to GET, sorted, non-empty and disjoint, separated by more than the gap.
     pub requests: Vec<Range<u64>>,
@@ -110,13 +147,13 @@ fn too_large(key: &str, range: &Range<u64>) -> StorageError {
 
 /// Fetches `ranges` of one object with the GETs of [`plan_ranged_reads`], concurrently, and
 /// returns the bytes of each range in input order. Any range past the object's end fails the call
-/// with [`StorageError::InvalidRange`].
+/// with [`StorageError::InvalidRange`]; an invalid `config` with [`StorageError::Config`].
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// use diskless_storage::{ObjectKey, ObjectStorage, ObjectStoreStorage, RangeReadConfig, fetch_ranges};
 /// let storage = ObjectStoreStorage::in_memory();
-/// let key = ObjectKey::generate("wal").unwrap();
+/// let key = ObjectKey::parse("wal/segment-1").unwrap();
 /// storage.upload(&key, &[bytes::Bytes::from_static(b"0123456789")]).await.unwrap();
 /// let parts = fetch_ranges(&storage, &key, &[1..3, 4..6, 8..10], &RangeReadConfig::default())
 ///     .await
@@ -131,6 +168,7 @@ pub async fn fetch_ranges(
     ranges: &[Range<u64>],
     config: &RangeReadConfig,
 ) -> Result<Vec<Bytes>, StorageError> {
+    config.validate()?;
     let plan = plan_ranged_reads(key.as_str(), ranges, config.max_gap)?;
     tracing::debug!(
         key = %key,
@@ -140,7 +178,7 @@ pub async fn fetch_ranges(
     );
     let fetched: Vec<Bytes> = futures::stream::iter(plan.requests.iter().cloned())
         .map(|r| storage.fetch(key, r))
-        .buffered(config.concurrency.max(1))
+        .buffered(config.concurrency)
         .try_collect()
         .await?;
     plan.slices
@@ -162,6 +200,8 @@ pub async fn fetch_ranges(
 }
 
 #[cfg(test)]
+// Also when clippy runs without the workspace's clippy.toml (allow-unwrap-in-tests).
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -4,6 +4,7 @@
 //! errors, HTTP 5xx, 408 and 429 (S3's `SlowDown` is a 503). Every other 4xx, a missing object, an
 //! object that already exists with other content, an invalid range or key are returned at once.
 
+use crate::StorageError;
 use std::time::Duration;
 
 /// How calls to the object store are retried.
@@ -24,34 +25,43 @@ use std::time::Duration;
 /// `b = min(max_backoff, initial_backoff * multiplier^(n-1))` ("equal jitter"): retries of many
 /// clients spread out, and a delay never collapses to zero.
 ///
+/// Start from [`RetryConfig::default()`] and change what you need with the `with_*` methods;
+/// [`RetryConfig::validate`] (called by [`ObjectStoreStorage::with_options`]) rejects invalid
+/// values, it never clamps them.
+///
 /// ```
 /// use diskless_storage::RetryConfig;
 /// use std::time::Duration;
-/// let config = RetryConfig {
-///     max_attempts: 3,
-///     attempt_timeout: Duration::from_secs(5),
-///     ..RetryConfig::default()
-/// };
+/// let config = RetryConfig::default()
+///     .with_max_attempts(3)
+///     .with_attempt_timeout(Duration::from_secs(5))
+///     .with_seed(7);
 /// assert_eq!(config.deadline, Duration::from_secs(120));
+/// assert!(config.validate().is_ok());
+/// assert!(config.with_max_attempts(0).validate().is_err());
 /// ```
+///
+/// [`ObjectStoreStorage::with_options`]: crate::ObjectStoreStorage::with_options
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RetryConfig {
-    /// Attempts per call, the first one included (`1` disables retries).
+    /// Attempts per call, the first one included (`1` disables retries; `0` is invalid).
     pub max_attempts: u32,
-    /// Backoff before the first retry (before jitter).
+    /// Backoff before the first retry (before jitter). At most `max_backoff`.
     pub initial_backoff: Duration,
     /// Upper bound of the backoff (before jitter).
     pub max_backoff: Duration,
-    /// Growth factor of the backoff per retry.
+    /// Growth factor of the backoff per retry: finite and at least 1.
     pub multiplier: f64,
-    /// Time limit of one attempt. An upload attempt that times out may still have landed: the retry
-    /// then finds the object and compares its content (see [`crate::ObjectStorage::upload`]).
+    /// Time limit of one attempt (positive). An upload attempt that times out may still have
+    /// landed: the retry then finds the object and compares its content (see
+    /// [`crate::ObjectStorage::upload`]).
     pub attempt_timeout: Duration,
-    /// Time limit of the whole call, retries and backoff included. No attempt starts after it,
-    /// and a running attempt is cut at it.
+    /// Time limit of the whole call, retries and backoff included (positive). No attempt starts
+    /// after it, and a running attempt is cut at it.
     pub deadline: Duration,
-    /// Seed of the jitter's random number generator, for reproducible schedules in tests. `None`
-    /// seeds from the OS.
+    /// Seed of the jitter's random number generator, for reproducible schedules in tests and
+    /// simulations. `None` seeds from [`diskless_common::entropy_seed`].
     pub seed: Option<u64>,
 }
 
@@ -72,25 +82,71 @@ impl Default for RetryConfig {
 impl RetryConfig {
     /// No retries: one attempt, with the default timeouts.
     pub fn no_retries() -> Self {
-        RetryConfig {
-            max_attempts: 1,
-            ..RetryConfig::default()
-        }
+        RetryConfig::default().with_max_attempts(1)
     }
 
-    /// Checks the settings.
-    pub(crate) fn validate(&self) -> Result<(), String> {
+    /// Sets [`max_attempts`](Self::max_attempts).
+    pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Sets [`initial_backoff`](Self::initial_backoff).
+    pub fn with_initial_backoff(mut self, initial_backoff: Duration) -> Self {
+        self.initial_backoff = initial_backoff;
+        self
+    }
+
+    /// Sets [`max_backoff`](Self::max_backoff).
+    pub fn with_max_backoff(mut self, max_backoff: Duration) -> Self {
+        self.max_backoff = max_backoff;
+        self
+    }
+
+    /// Sets [`multiplier`](Self::multiplier).
+    pub fn with_multiplier(mut self, multiplier: f64) -> Self {
+        self.multiplier = multiplier;
+        self
+    }
+
+    /// Sets [`attempt_timeout`](Self::attempt_timeout).
+    pub fn with_attempt_timeout(mut self, attempt_timeout: Duration) -> Self {
+        self.attempt_timeout = attempt_timeout;
+        self
+    }
+
+    /// Sets [`deadline`](Self::deadline).
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Sets [`seed`](Self::seed) (`7` or `Some(7)`; `None` for an entropy seed).
+    pub fn with_seed(mut self, seed: impl Into<Option<u64>>) -> Self {
+        self.seed = seed.into();
+        self
+    }
+
+    /// Checks the settings: the one place they are validated. An invalid value is a
+    /// [`StorageError::Config`] naming the field; nothing is clamped.
+    pub fn validate(&self) -> Result<(), StorageError> {
+        let invalid = |field: &str, reason: &str| {
+            Err(StorageError::Config(format!("retry.{field}: {reason}")))
+        };
         if self.max_attempts == 0 {
-            return Err("retry max_attempts must be at least 1".into());
+            return invalid("max_attempts", "must be at least 1 (1 disables retries)");
         }
         if !(self.multiplier.is_finite() && self.multiplier >= 1.0) {
-            return Err("retry multiplier must be a finite number >= 1".into());
+            return invalid("multiplier", "must be a finite number >= 1");
         }
-        if self.attempt_timeout.is_zero() || self.deadline.is_zero() {
-            return Err("retry attempt_timeout and deadline must be positive".into());
+        if self.attempt_timeout.is_zero() {
+            return invalid("attempt_timeout", "must be positive");
+        }
+        if self.deadline.is_zero() {
+            return invalid("deadline", "must be positive");
         }
         if self.initial_backoff > self.max_backoff {
-            return Err("retry initial_backoff must not exceed max_backoff".into());
+            return invalid("initial_backoff", "must not exceed max_backoff");
         }
         Ok(())
     }
@@ -127,16 +183,16 @@ impl Backoff {
 }
 
 #[cfg(test)]
+// Also when clippy runs without the workspace's clippy.toml (allow-unwrap-in-tests).
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
     #[test]
     fn backoff_grows_caps_and_jitters_within_bounds() {
-        let config = RetryConfig {
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(1),
-            ..RetryConfig::default()
-        };
+        let config = RetryConfig::default()
+            .with_initial_backoff(Duration::from_millis(100))
+            .with_max_backoff(Duration::from_secs(1));
         let mut backoff = Backoff::new(&config);
         let mut rng = fastrand::Rng::with_seed(7);
         let mut bases = vec![];
@@ -170,26 +226,25 @@ mod tests {
     #[test]
     fn validate_rejects_nonsense() {
         assert!(RetryConfig::default().validate().is_ok());
+        let d = RetryConfig::default;
         let bad = [
-            RetryConfig {
-                max_attempts: 0,
-                ..RetryConfig::default()
-            },
-            RetryConfig {
-                multiplier: 0.5,
-                ..RetryConfig::default()
-            },
-            RetryConfig {
-                deadline: Duration::ZERO,
-                ..RetryConfig::default()
-            },
-            RetryConfig {
-                initial_backoff: Duration::from_secs(10),
-                ..RetryConfig::default()
-            },
+            (d().with_max_attempts(0), "retry.max_attempts"),
+            (d().with_multiplier(0.5), "retry.multiplier"),
+            (d().with_multiplier(f64::NAN), "retry.multiplier"),
+            (
+                d().with_attempt_timeout(Duration::ZERO),
+                "retry.attempt_timeout",
+            ),
+            (d().with_deadline(Duration::ZERO), "retry.deadline"),
+            (
+                d().with_initial_backoff(Duration::from_secs(10)),
+                "retry.initial_backoff",
+            ),
         ];
-        for config in bad {
-            assert!(config.validate().is_err(), "{config:?}");
+        for (config, field) in bad {
+            let err = config.validate().unwrap_err();
+            assert!(matches!(err, StorageError::Config(_)), "{err:?}");
+            assert!(err.to_string().contains(field), "{config:?}: {err}");
         }
     }
 }

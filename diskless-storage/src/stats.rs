@@ -32,8 +32,10 @@ struct Counters {
 }
 
 /// A snapshot of [`RequestCounters`]. Subtract two snapshots to get the cost of what happened in
-/// between.
+/// between. `#[non_exhaustive]`: counters may be added; read its fields, or start from
+/// [`RequestStats::default`] to build one in a test.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RequestStats {
     /// PUT requests (upload attempts).
     pub put_requests: u64,
@@ -155,7 +157,7 @@ impl RequestCounters {
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// use diskless_storage::{CountingStorage, ObjectKey, ObjectStorage, ObjectStoreStorage};
 /// let storage = CountingStorage::new(ObjectStoreStorage::in_memory());
-/// let key = ObjectKey::generate("wal").unwrap();
+/// let key = ObjectKey::parse("wal/segment-1").unwrap();
 /// storage.upload(&key, &[bytes::Bytes::from_static(b"hello")]).await.unwrap();
 /// let stats = storage.counters().snapshot();
 /// assert_eq!((stats.put_requests, stats.put_bytes), (1, 5));
@@ -262,7 +264,7 @@ impl ListingCounter {
 
     /// Counts one object received.
     pub(crate) fn object(&mut self) {
-        if self.seen > 0 && self.seen % LIST_PAGE == 0 {
+        if self.seen > 0 && self.seen.is_multiple_of(LIST_PAGE) {
             self.counters.record_list();
         }
         self.seen += 1;

@@ -41,16 +41,22 @@ pub struct StorageOptions {
 }
 
 impl StorageOptions {
-    /// Default options with the given retry settings.
+    /// Sets [`StorageOptions::retry`].
     pub fn with_retry(mut self, retry: RetryConfig) -> Self {
         self.retry = retry;
         self
     }
 
     /// Sets [`StorageOptions::allow_overwrite_fallback`].
-    pub fn with_overwrite_fallback(mut self, allow: bool) -> Self {
+    pub fn with_allow_overwrite_fallback(mut self, allow: bool) -> Self {
         self.allow_overwrite_fallback = allow;
         self
+    }
+
+    /// Checks the options ([`RetryConfig::validate`]); [`ObjectStoreStorage::with_options`] calls
+    /// it. Invalid values are rejected with [`StorageError::Config`], never clamped.
+    pub fn validate(&self) -> Result<(), StorageError> {
+        self.retry.validate()
     }
 }
 
@@ -94,7 +100,7 @@ impl StorageOptions {
 /// use bytes::Bytes;
 ///
 /// let storage = ObjectStoreStorage::from_url("memory:///diskless", std::iter::empty::<(&str, &str)>()).unwrap();
-/// let key = ObjectKey::generate("wal").unwrap();
+/// let key = ObjectKey::parse("wal/segment-1").unwrap();
 /// storage.upload(&key, &[Bytes::from_static(b"hello "), Bytes::from_static(b"world")]).await.unwrap();
 /// assert_eq!(storage.fetch(&key, 6..11).await.unwrap(), "world");
 /// assert!(storage.fetch(&key, 6..12).await.is_err()); // past the end
@@ -115,15 +121,6 @@ pub struct ObjectStoreStorage {
     create_unsupported: AtomicBool,
 }
 
-/// `object_store`'s internal HTTP retries: off, [`ObjectStoreStorage`] retries itself.
-#[cfg(any(feature = "s3", feature = "gcs", feature = "azure"))]
-fn no_internal_retries() -> object_store::RetryConfig {
-    object_store::RetryConfig {
-        max_retries: 0,
-        ..Default::default()
-    }
-}
-
 impl ObjectStoreStorage {
     /// Storage over an existing store, with keys under `prefix` (`""` for the store's root; else
     /// a prefix valid per [`validate_prefix`]).
@@ -140,24 +137,26 @@ impl ObjectStoreStorage {
         if !prefix.is_empty() {
             validate_prefix(prefix)?;
         }
-        Ok(ObjectStoreStorage {
-            store,
-            root: prefix.to_string(),
-            options: StorageOptions::default(),
-            counters: RequestCounters::new(),
-            rng: parking_lot::Mutex::new(fastrand::Rng::new()),
-            create_unsupported: AtomicBool::new(false),
-        })
+        Ok(Self::with_root(store, prefix.to_string()))
     }
 
     /// Storage in memory (lost when dropped), for tests and examples.
     pub fn in_memory() -> Self {
+        Self::with_root(
+            Arc::new(object_store::memory::InMemory::new()),
+            String::new(),
+        )
+    }
+
+    /// Storage over `store` with keys under the (validated) `root`, with default options.
+    fn with_root(store: Arc<dyn ObjectStore>, root: String) -> Self {
+        let options = StorageOptions::default();
         ObjectStoreStorage {
-            store: Arc::new(object_store::memory::InMemory::new()),
-            root: String::new(),
-            options: StorageOptions::default(),
+            store,
+            root,
+            rng: jitter_rng(&options.retry),
+            options,
             counters: RequestCounters::new(),
-            rng: parking_lot::Mutex::new(fastrand::Rng::new()),
             create_unsupported: AtomicBool::new(false),
         }
     }
@@ -171,6 +170,7 @@ impl ObjectStoreStorage {
     /// no-op). Deletes are not fsynced: after a crash a deleted object may reappear, and a later
     /// idempotent delete removes it again.
     #[cfg(feature = "fs")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fs")))]
     pub fn local_fs(path: impl AsRef<std::path::Path>) -> Result<Self, StorageError> {
         let path = path.as_ref();
         std::fs::create_dir_all(path).map_err(|e| {
@@ -182,152 +182,12 @@ impl ObjectStoreStorage {
         Self::from_object_store(Arc::new(fs), "")
     }
 
-    /// Storage from a URL and backend options:
-    ///
-    /// - `memory:///prefix`: in memory;
-    /// - `file:///absolute/path`: the local filesystem (see [`ObjectStoreStorage::local_fs`]);
-    /// - `s3://bucket/prefix` (feature `s3`), `gs://bucket/prefix` (feature `gcs`),
-    ///   `az://container/prefix` (feature `azure`; also `azure://`, `abfs://`, `abfss://`,
-    ///   `adl://`).
-    ///
-    /// The cloud backends first read their standard environment variables, as the `object_store`
-    /// builders' `from_env` do (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
-    /// `AWS_DEFAULT_REGION`, `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, ...; `GOOGLE_*`; `AZURE_*`), then the
-    /// URL's query parameters, then `options`, each overriding the one before. The keys are the
-    /// `object_store` builder's configuration keys, e.g. `aws_endpoint`, `aws_region`,
-    /// `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http`,
-    /// `aws_virtual_hosted_style_request`, `google_service_account`, `azure_storage_account_name`,
-    /// `timeout`. An unknown key in the URL or `options` is an error.
-    ///
-    /// ```
-    /// use diskless_storage::{ObjectStoreStorage, StorageError};
-    /// let no_options = std::iter::empty::<(&str, &str)>();
-    /// let storage = ObjectStoreStorage::from_url("memory:///wal-root", no_options).unwrap();
-    /// assert_eq!(storage.prefix(), "wal-root");
-    /// let options = [("aws_region", "eu-west-1"), ("aws_access_key_id", "id")];
-    /// let err = ObjectStoreStorage::from_url("ftp://host/x", options).unwrap_err();
-    /// assert!(matches!(err, StorageError::Config(_)));
-    /// ```
-    pub fn from_url<I, K, V>(url: &str, options: I) -> Result<Self, StorageError>
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: Into<String>,
-    {
-        let parsed = url::Url::parse(url)
-            .map_err(|e| StorageError::Config(format!("invalid storage URL {url:?}: {e}")))?;
-        let mut opts: Vec<(String, String)> = parsed
-            .query_pairs()
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect();
-        opts.extend(
-            options
-                .into_iter()
-                .map(|(k, v)| (k.as_ref().to_string(), v.into())),
-        );
-        let prefix = Path::from_url_path(parsed.path())
-            .map_err(|e| StorageError::Config(format!("invalid path in storage URL {url:?}: {e}")))?
-            .to_string();
-        let mut base = parsed.clone();
-        base.set_query(None);
-        base.set_fragment(None);
-        let scheme = parsed.scheme().to_ascii_lowercase();
-        let no_options = |opts: &[(String, String)]| -> Result<(), StorageError> {
-            match opts.first() {
-                Some((k, _)) => Err(StorageError::Config(format!(
-                    "option {k:?} is not valid for a {scheme}:// URL"
-                ))),
-                None => Ok(()),
-            }
-        };
-        match scheme.as_str() {
-            "memory" => {
-                no_options(&opts)?;
-                Self::from_object_store(Arc::new(object_store::memory::InMemory::new()), &prefix)
-            }
-            "file" => {
-                no_options(&opts)?;
-                #[cfg(feature = "fs")]
-                {
-                    let path = parsed.to_file_path().map_err(|()| {
-                        StorageError::Config(format!(
-                            "invalid file URL {url:?}: expected file:///absolute/path"
-                        ))
-                    })?;
-                    Self::local_fs(path)
-                }
-                #[cfg(not(feature = "fs"))]
-                Err(feature_off("file", "fs"))
-            }
-            "s3" | "s3a" => {
-                #[cfg(feature = "s3")]
-                {
-                    use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-                    let mut builder = AmazonS3Builder::from_env().with_url(base.as_str());
-                    for (k, v) in opts {
-                        let key: AmazonS3ConfigKey = parse_key(&k, "s3")?;
-                        builder = builder.with_config(key, v);
-                    }
-                    let store = builder
-                        .with_retry(no_internal_retries())
-                        .build()
-                        .map_err(|e| StorageError::Config(format!("s3 store {url:?}: {e}")))?;
-                    Self::from_object_store(Arc::new(store), &prefix)
-                }
-                #[cfg(not(feature = "s3"))]
-                Err(feature_off(&scheme, "s3"))
-            }
-            "gs" => {
-                #[cfg(feature = "gcs")]
-                {
-                    use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
-                    let mut builder = GoogleCloudStorageBuilder::from_env().with_url(base.as_str());
-                    for (k, v) in opts {
-                        let key: GoogleConfigKey = parse_key(&k, "gcs")?;
-                        builder = builder.with_config(key, v);
-                    }
-                    let store = builder
-                        .with_retry(no_internal_retries())
-                        .build()
-                        .map_err(|e| StorageError::Config(format!("gcs store {url:?}: {e}")))?;
-                    Self::from_object_store(Arc::new(store), &prefix)
-                }
-                #[cfg(not(feature = "gcs"))]
-                Err(feature_off(&scheme, "gcs"))
-            }
-            "az" | "azure" | "abfs" | "abfss" | "adl" => {
-                #[cfg(feature = "azure")]
-                {
-                    use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
-                    let mut builder = MicrosoftAzureBuilder::from_env().with_url(base.as_str());
-                    for (k, v) in opts {
-                        let key: AzureConfigKey = parse_key(&k, "azure")?;
-                        builder = builder.with_config(key, v);
-                    }
-                    let store = builder
-                        .with_retry(no_internal_retries())
-                        .build()
-                        .map_err(|e| StorageError::Config(format!("azure store {url:?}: {e}")))?;
-                    Self::from_object_store(Arc::new(store), &prefix)
-                }
-                #[cfg(not(feature = "azure"))]
-                Err(feature_off(&scheme, "azure"))
-            }
-            other => Err(StorageError::Config(format!(
-                "unsupported storage URL scheme {other:?} in {url:?} \
-                 (expected memory, file, s3, gs or az)"
-            ))),
-        }
-    }
-
-    /// Replaces the options (retries, overwrite fallback).
+    /// Replaces the options (retries, overwrite fallback), after [`StorageOptions::validate`].
+    /// The retry jitter is drawn from a generator seeded with [`RetryConfig::seed`], or from
+    /// [`diskless_common::entropy_seed`] when it is `None`.
     pub fn with_options(mut self, options: StorageOptions) -> Result<Self, StorageError> {
-        options.retry.validate().map_err(StorageError::Config)?;
-        let rng = match options.retry.seed {
-            Some(seed) => fastrand::Rng::with_seed(seed),
-            None => fastrand::Rng::new(),
-        };
-        self.rng = parking_lot::Mutex::new(rng);
+        options.validate()?;
+        self.rng = jitter_rng(&options.retry);
         self.options = options;
         Ok(self)
     }
@@ -388,10 +248,10 @@ impl ObjectStoreStorage {
         prefix: &'a str,
         offset: Option<&'a str>,
     ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
-        if !prefix.is_empty() {
-            if let Err(e) = validate_prefix(prefix) {
-                return futures::stream::once(async { Err(e) }).boxed();
-            }
+        if !prefix.is_empty()
+            && let Err(e) = validate_prefix(prefix)
+        {
+            return futures::stream::once(async { Err(e) }).boxed();
         }
         let full = if prefix.is_empty() && self.root.is_empty() {
             None
@@ -455,24 +315,6 @@ impl ObjectStoreStorage {
             .boxed()
     }
 
-    /// Runs `attempt` until it succeeds, fails for good, or the retry budget is spent; each
-    /// attempt is cut at the attempt timeout.
-    async fn with_retries<T, F, Fut>(
-        &self,
-        operation: &'static str,
-        key: &str,
-        mut attempt: F,
-    ) -> Result<T, StorageError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, StorageError>>,
-    {
-        self.retry_loop(operation, key, |deadline| {
-            self.timed(operation, deadline, attempt())
-        })
-        .await
-    }
-
     /// Runs `request` cut at the attempt timeout and at `deadline`, whichever comes first; a
     /// request cut is a transient error.
     async fn timed<T>(
@@ -530,27 +372,18 @@ impl ObjectStoreStorage {
         }
     }
 
-    async fn put_once(
-        &self,
-        path: &Path,
-        key: &ObjectKey,
-        payload: &[Bytes],
-        len: u64,
-    ) -> Result<(), StorageError> {
+    /// One create-only PUT of an upload (an overwriting one once the store is known not to
+    /// support create-only and the fallback is allowed).
+    async fn put_once(&self, upload: &Upload<'_>) -> Result<(), StorageError> {
+        let Upload { key, .. } = *upload;
         let overwrite = self.create_unsupported.load(Ordering::Relaxed);
         let mode = if overwrite {
             PutMode::Overwrite
         } else {
             PutMode::Create
         };
-        self.counters.record_put(len);
-        let body: PutPayload = payload.iter().cloned().collect();
-        match self
-            .store
-            .put_opts(path, body, PutOptions::from(mode))
-            .await
-        {
-            Ok(_) => Ok(()),
+        match self.put_request(upload, mode).await {
+            Ok(()) => Ok(()),
             Err(object_store::Error::NotImplemented { operation, .. }) if !overwrite => {
                 if self.options.allow_overwrite_fallback {
                     tracing::warn!(
@@ -558,12 +391,8 @@ impl ObjectStoreStorage {
                         "store cannot upload create-only ({operation}); falling back to overwrite"
                     );
                     self.create_unsupported.store(true, Ordering::Relaxed);
-                    self.counters.record_put(len);
-                    let body: PutPayload = payload.iter().cloned().collect();
-                    self.store
-                        .put_opts(path, body, PutOptions::from(PutMode::Overwrite))
+                    self.put_request(upload, PutMode::Overwrite)
                         .await
-                        .map(|_| ())
                         .map_err(|e| map_error(e, key.as_str()))
                 } else {
                     Err(StorageError::Permanent {
@@ -580,18 +409,28 @@ impl ObjectStoreStorage {
         }
     }
 
+    /// One PUT request, counted.
+    async fn put_request(&self, upload: &Upload<'_>, mode: PutMode) -> object_store::Result<()> {
+        self.counters.record_put(upload.len);
+        let body: PutPayload = upload.payload.iter().cloned().collect();
+        self.store
+            .put_opts(&upload.path, body, PutOptions::from(mode))
+            .await
+            .map(|_| ())
+    }
+
     /// One check of an object that a create-only PUT found already there: `Ok` if it has the
     /// same content (an earlier attempt of this upload landed), [`StorageError::AlreadyExists`]
     /// if it has other content (final), [`StorageError::NotFound`] if there is no object to
     /// check (the caller then PUTs again), other errors as they come (transient ones are
     /// retried).
-    async fn verify_once(
-        &self,
-        path: &Path,
-        key: &ObjectKey,
-        payload: &[Bytes],
-        len: u64,
-    ) -> Result<(), StorageError> {
+    async fn verify_once(&self, upload: &Upload<'_>) -> Result<(), StorageError> {
+        let Upload {
+            ref path,
+            key,
+            payload,
+            len,
+        } = *upload;
         let other_content = |size: u64| StorageError::AlreadyExists {
             key: key.to_string(),
             source: Some(
@@ -720,18 +559,18 @@ impl ObjectStoreStorage {
     }
 }
 
-#[cfg(not(all(feature = "s3", feature = "gcs", feature = "azure", feature = "fs")))]
-fn feature_off(scheme: &str, feature: &str) -> StorageError {
-    StorageError::Config(format!(
-        "{scheme}:// storage needs the cargo feature `{feature}` of diskless-storage"
-    ))
+/// The generator of the retry jitter: seeded with the injected seed, else from the OS.
+fn jitter_rng(retry: &RetryConfig) -> parking_lot::Mutex<fastrand::Rng> {
+    let seed = retry.seed.unwrap_or_else(diskless_common::entropy_seed);
+    parking_lot::Mutex::new(fastrand::Rng::with_seed(seed))
 }
 
-#[cfg(any(feature = "s3", feature = "gcs", feature = "azure"))]
-fn parse_key<T: std::str::FromStr>(key: &str, store: &str) -> Result<T, StorageError> {
-    key.to_ascii_lowercase()
-        .parse()
-        .map_err(|_| StorageError::Config(format!("unknown {store} option {key:?}")))
+/// One upload call: what each of its PUT and verifying GET requests needs.
+struct Upload<'a> {
+    path: Path,
+    key: &'a ObjectKey,
+    payload: &'a [Bytes],
+    len: u64,
 }
 
 fn same_content(bytes: &[u8], payload: &[Bytes]) -> bool {
@@ -761,7 +600,12 @@ impl ObjectStorage for ObjectStoreStorage {
         let len: u64 = payload.iter().map(|b| b.len() as u64).sum();
         let span = tracing::debug_span!("upload", %key, len);
         async {
-            let path = &self.path(key.as_str())?;
+            let upload = &Upload {
+                path: self.path(key.as_str())?,
+                key,
+                payload,
+                len,
+            };
             // Create-or-verify, under one retry budget and deadline. A PUT refused because the
             // key is taken is followed by a GET comparing the object with the payload; a
             // transient failure of that GET retries the GET only. A GET finding no object means
@@ -773,7 +617,7 @@ impl ObjectStorage for ObjectStoreStorage {
             let verifying = &AtomicBool::new(false);
             self.retry_loop("upload", key.as_str(), |deadline| async move {
                 if !verifying.load(Ordering::Relaxed) {
-                    let put = self.put_once(path, key, payload, len);
+                    let put = self.put_once(upload);
                     match self.timed("upload", deadline, put).await {
                         Err(StorageError::AlreadyExists { .. }) => {
                             verifying.store(true, Ordering::Relaxed)
@@ -781,7 +625,7 @@ impl ObjectStorage for ObjectStoreStorage {
                         other => return other,
                     }
                 }
-                let verify = self.verify_once(path, key, payload, len);
+                let verify = self.verify_once(upload);
                 match self.timed("upload-verify", deadline, verify).await {
                     Err(e) if e.is_not_found() => {
                         verifying.store(false, Ordering::Relaxed);
@@ -814,8 +658,8 @@ impl ObjectStorage for ObjectStoreStorage {
                 });
             }
             let path = self.path(key.as_str())?;
-            self.with_retries("fetch", key.as_str(), || {
-                self.fetch_once(&path, key, &range)
+            self.retry_loop("fetch", key.as_str(), |deadline| {
+                self.timed("fetch", deadline, self.fetch_once(&path, key, &range))
             })
             .await
         }
@@ -910,6 +754,8 @@ impl ObjectStorage for ObjectStoreStorage {
 }
 
 #[cfg(test)]
+// Also when clippy runs without the workspace's clippy.toml (allow-unwrap-in-tests).
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

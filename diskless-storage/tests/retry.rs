@@ -1,14 +1,18 @@
 //! Retries, timeouts, the ambiguous-upload path and request accounting, against an
 //! `object_store` that fails on a script, under tokio's paused clock.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
 use async_trait::async_trait;
 use bytes::Bytes;
+use diskless_common::SystemClock;
 use diskless_storage::object_store::{
     self, CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, memory::InMemory, path::Path,
 };
 use diskless_storage::{
-    ObjectKey, ObjectStorage, ObjectStoreStorage, RetryConfig, StorageError, StorageOptions,
+    ObjectKey, ObjectStorage, ObjectStoreStorage, RandomKeys, RetryConfig, StorageError,
+    StorageOptions,
 };
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -227,15 +231,13 @@ impl ObjectStore for Scripted {
 }
 
 fn retry() -> RetryConfig {
-    RetryConfig {
-        max_attempts: 5,
-        initial_backoff: Duration::from_millis(100),
-        max_backoff: Duration::from_secs(2),
-        attempt_timeout: Duration::from_secs(10),
-        deadline: Duration::from_secs(60),
-        seed: Some(42),
-        ..RetryConfig::default()
-    }
+    RetryConfig::default()
+        .with_max_attempts(5)
+        .with_initial_backoff(Duration::from_millis(100))
+        .with_max_backoff(Duration::from_secs(2))
+        .with_attempt_timeout(Duration::from_secs(10))
+        .with_deadline(Duration::from_secs(60))
+        .with_seed(42)
 }
 
 fn storage(store: Arc<Scripted>, config: RetryConfig) -> ObjectStoreStorage {
@@ -253,7 +255,7 @@ fn payload() -> Vec<Bytes> {
 }
 
 fn key() -> ObjectKey {
-    ObjectKey::generate("wal").unwrap()
+    ObjectKey::generate("wal", &RandomKeys::new(), &SystemClock).unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -321,19 +323,13 @@ async fn retries_stop_at_max_attempts() {
     assert_eq!(s.counters().snapshot().put_requests, 5);
 }
 
-#[tokio::test(start_paused = true)]
-async fn retries_stop_at_the_deadline() {
-    let store = Arc::new(Scripted::default());
-    store
-        .puts
-        .lock()
-        .extend(std::iter::repeat_n(Fault::Hang, 100));
-    let config = RetryConfig {
-        max_attempts: 100,
-        attempt_timeout: Duration::from_secs(4),
-        deadline: Duration::from_secs(10),
-        ..retry()
-    };
+/// Uploads with attempts of 4 s, up to 100 of them, within a 10 s deadline, and checks that the
+/// upload fails (transiently) by that deadline; returns the storage for its counters.
+async fn upload_fails_within_a_10_s_deadline(store: Arc<Scripted>) -> ObjectStoreStorage {
+    let config = retry()
+        .with_max_attempts(100)
+        .with_attempt_timeout(Duration::from_secs(4))
+        .with_deadline(Duration::from_secs(10));
     let s = storage(store, config);
     let start = Instant::now();
     let err = s.upload(&key(), &payload()).await.unwrap_err();
@@ -343,6 +339,17 @@ async fn retries_stop_at_the_deadline() {
         "{:?}",
         start.elapsed()
     );
+    s
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_stop_at_the_deadline() {
+    let store = Arc::new(Scripted::default());
+    store
+        .puts
+        .lock()
+        .extend(std::iter::repeat_n(Fault::Hang, 100));
+    let s = upload_fails_within_a_10_s_deadline(store).await;
     let puts = s.counters().snapshot().put_requests;
     assert!(
         (2..=3).contains(&puts),
@@ -468,7 +475,7 @@ async fn backend_without_create_only_fails_clearly_unless_overwrite_allowed() {
         .with_options(
             StorageOptions::default()
                 .with_retry(retry())
-                .with_overwrite_fallback(true),
+                .with_allow_overwrite_fallback(true),
         )
         .unwrap();
     let k = key();
@@ -488,13 +495,7 @@ async fn same_seed_same_backoff_schedule() {
             .puts
             .lock()
             .extend(std::iter::repeat_n(Fault::Fail(ErrorKind::Status(500)), 4));
-        let s = storage(
-            store,
-            RetryConfig {
-                seed: Some(seed),
-                ..retry()
-            },
-        );
+        let s = storage(store, retry().with_seed(seed));
         let start = Instant::now();
         s.upload(&key(), &payload()).await.unwrap();
         start.elapsed()
@@ -506,12 +507,10 @@ async fn same_seed_same_backoff_schedule() {
 #[test]
 fn invalid_retry_config_is_rejected() {
     let err = ObjectStoreStorage::in_memory()
-        .with_retry(RetryConfig {
-            max_attempts: 0,
-            ..RetryConfig::default()
-        })
+        .with_retry(RetryConfig::default().with_max_attempts(0))
         .unwrap_err();
     assert!(matches!(err, StorageError::Config(_)));
+    assert!(err.to_string().contains("retry.max_attempts"), "{err}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -549,15 +548,13 @@ async fn list_with_offset_passes_the_offset_to_the_store() {
 /// Issue #12 item 8: settings for the races of a retried create-only upload with the attempt it
 /// retries. Attempts of 1 s, so that the first one times out long before it lands.
 fn race_retry() -> RetryConfig {
-    RetryConfig {
-        max_attempts: 20,
-        initial_backoff: Duration::from_millis(100),
-        max_backoff: Duration::from_secs(1),
-        attempt_timeout: Duration::from_secs(1),
-        deadline: Duration::from_secs(30),
-        seed: Some(42),
-        ..RetryConfig::default()
-    }
+    RetryConfig::default()
+        .with_max_attempts(20)
+        .with_initial_backoff(Duration::from_millis(100))
+        .with_max_backoff(Duration::from_secs(1))
+        .with_attempt_timeout(Duration::from_secs(1))
+        .with_deadline(Duration::from_secs(30))
+        .with_seed(42)
 }
 
 /// Issue #12 item 8: the first PUT times out but is still landing; the retry's create-only PUT
@@ -650,11 +647,9 @@ async fn key_refused_and_invisible_until_the_deadline_is_transient() {
         Duration::from_secs(3600),
         false,
     );
-    let config = RetryConfig {
-        max_attempts: 1000,
-        deadline: Duration::from_secs(10),
-        ..race_retry()
-    };
+    let config = race_retry()
+        .with_max_attempts(1000)
+        .with_deadline(Duration::from_secs(10));
     let s = storage(store, config);
     let start = Instant::now();
     let err = s.upload(&k, &payload()).await.unwrap_err();
@@ -677,20 +672,6 @@ async fn verification_runs_within_the_uploads_deadline() {
         .gets
         .lock()
         .extend(std::iter::repeat_n(Fault::Hang, 100));
-    let config = RetryConfig {
-        max_attempts: 100,
-        attempt_timeout: Duration::from_secs(4),
-        deadline: Duration::from_secs(10),
-        ..retry()
-    };
-    let s = storage(store, config);
-    let start = Instant::now();
-    let err = s.upload(&key(), &payload()).await.unwrap_err();
-    assert!(err.is_transient(), "{err:?}");
-    assert!(
-        start.elapsed() <= Duration::from_secs(10),
-        "{:?}",
-        start.elapsed()
-    );
+    let s = upload_fails_within_a_10_s_deadline(store).await;
     assert_eq!(s.counters().snapshot().put_requests, 2);
 }

@@ -1,9 +1,12 @@
 //! Request accounting, ranged reads, URL construction and local durability.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
 use bytes::Bytes;
+use diskless_common::SystemClock;
 use diskless_storage::{
-    CountingStorage, ObjectKey, ObjectStorage, ObjectStoreStorage, RangeReadConfig, StorageError,
-    fetch_ranges,
+    CountingStorage, ObjectKey, ObjectStorage, ObjectStoreStorage, RandomKeys, RangeReadConfig,
+    StorageError, fetch_ranges,
 };
 use diskless_testkit::storage::S3TestServer;
 use futures::TryStreamExt;
@@ -12,8 +15,13 @@ fn no_options() -> Vec<(String, String)> {
     vec![]
 }
 
+/// A fresh key under `prefix`.
+fn new_key(prefix: &str) -> ObjectKey {
+    ObjectKey::generate(prefix, &RandomKeys::new(), &SystemClock).unwrap()
+}
+
 async fn uploaded(storage: &ObjectStoreStorage, len: usize) -> ObjectKey {
-    let key = ObjectKey::generate("wal").unwrap();
+    let key = new_key("wal");
     let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
     storage.upload(&key, &[Bytes::from(data)]).await.unwrap();
     key
@@ -24,10 +32,7 @@ async fn ranged_read_helper_merges_near_ranges_into_one_get() {
     let storage = ObjectStoreStorage::in_memory();
     let key = uploaded(&storage, 10_000).await;
     storage.counters().reset();
-    let config = RangeReadConfig {
-        max_gap: 100,
-        ..RangeReadConfig::default()
-    };
+    let config = RangeReadConfig::default().with_max_gap(100);
     let ranges = [2000..2100, 1000..1500, 1550..1990];
     let parts = fetch_ranges(&storage, &key, &ranges, &config)
         .await
@@ -56,6 +61,19 @@ async fn ranged_read_helper_merges_near_ranges_into_one_get() {
 }
 
 #[tokio::test]
+async fn an_invalid_range_read_config_is_rejected_before_any_get() {
+    let storage = ObjectStoreStorage::in_memory();
+    let key = uploaded(&storage, 10).await;
+    let config = RangeReadConfig::default().with_concurrency(0);
+    let err = fetch_ranges(&storage, &key, &[0..1, 5..6], &config)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::Config(_)), "{err:?}");
+    assert!(err.to_string().contains("range_read.concurrency"), "{err}");
+    assert_eq!(storage.counters().snapshot().get_requests, 0);
+}
+
+#[tokio::test]
 async fn counters_count_every_request_kind() {
     let storage = ObjectStoreStorage::in_memory();
     let keys = [uploaded(&storage, 10).await, uploaded(&storage, 20).await];
@@ -77,9 +95,7 @@ async fn counters_count_every_request_kind() {
 #[tokio::test]
 async fn delete_batches_are_counted_per_thousand_keys() {
     let storage = ObjectStoreStorage::in_memory();
-    let keys: Vec<ObjectKey> = (0..2500)
-        .map(|_| ObjectKey::generate("k").unwrap())
-        .collect();
+    let keys: Vec<ObjectKey> = (0..2500).map(|_| new_key("k")).collect();
     assert_eq!(storage.delete(&keys).await.unwrap().len(), 2500);
     let stats = storage.counters().snapshot();
     assert_eq!((stats.delete_requests, stats.deleted_keys), (3, 2500));
@@ -109,7 +125,7 @@ async fn invalid_list_prefix_never_reaches_the_backend() {
 #[tokio::test]
 async fn counting_wrapper_counts_calls_of_any_storage() {
     let storage = CountingStorage::new(ObjectStoreStorage::in_memory());
-    let key = ObjectKey::generate("wal").unwrap();
+    let key = new_key("wal");
     storage
         .upload(
             &key,
