@@ -10,26 +10,46 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// The longest time-to-live or time-to-idle moka accepts; longer settings are clamped to it
-/// (which is "never" for any practical purpose).
+/// The longest time-to-live or time-to-idle moka accepts (1,000 years); longer settings are
+/// rejected by [`MokaCacheConfig::validate`].
 const MAX_EXPIRY: Duration = Duration::from_secs(1_000 * 365 * 24 * 3600);
 
 /// The block index is never swept below this many keys (see [`BlockIndex`]).
 const MIN_SWEEP_AT: usize = 1024;
 
+/// A [`MokaCacheConfig`] value that is out of range, found by [`MokaCacheConfig::validate`] when
+/// a [`MokaCache`] is built. Invalid values are rejected, never clamped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A setting is out of range.
+    #[error("invalid cache configuration: {field}: {reason}")]
+    Invalid {
+        /// The setting (the config struct's field name, e.g. `time_to_live`).
+        field: &'static str,
+        /// Why it is invalid.
+        reason: String,
+    },
+}
+
 /// Settings of a [`MokaCache`].
 ///
-/// Start from [`MokaCacheConfig::default()`] and change what you need with the `with_*` methods:
+/// Start from [`MokaCacheConfig::default()`] and change what you need with the `with_*` methods;
+/// [`MokaCache::new`] checks them with [`MokaCacheConfig::validate`]:
 ///
 /// ```
-/// use diskless_cache::MokaCacheConfig;
+/// use diskless_cache::{MokaCache, MokaCacheConfig};
 /// use std::time::Duration;
 ///
 /// let config = MokaCacheConfig::default()
 ///     .with_max_bytes(64 << 20)
 ///     .with_time_to_live(Duration::from_secs(60))
-///     .with_time_to_idle(Some(Duration::from_secs(10)));
+///     .with_time_to_idle(Duration::from_secs(10));
 /// assert_eq!(config.max_bytes, 64 << 20);
+/// assert!(MokaCache::new(config.clone()).is_ok());
+/// // No expiry by age at all: `None`. Durations moka cannot take are refused, not clamped.
+/// assert!(config.clone().with_time_to_live(None).validate().is_ok());
+/// assert!(config.with_time_to_live(Duration::MAX).validate().is_err());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -37,12 +57,13 @@ pub struct MokaCacheConfig {
     /// The most block bytes the cache holds (the sum of the lengths of the cached blocks).
     /// Default [`MokaCacheConfig::DEFAULT_MAX_BYTES`] (256 MiB). `0` caches nothing.
     pub max_bytes: u64,
-    /// How long a block stays cached after it was inserted, however often it is read.
-    /// Default [`MokaCacheConfig::DEFAULT_TIME_TO_LIVE`] (5 minutes). Values above 1,000 years
-    /// (e.g. [`Duration::MAX`], meaning "no time-to-live") are clamped to 1,000 years.
-    pub time_to_live: Duration,
-    /// If set, a block not read for this long is dropped even before its time-to-live.
-    /// Default `None`. Clamped like [`time_to_live`](Self::time_to_live).
+    /// How long a block stays cached after it was inserted, however often it is read; `None`:
+    /// no limit (blocks leave by eviction or invalidation only). Default
+    /// `Some(`[`MokaCacheConfig::DEFAULT_TIME_TO_LIVE`]`)` (5 minutes). When set: positive and at
+    /// most 1,000 years (moka's limit).
+    pub time_to_live: Option<Duration>,
+    /// If set, a block not read for this long is dropped even before its time-to-live. Default
+    /// `None`. When set: positive and at most 1,000 years.
     pub time_to_idle: Option<Duration>,
 }
 
@@ -58,16 +79,40 @@ impl MokaCacheConfig {
         self
     }
 
-    /// Sets [`time_to_live`](Self::time_to_live).
-    pub fn with_time_to_live(mut self, time_to_live: Duration) -> Self {
-        self.time_to_live = time_to_live;
+    /// Sets [`time_to_live`](Self::time_to_live) (a `Duration`, or `None` for no limit).
+    pub fn with_time_to_live(mut self, time_to_live: impl Into<Option<Duration>>) -> Self {
+        self.time_to_live = time_to_live.into();
         self
     }
 
-    /// Sets [`time_to_idle`](Self::time_to_idle).
-    pub fn with_time_to_idle(mut self, time_to_idle: Option<Duration>) -> Self {
-        self.time_to_idle = time_to_idle;
+    /// Sets [`time_to_idle`](Self::time_to_idle) (a `Duration`, or `None` for no limit).
+    pub fn with_time_to_idle(mut self, time_to_idle: impl Into<Option<Duration>>) -> Self {
+        self.time_to_idle = time_to_idle.into();
         self
+    }
+
+    /// Checks the settings, the one place they are validated: a time-to-live or time-to-idle,
+    /// when set, must be positive (to cache nothing, set `max_bytes` to 0) and at most 1,000
+    /// years (use `None` for no limit). Every `max_bytes` is valid.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (field, value) in [
+            ("time_to_live", self.time_to_live),
+            ("time_to_idle", self.time_to_idle),
+        ] {
+            let Some(value) = value else { continue };
+            let reason = if value.is_zero() {
+                "must be positive (set max_bytes to 0 to cache nothing)"
+            } else if value > MAX_EXPIRY {
+                "must be at most 1,000 years (None for no limit)"
+            } else {
+                continue;
+            };
+            return Err(ConfigError::Invalid {
+                field,
+                reason: format!("{value:?} {reason}"),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -75,7 +120,7 @@ impl Default for MokaCacheConfig {
     fn default() -> Self {
         MokaCacheConfig {
             max_bytes: Self::DEFAULT_MAX_BYTES,
-            time_to_live: Self::DEFAULT_TIME_TO_LIVE,
+            time_to_live: Some(Self::DEFAULT_TIME_TO_LIVE),
             time_to_idle: None,
         }
     }
@@ -91,7 +136,8 @@ impl Default for MokaCacheConfig {
 /// - **Coalesced loads**: concurrent [`get_or_load`](LocalCache::get_or_load) calls for a block
 ///   that is not cached run one load; the others wait for it and get its bytes, or its error
 ///   (the same [`LoadError`], shared). A failed load caches nothing; the next call loads again.
-///   If the caller whose load is running is cancelled, one of the waiters runs its own load.
+///   If the caller whose load is running is cancelled, one of the waiters runs its own load
+///   (see *Cancel safety*).
 /// - **Invalidation** of a whole object through a secondary index object → block keys, so
 ///   [`invalidate_object`](LocalCache::invalidate_object) costs O(blocks of that object) and the
 ///   blocks are gone when it returns (moka's `invalidate_entries_if` would instead register a
@@ -112,6 +158,18 @@ impl Default for MokaCacheConfig {
 /// by moka's maintenance, which runs now and then on cache activity. Call
 /// [`run_pending_tasks`](MokaCache::run_pending_tasks) first for exact values (tests do).
 ///
+/// # Cancel safety
+///
+/// Every method keeps the guarantees of [`LocalCache`]'s *Cancel safety* sections. In moka's
+/// `try_get_with`, which [`get_or_load`](LocalCache::get_or_load) uses, the load is polled by
+/// the call that won the race for the key: dropping that call drops the load (nothing is
+/// cached, `loads` has counted it), and one of the calls waiting on it wakes and runs its own
+/// `load` (counted again); dropping a waiting call changes nothing for the others. A dropped
+/// [`insert`](LocalCache::insert) or load that moka may already have stored still indexes its
+/// key (a guard does it on drop), so [`invalidate_object`](LocalCache::invalidate_object) finds
+/// every cached block; a dropped `invalidate_object` leaves the blocks it had not reached yet
+/// cached and indexed.
+///
 /// A `MokaCache` is cheap to clone; clones share the same cache and counters.
 ///
 /// # Example
@@ -122,7 +180,7 @@ impl Default for MokaCacheConfig {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-/// let cache = MokaCache::new(MokaCacheConfig::default().with_max_bytes(64 << 20));
+/// let cache = MokaCache::new(MokaCacheConfig::default().with_max_bytes(64 << 20))?;
 /// let key = BlockKey::new("wal/segment-0001", 1 << 20, 0);
 ///
 /// // A miss: the load runs (in real use, a ranged GET of the object).
@@ -194,17 +252,25 @@ impl Default for BlockIndex {
 }
 
 impl MokaCache {
-    /// A cache with the given settings.
-    pub fn new(config: MokaCacheConfig) -> Self {
+    /// A cache with the given settings, once [`MokaCacheConfig::validate`] accepted them.
+    pub fn new(config: MokaCacheConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self::build(config))
+    }
+
+    /// A cache with settings already validated (moka panics on expiries above 1,000 years).
+    fn build(config: MokaCacheConfig) -> Self {
         let mut builder = moka::future::Cache::builder()
             .name("diskless-cache")
             .max_capacity(config.max_bytes)
             .weigher(|_key: &BlockKey, block: &Bytes| -> u32 {
                 u32::try_from(block.len()).unwrap_or(u32::MAX)
-            })
-            .time_to_live(config.time_to_live.min(MAX_EXPIRY));
+            });
+        if let Some(ttl) = config.time_to_live {
+            builder = builder.time_to_live(ttl);
+        }
         if let Some(tti) = config.time_to_idle {
-            builder = builder.time_to_idle(tti.min(MAX_EXPIRY));
+            builder = builder.time_to_idle(tti);
         }
         MokaCache {
             cache: builder.build(),
@@ -302,9 +368,9 @@ impl Drop for IndexOnDrop<'_> {
 }
 
 impl Default for MokaCache {
-    /// A cache with [`MokaCacheConfig::default()`].
+    /// A cache with [`MokaCacheConfig::default()`] (valid, so this cannot fail).
     fn default() -> Self {
-        MokaCache::new(MokaCacheConfig::default())
+        MokaCache::build(MokaCacheConfig::default())
     }
 }
 
@@ -393,6 +459,8 @@ impl LocalCache for MokaCache {
 }
 
 #[cfg(test)]
+// Also when clippy runs without the workspace's clippy.toml (allow-unwrap-in-tests).
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -402,7 +470,7 @@ mod tests {
 
     #[tokio::test]
     async fn index_sweep_drops_evicted_keys_and_keeps_cached_ones() {
-        let cache = MokaCache::new(MokaCacheConfig::default());
+        let cache = MokaCache::default();
         // Insert and explicitly evict (behind the index's back) more keys than the sweep floor.
         for i in 0..(MIN_SWEEP_AT as u64 - 1) {
             let k = key("gone", i);
@@ -425,12 +493,32 @@ mod tests {
     }
 
     #[test]
-    fn huge_expiry_settings_are_clamped_not_panicking() {
-        let cache = MokaCache::new(
-            MokaCacheConfig::default()
-                .with_time_to_live(Duration::MAX)
-                .with_time_to_idle(Some(Duration::MAX)),
-        );
-        assert_eq!(cache.config().time_to_live, Duration::MAX);
+    fn expiry_settings_moka_cannot_take_are_rejected_not_clamped() {
+        let longest = MokaCacheConfig::default()
+            .with_time_to_live(MAX_EXPIRY)
+            .with_time_to_idle(MAX_EXPIRY);
+        let cache = MokaCache::new(longest.clone()).unwrap();
+        assert_eq!(cache.config(), &longest);
+        let too_long = MAX_EXPIRY + Duration::from_secs(1);
+        for (config, field) in [
+            (longest.clone().with_time_to_live(too_long), "time_to_live"),
+            (
+                longest.clone().with_time_to_idle(Duration::MAX),
+                "time_to_idle",
+            ),
+            (
+                longest.clone().with_time_to_live(Duration::ZERO),
+                "time_to_live",
+            ),
+            (
+                longest.clone().with_time_to_idle(Duration::ZERO),
+                "time_to_idle",
+            ),
+        ] {
+            match MokaCache::new(config) {
+                Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: expected a rejection, got {other:?}"),
+            }
+        }
     }
 }

@@ -2,8 +2,10 @@
 //! concurrent churn. Expiry tests sleep for real (moka's clock cannot be injected through its
 //! public API): short expiry, generous waits, and no assertion on how long anything took.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
 use bytes::Bytes;
-use diskless_cache::{BlockKey, BoxError, LocalCache, MokaCache, MokaCacheConfig};
+use diskless_cache::{BlockKey, BoxError, CacheStats, LocalCache, MokaCache, MokaCacheConfig};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -23,7 +25,8 @@ fn load(
 fn config_defaults_are_documented_values() {
     let config = MokaCacheConfig::default();
     assert_eq!(config.max_bytes, 256 * 1024 * 1024);
-    assert_eq!(config.time_to_live, Duration::from_secs(300));
+    assert_eq!(config.time_to_live, Some(Duration::from_secs(300)));
+    assert!(config.validate().is_ok());
     assert_eq!(config.time_to_idle, None);
     assert_eq!(MokaCache::default().config(), &config);
 }
@@ -31,7 +34,8 @@ fn config_defaults_are_documented_values() {
 #[tokio::test]
 async fn time_to_live_expires_blocks_and_the_next_lookup_loads_again() {
     let cache =
-        MokaCache::new(MokaCacheConfig::default().with_time_to_live(Duration::from_millis(500)));
+        MokaCache::new(MokaCacheConfig::default().with_time_to_live(Duration::from_millis(500)))
+            .unwrap();
     let count = Arc::new(AtomicUsize::new(0));
     let key = BlockKey::new("obj", 64, 0);
     let got = cache.get_or_load(key.clone(), load(b"v1", &count)).await;
@@ -62,8 +66,9 @@ async fn time_to_idle_expires_unread_blocks_and_reads_keep_them() {
     let cache = MokaCache::new(
         MokaCacheConfig::default()
             .with_time_to_live(Duration::from_secs(600))
-            .with_time_to_idle(Some(Duration::from_millis(3000))),
-    );
+            .with_time_to_idle(Duration::from_millis(3000)),
+    )
+    .unwrap();
     let idle = BlockKey::new("obj", 64, 0);
     let busy = BlockKey::new("obj", 64, 1);
     cache
@@ -87,7 +92,7 @@ async fn time_to_idle_expires_unread_blocks_and_reads_keep_them() {
 
 #[tokio::test]
 async fn zero_capacity_caches_nothing_but_still_loads() {
-    let cache = MokaCache::new(MokaCacheConfig::default().with_max_bytes(0));
+    let cache = MokaCache::new(MokaCacheConfig::default().with_max_bytes(0)).unwrap();
     let count = Arc::new(AtomicUsize::new(0));
     let key = BlockKey::new("obj", 64, 0);
     for _ in 0..2 {
@@ -121,7 +126,8 @@ async fn invalidation_finds_every_block_despite_concurrent_churn() {
     const OBJECTS: u64 = 10;
     const INDICES: u64 = 300;
     const BLOCK: usize = 64;
-    let cache = MokaCache::new(MokaCacheConfig::default().with_max_bytes(64 * BLOCK as u64));
+    let cache =
+        MokaCache::new(MokaCacheConfig::default().with_max_bytes(64 * BLOCK as u64)).unwrap();
     let mut tasks = Vec::new();
     for task in 0..8u64 {
         let cache = cache.clone();
@@ -164,4 +170,102 @@ async fn invalidation_finds_every_block_despite_concurrent_churn() {
     }
     cache.run_pending_tasks().await;
     assert_eq!((cache.stats().entries, cache.stats().bytes), (0, 0));
+}
+
+#[tokio::test]
+async fn without_expiry_blocks_stay_until_evicted_or_invalidated() {
+    let cache = MokaCache::new(MokaCacheConfig::default().with_time_to_live(None)).unwrap();
+    assert_eq!(cache.config().time_to_live, None);
+    let key = BlockKey::new("obj", 64, 0);
+    cache.insert(key.clone(), Bytes::from_static(b"x")).await;
+    assert_eq!(cache.get(&key).await, Some(Bytes::from_static(b"x")));
+    assert!(
+        MokaCache::new(MokaCacheConfig::default().with_time_to_live(Duration::MAX)).is_err(),
+        "a duration moka cannot take is refused, not clamped"
+    );
+}
+
+/// A task whose `get_or_load` of `key` runs a load that never finishes (until the task is
+/// aborted); returned once the load has started.
+async fn stuck_loader(
+    cache: &MokaCache,
+    key: &BlockKey,
+) -> tokio::task::JoinHandle<Result<Bytes, diskless_cache::LoadError>> {
+    let (started, loading) = tokio::sync::oneshot::channel::<()>();
+    let (cache, key) = (cache.clone(), key.clone());
+    let loader = tokio::spawn(async move {
+        let load = Box::pin(async move {
+            let _ = started.send(());
+            futures::future::pending::<()>().await;
+            Ok::<_, BoxError>(Bytes::from_static(b"never"))
+        });
+        cache.get_or_load(key, load).await
+    });
+    loading.await.unwrap();
+    loader
+}
+
+/// Cancel safety of `get_or_load`: dropping the call that runs the load hands the load over to a
+/// waiter, which runs its own; nothing of the dropped load is cached or shared.
+#[tokio::test]
+async fn a_dropped_loader_hands_the_load_to_a_waiter() {
+    let cache = MokaCache::default();
+    let key = BlockKey::new("obj", 64, 0);
+    let loader = stuck_loader(&cache, &key).await;
+    let count = Arc::new(AtomicUsize::new(0));
+    let waiter = {
+        let (cache, key, count) = (cache.clone(), key.clone(), count.clone());
+        tokio::spawn(async move { cache.get_or_load(key, load(b"second", &count)).await })
+    };
+    // Let the waiter reach moka's wait on the running load, then cancel the loader.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        0,
+        "the waiter waits, it does not load"
+    );
+    loader.abort();
+    assert!(loader.await.unwrap_err().is_cancelled());
+    let got = waiter.await.unwrap();
+    assert_eq!(got.ok(), Some(Bytes::from_static(b"second")));
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+    assert_eq!(cache.get(&key).await, Some(Bytes::from_static(b"second")));
+    let stats = cache.stats();
+    assert_eq!((stats.misses, stats.loads, stats.inserts), (2, 2, 1));
+}
+
+/// A dropped lone loader leaves nothing behind: the next call loads again.
+#[tokio::test]
+async fn a_dropped_lone_loader_caches_nothing() {
+    let cache = MokaCache::default();
+    let key = BlockKey::new("obj", 64, 0);
+    let loader = stuck_loader(&cache, &key).await;
+    loader.abort();
+    assert!(loader.await.unwrap_err().is_cancelled());
+    assert_eq!(cache.get(&key).await, None);
+    let count = Arc::new(AtomicUsize::new(0));
+    let got = cache.get_or_load(key.clone(), load(b"again", &count)).await;
+    assert_eq!(got.ok(), Some(Bytes::from_static(b"again")));
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+    // Invalidation still finds the block (the dropped load left the index consistent).
+    cache.invalidate_object("obj").await;
+    assert_eq!(cache.get(&key).await, None);
+}
+
+#[tokio::test]
+async fn shared_and_boxed_caches_are_caches() {
+    let shared: Arc<MokaCache> = Arc::new(MokaCache::default());
+    let boxed: Box<dyn LocalCache> = Box::new(Arc::clone(&shared));
+    let key = BlockKey::new("obj", 64, 0);
+    boxed.insert(key.clone(), Bytes::from_static(b"x")).await;
+    assert_eq!(shared.get(&key).await, Some(Bytes::from_static(b"x")));
+    assert_eq!(boxed.stats().hits, 1);
+    assert_eq!(CacheStats::default().with_entries(2).with_bytes(9), {
+        let mut stats = CacheStats::default();
+        stats.entries = 2;
+        stats.bytes = 9;
+        stats
+    });
 }
