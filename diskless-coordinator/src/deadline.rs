@@ -105,7 +105,8 @@ mod tests {
             Some(1_700_000_000_123)
         );
         assert_eq!(object_key_time_ms("wal/not-a-uuid"), None);
-        assert_eq!(object_key_time_ms(&format!("wal/{}", Uuid::new_v4())), None);
+        let v4 = uuid::Builder::from_random_bytes([0x5a; 16]).into_uuid();
+        assert_eq!(object_key_time_ms(&format!("wal/{v4}")), None);
         // Version 7 bits but not the RFC variant: no time (PostgreSQL's parser agrees).
         let mut bytes = *Uuid::parse_str(&key_at(1_700_000_000_123)[4..])
             .unwrap()

@@ -9,10 +9,16 @@
 //! default) and PostgreSQL (feature `postgres`). `diskless-testkit` holds an in-memory reference model
 //! and the conformance suite that every implementation runs.
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod backend;
+mod config;
 mod deadline;
 mod error;
 mod error_code;
 mod layer;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod rows;
+mod rules;
 mod types;
 mod validate;
 
@@ -30,7 +36,14 @@ pub use diskless_common::{BoxError, Clock, ManualClock, SystemClock};
 pub use error::CoordinatorError;
 pub use error_code::ErrorCode;
 pub use layer::{CoordinatorLayer, CoordinatorMetrics, CoordinatorOp, Layered, MeteredCoordinator};
-pub use types::*;
+pub use types::{
+    BatchCoordinate, CommitBatch, CommitBatchResult, CommitFileRequest, CreateTopicRequest,
+    DeleteRecordsRequest, DeleteRecordsResponse, EARLIEST_TIMESTAMP, FindBatchesRequest,
+    FindBatchesResponse, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
+    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo, ObjectToDelete,
+    PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport, ProducerState, RetentionReport,
+    ShardId, TimestampType, TopicConfig, TopicIdPartition, TopicInfo,
+};
 pub use validate::{last_sequence, producer_field_error};
 
 use async_trait::async_trait;

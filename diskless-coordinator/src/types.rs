@@ -286,6 +286,18 @@ pub struct FindBatchesResponse {
     pub high_watermark: i64,
 }
 
+impl FindBatchesResponse {
+    /// The answer for a partition that could not be read (no batches, bounds `-1`).
+    pub fn error(error: ErrorCode) -> Self {
+        FindBatchesResponse {
+            error,
+            batches: Vec::new(),
+            log_start_offset: -1,
+            high_watermark: -1,
+        }
+    }
+}
+
 /// One partition of a ListOffsets call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListOffsetsRequest {
@@ -306,6 +318,17 @@ pub struct ListOffsetsResponse {
     pub timestamp: i64,
 }
 
+impl ListOffsetsResponse {
+    /// The answer for a partition that could not be looked up (offset `-1`, no timestamp).
+    pub fn error(error: ErrorCode) -> Self {
+        ListOffsetsResponse {
+            error,
+            offset: -1,
+            timestamp: NO_TIMESTAMP,
+        }
+    }
+}
+
 /// One partition of a DeleteRecords call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeleteRecordsRequest {
@@ -322,6 +345,16 @@ pub struct DeleteRecordsResponse {
     pub error: ErrorCode,
     /// The log start offset afterwards (`-1` on error).
     pub low_watermark: i64,
+}
+
+impl DeleteRecordsResponse {
+    /// The answer for a partition whose records could not be deleted (low watermark `-1`).
+    pub fn error(error: ErrorCode) -> Self {
+        DeleteRecordsResponse {
+            error,
+            low_watermark: -1,
+        }
+    }
 }
 
 /// What one retention pass did.

@@ -18,7 +18,8 @@
 //! `ACCESS EXCLUSIVE` lock for longer than a catalog update. Keep old function signatures working
 //! (a broker of the previous version may still call them during a rolling upgrade).
 
-use super::{PostgresOptions, sql_error};
+use super::PostgresOptions;
+use super::conn::sql_error;
 use crate::CoordinatorError;
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Connection, Row};

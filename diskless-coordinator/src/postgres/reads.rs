@@ -16,19 +16,29 @@
 //!   came from a fresher view than the replica's therefore never resets it; Kafka's fetch from a
 //!   follower (KIP-392) answers such a fetch with an empty response instead.
 
-use super::{
-    EFFECTIVE_TS, FIRST_PAGE, PAGE, PostgresCoordinator, batch_columns, batch_from_row, col,
-    corrupt, parse_topic_id, partition_arrays, sql_error, ts_type,
+use super::conn::sql_error;
+use super::lifecycle::EFFECTIVE_TS;
+use super::{PostgresCoordinator, partition_arrays};
+use crate::rows::{
+    OBJECT_INFO, SqlRow, TOPIC_COLUMNS, batch_columns, batch_from_row, col, corrupt,
+    object_info_from_row, topic_from_row, topic_key,
 };
+use crate::rules::{FetchLimits, in_request_order, list_offsets_answer, looks_up_batch};
 use crate::{
-    BatchCoordinate, CoordinatorError, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest,
-    FindBatchesResponse, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
-    NO_TIMESTAMP, TopicConfig, TopicInfo,
+    BatchCoordinate, CoordinatorError, ErrorCode, FindBatchesRequest, FindBatchesResponse,
+    ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, ObjectInfo, ProducerBatch,
+    ProducerState, ShardId, TopicIdPartition, TopicInfo,
 };
 use sqlx::postgres::{PgConnection, PgPool};
 use sqlx::{AssertSqlSafe, Postgres, Transaction};
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+/// Batches per partition fetched by the first find_batches query (more pages follow when needed).
+const FIRST_PAGE: i64 = 64;
+/// Batches per follow-up page.
+const PAGE: i64 = 512;
 
 /// `BEGIN` of every multi-statement read: one snapshot for the call, also on a hot standby.
 const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
@@ -113,6 +123,24 @@ struct Listed {
     hit: Option<(i64, i64)>,
 }
 
+/// A stored owner shard id.
+fn shard_id(v: i64) -> Result<ShardId, CoordinatorError> {
+    ShardId::try_from(v).map_err(|_| corrupt(format!("bad owner shard id {v}")))
+}
+
+/// The answer slot of the request whose 1-based position a row names (`WITH ORDINALITY`).
+fn slot<'a, T>(
+    answers: &'a mut [Option<T>],
+    position: i32,
+    what: &str,
+) -> Result<&'a mut Option<T>, CoordinatorError> {
+    usize::try_from(position)
+        .ok()
+        .and_then(|i| i.checked_sub(1))
+        .and_then(|i| answers.get_mut(i))
+        .ok_or_else(|| corrupt(format!("{what} row for request {position}")))
+}
+
 /// Bounds and first page of every request (by position; `None`: unknown partition).
 async fn find_first_pages(
     conn: &mut PgConnection,
@@ -141,21 +169,16 @@ async fn find_first_pages(
     .map_err(|e| sql_error(e, false))?;
     let mut found: Vec<Option<Found>> = requests.iter().map(|_| None).collect();
     for row in &rows {
-        let i: i32 = col(row, 0)?;
-        let slot = usize::try_from(i)
-            .ok()
-            .and_then(|i| i.checked_sub(1))
-            .and_then(|i| found.get_mut(i))
-            .ok_or_else(|| corrupt(format!("find_batches row for request {i}")))?;
+        let slot = slot(&mut found, row.i32_at(0)?, "find_batches")?;
         if slot.is_none() {
             *slot = Some(Found {
-                partition_id: col(row, 1)?,
-                log_start_offset: col(row, 2)?,
-                high_watermark: col(row, 3)?,
+                partition_id: row.i64_at(1)?,
+                log_start_offset: row.i64_at(2)?,
+                high_watermark: row.i64_at(3)?,
                 first_page: Vec::new(),
             });
         }
-        if col::<Option<bool>>(row, 4)?.unwrap_or(false)
+        if col::<_, Option<bool>>(row, 4)?.unwrap_or(false)
             && let Some(f) = slot.as_mut()
         {
             f.first_page.push(batch_from_row(row, 5)?);
@@ -215,19 +238,14 @@ async fn list_offsets_lookup(
         .map_err(|e| sql_error(e, false))?;
     let mut listed: Vec<Option<Listed>> = vec![None; requests.len()];
     for row in &rows {
-        let i: i32 = col(row, 0)?;
-        let slot = usize::try_from(i)
-            .ok()
-            .and_then(|i| i.checked_sub(1))
-            .and_then(|i| listed.get_mut(i))
-            .ok_or_else(|| corrupt(format!("list_offsets row for request {i}")))?;
-        let hit = match (col::<Option<i64>>(row, 3)?, col::<Option<i64>>(row, 4)?) {
+        let slot = slot(&mut listed, row.i32_at(0)?, "list_offsets")?;
+        let hit = match (row.opt_i64_at(3)?, row.opt_i64_at(4)?) {
             (Some(offset), Some(ts)) => Some((offset, ts)),
             _ => None,
         };
         *slot = Some(Listed {
-            log_start_offset: col(row, 1)?,
-            high_watermark: col(row, 2)?,
+            log_start_offset: row.i64_at(1)?,
+            high_watermark: row.i64_at(2)?,
             hit,
         });
     }
@@ -276,9 +294,7 @@ fn list_offsets_sql() -> String {
 fn list_needs_primary(request: &ListOffsetsRequest, listed: &Option<Listed>) -> bool {
     match listed {
         None => true,
-        Some(l) => {
-            l.hit.is_none() && (request.timestamp >= 0 || request.timestamp == MAX_TIMESTAMP)
-        }
+        Some(l) => l.hit.is_none() && looks_up_batch(request.timestamp),
     }
 }
 
@@ -299,7 +315,7 @@ impl PostgresCoordinator {
         let lag: Option<i64> = sqlx::query_scalar(REPLICA_LAG)
             .fetch_optional(&mut *tx)
             .await?;
-        let bound = super::duration_ms(self.options.max_replica_lag);
+        let bound = crate::max_age_ms(self.options.max_replica_lag);
         match lag {
             Some(lag) if lag <= bound => Ok(Some(tx)),
             other => {
@@ -352,6 +368,10 @@ impl PostgresCoordinator {
         requests: &[FindBatchesRequest],
         fetch_max_bytes: u32,
     ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        self.check_open()?;
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
         let (mut tx, source) = self.read_tx().await?;
         let all: Vec<&FindBatchesRequest> = requests.iter().collect();
         let mut found = find_first_pages(&mut tx, &all).await?;
@@ -381,21 +401,17 @@ impl PostgresCoordinator {
                 primary = Some(ptx);
             }
         }
-        let mut total: u64 = 0;
+        let mut limits = FetchLimits::new(fetch_max_bytes);
         let mut responses = Vec::with_capacity(requests.len());
         for (i, request) in requests.iter().enumerate() {
-            let error = |code| FindBatchesResponse {
-                error: code,
-                batches: Vec::new(),
-                log_start_offset: -1,
-                high_watermark: -1,
-            };
             let Some(f) = found[i].take() else {
-                responses.push(error(ErrorCode::UnknownTopicOrPartition));
+                responses.push(FindBatchesResponse::error(
+                    ErrorCode::UnknownTopicOrPartition,
+                ));
                 continue;
             };
             if !f.in_range(request.offset) {
-                responses.push(error(ErrorCode::OffsetOutOfRange));
+                responses.push(FindBatchesResponse::error(ErrorCode::OffsetOutOfRange));
                 continue;
             }
             let conn: &mut PgConnection = match (on_primary[i], primary.as_mut()) {
@@ -403,36 +419,24 @@ impl PostgresCoordinator {
                 (true, None) => return Err(corrupt("no primary transaction")),
                 (false, _) => &mut tx,
             };
-            let mut batches: Vec<BatchCoordinate> = Vec::new();
-            let mut partition_bytes: u64 = 0;
+            let mut fetch = limits.partition(request.max_bytes);
             let mut full = f.first_page.len() as i64 == FIRST_PAGE;
             let mut page = f.first_page;
             'pages: loop {
-                let mut next_from = None;
+                let mut took = false;
                 for batch in page {
-                    let size = u64::from(batch.byte_size);
-                    let fits = partition_bytes + size <= u64::from(request.max_bytes)
-                        && total + size <= u64::from(fetch_max_bytes);
-                    if !batches.is_empty() && !fits {
+                    if !fetch.take(batch) {
                         break 'pages;
                     }
-                    partition_bytes += size;
-                    total += size;
-                    next_from = Some(batch.last_offset + 1);
-                    batches.push(batch);
+                    took = true;
                 }
-                let Some(from) = next_from.filter(|_| full) else {
+                let Some(from) = fetch.next_offset()?.filter(|_| full && took) else {
                     break;
                 };
                 page = next_page(conn, f.partition_id, from).await?;
                 full = page.len() as i64 == PAGE;
             }
-            responses.push(FindBatchesResponse {
-                error: ErrorCode::None,
-                batches,
-                log_start_offset: f.log_start_offset,
-                high_watermark: f.high_watermark,
-            });
+            responses.push(fetch.into_response(f.log_start_offset, f.high_watermark));
         }
         tx.commit().await.map_err(|e| sql_error(e, false))?;
         if let Some(p) = primary {
@@ -445,6 +449,10 @@ impl PostgresCoordinator {
         &self,
         requests: &[ListOffsetsRequest],
     ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
+        self.check_open()?;
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
         let all: Vec<&ListOffsetsRequest> = requests.iter().collect();
         let listed = if self.options.read_url.is_none() {
             // One statement on the primary's read pool: no transaction needed.
@@ -477,31 +485,17 @@ impl PostgresCoordinator {
             }
             listed
         };
-        let answer = |error, offset, timestamp| ListOffsetsResponse {
-            error,
-            offset,
-            timestamp,
-        };
         Ok(requests
             .iter()
             .zip(listed)
-            .map(|(request, listed)| {
-                let Some(l) = listed else {
-                    return answer(ErrorCode::UnknownTopicOrPartition, -1, NO_TIMESTAMP);
-                };
-                match request.timestamp {
-                    EARLIEST_TIMESTAMP => answer(ErrorCode::None, l.log_start_offset, NO_TIMESTAMP),
-                    LATEST_TIMESTAMP => answer(ErrorCode::None, l.high_watermark, NO_TIMESTAMP),
-                    t if t < 0 && t != MAX_TIMESTAMP => {
-                        answer(ErrorCode::InvalidRequest, -1, NO_TIMESTAMP)
-                    }
-                    _ => match l.hit {
-                        Some((offset, ts)) => {
-                            answer(ErrorCode::None, offset.max(l.log_start_offset), ts)
-                        }
-                        None => answer(ErrorCode::None, -1, NO_TIMESTAMP),
-                    },
-                }
+            .map(|(request, listed)| match listed {
+                None => ListOffsetsResponse::error(ErrorCode::UnknownTopicOrPartition),
+                Some(l) => list_offsets_answer(
+                    request.timestamp,
+                    l.log_start_offset,
+                    l.high_watermark,
+                    l.hit,
+                ),
             })
             .collect())
     }
@@ -529,40 +523,118 @@ impl PostgresCoordinator {
     }
 
     pub(super) async fn read_list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
-        const SQL: &str = "SELECT topic_id::text, name, partition_count, timestamp_type, \
-             retention_ms, retention_bytes, max_message_bytes, message_timestamp_before_max_ms, \
-             message_timestamp_after_max_ms, producer_id_expiration_ms FROM topics ORDER BY name";
+        self.check_open()?;
+        let sql = format!("SELECT topic_id::text, {TOPIC_COLUMNS} FROM topics ORDER BY name");
         let rows = if self.options.read_url.is_none() {
-            sqlx::query(SQL)
+            sqlx::query(AssertSqlSafe(sql))
                 .fetch_all(&self.read)
                 .await
                 .map_err(|e| sql_error(e, false))?
         } else {
             let (mut tx, _) = self.read_tx().await?;
-            let rows = sqlx::query(SQL)
+            let rows = sqlx::query(AssertSqlSafe(sql))
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(|e| sql_error(e, false))?;
             tx.commit().await.map_err(|e| sql_error(e, false))?;
             rows
         };
-        rows.iter()
-            .map(|r| {
-                Ok(TopicInfo {
-                    topic_id: parse_topic_id(&col::<String>(r, 0)?)?,
-                    name: col(r, 1)?,
-                    partitions: col(r, 2)?,
-                    config: TopicConfig {
-                        timestamp_type: ts_type(col(r, 3)?)?,
-                        retention_ms: col(r, 4)?,
-                        retention_bytes: col(r, 5)?,
-                        max_message_bytes: col(r, 6)?,
-                        message_timestamp_before_max_ms: col(r, 7)?,
-                        message_timestamp_after_max_ms: col(r, 8)?,
-                        producer_id_expiration_ms: col(r, 9)?,
-                    },
-                })
+        rows.iter().map(topic_from_row).collect()
+    }
+
+    /// On the primary: a replica could miss an object just committed.
+    pub(super) async fn read_known_objects(
+        &self,
+        object_keys: &[String],
+    ) -> Result<Vec<String>, CoordinatorError> {
+        self.check_open()?;
+        if object_keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let known: Vec<String> =
+            sqlx::query_scalar("SELECT object_key FROM objects WHERE object_key = ANY($1)")
+                .bind(object_keys)
+                .fetch_all(self.fresh_pool())
+                .await
+                .map_err(|e| sql_error(e, false))?;
+        Ok(in_request_order(
+            object_keys,
+            known.into_iter().collect::<HashSet<_>>(),
+        ))
+    }
+
+    /// On the primary, as [`PostgresCoordinator::read_known_objects`].
+    pub(super) async fn read_object_info(
+        &self,
+        object_key: &str,
+    ) -> Result<Option<ObjectInfo>, CoordinatorError> {
+        self.check_open()?;
+        let row = sqlx::query(OBJECT_INFO)
+            .bind(object_key)
+            .fetch_optional(self.fresh_pool())
+            .await
+            .map_err(|e| sql_error(e, false))?;
+        row.map(|r| {
+            let owners: Vec<i64> = col(&r, 3)?;
+            let owners = owners.into_iter().map(shard_id).collect::<Result<_, _>>()?;
+            object_info_from_row(&r, object_key, owners)
+        })
+        .transpose()
+    }
+
+    /// On the primary: a replica could answer with a state older than the producer's last batch.
+    pub(super) async fn read_producer_state(
+        &self,
+        partition: TopicIdPartition,
+        producer_id: i64,
+    ) -> Result<Option<ProducerState>, CoordinatorError> {
+        self.check_open()?;
+        let row = sqlx::query(
+            "SELECT s.producer_epoch, s.base_sequences, s.last_sequences, s.base_offsets, \
+             s.last_offsets, s.log_append_times, s.last_append_ms FROM producer_state s \
+             JOIN partitions pa ON pa.partition_id = s.partition_id \
+             WHERE pa.topic_id = $1::uuid AND pa.partition = $2 AND s.producer_id = $3",
+        )
+        .bind(topic_key(partition.topic_id))
+        .bind(partition.partition)
+        .bind(producer_id)
+        .fetch_optional(self.fresh_pool())
+        .await
+        .map_err(|e| sql_error(e, false))?;
+        let Some(r) = row else {
+            return Ok(None);
+        };
+        let base_sequences: Vec<i32> = col(&r, 1)?;
+        let last_sequences: Vec<i32> = col(&r, 2)?;
+        let base_offsets: Vec<i64> = col(&r, 3)?;
+        let last_offsets: Vec<i64> = col(&r, 4)?;
+        let log_append_times: Vec<i64> = col(&r, 5)?;
+        let n = base_sequences.len();
+        if [
+            last_sequences.len(),
+            base_offsets.len(),
+            last_offsets.len(),
+            log_append_times.len(),
+        ]
+        .iter()
+        .any(|l| *l != n)
+        {
+            return Err(corrupt("torn producer batch window"));
+        }
+        let batches = (0..n)
+            .map(|i| ProducerBatch {
+                base_sequence: base_sequences[i],
+                last_sequence: last_sequences[i],
+                base_offset: base_offsets[i],
+                last_offset: last_offsets[i],
+                log_append_time: log_append_times[i],
             })
-            .collect()
+            .collect();
+        Ok(Some(ProducerState {
+            last_append_ms: r.i64_at(6)?,
+            producer_id,
+            producer_epoch: r.i16_at(0)?,
+            batches,
+        }))
     }
 }

@@ -68,45 +68,63 @@ mod map;
 
 pub use map::{FileShardMap, MemoryShardMap, Placements, ShardMapStore};
 
+use crate::config::{at_least_one, positive, with_setters};
+use crate::rules::in_request_order;
 use crate::{
     BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest, CoordinatorError,
     CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode, FindBatchesRequest,
-    FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, NO_TIMESTAMP, ObjectInfo,
-    ObjectToDelete, ProducerState, RetentionReport, ShardId, TopicIdPartition, TopicInfo,
+    FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectToDelete,
+    ProducerExpiryReport, ProducerState, RetentionReport, ShardId, TopicIdPartition, TopicInfo,
 };
 use async_trait::async_trait;
 use futures::future::join_all;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use uuid::Uuid;
 
-/// Settings of a [`ShardedCoordinator`].
+/// Settings of a [`ShardedCoordinator`]: `ShardedConfig::default()` then a `with_*` setter per
+/// field to change. Checked by [`ShardedCoordinator::open`] ([`ShardedConfig::validate`]): an
+/// invalid value is refused, never adjusted.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ShardedConfig {
-    /// Seed of the owner-list shuffle (fixed in tests for determinism). Default: from the system time.
+    /// Seed of the owner-list shuffle (fixed in tests and simulations for determinism). Default:
+    /// a fresh [`diskless_common::entropy_seed`].
     pub seed: u64,
     /// The oldest an object may be (by its key's UUID v7 time) when its commit starts; older commits
     /// are refused. Must be at least the writer's upload + commit time, and at most the orphan
-    /// collector's `max_commit_age`. Default 10 minutes.
+    /// collector's `max_commit_age`. Positive. Default 10 minutes.
     pub max_commit_age: Duration,
     /// The most marked objects asked of one shard in one `objects_to_delete` call, when its oldest
-    /// marked objects are still held by other owners. Default 100 000.
+    /// marked objects are still held by other owners. At least 1. Default 100 000.
     pub max_delete_scan: u32,
 }
 
 impl Default for ShardedConfig {
     fn default() -> Self {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0x5eed);
         ShardedConfig {
-            seed,
-            max_commit_age: Duration::from_secs(600),
+            seed: diskless_common::entropy_seed(),
+            max_commit_age: crate::DEFAULT_MAX_COMMIT_AGE,
             max_delete_scan: 100_000,
         }
+    }
+}
+
+with_setters!(ShardedConfig {
+    with_seed => seed: [u64],
+    with_max_commit_age => max_commit_age: [Duration],
+    with_max_delete_scan => max_delete_scan: [u32],
+});
+
+impl ShardedConfig {
+    /// Checks every field against its documented rule: [`CoordinatorError::InvalidRequest`] naming
+    /// the first field that breaks it.
+    pub fn validate(&self) -> Result<(), CoordinatorError> {
+        positive("max_commit_age", self.max_commit_age)?;
+        at_least_one("max_delete_scan", self.max_delete_scan)
     }
 }
 
@@ -142,7 +160,7 @@ pub struct PartialCommitError {
 ///     shards,
 ///     Arc::new(MemoryShardMap::new()),
 ///     clock,
-///     ShardedConfig { seed: 1, ..Default::default() },
+///     ShardedConfig::default().with_seed(1),
 /// )
 /// .await
 /// .unwrap();
@@ -202,12 +220,14 @@ fn place(counts: &mut [u64], partitions: usize) -> Vec<ShardId> {
 
 impl ShardedCoordinator {
     /// A router over `shards` (shard `i` is `shards[i]`), reading the stored placements from `store`.
+    /// Invalid `config` is refused ([`ShardedConfig::validate`]).
     pub async fn open(
         shards: Vec<Arc<dyn BatchCoordinator>>,
         store: Arc<dyn ShardMapStore>,
         clock: Arc<dyn Clock>,
         config: ShardedConfig,
     ) -> Result<Self, CoordinatorError> {
+        config.validate()?;
         if shards.is_empty() {
             return Err(CoordinatorError::InvalidRequest(
                 "a sharded coordinator needs at least one shard".into(),
@@ -489,6 +509,124 @@ impl ShardedCoordinator {
         }
         Ok(Some(marked_at))
     }
+
+    /// Sends each shard the requests for the partitions it owns, all shards at once, and answers
+    /// in request order; a request for a partition no shard owns is answered `unknown`. When a
+    /// shard fails (or answers the wrong number of partitions), the first such shard's error, in
+    /// shard order, fails the call.
+    async fn scatter<'a, Q, A, F, Fut>(
+        &'a self,
+        requests: &[Q],
+        partition: impl Fn(&Q) -> TopicIdPartition,
+        unknown: A,
+        call: F,
+    ) -> Result<Vec<A>, CoordinatorError>
+    where
+        Q: Clone,
+        A: Clone,
+        F: Fn(&'a dyn BatchCoordinator, Vec<Q>) -> Fut,
+        Fut: Future<Output = Result<Vec<A>, CoordinatorError>>,
+    {
+        self.refresh_for(requests.iter().map(&partition)).await;
+        let (groups, unknown_indexes) = self.group(requests.iter().map(&partition));
+        let mut out: Vec<Option<A>> = vec![None; requests.len()];
+        for i in unknown_indexes {
+            out[i] = Some(unknown.clone());
+        }
+        let calls = groups.iter().map(|(shard, indexes)| {
+            let sub: Vec<Q> = indexes.iter().map(|i| requests[*i].clone()).collect();
+            let answers = call(self.shards[*shard as usize].as_ref(), sub);
+            async move { (indexes, answers.await) }
+        });
+        let mut error = None;
+        for (indexes, outcome) in join_all(calls).await {
+            match outcome {
+                Ok(answers) if answers.len() == indexes.len() => {
+                    for (i, a) in indexes.iter().zip(answers) {
+                        out[*i] = Some(a);
+                    }
+                }
+                Ok(_) => {
+                    error.get_or_insert(CoordinatorError::Storage(
+                        "a shard answered the wrong number of partitions".into(),
+                    ));
+                }
+                Err(e) => {
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        out.into_iter()
+            .map(|r| r.ok_or_else(|| CoordinatorError::Storage("missing answer".into())))
+            .collect()
+    }
+
+    /// A lifecycle pass with a budget over the shards in turn, from shard `start` (modulo the
+    /// shard count) on, each with what is left of `budget`; `more` when the budget is spent. The
+    /// order within each shard is the shard's own.
+    async fn budgeted<'a, R, F, Fut>(
+        &'a self,
+        start: usize,
+        budget: u32,
+        pass: F,
+    ) -> Result<R, CoordinatorError>
+    where
+        R: BudgetedReport,
+        F: Fn(&'a dyn BatchCoordinator, u32) -> Fut,
+        Fut: Future<Output = Result<R, CoordinatorError>>,
+    {
+        let n = self.shards.len();
+        let mut report = R::default();
+        let mut left = budget;
+        for k in 0..n {
+            if left == 0 {
+                break;
+            }
+            let r = pass(self.shards[(start + k) % n].as_ref(), left).await?;
+            left = left.saturating_sub(u32::try_from(r.spent()).unwrap_or(u32::MAX));
+            report.add(r);
+        }
+        report.set_more(budget > 0 && left == 0);
+        Ok(report)
+    }
+}
+
+/// The report of a budgeted lifecycle pass, as [`ShardedCoordinator::budgeted`] sums them.
+trait BudgetedReport: Default {
+    /// What the pass spent of its budget.
+    fn spent(&self) -> u64;
+    /// Adds another shard's pass.
+    fn add(&mut self, other: Self);
+    /// Sets whether the budget was spent.
+    fn set_more(&mut self, more: bool);
+}
+
+impl BudgetedReport for RetentionReport {
+    fn spent(&self) -> u64 {
+        self.batches_deleted
+    }
+    fn add(&mut self, other: Self) {
+        self.batches_deleted += other.batches_deleted;
+        self.bytes_deleted += other.bytes_deleted;
+    }
+    fn set_more(&mut self, more: bool) {
+        self.more = more;
+    }
+}
+
+impl BudgetedReport for ProducerExpiryReport {
+    fn spent(&self) -> u64 {
+        self.expired
+    }
+    fn add(&mut self, other: Self) {
+        self.expired += other.expired;
+    }
+    fn set_more(&mut self, more: bool) {
+        self.more = more;
+    }
 }
 
 /// What [`ShardedCoordinator::released_by_all`] checks an object against.
@@ -737,12 +875,9 @@ impl BatchCoordinator for ShardedCoordinator {
             match shard {
                 None => {
                     for _ in i..j {
-                        responses.push(FindBatchesResponse {
-                            error: ErrorCode::UnknownTopicOrPartition,
-                            batches: Vec::new(),
-                            log_start_offset: -1,
-                            high_watermark: -1,
-                        });
+                        responses.push(FindBatchesResponse::error(
+                            ErrorCode::UnknownTopicOrPartition,
+                        ));
                     }
                 }
                 Some(s) => {
@@ -776,87 +911,28 @@ impl BatchCoordinator for ShardedCoordinator {
         &self,
         requests: &[ListOffsetsRequest],
     ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
-        self.refresh_for(requests.iter().map(|r| r.partition)).await;
-        let (groups, unknown) = self.group(requests.iter().map(|r| r.partition));
-        let mut out: Vec<Option<ListOffsetsResponse>> = vec![None; requests.len()];
-        for i in unknown {
-            out[i] = Some(ListOffsetsResponse {
-                error: ErrorCode::UnknownTopicOrPartition,
-                offset: -1,
-                timestamp: NO_TIMESTAMP,
-            });
-        }
-        let calls = groups.iter().map(|(shard, indexes)| async move {
-            let sub: Vec<ListOffsetsRequest> =
-                indexes.iter().map(|i| requests[*i].clone()).collect();
-            (
-                indexes,
-                self.shards[*shard as usize].list_offsets(&sub).await,
-            )
-        });
-        for (indexes, outcome) in join_all(calls).await {
-            let answers = outcome?;
-            if answers.len() != indexes.len() {
-                return Err(CoordinatorError::Storage(
-                    "a shard answered the wrong number of partitions".into(),
-                ));
-            }
-            for (i, a) in indexes.iter().zip(answers) {
-                out[*i] = Some(a);
-            }
-        }
-        out.into_iter()
-            .map(|r| r.ok_or_else(|| CoordinatorError::Storage("missing answer".into())))
-            .collect()
+        self.scatter(
+            requests,
+            |r| r.partition,
+            ListOffsetsResponse::error(ErrorCode::UnknownTopicOrPartition),
+            |shard, sub| async move { shard.list_offsets(&sub).await },
+        )
+        .await
     }
 
+    /// Not atomic across shards: if one shard fails the call fails, though other shards may have
+    /// moved their log start offsets. DeleteRecords is idempotent, so the client's retry is safe.
     async fn delete_records(
         &self,
         requests: &[DeleteRecordsRequest],
     ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
-        // Not atomic across shards: if one shard fails the call fails, though other shards may have
-        // moved their log start offsets. DeleteRecords is idempotent, so the client's retry is safe.
-        self.refresh_for(requests.iter().map(|r| r.partition)).await;
-        let (groups, unknown) = self.group(requests.iter().map(|r| r.partition));
-        let mut out: Vec<Option<DeleteRecordsResponse>> = vec![None; requests.len()];
-        for i in unknown {
-            out[i] = Some(DeleteRecordsResponse {
-                error: ErrorCode::UnknownTopicOrPartition,
-                low_watermark: -1,
-            });
-        }
-        let calls = groups.iter().map(|(shard, indexes)| async move {
-            let sub: Vec<DeleteRecordsRequest> =
-                indexes.iter().map(|i| requests[*i].clone()).collect();
-            (
-                indexes,
-                self.shards[*shard as usize].delete_records(&sub).await,
-            )
-        });
-        let mut error = None;
-        for (indexes, outcome) in join_all(calls).await {
-            match outcome {
-                Ok(answers) if answers.len() == indexes.len() => {
-                    for (i, a) in indexes.iter().zip(answers) {
-                        out[*i] = Some(a);
-                    }
-                }
-                Ok(_) => {
-                    error.get_or_insert(CoordinatorError::Storage(
-                        "a shard answered the wrong number of partitions".into(),
-                    ));
-                }
-                Err(e) => {
-                    error.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = error {
-            return Err(e);
-        }
-        out.into_iter()
-            .map(|r| r.ok_or_else(|| CoordinatorError::Storage("missing answer".into())))
-            .collect()
+        self.scatter(
+            requests,
+            |r| r.partition,
+            DeleteRecordsResponse::error(ErrorCode::UnknownTopicOrPartition),
+            |shard, sub| async move { shard.delete_records(&sub).await },
+        )
+        .await
     }
 
     /// Visits the shards in turn (starting one further each call, so every shard gets its share of
@@ -865,22 +941,11 @@ impl BatchCoordinator for ShardedCoordinator {
         &self,
         max_batches: u32,
     ) -> Result<RetentionReport, CoordinatorError> {
-        let n = self.shards.len();
-        let start = self.retention_cursor.fetch_add(1, Ordering::Relaxed) % n;
-        let mut report = RetentionReport::default();
-        let mut budget = max_batches;
-        for k in 0..n {
-            if budget == 0 {
-                break;
-            }
-            let shard = &self.shards[(start + k) % n];
-            let r = shard.enforce_retention(budget).await?;
-            report.batches_deleted += r.batches_deleted;
-            report.bytes_deleted += r.bytes_deleted;
-            budget = budget.saturating_sub(u32::try_from(r.batches_deleted).unwrap_or(u32::MAX));
-        }
-        report.more = max_batches > 0 && budget == 0;
-        Ok(report)
+        let start = self.retention_cursor.fetch_add(1, Ordering::Relaxed);
+        self.budgeted(start, max_batches, |shard, budget| {
+            shard.enforce_retention(budget)
+        })
+        .await
     }
 
     /// Objects every owner released before `marked_before_ms` (see the [module docs](self)). Each
@@ -952,9 +1017,7 @@ impl BatchCoordinator for ShardedCoordinator {
                 out.truncate(limit as usize);
                 return Ok(out);
             }
-            page = page
-                .saturating_mul(4)
-                .min(self.config.max_delete_scan.max(1));
+            page = page.saturating_mul(4).min(self.config.max_delete_scan);
         }
     }
 
@@ -988,12 +1051,8 @@ impl BatchCoordinator for ShardedCoordinator {
             }
         }
         let n = self.shards.len();
-        let mut seen = HashSet::new();
-        Ok(object_keys
-            .iter()
-            .filter(|k| counts.get(*k) == Some(&n) && seen.insert(k.as_str()))
-            .cloned()
-            .collect())
+        let everywhere = counts.into_iter().filter(|(_, c)| *c == n).map(|(k, _)| k);
+        Ok(in_request_order(object_keys, everywhere.collect()))
     }
 
     /// Visits the shards in order, each with what is left of `max_producers` (so the order is per
@@ -1001,19 +1060,11 @@ impl BatchCoordinator for ShardedCoordinator {
     async fn expire_producers(
         &self,
         max_producers: u32,
-    ) -> Result<crate::ProducerExpiryReport, CoordinatorError> {
-        let mut report = crate::ProducerExpiryReport::default();
-        let mut budget = max_producers;
-        for shard in &self.shards {
-            if budget == 0 {
-                break;
-            }
-            let r = shard.expire_producers(budget).await?;
-            report.expired += r.expired;
-            budget = budget.saturating_sub(u32::try_from(r.expired).unwrap_or(u32::MAX));
-        }
-        report.more = max_producers > 0 && budget == 0;
-        Ok(report)
+    ) -> Result<ProducerExpiryReport, CoordinatorError> {
+        self.budgeted(0, max_producers, |shard, budget| {
+            shard.expire_producers(budget)
+        })
+        .await
     }
 
     async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
@@ -1022,12 +1073,7 @@ impl BatchCoordinator for ShardedCoordinator {
         for answer in answers {
             known.extend(answer?);
         }
-        let mut seen = HashSet::new();
-        Ok(object_keys
-            .iter()
-            .filter(|k| known.contains(*k) && seen.insert(k.as_str()))
-            .cloned()
-            .collect())
+        Ok(in_request_order(object_keys, known))
     }
 
     /// The object as the shards that know it see it together: live bytes summed, committed at the
@@ -1086,14 +1132,5 @@ mod tests {
         let mut counts = vec![2, 0, 1];
         assert_eq!(place(&mut counts, 4), vec![1, 1, 2, 0]);
         assert_eq!(counts, vec![3, 2, 2]);
-    }
-
-    #[test]
-    fn key_time_reads_uuid_v7_only() {
-        let ts = uuid::Timestamp::from_unix(uuid::NoContext, 1_700_000_000, 123_000_000);
-        let key = format!("wal/{}", Uuid::new_v7(ts));
-        assert_eq!(object_key_time_ms(&key), Some(1_700_000_000_123));
-        assert_eq!(object_key_time_ms("wal/not-a-uuid"), None);
-        assert_eq!(object_key_time_ms(&format!("wal/{}", Uuid::new_v4())), None);
     }
 }

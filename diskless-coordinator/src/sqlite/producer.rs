@@ -21,7 +21,7 @@ pub(super) fn encode_window(batches: &[ProducerBatch]) -> Vec<u8> {
 
 /// Decodes a window; `None` when the bytes are not a whole number of entries.
 pub(super) fn decode_window(bytes: &[u8]) -> Option<Vec<ProducerBatch>> {
-    if bytes.len() % ENTRY != 0 {
+    if !bytes.len().is_multiple_of(ENTRY) {
         return None;
     }
     let i32_at = |c: &[u8], at: usize| c.get(at..at + 4)?.try_into().ok().map(i32::from_le_bytes);

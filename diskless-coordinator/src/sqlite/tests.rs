@@ -2,8 +2,16 @@
 //! index probes (checked on SQLite's own query plans), and the timestamp lookup's slow path answers
 //! like a scan of the live batches.
 
-use super::*;
-use crate::{ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE};
+use super::SqliteCoordinator;
+use super::lifecycle::{EXPIRED_PRODUCERS, RETENTION_BATCHES, RETENTION_CANDIDATES};
+use super::reads::{MAX_TIMESTAMP_LOOKUP, TIMESTAMP_CANDIDATE, TIMESTAMP_SCAN};
+use crate::{
+    BatchCoordinator, CommitBatch, CommitFileRequest, CreateTopicRequest, DeleteRecordsRequest,
+    ErrorCode, ListOffsetsRequest, MAX_TIMESTAMP, ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+    NO_SEQUENCE, NO_TIMESTAMP, TimestampType, TopicConfig, TopicIdPartition,
+};
+use sqlx::{AssertSqlSafe, Row};
+use uuid::Uuid;
 
 /// SQLite's query plan of `sql`, one line per step.
 async fn plan(c: &SqliteCoordinator, sql: &str) -> Vec<String> {

@@ -1,0 +1,502 @@
+//! The life of batches and objects after their commit: DeleteRecords, retention, producer expiry,
+//! the object cleaner's calls (`objects_to_delete`, `confirm_deleted`) and the orphan collector's
+//! fences. Writers lock partitions in (topic id, partition) order and the objects they release in
+//! object id order, as commits do, so they cannot deadlock; passes stop as soon as their budget is
+//! spent, so they hold row locks for bounded work.
+
+use super::conn::{Attempt, sql_error};
+use super::{PostgresCoordinator, partition_arrays};
+use crate::rows::{
+    OBJECTS_TO_DELETE, SqlRow, object_to_delete_from_row, parse_topic_id, retention_rows, to_u64,
+};
+use crate::rules::{RetentionRule, RetentionScan, delete_records_target};
+use crate::{
+    CoordinatorError, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode, ObjectToDelete,
+    ProducerExpiryReport, RetentionReport, TopicIdPartition,
+};
+use sqlx::AssertSqlSafe;
+use sqlx::postgres::PgConnection;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+
+/// Candidate partitions fetched per round trip by retention and producer expiry.
+const CANDIDATES_PAGE: i64 = 32;
+
+/// The effective max timestamp of a batch row `b` (the expression of the `batches_effective_ts`
+/// index, migration 4).
+pub(super) const EFFECTIVE_TS: &str =
+    "(CASE WHEN b.timestamp_type = 1 THEN b.log_append_time ELSE b.max_timestamp END)";
+
+/// The time retention ages a batch row `b` by: its effective max timestamp, or, for a batch without
+/// any timestamp (`< 0`), its commit time (its object's), as Kafka ages a segment without
+/// timestamps by its modification time.
+fn retention_ts() -> String {
+    format!(
+        "(CASE WHEN {EFFECTIVE_TS} >= 0 THEN {EFFECTIVE_TS} ELSE (SELECT o.committed_at \
+         FROM objects o WHERE o.object_id = b.object_id) END)"
+    )
+}
+
+/// Where a walk of partitions in the global lock order resumes after `after` (the last one
+/// visited): a condition on `pa` binding `$2` (topic id) and `$3` (partition), and its arguments.
+fn resume_after(after: &Option<(String, i32)>) -> (&'static str, Option<&str>, Option<i32>) {
+    match after {
+        Some((t, p)) => (
+            "AND (pa.topic_id, pa.partition) > ($2::uuid, $3)",
+            Some(t.as_str()),
+            Some(*p),
+        ),
+        None => ("AND $2::text IS NULL AND $3::integer IS NULL", None, None),
+    }
+}
+
+/// Deletes the batches of the partitions `partition_ids` below `below`, adding the released bytes
+/// per object to `released`; returns the number of batches and bytes deleted.
+pub(super) async fn delete_batches_below(
+    conn: &mut PgConnection,
+    partition_ids: &[i64],
+    below: i64,
+    released: &mut BTreeMap<i64, i64>,
+) -> Result<(u64, i64), Attempt> {
+    let rows = sqlx::query(
+        "WITH d AS (DELETE FROM batches WHERE partition_id = ANY($1) AND last_offset < $2 \
+         RETURNING object_id, byte_size) \
+         SELECT object_id, count(*)::bigint, sum(byte_size)::bigint FROM d GROUP BY object_id",
+    )
+    .bind(partition_ids)
+    .bind(below)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(Attempt::before)?;
+    let (mut count, mut bytes) = (0u64, 0i64);
+    for row in &rows {
+        let (object_id, n, b) = (row.i64_at(0)?, row.i64_at(1)?, row.i64_at(2)?);
+        count += to_u64(n, "batch count")?;
+        bytes += b;
+        *released.entry(object_id).or_default() += b;
+    }
+    Ok((count, bytes))
+}
+
+/// [`delete_batches_below`] for one partition, then moves its log start offset to `below` (never
+/// back) and its size down. Returns the number of batches and bytes deleted.
+async fn trim_below(
+    conn: &mut PgConnection,
+    partition_id: i64,
+    below: i64,
+    released: &mut BTreeMap<i64, i64>,
+) -> Result<(u64, i64), Attempt> {
+    let (count, bytes) = delete_batches_below(conn, &[partition_id], below, released).await?;
+    sqlx::query(
+        "UPDATE partitions SET log_start_offset = greatest(log_start_offset, $2), \
+         byte_size = byte_size - $3 WHERE partition_id = $1",
+    )
+    .bind(partition_id)
+    .bind(below)
+    .bind(bytes)
+    .execute(&mut *conn)
+    .await
+    .map_err(Attempt::before)?;
+    Ok((count, bytes))
+}
+
+/// Takes released bytes off objects (locking them in object id order), marking those left with no
+/// live bytes at `now`.
+pub(super) async fn release_objects(
+    conn: &mut PgConnection,
+    released: &BTreeMap<i64, i64>,
+    now: i64,
+) -> Result<(), Attempt> {
+    if released.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = released.keys().copied().collect();
+    let bytes: Vec<i64> = released.values().copied().collect();
+    sqlx::query(
+        "SELECT object_id FROM objects WHERE object_id = ANY($1) ORDER BY object_id FOR UPDATE",
+    )
+    .bind(&ids)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(Attempt::before)?;
+    sqlx::query(
+        "UPDATE objects o SET live_bytes = greatest(o.live_bytes - u.bytes, 0), \
+         marked_for_deletion_at = CASE WHEN o.marked_for_deletion_at IS NULL \
+         AND o.live_bytes - u.bytes <= 0 THEN $3 ELSE o.marked_for_deletion_at END \
+         FROM unnest($1::bigint[], $2::bigint[]) AS u(id, bytes) WHERE o.object_id = u.id",
+    )
+    .bind(&ids)
+    .bind(&bytes)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map_err(Attempt::before)?;
+    Ok(())
+}
+
+/// Retention of one partition: locks its row, deletes the prefix that retention.ms (then
+/// retention.bytes on what is left) allows, at most `budget` batches ([`RetentionScan`]), adding
+/// to `report` and the released bytes per object. Returns the number of batches deleted.
+async fn trim_partition(
+    conn: &mut PgConnection,
+    partition_id: i64,
+    budget: u64,
+    now: i64,
+    released: &mut BTreeMap<i64, i64>,
+    report: &mut RetentionReport,
+) -> Result<u64, Attempt> {
+    let Some(row) = sqlx::query(
+        "SELECT pa.byte_size, t.retention_ms, t.retention_bytes \
+         FROM partitions pa JOIN topics t ON t.topic_id = pa.topic_id \
+         WHERE pa.partition_id = $1 FOR UPDATE OF pa",
+    )
+    .bind(partition_id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(Attempt::before)?
+    else {
+        return Ok(0);
+    };
+    let rule = RetentionRule {
+        size: row.i64_at(0)?,
+        retention_ms: row.i64_at(1)?,
+        retention_bytes: row.i64_at(2)?,
+        now,
+    };
+    let sql = format!(
+        "SELECT b.last_offset, b.byte_size, {ts} FROM batches b \
+         WHERE b.partition_id = $1 AND b.last_offset > $2 \
+         ORDER BY b.last_offset LIMIT $3",
+        ts = retention_ts()
+    );
+    let mut scan = RetentionScan::new(rule, budget);
+    while let Some((after, want)) = scan.next_page() {
+        let rows = sqlx::query(AssertSqlSafe(sql.clone()))
+            .bind(partition_id)
+            .bind(after)
+            .bind(i64::try_from(want).unwrap_or(i64::MAX))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(Attempt::before)?;
+        scan.feed(&retention_rows(&rows)?, want)?;
+    }
+    let Some(below) = scan.delete_below() else {
+        return Ok(0);
+    };
+    let (count, bytes) = trim_below(conn, partition_id, below, released).await?;
+    report.batches_deleted += count;
+    report.bytes_deleted += to_u64(bytes, "deleted bytes")?;
+    Ok(count)
+}
+
+impl PostgresCoordinator {
+    pub(super) async fn write_delete_records(
+        &self,
+        requests: &[DeleteRecordsRequest],
+    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
+        self.check_open()?;
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.retrying(|now| self.try_delete_records(requests, now))
+            .await
+    }
+
+    /// One attempt of DeleteRecords: every partition is locked up front, in the global order.
+    async fn try_delete_records(
+        &self,
+        requests: &[DeleteRecordsRequest],
+        now: i64,
+    ) -> Result<Vec<DeleteRecordsResponse>, Attempt> {
+        let mut tx = self.write.begin().await.map_err(Attempt::before)?;
+        let (topic_ids, partitions) = partition_arrays(requests.iter().map(|r| r.partition));
+        let rows = sqlx::query(
+            "SELECT pa.topic_id::text, pa.partition, pa.partition_id, pa.log_start_offset, \
+             pa.high_watermark FROM partitions pa WHERE (pa.topic_id, pa.partition) IN \
+             (SELECT u.t, u.p FROM unnest($1::text[]::uuid[], $2::integer[]) AS u(t, p)) \
+             ORDER BY pa.topic_id, pa.partition FOR UPDATE",
+        )
+        .bind(&topic_ids)
+        .bind(&partitions)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(Attempt::before)?;
+        // (partition_id, log start offset, high watermark)
+        let mut logs: HashMap<TopicIdPartition, (i64, i64, i64)> = HashMap::new();
+        for row in &rows {
+            let p = TopicIdPartition::new(parse_topic_id(&row.string_at(0)?)?, row.i32_at(1)?);
+            logs.insert(p, (row.i64_at(2)?, row.i64_at(3)?, row.i64_at(4)?));
+        }
+        let mut released = BTreeMap::new();
+        let mut responses = Vec::with_capacity(requests.len());
+        for request in requests {
+            let Some((partition_id, lso, hwm)) = logs.get_mut(&request.partition) else {
+                responses.push(DeleteRecordsResponse::error(
+                    ErrorCode::UnknownTopicOrPartition,
+                ));
+                continue;
+            };
+            let target = match delete_records_target(request.offset, *hwm) {
+                Ok(target) => target,
+                Err(code) => {
+                    responses.push(DeleteRecordsResponse::error(code));
+                    continue;
+                }
+            };
+            if target > *lso {
+                trim_below(&mut tx, *partition_id, target, &mut released).await?;
+                *lso = target;
+            }
+            responses.push(DeleteRecordsResponse {
+                error: ErrorCode::None,
+                low_watermark: *lso,
+            });
+        }
+        release_objects(&mut tx, &released, now).await?;
+        tx.commit().await.map_err(Attempt::sent)?;
+        Ok(responses)
+    }
+
+    pub(super) async fn write_expire_producers(
+        &self,
+        max_producers: u32,
+    ) -> Result<ProducerExpiryReport, CoordinatorError> {
+        self.retrying(|now| self.try_expire_producers(max_producers, now))
+            .await
+    }
+
+    /// One producer expiry call (see [`crate::BatchCoordinator::expire_producers`]): partitions
+    /// with expired producer states are found page by page in the global lock order; each is
+    /// locked (a commit writes a partition's producer states only under that lock, so a state
+    /// refreshed meanwhile is seen and kept) and its expired states deleted in producer id order,
+    /// until `max_producers` are deleted.
+    async fn try_expire_producers(
+        &self,
+        max_producers: u32,
+        now: i64,
+    ) -> Result<ProducerExpiryReport, Attempt> {
+        let mut report = ProducerExpiryReport::default();
+        if max_producers == 0 {
+            return Ok(report);
+        }
+        let mut tx = self.write.begin().await.map_err(Attempt::before)?;
+        let budget = u64::from(max_producers);
+        let mut after: Option<(String, i32)> = None;
+        'walk: loop {
+            let (cursor, topic, partition) = resume_after(&after);
+            let candidates = sqlx::query(AssertSqlSafe(format!(
+                "SELECT pa.partition_id, pa.topic_id::text, pa.partition \
+                 FROM partitions pa JOIN topics t ON t.topic_id = pa.topic_id \
+                 WHERE EXISTS (SELECT 1 FROM producer_state s WHERE s.partition_id = pa.partition_id \
+                 AND $1 - s.last_append_ms >= t.producer_id_expiration_ms) {cursor} \
+                 ORDER BY pa.topic_id, pa.partition LIMIT {CANDIDATES_PAGE}"
+            )))
+            .bind(now)
+            .bind(topic)
+            .bind(partition)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(Attempt::before)?;
+            for row in &candidates {
+                let partition_id = row.i64_at(0)?;
+                after = Some((row.string_at(1)?, row.i32_at(2)?));
+                // Lock first, then decide in a new statement (a new snapshot under READ
+                // COMMITTED): a commit that refreshed a state before the lock is seen.
+                let Some(expiration) = sqlx::query_scalar::<_, i64>(
+                    "SELECT t.producer_id_expiration_ms FROM partitions pa \
+                     JOIN topics t ON t.topic_id = pa.topic_id \
+                     WHERE pa.partition_id = $1 FOR UPDATE OF pa",
+                )
+                .bind(partition_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(Attempt::before)?
+                else {
+                    continue;
+                };
+                let expired: i64 = sqlx::query_scalar(
+                    "WITH gone AS (DELETE FROM producer_state s WHERE s.partition_id = $1 \
+                     AND s.producer_id IN (SELECT v.producer_id FROM producer_state v \
+                     WHERE v.partition_id = $1 AND $2 - v.last_append_ms >= $3 \
+                     ORDER BY v.producer_id LIMIT $4) RETURNING 1) \
+                     SELECT count(*) FROM gone",
+                )
+                .bind(partition_id)
+                .bind(now)
+                .bind(expiration)
+                .bind(i64::try_from(budget - report.expired).unwrap_or(i64::MAX))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(Attempt::before)?;
+                report.expired += to_u64(expired, "expired producers")?;
+                if report.expired >= budget {
+                    break 'walk;
+                }
+            }
+            if (candidates.len() as i64) < CANDIDATES_PAGE {
+                break;
+            }
+        }
+        tx.commit().await.map_err(Attempt::sent)?;
+        report.more = report.expired == budget;
+        Ok(report)
+    }
+
+    pub(super) async fn write_enforce_retention(
+        &self,
+        max_batches: u32,
+    ) -> Result<RetentionReport, CoordinatorError> {
+        self.retrying(|now| self.try_enforce_retention(max_batches, now))
+            .await
+    }
+
+    /// One retention pass (see [`crate::BatchCoordinator::enforce_retention`]): candidate
+    /// partitions are found page by page in the global lock order, each is locked and trimmed, and
+    /// the walk stops as soon as the budget is spent, so a pass holds its row locks for work
+    /// bounded by its budget (plus one page of candidates), whatever the number of partitions.
+    async fn try_enforce_retention(
+        &self,
+        max_batches: u32,
+        now: i64,
+    ) -> Result<RetentionReport, Attempt> {
+        let mut report = RetentionReport::default();
+        if max_batches == 0 {
+            return Ok(report);
+        }
+        let mut tx = self.write.begin().await.map_err(Attempt::before)?;
+        let mut budget = u64::from(max_batches);
+        let mut released = BTreeMap::new();
+        // The last candidate visited: (topic id, partition).
+        let mut after: Option<(String, i32)> = None;
+        'walk: loop {
+            // Partitions that may have something to delete: over their size limit, or with a first
+            // batch older than retention.ms. In the global lock order, after the last one visited.
+            let (cursor, topic, partition) = resume_after(&after);
+            let candidates = sqlx::query(AssertSqlSafe(format!(
+                "SELECT pa.partition_id, pa.topic_id::text, pa.partition \
+                 FROM partitions pa JOIN topics t ON t.topic_id = pa.topic_id \
+                 WHERE pa.byte_size > 0 {cursor} \
+                 AND ((t.retention_bytes >= 0 AND EXISTS (SELECT 1 FROM (SELECT b.byte_size \
+                 FROM batches b WHERE b.partition_id = pa.partition_id \
+                 ORDER BY b.last_offset LIMIT 1) f WHERE pa.byte_size - f.byte_size >= t.retention_bytes)) \
+                 OR (t.retention_ms >= 0 AND EXISTS (SELECT 1 FROM (SELECT {ts} AS ts \
+                 FROM batches b WHERE b.partition_id = pa.partition_id \
+                 ORDER BY b.last_offset LIMIT 1) f WHERE $1::numeric - f.ts > t.retention_ms))) \
+                 ORDER BY pa.topic_id, pa.partition LIMIT {CANDIDATES_PAGE}",
+                ts = retention_ts()
+            )))
+            .bind(now)
+            .bind(topic)
+            .bind(partition)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(Attempt::before)?;
+            for row in &candidates {
+                let partition_id = row.i64_at(0)?;
+                after = Some((row.string_at(1)?, row.i32_at(2)?));
+                let count = trim_partition(
+                    &mut tx,
+                    partition_id,
+                    budget,
+                    now,
+                    &mut released,
+                    &mut report,
+                )
+                .await?;
+                self.counters
+                    .retention_partitions
+                    .fetch_add(1, Ordering::Relaxed);
+                budget = budget.saturating_sub(count);
+                if budget == 0 {
+                    // The budget is spent: no further partition is examined or locked.
+                    break 'walk;
+                }
+            }
+            if (candidates.len() as i64) < CANDIDATES_PAGE {
+                break;
+            }
+        }
+        release_objects(&mut tx, &released, now).await?;
+        tx.commit().await.map_err(Attempt::sent)?;
+        report.more = report.batches_deleted == u64::from(max_batches);
+        Ok(report)
+    }
+
+    /// The marked objects, on the primary (a replica could list an object already forgotten).
+    pub(super) async fn read_objects_to_delete(
+        &self,
+        marked_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
+        self.check_open()?;
+        let rows = sqlx::query(OBJECTS_TO_DELETE)
+            .bind(marked_before_ms)
+            .bind(i64::from(limit))
+            .fetch_all(self.fresh_pool())
+            .await
+            .map_err(|e| sql_error(e, false))?;
+        rows.iter().map(object_to_delete_from_row).collect()
+    }
+
+    /// Fence retention and the expiry batch, as the server-side functions take them.
+    fn fence_arguments(&self) -> (i64, i32) {
+        let retention = crate::max_age_ms(self.options.max_commit_age)
+            .saturating_mul(crate::FENCE_RETENTION_FACTOR);
+        let expiry_batch = i32::try_from(crate::FENCE_EXPIRY_BATCH).unwrap_or(i32::MAX);
+        (retention, expiry_batch)
+    }
+
+    pub(super) async fn write_confirm_deleted(
+        &self,
+        object_keys: &[String],
+    ) -> Result<(), CoordinatorError> {
+        self.check_open()?;
+        if object_keys.is_empty() {
+            return Ok(());
+        }
+        self.retrying(|_| self.try_confirm_deleted(object_keys))
+            .await
+    }
+
+    /// One attempt of `confirm_deleted`: one statement, one transaction. It forgets the marked
+    /// objects among the keys and fences their keys (the objects' delete trigger, migration 6),
+    /// after dropping up to FENCE_EXPIRY_BATCH expired fences.
+    async fn try_confirm_deleted(&self, object_keys: &[String]) -> Result<(), Attempt> {
+        let (retention, expiry_batch) = self.fence_arguments();
+        let mut conn = self.write.acquire().await.map_err(Attempt::before)?;
+        sqlx::query("SELECT confirm_deleted($1, $2, $3)")
+            .bind(object_keys)
+            .bind(retention)
+            .bind(expiry_batch)
+            .execute(&mut *conn)
+            .await
+            .map_err(Attempt::sent)?;
+        Ok(())
+    }
+
+    pub(super) async fn write_fence_orphans(
+        &self,
+        object_keys: &[String],
+    ) -> Result<Vec<String>, CoordinatorError> {
+        self.retrying(|_| self.try_fence_orphans(object_keys)).await
+    }
+
+    /// One attempt of `fence_orphans`: one statement, one transaction, so the fences are recorded
+    /// atomically (under the per-key advisory locks commits take too).
+    async fn try_fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, Attempt> {
+        let times: Vec<Option<i64>> = object_keys
+            .iter()
+            .map(|k| crate::object_key_time_ms(k))
+            .collect();
+        let (retention, expiry_batch) = self.fence_arguments();
+        let mut conn = self.write.acquire().await.map_err(Attempt::before)?;
+        sqlx::query_scalar::<_, String>("SELECT r_object_key FROM fence_orphans($1, $2, $3, $4)")
+            .bind(object_keys)
+            .bind(&times)
+            .bind(retention)
+            .bind(expiry_batch)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(Attempt::sent)
+    }
+}

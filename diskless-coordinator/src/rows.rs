@@ -1,0 +1,208 @@
+//! The row conversions both SQL coordinators use: columns to the data model and back, with one
+//! error for a row that cannot be read. What differs between SQLite and PostgreSQL (how a row
+//! decodes a column) is behind [`SqlRow`]; the column lists and their decoding are written once.
+
+use crate::{
+    BatchCoordinate, CoordinatorError, ObjectInfo, ObjectToDelete, ShardId, TimestampType,
+    TopicConfig, TopicInfo,
+};
+use sqlx::{ColumnIndex, Decode, Row, Type};
+use uuid::Uuid;
+
+/// A row the coordinator's store holds but cannot read: [`CoordinatorError::Storage`].
+pub(crate) fn corrupt(what: impl Into<String>) -> CoordinatorError {
+    CoordinatorError::Storage(what.into().into())
+}
+
+/// Column `i` of `row`, decoded; a value of the wrong type is [`CoordinatorError::Storage`].
+pub(crate) fn col<'r, R, T>(row: &'r R, i: usize) -> Result<T, CoordinatorError>
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    T: Decode<'r, R::Database> + Type<R::Database>,
+{
+    row.try_get(i)
+        .map_err(|e| CoordinatorError::Storage(Box::new(e)))
+}
+
+/// The columns the shared decoders read, on either backend.
+pub(crate) trait SqlRow {
+    /// Column `i` as an `i64`.
+    fn i64_at(&self, i: usize) -> Result<i64, CoordinatorError>;
+    /// Column `i` as an `i32`.
+    fn i32_at(&self, i: usize) -> Result<i32, CoordinatorError>;
+    /// Column `i` as an `i16`.
+    fn i16_at(&self, i: usize) -> Result<i16, CoordinatorError>;
+    /// Column `i` as a nullable `i64`.
+    fn opt_i64_at(&self, i: usize) -> Result<Option<i64>, CoordinatorError>;
+    /// Column `i` as text.
+    fn string_at(&self, i: usize) -> Result<String, CoordinatorError>;
+}
+
+impl<R> SqlRow for R
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i32: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i16: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    fn i64_at(&self, i: usize) -> Result<i64, CoordinatorError> {
+        col(self, i)
+    }
+    fn i32_at(&self, i: usize) -> Result<i32, CoordinatorError> {
+        col(self, i)
+    }
+    fn i16_at(&self, i: usize) -> Result<i16, CoordinatorError> {
+        col(self, i)
+    }
+    fn opt_i64_at(&self, i: usize) -> Result<Option<i64>, CoordinatorError> {
+        col(self, i)
+    }
+    fn string_at(&self, i: usize) -> Result<String, CoordinatorError> {
+        col(self, i)
+    }
+}
+
+/// A column that holds a non-negative 64-bit count or size.
+pub(crate) fn to_u64(v: i64, what: &str) -> Result<u64, CoordinatorError> {
+    u64::try_from(v).map_err(|_| corrupt(format!("negative {what}: {v}")))
+}
+
+/// A column that holds a 32-bit size.
+pub(crate) fn to_u32(v: i64, what: &str) -> Result<u32, CoordinatorError> {
+    u32::try_from(v).map_err(|_| corrupt(format!("{what} out of range: {v}")))
+}
+
+/// The stored code of a timestamp type: 0 CreateTime, 1 LogAppendTime.
+pub(crate) fn ts_type_code(t: TimestampType) -> i16 {
+    match t {
+        TimestampType::CreateTime => 0,
+        TimestampType::LogAppendTime => 1,
+    }
+}
+
+/// The timestamp type of a stored code.
+pub(crate) fn ts_type(code: i16) -> Result<TimestampType, CoordinatorError> {
+    match code {
+        0 => Ok(TimestampType::CreateTime),
+        1 => Ok(TimestampType::LogAppendTime),
+        other => Err(corrupt(format!("unknown timestamp type {other}"))),
+    }
+}
+
+/// A topic id as stored and bound: the lowercase hyphenated UUID.
+pub(crate) fn topic_key(id: Uuid) -> String {
+    id.hyphenated().to_string()
+}
+
+/// A stored topic id.
+pub(crate) fn parse_topic_id(s: &str) -> Result<Uuid, CoordinatorError> {
+    Uuid::parse_str(s).map_err(|_| corrupt(format!("bad topic id {s:?}")))
+}
+
+/// The columns of a topic's configuration, in the order [`topic_from_row`] reads them after the
+/// topic id, and in which a topic row is inserted after it.
+pub(crate) const TOPIC_COLUMNS: &str = "name, partition_count, timestamp_type, retention_ms, \
+     retention_bytes, max_message_bytes, message_timestamp_before_max_ms, \
+     message_timestamp_after_max_ms, producer_id_expiration_ms";
+
+/// A topic: the topic id (text) then [`TOPIC_COLUMNS`].
+pub(crate) fn topic_from_row(row: &impl SqlRow) -> Result<TopicInfo, CoordinatorError> {
+    Ok(TopicInfo {
+        topic_id: parse_topic_id(&row.string_at(0)?)?,
+        name: row.string_at(1)?,
+        partitions: row.i32_at(2)?,
+        config: TopicConfig {
+            timestamp_type: ts_type(row.i16_at(3)?)?,
+            retention_ms: row.i64_at(4)?,
+            retention_bytes: row.i64_at(5)?,
+            max_message_bytes: row.i32_at(6)?,
+            message_timestamp_before_max_ms: row.i64_at(7)?,
+            message_timestamp_after_max_ms: row.i64_at(8)?,
+            producer_id_expiration_ms: row.i64_at(9)?,
+        },
+    })
+}
+
+/// The 14 columns [`batch_from_row`] decodes; batch columns from `b`, object columns from `o`.
+pub(crate) fn batch_columns(o: &str) -> String {
+    format!(
+        "b.base_offset, b.last_offset, b.byte_offset, b.byte_size, b.base_timestamp, \
+         b.max_timestamp, b.timestamp_type, b.log_append_time, b.producer_id, b.producer_epoch, \
+         b.base_sequence, b.last_sequence, {o}.object_key, {o}.object_size"
+    )
+}
+
+/// Decodes the 14 columns of [`batch_columns`] starting at `at`.
+pub(crate) fn batch_from_row(
+    row: &impl SqlRow,
+    at: usize,
+) -> Result<BatchCoordinate, CoordinatorError> {
+    Ok(BatchCoordinate {
+        base_offset: row.i64_at(at)?,
+        last_offset: row.i64_at(at + 1)?,
+        byte_offset: to_u64(row.i64_at(at + 2)?, "byte offset")?,
+        byte_size: to_u32(row.i64_at(at + 3)?, "byte size")?,
+        base_timestamp: row.i64_at(at + 4)?,
+        max_timestamp: row.i64_at(at + 5)?,
+        timestamp_type: ts_type(row.i16_at(at + 6)?)?,
+        log_append_time: row.i64_at(at + 7)?,
+        producer_id: row.i64_at(at + 8)?,
+        producer_epoch: row.i16_at(at + 9)?,
+        base_sequence: row.i32_at(at + 10)?,
+        last_sequence: row.i32_at(at + 11)?,
+        object_key: row.string_at(at + 12)?,
+        object_size: to_u64(row.i64_at(at + 13)?, "object size")?,
+    })
+}
+
+/// A page of retention's rows: (last offset, byte size, the time retention ages the batch by) of
+/// each batch, as [`crate::rules::RetentionScan::feed`] takes them.
+pub(crate) fn retention_rows(
+    rows: &[impl SqlRow],
+) -> Result<Vec<(i64, i64, i64)>, CoordinatorError> {
+    rows.iter()
+        .map(|r| Ok((r.i64_at(0)?, r.i64_at(1)?, r.i64_at(2)?)))
+        .collect()
+}
+
+/// The marked objects older than `$1`, oldest first, at most `$2` (SQLite reads `$n` as `?n`):
+/// the columns [`object_to_delete_from_row`] reads.
+pub(crate) const OBJECTS_TO_DELETE: &str = "SELECT object_key, marked_for_deletion_at, \
+     object_size FROM objects WHERE marked_for_deletion_at IS NOT NULL \
+     AND marked_for_deletion_at < $1 ORDER BY marked_for_deletion_at, object_key LIMIT $2";
+
+/// A row of [`OBJECTS_TO_DELETE`].
+pub(crate) fn object_to_delete_from_row(
+    row: &impl SqlRow,
+) -> Result<ObjectToDelete, CoordinatorError> {
+    Ok(ObjectToDelete {
+        object_key: row.string_at(0)?,
+        marked_for_deletion_at: row.i64_at(1)?,
+        object_size: to_u64(row.i64_at(2)?, "object size")?,
+    })
+}
+
+/// What is known of the object with key `$1`: the columns [`object_info_from_row`] reads (the
+/// owners column, 3, is read by each backend: its type differs).
+pub(crate) const OBJECT_INFO: &str = "SELECT uploader_broker_id, object_size, live_bytes, owners, \
+     committed_at, marked_for_deletion_at FROM objects WHERE object_key = $1";
+
+/// A row of [`OBJECT_INFO`] for `object_key`, with its decoded owners.
+pub(crate) fn object_info_from_row(
+    row: &impl SqlRow,
+    object_key: &str,
+    owners: Vec<ShardId>,
+) -> Result<ObjectInfo, CoordinatorError> {
+    Ok(ObjectInfo {
+        object_key: object_key.to_string(),
+        uploader_broker_id: row.i32_at(0)?,
+        object_size: to_u64(row.i64_at(1)?, "object size")?,
+        live_bytes: to_u64(row.i64_at(2)?, "live bytes")?,
+        owners,
+        committed_at: row.i64_at(4)?,
+        marked_for_deletion_at: row.opt_i64_at(5)?,
+    })
+}

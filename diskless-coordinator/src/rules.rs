@@ -1,0 +1,247 @@
+//! The decisions both SQL coordinators take the same way outside SQL, written once: which batches a
+//! fetch takes (KIP-74), how a ListOffsets or DeleteRecords partition is answered from its bounds,
+//! and how far retention trims a partition (Kafka 3.x order). The backends only read rows. Also
+//! what the sharded router shares with them ([`in_request_order`]).
+
+// Without a SQL backend only the router's part is used.
+#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+
+use crate::{
+    BatchCoordinate, CoordinatorError, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesResponse,
+    LATEST_TIMESTAMP, ListOffsetsResponse, MAX_TIMESTAMP, NO_TIMESTAMP,
+};
+use std::collections::HashSet;
+
+/// The keys of `keys` that are in `known`, in request order, each once.
+pub(crate) fn in_request_order(keys: &[String], mut known: HashSet<String>) -> Vec<String> {
+    keys.iter().filter(|k| known.remove(*k)).cloned().collect()
+}
+
+/// A stored value that cannot be right: [`CoordinatorError::Storage`].
+fn corrupt(what: &str) -> CoordinatorError {
+    CoordinatorError::Storage(what.into())
+}
+
+/// KIP-74's byte limits of one `find_batches` call, filled partition by partition in request order.
+#[derive(Debug)]
+pub(crate) struct FetchLimits {
+    fetch_max_bytes: u64,
+    total: u64,
+}
+
+impl FetchLimits {
+    /// The limits of a call with `fetch_max_bytes`.
+    pub(crate) fn new(fetch_max_bytes: u32) -> Self {
+        FetchLimits {
+            fetch_max_bytes: u64::from(fetch_max_bytes),
+            total: 0,
+        }
+    }
+
+    /// Starts the answer of the next partition, whose own limit is `max_bytes`.
+    pub(crate) fn partition(&mut self, max_bytes: u32) -> PartitionFetch<'_> {
+        PartitionFetch {
+            limits: self,
+            max_bytes: u64::from(max_bytes),
+            bytes: 0,
+            batches: Vec::new(),
+        }
+    }
+}
+
+/// The batches one partition of a `find_batches` call answers with, so far.
+#[derive(Debug)]
+pub(crate) struct PartitionFetch<'a> {
+    limits: &'a mut FetchLimits,
+    max_bytes: u64,
+    bytes: u64,
+    batches: Vec<BatchCoordinate>,
+}
+
+impl PartitionFetch<'_> {
+    /// Takes the partition's next batch if the limits allow: the first batch always; a later one
+    /// while the partition stays within its `max_bytes` and the call within `fetch_max_bytes`.
+    /// `false` (the batch is dropped) when it does not fit: the partition's answer is complete.
+    pub(crate) fn take(&mut self, batch: BatchCoordinate) -> bool {
+        let size = u64::from(batch.byte_size);
+        let fits = self.bytes + size <= self.max_bytes
+            && self.limits.total + size <= self.limits.fetch_max_bytes;
+        if !self.batches.is_empty() && !fits {
+            return false;
+        }
+        self.bytes += size;
+        self.limits.total += size;
+        self.batches.push(batch);
+        true
+    }
+
+    /// The offset after the last batch taken, where the next page starts.
+    pub(crate) fn next_offset(&self) -> Result<Option<i64>, CoordinatorError> {
+        self.batches
+            .last()
+            .map(|b| {
+                b.last_offset
+                    .checked_add(1)
+                    .ok_or_else(|| corrupt("a batch's last offset is i64::MAX"))
+            })
+            .transpose()
+    }
+
+    /// The partition's answer, with its bounds.
+    pub(crate) fn into_response(
+        self,
+        log_start_offset: i64,
+        high_watermark: i64,
+    ) -> FindBatchesResponse {
+        FindBatchesResponse {
+            error: ErrorCode::None,
+            batches: self.batches,
+            log_start_offset,
+            high_watermark,
+        }
+    }
+}
+
+/// Whether a ListOffsets `timestamp` is answered from a batch (a timestamp, or MAX_TIMESTAMP)
+/// rather than from the partition's bounds alone.
+pub(crate) fn looks_up_batch(timestamp: i64) -> bool {
+    timestamp >= 0 || timestamp == MAX_TIMESTAMP
+}
+
+/// The ListOffsets answer of a partition with bounds `log_start_offset` and `high_watermark` for
+/// `timestamp`; `hit` is the (base offset, timestamp) of the batch found when
+/// [`looks_up_batch`]. A batch DeleteRecords cut into answers at the log start.
+pub(crate) fn list_offsets_answer(
+    timestamp: i64,
+    log_start_offset: i64,
+    high_watermark: i64,
+    hit: Option<(i64, i64)>,
+) -> ListOffsetsResponse {
+    let answer = |error, offset, timestamp| ListOffsetsResponse {
+        error,
+        offset,
+        timestamp,
+    };
+    match timestamp {
+        EARLIEST_TIMESTAMP => answer(ErrorCode::None, log_start_offset, NO_TIMESTAMP),
+        LATEST_TIMESTAMP => answer(ErrorCode::None, high_watermark, NO_TIMESTAMP),
+        t if !looks_up_batch(t) => answer(ErrorCode::InvalidRequest, -1, NO_TIMESTAMP),
+        _ => match hit {
+            Some((offset, ts)) => answer(ErrorCode::None, offset.max(log_start_offset), ts),
+            None => answer(ErrorCode::None, -1, NO_TIMESTAMP),
+        },
+    }
+}
+
+/// The log start offset a DeleteRecords partition asks for (`-1`: the high watermark), or
+/// `OFFSET_OUT_OF_RANGE` when it is negative or beyond the high watermark.
+pub(crate) fn delete_records_target(offset: i64, high_watermark: i64) -> Result<i64, ErrorCode> {
+    let target = if offset == -1 { high_watermark } else { offset };
+    if target < 0 || target > high_watermark {
+        Err(ErrorCode::OffsetOutOfRange)
+    } else {
+        Ok(target)
+    }
+}
+
+/// Batches read by a retention pass's first page of a partition; each further page of the same
+/// partition doubles, up to [`RETENTION_MAX_PAGE`] (and never more than the budget left). A
+/// partition that loses `d` batches costs at most about `2 d + 8` batch rows.
+pub(crate) const RETENTION_FIRST_PAGE: u64 = 8;
+
+/// The largest page of batches a retention pass reads at once.
+pub(crate) const RETENTION_MAX_PAGE: u64 = 1024;
+
+/// What retention keeps of a partition (its topic's settings), at the pass's `now`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RetentionRule {
+    /// The partition's live bytes.
+    pub(crate) size: i64,
+    /// The topic's `retention.ms` (`< 0`: none).
+    pub(crate) retention_ms: i64,
+    /// The topic's `retention.bytes` (`< 0`: none).
+    pub(crate) retention_bytes: i64,
+    /// The pass's time (coordinator clock, ms).
+    pub(crate) now: i64,
+}
+
+/// Retention of one partition, read page by page from its oldest batch: the prefix older than
+/// `retention.ms`, then by `retention.bytes` on what is left (Kafka 3.x order), at most `budget`
+/// batches. Pages start at [`RETENTION_FIRST_PAGE`] and double up to [`RETENTION_MAX_PAGE`]; the
+/// scan stops at the first batch that stays.
+#[derive(Debug)]
+pub(crate) struct RetentionScan {
+    rule: RetentionRule,
+    budget: u64,
+    deletable: u64,
+    remaining: i64,
+    by_time: bool,
+    after: i64,
+    page: u64,
+    delete_below: Option<i64>,
+    done: bool,
+}
+
+impl RetentionScan {
+    /// A scan of a partition under `rule`, deleting at most `budget` batches.
+    pub(crate) fn new(rule: RetentionRule, budget: u64) -> Self {
+        RetentionScan {
+            rule,
+            budget,
+            deletable: 0,
+            remaining: rule.size,
+            by_time: rule.retention_ms >= 0,
+            after: i64::MIN,
+            page: RETENTION_FIRST_PAGE,
+            delete_below: None,
+            done: false,
+        }
+    }
+
+    /// The next page to read: the partition's batches after last offset `.0`, in offset order, at
+    /// most `.1` of them; `None` when the scan is over.
+    pub(crate) fn next_page(&self) -> Option<(i64, u64)> {
+        if self.done || self.deletable >= self.budget {
+            return None;
+        }
+        Some((self.after, (self.budget - self.deletable).min(self.page)))
+    }
+
+    /// Feeds the page read for [`RetentionScan::next_page`]'s `want`: (last offset, byte size, the
+    /// time retention ages the batch by) of each batch.
+    pub(crate) fn feed(
+        &mut self,
+        rows: &[(i64, i64, i64)],
+        want: u64,
+    ) -> Result<(), CoordinatorError> {
+        let rule = self.rule;
+        for &(last_offset, bytes, ts) in rows {
+            if !(self.by_time && rule.now.saturating_sub(ts) > rule.retention_ms) {
+                self.by_time = false;
+                if !(rule.retention_bytes >= 0 && self.remaining - bytes >= rule.retention_bytes) {
+                    self.done = true;
+                    return Ok(());
+                }
+            }
+            self.remaining -= bytes;
+            self.deletable += 1;
+            self.after = last_offset;
+            self.delete_below = Some(
+                last_offset
+                    .checked_add(1)
+                    .ok_or_else(|| corrupt("a batch's last offset is i64::MAX"))?,
+            );
+        }
+        if (rows.len() as u64) < want {
+            self.done = true;
+        } else {
+            self.page = self.page.saturating_mul(2).min(RETENTION_MAX_PAGE);
+        }
+        Ok(())
+    }
+
+    /// The offset below which the partition's batches go; `None` when none goes.
+    pub(crate) fn delete_below(&self) -> Option<i64> {
+        self.delete_below
+    }
+}

@@ -1,0 +1,411 @@
+//! `commit_file`: one write transaction of a fixed handful of statements whatever the batch count.
+//! The commit point (deadline and fences) first; then every touched partition and producer state
+//! is read at once, every batch is decided in memory in request order, and the object, the batches,
+//! the producer states and the partitions are written back in multi-row statements.
+
+use super::conn::{at_commit, not_applied};
+use super::producer::{self, Decision};
+use super::{CHUNK, SqliteCoordinator, encode_owners, pairs_query};
+use crate::rows::{SqlRow, corrupt, parse_topic_id, topic_key, ts_type, ts_type_code};
+use crate::{
+    CommitBatch, CommitBatchResult, CommitFileRequest, CoordinatorError, ErrorCode, NO_TIMESTAMP,
+    ProducerBatch, ProducerState, TimestampType, TopicIdPartition, check_commit_deadline,
+    producer_field_error,
+};
+use sqlx::AssertSqlSafe;
+use sqlx::sqlite::SqliteConnection;
+use std::collections::{HashMap, HashSet};
+
+/// A partition as a commit sees it.
+struct CommitPartition {
+    partition_id: i64,
+    log_start_offset: i64,
+    high_watermark: i64,
+    byte_size: i64,
+    /// The running max of the effective max timestamps of all batches appended so far.
+    max_timestamp_so_far: i64,
+    timestamp_type: TimestampType,
+    touched: bool,
+}
+
+/// A batch a commit appends.
+struct AppendedBatch<'a> {
+    partition_id: i64,
+    base_offset: i64,
+    last_offset: i64,
+    log_append_time: i64,
+    timestamp_type: TimestampType,
+    effective_max_timestamp: i64,
+    max_timestamp_so_far: i64,
+    batch: &'a CommitBatch,
+}
+
+/// A producer's state as a commit sees it.
+struct CommitProducer {
+    state: Option<ProducerState>,
+    touched: bool,
+}
+
+/// What a commit decided in memory: one result per batch, the batches to append and the bytes
+/// they add to the object.
+struct Decided<'a> {
+    results: Vec<CommitBatchResult>,
+    appended: Vec<AppendedBatch<'a>>,
+    live_bytes: i64,
+}
+
+type Partitions = HashMap<TopicIdPartition, CommitPartition>;
+type Producers = HashMap<(i64, i64), CommitProducer>;
+
+impl SqliteCoordinator {
+    pub(super) async fn write_commit_file(
+        &self,
+        request: CommitFileRequest,
+    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
+        request.validate()?;
+        let mut writer = self.write().await?;
+        let mut tx = writer.begin().await?;
+        // The commit point. The writer mutex and SQLite's write lock are held from here to COMMIT,
+        // so the clock is read here, after any wait for them: a commit that waited past its
+        // deadline is refused, and a fence recorded before this point is seen. Returning an error
+        // drops the transaction, which rolls it back: nothing is applied.
+        let now = self.clock.now_ms();
+        check_commit_deadline(&request.object_key, now, self.max_commit_age)?;
+        let fenced = sqlx::query("SELECT 1 FROM fences WHERE object_key = ?1")
+            .bind(&request.object_key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(not_applied)?;
+        if fenced.is_some() {
+            return Err(CoordinatorError::ObjectFenced(request.object_key));
+        }
+        let mut partitions = load_partitions(&mut tx, &request).await?;
+        let mut producers = load_producers(&mut tx, &request, &partitions).await?;
+        let decided = decide(&request, &mut partitions, &mut producers, now);
+        // A key is committed once: the object row is the guard.
+        let Some(object_id) = insert_object(&mut tx, &request, decided.live_bytes, now).await?
+        else {
+            return Err(CoordinatorError::ObjectAlreadyCommitted(request.object_key));
+        };
+        insert_batches(&mut tx, object_id, &decided.appended).await?;
+        upsert_producers(&mut tx, &producers).await?;
+        update_partitions(&mut tx, &partitions).await?;
+        tx.commit().await.map_err(at_commit)?;
+        Ok(decided.results)
+    }
+}
+
+/// Every partition the request touches, in one statement per [`CHUNK`] partitions.
+async fn load_partitions(
+    conn: &mut SqliteConnection,
+    request: &CommitFileRequest,
+) -> Result<Partitions, CoordinatorError> {
+    let mut seen = HashSet::new();
+    let wanted: Vec<(String, i32)> = request
+        .batches
+        .iter()
+        .filter(|b| b.partition.partition >= 0 && seen.insert(b.partition))
+        .map(|b| (topic_key(b.partition.topic_id), b.partition.partition))
+        .collect();
+    let mut partitions = Partitions::new();
+    for chunk in wanted.chunks(CHUNK) {
+        let rows = pairs_query(
+            "SELECT p.topic_id, p.partition, p.partition_id, p.log_start_offset, \
+             p.high_watermark, p.byte_size, t.timestamp_type, p.max_timestamp_so_far \
+             FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
+             WHERE (p.topic_id, p.partition) IN (VALUES {values})",
+            chunk,
+        )
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(not_applied)?;
+        for row in &rows {
+            let p = TopicIdPartition::new(parse_topic_id(&row.string_at(0)?)?, row.i32_at(1)?);
+            partitions.insert(
+                p,
+                CommitPartition {
+                    partition_id: row.i64_at(2)?,
+                    log_start_offset: row.i64_at(3)?,
+                    high_watermark: row.i64_at(4)?,
+                    byte_size: row.i64_at(5)?,
+                    timestamp_type: ts_type(row.i16_at(6)?)?,
+                    max_timestamp_so_far: row.i64_at(7)?,
+                    touched: false,
+                },
+            );
+        }
+    }
+    Ok(partitions)
+}
+
+/// Every producer state the request's idempotent batches touch, likewise.
+async fn load_producers(
+    conn: &mut SqliteConnection,
+    request: &CommitFileRequest,
+    partitions: &Partitions,
+) -> Result<Producers, CoordinatorError> {
+    let mut seen = HashSet::new();
+    let wanted: Vec<(i64, i64)> = request
+        .batches
+        .iter()
+        .filter(|b| b.is_idempotent())
+        .filter_map(|b| Some((partitions.get(&b.partition)?.partition_id, b.producer_id)))
+        .filter(|key| seen.insert(*key))
+        .collect();
+    let mut producers: Producers = wanted
+        .iter()
+        .map(|k| {
+            let empty = CommitProducer {
+                state: None,
+                touched: false,
+            };
+            (*k, empty)
+        })
+        .collect();
+    for chunk in wanted.chunks(CHUNK) {
+        let rows = pairs_query(
+            "SELECT partition_id, producer_id, producer_epoch, batch_window, last_append_ms \
+             FROM producer_state WHERE (partition_id, producer_id) IN (VALUES {values})",
+            chunk,
+        )
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(not_applied)?;
+        for row in &rows {
+            let key = (row.i64_at(0)?, row.i64_at(1)?);
+            let window: Vec<u8> = crate::rows::col(row, 3)?;
+            let batches = producer::decode_window(&window)
+                .ok_or_else(|| corrupt("torn producer batch window"))?;
+            if let Some(entry) = producers.get_mut(&key) {
+                entry.state = Some(ProducerState {
+                    producer_id: key.1,
+                    producer_epoch: row.i16_at(2)?,
+                    batches,
+                    last_append_ms: row.i64_at(4)?,
+                });
+            }
+        }
+    }
+    Ok(producers)
+}
+
+/// Decides every batch in memory, in request order, updating the partitions and producer states
+/// it appends to.
+fn decide<'a>(
+    request: &'a CommitFileRequest,
+    partitions: &mut Partitions,
+    producers: &mut Producers,
+    now: i64,
+) -> Decided<'a> {
+    let mut decided = Decided {
+        results: Vec::with_capacity(request.batches.len()),
+        appended: Vec::new(),
+        live_bytes: 0,
+    };
+    for batch in &request.batches {
+        let Some(part) = partitions.get_mut(&batch.partition) else {
+            decided
+                .results
+                .push(CommitBatchResult::error(ErrorCode::UnknownTopicOrPartition));
+            continue;
+        };
+        // What the producer controls is judged per batch: a bad batch is rejected alone.
+        if let Some(code) = producer_field_error(batch) {
+            decided.results.push(CommitBatchResult::error(code));
+            continue;
+        }
+        let producer = if batch.is_idempotent() {
+            producers.get_mut(&(part.partition_id, batch.producer_id))
+        } else {
+            None
+        };
+        if let Some(producer) = &producer {
+            match producer::decide(producer.state.as_ref(), batch) {
+                Decision::Append => {}
+                Decision::Duplicate(kept) => {
+                    decided.results.push(CommitBatchResult {
+                        error: ErrorCode::None,
+                        base_offset: kept.base_offset,
+                        log_append_time: kept.log_append_time,
+                        log_start_offset: part.log_start_offset,
+                        duplicate: true,
+                    });
+                    continue;
+                }
+                Decision::Reject(code) => {
+                    decided.results.push(CommitBatchResult::error(code));
+                    continue;
+                }
+            }
+        }
+        let base_offset = part.high_watermark;
+        let last_offset = base_offset + i64::from(batch.record_count) - 1;
+        let (log_append_time, effective_max_timestamp) = match part.timestamp_type {
+            TimestampType::LogAppendTime => (now, now),
+            TimestampType::CreateTime => (NO_TIMESTAMP, batch.max_timestamp),
+        };
+        part.high_watermark = last_offset + 1;
+        part.byte_size += i64::from(batch.byte_size);
+        part.max_timestamp_so_far = part.max_timestamp_so_far.max(effective_max_timestamp);
+        part.touched = true;
+        decided.live_bytes += i64::from(batch.byte_size);
+        if let Some(producer) = producer {
+            producer::record(
+                &mut producer.state,
+                batch,
+                ProducerBatch {
+                    base_sequence: batch.base_sequence,
+                    last_sequence: batch.last_sequence,
+                    base_offset,
+                    last_offset,
+                    log_append_time,
+                },
+                now,
+            );
+            producer.touched = true;
+        }
+        decided.appended.push(AppendedBatch {
+            partition_id: part.partition_id,
+            base_offset,
+            last_offset,
+            log_append_time,
+            timestamp_type: part.timestamp_type,
+            effective_max_timestamp,
+            max_timestamp_so_far: part.max_timestamp_so_far,
+            batch,
+        });
+        decided.results.push(CommitBatchResult {
+            error: ErrorCode::None,
+            base_offset,
+            log_append_time,
+            log_start_offset: part.log_start_offset,
+            duplicate: false,
+        });
+    }
+    decided
+}
+
+/// Registers the object; `None` when its key was committed before.
+async fn insert_object(
+    conn: &mut SqliteConnection,
+    request: &CommitFileRequest,
+    live_bytes: i64,
+    now: i64,
+) -> Result<Option<i64>, CoordinatorError> {
+    sqlx::query_scalar(
+        "INSERT INTO objects (object_key, uploader_broker_id, object_size, live_bytes, owners, \
+         committed_at, marked_for_deletion_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+         ON CONFLICT (object_key) DO NOTHING RETURNING object_id",
+    )
+    .bind(&request.object_key)
+    .bind(request.uploader_broker_id)
+    // Validated: object_size <= i64::MAX.
+    .bind(request.object_size as i64)
+    .bind(live_bytes)
+    .bind(encode_owners(&request.owners))
+    .bind(now)
+    .bind((live_bytes == 0).then_some(now))
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(not_applied)
+}
+
+/// The appended batches, [`CHUNK`] rows per statement.
+async fn insert_batches(
+    conn: &mut SqliteConnection,
+    object_id: i64,
+    appended: &[AppendedBatch<'_>],
+) -> Result<(), CoordinatorError> {
+    for chunk in appended.chunks(CHUNK) {
+        let sql = format!(
+            "INSERT INTO batches (partition_id, last_offset, base_offset, object_id, \
+             byte_offset, byte_size, base_timestamp, max_timestamp, timestamp_type, \
+             log_append_time, producer_id, producer_epoch, base_sequence, last_sequence, \
+             effective_max_timestamp, max_timestamp_so_far) VALUES {}",
+            super::placeholders(chunk.len(), 16)
+        );
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for a in chunk {
+            let b = a.batch;
+            q = q
+                .bind(a.partition_id)
+                .bind(a.last_offset)
+                .bind(a.base_offset)
+                .bind(object_id)
+                // Validated: byte_offset + byte_size <= object_size <= i64::MAX.
+                .bind(b.byte_offset as i64)
+                .bind(i64::from(b.byte_size))
+                .bind(b.base_timestamp)
+                .bind(b.max_timestamp)
+                .bind(ts_type_code(a.timestamp_type))
+                .bind(a.log_append_time)
+                .bind(b.producer_id)
+                .bind(b.producer_epoch)
+                .bind(b.base_sequence)
+                .bind(b.last_sequence)
+                .bind(a.effective_max_timestamp)
+                .bind(a.max_timestamp_so_far);
+        }
+        q.execute(&mut *conn).await.map_err(not_applied)?;
+    }
+    Ok(())
+}
+
+/// The producer states that changed.
+async fn upsert_producers(
+    conn: &mut SqliteConnection,
+    producers: &Producers,
+) -> Result<(), CoordinatorError> {
+    let changed: Vec<((i64, i64), &ProducerState)> = producers
+        .iter()
+        .filter(|(_, p)| p.touched)
+        .filter_map(|(k, p)| p.state.as_ref().map(|s| (*k, s)))
+        .collect();
+    for chunk in changed.chunks(CHUNK) {
+        let sql = format!(
+            "INSERT INTO producer_state (partition_id, producer_id, producer_epoch, \
+             batch_window, last_append_ms) VALUES {} \
+             ON CONFLICT (partition_id, producer_id) DO UPDATE SET \
+             producer_epoch = excluded.producer_epoch, batch_window = excluded.batch_window, \
+             last_append_ms = excluded.last_append_ms",
+            super::placeholders(chunk.len(), 5)
+        );
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for ((partition_id, producer_id), state) in chunk {
+            q = q
+                .bind(*partition_id)
+                .bind(*producer_id)
+                .bind(state.producer_epoch)
+                .bind(producer::encode_window(&state.batches))
+                .bind(state.last_append_ms);
+        }
+        q.execute(&mut *conn).await.map_err(not_applied)?;
+    }
+    Ok(())
+}
+
+/// The partitions that grew.
+async fn update_partitions(
+    conn: &mut SqliteConnection,
+    partitions: &Partitions,
+) -> Result<(), CoordinatorError> {
+    let grown: Vec<&CommitPartition> = partitions.values().filter(|p| p.touched).collect();
+    for chunk in grown.chunks(CHUNK) {
+        let sql = format!(
+            "UPDATE partitions SET high_watermark = v.column2, byte_size = v.column3, \
+             max_timestamp_so_far = v.column4 \
+             FROM (VALUES {}) AS v WHERE partitions.partition_id = v.column1",
+            super::placeholders(chunk.len(), 4)
+        );
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for p in chunk {
+            q = q
+                .bind(p.partition_id)
+                .bind(p.high_watermark)
+                .bind(p.byte_size)
+                .bind(p.max_timestamp_so_far);
+        }
+        q.execute(&mut *conn).await.map_err(not_applied)?;
+    }
+    Ok(())
+}

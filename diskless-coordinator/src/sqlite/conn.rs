@@ -1,0 +1,294 @@
+//! Opening and closing a [`SqliteCoordinator`]: the schema migrations, the single write connection
+//! and the read pool, and what their errors mean for a call.
+
+use super::options::{SqliteOptions, Synchronous};
+use super::{Counters, SqliteCoordinator};
+use crate::{Clock, CoordinatorError};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::pool::PoolConnection;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection, SqlSafeStr, Sqlite, Transaction};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::{Mutex, MutexGuard};
+
+/// The embedded migrations: (version, description, SQL).
+const MIGRATIONS: [(i64, &str, &str); 4] = [
+    (
+        1,
+        "initial",
+        include_str!("../../migrations/sqlite/0001_initial.sql"),
+    ),
+    (
+        2,
+        "batches object index",
+        include_str!("../../migrations/sqlite/0002_batches_object_index.sql"),
+    ),
+    (
+        3,
+        "timestamp index",
+        include_str!("../../migrations/sqlite/0003_timestamp_index.sql"),
+    ),
+    (
+        4,
+        "fences and producer expiry",
+        include_str!("../../migrations/sqlite/0004_fences_producer_expiry.sql"),
+    ),
+];
+
+/// The embedded schema migrations, applied on open (sqlx's migrator, table `_sqlx_migrations`).
+pub fn migrator() -> Migrator {
+    Migrator::with_migrations(
+        MIGRATIONS
+            .iter()
+            .map(|(version, description, sql)| {
+                Migration::new(
+                    *version,
+                    (*description).into(),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect(),
+    )
+}
+
+impl SqliteCoordinator {
+    /// Opens (creating it if allowed) the database file at `path`, applies pending migrations and
+    /// sets WAL mode and the configured durability. Invalid `options` are refused
+    /// ([`SqliteOptions::validate`]).
+    pub async fn open(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, CoordinatorError> {
+        Self::open_with(
+            SqliteConnectOptions::new().filename(path.as_ref()),
+            options,
+            clock,
+        )
+        .await
+    }
+
+    /// Like [`SqliteCoordinator::open`], with the database named by a URL such as
+    /// `sqlite:///var/lib/diskless/coordinator.db` or `sqlite://data/coordinator.db`. In-memory URLs
+    /// are refused (use [`SqliteCoordinator::in_memory`]): each connection would see its own
+    /// database.
+    pub async fn open_url(
+        url: &str,
+        options: SqliteOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, CoordinatorError> {
+        if !url.starts_with("sqlite:") {
+            return Err(CoordinatorError::InvalidRequest(format!(
+                "{url}: not a sqlite: URL"
+            )));
+        }
+        let parsed: SqliteConnectOptions = url
+            .parse()
+            .map_err(|e: sqlx::Error| CoordinatorError::InvalidRequest(format!("{url}: {e}")))?;
+        if url.contains(":memory:") || url.contains("mode=memory") {
+            return Err(CoordinatorError::InvalidRequest(format!(
+                "{url}: in-memory URLs are not supported, use SqliteCoordinator::in_memory"
+            )));
+        }
+        Self::open_with(parsed, options, clock).await
+    }
+
+    async fn open_with(
+        base: SqliteConnectOptions,
+        options: SqliteOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, CoordinatorError> {
+        options.validate()?;
+        let base = base
+            .busy_timeout(options.busy_timeout)
+            .foreign_keys(true)
+            .statement_cache_capacity(options.statement_cache_capacity);
+        let synchronous = match options.synchronous {
+            Synchronous::Full => SqliteSynchronous::Full,
+            Synchronous::Normal => SqliteSynchronous::Normal,
+            Synchronous::Off => SqliteSynchronous::Off,
+        };
+        let writer = base
+            .clone()
+            .create_if_missing(options.create_if_missing)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(synchronous)
+            .connect()
+            .await
+            .map_err(unavailable)?;
+        let readers = SqlitePoolOptions::new()
+            .max_connections(options.read_connections)
+            .min_connections(0)
+            .acquire_timeout(options.busy_timeout.max(Duration::from_secs(1)))
+            .connect_lazy_with(base.read_only(true));
+        Self::migrated(writer, Some(readers), &options, clock).await
+    }
+
+    /// A private in-memory database (for tests): nothing survives the coordinator, and reads share
+    /// the write connection.
+    pub async fn in_memory(clock: Arc<dyn Clock>) -> Result<Self, CoordinatorError> {
+        Self::in_memory_with(SqliteOptions::default(), clock).await
+    }
+
+    /// Like [`SqliteCoordinator::in_memory`], with options (of which `statement_cache_capacity` and
+    /// `max_commit_age` apply; the others concern database files, but are validated all the same).
+    pub async fn in_memory_with(
+        options: SqliteOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, CoordinatorError> {
+        options.validate()?;
+        let writer = SqliteConnectOptions::new()
+            .in_memory(true)
+            .foreign_keys(true)
+            .statement_cache_capacity(options.statement_cache_capacity)
+            .connect()
+            .await
+            .map_err(unavailable)?;
+        Self::migrated(writer, None, &options, clock).await
+    }
+
+    /// Applies the pending migrations on `writer` and makes the coordinator.
+    async fn migrated(
+        mut writer: SqliteConnection,
+        readers: Option<sqlx::sqlite::SqlitePool>,
+        options: &SqliteOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, CoordinatorError> {
+        migrator()
+            .run(&mut writer)
+            .await
+            .map_err(|e| CoordinatorError::Storage(Box::new(e)))?;
+        Ok(SqliteCoordinator {
+            clock,
+            max_commit_age: options.max_commit_age,
+            writer: Mutex::new(Some(writer)),
+            readers,
+            closed: AtomicBool::new(false),
+            counters: Counters::default(),
+        })
+    }
+
+    /// Closes the connections, waiting for a write in progress. Later calls fail with
+    /// [`CoordinatorError::Closed`].
+    pub async fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        if let Some(conn) = self.writer.lock().await.take()
+            && let Err(e) = conn.close().await
+        {
+            tracing::warn!(error = %e, "closing the SQLite write connection failed");
+        }
+        if let Some(pool) = &self.readers {
+            pool.close().await;
+        }
+    }
+
+    /// The write connection, once the writer mutex is held.
+    pub(super) async fn write(&self) -> Result<Writer<'_>, CoordinatorError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(CoordinatorError::Closed);
+        }
+        Ok(Writer(self.writer.lock().await))
+    }
+
+    /// A connection to read on.
+    pub(super) async fn read(&self) -> Result<Reader<'_>, CoordinatorError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(CoordinatorError::Closed);
+        }
+        match &self.readers {
+            Some(pool) => pool.acquire().await.map(Reader::Pool).map_err(unavailable),
+            None => Ok(Reader::Writer(self.writer.lock().await)),
+        }
+    }
+}
+
+/// The single write connection, held (the writer mutex) until dropped.
+pub(super) struct Writer<'a>(MutexGuard<'a, Option<SqliteConnection>>);
+
+impl Writer<'_> {
+    /// Starts the write transaction of a call (`BEGIN IMMEDIATE`: SQLite's write lock is taken
+    /// now, so the call's reads see what it will write on). Dropping it rolls back.
+    pub(super) async fn begin(&mut self) -> Result<Transaction<'_, Sqlite>, CoordinatorError> {
+        self.0
+            .as_mut()
+            .ok_or(CoordinatorError::Closed)?
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(not_applied)
+    }
+}
+
+/// A connection to read on: from the pool, or the writer for in-memory databases.
+pub(super) enum Reader<'a> {
+    Pool(PoolConnection<Sqlite>),
+    Writer(MutexGuard<'a, Option<SqliteConnection>>),
+}
+
+impl Reader<'_> {
+    /// The connection.
+    pub(super) fn conn(&mut self) -> Result<&mut SqliteConnection, CoordinatorError> {
+        match self {
+            Reader::Pool(c) => Ok(&mut **c),
+            Reader::Writer(g) => g.as_mut().ok_or(CoordinatorError::Closed),
+        }
+    }
+
+    /// Starts a read transaction: the call's reads see one snapshot.
+    pub(super) async fn begin(&mut self) -> Result<Transaction<'_, Sqlite>, CoordinatorError> {
+        self.conn()?.begin().await.map_err(not_applied)
+    }
+}
+
+/// SQLite primary result codes that mean "try again later": BUSY, LOCKED, IOERR, FULL, CANTOPEN.
+fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(_) => primary_code_in(e, &[5, 6, 10, 13, 14]),
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
+}
+
+/// Whether `e` is a database error whose primary result code is one of `codes`.
+fn primary_code_in(e: &sqlx::Error, codes: &[i32]) -> bool {
+    match e {
+        sqlx::Error::Database(d) => d
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            .is_some_and(|c| codes.contains(&(c & 0xff))),
+        _ => false,
+    }
+}
+
+/// An error reaching the database: nothing was applied, retry later.
+pub(super) fn unavailable(e: sqlx::Error) -> CoordinatorError {
+    CoordinatorError::Unavailable(Box::new(e))
+}
+
+/// An error before COMMIT: nothing was applied.
+pub(super) fn not_applied(e: sqlx::Error) -> CoordinatorError {
+    if is_transient(&e) {
+        CoordinatorError::Unavailable(Box::new(e))
+    } else {
+        CoordinatorError::Storage(Box::new(e))
+    }
+}
+
+/// An error of COMMIT: unknown whether it was applied, unless SQLite says it was not (BUSY,
+/// LOCKED).
+pub(super) fn at_commit(e: sqlx::Error) -> CoordinatorError {
+    if primary_code_in(&e, &[5, 6]) {
+        CoordinatorError::Unavailable(Box::new(e))
+    } else {
+        CoordinatorError::OutcomeUnknown(Box::new(e))
+    }
+}

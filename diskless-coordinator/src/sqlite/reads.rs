@@ -1,0 +1,275 @@
+//! The queries: `find_batches`, `list_offsets`, `list_topics`, `known_objects`, `object_info` and
+//! `producer_state`, each on a read connection (in one read transaction when it reads twice).
+
+use super::conn::not_applied;
+use super::producer;
+use super::{CHUNK, SqliteCoordinator, decode_owners};
+use crate::rows::{
+    OBJECT_INFO, SqlRow, TOPIC_COLUMNS, batch_columns, batch_from_row, col, corrupt,
+    object_info_from_row, topic_from_row, topic_key,
+};
+use crate::rules::{FetchLimits, in_request_order, list_offsets_answer, looks_up_batch};
+use crate::{
+    CoordinatorError, ErrorCode, FindBatchesRequest, FindBatchesResponse, ListOffsetsRequest,
+    ListOffsetsResponse, MAX_TIMESTAMP, ObjectInfo, ProducerState, TopicIdPartition, TopicInfo,
+};
+use sqlx::AssertSqlSafe;
+use sqlx::sqlite::SqliteConnection;
+use std::collections::HashSet;
+
+/// ListOffsets by timestamp, step 1: one probe of the index `batches_timestamp_so_far`. The
+/// running max timestamp is monotonic in offset order, so the first batch in (running max, offset)
+/// order whose running max reaches the target (`?2`) is the first such batch in offset order. Every
+/// live batch before it has a running max, hence an effective max timestamp, below the target: when
+/// its own effective max timestamp reaches the target it is the answer.
+pub(super) const TIMESTAMP_CANDIDATE: &str = "SELECT base_offset, last_offset, \
+     effective_max_timestamp FROM batches WHERE partition_id = ?1 AND max_timestamp_so_far >= ?2 \
+     ORDER BY max_timestamp_so_far, last_offset LIMIT 1";
+
+/// ListOffsets by timestamp, step 2, only when the candidate's own timestamp is below the target.
+/// That happens only to the first live batch, when a batch deleted before it (retention,
+/// DeleteRecords) raised the running max (the running max includes deleted batches; every later
+/// batch has a running max at least as large), so the target is at or below the largest timestamp
+/// of a deleted batch. The answer is then the first live batch after the candidate (`?2`, its last
+/// offset) reaching the target (`?3`): a forward scan from the log start in offset order, which
+/// ends at the answer (with near-monotonic timestamps, a few batches; in the worst case, a deleted
+/// far-future timestamp, the whole partition).
+pub(super) const TIMESTAMP_SCAN: &str = "SELECT base_offset, effective_max_timestamp FROM batches \
+     WHERE partition_id = ?1 AND last_offset > ?2 AND effective_max_timestamp >= ?3 \
+     ORDER BY last_offset LIMIT 1";
+
+/// MAX_TIMESTAMP: the earliest live batch holding the largest effective max timestamp, one probe of
+/// the index `batches_max_timestamp` (timestamp descending, offset ascending). The running max is not
+/// used: it may come from a deleted batch.
+pub(super) const MAX_TIMESTAMP_LOOKUP: &str = "SELECT base_offset, effective_max_timestamp \
+     FROM batches WHERE partition_id = ?1 ORDER BY effective_max_timestamp DESC, last_offset LIMIT 1";
+
+const SELECT_PARTITION: &str = "SELECT p.partition_id, p.log_start_offset, p.high_watermark, \
+     p.byte_size, t.timestamp_type FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
+     WHERE p.topic_id = ?1 AND p.partition = ?2";
+
+/// Batches read per round trip while filling a partition's `find_batches` answer.
+const PAGE: i64 = 128;
+
+/// (partition_id, log start offset, high watermark) of a partition, if it exists.
+pub(super) async fn partition_bounds(
+    conn: &mut SqliteConnection,
+    p: TopicIdPartition,
+) -> Result<Option<(i64, i64, i64)>, CoordinatorError> {
+    let row = sqlx::query(SELECT_PARTITION)
+        .bind(topic_key(p.topic_id))
+        .bind(p.partition)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(not_applied)?;
+    row.map(|r| Ok((r.i64_at(0)?, r.i64_at(1)?, r.i64_at(2)?)))
+        .transpose()
+}
+
+/// Which of `keys` name a committed object, in [`CHUNK`]s of keys per statement.
+pub(super) async fn known_keys<'k>(
+    conn: &mut SqliteConnection,
+    keys: impl IntoIterator<Item = &'k str>,
+) -> Result<HashSet<String>, CoordinatorError> {
+    let keys: Vec<&str> = keys.into_iter().collect();
+    let mut known = HashSet::new();
+    for chunk in keys.chunks(CHUNK) {
+        let sql = format!(
+            "SELECT object_key FROM objects WHERE object_key IN ({})",
+            vec!["?"; chunk.len()].join(",")
+        );
+        let q = chunk.iter().fold(
+            sqlx::query_scalar::<_, String>(AssertSqlSafe(sql)),
+            |q, key| q.bind(*key),
+        );
+        known.extend(q.fetch_all(&mut *conn).await.map_err(not_applied)?);
+    }
+    Ok(known)
+}
+
+/// One lookup of a batch for ListOffsets: (base offset, effective max timestamp).
+async fn probe(
+    conn: &mut SqliteConnection,
+    sql: &'static str,
+    partition_id: i64,
+    args: &[i64],
+) -> Result<Option<(i64, i64)>, CoordinatorError> {
+    let q = args
+        .iter()
+        .fold(sqlx::query(sql).bind(partition_id), |q, a| q.bind(*a));
+    let row = q.fetch_optional(&mut *conn).await.map_err(not_applied)?;
+    row.map(|r| Ok((r.i64_at(0)?, r.i64_at(1)?))).transpose()
+}
+
+/// The first live batch of a partition whose effective max timestamp reaches `t`: one probe,
+/// and a forward scan only when a deleted batch raised the running max (see
+/// [`TIMESTAMP_SCAN`]).
+async fn timestamp_lookup(
+    conn: &mut SqliteConnection,
+    partition_id: i64,
+    t: i64,
+) -> Result<Option<(i64, i64)>, CoordinatorError> {
+    let candidate = sqlx::query(TIMESTAMP_CANDIDATE)
+        .bind(partition_id)
+        .bind(t)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(not_applied)?;
+    let Some(row) = candidate else {
+        return Ok(None);
+    };
+    let (base, last, ts) = (row.i64_at(0)?, row.i64_at(1)?, row.i64_at(2)?);
+    if ts >= t {
+        return Ok(Some((base, ts)));
+    }
+    probe(conn, TIMESTAMP_SCAN, partition_id, &[last, t]).await
+}
+
+impl SqliteCoordinator {
+    pub(super) async fn read_list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
+        let mut reader = self.read().await?;
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT topic_id, {TOPIC_COLUMNS} FROM topics ORDER BY name"
+        )))
+        .fetch_all(reader.conn()?)
+        .await
+        .map_err(not_applied)?;
+        rows.iter().map(topic_from_row).collect()
+    }
+
+    pub(super) async fn read_find_batches(
+        &self,
+        requests: &[FindBatchesRequest],
+        fetch_max_bytes: u32,
+    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        let mut reader = self.read().await?;
+        let mut tx = reader.begin().await?;
+        let mut limits = FetchLimits::new(fetch_max_bytes);
+        let mut responses = Vec::with_capacity(requests.len());
+        let sql = format!(
+            "SELECT {} FROM batches b JOIN objects o ON o.object_id = b.object_id \
+             WHERE b.partition_id = ?1 AND b.last_offset >= ?2 ORDER BY b.last_offset LIMIT ?3",
+            batch_columns("o")
+        );
+        for request in requests {
+            let Some((partition_id, lso, hwm)) =
+                partition_bounds(&mut tx, request.partition).await?
+            else {
+                responses.push(FindBatchesResponse::error(
+                    ErrorCode::UnknownTopicOrPartition,
+                ));
+                continue;
+            };
+            if request.offset < lso || request.offset > hwm {
+                responses.push(FindBatchesResponse::error(ErrorCode::OffsetOutOfRange));
+                continue;
+            }
+            let mut fetch = limits.partition(request.max_bytes);
+            let mut from = request.offset;
+            'pages: while from < hwm {
+                let rows = sqlx::query(AssertSqlSafe(sql.clone()))
+                    .bind(partition_id)
+                    .bind(from)
+                    .bind(PAGE)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(not_applied)?;
+                for row in &rows {
+                    if !fetch.take(batch_from_row(row, 0)?) {
+                        break 'pages;
+                    }
+                    from = fetch.next_offset()?.unwrap_or(from);
+                }
+                if (rows.len() as i64) < PAGE {
+                    break;
+                }
+            }
+            responses.push(fetch.into_response(lso, hwm));
+        }
+        tx.commit().await.map_err(not_applied)?;
+        Ok(responses)
+    }
+
+    pub(super) async fn read_list_offsets(
+        &self,
+        requests: &[ListOffsetsRequest],
+    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
+        let mut reader = self.read().await?;
+        let mut tx = reader.begin().await?;
+        let mut responses = Vec::with_capacity(requests.len());
+        for request in requests {
+            let Some((partition_id, lso, hwm)) =
+                partition_bounds(&mut tx, request.partition).await?
+            else {
+                responses.push(ListOffsetsResponse::error(
+                    ErrorCode::UnknownTopicOrPartition,
+                ));
+                continue;
+            };
+            let hit = match request.timestamp {
+                t if !looks_up_batch(t) => None,
+                MAX_TIMESTAMP => probe(&mut tx, MAX_TIMESTAMP_LOOKUP, partition_id, &[]).await?,
+                t => timestamp_lookup(&mut tx, partition_id, t).await?,
+            };
+            responses.push(list_offsets_answer(request.timestamp, lso, hwm, hit));
+        }
+        tx.commit().await.map_err(not_applied)?;
+        Ok(responses)
+    }
+
+    pub(super) async fn read_known_objects(
+        &self,
+        object_keys: &[String],
+    ) -> Result<Vec<String>, CoordinatorError> {
+        let mut reader = self.read().await?;
+        let known = known_keys(reader.conn()?, object_keys.iter().map(String::as_str)).await?;
+        Ok(in_request_order(object_keys, known))
+    }
+
+    pub(super) async fn read_object_info(
+        &self,
+        object_key: &str,
+    ) -> Result<Option<ObjectInfo>, CoordinatorError> {
+        let mut reader = self.read().await?;
+        let row = sqlx::query(OBJECT_INFO)
+            .bind(object_key)
+            .fetch_optional(reader.conn()?)
+            .await
+            .map_err(not_applied)?;
+        row.map(|r| {
+            let owners = decode_owners(&r.string_at(3)?)?;
+            object_info_from_row(&r, object_key, owners)
+        })
+        .transpose()
+    }
+
+    pub(super) async fn read_producer_state(
+        &self,
+        partition: TopicIdPartition,
+        producer_id: i64,
+    ) -> Result<Option<ProducerState>, CoordinatorError> {
+        let mut reader = self.read().await?;
+        let row = sqlx::query(
+            "SELECT s.producer_epoch, s.batch_window, s.last_append_ms FROM producer_state s \
+             JOIN partitions p ON p.partition_id = s.partition_id \
+             WHERE p.topic_id = ?1 AND p.partition = ?2 AND s.producer_id = ?3",
+        )
+        .bind(topic_key(partition.topic_id))
+        .bind(partition.partition)
+        .bind(producer_id)
+        .fetch_optional(reader.conn()?)
+        .await
+        .map_err(not_applied)?;
+        let Some(r) = row else {
+            return Ok(None);
+        };
+        let window: Vec<u8> = col(&r, 1)?;
+        Ok(Some(ProducerState {
+            producer_id,
+            producer_epoch: r.i16_at(0)?,
+            batches: producer::decode_window(&window)
+                .ok_or_else(|| corrupt("torn producer batch window"))?,
+            last_append_ms: r.i64_at(2)?,
+        }))
+    }
+}
