@@ -2,6 +2,8 @@
 //! multi-threaded runtime (`moka::get_or_load_loads_once_and_caches`, ...), the concurrent-load
 //! case again on a single thread, and the whole suite in one test.
 
+#![allow(clippy::expect_used)]
+
 use async_trait::async_trait;
 use diskless_cache::{MokaCache, MokaCacheConfig};
 use diskless_testkit::cache::{self, CacheFactory};
@@ -14,6 +16,7 @@ impl CacheFactory for Moka {
 
     async fn create(&self, max_bytes: u64) -> MokaCache {
         MokaCache::new(MokaCacheConfig::default().with_max_bytes(max_bytes))
+            .expect("a valid cache configuration")
     }
 
     async fn settle(&self, cache: &MokaCache) {

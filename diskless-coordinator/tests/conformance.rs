@@ -18,7 +18,7 @@ coordinator_conformance!(sqlite_file, async |clock| {
     let dir = tempfile::tempdir().unwrap();
     let coordinator = SqliteCoordinator::open(
         dir.path().join("case.db"),
-        SqliteOptions::default().synchronous(Synchronous::Normal),
+        SqliteOptions::default().with_synchronous(Synchronous::Normal),
         clock,
     )
     .await

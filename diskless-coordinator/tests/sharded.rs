@@ -34,11 +34,9 @@ async fn sqlite_shards(clock: &Arc<ManualClock>, n: usize) -> Vec<Arc<dyn BatchC
 }
 
 fn config(seed: u64) -> ShardedConfig {
-    ShardedConfig {
-        seed,
-        max_commit_age: Duration::from_secs(600),
-        ..ShardedConfig::default()
-    }
+    ShardedConfig::default()
+        .with_seed(seed)
+        .with_max_commit_age(Duration::from_secs(600))
 }
 
 async fn router(

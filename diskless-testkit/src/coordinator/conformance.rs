@@ -18,6 +18,9 @@
 //! [`CLOCK_SENSITIVE_CASES`], [`MANUAL_CLOCK_CASES`], [`run_all`] and the macro's tests follow
 //! from that list, and a unit test checks that it names every `pub async fn` case of this file.
 
+// The cases are tests: an unexpected error fails the case, with the failed call named.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use crate::fixture::Fixture;
 use crate::keys::v7_key;
 use diskless_coordinator::{

@@ -21,12 +21,16 @@
 //! macro's tests follow from that list, and a unit test checks that it names every case of this
 //! file.
 
+// The cases are tests: an unexpected error fails the case, with the failed call named.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use crate::fixture::Fixture;
 use bytes::Bytes;
-use diskless_storage::{ObjectKey, ObjectMeta, ObjectStorage, StorageError};
+use diskless_common::{Clock, SystemClock};
+use diskless_storage::{KeySource, ObjectKey, ObjectMeta, ObjectStorage, RandomKeys, StorageError};
 use futures::TryStreamExt;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// Size of the object of [`large_object`]: 16 MiB and a bit, so that it is not a power of two.
 pub const LARGE_OBJECT_SIZE: usize = 16 * 1024 * 1024 + 12_345;
@@ -174,8 +178,13 @@ macro_rules! __storage_conformance_test {
 
 /// A prefix no other case (or run) uses.
 pub fn unique_prefix(case: &str) -> String {
-    format!("conformance/{}/{case}", uuid::Uuid::new_v4().simple())
+    let uuid = KEYS.next_uuid(SystemClock.now_ms());
+    format!("conformance/{}/{case}", uuid.simple())
 }
+
+/// The source of the suite's keys and prefixes: seeded from the operating system's entropy, so
+/// that runs sharing a bucket draw other keys.
+static KEYS: LazyLock<RandomKeys> = LazyLock::new(RandomKeys::new);
 
 /// Deterministic test bytes: `len` bytes that differ from those of another `seed`.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -191,7 +200,7 @@ fn chunks(data: &[u8], chunk: usize) -> Vec<Bytes> {
 }
 
 fn key(prefix: &str) -> ObjectKey {
-    ObjectKey::generate(prefix).expect("valid prefix")
+    ObjectKey::generate(prefix, &*KEYS, &SystemClock).expect("valid prefix")
 }
 
 fn assert_invalid_range(result: Result<Bytes, StorageError>, what: &str) {
@@ -379,7 +388,7 @@ pub async fn list_by_prefix(storage: &dyn ObjectStorage) {
     expected.sort();
     let got: Vec<(ObjectKey, u64)> = listed.iter().map(|m| (m.key.clone(), m.size)).collect();
     assert_eq!(got, expected, "list of {inside:?}");
-    let now = SystemTime::now();
+    let now = UNIX_EPOCH + Duration::from_millis(SystemClock.now_ms().unsigned_abs());
     for m in &listed {
         assert!(
             m.last_modified > now - Duration::from_secs(24 * 3600)

@@ -167,7 +167,7 @@ struct State {
 ///     ObjectStoreStorage::in_memory(),
 ///     FaultConfig { seed: 7, ambiguous_upload_rate: 1.0, latency: Some(Latency::s3_like()), ..Default::default() },
 /// );
-/// let key = ObjectKey::generate("wal").unwrap();
+/// let key = ObjectKey::parse("wal/segment-1").unwrap();
 /// let payload = [bytes::Bytes::from_static(b"segment")];
 /// assert!(storage.upload(&key, &payload).await.unwrap_err().is_transient());
 /// // ...but it landed:

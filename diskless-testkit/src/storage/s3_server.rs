@@ -19,7 +19,7 @@
 //!
 //! let server = S3TestServer::start().await.unwrap();
 //! let storage = server.storage("diskless").unwrap();
-//! let key = ObjectKey::generate("wal").unwrap();
+//! let key = ObjectKey::parse("wal/segment-1").unwrap();
 //! storage.upload(&key, &[bytes::Bytes::from_static(b"over http")]).await.unwrap();
 //! assert_eq!(storage.fetch(&key, 5..9).await.unwrap(), "http");
 //! server.shutdown().await;
