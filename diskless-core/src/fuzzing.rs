@@ -1,5 +1,8 @@
 //! Bodies of the cargo-fuzz targets in `fuzz/`, as plain functions so that the committed corpus is
 //! replayed by an ordinary test (`tests/fuzz_corpus.rs`). Not a stable API.
+//!
+//! A fuzz target reports a broken invariant by panicking, so these bodies assert and `expect`.
+#![allow(clippy::expect_used)]
 
 use bytes::Bytes;
 use diskless_coordinator::TopicConfig;
@@ -16,9 +19,9 @@ pub const FUZZ_NOW_MS: i64 = 1_700_000_000_000;
 /// that the rewrites keep it valid. Panics only on a broken invariant.
 pub fn fuzz_batch_validator(data: &[u8]) {
     let config = TopicConfig::default();
-    let mut validator = Validator::new(ValidationOptions {
-        max_decompressed_bytes: Some(1 << 20),
-    });
+    let mut validator =
+        Validator::new(ValidationOptions::default().with_max_decompressed_bytes(Some(1 << 20)))
+            .expect("a 1 MiB decompression limit is valid");
     // The produce path's entry point: one partition's records, exactly one batch.
     if let Ok((batch, v)) =
         validator.validate_produce_records(&Bytes::copy_from_slice(data), &config, FUZZ_NOW_MS)

@@ -83,6 +83,7 @@ pub struct ListOffsetsPartition {
 
 /// The answer for one partition of a ListOffsets request, in request order.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ListedOffset {
     /// The partition.
     pub partition: TopicIdPartition,
@@ -196,6 +197,22 @@ impl Fetcher {
     /// `Err` only when the coordinator cannot be asked; a batch that cannot be read or verified
     /// (CRC, framing, coordinates) answers its partition with a retriable `KAFKA_STORAGE_ERROR`,
     /// never with a wrong offset.
+    ///
+    /// Runs in a `list_offsets` span (level `DEBUG`). Its reads are not counted in the fetch
+    /// metrics (`diskless_fetch_*`, `diskless_cache_*_bytes_total`); the storage and coordinator
+    /// wrappers (`MeteredStorage`, `MeteredCoordinator`) count its calls.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, and safe to retry: a lookup only reads (coordinator calls, and batch reads
+    /// through the same path as [`Fetcher::fetch`], whose cancel safety applies). Dropping its
+    /// future changes nothing but the cache, which only receives complete blocks of stored bytes.
+    #[tracing::instrument(
+        level = "debug",
+        name = "list_offsets",
+        skip_all,
+        fields(partitions = requests.len())
+    )]
     pub async fn list_offsets(
         &self,
         requests: &[ListOffsetsPartition],
@@ -338,7 +355,7 @@ impl Fetcher {
                 to_read.push((li, batch, lso));
             }
         }
-        let mut bytes_of = self
+        let (mut bytes_of, _) = self
             .read_batches(to_read.iter().map(|(li, batch, _)| (*li, batch)).collect())
             .await;
         for (li, batch, lso) in &to_read {
@@ -485,7 +502,7 @@ impl Fetcher {
                 let record = if batch.timestamp_type == TimestampType::LogAppendTime {
                     Ok(log_append_time_record(batch, lso, Search::AtLeast(target)))
                 } else {
-                    match self.read_batches(vec![(0usize, batch)]).await.remove(&0) {
+                    match self.read_batches(vec![(0usize, batch)]).await.0.remove(&0) {
                         Some(Ok(bytes)) => find_record(
                             bytes,
                             batch,

@@ -52,6 +52,7 @@ use diskless_coordinator::{
     TimestampType, TopicConfig, TopicIdPartition,
 };
 
+use crate::ConfigError;
 use crate::batch::{
     BASE_OFFSET_OFFSET, BATCH_LENGTH_OFFSET, BatchError, Compression, HEADER_LEN, LOG_OVERHEAD,
     MAGIC_OFFSET, MAGIC_V2, RecordBatch, read_i32, read_i64,
@@ -268,12 +269,41 @@ impl ValidatedBatch {
     }
 }
 
-/// Tuning of the validator.
+/// Tuning of the validator: [`Default`], then the `with_*` methods. Checked by
+/// [`Validator::new`] ([`ValidationOptions::validate`]).
+///
+/// ```
+/// use diskless_core::{ValidationOptions, Validator};
+/// let options = ValidationOptions::default().with_max_decompressed_bytes(Some(1 << 20));
+/// let validator = Validator::new(options).unwrap();
+/// assert!(Validator::new(ValidationOptions::default().with_max_decompressed_bytes(Some(0))).is_err());
+/// # let _ = validator;
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct ValidationOptions {
-    /// The largest decompressed records section accepted; `None` means
+    /// The largest decompressed records section accepted, at least 1; `None` (the default) means
     /// [`default_decompression_limit`] of the topic's `max.message.bytes`.
     pub max_decompressed_bytes: Option<usize>,
+}
+
+impl ValidationOptions {
+    /// Sets [`max_decompressed_bytes`](Self::max_decompressed_bytes).
+    pub fn with_max_decompressed_bytes(mut self, max_decompressed_bytes: Option<usize>) -> Self {
+        self.max_decompressed_bytes = max_decompressed_bytes;
+        self
+    }
+
+    /// Checks every setting: the first one out of range, as a [`ConfigError::Invalid`] naming it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_decompressed_bytes == Some(0) {
+            return Err(ConfigError::invalid(
+                "max_decompressed_bytes",
+                "must be at least 1 (or None for the topic's default)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The default bound on a batch's decompressed records: 32 × `max.message.bytes`, at least 32 MiB.
@@ -402,12 +432,13 @@ pub fn verify_stored_batch(batch: &RecordBatch) -> Result<ValidatedBatch, Valida
 }
 
 impl Validator {
-    /// A validator with the given options.
-    pub fn new(options: ValidationOptions) -> Self {
-        Validator {
+    /// A validator with the given options, or the first of them out of range.
+    pub fn new(options: ValidationOptions) -> Result<Self, ConfigError> {
+        options.validate()?;
+        Ok(Validator {
             options,
             scratch: Vec::new(),
-        }
+        })
     }
 
     /// See [`validate_batch`].

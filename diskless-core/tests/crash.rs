@@ -57,17 +57,12 @@ fn child(dir: &Path) -> ! {
             .await
             .unwrap();
         let writer = Arc::new(
-            WalWriter::new(
-                WalWriterConfig {
-                    commit_interval: Duration::from_millis(5),
-                    ..WalWriterConfig::default()
-                },
-                storage,
-                coordinator,
-                None,
-                Arc::new(SystemClock),
-            )
-            .unwrap(),
+            WalWriter::builder(storage, coordinator)
+                .with_config(
+                    WalWriterConfig::default().with_commit_interval(Duration::from_millis(5)),
+                )
+                .build()
+                .unwrap(),
         );
         let acked = Arc::new(std::sync::atomic::AtomicU32::new(0));
         for p in 0..PARTITIONS {
@@ -141,7 +136,7 @@ fn acknowledged_produces_survive_a_kill() {
         .unwrap();
     rt.block_on(async {
         let (storage, coordinator) = open(dir.path()).await;
-        let fetcher = Fetcher::new(FetcherConfig::default(), storage, coordinator, None);
+        let fetcher = Fetcher::builder(storage, coordinator).build().unwrap();
         for p in 0..PARTITIONS {
             let partition = TopicIdPartition::new(TOPIC, p);
             let mut offset = 0;

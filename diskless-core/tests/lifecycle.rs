@@ -5,15 +5,16 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use diskless_cache::{BlockKey, LocalCache, MokaCache, MokaCacheConfig};
 use diskless_coordinator::*;
+use diskless_core::ConfigError;
 use diskless_core::lifecycle::{
     CleanerConfig, CommitDeadline, Lifecycle, ObjectCleaner, OrphanCollector, OrphanConfig,
-    RetentionConfig, RetentionEnforcer,
+    ProducerExpirer, ProducerExpiryConfig, RetentionConfig, RetentionEnforcer,
 };
 use diskless_storage::{ObjectKey, ObjectMeta, ObjectStorage, ObjectStoreStorage, StorageError};
 use diskless_testkit::coordinator::InMemoryCoordinator;
 use diskless_testkit::storage::{FaultConfig, FaultKind, FaultyStorage};
-use futures::TryStreamExt;
 use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -171,11 +172,9 @@ impl Env {
             self.storage.clone(),
             None,
             self.clock.clone(),
-            CleanerConfig {
-                grace: Duration::from_millis(grace_ms),
-                ..CleanerConfig::default()
-            },
+            CleanerConfig::default().with_grace(Duration::from_millis(grace_ms)),
         )
+        .unwrap()
     }
 
     async fn exists(&self, key: &ObjectKey) -> bool {
@@ -246,7 +245,8 @@ async fn retention_by_time_deletes_the_expired_prefix_and_objects_go_after_the_g
         env.clock.advance(4_000);
     }
     // Now T0+16s: batches at 0, 4, 8, 12 s; older than 10 s: the first two.
-    let retention = RetentionEnforcer::new(env.coordinator.clone(), RetentionConfig::default());
+    let retention =
+        RetentionEnforcer::new(env.coordinator.clone(), RetentionConfig::default()).unwrap();
     let r = retention.run_pass().await.unwrap();
     assert_eq!(
         (r.batches_deleted, r.bytes_deleted, r.more),
@@ -287,7 +287,8 @@ async fn retention_by_size_keeps_the_newest_batches_at_or_above_the_limit() {
         keys.push(env.produce(&[(p0, 100)]).await);
     }
     let other = env.produce(&[(p1, 100)]).await;
-    let retention = RetentionEnforcer::new(env.coordinator.clone(), RetentionConfig::default());
+    let retention =
+        RetentionEnforcer::new(env.coordinator.clone(), RetentionConfig::default()).unwrap();
     let r = retention.run_pass().await.unwrap();
     // 500 bytes: dropping 100 leaves 400, then 300 (>= 250); dropping a third would leave 200.
     assert_eq!((r.batches_deleted, r.bytes_deleted), (2, 200));
@@ -347,11 +348,11 @@ async fn retention_passes_are_capped_and_resume() {
     env.clock.advance(5_000);
     let retention = RetentionEnforcer::new(
         env.coordinator.clone(),
-        RetentionConfig {
-            max_batches_per_call: 7,
-            max_calls_per_pass: 3,
-        },
-    );
+        RetentionConfig::default()
+            .with_max_batches_per_call(7)
+            .with_max_calls_per_pass(3),
+    )
+    .unwrap();
     let r = retention.run_pass().await.unwrap();
     assert_eq!((r.calls, r.batches_deleted, r.more), (3, 21, true));
     let r = retention.run_pass().await.unwrap();
@@ -366,12 +367,11 @@ async fn retention_passes_are_capped_and_resume() {
         env.storage.clone(),
         None,
         env.clock.clone(),
-        CleanerConfig {
-            batch_size: 8,
-            max_rounds_per_pass: 5,
-            ..CleanerConfig::default()
-        },
-    );
+        CleanerConfig::default()
+            .with_batch_size(8)
+            .with_max_rounds_per_pass(5),
+    )
+    .unwrap();
     let r = cleaner.run_pass().await.unwrap();
     assert_eq!((r.rounds, r.deleted), (5, 40));
     let r = cleaner.run_pass().await.unwrap();
@@ -386,7 +386,7 @@ async fn cleaning_drops_the_cached_blocks_of_deleted_objects() {
     let p = TopicIdPartition::new(t, 0);
     let dead = env.produce(&[(p, 100)]).await;
     let live = env.produce(&[(p, 100)]).await;
-    let cache = Arc::new(MokaCache::new(MokaCacheConfig::default()));
+    let cache = Arc::new(MokaCache::new(MokaCacheConfig::default()).unwrap());
     for k in [&dead, &live] {
         cache
             .insert(
@@ -409,7 +409,8 @@ async fn cleaning_drops_the_cached_blocks_of_deleted_objects() {
         Some(cache.clone()),
         env.clock.clone(),
         CleanerConfig::default(),
-    );
+    )
+    .unwrap();
     assert_eq!(cleaner.run_pass().await.unwrap().deleted, 1);
     cache.run_pending_tasks().await;
     assert!(
@@ -452,13 +453,13 @@ async fn cleaning_under_faults(seed: u64, rate: f64, ops: Vec<(u8, u8)>) -> (usi
         env.storage.clone(),
         None,
         clock.clone(),
-        CleanerConfig {
-            batch_size: 3,
-            max_rounds_per_pass: 2,
-            ..CleanerConfig::default()
-        },
-    );
-    let retention = RetentionEnforcer::new(env.coordinator.clone(), RetentionConfig::default());
+        CleanerConfig::default()
+            .with_batch_size(3)
+            .with_max_rounds_per_pass(2),
+    )
+    .unwrap();
+    let retention =
+        RetentionEnforcer::new(env.coordinator.clone(), RetentionConfig::default()).unwrap();
     let mut all = Vec::new();
     for (op, arg) in ops {
         match op % 5 {
@@ -604,17 +605,17 @@ fn collector(env: &Env, coordinator: Arc<dyn BatchCoordinator>) -> OrphanCollect
         coordinator,
         env.storage.clone(),
         env.clock.clone(),
-        OrphanConfig {
-            max_commit_age: Duration::from_millis(M as u64),
-            recheck_delay: Duration::from_millis(RECHECK as u64),
-            ..OrphanConfig::new("wal")
-        },
+        OrphanConfig::new("wal")
+            .with_max_commit_age(Duration::from_millis(M as u64))
+            .with_recheck_delay(Duration::from_millis(RECHECK as u64)),
     )
+    .unwrap()
 }
 
 /// `ObjectStoreStorage` stamps `last_modified` with the real time, and the collector dates an object
 /// by the later of its key time and its listing time. Tests run the manual clock a few seconds ahead
 /// of real time, so that key times (from the manual clock) are the later ones and exact.
+#[allow(clippy::disallowed_methods)] // The store's real-time dates are what it is about.
 fn real_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -632,7 +633,9 @@ async fn orphans_are_collected_in_two_phases() {
     let orphan = key_at(env.clock.now_ms());
     upload(&*env.storage, &orphan, &[(p, 10)], 0).await;
     let committed = env.produce(&[(p, 10)]).await;
-    let undatable = ObjectKey::generate_with_uuid("wal", Uuid::new_v4()).unwrap();
+    let undatable =
+        ObjectKey::generate_with_uuid("wal", uuid::Builder::from_random_bytes([7; 16]).into_uuid())
+            .unwrap();
     upload(&*env.storage, &undatable, &[(p, 10)], 0).await;
     let c = collector(&env, env.coordinator.clone());
 
@@ -696,12 +699,11 @@ async fn listing_failures_and_delete_failures_are_retried() {
         env.coordinator.clone(),
         faulty.clone(),
         env.clock.clone(),
-        OrphanConfig {
-            max_commit_age: Duration::from_millis(M as u64),
-            recheck_delay: Duration::from_millis(RECHECK as u64),
-            ..OrphanConfig::new("wal")
-        },
-    );
+        OrphanConfig::new("wal")
+            .with_max_commit_age(Duration::from_millis(M as u64))
+            .with_recheck_delay(Duration::from_millis(RECHECK as u64)),
+    )
+    .unwrap();
     env.clock.advance(M + 1_000);
     let mut failures = 0;
     for _ in 0..60 {
@@ -725,13 +727,11 @@ fn collector_with(
     storage: Arc<dyn ObjectStorage>,
     adjust: impl FnOnce(&mut OrphanConfig),
 ) -> OrphanCollector {
-    let mut config = OrphanConfig {
-        max_commit_age: Duration::from_millis(M as u64),
-        recheck_delay: Duration::from_millis(RECHECK as u64),
-        ..OrphanConfig::new("wal")
-    };
+    let mut config = OrphanConfig::new("wal")
+        .with_max_commit_age(Duration::from_millis(M as u64))
+        .with_recheck_delay(Duration::from_millis(RECHECK as u64));
     adjust(&mut config);
-    OrphanCollector::new(coordinator, storage, env.clock.clone(), config)
+    OrphanCollector::new(coordinator, storage, env.clock.clone(), config).unwrap()
 }
 
 /// `n` objects dated now (1 ms apart, so in key order as created): every third an orphan (uploaded
@@ -749,6 +749,89 @@ async fn mixed(env: &Env, p: TopicIdPartition, n: usize) -> (Vec<ObjectKey>, Vec
         env.clock.advance(1);
     }
     (orphans, committed)
+}
+
+/// Storage whose listings stall for good after `n` objects while `stall_after` is `Some(n)`.
+#[derive(Debug)]
+struct StallingListing {
+    inner: Arc<dyn ObjectStorage>,
+    stall_after: Mutex<Option<usize>>,
+}
+
+#[async_trait]
+impl ObjectStorage for StallingListing {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        self.inner.upload(key, payload).await
+    }
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        self.inner.fetch(key, range).await
+    }
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        self.inner.delete(keys).await
+    }
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        match *self.stall_after.lock() {
+            Some(n) => Box::pin(
+                self.inner
+                    .list(prefix)
+                    .take(n)
+                    .chain(futures::stream::pending()),
+            ),
+            None => self.inner.list(prefix),
+        }
+    }
+    fn list_with_offset<'a>(
+        &'a self,
+        prefix: &'a str,
+        offset: &'a str,
+    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.inner.list_with_offset(prefix, offset)
+    }
+}
+
+/// A pass cancelled midway (here while its listing stalls, after it handled a first page) leaves
+/// the collector consistent: the next pass resumes the same cycle after that page, so the
+/// suspects the cancelled pass found are kept and collected, and nothing else is lost.
+#[tokio::test]
+async fn a_cancelled_orphan_pass_keeps_its_cycle_and_its_suspects() {
+    let env = Env::new();
+    env.clock.set(real_now_ms());
+    let mut orphans = Vec::new();
+    for _ in 0..5 {
+        let k = key_at(env.clock.now_ms());
+        env.storage
+            .upload(&k, &[Bytes::from_static(b"orphan")])
+            .await
+            .unwrap();
+        orphans.push(k);
+        env.clock.advance(1);
+    }
+    let storage = Arc::new(StallingListing {
+        inner: env.storage.clone(),
+        stall_after: Mutex::new(Some(3)),
+    });
+    let c = collector_with(&env, env.coordinator.clone(), storage.clone(), |c| {
+        c.known_batch = 2;
+    });
+    env.clock.advance(M + 1_000);
+    // The first page (two keys) is handled, then the listing stalls: the pass is given up.
+    let cancelled = tokio::time::timeout(Duration::from_millis(200), c.run_pass()).await;
+    assert!(cancelled.is_err(), "the pass should have stalled");
+    assert_eq!(c.suspects().await, orphans[..2].to_vec());
+
+    // The next pass resumes after the first page, ends the same cycle, and keeps its suspects.
+    *storage.stall_after.lock() = None;
+    env.clock.advance(RECHECK);
+    let r = c.run_pass().await.unwrap();
+    assert_eq!((r.listed, r.new_suspects, r.dropped), (3, 3, 0), "{r:?}");
+    assert!(r.cycle_complete);
+    assert_eq!(c.suspects().await, orphans);
+    // A new cycle: the first two are due and collected; the others when they are due too.
+    let r = c.run_pass().await.unwrap();
+    assert_eq!((r.deleted, r.waiting), (2, 3), "{r:?}");
+    env.clock.advance(RECHECK);
+    assert_eq!(c.run_pass().await.unwrap().deleted, 3);
+    assert!(env.log.keys().await.is_empty());
 }
 
 /// Issue #12 item 9: a pass lists at most `max_listed_per_pass` objects and the next one resumes
@@ -823,7 +906,7 @@ async fn known_objects_are_asked_about_once_until_the_next_full_sweep() {
     }
     let orphan = key_at(env.clock.now_ms());
     upload(&*env.storage, &orphan, &[(p, 10)], 0).await;
-    let gate = Gate::new(env.coordinator.clone());
+    let gate = new_gate(env.coordinator.clone());
     let c = collector_with(&env, gate.clone(), env.storage.clone(), |c| {
         c.full_sweep_interval = Duration::from_secs(3600);
     });
@@ -981,32 +1064,26 @@ async fn an_unordered_listing_is_listed_to_the_end_and_no_orphan_is_missed() {
     }
 }
 
-/// A coordinator wrapper whose commits wait at a gate until released (a commit in flight), and
+/// A coordinator layer whose commits wait at a gate until released (a commit in flight), and
 /// that counts the keys the orphan collector asks about.
 #[derive(Debug, Default)]
-struct Gate {
-    inner: Option<Arc<dyn BatchCoordinator>>,
+struct GateLayer {
     waiting: Mutex<BTreeMap<String, Arc<tokio::sync::Notify>>>,
     /// Keys passed to `known_objects` and `fence_orphans`.
     asked: std::sync::atomic::AtomicU64,
 }
 
-impl Gate {
-    fn new(inner: Arc<dyn BatchCoordinator>) -> Arc<Self> {
-        Arc::new(Gate {
-            inner: Some(inner),
-            waiting: Mutex::new(BTreeMap::new()),
-            asked: std::sync::atomic::AtomicU64::new(0),
-        })
-    }
+/// A coordinator behind a [`GateLayer`]; its controls are the layer's (through `Deref`).
+type Gate = Layered<GateLayer>;
 
+fn new_gate(inner: Arc<dyn BatchCoordinator>) -> Arc<Gate> {
+    Arc::new(Layered::new(inner, GateLayer::default()))
+}
+
+impl GateLayer {
     /// The keys asked about since the last call.
     fn take_asked(&self) -> u64 {
         self.asked.swap(0, std::sync::atomic::Ordering::Relaxed)
-    }
-
-    fn inner(&self) -> &Arc<dyn BatchCoordinator> {
-        self.inner.as_ref().unwrap()
     }
 
     fn is_waiting(&self, key: &str) -> bool {
@@ -1021,18 +1098,10 @@ impl Gate {
 }
 
 #[async_trait]
-impl BatchCoordinator for Gate {
-    async fn create_topic(&self, r: CreateTopicRequest) -> Result<(), CoordinatorError> {
-        self.inner().create_topic(r).await
-    }
-    async fn delete_topic(&self, id: Uuid) -> Result<(), CoordinatorError> {
-        self.inner().delete_topic(id).await
-    }
-    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
-        self.inner().list_topics().await
-    }
+impl CoordinatorLayer for GateLayer {
     async fn commit_file(
         &self,
+        inner: &dyn BatchCoordinator,
         r: CommitFileRequest,
     ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
         let notify = Arc::new(tokio::sync::Notify::new());
@@ -1041,62 +1110,27 @@ impl BatchCoordinator for Gate {
             .insert(r.object_key.clone(), notify.clone());
         notify.notified().await;
         self.waiting.lock().remove(&r.object_key);
-        self.inner().commit_file(r).await
+        inner.commit_file(r).await
     }
-    async fn find_batches(
+
+    async fn fence_orphans(
         &self,
-        r: &[FindBatchesRequest],
-        m: u32,
-    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
-        self.inner().find_batches(r, m).await
-    }
-    async fn list_offsets(
-        &self,
-        r: &[ListOffsetsRequest],
-    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
-        self.inner().list_offsets(r).await
-    }
-    async fn delete_records(
-        &self,
-        r: &[DeleteRecordsRequest],
-    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
-        self.inner().delete_records(r).await
-    }
-    async fn enforce_retention(&self, m: u32) -> Result<RetentionReport, CoordinatorError> {
-        self.inner().enforce_retention(m).await
-    }
-    async fn objects_to_delete(
-        &self,
-        b: i64,
-        l: u32,
-    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
-        self.inner().objects_to_delete(b, l).await
-    }
-    async fn confirm_deleted(&self, k: &[String]) -> Result<(), CoordinatorError> {
-        self.inner().confirm_deleted(k).await
-    }
-    async fn fence_orphans(&self, k: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        inner: &dyn BatchCoordinator,
+        k: &[String],
+    ) -> Result<Vec<String>, CoordinatorError> {
         self.asked
             .fetch_add(k.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        self.inner().fence_orphans(k).await
+        inner.fence_orphans(k).await
     }
-    async fn expire_producers(&self, m: u32) -> Result<ProducerExpiryReport, CoordinatorError> {
-        self.inner().expire_producers(m).await
-    }
-    async fn known_objects(&self, k: &[String]) -> Result<Vec<String>, CoordinatorError> {
+
+    async fn known_objects(
+        &self,
+        inner: &dyn BatchCoordinator,
+        k: &[String],
+    ) -> Result<Vec<String>, CoordinatorError> {
         self.asked
             .fetch_add(k.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        self.inner().known_objects(k).await
-    }
-    async fn object_info(&self, k: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
-        self.inner().object_info(k).await
-    }
-    async fn producer_state(
-        &self,
-        p: TopicIdPartition,
-        id: i64,
-    ) -> Result<Option<ProducerState>, CoordinatorError> {
-        self.inner().producer_state(p, id).await
+        inner.known_objects(k).await
     }
 }
 
@@ -1117,7 +1151,7 @@ async fn a_commit_in_flight_while_the_collector_runs_is_never_deleted() {
     let t = env.topic(1, 1, -1, -1).await;
     let p = TopicIdPartition::new(t, 0);
     // The writer's path: fence, then the (slow) coordinator.
-    let gate = Gate::new(env.coordinator.clone());
+    let gate = new_gate(env.coordinator.clone());
     let fenced: Arc<dyn BatchCoordinator> = Arc::new(CommitDeadline::new(
         gate.clone(),
         env.clock.clone(),
@@ -1194,7 +1228,7 @@ async fn a_commit_stalled_past_the_second_check_is_refused_by_the_fence() {
     env.clock.set(real_now_ms());
     let t = env.topic(1, 1, -1, -1).await;
     let p = TopicIdPartition::new(t, 0);
-    let gate = Gate::new(env.coordinator.clone());
+    let gate = new_gate(env.coordinator.clone());
     let key = key_at(env.clock.now_ms());
     let request = upload(&*env.storage, &key, &[(p, 10)], env.clock.now_ms()).await;
     let commit = tokio::spawn({
@@ -1254,7 +1288,7 @@ async fn race(events: Vec<Event>) {
     env.clock.set(real_now_ms());
     let t = env.topic(1, 1, -1, -1).await;
     let p = TopicIdPartition::new(t, 0);
-    let gate = Gate::new(env.coordinator.clone());
+    let gate = new_gate(env.coordinator.clone());
     let fenced: Arc<dyn BatchCoordinator> = Arc::new(CommitDeadline::new(
         gate.clone(),
         env.clock.clone(),
@@ -1366,7 +1400,7 @@ async fn lifecycle_runs_every_worker_on_its_interval_until_shutdown() {
     env.clock.advance(61_001 + 1_000);
     let handle = Lifecycle::new()
         .retention(
-            RetentionEnforcer::new(env.coordinator.clone(), RetentionConfig::default()),
+            RetentionEnforcer::new(env.coordinator.clone(), RetentionConfig::default()).unwrap(),
             Duration::from_secs(10),
         )
         .cleaner(env.cleaner(0), Duration::from_secs(10))
@@ -1374,7 +1408,8 @@ async fn lifecycle_runs_every_worker_on_its_interval_until_shutdown() {
             collector(&env, env.coordinator.clone()),
             Duration::from_secs(60),
         )
-        .spawn();
+        .spawn()
+        .unwrap();
     // The manual clock moves on while the workers run: the object is marked, then old enough.
     tokio::time::sleep(Duration::from_secs(15)).await;
     env.clock.advance(1);
@@ -1394,6 +1429,106 @@ async fn lifecycle_runs_every_worker_on_its_interval_until_shutdown() {
     );
     // The retention pass and the cleaner did their job.
     assert!(!env.exists(&key).await);
+}
+
+/// Every worker's settings are checked when it is made, and the runner's intervals when it is
+/// spawned: a value out of range is refused, naming the setting, never adjusted.
+#[tokio::test]
+async fn settings_out_of_range_are_refused_not_adjusted() {
+    fn field<T: std::fmt::Debug>(r: Result<T, ConfigError>) -> &'static str {
+        match r {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+    let env = Env::new();
+    let c = || env.coordinator.clone();
+    let retention = |config| RetentionEnforcer::new(c(), config);
+    assert_eq!(
+        field(retention(
+            RetentionConfig::default().with_max_batches_per_call(0)
+        )),
+        "max_batches_per_call"
+    );
+    assert_eq!(
+        field(retention(
+            RetentionConfig::default().with_max_calls_per_pass(0)
+        )),
+        "max_calls_per_pass"
+    );
+    let expiry = |config| ProducerExpirer::new(c(), config);
+    assert_eq!(
+        field(expiry(
+            ProducerExpiryConfig::default().with_max_producers_per_call(0)
+        )),
+        "max_producers_per_call"
+    );
+    assert_eq!(
+        field(expiry(
+            ProducerExpiryConfig::default().with_max_calls_per_pass(0)
+        )),
+        "max_calls_per_pass"
+    );
+    let cleaner =
+        |config| ObjectCleaner::new(c(), env.storage.clone(), None, env.clock.clone(), config);
+    assert_eq!(
+        field(cleaner(CleanerConfig::default().with_batch_size(0))),
+        "batch_size"
+    );
+    assert_eq!(
+        field(cleaner(
+            CleanerConfig::default().with_max_rounds_per_pass(0)
+        )),
+        "max_rounds_per_pass"
+    );
+    cleaner(CleanerConfig::default().with_grace(Duration::ZERO)).unwrap();
+    let orphans =
+        |config| OrphanCollector::new(c(), env.storage.clone(), env.clock.clone(), config);
+    let default = OrphanConfig::default;
+    assert_eq!(default().prefix, "wal");
+    assert_eq!(field(orphans(default().with_prefix("/wal"))), "prefix");
+    assert_eq!(field(orphans(default().with_known_batch(0))), "known_batch");
+    assert_eq!(
+        field(orphans(default().with_max_listed_per_pass(0))),
+        "max_listed_per_pass"
+    );
+    assert_eq!(
+        field(orphans(default().with_max_suspects(0))),
+        "max_suspects"
+    );
+    assert_eq!(
+        field(orphans(default().with_max_deletes_per_pass(0))),
+        "max_deletes_per_pass"
+    );
+    // No prefix (the writer's keys are then bare UUIDs), and zero durations, are valid.
+    orphans(
+        default()
+            .with_prefix("")
+            .with_max_commit_age(Duration::ZERO)
+            .with_recheck_delay(Duration::ZERO)
+            .with_full_sweep_interval(Duration::ZERO),
+    )
+    .unwrap();
+
+    let spawned = Lifecycle::new()
+        .retention(
+            retention(RetentionConfig::default()).unwrap(),
+            Duration::from_secs(30),
+        )
+        .cleaner(env.cleaner(0), Duration::ZERO)
+        .spawn();
+    assert_eq!(field(spawned), "cleaner");
+}
+
+/// A lifecycle is spawned on the current runtime; outside one, it says so instead of panicking.
+#[test]
+fn spawning_a_lifecycle_outside_a_runtime_is_refused() {
+    let env = Env::new();
+    let retention = RetentionEnforcer::new(env.coordinator.clone(), RetentionConfig::default());
+    let spawned = Lifecycle::new()
+        .retention(retention.unwrap(), Duration::from_secs(30))
+        .spawn();
+    assert!(matches!(spawned, Err(ConfigError::NoRuntime)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1423,7 +1558,7 @@ impl ObjectStorage for DeletedUnderfoot {
 
 #[tokio::test]
 async fn a_fetch_racing_with_a_deletion_gets_a_retriable_error_not_bytes() {
-    use diskless_core::fetcher::{FetchPartition, Fetcher, FetcherConfig};
+    use diskless_core::fetcher::{FetchPartition, Fetcher};
     use diskless_core::{RecordBatchBuilder, SegmentBuilder, validate_batch};
     let env = Env::new();
     let t = env.topic(1, 1, -1, -1).await;
@@ -1449,12 +1584,12 @@ async fn a_fetch_racing_with_a_deletion_gets_a_retriable_error_not_bytes() {
         })
         .await
         .unwrap();
-    let fetcher = Fetcher::new(
-        FetcherConfig::default(),
+    let fetcher = Fetcher::builder(
         Arc::new(DeletedUnderfoot(env.log.clone())),
         env.coordinator.clone(),
-        None,
-    );
+    )
+    .build()
+    .unwrap();
     let answer = fetcher
         .fetch(
             &[FetchPartition {

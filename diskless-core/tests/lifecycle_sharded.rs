@@ -77,6 +77,7 @@ fn key_at(ms: i64) -> ObjectKey {
     ObjectKey::generate_with_uuid("wal", Uuid::new_v7(ts)).unwrap()
 }
 
+#[allow(clippy::disallowed_methods)] // The store stamps objects with the real time.
 fn real_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -141,11 +142,9 @@ impl World {
                 shards,
                 Arc::new(MemoryShardMap::new()),
                 clock.clone(),
-                ShardedConfig {
-                    seed,
-                    max_commit_age: Duration::from_millis(M as u64),
-                    ..ShardedConfig::default()
-                },
+                ShardedConfig::default()
+                    .with_seed(seed)
+                    .with_max_commit_age(Duration::from_millis(M as u64)),
             )
             .await
             .unwrap(),
@@ -278,32 +277,31 @@ async fn workload(sqlite: bool, seed: u64, delete_failure_rate: f64, ops: Vec<Op
     let coordinator: Arc<dyn BatchCoordinator> = w.router.clone();
     let retention = RetentionEnforcer::new(
         coordinator.clone(),
-        RetentionConfig {
-            max_batches_per_call: 4,
-            max_calls_per_pass: 3,
-        },
-    );
+        RetentionConfig::default()
+            .with_max_batches_per_call(4)
+            .with_max_calls_per_pass(3),
+    )
+    .unwrap();
     let cleaner = ObjectCleaner::new(
         coordinator.clone(),
         w.storage.clone(),
         None,
         w.clock.clone(),
-        CleanerConfig {
-            grace: Duration::from_millis(GRACE as u64),
-            batch_size: 4,
-            max_rounds_per_pass: 3,
-        },
-    );
+        CleanerConfig::default()
+            .with_grace(Duration::from_millis(GRACE as u64))
+            .with_batch_size(4)
+            .with_max_rounds_per_pass(3),
+    )
+    .unwrap();
     let collector = OrphanCollector::new(
         coordinator.clone(),
         w.storage.clone(),
         w.clock.clone(),
-        OrphanConfig {
-            max_commit_age: Duration::from_millis(M as u64),
-            recheck_delay: Duration::from_millis(RECHECK as u64),
-            ..OrphanConfig::new("wal")
-        },
-    );
+        OrphanConfig::new("wal")
+            .with_max_commit_age(Duration::from_millis(M as u64))
+            .with_recheck_delay(Duration::from_millis(RECHECK as u64)),
+    )
+    .unwrap();
     for (step, op) in ops.into_iter().enumerate() {
         match op {
             Op::Produce(batches) => {

@@ -8,6 +8,7 @@
 //! LogAppendTime topics, and DeleteRecords cutting into a batch.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
@@ -29,49 +30,43 @@ struct Env {
     writer: WalWriter,
     /// Shares the writer's cache (when there is one).
     fetcher: Fetcher,
+    /// Topics created so far.
+    topics: AtomicU32,
 }
 
 fn env(with_cache: bool) -> Env {
     let clock = ManualClock::new(NOW);
     let storage = Arc::new(ObjectStoreStorage::in_memory());
     let coordinator = Arc::new(InMemoryCoordinator::new(clock.clone()));
-    let cache = with_cache
-        .then(|| Arc::new(MokaCache::new(MokaCacheConfig::default())) as Arc<dyn LocalCache>);
-    let writer = WalWriter::new(
-        WalWriterConfig {
-            commit_interval: Duration::from_millis(50),
-            ..WalWriterConfig::default()
-        },
-        storage.clone(),
-        coordinator.clone(),
-        cache.clone(),
-        clock.clone(),
-    )
-    .unwrap();
-    let fetcher = Fetcher::new(
-        FetcherConfig::default(),
-        storage.clone(),
-        coordinator.clone(),
-        cache,
-    );
+    let mut writer = WalWriter::builder(storage.clone(), coordinator.clone())
+        .with_config(WalWriterConfig::default().with_commit_interval(Duration::from_millis(50)))
+        .with_clock(clock.clone())
+        .with_seed(7);
+    let mut fetcher = Fetcher::builder(storage.clone(), coordinator.clone());
+    if with_cache {
+        let cache: Arc<dyn LocalCache> =
+            Arc::new(MokaCache::new(MokaCacheConfig::default()).unwrap());
+        writer = writer.with_cache(cache.clone());
+        fetcher = fetcher.with_cache(cache);
+    }
+    let writer = writer.build().unwrap();
+    let fetcher = fetcher.build().unwrap();
     Env {
         storage,
         coordinator,
         clock,
         writer,
         fetcher,
+        topics: AtomicU32::new(0),
     }
 }
 
 impl Env {
     /// A fetcher without a cache: every batch it needs costs a GET.
     fn cold_fetcher(&self) -> Fetcher {
-        Fetcher::new(
-            FetcherConfig::default(),
-            self.storage.clone(),
-            self.coordinator.clone(),
-            None,
-        )
+        Fetcher::builder(self.storage.clone(), self.coordinator.clone())
+            .build()
+            .unwrap()
     }
 
     fn gets(&self) -> u64 {
@@ -79,7 +74,8 @@ impl Env {
     }
 
     async fn topic(&self, partitions: i32, timestamp_type: TimestampType) -> Uuid {
-        let topic_id = Uuid::new_v4();
+        // Each environment has its own coordinator: topic ids need only be unique within it.
+        let topic_id = Uuid::from_u128(u128::from(self.topics.fetch_add(1, Ordering::Relaxed)) + 1);
         self.coordinator
             .create_topic(CreateTopicRequest {
                 topic_id,
@@ -474,7 +470,7 @@ async fn errors_and_special_timestamps() {
         TopicIdPartition::new(topic, 0),
         TopicIdPartition::new(topic, 1),
     );
-    let unknown = TopicIdPartition::new(Uuid::new_v4(), 0);
+    let unknown = TopicIdPartition::new(Uuid::from_u128(u128::MAX), 0);
     e.produce(
         TimestampType::CreateTime,
         &[(p0, Compression::None, &[T + 3, T + 1, T + 2][..])],
@@ -598,4 +594,49 @@ async fn an_unreadable_batch_is_a_storage_error() {
     );
     assert_eq!((got[2].error, got[2].offset), (ErrorCode::None, 3));
     e.writer.close().await;
+}
+
+/// The fetcher's settings are checked when it is built: a value out of range is refused, naming
+/// the setting, never adjusted.
+#[test]
+fn the_fetcher_builder_refuses_settings_out_of_range() {
+    let clock = ManualClock::new(NOW);
+    let storage: Arc<dyn ObjectStorage> = Arc::new(ObjectStoreStorage::in_memory());
+    let coordinator: Arc<dyn BatchCoordinator> = Arc::new(InMemoryCoordinator::new(clock));
+    let build = |config: FetcherConfig| {
+        Fetcher::builder(storage.clone(), coordinator.clone())
+            .with_config(config)
+            .build()
+    };
+    let field = |config: FetcherConfig| match build(config) {
+        Err(ConfigError::Invalid { field, .. }) => field,
+        other => panic!("not refused: {other:?}"),
+    };
+    let default = FetcherConfig::default;
+    assert_eq!(
+        field(default().with_cache_block_size(0)),
+        "cache_block_size"
+    );
+    assert_eq!(
+        field(default().with_max_concurrent_objects(0)),
+        "max_concurrent_objects"
+    );
+    assert_eq!(
+        field(default().with_max_decompressed_bytes(0)),
+        "max_decompressed_bytes"
+    );
+    let mut range_read = diskless_storage::RangeReadConfig::default();
+    range_read.concurrency = 0;
+    assert_eq!(
+        field(default().with_range_read(range_read)),
+        "range_read.concurrency"
+    );
+    let fetcher = build(
+        default()
+            .with_cache_block_size(1)
+            .with_max_concurrent_objects(1),
+    )
+    .unwrap();
+    assert_eq!(fetcher.config().cache_block_size, 1);
+    assert_eq!(fetcher.config().max_concurrent_objects, 1);
 }

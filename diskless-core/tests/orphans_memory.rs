@@ -5,6 +5,10 @@
 //! Heap is measured by a counting global allocator, per thread: the collector runs on a
 //! current-thread runtime, so everything a pass allocates is allocated on the test's thread, and
 //! tests running in parallel on other threads do not disturb the count.
+//!
+//! The counting allocator is the one `unsafe` of the crate's tests: a `GlobalAlloc` cannot be
+//! implemented without it, and every call is forwarded to `System` unchanged.
+#![allow(unsafe_code)]
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -354,16 +358,15 @@ async fn run() {
         coordinator.clone(),
         storage.clone(),
         clock.clone(),
-        OrphanConfig {
-            max_commit_age: M,
-            recheck_delay: RECHECK,
-            known_batch: PAGE,
-            max_listed_per_pass: MAX_LISTED,
-            max_suspects: MAX_SUSPECTS,
-            max_deletes_per_pass: MAX_DELETES,
-            ..OrphanConfig::new("wal")
-        },
-    );
+        OrphanConfig::new("wal")
+            .with_max_commit_age(M)
+            .with_recheck_delay(RECHECK)
+            .with_known_batch(PAGE)
+            .with_max_listed_per_pass(MAX_LISTED)
+            .with_max_suspects(MAX_SUSPECTS)
+            .with_max_deletes_per_pass(MAX_DELETES),
+    )
+    .unwrap();
     // Every object is now old enough.
     clock.advance(M.as_millis() as i64 + 1_000);
 

@@ -463,9 +463,15 @@ fn decompression_bomb_is_message_too_large() {
             .build()
             .unwrap();
         assert!(b.len() < big.len() / 4, "{codec:?} compresses zeros");
-        let mut v = Validator::new(ValidationOptions {
-            max_decompressed_bytes: Some(64 << 10),
-        });
+        // A zero bound is refused when the validator is made, not adjusted.
+        assert!(
+            Validator::new(ValidationOptions::default().with_max_decompressed_bytes(Some(0)))
+                .is_err()
+        );
+        let mut v = Validator::new(
+            ValidationOptions::default().with_max_decompressed_bytes(Some(64 << 10)),
+        )
+        .unwrap();
         let e = v.validate(&b, &cfg(), NOW).unwrap_err();
         assert_eq!(e.error_code(), ErrorCode::MessageTooLarge);
         assert!(matches!(e.kind, K::DecompressedTooLarge { limit } if limit == 64 << 10));

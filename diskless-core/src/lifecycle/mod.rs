@@ -14,8 +14,15 @@
 //! - [`Lifecycle`] runs them as tokio tasks on intervals, with a shutdown handle. Tests call each
 //!   worker's `run_pass` by hand with a `ManualClock`.
 //!
-//! Every pass returns a report (counts) and logs with `tracing`. A storage failure never loses
+//! Every pass returns a report (counts), logs with `tracing` in a `lifecycle_pass` span (field
+//! `worker`), and records [`LIFECYCLE_PASSES`] (labels `worker`, `outcome`) and
+//! [`LIFECYCLE_ITEMS`] (label `worker`: what the pass removed) once. A storage failure never loses
 //! anything: what was not confirmed deleted stays known to the coordinator and is retried next pass.
+//! Every worker's `run_pass` is cancel safe (see each one's "Cancel safety"): a pass dropped
+//! midway leaves what it did not finish to the next pass.
+//!
+//! Settings are checked when a worker is made: `new` returns [`ConfigError`](crate::ConfigError)
+//! for a value out of range, never adjusts it.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
@@ -28,14 +35,17 @@
 //! let clock = ManualClock::new(1_700_000_000_000);
 //! let coordinator: Arc<dyn BatchCoordinator> = Arc::new(InMemoryCoordinator::new(clock.clone()));
 //! let storage: Arc<dyn ObjectStorage> = Arc::new(ObjectStoreStorage::in_memory());
-//! let retention = RetentionEnforcer::new(coordinator.clone(), RetentionConfig::default());
-//! let cleaner = ObjectCleaner::new(coordinator, storage, None, clock, CleanerConfig::default());
+//! let retention = RetentionEnforcer::new(coordinator.clone(), RetentionConfig::default()).unwrap();
+//! let config = CleanerConfig::default().with_grace(std::time::Duration::from_secs(30));
+//! let cleaner = ObjectCleaner::new(coordinator, storage, None, clock, config).unwrap();
 //! assert_eq!(retention.run_pass().await.unwrap().batches_deleted, 0);
 //! assert_eq!(cleaner.run_pass().await.unwrap().deleted, 0);
 //! # });
 //! ```
 //!
 //! [`BatchCoordinator::enforce_retention`]: diskless_coordinator::BatchCoordinator::enforce_retention
+//! [`LIFECYCLE_PASSES`]: diskless_common::metrics::LIFECYCLE_PASSES
+//! [`LIFECYCLE_ITEMS`]: diskless_common::metrics::LIFECYCLE_ITEMS
 
 mod cleaner;
 mod fence;
@@ -65,6 +75,37 @@ pub enum LifecycleError {
     /// A storage call (listing) failed.
     #[error("storage: {0}")]
     Storage(#[from] StorageError),
+}
+
+/// A lifecycle worker, as its metrics and logs name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Worker {
+    Retention,
+    Cleaner,
+    Orphans,
+    Producers,
+}
+
+impl Worker {
+    /// The value of the `worker` label.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Worker::Retention => "retention",
+            Worker::Cleaner => "cleaner",
+            Worker::Orphans => "orphans",
+            Worker::Producers => "producers",
+        }
+    }
+}
+
+/// Records the metrics of one finished pass, once each: its outcome, and the `items` it removed
+/// (counted also when the pass failed after removing some).
+pub(crate) fn record_pass(worker: Worker, result: &Result<(), LifecycleError>, items: u64) {
+    use diskless_common::metrics as m;
+    let outcome = if result.is_ok() { m::OK } else { m::ERROR };
+    metrics::counter!(m::LIFECYCLE_PASSES, m::WORKER => worker.name(), m::OUTCOME => outcome)
+        .increment(1);
+    metrics::counter!(m::LIFECYCLE_ITEMS, m::WORKER => worker.name()).increment(items);
 }
 
 /// A duration in ms, saturating.

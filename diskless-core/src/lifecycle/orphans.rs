@@ -1,18 +1,23 @@
 //! [`OrphanCollector`]: KIP-1164's two-phase reconciliation of storage against the coordinator,
 //! streamed and paged so that its memory does not grow with the number of objects.
 
-use super::{LifecycleError, millis, system_ms};
+use super::{LifecycleError, Worker, millis, record_pass, system_ms};
+use crate::ConfigError;
 use diskless_coordinator::{BatchCoordinator, Clock};
-use diskless_storage::{ObjectKey, ObjectStorage};
+use diskless_storage::{ObjectKey, ObjectStorage, validate_prefix};
 use futures::TryStreamExt;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Settings of an [`OrphanCollector`].
+/// Settings of an [`OrphanCollector`]: [`OrphanConfig::new`] with the writers' prefix (or
+/// [`Default`] for theirs, `wal`), then the `with_*` methods. Checked by [`OrphanCollector::new`]
+/// ([`OrphanConfig::validate`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OrphanConfig {
-    /// The key prefix the writers upload under (`WalWriterConfig::object_prefix`).
+    /// The key prefix the writers upload under (`WalWriterConfig::object_prefix`): empty, or a
+    /// valid key prefix ([`validate_prefix`]). Default `wal`, the writers' default.
     pub prefix: String,
     /// Objects younger than this (by the later of their key's UUID v7 time and their listing time)
     /// are never considered. Not a safety assumption: phase 2's fence decides (see
@@ -33,21 +38,28 @@ pub struct OrphanConfig {
     /// Page size: listed candidates are checked with the coordinator, and deleted, in pages of at
     /// most this many keys (per page, one `known_objects` call for phase 1 and one `fence_orphans`
     /// call for phase 2). With the store's own listing page, this is what bounds the memory of a
-    /// pass. Default 1000.
+    /// pass. At least 1. Default 1000.
     pub known_batch: usize,
     /// Objects listed per pass at most (listing costs time and money): a pass that reaches it stops
     /// and the next pass resumes after the greatest key it listed. Honoured only while the store
-    /// lists keys in order; see [`OrphanCollector`]. Default 100 000.
+    /// lists keys in order; see [`OrphanCollector`]. At least 1. Default 100 000.
     pub max_listed_per_pass: u64,
     /// Suspects remembered at most (between phase 1 and phase 2). An unknown candidate found while
-    /// the suspects are full waits for a later pass. Default 10 000.
+    /// the suspects are full waits for a later pass. At least 1. Default 10 000.
     pub max_suspects: usize,
-    /// Deletions per pass at most. Default 10 000.
+    /// Deletions per pass at most. At least 1. Default 10 000.
     pub max_deletes_per_pass: usize,
     /// How often the collector asks the coordinator again about old objects it already found
     /// known (a *full sweep*); between full sweeps it only asks about objects that became
     /// candidates since its last clean cycle. Zero makes every cycle a full sweep. Default 24 hours.
     pub full_sweep_interval: Duration,
+}
+
+impl Default for OrphanConfig {
+    /// The defaults, for objects under the writers' default prefix, `wal`.
+    fn default() -> Self {
+        OrphanConfig::new("wal")
+    }
 }
 
 impl OrphanConfig {
@@ -64,10 +76,77 @@ impl OrphanConfig {
             full_sweep_interval: Duration::from_secs(24 * 3600),
         }
     }
+
+    /// Sets [`prefix`](Self::prefix).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Sets [`max_commit_age`](Self::max_commit_age).
+    pub fn with_max_commit_age(mut self, max_commit_age: Duration) -> Self {
+        self.max_commit_age = max_commit_age;
+        self
+    }
+
+    /// Sets [`recheck_delay`](Self::recheck_delay).
+    pub fn with_recheck_delay(mut self, recheck_delay: Duration) -> Self {
+        self.recheck_delay = recheck_delay;
+        self
+    }
+
+    /// Sets [`known_batch`](Self::known_batch).
+    pub fn with_known_batch(mut self, known_batch: usize) -> Self {
+        self.known_batch = known_batch;
+        self
+    }
+
+    /// Sets [`max_listed_per_pass`](Self::max_listed_per_pass).
+    pub fn with_max_listed_per_pass(mut self, max_listed_per_pass: u64) -> Self {
+        self.max_listed_per_pass = max_listed_per_pass;
+        self
+    }
+
+    /// Sets [`max_suspects`](Self::max_suspects).
+    pub fn with_max_suspects(mut self, max_suspects: usize) -> Self {
+        self.max_suspects = max_suspects;
+        self
+    }
+
+    /// Sets [`max_deletes_per_pass`](Self::max_deletes_per_pass).
+    pub fn with_max_deletes_per_pass(mut self, max_deletes_per_pass: usize) -> Self {
+        self.max_deletes_per_pass = max_deletes_per_pass;
+        self
+    }
+
+    /// Sets [`full_sweep_interval`](Self::full_sweep_interval).
+    pub fn with_full_sweep_interval(mut self, full_sweep_interval: Duration) -> Self {
+        self.full_sweep_interval = full_sweep_interval;
+        self
+    }
+
+    /// Checks every setting: the first one out of range, as a [`ConfigError::Invalid`] naming it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.prefix.is_empty() {
+            validate_prefix(&self.prefix)
+                .map_err(|e| ConfigError::invalid("prefix", e.to_string()))?;
+        }
+        let at_least_one = [
+            ("known_batch", self.known_batch == 0),
+            ("max_listed_per_pass", self.max_listed_per_pass == 0),
+            ("max_suspects", self.max_suspects == 0),
+            ("max_deletes_per_pass", self.max_deletes_per_pass == 0),
+        ];
+        if let Some((field, _)) = at_least_one.iter().find(|(_, zero)| *zero) {
+            return Err(ConfigError::invalid(field, "must be at least 1"));
+        }
+        Ok(())
+    }
 }
 
 /// What one orphan pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OrphanPassReport {
     /// Objects listed under the prefix.
     pub listed: u64,
@@ -230,20 +309,22 @@ struct PassCtx {
 }
 
 impl OrphanCollector {
-    /// A collector of the objects under `config.prefix`.
+    /// A collector of the objects under `config.prefix`, or the first setting of `config` out of
+    /// range.
     pub fn new(
         coordinator: Arc<dyn BatchCoordinator>,
         storage: Arc<dyn ObjectStorage>,
         clock: Arc<dyn Clock>,
         config: OrphanConfig,
-    ) -> Self {
-        OrphanCollector {
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(OrphanCollector {
             coordinator,
             storage,
             clock,
             config,
             state: tokio::sync::Mutex::new(State::default()),
-        }
+        })
     }
 
     /// The current suspects (keys found unknown once, waiting for their second check).
@@ -275,10 +356,34 @@ impl OrphanCollector {
 
     /// One pass: streams the listing from the cursor, handling it page by page (phase 2 for due
     /// suspects, phase 1 for new candidates), until the listing ends or `max_listed_per_pass`.
+    /// Passes never overlap: a second call waits for the one running. Records
+    /// [`LIFECYCLE_PASSES`](diskless_common::metrics::LIFECYCLE_PASSES) and
+    /// [`LIFECYCLE_ITEMS`](diskless_common::metrics::LIFECYCLE_ITEMS) (the orphans deleted, also
+    /// by a pass that failed after some pages) once, with `worker="orphans"`, in a
+    /// `lifecycle_pass` span.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a pass dropped at any await point deletes nothing the coordinator did not
+    /// fence, and the collector's memory stays consistent. The cursor moves, together with the
+    /// cycle's state, only once a page has been handled, so the next pass lists again the page
+    /// that was being handled; the cycle's flags (listing out of order, suspect deferred) are
+    /// saved as soon as they are set, so a cancelled pass never lets a cycle that skipped keys
+    /// raise the floor. A page dropped between `fence_orphans` and the storage delete leaves its
+    /// fenced keys suspects: the next pass fences them again (fencing is idempotent) and deletes
+    /// them. A coordinator call dropped in flight is applied or not, as the coordinator's
+    /// transaction decides. A cancelled pass records no metric.
+    #[tracing::instrument(level = "info", name = "lifecycle_pass", skip_all, fields(worker = Worker::Orphans.name()))]
     pub async fn run_pass(&self) -> Result<OrphanPassReport, LifecycleError> {
+        let mut report = OrphanPassReport::default();
+        let result = self.pass(&mut report).await;
+        record_pass(Worker::Orphans, &result, report.deleted);
+        result.map(|()| report)
+    }
+
+    async fn pass(&self, report: &mut OrphanPassReport) -> Result<(), LifecycleError> {
         let mut guard = self.state.lock().await;
         let state = &mut *guard;
-        let mut report = OrphanPassReport::default();
         let now = self.clock.now_ms();
         let cutoff = now.saturating_sub(millis(self.config.max_commit_age));
         let mut ctx = PassCtx {
@@ -306,9 +411,11 @@ impl OrphanCollector {
         };
         let offset = state.cursor.clone();
         cycle.resumed |= offset.is_some();
-        // The cycle is written back whatever happens: a failed pass keeps what it learnt.
+        // The cycle is saved now, and again whenever it changes: a pass that fails or is
+        // cancelled keeps what it learnt.
+        state.cycle = Some(cycle);
         let scanned = self
-            .scan(state, &mut cycle, offset, cutoff, &mut ctx, &mut report)
+            .scan(state, &mut cycle, offset, cutoff, &mut ctx, report)
             .await;
         state.cycle = Some(cycle);
         let exhausted = scanned?;
@@ -341,7 +448,7 @@ impl OrphanCollector {
                 "orphan pass"
             );
         }
-        Ok(report)
+        Ok(())
     }
 
     /// Lists from `offset` and handles the listing page by page; returns whether it listed to the
@@ -355,8 +462,8 @@ impl OrphanCollector {
         ctx: &mut PassCtx,
         report: &mut OrphanPassReport,
     ) -> Result<bool, LifecycleError> {
-        let batch = self.config.known_batch.max(1);
-        let limit = self.config.max_listed_per_pass.max(1);
+        let batch = self.config.known_batch;
+        let limit = self.config.max_listed_per_pass;
         let mut listing = match &offset {
             Some(k) => self
                 .storage
@@ -385,6 +492,7 @@ impl OrphanCollector {
                 }
                 state.unordered = true;
                 cycle.ordered = false;
+                state.cycle = Some(*cycle);
             }
             if page_max.as_ref().is_none_or(|m| key > *m) {
                 page_max = Some(key.clone());
@@ -410,12 +518,14 @@ impl OrphanCollector {
                 self.handle_page(state, cycle, &mut page, ctx, report)
                     .await?;
                 advance(&mut state.cursor, page_max.take());
+                state.cycle = Some(*cycle);
             }
         };
         drop(listing);
         self.handle_page(state, cycle, &mut page, ctx, report)
             .await?;
         advance(&mut state.cursor, page_max.take());
+        state.cycle = Some(*cycle);
         Ok(exhausted)
     }
 
@@ -497,6 +607,7 @@ impl OrphanCollector {
                 } else {
                     report.deferred += 1;
                     cycle.deferred = true;
+                    state.cycle = Some(*cycle);
                 }
             }
         }

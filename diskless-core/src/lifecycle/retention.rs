@@ -1,15 +1,18 @@
 //! [`RetentionEnforcer`]: retention in capped passes.
 
-use super::LifecycleError;
+use super::{LifecycleError, Worker, record_pass};
+use crate::ConfigError;
 use diskless_coordinator::BatchCoordinator;
 use std::sync::Arc;
 
-/// Settings of a [`RetentionEnforcer`].
+/// Settings of a [`RetentionEnforcer`]: [`Default`], then the `with_*` methods. Checked by
+/// [`RetentionEnforcer::new`] ([`RetentionConfig::validate`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetentionConfig {
-    /// Batches deleted by one coordinator call (one transaction). Default 1000.
+    /// Batches deleted by one coordinator call (one transaction), at least 1. Default 1000.
     pub max_batches_per_call: u32,
-    /// Calls per pass at most; the rest waits for the next pass. Default 16.
+    /// Calls per pass at most, at least 1; the rest waits for the next pass. Default 16.
     pub max_calls_per_pass: u32,
 }
 
@@ -22,8 +25,40 @@ impl Default for RetentionConfig {
     }
 }
 
+impl RetentionConfig {
+    /// Sets [`max_batches_per_call`](Self::max_batches_per_call).
+    pub fn with_max_batches_per_call(mut self, max_batches_per_call: u32) -> Self {
+        self.max_batches_per_call = max_batches_per_call;
+        self
+    }
+
+    /// Sets [`max_calls_per_pass`](Self::max_calls_per_pass).
+    pub fn with_max_calls_per_pass(mut self, max_calls_per_pass: u32) -> Self {
+        self.max_calls_per_pass = max_calls_per_pass;
+        self
+    }
+
+    /// Checks every setting: the first one out of range, as a [`ConfigError::Invalid`] naming it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_batches_per_call == 0 {
+            return Err(ConfigError::invalid(
+                "max_batches_per_call",
+                "must be at least 1",
+            ));
+        }
+        if self.max_calls_per_pass == 0 {
+            return Err(ConfigError::invalid(
+                "max_calls_per_pass",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// What one retention pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetentionPassReport {
     /// Coordinator calls made.
     pub calls: u32,
@@ -48,20 +83,43 @@ pub struct RetentionEnforcer {
 }
 
 impl RetentionEnforcer {
-    /// An enforcer over `coordinator`.
-    pub fn new(coordinator: Arc<dyn BatchCoordinator>, config: RetentionConfig) -> Self {
-        RetentionEnforcer {
+    /// An enforcer over `coordinator`, or the first setting of `config` out of range.
+    pub fn new(
+        coordinator: Arc<dyn BatchCoordinator>,
+        config: RetentionConfig,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(RetentionEnforcer {
             coordinator,
             config,
-        }
+        })
     }
 
-    /// One pass.
+    /// One pass. Records [`LIFECYCLE_PASSES`](diskless_common::metrics::LIFECYCLE_PASSES) and
+    /// [`LIFECYCLE_ITEMS`](diskless_common::metrics::LIFECYCLE_ITEMS) (the batches deleted, also
+    /// by a pass that failed after some calls) once, with `worker="retention"`, in a
+    /// `lifecycle_pass` span.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe. Each [`BatchCoordinator::enforce_retention`] call is one coordinator
+    /// transaction: dropping the pass between calls loses nothing, and dropping it during a call
+    /// leaves that call applied or not, as the coordinator's transaction decides. Either way the
+    /// next pass deletes what is still due. A cancelled pass records no metric.
+    #[tracing::instrument(level = "info", name = "lifecycle_pass", skip_all, fields(worker = Worker::Retention.name()))]
     pub async fn run_pass(&self) -> Result<RetentionPassReport, LifecycleError> {
         let mut report = RetentionPassReport::default();
-        let per_call = self.config.max_batches_per_call.max(1);
-        for _ in 0..self.config.max_calls_per_pass.max(1) {
-            let r = self.coordinator.enforce_retention(per_call).await?;
+        let result = self.pass(&mut report).await;
+        record_pass(Worker::Retention, &result, report.batches_deleted);
+        result.map(|()| report)
+    }
+
+    async fn pass(&self, report: &mut RetentionPassReport) -> Result<(), LifecycleError> {
+        for _ in 0..self.config.max_calls_per_pass {
+            let r = self
+                .coordinator
+                .enforce_retention(self.config.max_batches_per_call)
+                .await?;
             report.calls += 1;
             report.batches_deleted += r.batches_deleted;
             report.bytes_deleted += r.bytes_deleted;
@@ -80,6 +138,6 @@ impl RetentionEnforcer {
                 "retention pass"
             );
         }
-        Ok(report)
+        Ok(())
     }
 }

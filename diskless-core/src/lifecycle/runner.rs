@@ -1,6 +1,9 @@
 //! [`Lifecycle`]: the workers as tokio tasks on intervals.
 
-use super::{LifecycleError, ObjectCleaner, OrphanCollector, ProducerExpirer, RetentionEnforcer};
+use super::{
+    LifecycleError, ObjectCleaner, OrphanCollector, ProducerExpirer, RetentionEnforcer, Worker,
+};
+use crate::ConfigError;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,6 +12,7 @@ use tokio::task::JoinHandle;
 
 /// Counters of one worker.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct WorkerStats {
     passes: AtomicU64,
     failures: AtomicU64,
@@ -28,6 +32,7 @@ impl WorkerStats {
 
 /// Counters of the workers a [`Lifecycle`] runs.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct LifecycleStats {
     /// The retention enforcer's.
     pub retention: WorkerStats,
@@ -41,11 +46,13 @@ pub struct LifecycleStats {
 
 type Pass = Arc<dyn Fn() -> BoxFuture<'static, Result<(), LifecycleError>> + Send + Sync>;
 
-/// Runs the lifecycle workers as tokio tasks, each on its own interval (first pass at once).
+/// Runs the lifecycle workers as tokio tasks, each on its own interval (first pass at once; a
+/// pass that overruns its interval delays the next tick rather than bunching ticks up).
 ///
 /// Suggested intervals: retention 30 s–5 min (Kafka's `log.retention.check.interval.ms` is 5 min),
 /// cleaner 30 s, orphans 1 h (orphans are rare and listing costs money), producer expiry 10 min
-/// (Kafka's `producer.id.expiration.check.interval.ms`).
+/// (Kafka's `producer.id.expiration.check.interval.ms`). An interval must not be zero
+/// ([`Lifecycle::spawn`] refuses it).
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
@@ -56,9 +63,11 @@ type Pass = Arc<dyn Fn() -> BoxFuture<'static, Result<(), LifecycleError>> + Sen
 ///
 /// let coordinator: Arc<dyn BatchCoordinator> =
 ///     Arc::new(InMemoryCoordinator::new(ManualClock::new(0)));
+/// let retention = RetentionEnforcer::new(coordinator, RetentionConfig::default()).unwrap();
 /// let handle = Lifecycle::new()
-///     .retention(RetentionEnforcer::new(coordinator, RetentionConfig::default()), Duration::from_secs(30))
-///     .spawn();
+///     .retention(retention, Duration::from_secs(30))
+///     .spawn()
+///     .unwrap();
 /// handle.shutdown().await;
 /// # });
 /// ```
@@ -81,7 +90,8 @@ impl std::fmt::Debug for Lifecycle {
     }
 }
 
-/// Stops the tasks of a [`Lifecycle`].
+/// Stops the tasks of a [`Lifecycle`]. Dropping it stops them too (each after its pass in
+/// progress), without waiting for them.
 #[derive(Debug)]
 pub struct LifecycleHandle {
     shutdown: tokio::sync::watch::Sender<bool>,
@@ -96,6 +106,11 @@ impl LifecycleHandle {
     }
 
     /// Stops the workers (a pass in progress finishes first) and waits for them.
+    ///
+    /// # Cancel safety
+    ///
+    /// Once polled, the workers are told to stop; dropping the future then only stops the
+    /// waiting: each worker still finishes its pass in progress and ends.
     pub async fn shutdown(self) {
         self.shutdown.send_replace(true);
         for task in self.tasks {
@@ -134,87 +149,101 @@ impl Lifecycle {
         self
     }
 
-    /// Spawns the tasks on the current tokio runtime.
-    pub fn spawn(self) -> LifecycleHandle {
+    /// Spawns the tasks on the current tokio runtime. Fails with [`ConfigError::NoRuntime`]
+    /// outside one, and with [`ConfigError::Invalid`] for a zero interval.
+    pub fn spawn(self) -> Result<LifecycleHandle, ConfigError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
+        let intervals = [
+            ("retention", self.retention.as_ref().map(|w| w.1)),
+            ("cleaner", self.cleaner.as_ref().map(|w| w.1)),
+            ("orphans", self.orphans.as_ref().map(|w| w.1)),
+            ("producer_expiry", self.producers.as_ref().map(|w| w.1)),
+        ];
+        if let Some((worker, _)) = intervals
+            .iter()
+            .find(|(_, interval)| *interval == Some(Duration::ZERO))
+        {
+            return Err(ConfigError::invalid(
+                worker,
+                "the interval between passes must not be zero",
+            ));
+        }
         let (shutdown, _) = tokio::sync::watch::channel(false);
         let stats = Arc::new(LifecycleStats::default());
         let mut tasks = Vec::new();
-        if let Some((worker, interval)) = self.retention {
-            let pass: Pass = Arc::new(move || {
-                let w = worker.clone();
-                Box::pin(async move { w.run_pass().await.map(|_| ()) })
-            });
+        let mut spawn = |worker: Worker, interval: Duration, pass: Pass| {
             tasks.push(spawn_loop(
-                "retention",
-                interval,
-                pass,
-                &shutdown,
-                &stats,
-                |s| &s.retention,
+                &runtime, worker, interval, pass, &shutdown, &stats,
             ));
+        };
+        if let Some((worker, interval)) = self.retention {
+            spawn(
+                Worker::Retention,
+                interval,
+                Arc::new(move || {
+                    let w = worker.clone();
+                    Box::pin(async move { w.run_pass().await.map(|_| ()) })
+                }),
+            );
         }
         if let Some((worker, interval)) = self.cleaner {
-            let pass: Pass = Arc::new(move || {
-                let w = worker.clone();
-                Box::pin(async move { w.run_pass().await.map(|_| ()) })
-            });
-            tasks.push(spawn_loop(
-                "cleaner",
+            spawn(
+                Worker::Cleaner,
                 interval,
-                pass,
-                &shutdown,
-                &stats,
-                |s| &s.cleaner,
-            ));
+                Arc::new(move || {
+                    let w = worker.clone();
+                    Box::pin(async move { w.run_pass().await.map(|_| ()) })
+                }),
+            );
         }
         if let Some((worker, interval)) = self.orphans {
-            let pass: Pass = Arc::new(move || {
-                let w = worker.clone();
-                Box::pin(async move { w.run_pass().await.map(|_| ()) })
-            });
-            tasks.push(spawn_loop(
-                "orphans",
+            spawn(
+                Worker::Orphans,
                 interval,
-                pass,
-                &shutdown,
-                &stats,
-                |s| &s.orphans,
-            ));
+                Arc::new(move || {
+                    let w = worker.clone();
+                    Box::pin(async move { w.run_pass().await.map(|_| ()) })
+                }),
+            );
         }
         if let Some((worker, interval)) = self.producers {
-            let pass: Pass = Arc::new(move || {
-                let w = worker.clone();
-                Box::pin(async move { w.run_pass().await.map(|_| ()) })
-            });
-            tasks.push(spawn_loop(
-                "producers",
+            spawn(
+                Worker::Producers,
                 interval,
-                pass,
-                &shutdown,
-                &stats,
-                |s| &s.producers,
-            ));
+                Arc::new(move || {
+                    let w = worker.clone();
+                    Box::pin(async move { w.run_pass().await.map(|_| ()) })
+                }),
+            );
         }
-        LifecycleHandle {
+        Ok(LifecycleHandle {
             shutdown,
             tasks,
             stats,
-        }
+        })
     }
 }
 
 fn spawn_loop(
-    name: &'static str,
+    runtime: &tokio::runtime::Handle,
+    worker: Worker,
     interval: Duration,
     pass: Pass,
     shutdown: &tokio::sync::watch::Sender<bool>,
     stats: &Arc<LifecycleStats>,
-    select: fn(&LifecycleStats) -> &WorkerStats,
 ) -> JoinHandle<()> {
+    let select: fn(&LifecycleStats) -> &WorkerStats = match worker {
+        Worker::Retention => |s| &s.retention,
+        Worker::Cleaner => |s| &s.cleaner,
+        Worker::Orphans => |s| &s.orphans,
+        Worker::Producers => |s| &s.producers,
+    };
     let mut stop = shutdown.subscribe();
     let stats = stats.clone();
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(1)));
+    let name = worker.name();
+    let passes = runtime.clone();
+    runtime.spawn(async move {
+        let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -224,7 +253,7 @@ fn spawn_loop(
             }
             // Each pass runs as its own task, so that a panic in one (a bug) is logged and counted
             // as a failure instead of silently ending this worker for good.
-            match tokio::spawn(pass()).await {
+            match passes.spawn(pass()).await {
                 Ok(Ok(())) => {
                     select(&stats).passes.fetch_add(1, Ordering::Relaxed);
                 }

@@ -18,57 +18,26 @@
 //! The fetcher also answers ListOffsets at record granularity ([`Fetcher::list_offsets`], in
 //! [`crate::offsets`]), reading through the same cache and storage path the one batch it needs.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ops::Range;
+mod config;
+mod read;
+
+pub use config::{DEFAULT_CACHE_BLOCK_SIZE, FetcherBuilder, FetcherConfig};
+pub(crate) use read::ReadStats;
+
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use diskless_cache::{BlockKey, LocalCache};
+use diskless_cache::LocalCache;
+use diskless_common::metrics as m;
 use diskless_coordinator::{
     BatchCoordinate, BatchCoordinator, CoordinatorError, ErrorCode, FindBatchesRequest,
-    TimestampType, TopicConfig, TopicIdPartition,
+    TimestampType, TopicIdPartition,
 };
-use diskless_storage::{ObjectKey, ObjectStorage, RangeReadConfig, StorageError, fetch_ranges};
-use futures::StreamExt;
-use tracing::warn;
+use diskless_storage::ObjectStorage;
 
 use crate::batch::RecordBatch;
 use crate::rewrite::{BatchRewrite, RewrittenBatch, rewrite_batch_verified};
-use crate::validate::default_decompression_limit;
-
-/// The default block size of the object cache: 4 MiB (a WAL segment of the default 8 MiB is two
-/// blocks).
-pub const DEFAULT_CACHE_BLOCK_SIZE: u64 = 4 << 20;
-
-/// Settings of a [`Fetcher`].
-#[derive(Clone, Debug)]
-pub struct FetcherConfig {
-    /// Block size of the cache; must equal the writer's [`crate::WalWriterConfig::cache_block_size`]
-    /// for freshly written segments to be found.
-    pub cache_block_size: u64,
-    /// How reads without a cache merge nearby ranges of one object.
-    pub range_read: RangeReadConfig,
-    /// Objects read at once for one fetch.
-    pub max_concurrent_objects: usize,
-    /// The largest decompressed records section [`Fetcher::list_offsets`] decompresses to find a
-    /// record in a compressed batch (a larger one answers `KAFKA_STORAGE_ERROR`). Default
-    /// [`default_decompression_limit`] of Kafka's default `max.message.bytes` (32 MiB); a host with
-    /// topics whose `max.message.bytes` is larger than 1 MiB sets it to the limit of the largest.
-    pub max_decompressed_bytes: usize,
-}
-
-impl Default for FetcherConfig {
-    fn default() -> Self {
-        FetcherConfig {
-            cache_block_size: DEFAULT_CACHE_BLOCK_SIZE,
-            range_read: RangeReadConfig::default(),
-            max_concurrent_objects: 16,
-            max_decompressed_bytes: default_decompression_limit(
-                TopicConfig::default().max_message_bytes,
-            ),
-        }
-    }
-}
 
 /// One partition of a Fetch request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,6 +55,7 @@ pub struct FetchPartition {
 
 /// The answer for one partition of a Fetch request.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FetchedPartition {
     /// The partition.
     pub partition: TopicIdPartition,
@@ -146,7 +116,9 @@ impl FetchError {
     }
 }
 
-/// The consume path. See the [module documentation](self).
+/// The consume path. See the [module documentation](self); build one with [`Fetcher::builder`].
+///
+/// A `Fetcher` is cheap to clone (its parts are shared) and is used from many tasks at once.
 #[derive(Clone, Debug)]
 pub struct Fetcher {
     storage: Arc<dyn ObjectStorage>,
@@ -158,12 +130,51 @@ pub struct Fetcher {
 /// Where a batch to serve is: (partition index in the request, batch index in its selection).
 type Slot = (usize, usize);
 
-/// What one read of one object covers: its size, and the byte range of each wanted batch under its
-/// slot.
-type ObjectReads<K> = (u64, Vec<(K, Range<u64>)>);
-
 impl Fetcher {
+    /// A builder of a fetcher reading `storage` at the coordinates `coordinator` gives; see
+    /// [`FetcherBuilder`].
+    ///
+    /// ```
+    /// use diskless_core::{FetchPartition, Fetcher};
+    /// use diskless_coordinator::{BatchCoordinator, ErrorCode, ManualClock, TopicIdPartition};
+    /// use diskless_storage::{ObjectStorage, ObjectStoreStorage};
+    /// use diskless_testkit::coordinator::InMemoryCoordinator;
+    /// use std::sync::Arc;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let storage: Arc<dyn ObjectStorage> = Arc::new(ObjectStoreStorage::in_memory());
+    /// let coordinator: Arc<dyn BatchCoordinator> =
+    ///     Arc::new(InMemoryCoordinator::new(ManualClock::new(1_700_000_000_000)));
+    /// let fetcher = Fetcher::builder(storage, coordinator).build().unwrap();
+    /// let unknown = TopicIdPartition::new(uuid::Uuid::from_u128(7), 0);
+    /// let answers = fetcher
+    ///     .fetch(
+    ///         &[FetchPartition {
+    ///             partition: unknown,
+    ///             fetch_offset: 0,
+    ///             partition_max_bytes: 1 << 20,
+    ///             leader_epoch: 0,
+    ///         }],
+    ///         50 << 20,
+    ///     )
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(answers[0].error, ErrorCode::UnknownTopicOrPartition);
+    /// # });
+    /// ```
+    pub fn builder(
+        storage: Arc<dyn ObjectStorage>,
+        coordinator: Arc<dyn BatchCoordinator>,
+    ) -> FetcherBuilder {
+        FetcherBuilder::new(storage, coordinator)
+    }
+
     /// A fetcher over the given components. With `cache = None` every fetch reads object storage.
+    ///
+    /// Replaced by [`Fetcher::builder`], which refuses an invalid configuration; this one still
+    /// raises a zero `cache_block_size` or `max_concurrent_objects` to 1, and is kept only until
+    /// its last callers move to the builder.
+    #[doc(hidden)]
     pub fn new(
         config: FetcherConfig,
         storage: Arc<dyn ObjectStorage>,
@@ -173,6 +184,18 @@ impl Fetcher {
         let mut config = config;
         config.cache_block_size = config.cache_block_size.max(1);
         config.max_concurrent_objects = config.max_concurrent_objects.max(1);
+        config.range_read.concurrency = config.range_read.concurrency.max(1);
+        config.max_decompressed_bytes = config.max_decompressed_bytes.max(1);
+        Fetcher::from_parts(config, storage, coordinator, cache)
+    }
+
+    /// A fetcher with a configuration already checked.
+    fn from_parts(
+        config: FetcherConfig,
+        storage: Arc<dyn ObjectStorage>,
+        coordinator: Arc<dyn BatchCoordinator>,
+        cache: Option<Arc<dyn LocalCache>>,
+    ) -> Fetcher {
         Fetcher {
             storage,
             coordinator,
@@ -181,11 +204,73 @@ impl Fetcher {
         }
     }
 
+    /// The configuration.
+    pub fn config(&self) -> &FetcherConfig {
+        &self.config
+    }
+
     /// Serves a Fetch request: one answer per partition, in request order.
+    ///
+    /// `Err` only when the coordinator cannot be asked or answers inconsistently (then every
+    /// partition gets [`FetchError::error_code`]); a batch that cannot be read or verified fails
+    /// its partition with a retriable `KAFKA_STORAGE_ERROR` (after the batches before it, which
+    /// are served), never with wrong bytes.
+    ///
+    /// Each call records, once: [`FETCH_SECONDS`](diskless_common::metrics::FETCH_SECONDS)
+    /// (`outcome` `ok` or `error`), [`FETCH_BYTES`](diskless_common::metrics::FETCH_BYTES) (the
+    /// records returned), and [`CACHE_HIT_BYTES`](diskless_common::metrics::CACHE_HIT_BYTES) /
+    /// [`CACHE_MISS_BYTES`](diskless_common::metrics::CACHE_MISS_BYTES): each byte of the batches
+    /// read, as a hit when the cache held its block when the fetch looked, else as a miss (read
+    /// from storage by this fetch, or by a concurrent one it waited for; every byte is a miss
+    /// without a cache). Hits and misses add up to the batch bytes read, which are the bytes
+    /// returned unless a batch failed its checks. Runs in a `fetch` span (level `DEBUG`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, and safe to retry: a fetch only reads. Dropping its future at any await point
+    /// drops its coordinator call and GETs in flight and changes nothing but the cache, which only
+    /// ever receives complete blocks of the stored bytes. A block load that concurrent fetches of
+    /// the same block wait for is shared: with [`MokaCache`](diskless_cache::MokaCache), when the
+    /// fetch running it is cancelled one of the waiters runs its own load. A cancelled fetch
+    /// records no metric.
+    #[tracing::instrument(
+        level = "debug",
+        name = "fetch",
+        skip_all,
+        fields(partitions = requests.len(), fetch_max_bytes)
+    )]
     pub async fn fetch(
         &self,
         requests: &[FetchPartition],
         fetch_max_bytes: u32,
+    ) -> Result<Vec<FetchedPartition>, FetchError> {
+        let start = Instant::now();
+        let mut stats = ReadStats::default();
+        let result = self.serve(requests, fetch_max_bytes, &mut stats).await;
+        let (outcome, returned) = match &result {
+            Ok(answers) => (
+                m::OK,
+                answers.iter().map(|a| a.records_len() as u64).sum::<u64>(),
+            ),
+            Err(e) => {
+                tracing::debug!(error = %e, "fetch failed");
+                (m::ERROR, 0)
+            }
+        };
+        metrics::histogram!(m::FETCH_SECONDS, m::OUTCOME => outcome)
+            .record(start.elapsed().as_secs_f64());
+        metrics::counter!(m::FETCH_BYTES).increment(returned);
+        metrics::counter!(m::CACHE_HIT_BYTES).increment(stats.hit_bytes);
+        metrics::counter!(m::CACHE_MISS_BYTES).increment(stats.miss_bytes);
+        result
+    }
+
+    /// [`Self::fetch`] without its metrics; `stats` receives where the bytes read came from.
+    async fn serve(
+        &self,
+        requests: &[FetchPartition],
+        fetch_max_bytes: u32,
+        stats: &mut ReadStats,
     ) -> Result<Vec<FetchedPartition>, FetchError> {
         let find: Vec<FindBatchesRequest> = requests
             .iter()
@@ -242,7 +327,8 @@ impl Fetcher {
             .enumerate()
             .flat_map(|(pi, batches)| batches.iter().enumerate().map(move |(bi, b)| ((pi, bi), b)))
             .collect();
-        let mut bytes_of = self.read_batches(wanted).await;
+        let (mut bytes_of, read) = self.read_batches(wanted).await;
+        *stats = read;
 
         // Inject offsets and build the answers.
         let mut out = Vec::with_capacity(requests.len());
@@ -285,232 +371,6 @@ impl Fetcher {
         }
         Ok(out)
     }
-
-    /// Reads the stored bytes of batches, grouped by object: one [`Self::read_object`] per object
-    /// (at most `max_concurrent_objects` at once). Each batch's bytes, or why they could not be read,
-    /// under its slot.
-    pub(crate) async fn read_batches<K>(
-        &self,
-        wanted: Vec<(K, &BatchCoordinate)>,
-    ) -> HashMap<K, Result<Bytes, String>>
-    where
-        K: Copy + Eq + std::hash::Hash + Send,
-    {
-        // Owned keys: a future holding `&str` keys across awaits is not `Send` for every lifetime
-        // (a rustc limitation), and hosts spawn their fetch handlers.
-        // Ordered by key, so reads start in the same order on every run (a simulation under a
-        // paused clock is reproducible whatever `max_concurrent_objects` is).
-        let mut by_object: BTreeMap<String, ObjectReads<K>> = BTreeMap::new();
-        for (slot, b) in wanted {
-            // An overflowing range (a corrupt row) becomes an empty one, refused by read_object.
-            let end = b
-                .byte_offset
-                .checked_add(u64::from(b.byte_size))
-                .unwrap_or(b.byte_offset);
-            by_object
-                .entry(b.object_key.clone())
-                .or_insert_with(|| (b.object_size, Vec::new()))
-                .1
-                .push((slot, b.byte_offset..end));
-        }
-        let reads = futures::stream::iter(by_object.into_iter().map(
-            |(object, (size, wanted))| async move {
-                let ranges: Vec<Range<u64>> = wanted.iter().map(|(_, r)| r.clone()).collect();
-                let result = self.read_object(&object, size, &ranges).await;
-                (object, wanted, result)
-            },
-        ))
-        .buffer_unordered(self.config.max_concurrent_objects)
-        .collect::<Vec<_>>()
-        .await;
-        let mut bytes_of = HashMap::new();
-        for (object, wanted, result) in reads {
-            match result {
-                Ok(parts) => {
-                    for ((slot, _), part) in wanted.into_iter().zip(parts) {
-                        bytes_of.insert(slot, Ok(part));
-                    }
-                }
-                Err(e) => {
-                    warn!(object = %object, error = %e, "reading a WAL segment failed");
-                    for (slot, _) in wanted {
-                        bytes_of.insert(slot, Err(format!("reading object {object}: {e}")));
-                    }
-                }
-            }
-        }
-        bytes_of
-    }
-
-    /// Reads `ranges` of one object, through the cache when there is one.
-    async fn read_object(
-        &self,
-        object: &str,
-        object_size: u64,
-        ranges: &[Range<u64>],
-    ) -> Result<Vec<Bytes>, StorageError> {
-        let key = ObjectKey::parse(object)?;
-        if let Some(r) = ranges
-            .iter()
-            .find(|r| r.start >= r.end || r.end > object_size)
-        {
-            return Err(StorageError::InvalidRange {
-                key: object.to_string(),
-                start: r.start,
-                end: r.end,
-                size: Some(object_size),
-            });
-        }
-        match &self.cache {
-            None => {
-                fetch_ranges(self.storage.as_ref(), &key, ranges, &self.config.range_read).await
-            }
-            Some(cache) => self.read_via_cache(cache, key, object_size, ranges).await,
-        }
-    }
-
-    /// Reads `ranges` from cached blocks; the missing blocks of the object are read by one GET (shared
-    /// with concurrent fetches of the same blocks) and cached.
-    async fn read_via_cache(
-        &self,
-        cache: &Arc<dyn LocalCache>,
-        key: ObjectKey,
-        object_size: u64,
-        ranges: &[Range<u64>],
-    ) -> Result<Vec<Bytes>, StorageError> {
-        let bs = self.config.cache_block_size;
-        let object: Arc<str> = Arc::from(key.as_str());
-        let needed: BTreeSet<u64> = ranges
-            .iter()
-            .flat_map(|r| (r.start / bs)..=((r.end - 1) / bs))
-            .collect();
-        let mut blocks: HashMap<u64, Bytes> = HashMap::new();
-        let mut missing = Vec::new();
-        for &index in &needed {
-            match cache.get(&BlockKey::new(object.clone(), bs, index)).await {
-                Some(block) => {
-                    blocks.insert(index, block);
-                }
-                None => missing.push(index),
-            }
-        }
-        if let (Some(&first), Some(&last)) = (missing.first(), missing.last()) {
-            let span = first * bs..((last + 1) * bs).min(object_size);
-            let loader = {
-                let storage = self.storage.clone();
-                let cache = cache.clone();
-                let object = object.clone();
-                let key = key.clone();
-                async move {
-                    let bytes = storage
-                        .fetch(&key, span)
-                        .await
-                        .map_err(|e| Box::new(e) as diskless_cache::BoxError)?;
-                    let len = bytes.len() as u64;
-                    // A block that is a slice of a longer read would keep the whole read alive
-                    // while weighing one block: blocks of a multi-block read are copied out.
-                    let block = |start: u64, end: u64| {
-                        if len > bs {
-                            Bytes::copy_from_slice(&bytes[start as usize..end as usize])
-                        } else {
-                            bytes.slice(start as usize..end as usize)
-                        }
-                    };
-                    // Every block of the span but the first goes into the cache here; the first is
-                    // the loader's own result.
-                    for index in first + 1..=last {
-                        let start = (index - first) * bs;
-                        if start >= len {
-                            break;
-                        }
-                        let end = (start + bs).min(len);
-                        cache
-                            .insert(BlockKey::new(object.clone(), bs, index), block(start, end))
-                            .await;
-                    }
-                    Ok(block(0, bs.min(len)))
-                }
-            };
-            let block = cache
-                .get_or_load(BlockKey::new(object.clone(), bs, first), Box::pin(loader))
-                .await
-                .map_err(load_error)?;
-            blocks.insert(first, block);
-            for &index in &missing[1..] {
-                let block_key = BlockKey::new(object.clone(), bs, index);
-                let block = match cache.get(&block_key).await {
-                    Some(block) => block,
-                    None => {
-                        // Evicted or loaded by another fetch with another span: read it alone.
-                        let storage = self.storage.clone();
-                        let key = key.clone();
-                        let range = index * bs..((index + 1) * bs).min(object_size);
-                        cache
-                            .get_or_load(
-                                block_key,
-                                Box::pin(async move {
-                                    storage
-                                        .fetch(&key, range)
-                                        .await
-                                        .map_err(|e| Box::new(e) as diskless_cache::BoxError)
-                                }),
-                            )
-                            .await
-                            .map_err(load_error)?
-                    }
-                };
-                blocks.insert(index, block);
-            }
-        }
-        ranges
-            .iter()
-            .map(|r| slice_blocks(&blocks, bs, object.as_ref(), r))
-            .collect()
-    }
-}
-
-fn load_error(e: diskless_cache::LoadError) -> StorageError {
-    StorageError::Transient {
-        source: e.to_string().into(),
-    }
-}
-
-/// The bytes of `range` from aligned blocks (a slice when it lies in one block, else a copy).
-fn slice_blocks(
-    blocks: &HashMap<u64, Bytes>,
-    bs: u64,
-    object: &str,
-    range: &Range<u64>,
-) -> Result<Bytes, StorageError> {
-    let short = || StorageError::InvalidRange {
-        key: object.to_string(),
-        start: range.start,
-        end: range.end,
-        size: None,
-    };
-    let first = range.start / bs;
-    let last = (range.end - 1) / bs;
-    if first == last {
-        let block = blocks.get(&first).ok_or_else(short)?;
-        let start = (range.start - first * bs) as usize;
-        let end = (range.end - first * bs) as usize;
-        if end > block.len() {
-            return Err(short());
-        }
-        return Ok(block.slice(start..end));
-    }
-    let mut out = BytesMut::with_capacity((range.end - range.start) as usize);
-    for index in first..=last {
-        let block = blocks.get(&index).ok_or_else(short)?;
-        let block_start = index * bs;
-        let from = range.start.max(block_start) - block_start;
-        let to = range.end.min(block_start + bs) - block_start;
-        if to as usize > block.len() {
-            return Err(short());
-        }
-        out.extend_from_slice(&block[from as usize..to as usize]);
-    }
-    Ok(out.freeze())
 }
 
 /// Checks that stored bytes are the batch the coordinates describe, and injects the assigned offsets.
