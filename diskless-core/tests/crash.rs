@@ -1,6 +1,7 @@
 //! Crash durability of the whole produce path on the embedded defaults (local files + SQLite): a
 //! process producing from several tasks is killed (abort, no shutdown) while requests are in flight;
 //! after reopening, every acknowledged batch is there, at its acknowledged offset, byte for byte.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failed step is a failed test.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};

@@ -2,6 +2,7 @@
 //! so every run of the test suite covers the seeds and every crash found so far.
 //!
 //! `DISKLESS_REGEN_CORPUS=1 cargo test -p diskless-core --test fuzz_corpus` rewrites the seed files.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failed step is a failed test.
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,6 @@
 //! Cross-check against an independent implementation: the `kafka-protocol` crate's encoder and
 //! decoder.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failed step is a failed test.
 
 use bytes::{Bytes, BytesMut};
 use diskless_coordinator::{ErrorCode, TimestampType, TopicConfig};

@@ -1,5 +1,6 @@
 //! Lifecycle workers with an injected clock: retention, cleaning after the grace period, orphan
 //! collection in two phases, storage faults, and commits racing with the collector.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failed step is a failed test.
 
 use async_trait::async_trait;
 use bytes::Bytes;

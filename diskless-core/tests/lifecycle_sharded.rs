@@ -1,6 +1,7 @@
 //! Lifecycle workers over a sharded coordinator (3 shards, in-memory model or SQLite): random
 //! workloads with retention, DeleteRecords, topic deletion, orphans and storage faults. Every object
 //! still referenced exists; every object no longer referenced is deleted, exactly once.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failed step is a failed test.
 
 use async_trait::async_trait;
 use bytes::Bytes;

@@ -6,6 +6,7 @@
 //! Batches go through the real produce path (`WalWriter` over the in-memory coordinator and memory
 //! storage), with several records each, timestamps out of order and tied, every codec, CreateTime and
 //! LogAppendTime topics, and DeleteRecords cutting into a batch.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failed step is a failed test.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -217,7 +217,7 @@ fn each_fetch_records_its_series_once_and_cache_hits_and_misses_add_up_to_the_by
             .with_config(FetcherConfig::default().with_cache_block_size(block))
             .build()
             .unwrap();
-        let start = diskless_core::SEGMENT_HEADER_LEN as u64;
+        let start = diskless_core::SEGMENT_HEADER_LEN;
         let object_size = start + first + second;
         assert_eq!(
             env.storage.fetch(&key, 0..object_size).await.unwrap().len() as u64,

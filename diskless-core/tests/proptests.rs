@@ -1,4 +1,5 @@
 //! Property tests: built batches and segments round-trip; arbitrary or mutated bytes never panic.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failed step is a failed test.
 
 use bytes::Bytes;
 use diskless_coordinator::{TopicConfig, TopicIdPartition};

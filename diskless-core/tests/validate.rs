@@ -1,4 +1,5 @@
 //! Every validation rule of the produce path, including the cases of Kafka's own LogValidatorTest.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failed step is a failed test.
 
 use bytes::Bytes;
 use diskless_coordinator::{ErrorCode, TimestampType, TopicConfig};
