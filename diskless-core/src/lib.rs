@@ -12,6 +12,10 @@
 //! - [`SegmentBuilder`] / [`SegmentReader`] — the WAL segment object.
 //! - [`RecordBatchBuilder`] — build batches for tests, demos and benchmarks.
 //!
+//! And the façade a host broker calls: [`WalWriter`] (the produce path, made by
+//! [`WalWriter::builder`]) and [`Fetcher`] (the consume path). Their settings are rejected, never
+//! clamped, with a [`ConfigError`].
+//!
 //! ```
 //! use diskless_core::{validate_batch, RecordBatchBuilder, SegmentBuilder, SegmentReader};
 //! use diskless_coordinator::{TopicConfig, TopicIdPartition};
@@ -73,5 +77,5 @@ pub use validate::{
 };
 pub use writer::{
     Backpressure, ConfigError, PartitionResponse, PendingProduce, ProducePartition,
-    ProduceRecordError, SealPolicy, WalWriter, WalWriterConfig, WriterError, WriterStats,
+    ProduceRecordError, SealPolicy, WalWriter, WalWriterBuilder, WalWriterConfig, WriterStats,
 };

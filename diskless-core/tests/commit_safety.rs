@@ -20,6 +20,14 @@ use diskless_testkit::coordinator::{FaultyCoordinator, InMemoryCoordinator};
 use futures::StreamExt;
 use uuid::Uuid;
 
+/// A fresh topic id, drawn deterministically (`Uuid::new_v4` is not used in this workspace).
+fn next_uuid() -> Uuid {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    Uuid::from_u128(u128::from(
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+    ))
+}
+
 fn real_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -44,7 +52,7 @@ async fn env(commit_timeout: Duration) -> Env {
     let model = Arc::new(InMemoryCoordinator::new(clock.clone()));
     let faulty = FaultyCoordinator::new(model.clone());
     let config = TopicConfig::default();
-    let topic_id = Uuid::new_v4();
+    let topic_id = next_uuid();
     model
         .create_topic(CreateTopicRequest {
             topic_id,
@@ -54,18 +62,15 @@ async fn env(commit_timeout: Duration) -> Env {
         })
         .await
         .unwrap();
-    let writer = WalWriter::new(
-        WalWriterConfig {
-            commit_interval: Duration::from_millis(10),
-            commit_timeout,
-            ..WalWriterConfig::default()
-        },
-        storage.clone(),
-        faulty.clone(),
-        None,
-        clock.clone(),
-    )
-    .unwrap();
+    let writer = WalWriter::builder(storage.clone(), faulty.clone())
+        .with_config(
+            WalWriterConfig::default()
+                .with_commit_interval(Duration::from_millis(10))
+                .with_commit_timeout(commit_timeout),
+        )
+        .with_clock(clock.clone())
+        .build()
+        .unwrap();
     let fetcher = Fetcher::new(
         FetcherConfig::default(),
         storage.clone(),
@@ -173,7 +178,8 @@ async fn a_stalled_commit_cannot_land_on_a_collected_object() {
         e.storage.clone(),
         e.clock.clone(),
         OrphanConfig::new("wal"),
-    );
+    )
+    .unwrap();
     e.clock.advance(16 * 60 * 1000);
     collector.run_pass().await.unwrap();
     e.clock.advance(6 * 60 * 1000);
@@ -207,7 +213,7 @@ async fn a_fenced_object_is_never_committed_whatever_the_collector_settings() {
     config.max_commit_age = Duration::ZERO;
     config.recheck_delay = Duration::ZERO;
     let collector =
-        OrphanCollector::new(e.model.clone(), e.storage.clone(), e.clock.clone(), config);
+        OrphanCollector::new(e.model.clone(), e.storage.clone(), e.clock.clone(), config).unwrap();
     e.clock.advance(1_000);
     collector.run_pass().await.unwrap();
     e.clock.advance(1_000);
@@ -267,7 +273,8 @@ async fn the_writer_gives_up_after_its_commit_timeout() {
         e.storage.clone(),
         e.clock.clone(),
         OrphanConfig::new("wal"),
-    );
+    )
+    .unwrap();
     e.clock.advance(16 * 60 * 1000);
     collector.run_pass().await.unwrap();
     e.clock.advance(6 * 60 * 1000);
@@ -286,17 +293,20 @@ async fn the_writer_gives_up_after_its_commit_timeout() {
 #[tokio::test]
 async fn a_zero_commit_timeout_is_refused() {
     let clock = ManualClock::new(real_now_ms());
-    let r = WalWriter::new(
-        WalWriterConfig {
-            commit_timeout: Duration::ZERO,
-            ..WalWriterConfig::default()
-        },
+    let r = WalWriter::builder(
         Arc::new(ObjectStoreStorage::in_memory()),
         Arc::new(InMemoryCoordinator::new(clock.clone())),
-        None,
-        clock,
-    );
-    assert!(matches!(r, Err(WriterError::Config(_))));
+    )
+    .with_config(WalWriterConfig::default().with_commit_timeout(Duration::ZERO))
+    .with_clock(clock)
+    .build();
+    assert!(matches!(
+        r,
+        Err(ConfigError::Invalid {
+            field: "commit_timeout",
+            ..
+        })
+    ));
 }
 
 /// Producer state expires through the lifecycle worker: idle producers go, active ones stay.
@@ -311,7 +321,7 @@ async fn producer_expiry_pass_expires_idle_producers() {
             .unwrap();
         assert_eq!(r[0].error, ErrorCode::None);
     }
-    let expirer = ProducerExpirer::new(e.model.clone(), ProducerExpiryConfig::default());
+    let expirer = ProducerExpirer::new(e.model.clone(), ProducerExpiryConfig::default()).unwrap();
     e.clock.advance(23 * 3600 * 1000);
     // Producer 2 is active 23 h later (committed directly: the writer's keys carry the real time,
     // which the advanced coordinator clock would refuse as past the commit deadline).

@@ -17,6 +17,14 @@ use uuid::Uuid;
 
 const NOW: i64 = 1_750_000_000_000;
 
+/// A fresh topic id, drawn deterministically (`Uuid::new_v4` is not used in this workspace).
+fn next_uuid() -> Uuid {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    Uuid::from_u128(u128::from(
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+    ))
+}
+
 fn clock() -> Arc<ManualClock> {
     ManualClock::new(NOW)
 }
@@ -27,7 +35,7 @@ async fn topic(
     partitions: i32,
     config: TopicConfig,
 ) -> Uuid {
-    let topic_id = Uuid::new_v4();
+    let topic_id = next_uuid();
     coordinator
         .create_topic(CreateTopicRequest {
             topic_id,
@@ -90,10 +98,7 @@ fn served_batches(p: &FetchedPartition) -> Vec<RecordBatch> {
 }
 
 fn small_config() -> WalWriterConfig {
-    WalWriterConfig {
-        commit_interval: Duration::from_millis(50),
-        ..WalWriterConfig::default()
-    }
+    WalWriterConfig::default().with_commit_interval(Duration::from_millis(50))
 }
 
 struct Env {
@@ -107,16 +112,15 @@ struct Env {
 fn env(config: WalWriterConfig, with_cache: bool) -> Env {
     let storage = Arc::new(ObjectStoreStorage::in_memory());
     let coordinator = Arc::new(InMemoryCoordinator::new(clock()));
-    let cache = with_cache.then(|| Arc::new(MokaCache::new(MokaCacheConfig::default())));
+    let cache = with_cache.then(|| Arc::new(MokaCache::new(MokaCacheConfig::default()).unwrap()));
     let dyn_cache = cache.clone().map(|c| c as Arc<dyn LocalCache>);
-    let writer = WalWriter::new(
-        config,
-        storage.clone(),
-        coordinator.clone(),
-        dyn_cache.clone(),
-        clock(),
-    )
-    .unwrap();
+    let mut writer = WalWriter::builder(storage.clone(), coordinator.clone())
+        .with_config(config)
+        .with_clock(clock());
+    if let Some(cache) = dyn_cache.clone() {
+        writer = writer.with_cache(cache);
+    }
+    let writer = writer.build().unwrap();
     let fetcher = Fetcher::new(
         FetcherConfig::default(),
         storage.clone(),
@@ -244,7 +248,7 @@ async fn invalid_partitions_fail_at_once_and_valid_ones_go_on() {
     assert_eq!(answers[2].base_offset, -1);
 
     // A partition of no known topic is rejected by the coordinator, per batch.
-    let unknown = TopicIdPartition::new(Uuid::new_v4(), 0);
+    let unknown = TopicIdPartition::new(next_uuid(), 0);
     let answers = e
         .writer
         .produce(vec![produce(unknown, &config, &good)])
@@ -301,7 +305,8 @@ async fn cost_one_put_per_segment_one_get_per_object_none_when_hot() {
     assert_eq!(e.storage.counters().snapshot().get_requests, 0);
 
     // Cold: a fetcher with an empty cache reads the one object with one GET.
-    let cold_cache: Arc<dyn LocalCache> = Arc::new(MokaCache::new(MokaCacheConfig::default()));
+    let cold_cache: Arc<dyn LocalCache> =
+        Arc::new(MokaCache::new(MokaCacheConfig::default()).unwrap());
     let cold = Fetcher::new(
         FetcherConfig::default(),
         e.storage.clone(),
@@ -332,11 +337,9 @@ async fn cost_one_put_per_segment_one_get_per_object_none_when_hot() {
 
 #[tokio::test(start_paused = true)]
 async fn buffer_closes_by_size_and_by_time() {
-    let config = WalWriterConfig {
-        buffer_max_bytes: 4096,
-        commit_interval: Duration::from_secs(3600),
-        ..WalWriterConfig::default()
-    };
+    let config = WalWriterConfig::default()
+        .with_buffer_max_bytes(4096)
+        .with_commit_interval(Duration::from_secs(3600));
     let e = env(config, false);
     let tc = TopicConfig::default();
     let t = topic(e.coordinator.as_ref(), "t", 1, tc.clone()).await;
@@ -388,10 +391,7 @@ async fn kip74_first_batch_always_then_limits() {
 
 #[tokio::test(start_paused = true)]
 async fn close_drains_and_later_appends_fail() {
-    let config = WalWriterConfig {
-        commit_interval: Duration::from_secs(3600),
-        ..WalWriterConfig::default()
-    };
+    let config = WalWriterConfig::default().with_commit_interval(Duration::from_secs(3600));
     let e = env(config, false);
     let tc = TopicConfig::default();
     let t = topic(e.coordinator.as_ref(), "t", 1, tc.clone()).await;
@@ -417,18 +417,15 @@ async fn many_writers_many_partitions_read_back_exactly_once() {
     let mut tasks = Vec::new();
     for w in 0..4 {
         let writer = Arc::new(
-            WalWriter::new(
-                WalWriterConfig {
-                    broker_id: w,
-                    commit_interval: Duration::from_millis(5),
-                    ..WalWriterConfig::default()
-                },
-                storage.clone(),
-                coordinator.clone(),
-                None,
-                Arc::new(SystemClock),
-            )
-            .unwrap(),
+            WalWriter::builder(storage.clone(), coordinator.clone())
+                .with_config(
+                    WalWriterConfig::default()
+                        .with_broker_id(w)
+                        .with_commit_interval(Duration::from_millis(5)),
+                )
+                .with_clock(Arc::new(SystemClock))
+                .build()
+                .unwrap(),
         );
         let tc = tc.clone();
         tasks.push(tokio::spawn(async move {
@@ -519,17 +516,11 @@ async fn upload_faults_lose_nothing_and_idempotent_retries_never_duplicate() {
     let tc = TopicConfig::default();
     let t = topic(coordinator.as_ref(), "t", 4, tc.clone()).await;
     let writer = Arc::new(
-        WalWriter::new(
-            WalWriterConfig {
-                commit_interval: Duration::from_millis(20),
-                ..WalWriterConfig::default()
-            },
-            faulty.clone(),
-            coordinator.clone(),
-            None,
-            clock(),
-        )
-        .unwrap(),
+        WalWriter::builder(faulty.clone(), coordinator.clone())
+            .with_config(WalWriterConfig::default().with_commit_interval(Duration::from_millis(20)))
+            .with_clock(clock())
+            .build()
+            .unwrap(),
     );
     // Four idempotent producers, one per partition, each sending 30 batches in order and retrying
     // each until it is acknowledged (max.in.flight = 1).
@@ -612,8 +603,11 @@ async fn unknown_commit_outcome_is_an_error_and_the_idempotent_retry_gets_the_or
     let tc = TopicConfig::default();
     let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
     let p = TopicIdPartition::new(t, 0);
-    let writer =
-        WalWriter::new(small_config(), storage.clone(), coordinator, None, clock()).unwrap();
+    let writer = WalWriter::builder(storage.clone(), coordinator)
+        .with_config(small_config())
+        .with_clock(clock())
+        .build()
+        .unwrap();
     let b = idempotent_batch(7, 0, 0, &["once"]);
     let first = writer.produce(vec![produce(p, &tc, &b)]).await;
     assert_eq!(first[0].error, ErrorCode::RequestTimedOut);
@@ -644,22 +638,19 @@ async fn backpressure_bounds_pending_bytes_while_storage_stalls() {
         let p = TopicIdPartition::new(t, 0);
         let bound = 64 * 1024;
         let writer = Arc::new(
-            WalWriter::new(
-                WalWriterConfig {
-                    buffer_max_bytes: 16 * 1024,
-                    max_pending_bytes: bound,
-                    // Many upload slots, so that only the byte bound limits what piles up.
-                    max_concurrent_uploads: 64,
-                    commit_interval: Duration::from_millis(10),
-                    backpressure: mode,
-                    ..WalWriterConfig::default()
-                },
-                faulty.clone(),
-                coordinator.clone(),
-                None,
-                clock(),
-            )
-            .unwrap(),
+            WalWriter::builder(faulty.clone(), coordinator.clone())
+                .with_config(
+                    WalWriterConfig::default()
+                        .with_buffer_max_bytes(16 * 1024)
+                        .with_max_pending_bytes(bound)
+                        // Many upload slots, so that only the byte bound limits what piles up.
+                        .with_max_concurrent_uploads(64)
+                        .with_commit_interval(Duration::from_millis(10))
+                        .with_backpressure(mode),
+                )
+                .with_clock(clock())
+                .build()
+                .unwrap(),
         );
         let value = "z".repeat(4000);
         let mut producers = Vec::new();
@@ -822,10 +813,7 @@ fn drop_outside_the_runtime_and_concurrent_close() {
         .unwrap();
     let (writer, pending, coordinator, p) = rt.block_on(async {
         let e = env(
-            WalWriterConfig {
-                commit_interval: Duration::from_secs(3600),
-                ..WalWriterConfig::default()
-            },
+            WalWriterConfig::default().with_commit_interval(Duration::from_secs(3600)),
             false,
         );
         let tc = TopicConfig::default();
@@ -834,8 +822,8 @@ fn drop_outside_the_runtime_and_concurrent_close() {
         let pending = e.writer.append(vec![produce(p, &tc, &batch(&["a"]))]).await;
         (e.writer, pending, e.coordinator, p)
     });
-    // Outside the runtime: flush seals and spawns on the writer's runtime.
-    writer.flush();
+    // Outside the runtime: seal_now seals and spawns on the writer's runtime.
+    writer.seal_now();
     let answer = rt.block_on(pending);
     assert_eq!(answer[0].error, ErrorCode::None);
     let writer = Arc::new(writer);
@@ -899,14 +887,11 @@ async fn a_commit_that_did_not_apply_leaves_no_object() {
     let tc = TopicConfig::default();
     let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
     let p = TopicIdPartition::new(t, 0);
-    let writer = WalWriter::new(
-        small_config(),
-        storage.clone(),
-        coordinator.clone(),
-        None,
-        clock(),
-    )
-    .unwrap();
+    let writer = WalWriter::builder(storage.clone(), coordinator.clone())
+        .with_config(small_config())
+        .with_clock(clock())
+        .build()
+        .unwrap();
     coordinator.fail_next_commits(1);
     let first = writer.produce(vec![produce(p, &tc, &batch(&["x"]))]).await;
     assert_eq!(first[0].error, ErrorCode::KafkaStorageError);
@@ -919,6 +904,138 @@ async fn a_commit_that_did_not_apply_leaves_no_object() {
     assert_eq!((retry[0].error, retry[0].base_offset), (ErrorCode::None, 0));
     assert_eq!(coordinator.injected_faults(), 1);
     writer.close().await;
+}
+
+/// `flush` returns only once every request appended before it is answered: with the commits
+/// stalled it must keep waiting, for the segment sealed before it as for the one it seals.
+#[tokio::test(start_paused = true)]
+async fn flush_waits_until_every_earlier_request_is_answered() {
+    use futures::FutureExt;
+    let inner = Arc::new(InMemoryCoordinator::new(clock()));
+    let coordinator = FaultyCoordinator::new(inner);
+    let tc = TopicConfig::default();
+    let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
+    let p = TopicIdPartition::new(t, 0);
+    let writer = WalWriter::builder(
+        Arc::new(ObjectStoreStorage::in_memory()),
+        coordinator.clone(),
+    )
+    .with_config(WalWriterConfig::default().with_commit_interval(Duration::from_secs(3600)))
+    .with_clock(clock())
+    .build()
+    .unwrap();
+    coordinator.stall_commits();
+    let first = writer.append(vec![produce(p, &tc, &batch(&["a"]))]).await;
+    writer.seal_now();
+    let second = writer.append(vec![produce(p, &tc, &batch(&["b"]))]).await;
+    let flush = writer.flush();
+    tokio::pin!(flush);
+    assert!(
+        // (Less than the commit timeout, 30 s, after which a stalled commit is answered.)
+        tokio::time::timeout(Duration::from_secs(10), &mut flush)
+            .await
+            .is_err(),
+        "flush returned while the commits were stalled"
+    );
+    assert_eq!(writer.stats().segments_closed, 2, "flush sealed the buffer");
+    assert_eq!(coordinator.stalled_commits(), 1);
+    coordinator.release_commits();
+    flush.await;
+    let first = first
+        .now_or_never()
+        .expect("flush returned before the first request was answered");
+    let second = second
+        .now_or_never()
+        .expect("flush returned before the second request was answered");
+    assert_eq!((first[0].error, first[0].base_offset), (ErrorCode::None, 0));
+    assert_eq!(
+        (second[0].error, second[0].base_offset),
+        (ErrorCode::None, 1)
+    );
+    // Nothing buffered and nothing in flight: flush returns at once, and after close too.
+    tokio::time::timeout(Duration::from_millis(1), writer.flush())
+        .await
+        .unwrap();
+    writer.close().await;
+    tokio::time::timeout(Duration::from_millis(1), writer.flush())
+        .await
+        .unwrap();
+}
+
+/// Storage whose uploads land but report a failure (an ambiguous PUT), and whose deletes take
+/// ten seconds.
+#[derive(Debug)]
+struct AmbiguousUploadSlowDelete {
+    inner: Arc<ObjectStoreStorage>,
+    deleted: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl ObjectStorage for AmbiguousUploadSlowDelete {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        self.inner.upload(key, payload).await?;
+        Err(StorageError::Transient {
+            source: "the connection dropped after the PUT was sent".into(),
+        })
+    }
+    async fn fetch(
+        &self,
+        key: &ObjectKey,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, StorageError> {
+        self.inner.fetch(key, range).await
+    }
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let deleted = self.inner.delete(keys).await?;
+        self.deleted
+            .fetch_add(deleted.len(), std::sync::atomic::Ordering::SeqCst);
+        Ok(deleted)
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> futures::stream::BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.inner.list(prefix)
+    }
+}
+
+/// `close` waits for the writer's background deletes: an ambiguously failed upload's object is
+/// gone when `close` returns.
+#[tokio::test(start_paused = true)]
+async fn close_waits_for_the_background_deletes() {
+    use futures::TryStreamExt;
+    let inner = Arc::new(ObjectStoreStorage::in_memory());
+    let storage = Arc::new(AmbiguousUploadSlowDelete {
+        inner: inner.clone(),
+        deleted: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let coordinator = Arc::new(InMemoryCoordinator::new(clock()));
+    let tc = TopicConfig::default();
+    let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
+    let p = TopicIdPartition::new(t, 0);
+    let writer = WalWriter::builder(storage.clone(), coordinator)
+        .with_config(small_config())
+        .with_clock(clock())
+        .build()
+        .unwrap();
+    let answer = writer.produce(vec![produce(p, &tc, &batch(&["x"]))]).await;
+    assert_eq!(answer[0].error, ErrorCode::KafkaStorageError);
+    let landed: Vec<_> = inner.list("wal").try_collect().await.unwrap();
+    assert_eq!(landed.len(), 1, "the ambiguous upload landed");
+    assert_eq!(
+        storage.deleted.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the delete is still running"
+    );
+    writer.close().await;
+    assert_eq!(
+        storage.deleted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "close returned before the background delete ended"
+    );
+    let left: Vec<_> = inner.list("wal").try_collect().await.unwrap();
+    assert!(left.is_empty(), "garbage left: {left:?}");
 }
 
 /// Storage whose first upload hangs for a minute (a slow PUT); later ones are immediate.
@@ -972,17 +1089,11 @@ async fn slow_uploads_are_hedged() {
         let tc = TopicConfig::default();
         let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
         let p = TopicIdPartition::new(t, 0);
-        let writer = WalWriter::new(
-            WalWriterConfig {
-                hedge_uploads_after: hedge,
-                ..small_config()
-            },
-            storage,
-            coordinator.clone(),
-            None,
-            clock(),
-        )
-        .unwrap();
+        let writer = WalWriter::builder(storage, coordinator.clone())
+            .with_config(small_config().with_hedge_uploads_after(hedge))
+            .with_clock(clock())
+            .build()
+            .unwrap();
         let started = tokio::time::Instant::now();
         let answer = writer.produce(vec![produce(p, &tc, &batch(&["h"]))]).await;
         let waited = started.elapsed();
@@ -1020,20 +1131,17 @@ async fn uncommitted_requests_are_bounded_when_the_coordinator_is_slow() {
     let p = TopicIdPartition::new(t, 0);
     coordinator.set_commit_latency(Some(Duration::from_secs(10)));
     let writer = Arc::new(
-        WalWriter::new(
-            WalWriterConfig {
-                buffer_max_bytes: 16 * 1024,
-                max_pending_bytes: 32 * 1024,
-                max_uncommitted_bytes: 64 * 1024,
-                commit_interval: Duration::from_millis(10),
-                ..WalWriterConfig::default()
-            },
-            storage.clone(),
-            coordinator.clone(),
-            None,
-            clock(),
-        )
-        .unwrap(),
+        WalWriter::builder(storage.clone(), coordinator.clone())
+            .with_config(
+                WalWriterConfig::default()
+                    .with_buffer_max_bytes(16 * 1024)
+                    .with_max_pending_bytes(32 * 1024)
+                    .with_max_uncommitted_bytes(64 * 1024)
+                    .with_commit_interval(Duration::from_millis(10)),
+            )
+            .with_clock(clock())
+            .build()
+            .unwrap(),
     );
     let value = "u".repeat(4000);
     let mut producers = Vec::new();

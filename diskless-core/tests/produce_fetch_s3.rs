@@ -11,13 +11,21 @@ use diskless_core::*;
 use diskless_testkit::storage::S3TestServer;
 use uuid::Uuid;
 
+/// A fresh topic id, drawn deterministically (`Uuid::new_v4` is not used in this workspace).
+fn next_uuid() -> Uuid {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    Uuid::from_u128(u128::from(
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+    ))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn produce_and_fetch_over_s3_http() {
     let server = S3TestServer::start().await.unwrap();
     let storage = Arc::new(server.storage("wal-test").unwrap());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let coordinator = Arc::new(SqliteCoordinator::in_memory(clock.clone()).await.unwrap());
-    let topic_id = Uuid::new_v4();
+    let topic_id = next_uuid();
     let config = TopicConfig {
         timestamp_type: TimestampType::LogAppendTime,
         ..TopicConfig::default()
@@ -32,18 +40,13 @@ async fn produce_and_fetch_over_s3_http() {
         .await
         .unwrap();
     let config = Arc::new(config);
-    let cache: Arc<dyn LocalCache> = Arc::new(MokaCache::new(MokaCacheConfig::default()));
-    let writer = WalWriter::new(
-        WalWriterConfig {
-            commit_interval: Duration::from_millis(20),
-            ..WalWriterConfig::default()
-        },
-        storage.clone(),
-        coordinator.clone(),
-        Some(cache),
-        clock.clone(),
-    )
-    .unwrap();
+    let cache: Arc<dyn LocalCache> = Arc::new(MokaCache::new(MokaCacheConfig::default()).unwrap());
+    let writer = WalWriter::builder(storage.clone(), coordinator.clone())
+        .with_config(WalWriterConfig::default().with_commit_interval(Duration::from_millis(20)))
+        .with_clock(clock.clone())
+        .with_cache(cache)
+        .build()
+        .unwrap();
 
     let mut sent = Vec::new();
     for round in 0..5 {

@@ -13,6 +13,14 @@ use diskless_core::*;
 use diskless_storage::ObjectStoreStorage;
 use uuid::Uuid;
 
+/// A fresh topic id, drawn deterministically (`Uuid::new_v4` is not used in this workspace).
+fn next_uuid() -> Uuid {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    Uuid::from_u128(u128::from(
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+    ))
+}
+
 fn now_ms() -> i64 {
     SystemClock.now_ms()
 }
@@ -67,7 +75,7 @@ async fn read_all(fetcher: &Fetcher, p: TopicIdPartition) -> Vec<RecordBatch> {
 async fn writers_on_sqlite_and_local_files_then_restart() {
     let dir = tempfile::tempdir().unwrap();
     let (storage, coordinator) = open(dir.path()).await;
-    let topic_id = Uuid::new_v4();
+    let topic_id = next_uuid();
     let config = TopicConfig::default();
     coordinator
         .create_topic(CreateTopicRequest {
@@ -82,19 +90,17 @@ async fn writers_on_sqlite_and_local_files_then_restart() {
 
     let mut tasks = Vec::new();
     for broker in 0..3 {
-        let cache: Arc<dyn LocalCache> = Arc::new(MokaCache::new(MokaCacheConfig::default()));
-        let writer = WalWriter::new(
-            WalWriterConfig {
-                broker_id: broker,
-                commit_interval: Duration::from_millis(10),
-                ..WalWriterConfig::default()
-            },
-            storage.clone(),
-            coordinator.clone(),
-            Some(cache),
-            Arc::new(SystemClock),
-        )
-        .unwrap();
+        let cache: Arc<dyn LocalCache> = Arc::new(MokaCache::new(MokaCacheConfig::default()).unwrap());
+        let writer = WalWriter::builder(storage.clone(), coordinator.clone())
+            .with_config(
+                WalWriterConfig::default()
+                    .with_broker_id(broker)
+                    .with_commit_interval(Duration::from_millis(10)),
+            )
+            .with_clock(Arc::new(SystemClock))
+            .with_cache(cache)
+            .build()
+            .unwrap();
         let config = config.clone();
         tasks.push(tokio::spawn(async move {
             let mut acked = Vec::new();

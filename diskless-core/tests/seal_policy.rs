@@ -44,18 +44,15 @@ async fn env(policy: SealPolicy) -> Env {
         })
         .await
         .unwrap();
-    let writer = WalWriter::new(
-        WalWriterConfig {
-            commit_interval: Duration::from_millis(250),
-            seal_policy: policy,
-            ..WalWriterConfig::default()
-        },
-        storage.clone(),
-        coordinator,
-        None,
-        clock,
-    )
-    .unwrap();
+    let writer = WalWriter::builder(storage.clone(), coordinator)
+        .with_config(
+            WalWriterConfig::default()
+                .with_commit_interval(Duration::from_millis(250))
+                .with_seal_policy(policy),
+        )
+        .with_clock(clock)
+        .build()
+        .unwrap();
     Env {
         writer: Arc::new(writer),
         storage,
@@ -187,15 +184,21 @@ async fn idle_adaptive_writers_make_no_puts_and_bad_settings_are_refused() {
     assert_eq!(e.writer.stats().segments_closed, 0);
     e.writer.close().await;
     let clock = ManualClock::new(NOW);
-    let refused = WalWriter::new(
-        WalWriterConfig {
-            seal_policy: SealPolicy::adaptive(Duration::from_millis(10), 0),
-            ..WalWriterConfig::default()
-        },
+    let refused = WalWriter::builder(
         Arc::new(ObjectStoreStorage::in_memory()),
         Arc::new(InMemoryCoordinator::new(clock.clone())),
-        None,
-        clock,
-    );
-    assert!(matches!(refused, Err(WriterError::Config(_))));
+    )
+    .with_config(
+        WalWriterConfig::default()
+            .with_seal_policy(SealPolicy::adaptive(Duration::from_millis(10), 0)),
+    )
+    .with_clock(clock)
+    .build();
+    assert!(matches!(
+        refused,
+        Err(ConfigError::Invalid {
+            field: "seal_policy",
+            ..
+        })
+    ));
 }

@@ -22,23 +22,28 @@ struct Env {
     fetcher: Fetcher,
 }
 
+/// A fresh topic id, drawn deterministically (`Uuid::new_v4` is not used in this workspace).
+fn next_uuid() -> Uuid {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    Uuid::from_u128(u128::from(
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+    ))
+}
+
 /// A writer that closes a segment only when flushed (hour-long interval, large buffer), so that
 /// every request appended before a flush lands in the same segment.
 fn env() -> Env {
     let storage = Arc::new(ObjectStoreStorage::in_memory());
     let coordinator = Arc::new(InMemoryCoordinator::new(ManualClock::new(NOW)));
-    let writer = WalWriter::new(
-        WalWriterConfig {
-            commit_interval: Duration::from_secs(3600),
-            buffer_max_bytes: 64 << 20,
-            ..WalWriterConfig::default()
-        },
-        storage.clone(),
-        coordinator.clone(),
-        None,
-        ManualClock::new(NOW),
-    )
-    .unwrap();
+    let writer = WalWriter::builder(storage.clone(), coordinator.clone())
+        .with_config(
+            WalWriterConfig::default()
+                .with_commit_interval(Duration::from_secs(3600))
+                .with_buffer_max_bytes(64 << 20),
+        )
+        .with_clock(ManualClock::new(NOW))
+        .build()
+        .unwrap();
     let fetcher = Fetcher::new(
         FetcherConfig::default(),
         storage.clone(),
@@ -54,7 +59,7 @@ fn env() -> Env {
 }
 
 async fn topic(e: &Env, partitions: i32) -> Uuid {
-    let topic_id = Uuid::new_v4();
+    let topic_id = next_uuid();
     e.coordinator
         .create_topic(CreateTopicRequest {
             topic_id,
@@ -139,7 +144,7 @@ async fn a_malformed_producer_epoch_fails_only_its_own_request_in_a_shared_segme
         .writer
         .append(vec![part(p1, bad.as_bytes().clone())])
         .await;
-    e.writer.flush();
+    e.writer.flush().await;
     let (first, second) = (first.await, second.await);
     assert_eq!(first[0].error, ErrorCode::None, "{first:?}");
     assert_eq!(first[0].base_offset, 0);
@@ -176,7 +181,7 @@ async fn a_producer_id_below_minus_one_is_non_idempotent_and_fails_nobody() {
         .writer
         .append(vec![part(p1, odd.as_bytes().clone())])
         .await;
-    e.writer.flush();
+    e.writer.flush().await;
     let (first, second) = (first.await, second.await);
     assert_eq!(first[0].error, ErrorCode::None, "{first:?}");
     assert_eq!(second[0].error, ErrorCode::None, "{second:?}");
@@ -213,7 +218,7 @@ async fn epoch_minus_one_with_a_producer_id_is_accepted_in_a_shared_segment() {
         .writer
         .append(vec![part(p1, minus_one.as_bytes().clone())])
         .await;
-    e.writer.flush();
+    e.writer.flush().await;
     let (first, second) = (first.await, second.await);
     assert_eq!(first[0].error, ErrorCode::None, "{first:?}");
     assert_eq!(

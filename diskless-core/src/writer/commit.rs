@@ -3,11 +3,14 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use diskless_common::metrics as m;
 use diskless_coordinator::{CoordinatorError, ErrorCode, TopicIdPartition};
-use diskless_storage::StorageError;
-use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
-use tracing::warn;
+use diskless_storage::{ObjectKey, StorageError};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tracing::{Instrument, info_span, warn};
 
+use super::budget::Held;
 use super::seal::Sealed;
 use super::{PartitionResponse, PendingProduce, PendingState, Shared};
 
@@ -23,19 +26,43 @@ pub(super) enum Slot {
 pub(super) struct Waiter {
     pub(super) tx: oneshot::Sender<Vec<PartitionResponse>>,
     pub(super) slots: Vec<Slot>,
+    /// When `append` was called (for `PRODUCE_SECONDS`).
+    pub(super) started: Instant,
     /// The request's share of the pending-bytes budget. At seal it moves to the upload task and is
     /// released once the segment's bytes are uploaded (or failed): a segment waiting for its turn to
     /// commit holds only metadata, so one slow upload does not hold the budget of later ones.
-    pub(super) permit: Option<OwnedSemaphorePermit>,
+    pub(super) permit: Option<Held>,
     /// The request's share of the uncommitted-bytes bound, released when it is answered.
-    pub(super) _uncommitted: OwnedSemaphorePermit,
+    pub(super) _uncommitted: Held,
+}
+
+/// Records one request's [`m::PRODUCE_SECONDS`]: `ok` when every partition succeeded.
+pub(super) fn record_produce(started: Instant, answers: &[PartitionResponse]) {
+    let outcome = if answers.iter().all(|r| r.error.is_ok()) {
+        m::OK
+    } else {
+        m::ERROR
+    };
+    metrics::histogram!(m::PRODUCE_SECONDS, m::OUTCOME => outcome)
+        .record(started.elapsed().as_secs_f64());
+}
+
+/// A request answered at once, without entering the buffer.
+pub(super) fn ready(answers: Vec<PartitionResponse>, started: Instant) -> PendingProduce {
+    record_produce(started, &answers);
+    PendingProduce {
+        state: PendingState::Ready(Some(answers)),
+    }
 }
 
 /// Answers a request that never entered the buffer: pending slots get `error`.
-pub(super) fn fill_errors(slots: Vec<Slot>, error: ErrorCode, message: &str) -> PendingProduce {
-    PendingProduce {
-        state: PendingState::Ready(Some(finish_slots(slots, error, message))),
-    }
+pub(super) fn fill_errors(
+    slots: Vec<Slot>,
+    error: ErrorCode,
+    message: &str,
+    started: Instant,
+) -> PendingProduce {
+    ready(finish_slots(slots, error, message), started)
 }
 
 /// Turns slots into answers; slots still pending get `error`.
@@ -53,6 +80,7 @@ pub(super) fn finish_slots(
         .collect()
 }
 
+/// Answers every request of a segment that never reached the committer.
 pub(super) fn fail_sealed(sealed: Sealed, error: ErrorCode, message: &str) {
     sealed.upload.abort();
     for w in sealed.waiters {
@@ -62,19 +90,46 @@ pub(super) fn fail_sealed(sealed: Sealed, error: ErrorCode, message: &str) {
 
 /// Answers a request; its still-pending slots get `error`.
 pub(super) fn complete_all(waiter: Waiter, error: ErrorCode, message: &str) {
-    // The requester may have gone away; nothing to do then.
-    let _ = waiter.tx.send(finish_slots(waiter.slots, error, message));
+    let answers = finish_slots(waiter.slots, error, message);
+    record_produce(waiter.started, &answers);
+    // The requester may have gone away (its `PendingProduce` dropped); nothing to do then.
+    let _ = waiter.tx.send(answers);
 }
 
-/// Takes closed segments in order: waits for each upload, commits, answers.
-pub(super) async fn run_committer(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Sealed>) {
+/// Takes closed segments in order: waits for each upload, commits, answers. `done` counts the
+/// segments answered (what `WalWriter::flush` waits for); it is dropped when the task ends, which
+/// tells the waiters that nothing more will be answered.
+pub(super) async fn run_committer(
+    shared: Arc<Shared>,
+    mut rx: mpsc::UnboundedReceiver<Sealed>,
+    done: watch::Sender<u64>,
+) {
     while let Some(sealed) = rx.recv().await {
-        commit_one(&shared, sealed).await;
+        let span = info_span!("commit", key = %sealed.key, batches = sealed.targets.len());
+        commit_one(&shared, sealed).instrument(span).await;
+        done.send_modify(|n| *n += 1);
     }
     shared.finished.send_replace(true);
 }
 
-pub(super) async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
+/// Deletes an object the writer made and will not commit, in the background; `WalWriter::close`
+/// waits for these deletes.
+fn spawn_delete(shared: &Shared, key: ObjectKey, what: &'static str) {
+    let storage = shared.storage.clone();
+    let task = shared.runtime.spawn(
+        async move {
+            if let Err(e) = storage.delete(std::slice::from_ref(&key)).await {
+                warn!(key = %key, error = %e, "could not delete {what}; orphan collection will");
+            }
+        }
+        .in_current_span(),
+    );
+    let mut deletes = shared.deletes.lock();
+    deletes.retain(|t| !t.is_finished());
+    deletes.push(task);
+}
+
+async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
     let Sealed {
         key,
         size,
@@ -82,6 +137,7 @@ pub(super) async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
         commit,
         mut waiters,
         upload,
+        gauge: _in_flight,
     } = sealed;
     let counters = &shared.counters;
     let uploaded = match upload.await {
@@ -94,13 +150,7 @@ pub(super) async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
         counters.upload_failures.fetch_add(1, Ordering::Relaxed);
         warn!(key = %key, error = %e, "segment upload failed");
         // An attempt may have landed before the failure was seen: leave no garbage.
-        let storage = shared.storage.clone();
-        let k = key.clone();
-        shared.runtime.spawn(async move {
-            if let Err(e) = storage.delete(std::slice::from_ref(&k)).await {
-                warn!(key = %k, error = %e, "could not delete a failed upload; orphan collection will");
-            }
-        });
+        spawn_delete(shared, key, "a failed upload");
         for w in waiters {
             complete_all(
                 w,
@@ -114,6 +164,7 @@ pub(super) async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
     counters.bytes_uploaded.fetch_add(size, Ordering::Relaxed);
 
     let timeout = shared.config.commit_timeout;
+    let started = Instant::now();
     let answer = match tokio::time::timeout(timeout, shared.coordinator.commit_file(commit)).await {
         Ok(answer) => answer,
         Err(_) => {
@@ -126,6 +177,9 @@ pub(super) async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
             ))
         }
     };
+    let outcome = if answer.is_ok() { m::OK } else { m::ERROR };
+    metrics::histogram!(m::COMMIT_SECONDS, m::OUTCOME => outcome)
+        .record(started.elapsed().as_secs_f64());
     match answer {
         Ok(results) => {
             counters.segments_committed.fetch_add(1, Ordering::Relaxed);
@@ -195,13 +249,7 @@ pub(super) async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
             };
             warn!(key = %key, error = %e, "segment commit failed");
             if certainly_not_applied {
-                let storage = shared.storage.clone();
-                let k = key.clone();
-                shared.runtime.spawn(async move {
-                    if let Err(e) = storage.delete(std::slice::from_ref(&k)).await {
-                        warn!(key = %k, error = %e, "could not delete an uncommitted segment");
-                    }
-                });
+                spawn_delete(shared, key, "an uncommitted segment");
             }
             for w in waiters {
                 complete_all(w, code, &format!("commit of the WAL segment failed: {e}"));

@@ -77,8 +77,25 @@ pub enum Backpressure {
     FailFast,
 }
 
-/// Settings of a [`WalWriter`].
+/// Settings of a [`WalWriter`](crate::WalWriter): [`Default`], then a `with_<field>` per setting
+/// to change. [`WalWriterConfig::validate`] (called by [`WalWriterBuilder::build`]) rejects values
+/// out of range; none is clamped.
+///
+/// ```
+/// use std::time::Duration;
+/// use diskless_core::{SealPolicy, WalWriterConfig};
+///
+/// let config = WalWriterConfig::default()
+///     .with_broker_id(3)
+///     .with_commit_interval(Duration::from_millis(100))
+///     .with_seal_policy(SealPolicy::adaptive(Duration::from_millis(20), 2));
+/// assert!(config.validate().is_ok());
+/// assert!(config.with_buffer_max_bytes(0).validate().is_err());
+/// ```
+///
+/// [`WalWriterBuilder::build`]: crate::WalWriterBuilder::build
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct WalWriterConfig {
     /// The id of the broker that uploads (recorded with each object).
     pub broker_id: i32,
@@ -88,38 +105,42 @@ pub struct WalWriterConfig {
     /// `diskless.append.buffer.max.bytes`). Default 8 MiB.
     pub buffer_max_bytes: usize,
     /// Close the buffer this long after its first batch arrived (KIP-1163
-    /// `diskless.append.commit.interval.ms`). Default 250 ms. With [`SealPolicy::Adaptive`] the
+    /// `diskless.append.commit.interval.ms`). Greater than zero, at most a year. Default 250 ms. With [`SealPolicy::Adaptive`] the
     /// buffer usually closes sooner; this stays the longest any batch waits.
     pub commit_interval: Duration,
     /// When to close the buffer besides a full buffer and `commit_interval`. Default
     /// [`SealPolicy::Interval`].
     pub seal_policy: SealPolicy,
-    /// How many segments may upload at once. Default 4.
+    /// How many segments may upload at once (at least 1). Default 4.
     pub max_concurrent_uploads: usize,
     /// Bound on bytes buffered plus bytes being uploaded (a segment waiting only for its commit
-    /// holds no payload). Default 64 MiB.
+    /// holds no payload). At least `buffer_max_bytes`, at most `u32::MAX` (the bounds are counted
+    /// in a `u32` of bytes). A request larger than the whole bound is not refused: it takes the
+    /// whole bound, so it waits until everything before it has uploaded. Default 64 MiB.
     pub max_pending_bytes: usize,
     /// Bound on bytes of requests not yet answered: buffered, uploading, or uploaded and waiting for
     /// their commit. Commits are serial, so a slow coordinator would otherwise let uploaded segments
-    /// (their metadata and waiting requests) pile up without limit. At least `max_pending_bytes`.
-    /// Default 256 MiB.
+    /// (their metadata and waiting requests) pile up without limit. At least `max_pending_bytes`,
+    /// at most `u32::MAX`; a request larger than the bound takes the whole bound. Default 256 MiB.
     pub max_uncommitted_bytes: usize,
     /// What `append` does at that bound.
     pub backpressure: Backpressure,
     /// The coordinator shards that own this writer's objects (KIP-1164 owner list). Default `[0]`.
     pub owners: Vec<ShardId>,
     /// Block size used to put freshly uploaded segments into the cache; must equal the fetcher's.
-    /// Default [`crate::DEFAULT_CACHE_BLOCK_SIZE`].
+    /// At least 1. Default [`crate::DEFAULT_CACHE_BLOCK_SIZE`].
     pub cache_block_size: u64,
     /// How many requests may be validated at once. Validating a compressed batch decompresses it
     /// (up to 32 × `max.message.bytes`, see [`crate::default_decompression_limit`]) before the
-    /// request is counted in `max_pending_bytes`, so this bounds that memory too. Default 8.
+    /// request is counted in `max_pending_bytes`, so this bounds that memory too. At least 1.
+    /// Default 8.
     pub max_concurrent_validations: usize,
     /// Start a second, identical upload of a segment whose first attempt has not finished after
     /// this long, and take whichever lands first (a hedged request). Commits happen in segment
     /// order, so one slow upload delays every later segment: hedging cuts that tail for a few extra
     /// PUTs (create-only uploads make the duplicate harmless: same key, same bytes). `None` (the
-    /// default) never hedges; about the store's p95 upload latency is a good value.
+    /// default) never hedges; about the store's p95 upload latency is a good value. `Some(ZERO)`
+    /// starts the second attempt as soon as the first is found not finished (every PUT doubled).
     pub hedge_uploads_after: Option<Duration>,
     /// How long the writer waits for the coordinator's answer to a segment's commit. After it, every
     /// request of the segment is answered `REQUEST_TIMED_OUT` (retriable), the call is abandoned
@@ -128,7 +149,8 @@ pub struct WalWriterConfig {
     /// [`diskless_coordinator::DEFAULT_MAX_COMMIT_AGE`]), past which a late commit is refused
     /// anyway. Later segments commit without waiting for an abandoned call, so a timed-out request's
     /// batches may land after later ones (as after any Kafka `REQUEST_TIMED_OUT`; an idempotent
-    /// producer's sequence checks keep its order). Default 30 s (Kafka's `request.timeout.ms`).
+    /// producer's sequence checks keep its order). Greater than zero. Default 30 s (Kafka's
+    /// `request.timeout.ms`).
     pub commit_timeout: Duration,
 }
 
@@ -150,5 +172,169 @@ impl Default for WalWriterConfig {
             hedge_uploads_after: None,
             commit_timeout: Duration::from_secs(30),
         }
+    }
+}
+
+/// The longest interval a writer accepts for a timer (`commit_interval`, `min_interval`): a year.
+/// Longer values mean nothing for a produce path, and would overflow the timer's `Instant`
+/// arithmetic near `Duration::MAX`.
+const MAX_INTERVAL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+impl WalWriterConfig {
+    /// Sets [`broker_id`](Self::broker_id).
+    pub fn with_broker_id(mut self, broker_id: i32) -> Self {
+        self.broker_id = broker_id;
+        self
+    }
+
+    /// Sets [`object_prefix`](Self::object_prefix).
+    pub fn with_object_prefix(mut self, object_prefix: impl Into<String>) -> Self {
+        self.object_prefix = object_prefix.into();
+        self
+    }
+
+    /// Sets [`buffer_max_bytes`](Self::buffer_max_bytes).
+    pub fn with_buffer_max_bytes(mut self, buffer_max_bytes: usize) -> Self {
+        self.buffer_max_bytes = buffer_max_bytes;
+        self
+    }
+
+    /// Sets [`commit_interval`](Self::commit_interval).
+    pub fn with_commit_interval(mut self, commit_interval: Duration) -> Self {
+        self.commit_interval = commit_interval;
+        self
+    }
+
+    /// Sets [`seal_policy`](Self::seal_policy).
+    pub fn with_seal_policy(mut self, seal_policy: SealPolicy) -> Self {
+        self.seal_policy = seal_policy;
+        self
+    }
+
+    /// Sets [`max_concurrent_uploads`](Self::max_concurrent_uploads).
+    pub fn with_max_concurrent_uploads(mut self, max_concurrent_uploads: usize) -> Self {
+        self.max_concurrent_uploads = max_concurrent_uploads;
+        self
+    }
+
+    /// Sets [`max_pending_bytes`](Self::max_pending_bytes).
+    pub fn with_max_pending_bytes(mut self, max_pending_bytes: usize) -> Self {
+        self.max_pending_bytes = max_pending_bytes;
+        self
+    }
+
+    /// Sets [`max_uncommitted_bytes`](Self::max_uncommitted_bytes).
+    pub fn with_max_uncommitted_bytes(mut self, max_uncommitted_bytes: usize) -> Self {
+        self.max_uncommitted_bytes = max_uncommitted_bytes;
+        self
+    }
+
+    /// Sets [`backpressure`](Self::backpressure).
+    pub fn with_backpressure(mut self, backpressure: Backpressure) -> Self {
+        self.backpressure = backpressure;
+        self
+    }
+
+    /// Sets [`owners`](Self::owners).
+    pub fn with_owners(mut self, owners: Vec<ShardId>) -> Self {
+        self.owners = owners;
+        self
+    }
+
+    /// Sets [`cache_block_size`](Self::cache_block_size).
+    pub fn with_cache_block_size(mut self, cache_block_size: u64) -> Self {
+        self.cache_block_size = cache_block_size;
+        self
+    }
+
+    /// Sets [`max_concurrent_validations`](Self::max_concurrent_validations).
+    pub fn with_max_concurrent_validations(mut self, max_concurrent_validations: usize) -> Self {
+        self.max_concurrent_validations = max_concurrent_validations;
+        self
+    }
+
+    /// Sets [`hedge_uploads_after`](Self::hedge_uploads_after).
+    pub fn with_hedge_uploads_after(mut self, hedge_uploads_after: Option<Duration>) -> Self {
+        self.hedge_uploads_after = hedge_uploads_after;
+        self
+    }
+
+    /// Sets [`commit_timeout`](Self::commit_timeout).
+    pub fn with_commit_timeout(mut self, commit_timeout: Duration) -> Self {
+        self.commit_timeout = commit_timeout;
+        self
+    }
+
+    /// Checks every setting; the first one out of range is the error. Values are never clamped:
+    /// what passes is what the writer uses.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, reason: &str| Err(ConfigError::invalid(field, reason));
+        // The byte bounds are semaphores taken with `acquire_many(u32)`; the counts of tasks are
+        // semaphores too.
+        let max_bytes = usize::try_from(u32::MAX).unwrap_or(usize::MAX);
+        if self.buffer_max_bytes == 0 {
+            return invalid("buffer_max_bytes", "must be > 0");
+        }
+        if self.commit_interval.is_zero() {
+            return invalid("commit_interval", "must be > 0");
+        }
+        if self.commit_interval > MAX_INTERVAL {
+            return invalid("commit_interval", "must be at most a year");
+        }
+        if let SealPolicy::Adaptive {
+            min_interval,
+            max_in_flight,
+        } = self.seal_policy
+        {
+            if max_in_flight == 0 {
+                return invalid("seal_policy", "SealPolicy::Adaptive needs max_in_flight >= 1");
+            }
+            if min_interval > MAX_INTERVAL {
+                return invalid("seal_policy", "SealPolicy::Adaptive's min_interval must be at most a year");
+            }
+        }
+        if self.max_concurrent_uploads == 0 {
+            return invalid("max_concurrent_uploads", "must be > 0");
+        }
+        if self.max_concurrent_uploads > tokio::sync::Semaphore::MAX_PERMITS {
+            return invalid("max_concurrent_uploads", "is too large");
+        }
+        if self.max_pending_bytes < self.buffer_max_bytes {
+            return invalid("max_pending_bytes", "must be >= buffer_max_bytes");
+        }
+        if self.max_pending_bytes > max_bytes {
+            return invalid("max_pending_bytes", "must be at most u32::MAX (4 GiB - 1)");
+        }
+        if self.max_uncommitted_bytes < self.max_pending_bytes {
+            return invalid("max_uncommitted_bytes", "must be >= max_pending_bytes");
+        }
+        if self.max_uncommitted_bytes > max_bytes {
+            return invalid("max_uncommitted_bytes", "must be at most u32::MAX (4 GiB - 1)");
+        }
+        if self.owners.is_empty() {
+            return invalid("owners", "must not be empty");
+        }
+        if self.cache_block_size == 0 {
+            return invalid("cache_block_size", "must be > 0");
+        }
+        if usize::try_from(self.cache_block_size).is_err() {
+            return invalid("cache_block_size", "must fit in memory (usize)");
+        }
+        if self.max_concurrent_validations == 0 {
+            return invalid("max_concurrent_validations", "must be > 0");
+        }
+        if self.max_concurrent_validations > tokio::sync::Semaphore::MAX_PERMITS {
+            return invalid("max_concurrent_validations", "is too large");
+        }
+        if self.commit_timeout.is_zero() {
+            return invalid("commit_timeout", "must be > 0");
+        }
+        // An empty prefix names objects `<uuid v7>`.
+        if !self.object_prefix.is_empty()
+            && let Err(e) = diskless_storage::validate_prefix(&self.object_prefix)
+        {
+            return Err(ConfigError::invalid("object_prefix", e.to_string()));
+        }
+        Ok(())
     }
 }

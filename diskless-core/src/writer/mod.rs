@@ -38,6 +38,27 @@
 //! [`WalWriterConfig::hedge_uploads_after`] (about the store's p95) trades a few extra PUTs for that
 //! tail.
 
+//!
+//! # Building, flushing, closing
+//!
+//! [`WalWriter::builder`] takes the two required parts (object storage and coordinator); a cache,
+//! a [`Clock`], a [`KeySource`] (or a seed) and a [`WalWriterConfig`] are optional, and
+//! [`WalWriterBuilder::build`] rejects an invalid configuration with a [`ConfigError`].
+//! [`WalWriter::flush`] seals the buffer and waits until every request appended before it is
+//! answered; [`WalWriter::seal_now`] only seals. [`WalWriter::close`] answers everything, stops the
+//! writer and waits for its background deletes.
+//!
+//! # Metrics and tracing
+//!
+//! The writer emits, through the [`metrics`](https://docs.rs/metrics) facade, the series of
+//! [`diskless_common::metrics`] marked `WalWriter` there: one `PRODUCE_SECONDS` per request
+//! (labelled `ok` when every partition succeeded), `PRODUCE_BYTES` of accepted batches, one
+//! `SEGMENT_BYTES` and `SEGMENT_BATCHES` per sealed segment, one `UPLOAD_SECONDS` per upload and one
+//! `COMMIT_SECONDS` per commit call, and the four `WRITER_*` gauges (moved by increments, so several
+//! writers in one process add up). Storage and coordinator calls are metered by wrapping them
+//! (`MeteredStorage`, [`diskless_coordinator::MeteredCoordinator`]). `tracing` spans: `produce`
+//! (debug, one `append`), `seal`, `upload` and `commit` (info, one segment each).
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -46,43 +67,31 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use diskless_cache::LocalCache;
+use diskless_common::metrics as m;
 use diskless_coordinator::{
     BatchCoordinator, Clock, ErrorCode, NO_TIMESTAMP, TopicConfig, TopicIdPartition,
 };
-use diskless_storage::{KeySource, ObjectKey, ObjectStorage, RandomKeys, StorageError};
+use diskless_storage::{KeySource, ObjectStorage};
 use parking_lot::Mutex;
-use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{Instrument, debug_span, warn};
 
 mod budget;
+mod builder;
 mod commit;
 mod config;
 mod seal;
 
+pub use builder::WalWriterBuilder;
 pub use config::{Backpressure, ConfigError, SealPolicy, WalWriterConfig};
 
 use crate::batch::RecordBatch;
 use crate::validate::{ValidatedBatch, Validator};
-use budget::{Acquired, acquire, refuse};
-use commit::{Slot, Waiter, fill_errors, run_committer};
-use seal::{Buffer, Entry, Sealed, adaptive_ready, run_timer, seal_locked};
-
-/// Why a [`WalWriter`] could not be built.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum WriterError {
-    /// A setting is out of range.
-    #[error("invalid writer configuration: {0}")]
-    Config(String),
-    /// The object prefix is not a valid key prefix.
-    #[error("invalid object prefix: {0}")]
-    Prefix(#[from] StorageError),
-    /// `WalWriter::new` was called outside a tokio runtime.
-    #[error("WalWriter::new must be called within a tokio runtime")]
-    NoRuntime,
-}
+use budget::{Acquired, Budget, refuse};
+use commit::{Slot, Waiter, fill_errors, ready};
+use seal::{Buffer, Entry, Sealed, adaptive_ready, seal_locked};
 
 /// One partition of a Produce request.
 #[derive(Clone, Debug)]
@@ -96,8 +105,20 @@ pub struct ProducePartition {
     pub records: Bytes,
 }
 
+impl ProducePartition {
+    /// One partition's records, to be validated under `config`.
+    pub fn new(partition: TopicIdPartition, config: Arc<TopicConfig>, records: Bytes) -> Self {
+        ProducePartition {
+            partition,
+            config,
+            records,
+        }
+    }
+}
+
 /// A record that failed validation (Kafka's `BatchIndexAndErrorMessage`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ProduceRecordError {
     /// The index of the failing record within its batch.
     pub batch_index: i32,
@@ -105,8 +126,21 @@ pub struct ProduceRecordError {
     pub message: String,
 }
 
+impl ProduceRecordError {
+    /// The error of the record at `batch_index`.
+    pub fn new(batch_index: i32, message: impl Into<String>) -> Self {
+        ProduceRecordError {
+            batch_index,
+            message: message.into(),
+        }
+    }
+}
+
 /// The answer for one partition of a Produce request (Kafka's `PartitionProduceResponse`).
+/// Built by the writer; [`PartitionResponse::error`] builds an error answer (e.g. for a host's
+/// own refusals, or in tests).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PartitionResponse {
     /// The partition.
     pub partition: TopicIdPartition,
@@ -125,7 +159,8 @@ pub struct PartitionResponse {
 }
 
 impl PartitionResponse {
-    fn error(partition: TopicIdPartition, error: ErrorCode, message: impl Into<String>) -> Self {
+    /// An error answer: `error` with `message`, offsets and times `-1`, no record errors.
+    pub fn error(partition: TopicIdPartition, error: ErrorCode, message: impl Into<String>) -> Self {
         PartitionResponse {
             partition,
             error,
@@ -136,10 +171,17 @@ impl PartitionResponse {
             record_errors: Vec::new(),
         }
     }
+
+    /// Adds a per-record validation error.
+    pub fn with_record_error(mut self, record_error: ProduceRecordError) -> Self {
+        self.record_errors.push(record_error);
+        self
+    }
 }
 
-/// Counters of a writer.
+/// Counters of a writer ([`WalWriter::stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WriterStats {
     /// Segments closed.
     pub segments_closed: u64,
@@ -179,11 +221,32 @@ struct Counters {
     batches_committed: AtomicU64,
 }
 
-/// The future of one request's answers, returned by [`WalWriter::append`]. It resolves once the
-/// request's segment is committed (or failed).
-#[must_use = "the answers arrive through this future"]
+/// The future of one request's answers, returned by [`WalWriter::append`]. It resolves, to one
+/// answer per partition in request order, once the request's segment is committed (or failed).
+///
+/// # Cancel safety
+///
+/// Dropping a `PendingProduce` does not withdraw the request: by the time `append` returned it, the
+/// request was in the writer's buffer, and it is sealed, uploaded and committed as if it were
+/// still awaited (its batches get offsets and consumers see them). Only the answer is lost — the
+/// assigned offsets, or the error. A host that drops it (a client disconnect, say) must assume the
+/// request may be committed; a producer that retries it is deduplicated only if it is idempotent.
+/// Polling it again after it resolved gives an empty `Vec`.
+#[must_use = "the answers arrive through this future; dropping it does not cancel the request"]
 pub struct PendingProduce {
     state: PendingState,
+}
+
+impl std::fmt::Debug for PendingProduce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.state {
+            PendingState::Ready(_) => "ready",
+            PendingState::Waiting { .. } => "waiting",
+        };
+        f.debug_struct("PendingProduce")
+            .field("state", &state)
+            .finish()
+    }
 }
 
 enum PendingState {
@@ -226,11 +289,15 @@ type ValidPartition = (usize, TopicIdPartition, Vec<(RecordBatch, ValidatedBatch
 
 struct Shared {
     config: WalWriterConfig,
-    /// The runtime the writer's tasks run on (so that `flush` and `Drop` work from any thread).
+    /// The runtime the writer's tasks run on (so that `seal_now` and `Drop` work from any thread).
     runtime: tokio::runtime::Handle,
     validations: Semaphore,
     /// Becomes true when the committer has answered everything and stopped.
-    finished: tokio::sync::watch::Sender<bool>,
+    finished: watch::Sender<bool>,
+    /// Segments handed to the committer so far (counted under the buffer lock).
+    sealed: AtomicU64,
+    /// Segments the committer has answered so far; closed when the committer ends.
+    answered: watch::Receiver<u64>,
     storage: Arc<dyn ObjectStorage>,
     coordinator: Arc<dyn BatchCoordinator>,
     cache: Option<Arc<dyn LocalCache>>,
@@ -240,9 +307,10 @@ struct Shared {
     buffer: Mutex<Buffer>,
     /// `None` once the writer is closed.
     pipeline: Mutex<Option<mpsc::UnboundedSender<Sealed>>>,
-    budget: Arc<Semaphore>,
+    /// Bytes buffered or uploading (see `WalWriterConfig::max_pending_bytes`).
+    budget: Budget,
     /// Bytes of requests not yet answered (see `WalWriterConfig::max_uncommitted_bytes`).
-    uncommitted: Arc<Semaphore>,
+    uncommitted: Budget,
     uploads: Arc<Semaphore>,
     /// Segments sealed whose upload has not ended (uploading or waiting for a slot).
     uploading: AtomicUsize,
@@ -250,6 +318,8 @@ struct Shared {
     timer: Notify,
     closed: AtomicBool,
     counters: Counters,
+    /// Background deletes of objects the writer will not commit; `close` waits for them.
+    deletes: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// The produce path: buffers batches of many partitions into WAL segments, uploads them, commits
@@ -259,32 +329,28 @@ struct Shared {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::sync::Arc;
-/// use bytes::Bytes;
-/// use diskless_core::{RecordBatchBuilder, WalWriter, WalWriterConfig, ProducePartition};
-/// use diskless_coordinator::{BatchCoordinator, CreateTopicRequest, ErrorCode, SystemClock, TopicConfig, TopicIdPartition};
+/// use diskless_core::{ProducePartition, RecordBatchBuilder, WalWriter, WalWriterConfig};
+/// use diskless_coordinator::{BatchCoordinator, Clock, CreateTopicRequest, ErrorCode, SystemClock, TopicConfig, TopicIdPartition};
 /// use diskless_coordinator::sqlite::SqliteCoordinator;
 /// use diskless_storage::ObjectStoreStorage;
 ///
 /// let clock = Arc::new(SystemClock);
 /// let coordinator = Arc::new(SqliteCoordinator::in_memory(clock.clone()).await.unwrap());
-/// let topic_id = uuid::Uuid::new_v4();
+/// let topic_id = uuid::Uuid::from_u128(7);
 /// coordinator.create_topic(CreateTopicRequest {
 ///     topic_id, name: "t".into(), partitions: 1, config: TopicConfig::default(),
 /// }).await.unwrap();
-/// let writer = WalWriter::new(
-///     WalWriterConfig::default(),
-///     Arc::new(ObjectStoreStorage::in_memory()),
-///     coordinator,
-///     None,
-///     clock.clone(),
-/// ).unwrap();
-/// let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
-/// let batch = RecordBatchBuilder::new().record(now, None, Some(b"hello")).build().unwrap();
-/// let answers = writer.produce(vec![ProducePartition {
-///     partition: TopicIdPartition::new(topic_id, 0),
-///     config: Arc::new(TopicConfig::default()),
-///     records: batch.into_bytes(),
-/// }]).await;
+/// let writer = WalWriter::builder(Arc::new(ObjectStoreStorage::in_memory()), coordinator)
+///     .with_clock(clock.clone())
+///     .with_config(WalWriterConfig::default().with_broker_id(1))
+///     .build()
+///     .unwrap();
+/// let batch = RecordBatchBuilder::new().record(clock.now_ms(), None, Some(b"hello")).build().unwrap();
+/// let answers = writer.produce(vec![ProducePartition::new(
+///     TopicIdPartition::new(topic_id, 0),
+///     Arc::new(TopicConfig::default()),
+///     batch.into_bytes(),
+/// )]).await;
 /// assert_eq!(answers[0].error, ErrorCode::None);
 /// assert_eq!(answers[0].base_offset, 0);
 /// writer.close().await;
@@ -293,6 +359,8 @@ struct Shared {
 pub struct WalWriter {
     shared: Arc<Shared>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Serializes `close` calls, so that every caller waits for the whole shutdown.
+    closing: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for WalWriter {
@@ -304,29 +372,36 @@ impl std::fmt::Debug for WalWriter {
 }
 
 impl WalWriter {
-    /// Starts a writer. Spawns its timer and commit tasks on the current tokio runtime. Object keys
-    /// are UUID v7s at `clock`'s time with OS-random bits ([`RandomKeys`]).
+    /// A builder of a writer over `storage` and `coordinator`; see [`WalWriterBuilder`].
+    pub fn builder(
+        storage: Arc<dyn ObjectStorage>,
+        coordinator: Arc<dyn BatchCoordinator>,
+    ) -> WalWriterBuilder {
+        WalWriterBuilder::new(storage, coordinator)
+    }
+
+    /// Starts a writer with keys from a seeded source (seed from the OS).
+    // Replaced by `WalWriter::builder`; kept while examples, bench and diskless-sim move over.
+    #[doc(hidden)]
     pub fn new(
         config: WalWriterConfig,
         storage: Arc<dyn ObjectStorage>,
         coordinator: Arc<dyn BatchCoordinator>,
         cache: Option<Arc<dyn LocalCache>>,
         clock: Arc<dyn Clock>,
-    ) -> Result<WalWriter, WriterError> {
-        Self::new_with_keys(
-            config,
-            storage,
-            coordinator,
-            cache,
-            clock,
-            Arc::new(RandomKeys),
-        )
+    ) -> Result<WalWriter, ConfigError> {
+        let mut builder = Self::builder(storage, coordinator)
+            .with_config(config)
+            .with_clock(clock);
+        if let Some(cache) = cache {
+            builder = builder.with_cache(cache);
+        }
+        builder.build()
     }
 
-    /// [`WalWriter::new`] with the source of object keys injected ([`SeededKeys`] for a
-    /// deterministic simulation).
-    ///
-    /// [`SeededKeys`]: diskless_storage::SeededKeys
+    /// [`WalWriter::new`] with the source of object keys injected.
+    // Replaced by `WalWriter::builder(..).with_keys(..)`; kept while diskless-sim moves over.
+    #[doc(hidden)]
     pub fn new_with_keys(
         config: WalWriterConfig,
         storage: Arc<dyn ObjectStorage>,
@@ -334,68 +409,50 @@ impl WalWriter {
         cache: Option<Arc<dyn LocalCache>>,
         clock: Arc<dyn Clock>,
         keys: Arc<dyn KeySource>,
-    ) -> Result<WalWriter, WriterError> {
-        if config.buffer_max_bytes == 0 {
-            return Err(WriterError::Config("buffer_max_bytes must be > 0".into()));
+    ) -> Result<WalWriter, ConfigError> {
+        let mut builder = Self::builder(storage, coordinator)
+            .with_config(config)
+            .with_clock(clock)
+            .with_keys(keys);
+        if let Some(cache) = cache {
+            builder = builder.with_cache(cache);
         }
-        if config.commit_interval.is_zero() {
-            return Err(WriterError::Config("commit_interval must be > 0".into()));
-        }
-        if config.max_concurrent_uploads == 0 {
-            return Err(WriterError::Config(
-                "max_concurrent_uploads must be > 0".into(),
-            ));
-        }
-        if config.max_pending_bytes < config.buffer_max_bytes {
-            return Err(WriterError::Config(
-                "max_pending_bytes must be >= buffer_max_bytes".into(),
-            ));
-        }
-        if config.max_pending_bytes > Semaphore::MAX_PERMITS
-            || config.max_uncommitted_bytes > Semaphore::MAX_PERMITS
-        {
-            return Err(WriterError::Config(
-                "max_pending_bytes or max_uncommitted_bytes is too large".into(),
-            ));
-        }
-        if config.max_uncommitted_bytes < config.max_pending_bytes {
-            return Err(WriterError::Config(
-                "max_uncommitted_bytes must be >= max_pending_bytes".into(),
-            ));
-        }
-        if config.owners.is_empty() {
-            return Err(WriterError::Config("owners must not be empty".into()));
-        }
-        if config.cache_block_size == 0 {
-            return Err(WriterError::Config("cache_block_size must be > 0".into()));
-        }
-        if let SealPolicy::Adaptive {
-            max_in_flight: 0, ..
-        } = config.seal_policy
-        {
-            return Err(WriterError::Config(
-                "SealPolicy::Adaptive needs max_in_flight >= 1".into(),
-            ));
-        }
-        if config.commit_timeout.is_zero() {
-            return Err(WriterError::Config("commit_timeout must be > 0".into()));
-        }
-        if config.max_concurrent_validations == 0 {
-            return Err(WriterError::Config(
-                "max_concurrent_validations must be > 0".into(),
-            ));
-        }
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| WriterError::NoRuntime)?;
-        // Fail now, not at the first upload, on a bad prefix.
-        ObjectKey::generate(&config.object_prefix)?;
+        builder.build()
+    }
 
+    /// Starts the writer's tasks (called by [`WalWriterBuilder::build`], after validation).
+    fn start(parts: builder::Parts) -> Result<WalWriter, ConfigError> {
+        let builder::Parts {
+            config,
+            storage,
+            coordinator,
+            cache,
+            clock,
+            keys,
+        } = parts;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
+        let bound = |field: &'static str, bytes: usize| {
+            u32::try_from(bytes)
+                .map_err(|_| ConfigError::invalid(field, "must be at most u32::MAX (4 GiB - 1)"))
+        };
+        let budget = Budget::new(
+            bound("max_pending_bytes", config.max_pending_bytes)?,
+            m::WRITER_PENDING_BYTES,
+        );
+        let uncommitted = Budget::new(
+            bound("max_uncommitted_bytes", config.max_uncommitted_bytes)?,
+            m::WRITER_UNCOMMITTED_BYTES,
+        );
         let (tx, rx) = mpsc::unbounded_channel();
+        let (answered_tx, answered) = watch::channel(0u64);
         let shared = Arc::new(Shared {
             runtime: runtime.clone(),
             validations: Semaphore::new(config.max_concurrent_validations),
-            finished: tokio::sync::watch::Sender::new(false),
-            budget: Arc::new(Semaphore::new(config.max_pending_bytes)),
-            uncommitted: Arc::new(Semaphore::new(config.max_uncommitted_bytes)),
+            finished: watch::Sender::new(false),
+            sealed: AtomicU64::new(0),
+            answered,
+            budget,
+            uncommitted,
             uploads: Arc::new(Semaphore::new(config.max_concurrent_uploads)),
             uploading: AtomicUsize::new(0),
             config,
@@ -409,12 +466,14 @@ impl WalWriter {
             timer: Notify::new(),
             closed: AtomicBool::new(false),
             counters: Counters::default(),
+            deletes: Mutex::new(Vec::new()),
         });
-        let timer = runtime.spawn(run_timer(shared.clone()));
-        let committer = runtime.spawn(run_committer(shared.clone(), rx));
+        let timer = runtime.spawn(seal::run_timer(shared.clone()));
+        let committer = runtime.spawn(commit::run_committer(shared.clone(), rx, answered_tx));
         Ok(WalWriter {
             shared,
             tasks: Mutex::new(vec![timer, committer]),
+            closing: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -423,11 +482,31 @@ impl WalWriter {
     /// partition, in request order, once the request's segment is committed.
     ///
     /// Requests are buffered in call order: a request appended before another is committed no later.
+    ///
+    /// # Cancel safety
+    ///
+    /// `append` waits only before the request enters the buffer (for a validation slot, then for
+    /// the uncommitted-bytes and pending-bytes bounds); entering the buffer and returning happen
+    /// without a further `.await`. So if the `append` future is dropped before it completes, the
+    /// request was not buffered and is never committed (the bytes it had taken from the bounds go
+    /// back); once it has returned the [`PendingProduce`], the request will be committed whatever
+    /// happens to that future (see its own "Cancel safety").
     pub async fn append(&self, partitions: Vec<ProducePartition>) -> PendingProduce {
+        let span = debug_span!("produce", partitions = partitions.len());
+        self.append_inner(partitions).instrument(span).await
+    }
+
+    async fn append_inner(&self, partitions: Vec<ProducePartition>) -> PendingProduce {
+        let started = Instant::now();
         let shared = &self.shared;
         let names: Vec<TopicIdPartition> = partitions.iter().map(|p| p.partition).collect();
         if shared.closed.load(Ordering::Acquire) {
-            return ready_errors(&names, ErrorCode::KafkaStorageError, "the writer is closed");
+            return ready_errors(
+                &names,
+                ErrorCode::KafkaStorageError,
+                "the writer is closed",
+                started,
+            );
         }
 
         // What the request pins in memory: its whole payload (valid partitions' batches are slices
@@ -436,7 +515,12 @@ impl WalWriter {
 
         // 1. Validate every partition; the answer slots of invalid ones are filled now.
         let Ok(validating) = shared.validations.acquire().await else {
-            return ready_errors(&names, ErrorCode::KafkaStorageError, "the writer is closed");
+            return ready_errors(
+                &names,
+                ErrorCode::KafkaStorageError,
+                "the writer is closed",
+                started,
+            );
         };
         let now_ms = shared.clock.now_ms();
         let mut validator = Validator::default();
@@ -454,37 +538,23 @@ impl WalWriter {
             }
         }
         if valid.is_empty() {
-            return fill_errors(responses, ErrorCode::None, "");
+            return fill_errors(responses, ErrorCode::None, "", started);
         }
 
         // 2. Memory bounds. A request larger than a whole bound waits for everything else. Both
         // are always taken in this order (uncommitted, then pending), so requests cannot deadlock.
         drop(validating);
-        let config = &shared.config;
-        let uncommitted = match acquire(
-            &shared.uncommitted,
-            request_bytes,
-            config.max_uncommitted_bytes,
-            config.backpressure,
-        )
-        .await
-        {
+        let backpressure = shared.config.backpressure;
+        let uncommitted = match shared.uncommitted.acquire(request_bytes, backpressure).await {
             Acquired::Got(p) => p,
-            refused => return refuse(responses, refused),
+            refused => return refuse(responses, refused, started),
         };
-        let permit = match acquire(
-            &shared.budget,
-            request_bytes,
-            config.max_pending_bytes,
-            config.backpressure,
-        )
-        .await
-        {
+        let permit = match shared.budget.acquire(request_bytes, backpressure).await {
             Acquired::Got(p) => p,
-            refused => return refuse(responses, refused),
+            refused => return refuse(responses, refused, started),
         };
 
-        // 3. Buffer the whole request into one segment.
+        // 3. Buffer the whole request into one segment (no `.await` from here on).
         let (tx, rx) = oneshot::channel();
         let mut buffer = shared.buffer.lock();
         if shared.closed.load(Ordering::Acquire) {
@@ -493,6 +563,7 @@ impl WalWriter {
                 responses,
                 ErrorCode::KafkaStorageError,
                 "the writer is closed",
+                started,
             );
         }
         if !buffer.entries.is_empty() && buffer.bytes + bytes > shared.config.buffer_max_bytes {
@@ -513,10 +584,13 @@ impl WalWriter {
         buffer.waiters.push(Waiter {
             tx,
             slots: responses,
+            started,
             permit: Some(permit),
             _uncommitted: uncommitted,
         });
         buffer.bytes += bytes;
+        metrics::counter!(m::PRODUCE_BYTES).increment(bytes as u64);
+        metrics::gauge!(m::WRITER_BUFFERED_BYTES).increment(bytes as f64);
         if buffer.opened_at.is_none() {
             buffer.opened_at = Some(Instant::now());
             shared.timer.notify_one();
@@ -534,21 +608,59 @@ impl WalWriter {
     }
 
     /// [`append`](Self::append) and wait for the answers.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future cancels the request only if it is dropped while `append` is still
+    /// waiting (for validation or memory); once the request is buffered, dropping loses only the
+    /// answer and the request is committed anyway. The caller cannot tell which from outside: use
+    /// [`append`](Self::append) and keep the [`PendingProduce`] when that matters.
     pub async fn produce(&self, partitions: Vec<ProducePartition>) -> Vec<PartitionResponse> {
         self.append(partitions).await.await
     }
 
-    /// Closes the current buffer into a segment now, whatever its size and age.
-    pub fn flush(&self) {
+    /// Closes the current buffer into a segment now, whatever its size and age, and returns
+    /// without waiting for its upload or commit (see [`flush`](Self::flush) for that).
+    pub fn seal_now(&self) {
         let mut buffer = self.shared.buffer.lock();
         if !buffer.entries.is_empty() {
             seal_locked(&self.shared, &mut buffer);
         }
     }
 
-    /// Flushes, waits until every buffered request is answered, and stops the writer. Later
-    /// `append`s fail with `KAFKA_STORAGE_ERROR`. Every concurrent caller waits for the drain.
+    /// Seals the buffer now and waits until every request appended before the call (every
+    /// `append` that had returned its [`PendingProduce`]) is answered: committed, or failed.
+    /// Requests appended meanwhile may be answered too; `append`s still waiting for memory are not
+    /// waited for. Returns at once on a closed writer whose requests are all answered.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future only stops the waiting; the seal has happened.
+    pub async fn flush(&self) {
+        let target = {
+            let mut buffer = self.shared.buffer.lock();
+            if !buffer.entries.is_empty() {
+                seal_locked(&self.shared, &mut buffer);
+            }
+            self.shared.sealed.load(Ordering::Acquire)
+        };
+        let mut answered = self.shared.answered.clone();
+        // Err: the committer has ended, so nothing more will be answered.
+        let _ = answered.wait_for(|n| *n >= target).await;
+    }
+
+    /// Seals the buffer, waits until every buffered request is answered, stops the writer, and
+    /// waits for the writer's background deletes (of objects whose upload failed, or whose commit
+    /// was certainly refused), so that no writer task outlives the call. Later `append`s fail with
+    /// `KAFKA_STORAGE_ERROR`. Every concurrent caller waits for the whole shutdown.
+    ///
+    /// # Cancel safety
+    ///
+    /// The writer is closed as soon as the call starts; dropping the future stops only the
+    /// waiting. The tasks and deletes it was waiting for run on, detached, and a later `close`
+    /// does not wait for them again.
     pub async fn close(&self) {
+        let _closing = self.closing.lock().await;
         shutdown(&self.shared);
         let tasks = std::mem::take(&mut *self.tasks.lock());
         let joined = !tasks.is_empty();
@@ -564,12 +676,19 @@ impl WalWriter {
         let mut finished = self.shared.finished.subscribe();
         // Err: the sender is gone, which cannot be while `self` holds `shared`.
         let _ = finished.wait_for(|done| *done).await;
+        // The committer has ended, so no delete starts after these.
+        loop {
+            let next = self.shared.deletes.lock().pop();
+            let Some(delete) = next else { break };
+            if let Err(e) = delete.await {
+                warn!(error = %e, "a writer's background delete failed");
+            }
+        }
     }
 
     /// The writer's counters.
     pub fn stats(&self) -> WriterStats {
         let c = &self.shared.counters;
-        let available = self.shared.budget.available_permits();
         WriterStats {
             segments_closed: c.segments_closed.load(Ordering::Relaxed),
             segments_uploaded: c.segments_uploaded.load(Ordering::Relaxed),
@@ -580,17 +699,8 @@ impl WalWriter {
             commit_timeouts: c.commit_timeouts.load(Ordering::Relaxed),
             bytes_uploaded: c.bytes_uploaded.load(Ordering::Relaxed),
             batches_committed: c.batches_committed.load(Ordering::Relaxed),
-            pending_bytes: (self
-                .shared
-                .config
-                .max_pending_bytes
-                .saturating_sub(available)) as u64,
-            uncommitted_bytes: (self
-                .shared
-                .config
-                .max_uncommitted_bytes
-                .saturating_sub(self.shared.uncommitted.available_permits()))
-                as u64,
+            pending_bytes: self.shared.budget.used(),
+            uncommitted_bytes: self.shared.uncommitted.used(),
         }
     }
 }
@@ -617,15 +727,19 @@ fn shutdown(shared: &Arc<Shared>) {
     shared.timer.notify_one();
 }
 
-fn ready_errors(names: &[TopicIdPartition], error: ErrorCode, message: &str) -> PendingProduce {
-    PendingProduce {
-        state: PendingState::Ready(Some(
-            names
-                .iter()
-                .map(|p| PartitionResponse::error(*p, error, message))
-                .collect(),
-        )),
-    }
+fn ready_errors(
+    names: &[TopicIdPartition],
+    error: ErrorCode,
+    message: &str,
+    started: Instant,
+) -> PendingProduce {
+    ready(
+        names
+            .iter()
+            .map(|p| PartitionResponse::error(*p, error, message))
+            .collect(),
+        started,
+    )
 }
 
 /// Validates one partition's records: the library's one place for Kafka's produce rules
@@ -647,6 +761,7 @@ fn validate_partition(
             let mut response = PartitionResponse::error(p.partition, e.error_code(), e.to_string());
             if let Some(index) = e.record_index {
                 response.record_errors.push(ProduceRecordError {
+                    // A batch holds at most i32::MAX records (its record count is an i32).
                     batch_index: i32::try_from(index).unwrap_or(i32::MAX),
                     message: e.to_string(),
                 });

@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use diskless_cache::{BlockKey, LocalCache};
+use diskless_common::metrics as m;
 use diskless_coordinator::{CommitFileRequest, ErrorCode, TopicIdPartition};
 use diskless_storage::{ObjectKey, ObjectStorage, StorageError};
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::debug;
+use tracing::{Instrument, debug, field, info_span};
 
+use super::budget::{GaugeGuard, Held};
 use super::commit::{Waiter, complete_all, fail_sealed};
 use super::{SealPolicy, Shared};
 use crate::batch::RecordBatch;
@@ -56,16 +58,31 @@ pub(super) struct Sealed {
     pub(super) commit: CommitFileRequest,
     pub(super) waiters: Vec<Waiter>,
     pub(super) upload: JoinHandle<Result<(), StorageError>>,
+    /// Keeps the segment counted in `WRITER_SEGMENTS_IN_FLIGHT` until it is answered.
+    pub(super) gauge: GaugeGuard,
 }
 
 /// Closes the buffer into a segment and starts its upload. Called with the buffer locked, so that
 /// segments enter the commit pipeline in the order they were closed.
 pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
+    // A root span: a segment is no one request's (nor the previous upload's that may seal it);
+    // its upload's span is a child of it.
+    let span = info_span!(
+        parent: None,
+        "seal",
+        key = field::Empty,
+        bytes = field::Empty,
+        batches = field::Empty
+    );
+    let _entered = span.enter();
     let Buffer {
-        entries, waiters, ..
+        entries,
+        waiters,
+        bytes: buffered,
+        ..
     } = std::mem::take(buffer);
     buffer.last_seal = Some(Instant::now());
-    shared.uploading.fetch_add(1, Ordering::AcqRel);
+    metrics::gauge!(m::WRITER_BUFFERED_BYTES).decrement(buffered as f64);
     let mut waiters = waiters;
     let uuid = shared.keys.next_uuid(shared.clock.now_ms());
     let key = match ObjectKey::generate_with_uuid(&shared.config.object_prefix, uuid) {
@@ -106,6 +123,11 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
     }
     let chunks = segment.chunks;
     let size = segment.size;
+    span.record("key", field::display(&key));
+    span.record("bytes", size);
+    span.record("batches", targets.len());
+    metrics::histogram!(m::SEGMENT_BYTES).record(size as f64);
+    metrics::histogram!(m::SEGMENT_BATCHES).record(targets.len() as f64);
     let commit = CommitFileRequest {
         object_key: key.as_str().to_string(),
         uploader_broker_id: shared.config.broker_id,
@@ -119,8 +141,8 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
         .fetch_add(1, Ordering::Relaxed);
     debug!(key = %key, size, batches = targets.len(), "segment closed");
 
-    let permits: Vec<OwnedSemaphorePermit> =
-        waiters.iter_mut().filter_map(|w| w.permit.take()).collect();
+    let permits: Vec<Held> = waiters.iter_mut().filter_map(|w| w.permit.take()).collect();
+    shared.uploading.fetch_add(1, Ordering::AcqRel);
     let upload = {
         let storage = shared.storage.clone();
         let uploads = shared.uploads.clone();
@@ -130,8 +152,10 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
         let hedge_after = shared.config.hedge_uploads_after;
         let writer = shared.clone();
         let in_flight = InFlight(shared.clone());
-        shared.runtime.spawn(async move {
+        let span = info_span!("upload", key = %key, bytes = size);
+        let task = async move {
             let _slot = uploads.acquire_owned().await.ok();
+            let started = Instant::now();
             let result = upload_hedged(storage.as_ref(), &key, &chunks, hedge_after, || {
                 writer
                     .counters
@@ -139,6 +163,9 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
                     .fetch_add(1, Ordering::Relaxed);
             })
             .await;
+            let outcome = if result.is_ok() { m::OK } else { m::ERROR };
+            metrics::histogram!(m::UPLOAD_SECONDS, m::OUTCOME => outcome)
+                .record(started.elapsed().as_secs_f64());
             if result.is_ok() {
                 // Fresh data is read soon, mostly by this broker: keep the segment in the cache.
                 // Blocks are keyed by object, so nobody finds them before the commit.
@@ -159,7 +186,8 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
             }
             writer.timer.notify_one();
             result
-        })
+        };
+        shared.runtime.spawn(task.instrument(span))
     };
     let sealed = Sealed {
         key,
@@ -168,14 +196,20 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
         commit,
         waiters: std::mem::take(&mut waiters),
         upload,
+        gauge: GaugeGuard::new(m::WRITER_SEGMENTS_IN_FLIGHT, 1.0),
     };
     let pipeline = shared.pipeline.lock();
     match pipeline.as_ref() {
-        Some(tx) => {
-            if let Err(mpsc::error::SendError(sealed)) = tx.send(sealed) {
+        Some(tx) => match tx.send(sealed) {
+            // Counted under the buffer lock, in the order the committer takes segments, for
+            // `WalWriter::flush`.
+            Ok(()) => {
+                shared.sealed.fetch_add(1, Ordering::AcqRel);
+            }
+            Err(mpsc::error::SendError(sealed)) => {
                 fail_sealed(sealed, ErrorCode::KafkaStorageError, "the writer is closed");
             }
-        }
+        },
         None => fail_sealed(sealed, ErrorCode::KafkaStorageError, "the writer is closed"),
     }
 }
@@ -184,7 +218,7 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
 /// finished by then, and the first success wins (the other is dropped, which cancels it; a cancelled
 /// PUT that lands anyway wrote the same bytes under the same key). Fails only when every attempt
 /// failed, with the last error.
-pub(super) async fn upload_hedged(
+async fn upload_hedged(
     storage: &dyn ObjectStorage,
     key: &ObjectKey,
     chunks: &[Bytes],
@@ -221,7 +255,7 @@ pub(super) async fn upload_hedged(
 
 /// One sealed segment counted in `Shared::uploading` until its upload ends (also when the upload
 /// task is aborted or panics, so an adaptive writer never waits for a slot that cannot free).
-pub(super) struct InFlight(Arc<Shared>);
+struct InFlight(Arc<Shared>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
