@@ -3,10 +3,11 @@
 //! decodes a column) is behind [`SqlRow`]; the column lists and their decoding are written once.
 
 use crate::{
-    BatchCoordinate, CoordinatorError, ObjectInfo, ObjectToDelete, ShardId, TimestampType,
-    TopicConfig, TopicInfo,
+    BatchCoordinate, CoordinatorError, CreateTopicRequest, ObjectInfo, ObjectToDelete, ShardId,
+    TimestampType, TopicConfig, TopicInfo,
 };
-use sqlx::{ColumnIndex, Decode, Row, Type};
+use sqlx::query::Query;
+use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
 use uuid::Uuid;
 
 /// A row the coordinator's store holds but cannot read: [`CoordinatorError::Storage`].
@@ -107,6 +108,32 @@ pub(crate) fn parse_topic_id(s: &str) -> Result<Uuid, CoordinatorError> {
 pub(crate) const TOPIC_COLUMNS: &str = "name, partition_count, timestamp_type, retention_ms, \
      retention_bytes, max_message_bytes, message_timestamp_before_max_ms, \
      message_timestamp_after_max_ms, producer_id_expiration_ms";
+
+/// Binds the next ten parameters to `request`'s topic row: its id (text, as [`topic_key`]) then
+/// [`TOPIC_COLUMNS`].
+pub(crate) fn bind_topic<'q, DB>(
+    q: Query<'q, DB, <DB as Database>::Arguments>,
+    request: &CreateTopicRequest,
+) -> Query<'q, DB, <DB as Database>::Arguments>
+where
+    DB: Database,
+    for<'e> String: Encode<'e, DB> + Type<DB>,
+    for<'e> i64: Encode<'e, DB> + Type<DB>,
+    for<'e> i32: Encode<'e, DB> + Type<DB>,
+    for<'e> i16: Encode<'e, DB> + Type<DB>,
+{
+    let c = &request.config;
+    q.bind(topic_key(request.topic_id))
+        .bind(request.name.clone())
+        .bind(request.partitions)
+        .bind(ts_type_code(c.timestamp_type))
+        .bind(c.retention_ms)
+        .bind(c.retention_bytes)
+        .bind(c.max_message_bytes)
+        .bind(c.message_timestamp_before_max_ms)
+        .bind(c.message_timestamp_after_max_ms)
+        .bind(c.producer_id_expiration_ms)
+}
 
 /// A topic: the topic id (text) then [`TOPIC_COLUMNS`].
 pub(crate) fn topic_from_row(row: &impl SqlRow) -> Result<TopicInfo, CoordinatorError> {

@@ -134,35 +134,52 @@ pub(super) async fn release_objects(
     Ok(())
 }
 
-/// Retention of one partition: locks its row, deletes the prefix that retention.ms (then
-/// retention.bytes on what is left) allows, at most `budget` batches ([`RetentionScan`]), adding
-/// to `report` and the released bytes per object. Returns the number of batches deleted.
-async fn trim_partition(
+/// A partition a pass locked, with its size and its topic's settings.
+struct LockedPartition {
+    size: i64,
+    retention_ms: i64,
+    retention_bytes: i64,
+    producer_id_expiration_ms: i64,
+}
+
+/// Locks a partition's row for a pass (in the global lock order, as the pass walks them); `None`
+/// when it was deleted meanwhile. A commit writes a partition's batches and producer states only
+/// under this lock, so what the pass reads next (a new snapshot under READ COMMITTED) includes
+/// what any commit did before.
+async fn lock_partition(
     conn: &mut PgConnection,
     partition_id: i64,
-    budget: u64,
-    now: i64,
-    released: &mut BTreeMap<i64, i64>,
-    report: &mut RetentionReport,
-) -> Result<u64, Attempt> {
-    let Some(row) = sqlx::query(
-        "SELECT pa.byte_size, t.retention_ms, t.retention_bytes \
+) -> Result<Option<LockedPartition>, Attempt> {
+    let row = sqlx::query(
+        "SELECT pa.byte_size, t.retention_ms, t.retention_bytes, t.producer_id_expiration_ms \
          FROM partitions pa JOIN topics t ON t.topic_id = pa.topic_id \
          WHERE pa.partition_id = $1 FOR UPDATE OF pa",
     )
     .bind(partition_id)
     .fetch_optional(&mut *conn)
     .await
-    .map_err(Attempt::before)?
-    else {
-        return Ok(0);
+    .map_err(Attempt::before)?;
+    let Some(row) = row else {
+        return Ok(None);
     };
-    let rule = RetentionRule {
+    Ok(Some(LockedPartition {
         size: row.i64_at(0)?,
         retention_ms: row.i64_at(1)?,
         retention_bytes: row.i64_at(2)?,
-        now,
-    };
+        producer_id_expiration_ms: row.i64_at(3)?,
+    }))
+}
+
+/// Retention of one locked partition: deletes the prefix that retention.ms (then retention.bytes
+/// on what is left) allows under `rule`, at most `budget` batches ([`RetentionScan`]), adding the
+/// released bytes per object to `released`. Returns the number of batches and bytes deleted.
+async fn trim_partition(
+    conn: &mut PgConnection,
+    partition_id: i64,
+    rule: RetentionRule,
+    budget: u64,
+    released: &mut BTreeMap<i64, i64>,
+) -> Result<(u64, i64), Attempt> {
     let sql = format!(
         "SELECT b.last_offset, b.byte_size, {ts} FROM batches b \
          WHERE b.partition_id = $1 AND b.last_offset > $2 \
@@ -180,13 +197,119 @@ async fn trim_partition(
             .map_err(Attempt::before)?;
         scan.feed(&retention_rows(&rows)?, want)?;
     }
-    let Some(below) = scan.delete_below() else {
-        return Ok(0);
-    };
-    let (count, bytes) = trim_below(conn, partition_id, below, released).await?;
-    report.batches_deleted += count;
-    report.bytes_deleted += to_u64(bytes, "deleted bytes")?;
-    Ok(count)
+    match scan.delete_below() {
+        Some(below) => trim_below(conn, partition_id, below, released).await,
+        None => Ok((0, 0)),
+    }
+}
+
+/// Producer expiry of one locked partition: deletes its states expired at `now` (their last
+/// append at least `expiration` ms before), in producer id order, at most `budget`. Returns how
+/// many.
+async fn expire_partition(
+    conn: &mut PgConnection,
+    partition_id: i64,
+    expiration: i64,
+    budget: u64,
+    now: i64,
+) -> Result<u64, Attempt> {
+    let expired: i64 = sqlx::query_scalar(
+        "WITH gone AS (DELETE FROM producer_state s WHERE s.partition_id = $1 \
+         AND s.producer_id IN (SELECT v.producer_id FROM producer_state v \
+         WHERE v.partition_id = $1 AND $2 - v.last_append_ms >= $3 \
+         ORDER BY v.producer_id LIMIT $4) RETURNING 1) \
+         SELECT count(*) FROM gone",
+    )
+    .bind(partition_id)
+    .bind(now)
+    .bind(expiration)
+    .bind(i64::try_from(budget).unwrap_or(i64::MAX))
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(Attempt::before)?;
+    Ok(to_u64(expired, "expired producers")?)
+}
+
+/// A lifecycle pass over partitions, with a budget: retention (batches) or producer expiry
+/// (producer states).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Retention,
+    ProducerExpiry,
+}
+
+impl Pass {
+    /// The condition on a partition `pa` (joined with its topic `t`) that the pass may change at
+    /// time `$1`. Retention: over its size limit, or with a first batch older than retention.ms.
+    /// Producer expiry: with a producer state expired.
+    fn candidates(self) -> String {
+        match self {
+            Pass::Retention => format!(
+                "pa.byte_size > 0 \
+                 AND ((t.retention_bytes >= 0 AND EXISTS (SELECT 1 FROM (SELECT b.byte_size \
+                 FROM batches b WHERE b.partition_id = pa.partition_id \
+                 ORDER BY b.last_offset LIMIT 1) f WHERE pa.byte_size - f.byte_size >= t.retention_bytes)) \
+                 OR (t.retention_ms >= 0 AND EXISTS (SELECT 1 FROM (SELECT {ts} AS ts \
+                 FROM batches b WHERE b.partition_id = pa.partition_id \
+                 ORDER BY b.last_offset LIMIT 1) f WHERE $1::numeric - f.ts > t.retention_ms)))",
+                ts = retention_ts()
+            ),
+            Pass::ProducerExpiry => "EXISTS (SELECT 1 FROM producer_state s \
+                 WHERE s.partition_id = pa.partition_id \
+                 AND $1 - s.last_append_ms >= t.producer_id_expiration_ms)"
+                .to_string(),
+        }
+    }
+}
+
+/// The candidate partitions of a pass, page by page in the global lock order, each page after
+/// the last partition of the one before.
+struct CandidateWalk {
+    candidates: String,
+    /// The last partition returned: (topic id, partition).
+    after: Option<(String, i32)>,
+    done: bool,
+}
+
+impl CandidateWalk {
+    fn new(pass: Pass) -> Self {
+        CandidateWalk {
+            candidates: pass.candidates(),
+            after: None,
+            done: false,
+        }
+    }
+
+    /// The ids of the next page of candidate partitions at `now`; `None` once there are no more.
+    async fn next_page(
+        &mut self,
+        conn: &mut PgConnection,
+        now: i64,
+    ) -> Result<Option<Vec<i64>>, Attempt> {
+        if self.done {
+            return Ok(None);
+        }
+        let (cursor, topic, partition) = resume_after(&self.after);
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT pa.partition_id, pa.topic_id::text, pa.partition \
+             FROM partitions pa JOIN topics t ON t.topic_id = pa.topic_id \
+             WHERE {candidates} {cursor} \
+             ORDER BY pa.topic_id, pa.partition LIMIT {CANDIDATES_PAGE}",
+            candidates = self.candidates
+        )))
+        .bind(now)
+        .bind(topic)
+        .bind(partition)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(Attempt::before)?;
+        self.done = (rows.len() as i64) < CANDIDATES_PAGE;
+        if let Some(last) = rows.last() {
+            self.after = Some((last.string_at(1)?, last.i32_at(2)?));
+        }
+        let ids = rows.iter().map(|r| r.i64_at(0)).collect::<Result<_, _>>()?;
+        Ok(Some(ids))
+    }
 }
 
 impl PostgresCoordinator {
@@ -261,165 +384,85 @@ impl PostgresCoordinator {
         &self,
         max_producers: u32,
     ) -> Result<ProducerExpiryReport, CoordinatorError> {
-        self.retrying(|now| self.try_expire_producers(max_producers, now))
-            .await
-    }
-
-    /// One producer expiry call (see [`crate::BatchCoordinator::expire_producers`]): partitions
-    /// with expired producer states are found page by page in the global lock order; each is
-    /// locked (a commit writes a partition's producer states only under that lock, so a state
-    /// refreshed meanwhile is seen and kept) and its expired states deleted in producer id order,
-    /// until `max_producers` are deleted.
-    async fn try_expire_producers(
-        &self,
-        max_producers: u32,
-        now: i64,
-    ) -> Result<ProducerExpiryReport, Attempt> {
-        let mut report = ProducerExpiryReport::default();
-        if max_producers == 0 {
-            return Ok(report);
-        }
-        let mut tx = self.write.begin().await.map_err(Attempt::before)?;
-        let budget = u64::from(max_producers);
-        let mut after: Option<(String, i32)> = None;
-        'walk: loop {
-            let (cursor, topic, partition) = resume_after(&after);
-            let candidates = sqlx::query(AssertSqlSafe(format!(
-                "SELECT pa.partition_id, pa.topic_id::text, pa.partition \
-                 FROM partitions pa JOIN topics t ON t.topic_id = pa.topic_id \
-                 WHERE EXISTS (SELECT 1 FROM producer_state s WHERE s.partition_id = pa.partition_id \
-                 AND $1 - s.last_append_ms >= t.producer_id_expiration_ms) {cursor} \
-                 ORDER BY pa.topic_id, pa.partition LIMIT {CANDIDATES_PAGE}"
-            )))
-            .bind(now)
-            .bind(topic)
-            .bind(partition)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(Attempt::before)?;
-            for row in &candidates {
-                let partition_id = row.i64_at(0)?;
-                after = Some((row.string_at(1)?, row.i32_at(2)?));
-                // Lock first, then decide in a new statement (a new snapshot under READ
-                // COMMITTED): a commit that refreshed a state before the lock is seen.
-                let Some(expiration) = sqlx::query_scalar::<_, i64>(
-                    "SELECT t.producer_id_expiration_ms FROM partitions pa \
-                     JOIN topics t ON t.topic_id = pa.topic_id \
-                     WHERE pa.partition_id = $1 FOR UPDATE OF pa",
-                )
-                .bind(partition_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(Attempt::before)?
-                else {
-                    continue;
-                };
-                let expired: i64 = sqlx::query_scalar(
-                    "WITH gone AS (DELETE FROM producer_state s WHERE s.partition_id = $1 \
-                     AND s.producer_id IN (SELECT v.producer_id FROM producer_state v \
-                     WHERE v.partition_id = $1 AND $2 - v.last_append_ms >= $3 \
-                     ORDER BY v.producer_id LIMIT $4) RETURNING 1) \
-                     SELECT count(*) FROM gone",
-                )
-                .bind(partition_id)
-                .bind(now)
-                .bind(expiration)
-                .bind(i64::try_from(budget - report.expired).unwrap_or(i64::MAX))
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(Attempt::before)?;
-                report.expired += to_u64(expired, "expired producers")?;
-                if report.expired >= budget {
-                    break 'walk;
-                }
-            }
-            if (candidates.len() as i64) < CANDIDATES_PAGE {
-                break;
-            }
-        }
-        tx.commit().await.map_err(Attempt::sent)?;
-        report.more = report.expired == budget;
-        Ok(report)
+        let (expired, _) = self.write_pass(Pass::ProducerExpiry, max_producers).await?;
+        Ok(ProducerExpiryReport {
+            expired,
+            more: max_producers > 0 && expired == u64::from(max_producers),
+        })
     }
 
     pub(super) async fn write_enforce_retention(
         &self,
         max_batches: u32,
     ) -> Result<RetentionReport, CoordinatorError> {
-        self.retrying(|now| self.try_enforce_retention(max_batches, now))
-            .await
+        let (batches, bytes) = self.write_pass(Pass::Retention, max_batches).await?;
+        Ok(RetentionReport {
+            batches_deleted: batches,
+            bytes_deleted: to_u64(bytes, "deleted bytes")?,
+            more: max_batches > 0 && batches == u64::from(max_batches),
+        })
     }
 
-    /// One retention pass (see [`crate::BatchCoordinator::enforce_retention`]): candidate
-    /// partitions are found page by page in the global lock order, each is locked and trimmed, and
-    /// the walk stops as soon as the budget is spent, so a pass holds its row locks for work
-    /// bounded by its budget (plus one page of candidates), whatever the number of partitions.
-    async fn try_enforce_retention(
-        &self,
-        max_batches: u32,
-        now: i64,
-    ) -> Result<RetentionReport, Attempt> {
-        let mut report = RetentionReport::default();
-        if max_batches == 0 {
-            return Ok(report);
+    /// A pass (see [`crate::BatchCoordinator::enforce_retention`] and
+    /// [`crate::BatchCoordinator::expire_producers`]), retried after conflicts: what it deleted
+    /// (batches or producer states, and bytes).
+    async fn write_pass(&self, pass: Pass, budget: u32) -> Result<(u64, i64), CoordinatorError> {
+        self.retrying(|now| self.try_pass(pass, budget, now)).await
+    }
+
+    /// One attempt of a pass: candidate partitions are found page by page in the global lock
+    /// order ([`CandidateWalk`]); each is locked and changed (a commit writes a partition's
+    /// batches and producer states only under that lock, so what a commit refreshed meanwhile is
+    /// seen and kept), and the walk stops as soon as the budget is spent, so a pass holds its row
+    /// locks for work bounded by its budget (plus one page of candidates), whatever the number of
+    /// partitions.
+    async fn try_pass(&self, pass: Pass, budget: u32, now: i64) -> Result<(u64, i64), Attempt> {
+        if budget == 0 {
+            return Ok((0, 0));
         }
         let mut tx = self.write.begin().await.map_err(Attempt::before)?;
-        let mut budget = u64::from(max_batches);
+        let mut left = u64::from(budget);
+        let mut bytes = 0i64;
         let mut released = BTreeMap::new();
-        // The last candidate visited: (topic id, partition).
-        let mut after: Option<(String, i32)> = None;
-        'walk: loop {
-            // Partitions that may have something to delete: over their size limit, or with a first
-            // batch older than retention.ms. In the global lock order, after the last one visited.
-            let (cursor, topic, partition) = resume_after(&after);
-            let candidates = sqlx::query(AssertSqlSafe(format!(
-                "SELECT pa.partition_id, pa.topic_id::text, pa.partition \
-                 FROM partitions pa JOIN topics t ON t.topic_id = pa.topic_id \
-                 WHERE pa.byte_size > 0 {cursor} \
-                 AND ((t.retention_bytes >= 0 AND EXISTS (SELECT 1 FROM (SELECT b.byte_size \
-                 FROM batches b WHERE b.partition_id = pa.partition_id \
-                 ORDER BY b.last_offset LIMIT 1) f WHERE pa.byte_size - f.byte_size >= t.retention_bytes)) \
-                 OR (t.retention_ms >= 0 AND EXISTS (SELECT 1 FROM (SELECT {ts} AS ts \
-                 FROM batches b WHERE b.partition_id = pa.partition_id \
-                 ORDER BY b.last_offset LIMIT 1) f WHERE $1::numeric - f.ts > t.retention_ms))) \
-                 ORDER BY pa.topic_id, pa.partition LIMIT {CANDIDATES_PAGE}",
-                ts = retention_ts()
-            )))
-            .bind(now)
-            .bind(topic)
-            .bind(partition)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(Attempt::before)?;
-            for row in &candidates {
-                let partition_id = row.i64_at(0)?;
-                after = Some((row.string_at(1)?, row.i32_at(2)?));
-                let count = trim_partition(
-                    &mut tx,
-                    partition_id,
-                    budget,
-                    now,
-                    &mut released,
-                    &mut report,
-                )
-                .await?;
-                self.counters
-                    .retention_partitions
-                    .fetch_add(1, Ordering::Relaxed);
-                budget = budget.saturating_sub(count);
-                if budget == 0 {
+        let mut walk = CandidateWalk::new(pass);
+        'walk: while let Some(page) = walk.next_page(&mut tx, now).await? {
+            for partition_id in page {
+                let locked = lock_partition(&mut tx, partition_id).await?;
+                if pass == Pass::Retention {
+                    self.counters
+                        .retention_partitions
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                let spent = match (pass, locked) {
+                    (_, None) => 0,
+                    (Pass::Retention, Some(p)) => {
+                        let rule = RetentionRule {
+                            size: p.size,
+                            retention_ms: p.retention_ms,
+                            retention_bytes: p.retention_bytes,
+                            now,
+                        };
+                        let (count, b) =
+                            trim_partition(&mut tx, partition_id, rule, left, &mut released)
+                                .await?;
+                        bytes += b;
+                        count
+                    }
+                    (Pass::ProducerExpiry, Some(p)) => {
+                        let expiration = p.producer_id_expiration_ms;
+                        expire_partition(&mut tx, partition_id, expiration, left, now).await?
+                    }
+                };
+                left = left.saturating_sub(spent);
+                if left == 0 {
                     // The budget is spent: no further partition is examined or locked.
                     break 'walk;
                 }
             }
-            if (candidates.len() as i64) < CANDIDATES_PAGE {
-                break;
-            }
         }
         release_objects(&mut tx, &released, now).await?;
         tx.commit().await.map_err(Attempt::sent)?;
-        report.more = report.batches_deleted == u64::from(max_batches);
-        Ok(report)
+        Ok((u64::from(budget) - left, bytes))
     }
 
     /// The marked objects, on the primary (a replica could list an object already forgotten).

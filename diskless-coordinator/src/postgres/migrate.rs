@@ -36,50 +36,34 @@ pub(super) struct Migration {
     pub(super) transactional: bool,
 }
 
+/// The [`Migration`] `version` of the file `migrations/postgres/<prefix>_<name>.sql`.
+macro_rules! migration {
+    ($version:literal, $prefix:literal, $name:literal, transactional: $transactional:literal) => {
+        Migration {
+            version: $version,
+            name: $name,
+            sql: include_str!(concat!(
+                "../../migrations/postgres/",
+                $prefix,
+                "_",
+                $name,
+                ".sql"
+            )),
+            transactional: $transactional,
+        }
+    };
+}
+
 /// The embedded migrations, in version order.
+#[rustfmt::skip]
 pub(super) const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "initial",
-        sql: include_str!("../../migrations/postgres/0001_initial.sql"),
-        transactional: true,
-    },
-    Migration {
-        version: 2,
-        name: "fast_commit_file",
-        sql: include_str!("../../migrations/postgres/0002_fast_commit_file.sql"),
-        transactional: true,
-    },
-    Migration {
-        version: 3,
-        name: "replica_heartbeat_running_max",
-        sql: include_str!("../../migrations/postgres/0003_replica_heartbeat_running_max.sql"),
-        transactional: true,
-    },
-    Migration {
-        version: 4,
-        name: "timestamp_indexes",
-        sql: include_str!("../../migrations/postgres/0004_timestamp_indexes.sql"),
-        transactional: false,
-    },
-    Migration {
-        version: 5,
-        name: "commit_point_producer_expiry",
-        sql: include_str!("../../migrations/postgres/0005_commit_point_producer_expiry.sql"),
-        transactional: true,
-    },
-    Migration {
-        version: 6,
-        name: "fence_retention_confirm_fences",
-        sql: include_str!("../../migrations/postgres/0006_fence_retention_confirm_fences.sql"),
-        transactional: true,
-    },
-    Migration {
-        version: 7,
-        name: "set_based_idempotent_commit",
-        sql: include_str!("../../migrations/postgres/0007_set_based_idempotent_commit.sql"),
-        transactional: true,
-    },
+    migration!(1, "0001", "initial", transactional: true),
+    migration!(2, "0002", "fast_commit_file", transactional: true),
+    migration!(3, "0003", "replica_heartbeat_running_max", transactional: true),
+    migration!(4, "0004", "timestamp_indexes", transactional: false),
+    migration!(5, "0005", "commit_point_producer_expiry", transactional: true),
+    migration!(6, "0006", "fence_retention_confirm_fences", transactional: true),
+    migration!(7, "0007", "set_based_idempotent_commit", transactional: true),
 ];
 
 /// The latest schema version this build knows.

@@ -3,7 +3,7 @@
 use super::PostgresCoordinator;
 use super::conn::{Attempt, sql_error};
 use super::lifecycle::{delete_batches_below, release_objects};
-use crate::rows::{TOPIC_COLUMNS, topic_key, ts_type_code};
+use crate::rows::{TOPIC_COLUMNS, bind_topic, topic_key};
 use crate::{CoordinatorError, CreateTopicRequest};
 use sqlx::AssertSqlSafe;
 use std::collections::BTreeMap;
@@ -18,25 +18,13 @@ impl PostgresCoordinator {
         request.validate()?;
         self.check_open()?;
         let id = topic_key(request.topic_id);
-        let c = &request.config;
-        let result = sqlx::query(AssertSqlSafe(format!(
+        let insert = sqlx::query(AssertSqlSafe(format!(
             "WITH t AS (INSERT INTO topics (topic_id, {TOPIC_COLUMNS}) \
              VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING topic_id) \
              INSERT INTO partitions (topic_id, partition, log_start_offset, high_watermark, \
              byte_size) SELECT t.topic_id, g, 0, 0, 0 FROM t, generate_series(0, $3 - 1) AS g"
-        )))
-        .bind(&id)
-        .bind(&request.name)
-        .bind(request.partitions)
-        .bind(ts_type_code(c.timestamp_type))
-        .bind(c.retention_ms)
-        .bind(c.retention_bytes)
-        .bind(c.max_message_bytes)
-        .bind(c.message_timestamp_before_max_ms)
-        .bind(c.message_timestamp_after_max_ms)
-        .bind(c.producer_id_expiration_ms)
-        .execute(&self.write)
-        .await;
+        )));
+        let result = bind_topic(insert, &request).execute(&self.write).await;
         match result {
             Ok(_) => Ok(()),
             Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some("23505") => {

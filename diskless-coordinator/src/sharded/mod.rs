@@ -511,27 +511,24 @@ impl ShardedCoordinator {
     }
 
     /// Sends each shard the requests for the partitions it owns, all shards at once, and answers
-    /// in request order; a request for a partition no shard owns is answered `unknown`. When a
-    /// shard fails (or answers the wrong number of partitions), the first such shard's error, in
-    /// shard order, fails the call.
-    async fn scatter<'a, Q, A, F, Fut>(
+    /// in request order; a request for a partition no shard owns is answered
+    /// `UNKNOWN_TOPIC_OR_PARTITION`. When a shard fails (or answers the wrong number of
+    /// partitions), the first such shard's error, in shard order, fails the call.
+    async fn scatter<'a, Q, F, Fut>(
         &'a self,
         requests: &[Q],
-        partition: impl Fn(&Q) -> TopicIdPartition,
-        unknown: A,
         call: F,
-    ) -> Result<Vec<A>, CoordinatorError>
+    ) -> Result<Vec<Q::Answer>, CoordinatorError>
     where
-        Q: Clone,
-        A: Clone,
+        Q: Routed,
         F: Fn(&'a dyn BatchCoordinator, Vec<Q>) -> Fut,
-        Fut: Future<Output = Result<Vec<A>, CoordinatorError>>,
+        Fut: Future<Output = Result<Vec<Q::Answer>, CoordinatorError>>,
     {
-        self.refresh_for(requests.iter().map(&partition)).await;
-        let (groups, unknown_indexes) = self.group(requests.iter().map(&partition));
-        let mut out: Vec<Option<A>> = vec![None; requests.len()];
-        for i in unknown_indexes {
-            out[i] = Some(unknown.clone());
+        self.refresh_for(requests.iter().map(Q::partition)).await;
+        let (groups, unknown) = self.group(requests.iter().map(Q::partition));
+        let mut out: Vec<Option<Q::Answer>> = vec![None; requests.len()];
+        for i in unknown {
+            out[i] = Some(Q::unknown());
         }
         let calls = groups.iter().map(|(shard, indexes)| {
             let sub: Vec<Q> = indexes.iter().map(|i| requests[*i].clone()).collect();
@@ -591,6 +588,36 @@ impl ShardedCoordinator {
         }
         report.set_more(budget > 0 && left == 0);
         Ok(report)
+    }
+}
+
+/// A per-partition request the router sends to the partition's shard.
+trait Routed: Clone {
+    /// The answer for one partition.
+    type Answer: Clone;
+    /// The partition asked about.
+    fn partition(&self) -> TopicIdPartition;
+    /// The answer for a partition no shard owns.
+    fn unknown() -> Self::Answer;
+}
+
+impl Routed for ListOffsetsRequest {
+    type Answer = ListOffsetsResponse;
+    fn partition(&self) -> TopicIdPartition {
+        self.partition
+    }
+    fn unknown() -> ListOffsetsResponse {
+        ListOffsetsResponse::error(ErrorCode::UnknownTopicOrPartition)
+    }
+}
+
+impl Routed for DeleteRecordsRequest {
+    type Answer = DeleteRecordsResponse;
+    fn partition(&self) -> TopicIdPartition {
+        self.partition
+    }
+    fn unknown() -> DeleteRecordsResponse {
+        DeleteRecordsResponse::error(ErrorCode::UnknownTopicOrPartition)
     }
 }
 
@@ -911,12 +938,9 @@ impl BatchCoordinator for ShardedCoordinator {
         &self,
         requests: &[ListOffsetsRequest],
     ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
-        self.scatter(
-            requests,
-            |r| r.partition,
-            ListOffsetsResponse::error(ErrorCode::UnknownTopicOrPartition),
-            |shard, sub| async move { shard.list_offsets(&sub).await },
-        )
+        self.scatter(requests, |shard, sub| async move {
+            shard.list_offsets(&sub).await
+        })
         .await
     }
 
@@ -926,12 +950,9 @@ impl BatchCoordinator for ShardedCoordinator {
         &self,
         requests: &[DeleteRecordsRequest],
     ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
-        self.scatter(
-            requests,
-            |r| r.partition,
-            DeleteRecordsResponse::error(ErrorCode::UnknownTopicOrPartition),
-            |shard, sub| async move { shard.delete_records(&sub).await },
-        )
+        self.scatter(requests, |shard, sub| async move {
+            shard.delete_records(&sub).await
+        })
         .await
     }
 

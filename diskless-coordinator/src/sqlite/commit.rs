@@ -5,14 +5,13 @@
 
 use super::conn::{at_commit, not_applied};
 use super::producer::{self, Decision};
-use super::{CHUNK, SqliteCoordinator, encode_owners, pairs_query};
+use super::{SqliteCoordinator, encode_owners, execute_rows, fetch_pairs};
 use crate::rows::{SqlRow, corrupt, parse_topic_id, topic_key, ts_type, ts_type_code};
 use crate::{
     CommitBatch, CommitBatchResult, CommitFileRequest, CoordinatorError, ErrorCode, NO_TIMESTAMP,
     ProducerBatch, ProducerState, TimestampType, TopicIdPartition, check_commit_deadline,
     producer_field_error,
 };
-use sqlx::AssertSqlSafe;
 use sqlx::sqlite::SqliteConnection;
 use std::collections::{HashMap, HashSet};
 
@@ -88,8 +87,7 @@ impl SqliteCoordinator {
             return Err(CoordinatorError::ObjectAlreadyCommitted(request.object_key));
         };
         insert_batches(&mut tx, object_id, &decided.appended).await?;
-        upsert_producers(&mut tx, &producers).await?;
-        update_partitions(&mut tx, &partitions).await?;
+        write_back(&mut tx, &producers, &partitions).await?;
         tx.commit().await.map_err(at_commit)?;
         Ok(decided.results)
     }
@@ -107,33 +105,23 @@ async fn load_partitions(
         .filter(|b| b.partition.partition >= 0 && seen.insert(b.partition))
         .map(|b| (topic_key(b.partition.topic_id), b.partition.partition))
         .collect();
+    let sql = "SELECT p.topic_id, p.partition, p.partition_id, p.log_start_offset, \
+         p.high_watermark, p.byte_size, t.timestamp_type, p.max_timestamp_so_far \
+         FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
+         WHERE (p.topic_id, p.partition) IN (VALUES {values})";
     let mut partitions = Partitions::new();
-    for chunk in wanted.chunks(CHUNK) {
-        let rows = pairs_query(
-            "SELECT p.topic_id, p.partition, p.partition_id, p.log_start_offset, \
-             p.high_watermark, p.byte_size, t.timestamp_type, p.max_timestamp_so_far \
-             FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
-             WHERE (p.topic_id, p.partition) IN (VALUES {values})",
-            chunk,
-        )
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(not_applied)?;
-        for row in &rows {
-            let p = TopicIdPartition::new(parse_topic_id(&row.string_at(0)?)?, row.i32_at(1)?);
-            partitions.insert(
-                p,
-                CommitPartition {
-                    partition_id: row.i64_at(2)?,
-                    log_start_offset: row.i64_at(3)?,
-                    high_watermark: row.i64_at(4)?,
-                    byte_size: row.i64_at(5)?,
-                    timestamp_type: ts_type(row.i16_at(6)?)?,
-                    max_timestamp_so_far: row.i64_at(7)?,
-                    touched: false,
-                },
-            );
-        }
+    for row in fetch_pairs(conn, sql, &wanted).await? {
+        let p = TopicIdPartition::new(parse_topic_id(&row.string_at(0)?)?, row.i32_at(1)?);
+        let partition = CommitPartition {
+            partition_id: row.i64_at(2)?,
+            log_start_offset: row.i64_at(3)?,
+            high_watermark: row.i64_at(4)?,
+            byte_size: row.i64_at(5)?,
+            timestamp_type: ts_type(row.i16_at(6)?)?,
+            max_timestamp_so_far: row.i64_at(7)?,
+            touched: false,
+        };
+        partitions.insert(p, partition);
     }
     Ok(partitions)
 }
@@ -162,28 +150,20 @@ async fn load_producers(
             (*k, empty)
         })
         .collect();
-    for chunk in wanted.chunks(CHUNK) {
-        let rows = pairs_query(
-            "SELECT partition_id, producer_id, producer_epoch, batch_window, last_append_ms \
-             FROM producer_state WHERE (partition_id, producer_id) IN (VALUES {values})",
-            chunk,
-        )
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(not_applied)?;
-        for row in &rows {
-            let key = (row.i64_at(0)?, row.i64_at(1)?);
-            let window: Vec<u8> = crate::rows::col(row, 3)?;
-            let batches = producer::decode_window(&window)
-                .ok_or_else(|| corrupt("torn producer batch window"))?;
-            if let Some(entry) = producers.get_mut(&key) {
-                entry.state = Some(ProducerState {
-                    producer_id: key.1,
-                    producer_epoch: row.i16_at(2)?,
-                    batches,
-                    last_append_ms: row.i64_at(4)?,
-                });
-            }
+    let sql = "SELECT partition_id, producer_id, producer_epoch, batch_window, last_append_ms \
+         FROM producer_state WHERE (partition_id, producer_id) IN (VALUES {values})";
+    for row in fetch_pairs(conn, sql, &wanted).await? {
+        let key = (row.i64_at(0)?, row.i64_at(1)?);
+        let window: Vec<u8> = crate::rows::col(&row, 3)?;
+        let batches = producer::decode_window(&window)
+            .ok_or_else(|| corrupt("torn producer batch window"))?;
+        if let Some(entry) = producers.get_mut(&key) {
+            entry.state = Some(ProducerState {
+                producer_id: key.1,
+                producer_epoch: row.i16_at(2)?,
+                batches,
+                last_append_ms: row.i64_at(4)?,
+            });
         }
     }
     Ok(producers)
@@ -316,96 +296,72 @@ async fn insert_batches(
     object_id: i64,
     appended: &[AppendedBatch<'_>],
 ) -> Result<(), CoordinatorError> {
-    for chunk in appended.chunks(CHUNK) {
-        let sql = format!(
-            "INSERT INTO batches (partition_id, last_offset, base_offset, object_id, \
-             byte_offset, byte_size, base_timestamp, max_timestamp, timestamp_type, \
-             log_append_time, producer_id, producer_epoch, base_sequence, last_sequence, \
-             effective_max_timestamp, max_timestamp_so_far) VALUES {}",
-            super::placeholders(chunk.len(), 16)
-        );
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for a in chunk {
-            let b = a.batch;
-            q = q
-                .bind(a.partition_id)
-                .bind(a.last_offset)
-                .bind(a.base_offset)
-                .bind(object_id)
-                // Validated: byte_offset + byte_size <= object_size <= i64::MAX.
-                .bind(b.byte_offset as i64)
-                .bind(i64::from(b.byte_size))
-                .bind(b.base_timestamp)
-                .bind(b.max_timestamp)
-                .bind(ts_type_code(a.timestamp_type))
-                .bind(a.log_append_time)
-                .bind(b.producer_id)
-                .bind(b.producer_epoch)
-                .bind(b.base_sequence)
-                .bind(b.last_sequence)
-                .bind(a.effective_max_timestamp)
-                .bind(a.max_timestamp_so_far);
-        }
-        q.execute(&mut *conn).await.map_err(not_applied)?;
-    }
-    Ok(())
+    let sql = "INSERT INTO batches (partition_id, last_offset, base_offset, object_id, \
+         byte_offset, byte_size, base_timestamp, max_timestamp, timestamp_type, log_append_time, \
+         producer_id, producer_epoch, base_sequence, last_sequence, effective_max_timestamp, \
+         max_timestamp_so_far) VALUES {values}";
+    execute_rows(conn, sql, 16, appended, |q, a| {
+        let b = a.batch;
+        q.bind(a.partition_id)
+            .bind(a.last_offset)
+            .bind(a.base_offset)
+            .bind(object_id)
+            // Validated: byte_offset + byte_size <= object_size <= i64::MAX.
+            .bind(b.byte_offset as i64)
+            .bind(i64::from(b.byte_size))
+            .bind(b.base_timestamp)
+            .bind(b.max_timestamp)
+            .bind(ts_type_code(a.timestamp_type))
+            .bind(a.log_append_time)
+            .bind(b.producer_id)
+            .bind(b.producer_epoch)
+            .bind(b.base_sequence)
+            .bind(b.last_sequence)
+            .bind(a.effective_max_timestamp)
+            .bind(a.max_timestamp_so_far)
+    })
+    .await
 }
 
-/// The producer states that changed.
-async fn upsert_producers(
+/// The producer states that changed, and the partitions that grew.
+async fn write_back(
     conn: &mut SqliteConnection,
     producers: &Producers,
+    partitions: &Partitions,
 ) -> Result<(), CoordinatorError> {
     let changed: Vec<((i64, i64), &ProducerState)> = producers
         .iter()
         .filter(|(_, p)| p.touched)
         .filter_map(|(k, p)| p.state.as_ref().map(|s| (*k, s)))
         .collect();
-    for chunk in changed.chunks(CHUNK) {
-        let sql = format!(
-            "INSERT INTO producer_state (partition_id, producer_id, producer_epoch, \
-             batch_window, last_append_ms) VALUES {} \
-             ON CONFLICT (partition_id, producer_id) DO UPDATE SET \
-             producer_epoch = excluded.producer_epoch, batch_window = excluded.batch_window, \
-             last_append_ms = excluded.last_append_ms",
-            super::placeholders(chunk.len(), 5)
-        );
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for ((partition_id, producer_id), state) in chunk {
-            q = q
-                .bind(*partition_id)
+    let sql = "INSERT INTO producer_state (partition_id, producer_id, producer_epoch, \
+         batch_window, last_append_ms) VALUES {values} \
+         ON CONFLICT (partition_id, producer_id) DO UPDATE SET \
+         producer_epoch = excluded.producer_epoch, batch_window = excluded.batch_window, \
+         last_append_ms = excluded.last_append_ms";
+    execute_rows(
+        conn,
+        sql,
+        5,
+        &changed,
+        |q, ((partition_id, producer_id), state)| {
+            q.bind(*partition_id)
                 .bind(*producer_id)
                 .bind(state.producer_epoch)
                 .bind(producer::encode_window(&state.batches))
-                .bind(state.last_append_ms);
-        }
-        q.execute(&mut *conn).await.map_err(not_applied)?;
-    }
-    Ok(())
-}
-
-/// The partitions that grew.
-async fn update_partitions(
-    conn: &mut SqliteConnection,
-    partitions: &Partitions,
-) -> Result<(), CoordinatorError> {
+                .bind(state.last_append_ms)
+        },
+    )
+    .await?;
     let grown: Vec<&CommitPartition> = partitions.values().filter(|p| p.touched).collect();
-    for chunk in grown.chunks(CHUNK) {
-        let sql = format!(
-            "UPDATE partitions SET high_watermark = v.column2, byte_size = v.column3, \
-             max_timestamp_so_far = v.column4 \
-             FROM (VALUES {}) AS v WHERE partitions.partition_id = v.column1",
-            super::placeholders(chunk.len(), 4)
-        );
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for p in chunk {
-            q = q
-                .bind(p.partition_id)
-                .bind(p.high_watermark)
-                .bind(p.byte_size)
-                .bind(p.max_timestamp_so_far);
-        }
-        q.execute(&mut *conn).await.map_err(not_applied)?;
-    }
-    Ok(())
+    let sql = "UPDATE partitions SET high_watermark = v.column2, byte_size = v.column3, \
+         max_timestamp_so_far = v.column4 \
+         FROM (VALUES {values}) AS v WHERE partitions.partition_id = v.column1";
+    execute_rows(conn, sql, 4, &grown, |q, p| {
+        q.bind(p.partition_id)
+            .bind(p.high_watermark)
+            .bind(p.byte_size)
+            .bind(p.max_timestamp_so_far)
+    })
+    .await
 }

@@ -2,12 +2,13 @@
 //! and the read pool, and what their errors mean for a call.
 
 use super::options::{SqliteOptions, Synchronous};
-use super::{Counters, SqliteCoordinator};
+use super::{Counters, SqliteCoordinator, SqliteQuery};
 use crate::{Clock, CoordinatorError};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 use sqlx::{ConnectOptions, Connection, SqlSafeStr, Sqlite, Transaction};
 use std::path::Path;
@@ -195,6 +196,27 @@ impl SqliteCoordinator {
             return Err(CoordinatorError::Closed);
         }
         Ok(Writer(self.writer.lock().await))
+    }
+
+    /// The rows of one query, on a read connection.
+    pub(super) async fn read_rows(
+        &self,
+        query: SqliteQuery,
+    ) -> Result<Vec<SqliteRow>, CoordinatorError> {
+        let mut reader = self.read().await?;
+        query.fetch_all(reader.conn()?).await.map_err(not_applied)
+    }
+
+    /// The row of one query, if any, on a read connection.
+    pub(super) async fn read_row(
+        &self,
+        query: SqliteQuery,
+    ) -> Result<Option<SqliteRow>, CoordinatorError> {
+        let mut reader = self.read().await?;
+        query
+            .fetch_optional(reader.conn()?)
+            .await
+            .map_err(not_applied)
     }
 
     /// A connection to read on.

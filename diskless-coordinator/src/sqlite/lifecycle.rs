@@ -4,7 +4,7 @@
 
 use super::conn::{at_commit, not_applied};
 use super::reads::{known_keys, partition_bounds};
-use super::{CHUNK, SqliteCoordinator, pairs_query};
+use super::{CHUNK, SqliteCoordinator, execute_rows};
 use crate::rows::{OBJECTS_TO_DELETE, SqlRow, object_to_delete_from_row, retention_rows, to_u64};
 use crate::rules::{RetentionRule, RetentionScan, delete_records_target};
 use crate::{
@@ -130,17 +130,33 @@ async fn insert_fences(
     conn: &mut SqliteConnection,
     fences: &[(String, i64)],
 ) -> Result<(), CoordinatorError> {
-    for chunk in fences.chunks(CHUNK) {
-        pairs_query(
-            "INSERT INTO fences (object_key, key_time) VALUES {values} \
-             ON CONFLICT (object_key) DO NOTHING",
-            chunk,
-        )
-        .execute(&mut *conn)
-        .await
-        .map_err(not_applied)?;
+    let sql = "INSERT INTO fences (object_key, key_time) VALUES {values} \
+         ON CONFLICT (object_key) DO NOTHING";
+    execute_rows(conn, sql, 2, fences, |q, (key, time)| {
+        q.bind(key).bind(time)
+    })
+    .await
+}
+
+/// DeleteRecords of one partition with `(partition_id, log start offset, high watermark)`, to
+/// `offset` (`-1`: the high watermark).
+async fn delete_records_in(
+    conn: &mut SqliteConnection,
+    (partition_id, lso, hwm): (i64, i64, i64),
+    offset: i64,
+    now: i64,
+) -> Result<DeleteRecordsResponse, CoordinatorError> {
+    let target = match delete_records_target(offset, hwm) {
+        Ok(target) => target,
+        Err(code) => return Ok(DeleteRecordsResponse::error(code)),
+    };
+    if target > lso {
+        delete_batches_below(conn, partition_id, target, now).await?;
     }
-    Ok(())
+    Ok(DeleteRecordsResponse {
+        error: ErrorCode::None,
+        low_watermark: target.max(lso),
+    })
 }
 
 impl SqliteCoordinator {
@@ -153,27 +169,10 @@ impl SqliteCoordinator {
         let now = self.clock.now_ms();
         let mut responses = Vec::with_capacity(requests.len());
         for request in requests {
-            let Some((partition_id, lso, hwm)) =
-                partition_bounds(&mut tx, request.partition).await?
-            else {
-                responses.push(DeleteRecordsResponse::error(
-                    ErrorCode::UnknownTopicOrPartition,
-                ));
-                continue;
-            };
-            let target = match delete_records_target(request.offset, hwm) {
-                Ok(target) => target,
-                Err(code) => {
-                    responses.push(DeleteRecordsResponse::error(code));
-                    continue;
-                }
-            };
-            if target > lso {
-                delete_batches_below(&mut tx, partition_id, target, now).await?;
-            }
-            responses.push(DeleteRecordsResponse {
-                error: ErrorCode::None,
-                low_watermark: target.max(lso),
+            let bounds = partition_bounds(&mut tx, request.partition).await?;
+            responses.push(match bounds {
+                None => DeleteRecordsResponse::error(ErrorCode::UnknownTopicOrPartition),
+                Some(bounds) => delete_records_in(&mut tx, bounds, request.offset, now).await?,
             });
         }
         tx.commit().await.map_err(at_commit)?;
@@ -276,13 +275,10 @@ impl SqliteCoordinator {
         marked_before_ms: i64,
         limit: u32,
     ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
-        let mut reader = self.read().await?;
-        let rows = sqlx::query(OBJECTS_TO_DELETE)
+        let query = sqlx::query(OBJECTS_TO_DELETE)
             .bind(marked_before_ms)
-            .bind(i64::from(limit))
-            .fetch_all(reader.conn()?)
-            .await
-            .map_err(not_applied)?;
+            .bind(i64::from(limit));
+        let rows = self.read_rows(query).await?;
         rows.iter().map(object_to_delete_from_row).collect()
     }
 
@@ -363,9 +359,8 @@ impl SqliteCoordinator {
         max_producers: u32,
     ) -> Result<ProducerExpiryReport, CoordinatorError> {
         let mut writer = self.write().await?;
-        let mut report = ProducerExpiryReport::default();
         if max_producers == 0 {
-            return Ok(report);
+            return Ok(ProducerExpiryReport::default());
         }
         let mut tx = writer.begin().await?;
         let now = self.clock.now_ms();
@@ -381,18 +376,17 @@ impl SqliteCoordinator {
             .iter()
             .map(|r| Ok((r.i64_at(0)?, r.i64_at(1)?)))
             .collect::<Result<_, CoordinatorError>>()?;
-        for chunk in expired.chunks(CHUNK) {
-            pairs_query(
-                "DELETE FROM producer_state WHERE (partition_id, producer_id) IN (VALUES {values})",
-                chunk,
-            )
-            .execute(&mut *tx)
-            .await
-            .map_err(not_applied)?;
-        }
+        let sql =
+            "DELETE FROM producer_state WHERE (partition_id, producer_id) IN (VALUES {values})";
+        execute_rows(&mut tx, sql, 2, &expired, |q, (partition, producer)| {
+            q.bind(partition).bind(producer)
+        })
+        .await?;
         tx.commit().await.map_err(at_commit)?;
-        report.expired = expired.len() as u64;
-        report.more = report.expired == u64::from(max_producers);
-        Ok(report)
+        let expired = expired.len() as u64;
+        Ok(ProducerExpiryReport {
+            expired,
+            more: expired == u64::from(max_producers),
+        })
     }
 }

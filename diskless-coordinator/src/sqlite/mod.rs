@@ -30,7 +30,7 @@ pub use options::{SqliteOptions, Synchronous};
 use crate::BatchCoordinator;
 use crate::rows::corrupt;
 use crate::{Clock, CoordinatorError, ShardId};
-use sqlx::sqlite::{SqliteConnection, SqlitePool};
+use sqlx::sqlite::{SqliteConnection, SqlitePool, SqliteRow};
 use sqlx::{AssertSqlSafe, Encode, Sqlite, Type};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -204,18 +204,52 @@ fn placeholders(rows: usize, cols: usize) -> String {
     vec![row; rows].join(",")
 }
 
-/// `sql` over a `VALUES` list of `rows` pairs (`{values}` in `sql` stands for their placeholders),
-/// each pair bound in order.
-fn pairs_query<A, B>(sql: &str, rows: &[(A, B)]) -> SqliteQuery
+/// One statement over a `VALUES` list of `rows` (`{values}` in `sql` stands for their
+/// placeholders, `cols` a row), each row's values bound by `bind`.
+fn rows_query<T>(
+    sql: &str,
+    cols: usize,
+    rows: &[T],
+    bind: impl Fn(SqliteQuery, &T) -> SqliteQuery,
+) -> SqliteQuery {
+    let sql = sql.replace("{values}", &placeholders(rows.len(), cols));
+    rows.iter().fold(sqlx::query(AssertSqlSafe(sql)), bind)
+}
+
+/// The rows `sql` reads for all of `keys` (pairs of values, `{values}` in `sql` standing for
+/// their placeholders), [`CHUNK`] keys a statement.
+async fn fetch_pairs<A, B>(
+    conn: &mut SqliteConnection,
+    sql: &str,
+    keys: &[(A, B)],
+) -> Result<Vec<SqliteRow>, CoordinatorError>
 where
     A: for<'e> Encode<'e, Sqlite> + Type<Sqlite>,
     B: for<'e> Encode<'e, Sqlite> + Type<Sqlite>,
 {
-    let sql = sql.replace("{values}", &placeholders(rows.len(), 2));
-    rows.iter()
-        .fold(sqlx::query(AssertSqlSafe(sql)), |q, (a, b)| {
-            q.bind(a).bind(b)
-        })
+    let mut rows = Vec::new();
+    for chunk in keys.chunks(CHUNK) {
+        let q = rows_query(sql, 2, chunk, |q, (a, b)| q.bind(a).bind(b));
+        rows.extend(q.fetch_all(&mut *conn).await.map_err(conn::not_applied)?);
+    }
+    Ok(rows)
+}
+
+/// Runs [`rows_query`] over all of `rows`, [`CHUNK`] rows a statement.
+async fn execute_rows<T>(
+    conn: &mut SqliteConnection,
+    sql: &str,
+    cols: usize,
+    rows: &[T],
+    bind: impl Fn(SqliteQuery, &T) -> SqliteQuery,
+) -> Result<(), CoordinatorError> {
+    for chunk in rows.chunks(CHUNK) {
+        rows_query(sql, cols, chunk, &bind)
+            .execute(&mut *conn)
+            .await
+            .map_err(conn::not_applied)?;
+    }
+    Ok(())
 }
 
 /// A statement of the SQLite coordinator, with its arguments.

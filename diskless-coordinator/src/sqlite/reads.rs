@@ -8,7 +8,9 @@ use crate::rows::{
     OBJECT_INFO, SqlRow, TOPIC_COLUMNS, batch_columns, batch_from_row, col, corrupt,
     object_info_from_row, topic_from_row, topic_key,
 };
-use crate::rules::{FetchLimits, in_request_order, list_offsets_answer, looks_up_batch};
+use crate::rules::{
+    FetchLimits, PartitionFetch, in_request_order, list_offsets_answer, looks_up_batch,
+};
 use crate::{
     CoordinatorError, ErrorCode, FindBatchesRequest, FindBatchesResponse, ListOffsetsRequest,
     ListOffsetsResponse, MAX_TIMESTAMP, ObjectInfo, ProducerState, TopicIdPartition, TopicInfo,
@@ -125,15 +127,46 @@ async fn timestamp_lookup(
     probe(conn, TIMESTAMP_SCAN, partition_id, &[last, t]).await
 }
 
+/// The batches of a partition's `find_batches` answer, from `request.offset` (in range) up to the
+/// high watermark `hwm`, read [`PAGE`] at a time while the limits take them.
+async fn fetch_partition(
+    conn: &mut SqliteConnection,
+    mut fetch: PartitionFetch<'_>,
+    partition_id: i64,
+    from: i64,
+    (lso, hwm): (i64, i64),
+) -> Result<FindBatchesResponse, CoordinatorError> {
+    let sql = format!(
+        "SELECT {} FROM batches b JOIN objects o ON o.object_id = b.object_id \
+         WHERE b.partition_id = ?1 AND b.last_offset >= ?2 ORDER BY b.last_offset LIMIT ?3",
+        batch_columns("o")
+    );
+    let mut from = from;
+    'pages: while from < hwm {
+        let rows = sqlx::query(AssertSqlSafe(sql.clone()))
+            .bind(partition_id)
+            .bind(from)
+            .bind(PAGE)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(not_applied)?;
+        for row in &rows {
+            if !fetch.take(batch_from_row(row, 0)?) {
+                break 'pages;
+            }
+            from = fetch.next_offset()?.unwrap_or(from);
+        }
+        if (rows.len() as i64) < PAGE {
+            break;
+        }
+    }
+    Ok(fetch.into_response(lso, hwm))
+}
+
 impl SqliteCoordinator {
     pub(super) async fn read_list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
-        let mut reader = self.read().await?;
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT topic_id, {TOPIC_COLUMNS} FROM topics ORDER BY name"
-        )))
-        .fetch_all(reader.conn()?)
-        .await
-        .map_err(not_applied)?;
+        let sql = format!("SELECT topic_id, {TOPIC_COLUMNS} FROM topics ORDER BY name");
+        let rows = self.read_rows(sqlx::query(AssertSqlSafe(sql))).await?;
         rows.iter().map(topic_from_row).collect()
     }
 
@@ -146,45 +179,18 @@ impl SqliteCoordinator {
         let mut tx = reader.begin().await?;
         let mut limits = FetchLimits::new(fetch_max_bytes);
         let mut responses = Vec::with_capacity(requests.len());
-        let sql = format!(
-            "SELECT {} FROM batches b JOIN objects o ON o.object_id = b.object_id \
-             WHERE b.partition_id = ?1 AND b.last_offset >= ?2 ORDER BY b.last_offset LIMIT ?3",
-            batch_columns("o")
-        );
         for request in requests {
-            let Some((partition_id, lso, hwm)) =
-                partition_bounds(&mut tx, request.partition).await?
-            else {
-                responses.push(FindBatchesResponse::error(
-                    ErrorCode::UnknownTopicOrPartition,
-                ));
-                continue;
-            };
-            if request.offset < lso || request.offset > hwm {
-                responses.push(FindBatchesResponse::error(ErrorCode::OffsetOutOfRange));
-                continue;
-            }
-            let mut fetch = limits.partition(request.max_bytes);
-            let mut from = request.offset;
-            'pages: while from < hwm {
-                let rows = sqlx::query(AssertSqlSafe(sql.clone()))
-                    .bind(partition_id)
-                    .bind(from)
-                    .bind(PAGE)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(not_applied)?;
-                for row in &rows {
-                    if !fetch.take(batch_from_row(row, 0)?) {
-                        break 'pages;
-                    }
-                    from = fetch.next_offset()?.unwrap_or(from);
+            responses.push(match partition_bounds(&mut tx, request.partition).await? {
+                None => FindBatchesResponse::error(ErrorCode::UnknownTopicOrPartition),
+                Some((_, lso, hwm)) if request.offset < lso || request.offset > hwm => {
+                    FindBatchesResponse::error(ErrorCode::OffsetOutOfRange)
                 }
-                if (rows.len() as i64) < PAGE {
-                    break;
+                Some((partition_id, lso, hwm)) => {
+                    let fetch = limits.partition(request.max_bytes);
+                    fetch_partition(&mut tx, fetch, partition_id, request.offset, (lso, hwm))
+                        .await?
                 }
-            }
-            responses.push(fetch.into_response(lso, hwm));
+            });
         }
         tx.commit().await.map_err(not_applied)?;
         Ok(responses)
@@ -198,20 +204,19 @@ impl SqliteCoordinator {
         let mut tx = reader.begin().await?;
         let mut responses = Vec::with_capacity(requests.len());
         for request in requests {
-            let Some((partition_id, lso, hwm)) =
-                partition_bounds(&mut tx, request.partition).await?
-            else {
-                responses.push(ListOffsetsResponse::error(
-                    ErrorCode::UnknownTopicOrPartition,
-                ));
-                continue;
+            let bounds = partition_bounds(&mut tx, request.partition).await?;
+            let hit = match (bounds, request.timestamp) {
+                (None, _) => None,
+                (_, t) if !looks_up_batch(t) => None,
+                (Some((id, ..)), MAX_TIMESTAMP) => {
+                    probe(&mut tx, MAX_TIMESTAMP_LOOKUP, id, &[]).await?
+                }
+                (Some((id, ..)), t) => timestamp_lookup(&mut tx, id, t).await?,
             };
-            let hit = match request.timestamp {
-                t if !looks_up_batch(t) => None,
-                MAX_TIMESTAMP => probe(&mut tx, MAX_TIMESTAMP_LOOKUP, partition_id, &[]).await?,
-                t => timestamp_lookup(&mut tx, partition_id, t).await?,
-            };
-            responses.push(list_offsets_answer(request.timestamp, lso, hwm, hit));
+            responses.push(match bounds {
+                None => ListOffsetsResponse::error(ErrorCode::UnknownTopicOrPartition),
+                Some((_, lso, hwm)) => list_offsets_answer(request.timestamp, lso, hwm, hit),
+            });
         }
         tx.commit().await.map_err(not_applied)?;
         Ok(responses)
@@ -230,17 +235,12 @@ impl SqliteCoordinator {
         &self,
         object_key: &str,
     ) -> Result<Option<ObjectInfo>, CoordinatorError> {
-        let mut reader = self.read().await?;
-        let row = sqlx::query(OBJECT_INFO)
-            .bind(object_key)
-            .fetch_optional(reader.conn()?)
-            .await
-            .map_err(not_applied)?;
-        row.map(|r| {
-            let owners = decode_owners(&r.string_at(3)?)?;
-            object_info_from_row(&r, object_key, owners)
-        })
-        .transpose()
+        let query = sqlx::query(OBJECT_INFO).bind(object_key);
+        let Some(r) = self.read_row(query).await? else {
+            return Ok(None);
+        };
+        let owners = decode_owners(&r.string_at(3)?)?;
+        object_info_from_row(&r, object_key, owners).map(Some)
     }
 
     pub(super) async fn read_producer_state(
@@ -248,19 +248,16 @@ impl SqliteCoordinator {
         partition: TopicIdPartition,
         producer_id: i64,
     ) -> Result<Option<ProducerState>, CoordinatorError> {
-        let mut reader = self.read().await?;
-        let row = sqlx::query(
+        let query = sqlx::query(
             "SELECT s.producer_epoch, s.batch_window, s.last_append_ms FROM producer_state s \
              JOIN partitions p ON p.partition_id = s.partition_id \
              WHERE p.topic_id = ?1 AND p.partition = ?2 AND s.producer_id = ?3",
-        )
-        .bind(topic_key(partition.topic_id))
-        .bind(partition.partition)
-        .bind(producer_id)
-        .fetch_optional(reader.conn()?)
-        .await
-        .map_err(not_applied)?;
-        let Some(r) = row else {
+        );
+        let query = query
+            .bind(topic_key(partition.topic_id))
+            .bind(partition.partition)
+            .bind(producer_id);
+        let Some(r) = self.read_row(query).await? else {
             return Ok(None);
         };
         let window: Vec<u8> = col(&r, 1)?;

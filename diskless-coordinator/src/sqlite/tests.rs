@@ -132,6 +132,18 @@ fn batch(partition: TopicIdPartition, i: u64, max_timestamp: i64) -> CommitBatch
     }
 }
 
+/// ListOffsets of one partition: (offset, timestamp).
+async fn list(c: &SqliteCoordinator, partition: TopicIdPartition, timestamp: i64) -> (i64, i64) {
+    let r = c
+        .list_offsets(&[ListOffsetsRequest {
+            partition,
+            timestamp,
+        }])
+        .await
+        .unwrap();
+    (r[0].offset, r[0].timestamp)
+}
+
 /// The running max includes deleted batches, so after a batch with a larger timestamp than its
 /// successors is deleted, the candidate found by the index may have a smaller timestamp than the
 /// target: the forward scan then finds the answer. Every target is checked against a scan of the
@@ -182,14 +194,7 @@ async fn timestamp_lookup_after_deleting_a_larger_timestamp() {
                 .iter()
                 .find(|(_, t)| *t >= target)
                 .map_or((-1, NO_TIMESTAMP), |(base, t)| ((*base).max(lso), *t));
-            let r = c
-                .list_offsets(&[ListOffsetsRequest {
-                    partition: p,
-                    timestamp: target,
-                }])
-                .await
-                .unwrap();
-            assert_eq!((r[0].offset, r[0].timestamp), expected, "target {target}");
+            assert_eq!(list(c, p, target).await, expected, "target {target}");
         }
         let mut best: Option<(i64, i64)> = None;
         for (base, t) in live {
@@ -197,17 +202,8 @@ async fn timestamp_lookup_after_deleting_a_larger_timestamp() {
                 best = Some(((*base).max(lso), *t));
             }
         }
-        let r = c
-            .list_offsets(&[ListOffsetsRequest {
-                partition: p,
-                timestamp: MAX_TIMESTAMP,
-            }])
-            .await
-            .unwrap();
-        assert_eq!(
-            (r[0].offset, r[0].timestamp),
-            best.unwrap_or((-1, NO_TIMESTAMP))
-        );
+        let best = best.unwrap_or((-1, NO_TIMESTAMP));
+        assert_eq!(list(c, p, MAX_TIMESTAMP).await, best);
     }
     commit(&[100, 10, 20, 30], &mut live).await;
     check(&c, p, &live, lso).await;

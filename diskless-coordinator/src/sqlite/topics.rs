@@ -3,7 +3,7 @@
 use super::SqliteCoordinator;
 use super::conn::{at_commit, not_applied};
 use super::lifecycle::release_objects_sql;
-use crate::rows::{TOPIC_COLUMNS, topic_key, ts_type_code};
+use crate::rows::{TOPIC_COLUMNS, bind_topic, topic_key};
 use crate::{CoordinatorError, CreateTopicRequest};
 use sqlx::AssertSqlSafe;
 use sqlx::sqlite::SqliteConnection;
@@ -39,24 +39,14 @@ impl SqliteCoordinator {
         if topic_exists(&mut tx, "name", &request.name).await? {
             return Err(CoordinatorError::TopicAlreadyExists(request.name));
         }
-        let c = &request.config;
-        sqlx::query(AssertSqlSafe(format!(
+        let insert = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO topics (topic_id, {TOPIC_COLUMNS}) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
-        )))
-        .bind(&id)
-        .bind(&request.name)
-        .bind(request.partitions)
-        .bind(ts_type_code(c.timestamp_type))
-        .bind(c.retention_ms)
-        .bind(c.retention_bytes)
-        .bind(c.max_message_bytes)
-        .bind(c.message_timestamp_before_max_ms)
-        .bind(c.message_timestamp_after_max_ms)
-        .bind(c.producer_id_expiration_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(not_applied)?;
+        )));
+        bind_topic(insert, &request)
+            .execute(&mut *tx)
+            .await
+            .map_err(not_applied)?;
         sqlx::query(
             "WITH RECURSIVE seq(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM seq WHERE n + 1 < ?2) \
              INSERT INTO partitions (topic_id, partition, log_start_offset, high_watermark, \
