@@ -36,6 +36,8 @@
 //! assert_eq!(reader.read_batch(loc.byte_offset, loc.byte_size).unwrap(), batch);
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod batch;
 pub mod builder;
 pub mod compression;

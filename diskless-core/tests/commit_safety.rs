@@ -6,6 +6,8 @@
 //! objects with UUID v7 keys from the system clock: key times and coordinator time then agree, as on
 //! a real deployment.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,11 +30,9 @@ fn next_uuid() -> Uuid {
     ))
 }
 
+/// The real time: the orphan collector compares object keys' times with the store's dates.
 fn real_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(1_750_000_000_000)
+    SystemClock.now_ms()
 }
 
 struct Env {

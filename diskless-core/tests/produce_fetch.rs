@@ -1,6 +1,8 @@
 //! The produce and fetch paths end to end: WalWriter + Fetcher over the testkit's in-memory
 //! coordinator, in-memory or faulty object storage, with and without the cache.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -431,10 +433,7 @@ async fn many_writers_many_partitions_read_back_exactly_once() {
         tasks.push(tokio::spawn(async move {
             let mut acked: Vec<(TopicIdPartition, i64, Bytes)> = Vec::new();
             for round in 0..20 {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_millis() as i64;
+                let now = SystemClock.now_ms();
                 let parts: Vec<_> = (0..8)
                     .map(|i| {
                         let value = format!("w{w}-r{round}-p{i}");

@@ -1,6 +1,8 @@
 //! The produce and fetch paths over a real S3 HTTP endpoint (an in-process S3 server on
 //! 127.0.0.1) with the SQLite coordinator: what a deployment on S3 does, byte for byte.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::Duration;
 

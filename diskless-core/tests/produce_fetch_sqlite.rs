@@ -1,6 +1,8 @@
 //! The produce and fetch paths on the embedded defaults: SQLite coordinator + local filesystem
 //! objects, real time, several writers ("brokers") at once, and a restart.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,7 +92,8 @@ async fn writers_on_sqlite_and_local_files_then_restart() {
 
     let mut tasks = Vec::new();
     for broker in 0..3 {
-        let cache: Arc<dyn LocalCache> = Arc::new(MokaCache::new(MokaCacheConfig::default()).unwrap());
+        let cache: Arc<dyn LocalCache> =
+            Arc::new(MokaCache::new(MokaCacheConfig::default()).unwrap());
         let writer = WalWriter::builder(storage.clone(), coordinator.clone())
             .with_config(
                 WalWriterConfig::default()

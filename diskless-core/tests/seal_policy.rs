@@ -1,6 +1,8 @@
 //! `SealPolicy`: the fixed commit interval against adaptive sealing (group commit), on a store with a
 //! constant 100 ms latency, in simulated time.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -2,6 +2,8 @@
 //! records, and that one producer's malformed batch fails only its own partition, never the other
 //! requests that share its WAL segment (issue #12, items 2 and 4).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::Duration;
 
