@@ -59,7 +59,8 @@ pub use batch::{
 pub use builder::{NewRecord, RecordBatchBuilder};
 pub use compression::CompressionError;
 pub use fetcher::{
-    DEFAULT_CACHE_BLOCK_SIZE, FetchError, FetchPartition, FetchedPartition, Fetcher, FetcherConfig,
+    DEFAULT_CACHE_BLOCK_SIZE, FetchError, FetchPartition, FetchedPartition, Fetcher,
+    FetcherBuilder, FetcherConfig,
 };
 pub use offsets::{
     EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP, ListOffsetsPartition, ListedOffset,
