@@ -287,10 +287,16 @@ impl WalWriterConfig {
         } = self.seal_policy
         {
             if max_in_flight == 0 {
-                return invalid("seal_policy", "SealPolicy::Adaptive needs max_in_flight >= 1");
+                return invalid(
+                    "seal_policy",
+                    "SealPolicy::Adaptive needs max_in_flight >= 1",
+                );
             }
             if min_interval > MAX_INTERVAL {
-                return invalid("seal_policy", "SealPolicy::Adaptive's min_interval must be at most a year");
+                return invalid(
+                    "seal_policy",
+                    "SealPolicy::Adaptive's min_interval must be at most a year",
+                );
             }
         }
         if self.max_concurrent_uploads == 0 {
@@ -309,7 +315,10 @@ impl WalWriterConfig {
             return invalid("max_uncommitted_bytes", "must be >= max_pending_bytes");
         }
         if self.max_uncommitted_bytes > max_bytes {
-            return invalid("max_uncommitted_bytes", "must be at most u32::MAX (4 GiB - 1)");
+            return invalid(
+                "max_uncommitted_bytes",
+                "must be at most u32::MAX (4 GiB - 1)",
+            );
         }
         if self.owners.is_empty() {
             return invalid("owners", "must not be empty");

@@ -160,7 +160,11 @@ pub struct PartitionResponse {
 
 impl PartitionResponse {
     /// An error answer: `error` with `message`, offsets and times `-1`, no record errors.
-    pub fn error(partition: TopicIdPartition, error: ErrorCode, message: impl Into<String>) -> Self {
+    pub fn error(
+        partition: TopicIdPartition,
+        error: ErrorCode,
+        message: impl Into<String>,
+    ) -> Self {
         PartitionResponse {
             partition,
             error,
@@ -545,7 +549,11 @@ impl WalWriter {
         // are always taken in this order (uncommitted, then pending), so requests cannot deadlock.
         drop(validating);
         let backpressure = shared.config.backpressure;
-        let uncommitted = match shared.uncommitted.acquire(request_bytes, backpressure).await {
+        let uncommitted = match shared
+            .uncommitted
+            .acquire(request_bytes, backpressure)
+            .await
+        {
             Acquired::Got(p) => p,
             refused => return refuse(responses, refused, started),
         };
