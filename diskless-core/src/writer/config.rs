@@ -67,7 +67,7 @@ impl SealPolicy {
     }
 }
 
-/// What [`WalWriter::append`] does when the pending-bytes bound is reached.
+/// What [`WalWriter::append`](crate::WalWriter::append) does when the pending-bytes bound is reached.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Backpressure {
     /// Wait until enough earlier segments are committed (the default).

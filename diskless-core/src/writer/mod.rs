@@ -56,8 +56,10 @@
 //! `SEGMENT_BYTES` and `SEGMENT_BATCHES` per sealed segment, one `UPLOAD_SECONDS` per upload and one
 //! `COMMIT_SECONDS` per commit call, and the four `WRITER_*` gauges (moved by increments, so several
 //! writers in one process add up). Storage and coordinator calls are metered by wrapping them
-//! (`MeteredStorage`, [`diskless_coordinator::MeteredCoordinator`]). `tracing` spans: `produce`
-//! (debug, one `append`), `seal`, `upload` and `commit` (info, one segment each).
+//! ([`diskless_storage::MeteredStorage`], [`diskless_coordinator::MeteredCoordinator`]).
+//!
+//! `tracing` spans: `produce` (debug, one `append`), and per segment `seal` (info, a root span,
+//! with the key, bytes and batches), its child `upload`, and `commit` (info).
 
 use std::future::Future;
 use std::pin::Pin;
