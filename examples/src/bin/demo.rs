@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
+use diskless_cache::{LocalCache, MokaCache};
 use diskless_coordinator::postgres::PostgresCoordinator;
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions};
 use diskless_coordinator::{
@@ -29,7 +29,7 @@ use diskless_coordinator::{
     TopicIdPartition,
 };
 use diskless_core::{
-    Compression, FetchPartition, Fetcher, FetcherConfig, ProducePartition, RecordBatchBuilder,
+    Compression, FetchPartition, Fetcher, ProducePartition, RecordBatchBuilder,
     WalWriter, WalWriterConfig, split_batches, verify_stored_batch,
 };
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
@@ -177,18 +177,18 @@ async fn run(args: Args) -> Result<bool, Error> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for broker in 0..args.brokers {
-        let cache: Arc<dyn LocalCache> = Arc::new(MokaCache::new(MokaCacheConfig::default()));
-        let writer = Arc::new(WalWriter::new(
-            WalWriterConfig {
-                broker_id: broker,
-                commit_interval: Duration::from_millis(args.commit_interval_ms),
-                ..WalWriterConfig::default()
-            },
-            storage.clone(),
-            coordinator.clone(),
-            Some(cache),
-            clock.clone(),
-        )?);
+        let cache: Arc<dyn LocalCache> = Arc::new(MokaCache::default());
+        let writer = Arc::new(
+            WalWriter::builder(storage.clone(), coordinator.clone())
+                .with_config(
+                    WalWriterConfig::default()
+                        .with_broker_id(broker)
+                        .with_commit_interval(Duration::from_millis(args.commit_interval_ms)),
+                )
+                .with_cache(cache)
+                .with_clock(clock.clone())
+                .build()?,
+        );
         let config = config.clone();
         let (partitions, batches, records) = (args.partitions, args.batches, args.records);
         tasks.push(tokio::spawn(async move {
@@ -259,12 +259,7 @@ async fn run(args: Args) -> Result<bool, Error> {
 
     // Consume: like a consumer of the whole topic, fetch every partition in each request, with a
     // cold fetcher (no cache), so each object touched costs one ranged GET.
-    let fetcher = Fetcher::new(
-        FetcherConfig::default(),
-        storage.clone(),
-        coordinator.clone(),
-        None,
-    );
+    let fetcher = Fetcher::builder(storage.clone(), coordinator.clone()).build()?;
     let mut ok = true;
     let mut offsets: BTreeMap<i32, i64> = (0..args.partitions).map(|p| (p, 0)).collect();
     let mut per_partition: BTreeMap<i32, (i64, i64)> = BTreeMap::new();

@@ -12,13 +12,15 @@ use diskless_coordinator::sharded::{
     FileShardMap, MemoryShardMap, ShardMapStore, ShardedConfig, ShardedCoordinator,
 };
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions};
-use diskless_coordinator::{BatchCoordinator, Clock, SystemClock};
+use diskless_coordinator::{
+    BatchCoordinator, Clock, CoordinatorMetrics, MeteredCoordinator, SystemClock,
+};
 use diskless_core::lifecycle::{
     CleanerConfig, Lifecycle, LifecycleHandle, ObjectCleaner, OrphanCollector, OrphanConfig,
     ProducerExpirer, ProducerExpiryConfig, RetentionConfig, RetentionEnforcer,
 };
-use diskless_core::{Fetcher, FetcherConfig, SealPolicy, WalWriter, WalWriterConfig};
-use diskless_storage::{ObjectStorage, ObjectStoreStorage};
+use diskless_core::{ConfigError, Fetcher, SealPolicy, WalWriter, WalWriterConfig};
+use diskless_storage::{MeteredStorage, ObjectStorage, ObjectStoreStorage};
 use tokio::sync::watch;
 use tracing::info;
 
@@ -143,7 +145,7 @@ async fn open_one(
         Kind::Postgres(url) => {
             let mut options = PostgresOptions::new(*url);
             if let Some(i) = shard {
-                options = options.schema(format!("diskless_shard_{i}"));
+                options = options.with_schema(format!("diskless_shard_{i}"));
             }
             Arc::new(
                 PostgresCoordinator::connect(options, clock.clone())
@@ -219,10 +221,7 @@ async fn open_coordinator(
             shards,
             map,
             clock.clone(),
-            ShardedConfig {
-                max_commit_age: MAX_COMMIT_AGE,
-                ..ShardedConfig::default()
-            },
+            ShardedConfig::default().with_max_commit_age(MAX_COMMIT_AGE),
         )
         .await
         .map_err(|e| format!("sharded coordinator: {e}"))?,
@@ -275,46 +274,50 @@ impl Broker {
             sqlite,
             persistent,
         } = open_coordinator(config, &data_dir, &clock).await?;
+        // Metrics of every storage and coordinator call (`diskless_storage_*`,
+        // `diskless_coordinator_seconds`), wrapped once here and shared by every component. Without
+        // `--metrics-addr` no recorder is installed and each emission is a no-op.
+        let storage: Arc<dyn ObjectStorage> = Arc::new(MeteredStorage::new(storage));
+        let coordinator: Arc<dyn BatchCoordinator> =
+            Arc::new(MeteredCoordinator::new(coordinator, CoordinatorMetrics));
         // No commit fence to wire: every coordinator checks the commit deadline and the orphan
         // collector's fences inside its commit transaction.
         let orphan_check = config.orphan_check.filter(|_| persistent);
         let commit_path: Arc<dyn BatchCoordinator> = coordinator.clone();
 
-        let cache: Arc<dyn LocalCache> = Arc::new(MokaCache::new(
-            MokaCacheConfig::default().with_max_bytes(config.cache_max_bytes),
-        ));
+        let cache: Arc<dyn LocalCache> = Arc::new(
+            MokaCache::new(MokaCacheConfig::default().with_max_bytes(config.cache_max_bytes))
+                .map_err(|e| format!("cache: {e}"))?,
+        );
 
         let mut writers = HashMap::new();
         for l in &config.listeners {
-            let writer = WalWriter::new(
-                WalWriterConfig {
-                    broker_id: l.node_id,
-                    commit_interval: config.commit_interval,
-                    seal_policy: match config.seal_min_interval {
-                        Some(min) => SealPolicy::adaptive(min, 4),
-                        None => SealPolicy::Interval,
-                    },
-                    buffer_max_bytes: config.buffer_max_bytes,
-                    max_pending_bytes: (config.buffer_max_bytes * 8).max(64 << 20),
-                    ..WalWriterConfig::default()
-                },
-                storage.clone(),
-                commit_path.clone(),
-                Some(cache.clone()),
-                clock.clone(),
-            )
-            .map_err(|e| format!("writer of broker {}: {e}", l.node_id))?;
+            let writer_config = WalWriterConfig::default()
+                .with_broker_id(l.node_id)
+                .with_commit_interval(config.commit_interval)
+                .with_seal_policy(match config.seal_min_interval {
+                    Some(min) => SealPolicy::adaptive(min, 4),
+                    None => SealPolicy::Interval,
+                })
+                .with_buffer_max_bytes(config.buffer_max_bytes)
+                .with_max_pending_bytes(config.buffer_max_bytes.saturating_mul(8).max(64 << 20));
+            let writer = WalWriter::builder(storage.clone(), commit_path.clone())
+                .with_config(writer_config)
+                .with_cache(cache.clone())
+                .with_clock(clock.clone())
+                .build()
+                .map_err(|e| format!("writer of broker {}: {e}", l.node_id))?;
             writers.insert(l.node_id, Arc::new(writer));
         }
-        let fetcher = Fetcher::new(
-            FetcherConfig::default(),
-            storage.clone(),
-            coordinator.clone(),
-            Some(cache.clone()),
-        );
+        let fetcher = Fetcher::builder(storage.clone(), coordinator.clone())
+            .with_cache(cache.clone())
+            .build()
+            .map_err(|e| format!("fetcher: {e}"))?;
+        let lifecycle_error = |e: ConfigError| format!("lifecycle: {e}");
         let mut lifecycle = Lifecycle::new()
             .retention(
-                RetentionEnforcer::new(coordinator.clone(), RetentionConfig::default()),
+                RetentionEnforcer::new(coordinator.clone(), RetentionConfig::default())
+                    .map_err(lifecycle_error)?,
                 config.retention_check,
             )
             .cleaner(
@@ -324,12 +327,14 @@ impl Broker {
                     Some(cache),
                     clock.clone(),
                     CleanerConfig::default(),
-                ),
+                )
+                .map_err(lifecycle_error)?,
                 config.retention_check,
             );
         // Kafka's producer.id.expiration.check.interval.ms default.
         lifecycle = lifecycle.producer_expiry(
-            ProducerExpirer::new(coordinator.clone(), ProducerExpiryConfig::default()),
+            ProducerExpirer::new(coordinator.clone(), ProducerExpiryConfig::default())
+                .map_err(lifecycle_error)?,
             Duration::from_secs(600),
         );
         if let Some(interval) = orphan_check {
@@ -341,11 +346,12 @@ impl Broker {
                     storage.clone(),
                     clock.clone(),
                     OrphanConfig::new(WalWriterConfig::default().object_prefix),
-                ),
+                )
+                .map_err(lifecycle_error)?,
                 interval,
             );
         }
-        let lifecycle = lifecycle.spawn();
+        let lifecycle = lifecycle.spawn().map_err(lifecycle_error)?;
         let store = Store::open(&data_dir.join("broker.db"))
             .await
             .map_err(|e| e.to_string())?;

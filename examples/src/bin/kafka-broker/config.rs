@@ -48,6 +48,8 @@ Options:
   --create-topic NAME[:N]   create diskless topic NAME with N partitions (default 3) at start
                             unless it exists (repeatable; clients can use CreateTopics too)
   --cluster-id ID           cluster id announced in Metadata (default diskless-example)
+  --metrics-addr HOST:PORT  serve the library's metrics in Prometheus text format at
+                            http://HOST:PORT/metrics (default: off)
   -h, --help                this text
 
 Logging: RUST_LOG (default info).";
@@ -98,6 +100,8 @@ pub struct Config {
     pub shards: u32,
     /// Topics to create at start: (name, partitions).
     pub create_topics: Vec<(String, i32)>,
+    /// Where to serve Prometheus metrics (`None`: off).
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 fn value(
@@ -138,6 +142,7 @@ impl Config {
         let mut orphan_check_ms: u64 = 60_000;
         let mut shards: u32 = 1;
         let mut create_topics = Vec::new();
+        let mut metrics_addr = None;
         while let Some(arg) = args.next() {
             let (name, inline) = match arg.split_once('=') {
                 Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
@@ -182,6 +187,15 @@ impl Config {
                     cache_max_bytes = number(&name, &value(&name, inline, &mut args)?)?
                 }
                 "--cluster-id" => cluster_id = value(&name, inline, &mut args)?,
+                "--metrics-addr" => {
+                    let v = value(&name, inline, &mut args)?;
+                    let addr = v
+                        .to_socket_addrs()
+                        .map_err(|e| format!("{name}: {v:?}: {e}"))?
+                        .next()
+                        .ok_or_else(|| format!("{name}: {v:?} resolves to no address"))?;
+                    metrics_addr = Some(addr);
+                }
                 "--retention-check-ms" => {
                     retention_check_ms = number(&name, &value(&name, inline, &mut args)?)?
                 }
@@ -294,6 +308,7 @@ impl Config {
             orphan_check: (orphan_check_ms > 0).then(|| Duration::from_millis(orphan_check_ms)),
             shards,
             create_topics,
+            metrics_addr,
         })))
     }
 }

@@ -34,6 +34,7 @@ mod config;
 mod fetch;
 mod groups;
 mod metadata;
+mod metrics;
 mod offsets;
 mod produce;
 mod server;

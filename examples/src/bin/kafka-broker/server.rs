@@ -53,6 +53,15 @@ type Reply = JoinHandle<Result<Option<Bytes>, String>>;
 
 /// Runs the brokers until Ctrl-C or SIGTERM.
 pub async fn run(config: Config) -> Result<(), String> {
+    // The recorder first, so that every series the library emits from the start is kept.
+    let metrics_task = match config.metrics_addr {
+        Some(addr) => {
+            let listener = crate::metrics::bind(addr).await?;
+            let handle = crate::metrics::install()?;
+            Some(tokio::spawn(crate::metrics::serve(listener, handle)))
+        }
+        None => None,
+    };
     let broker = Broker::open(&config).await?;
     broker.create_startup_topics(&config.create_topics).await?;
     let mut listeners = Vec::new();
@@ -85,6 +94,9 @@ pub async fn run(config: Config) -> Result<(), String> {
     }
     groups_task.abort();
     broker.close().await;
+    if let Some(task) = metrics_task {
+        task.abort();
+    }
     info!("stopped");
     Ok(())
 }
