@@ -9,6 +9,7 @@
 //! The counting allocator is the one `unsafe` of the crate's tests: a `GlobalAlloc` cannot be
 //! implemented without it, and every call is forwarded to `System` unchanged.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failed step is a failed test.
+#![allow(clippy::print_stderr)] // It reports the heap growth it measured.
 #![allow(unsafe_code)]
 
 use async_trait::async_trait;
