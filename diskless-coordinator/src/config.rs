@@ -14,7 +14,7 @@ macro_rules! with_setters {
         $($setter:ident $(/ $old:ident)? => $field:ident: $($into:ident)? [$t:ty]),* $(,)?
     }) => {
         impl $ty {
-            $(with_setters!(@one $ty $setter [$($old)?] $field [$($into)?] $t);)*
+            $($crate::config::with_setters!(@one $ty $setter [$($old)?] $field [$($into)?] $t);)*
         }
     };
     (@one $ty:ident $setter:ident [$($old:ident)?] $field:ident [] $t:ty) => {

@@ -79,7 +79,12 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
     ///
     /// Not cancel safe: dropping the future after the request was sent leaves the outcome unknown
     /// (the commit may still apply, until its deadline). Treat it as
-    /// [`CoordinatorError::OutcomeUnknown`].
+    /// [`CoordinatorError::OutcomeUnknown`]. Where "sent" is, per implementation: for
+    /// [`sqlite::SqliteCoordinator`], once its `COMMIT` is handed to SQLite (dropped earlier, the
+    /// transaction rolls back); for `postgres::PostgresCoordinator`, once the call of the
+    /// server-side commit function reached the server; for [`sharded::ShardedCoordinator`], per
+    /// shard, so a dropped commit may be applied by some shards only. Each implementation's
+    /// `BatchCoordinator` impl documents it.
     async fn commit_file(
         &self,
         request: CommitFileRequest,

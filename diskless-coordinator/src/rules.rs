@@ -245,3 +245,123 @@ impl RetentionScan {
         self.delete_below
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pages start at 8 and double up to the budget left; the scan stops at the first batch that
+    /// stays, and deletes below it.
+    #[test]
+    fn retention_scan_pages_and_stops() {
+        // 100 batches of 10 bytes, timestamps 0..100; retention.ms keeps those at >= 60 at now 100.
+        let rule = RetentionRule {
+            size: 1000,
+            retention_ms: 40,
+            retention_bytes: -1,
+            now: 100,
+        };
+        let mut scan = RetentionScan::new(rule, 1000);
+        let mut pages = Vec::new();
+        while let Some((after, want)) = scan.next_page() {
+            pages.push(want);
+            let from = if after == i64::MIN { 0 } else { after + 1 };
+            let rows: Vec<(i64, i64, i64)> = (from..100)
+                .take(usize::try_from(want).unwrap())
+                .map(|o| (o, 10, o))
+                .collect();
+            scan.feed(&rows, want).unwrap();
+        }
+        assert_eq!(pages, vec![8, 16, 32, 64]);
+        assert_eq!(scan.delete_below(), Some(60));
+        // The budget caps the batches and the last page.
+        let mut scan = RetentionScan::new(rule, 10);
+        assert_eq!(scan.next_page(), Some((i64::MIN, 8)));
+        let rows: Vec<(i64, i64, i64)> = (0..8).map(|o| (o, 10, o)).collect();
+        scan.feed(&rows, 8).unwrap();
+        assert_eq!(scan.next_page(), Some((7, 2)));
+        scan.feed(&[(8, 10, 8), (9, 10, 9)], 2).unwrap();
+        assert_eq!(scan.next_page(), None);
+        assert_eq!(scan.delete_below(), Some(10));
+    }
+
+    /// retention.bytes applies to what is left after the time-breached prefix.
+    #[test]
+    fn retention_scan_by_bytes_after_time() {
+        let rule = RetentionRule {
+            size: 50,
+            retention_ms: -1,
+            retention_bytes: 30,
+            now: 0,
+        };
+        let mut scan = RetentionScan::new(rule, 100);
+        let rows: Vec<(i64, i64, i64)> = (0..5).map(|o| (o, 10, 0)).collect();
+        scan.feed(&rows, 8).unwrap();
+        assert_eq!(scan.delete_below(), Some(2), "50 - 2 * 10 = 30 stays");
+        assert_eq!(scan.next_page(), None);
+    }
+
+    /// KIP-74: the first batch of a partition always; then the partition and call limits.
+    #[test]
+    fn fetch_limits() {
+        let batch = |last_offset, byte_size| BatchCoordinate {
+            object_key: "k".into(),
+            object_size: 1000,
+            byte_offset: 1,
+            byte_size,
+            base_offset: last_offset,
+            last_offset,
+            base_timestamp: 0,
+            max_timestamp: 0,
+            timestamp_type: crate::TimestampType::CreateTime,
+            log_append_time: NO_TIMESTAMP,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            last_sequence: -1,
+        };
+        let mut limits = FetchLimits::new(25);
+        let mut p = limits.partition(15);
+        assert!(p.take(batch(0, 20)), "the first batch always");
+        assert!(!p.take(batch(1, 1)), "over the partition's limit");
+        assert_eq!(p.next_offset().unwrap(), Some(1));
+        let mut q = limits.partition(100);
+        assert!(
+            q.take(batch(0, 30)),
+            "the first batch of each partition always"
+        );
+        assert!(!q.take(batch(1, 1)), "over the call's limit");
+        assert_eq!(q.into_response(0, 2).batches.len(), 1);
+    }
+
+    #[test]
+    fn answers_from_bounds() {
+        assert_eq!(delete_records_target(-1, 7), Ok(7));
+        assert_eq!(
+            delete_records_target(8, 7),
+            Err(ErrorCode::OffsetOutOfRange)
+        );
+        assert_eq!(
+            delete_records_target(-2, 7),
+            Err(ErrorCode::OffsetOutOfRange)
+        );
+        let a = list_offsets_answer(EARLIEST_TIMESTAMP, 3, 9, None);
+        assert_eq!((a.offset, a.timestamp), (3, NO_TIMESTAMP));
+        let a = list_offsets_answer(LATEST_TIMESTAMP, 3, 9, None);
+        assert_eq!(a.offset, 9);
+        assert_eq!(
+            list_offsets_answer(-4, 3, 9, None).error,
+            ErrorCode::InvalidRequest
+        );
+        let a = list_offsets_answer(5, 3, 9, Some((1, 6)));
+        assert_eq!(
+            (a.offset, a.timestamp),
+            (3, 6),
+            "a batch cut into answers at the log start"
+        );
+        assert_eq!(list_offsets_answer(MAX_TIMESTAMP, 3, 9, None).offset, -1);
+        let keys: Vec<String> = ["a", "b", "a", "c"].map(String::from).into();
+        let known = ["a", "c"].map(String::from).into_iter().collect();
+        assert_eq!(in_request_order(&keys, known), vec!["a", "c"]);
+    }
+}

@@ -67,7 +67,12 @@ impl TimestampType {
     }
 }
 
-/// Per-topic configuration that the diskless write and read paths need. Defaults are Kafka 4's.
+/// Per-topic configuration that the diskless write and read paths need. Defaults are Kafka 4's:
+/// `TopicConfig::default()` then a `with_*` setter per field to change; checked by
+/// [`TopicConfig::validate`] when a topic is created.
+///
+/// Unlike the coordinators' settings this struct is exhaustive on purpose: it is part of
+/// [`CreateTopicRequest`] and [`TopicInfo`], which third-party coordinators construct.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicConfig {
     /// `message.timestamp.type`.
@@ -104,6 +109,16 @@ impl Default for TopicConfig {
         }
     }
 }
+
+crate::config::with_setters!(TopicConfig {
+    with_timestamp_type => timestamp_type: [TimestampType],
+    with_retention_ms => retention_ms: [i64],
+    with_retention_bytes => retention_bytes: [i64],
+    with_max_message_bytes => max_message_bytes: [i32],
+    with_message_timestamp_before_max_ms => message_timestamp_before_max_ms: [i64],
+    with_message_timestamp_after_max_ms => message_timestamp_after_max_ms: [i64],
+    with_producer_id_expiration_ms => producer_id_expiration_ms: [i64],
+});
 
 /// A request to create a diskless topic.
 #[derive(Clone, Debug, PartialEq, Eq)]

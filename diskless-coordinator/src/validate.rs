@@ -2,7 +2,9 @@
 //! implementations (SQLite, PostgreSQL, the sharded router, the in-memory model, users' own), so that
 //! they cannot drift apart; the conformance suite pins them.
 
-use crate::{CommitBatch, CommitFileRequest, CoordinatorError, CreateTopicRequest, ErrorCode};
+use crate::{
+    CommitBatch, CommitFileRequest, CoordinatorError, CreateTopicRequest, ErrorCode, TopicConfig,
+};
 
 /// The last sequence of a batch of `record_count` records starting at `base_sequence`, with Kafka's
 /// wrap-around from `i32::MAX` to 0.
@@ -20,10 +22,10 @@ pub fn last_sequence(base_sequence: i32, record_count: i32) -> i32 {
 
 impl CreateTopicRequest {
     /// Checks the request: a non-nil id, a name of 1 to 249 characters, at least one partition, and
-    /// config values in range. Errors are [`CoordinatorError::InvalidRequest`].
+    /// config values in range ([`TopicConfig::validate`]). Errors are
+    /// [`CoordinatorError::InvalidRequest`].
     pub fn validate(&self) -> Result<(), CoordinatorError> {
         let bad = |m: &str| Err(CoordinatorError::InvalidRequest(m.to_string()));
-        let c = &self.config;
         if self.topic_id.is_nil() {
             return bad("the topic id must not be the nil UUID");
         }
@@ -33,16 +35,26 @@ impl CreateTopicRequest {
         if self.partitions < 1 {
             return bad("a topic needs at least one partition");
         }
-        if c.retention_ms < -1 || c.retention_bytes < -1 {
+        self.config.validate()
+    }
+}
+
+impl TopicConfig {
+    /// Checks every value against Kafka's range: retention.ms and retention.bytes at least `-1`,
+    /// max.message.bytes and the timestamp bounds at least 0, producer.id.expiration.ms at least 1.
+    /// Errors are [`CoordinatorError::InvalidRequest`]; values are never adjusted.
+    pub fn validate(&self) -> Result<(), CoordinatorError> {
+        let bad = |m: &str| Err(CoordinatorError::InvalidRequest(m.to_string()));
+        if self.retention_ms < -1 || self.retention_bytes < -1 {
             return bad("retention.ms and retention.bytes must be >= -1");
         }
-        if c.max_message_bytes < 0
-            || c.message_timestamp_before_max_ms < 0
-            || c.message_timestamp_after_max_ms < 0
+        if self.max_message_bytes < 0
+            || self.message_timestamp_before_max_ms < 0
+            || self.message_timestamp_after_max_ms < 0
         {
             return bad("max.message.bytes and the timestamp bounds must be >= 0");
         }
-        if c.producer_id_expiration_ms < 1 {
+        if self.producer_id_expiration_ms < 1 {
             return bad("producer.id.expiration.ms must be >= 1");
         }
         Ok(())

@@ -64,10 +64,10 @@ pub struct PostgresOptions {
     /// With [`PostgresOptions::read_url`]: the most a read replica may lag for reads to use it.
     /// Each read measures the lag in its own snapshot (the replica's clock minus the newest
     /// heartbeat of the primary it holds; the coordinator writes that heartbeat every quarter of
-    /// this bound, at most every second); a read finding more reads the primary instead. Keep it
-    /// well below the object cleaner's deletion grace period (`ObjectCleaner`, 60 s by default)
-    /// minus the clock skew between the servers, so that a fetch never gets the coordinates of
-    /// an object already deleted. Default 30 s.
+    /// this bound, kept between 50 ms and 1 s); a read finding more reads the primary instead.
+    /// Keep it well below the object cleaner's deletion grace period (`ObjectCleaner`, 60 s by
+    /// default) minus the clock skew between the servers, so that a fetch never gets the
+    /// coordinates of an object already deleted. Default 30 s.
     pub max_replica_lag: Duration,
     /// The commit deadline: `commit_file` of a key whose UUID v7 time is older than the server's
     /// clock (`clock_timestamp()`) minus this is refused with
@@ -260,5 +260,57 @@ impl PostgresOptions {
                 ("idle_in_transaction_session_timeout", statement_timeout),
             ])
             .application_name(&format!("{}{suffix}", self.application_name)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(options: PostgresOptions, field: &str) {
+        match options.validate() {
+            Err(CoordinatorError::InvalidRequest(m)) => assert!(m.contains(field), "{m}"),
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn invalid_values_are_refused_not_adjusted() {
+        let ok = PostgresOptions::new("postgres://u@h/db");
+        assert!(ok.validate().is_ok());
+        refused(PostgresOptions::default(), "url");
+        refused(ok.clone().with_schema("Bad-Name"), "schema");
+        refused(ok.clone().with_schema("pg_catalog"), "schema");
+        refused(ok.clone().with_schema("x".repeat(64)), "schema");
+        refused(ok.clone().with_max_connections(0), "max_connections");
+        refused(
+            ok.clone().with_read_max_connections(0),
+            "read_max_connections",
+        );
+        refused(
+            ok.clone().with_max_connections(2).with_min_connections(3),
+            "min_connections",
+        );
+        refused(
+            ok.clone().with_max_commit_age(Duration::ZERO),
+            "max_commit_age",
+        );
+        assert_eq!(
+            ok.with_max_connections(0).max_connections,
+            0,
+            "set as given"
+        );
+    }
+
+    #[test]
+    fn debug_hides_passwords() {
+        let options =
+            PostgresOptions::new("postgres://u:secret@h/db").with_read_url("postgres://r:pw@h2/db");
+        let shown = format!("{options:?}");
+        assert!(
+            !shown.contains("secret") && !shown.contains("pw@"),
+            "{shown}"
+        );
+        assert!(shown.contains("postgres://u:***@h/db"), "{shown}");
     }
 }

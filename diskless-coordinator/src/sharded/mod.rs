@@ -750,6 +750,19 @@ fn merge_commit(
     }
 }
 
+/// Each call goes to the shards that own its partitions (or to every shard), concurrently.
+///
+/// # Cancel safety
+///
+/// Dropping a call's future drops its calls to the shards, each with its own shard's cancel
+/// safety. A dropped `commit_file` may thus have been applied by none, some or all of the shards
+/// it went to (each no later than its own commit deadline), exactly as
+/// [`BatchCoordinator::commit_file`]'s "Cancel safety" says: treat it as
+/// [`CoordinatorError::OutcomeUnknown`], like a partial commit ([`PartialCommitError`]). An
+/// idempotent producer's retry is a duplicate on the shards that applied it and appended by the
+/// others; the object's owner list names every shard it was sent to, and an owner that never
+/// learnt of the object counts as released only once no commit of its key can land any more (see
+/// the [module docs](self)). A dropped `create_topic` is completed by retrying it.
 #[async_trait]
 impl BatchCoordinator for ShardedCoordinator {
     async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
@@ -1147,6 +1160,28 @@ impl BatchCoordinator for ShardedCoordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_refuses_invalid_values() {
+        assert!(ShardedConfig::default().validate().is_ok());
+        for (config, field) in [
+            (
+                ShardedConfig::default().with_max_delete_scan(0),
+                "max_delete_scan",
+            ),
+            (
+                ShardedConfig::default().with_max_commit_age(Duration::ZERO),
+                "max_commit_age",
+            ),
+        ] {
+            match config.validate() {
+                Err(CoordinatorError::InvalidRequest(m)) => assert!(m.contains(field), "{m}"),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+        // Two default configs draw two seeds.
+        assert_ne!(ShardedConfig::default().seed, ShardedConfig::default().seed);
+    }
 
     #[test]
     fn placement_fills_the_emptiest_shard() {

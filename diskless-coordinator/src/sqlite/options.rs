@@ -28,7 +28,8 @@ pub struct SqliteOptions {
     /// Durability of commits. Default [`Synchronous::Full`].
     pub synchronous: Synchronous,
     /// How long a statement waits for a lock held by another connection before failing with
-    /// [`CoordinatorError::Unavailable`]. Default 5 s.
+    /// [`CoordinatorError::Unavailable`]. A read also waits this long (but at least 1 s) for a
+    /// connection of the read pool. Default 5 s.
     pub busy_timeout: Duration,
     /// Connections of the read pool (find_batches, list_offsets, ...), at least 1. Default 4.
     pub read_connections: u32,
@@ -71,5 +72,38 @@ impl SqliteOptions {
     pub fn validate(&self) -> Result<(), CoordinatorError> {
         at_least_one("read_connections", self.read_connections)?;
         positive("max_commit_age", self.max_commit_age)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_values_are_refused_not_adjusted() {
+        assert!(SqliteOptions::default().validate().is_ok());
+        let zero_readers = SqliteOptions::default().with_read_connections(0);
+        assert_eq!(zero_readers.read_connections, 0, "set as given");
+        let e = zero_readers.validate().unwrap_err();
+        assert!(
+            matches!(&e, CoordinatorError::InvalidRequest(m) if m.contains("read_connections")),
+            "{e:?}"
+        );
+        let e = SqliteOptions::default()
+            .with_max_commit_age(Duration::ZERO)
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("max_commit_age"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn open_refuses_invalid_options() {
+        let options = SqliteOptions::default().with_read_connections(0);
+        let clock = crate::ManualClock::new(0);
+        let r = super::super::SqliteCoordinator::in_memory_with(options, clock).await;
+        assert!(
+            matches!(r, Err(CoordinatorError::InvalidRequest(_))),
+            "{r:?}"
+        );
     }
 }
