@@ -280,7 +280,7 @@ async fn drop_schemas(admin: &mut PgConnection, schemas: &[&str]) {
 
 async fn pg_coordinator(url: &str, schema: &str) -> Result<PostgresCoordinator, String> {
     PostgresCoordinator::connect(
-        PostgresOptions::new(url).schema(schema),
+        PostgresOptions::new(url).with_schema(schema),
         Arc::new(SystemClock),
     )
     .await
@@ -631,7 +631,7 @@ async fn sqlite_fan_out(plan: &Plan) -> Vec<Row> {
     let dir = bench_dir();
     let coordinator = match SqliteCoordinator::open(
         dir.path().join("fan-out.db"),
-        SqliteOptions::default().synchronous(Synchronous::Full),
+        SqliteOptions::default().with_synchronous(Synchronous::Full),
         Arc::new(SystemClock),
     )
     .await
@@ -930,7 +930,7 @@ async fn sqlite_growth(plan: &Plan) -> Vec<Row> {
     let path = dir.path().join("growth.db");
     let open = async |sync: Synchronous| match SqliteCoordinator::open(
         &path,
-        SqliteOptions::default().synchronous(sync),
+        SqliteOptions::default().with_synchronous(sync),
         Arc::new(SystemClock),
     )
     .await

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use diskless_coordinator::{ErrorCode, SystemClock, TopicConfig, TopicIdPartition};
-use diskless_core::{ProducePartition, WalWriter, WalWriterConfig};
+use diskless_core::{ProducePartition, WalWriter};
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use diskless_testkit::coordinator::InMemoryCoordinator;
 
@@ -126,13 +126,10 @@ fn produce_rate(batches: &[Bytes], count: usize, null_store: bool) -> f64 {
         } else {
             Arc::new(ObjectStoreStorage::in_memory())
         };
-        let writer = match WalWriter::new(
-            WalWriterConfig::default(),
-            storage,
-            coordinator,
-            None,
-            clock,
-        ) {
+        let writer = match WalWriter::builder(storage, coordinator)
+            .with_clock(clock)
+            .build()
+        {
             Ok(w) => w,
             Err(e) => panic!("writer: {e}"),
         };
@@ -164,7 +161,8 @@ fn produce_rate(batches: &[Bytes], count: usize, null_store: bool) -> f64 {
         for request in requests {
             pending.push(writer.append(request).await);
         }
-        writer.flush();
+        // Seal the last segment; the loop below waits for every answer (timed).
+        writer.seal_now();
         let mut errors = 0usize;
         for p in pending {
             errors += p

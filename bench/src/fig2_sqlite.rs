@@ -110,7 +110,7 @@ pub fn run(quick: bool) -> Vec<Row> {
 /// Files/s committed through `SqliteCoordinator` on a fresh database file.
 async fn coordinator_rate(n: usize, files: usize) -> f64 {
     let dir = bench_dir();
-    let options = SqliteOptions::default().synchronous(Synchronous::Full);
+    let options = SqliteOptions::default().with_synchronous(Synchronous::Full);
     let coordinator = match SqliteCoordinator::open(
         dir.path().join("c.db"),
         options,

@@ -68,7 +68,7 @@ async fn measure(
     .await
     .unwrap_or_else(|_| "?".into());
     let coordinator = match PostgresCoordinator::connect(
-        PostgresOptions::new(url).schema(coord_schema),
+        PostgresOptions::new(url).with_schema(coord_schema),
         Arc::new(SystemClock),
     )
     .await

@@ -9,9 +9,7 @@ use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
 use diskless_coordinator::{
     BatchCoordinator, ErrorCode, SystemClock, TopicConfig, TopicIdPartition,
 };
-use diskless_core::{
-    FetchPartition, Fetcher, FetcherConfig, ProducePartition, WalWriter, WalWriterConfig,
-};
+use diskless_core::{FetchPartition, Fetcher, ProducePartition, WalWriter};
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use diskless_testkit::coordinator::InMemoryCoordinator;
 
@@ -34,14 +32,15 @@ pub fn run(quick: bool) -> Vec<Row> {
         let coordinator = Arc::new(TimedCoordinator::new(model, Duration::ZERO, false));
         let topic = create_topic(coordinator.as_ref(), "bench", PARTITIONS as i32).await;
         let storage: Arc<dyn ObjectStorage> = Arc::new(ObjectStoreStorage::in_memory());
-        let cache = Arc::new(MokaCache::new(MokaCacheConfig::default().with_max_bytes(4 << 30)));
-        let writer = match WalWriter::new(
-            WalWriterConfig::default(),
-            storage.clone(),
-            coordinator.clone(),
-            Some(cache.clone()),
-            clock,
-        ) {
+        let cache = match MokaCache::new(MokaCacheConfig::default().with_max_bytes(4 << 30)) {
+            Ok(c) => Arc::new(c),
+            Err(e) => panic!("cache: {e}"),
+        };
+        let writer = match WalWriter::builder(storage.clone(), coordinator.clone())
+            .with_cache(cache.clone())
+            .with_clock(clock)
+            .build()
+        {
             Ok(w) => w,
             Err(e) => panic!("writer: {e}"),
         };
@@ -62,19 +61,21 @@ pub fn run(quick: bool) -> Vec<Row> {
                 .collect();
             pending.push(writer.append(partitions).await);
         }
-        writer.flush();
+        // Setup, not timed: wait until every fill request is committed.
+        writer.flush().await;
         for p in pending {
             assert!(p.await.iter().all(|a| a.error == ErrorCode::None));
         }
         writer.close().await;
         let high_watermark = per_batches as i64 * records_per_batch;
 
-        let fetcher = Fetcher::new(
-            FetcherConfig::default(),
-            storage,
-            coordinator.clone(),
-            Some(cache.clone() as Arc<dyn LocalCache>),
-        );
+        let fetcher = match Fetcher::builder(storage, coordinator.clone())
+            .with_cache(cache.clone())
+            .build()
+        {
+            Ok(f) => f,
+            Err(e) => panic!("fetcher: {e}"),
+        };
         let mut offsets = vec![0i64; PARTITIONS];
         let fetch_once = async |offsets: &mut Vec<i64>| -> u64 {
             let requests: Vec<FetchPartition> = (0..PARTITIONS)

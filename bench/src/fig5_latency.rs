@@ -130,18 +130,16 @@ fn scenario(s: &Scenario, seconds: u64) -> Vec<Row> {
             42,
         ));
         let storage = Arc::new(TimedStorage::new(faulty));
-        let writer = match WalWriter::new(
-            WalWriterConfig {
-                commit_interval: s.interval,
-                hedge_uploads_after: s.hedge_after,
-                seal_policy: s.seal,
-                ..WalWriterConfig::default()
-            },
-            storage.clone(),
-            coordinator.clone(),
-            None,
-            clock,
-        ) {
+        let writer = match WalWriter::builder(storage.clone(), coordinator.clone())
+            .with_config(
+                WalWriterConfig::default()
+                    .with_commit_interval(s.interval)
+                    .with_hedge_uploads_after(s.hedge_after)
+                    .with_seal_policy(s.seal),
+            )
+            .with_clock(clock)
+            .build()
+        {
             Ok(w) => Arc::new(w),
             Err(e) => panic!("writer: {e}"),
         };

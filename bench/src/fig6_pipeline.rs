@@ -78,18 +78,16 @@ fn scenario(
             6,
         ));
         let storage = Arc::new(TimedStorage::new(faulty));
-        let writer = match WalWriter::new(
-            WalWriterConfig {
-                buffer_max_bytes: segment,
-                max_concurrent_uploads: concurrency,
-                max_pending_bytes: segment * pending_segments,
-                ..WalWriterConfig::default()
-            },
-            storage.clone(),
-            coordinator.clone(),
-            None,
-            clock,
-        ) {
+        let writer = match WalWriter::builder(storage.clone(), coordinator.clone())
+            .with_config(
+                WalWriterConfig::default()
+                    .with_buffer_max_bytes(segment)
+                    .with_max_concurrent_uploads(concurrency)
+                    .with_max_pending_bytes(segment * pending_segments),
+            )
+            .with_clock(clock)
+            .build()
+        {
             Ok(w) => Arc::new(w),
             Err(e) => panic!("writer: {e}"),
         };

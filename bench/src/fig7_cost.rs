@@ -6,14 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
+use diskless_cache::{LocalCache, MokaCache};
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions, Synchronous};
 use diskless_coordinator::{
     BatchCoordinator, ErrorCode, FindBatchesRequest, SystemClock, TopicConfig, TopicIdPartition,
 };
-use diskless_core::{
-    FetchPartition, Fetcher, FetcherConfig, ProducePartition, WalWriter, WalWriterConfig,
-};
+use diskless_core::{FetchPartition, Fetcher, ProducePartition, WalWriter, WalWriterConfig};
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use diskless_testkit::coordinator::InMemoryCoordinator;
 
@@ -47,7 +45,11 @@ fn writer(
     coordinator: Arc<dyn BatchCoordinator>,
     config: WalWriterConfig,
 ) -> WalWriter {
-    match WalWriter::new(config, storage, coordinator, None, Arc::new(SystemClock)) {
+    match WalWriter::builder(storage, coordinator)
+        .with_config(config)
+        .with_clock(Arc::new(SystemClock))
+        .build()
+    {
         Ok(w) => w,
         Err(e) => panic!("writer: {e}"),
     }
@@ -79,7 +81,8 @@ async fn produce_all(
         i += per_request;
         pending.push(writer.append(request).await);
     }
-    writer.flush();
+    // Counted, not timed: wait until every request is committed.
+    writer.flush().await;
     for p in pending {
         assert!(p.await.iter().all(|a| a.error == ErrorCode::None));
     }
@@ -100,10 +103,7 @@ fn heavy_write_and_cold_fetch(quick: bool) -> Vec<Row> {
         let w = writer(
             storage.clone(),
             coordinator.clone(),
-            WalWriterConfig {
-                buffer_max_bytes: segment,
-                ..WalWriterConfig::default()
-            },
+            WalWriterConfig::default().with_buffer_max_bytes(segment),
         );
         let ts = now_ms();
         let batches: Vec<Bytes> = (0..32).map(|i| make_batch(16 << 10, ts, i)).collect();
@@ -174,16 +174,18 @@ fn heavy_write_and_cold_fetch(quick: bool) -> Vec<Row> {
         for (label, cache) in [
             (
                 "fresh cache",
-                Some(Arc::new(MokaCache::new(MokaCacheConfig::default())) as Arc<dyn LocalCache>),
+                Some(Arc::new(MokaCache::default()) as Arc<dyn LocalCache>),
             ),
             ("no cache", None),
         ] {
-            let fetcher = Fetcher::new(
-                FetcherConfig::default(),
-                storage.clone(),
-                coordinator.clone(),
-                cache,
-            );
+            let mut builder = Fetcher::builder(storage.clone(), coordinator.clone());
+            if let Some(cache) = cache {
+                builder = builder.with_cache(cache);
+            }
+            let fetcher = match builder.build() {
+                Ok(f) => f,
+                Err(e) => panic!("fetcher: {e}"),
+            };
             let before = counters.snapshot();
             let answers = match fetcher.fetch(&requests, 64 << 20).await {
                 Ok(a) => a,
@@ -321,7 +323,7 @@ fn metadata(quick: bool) -> Vec<Row> {
             n
         };
         let (empty, bytes, full) = runtime().block_on(async {
-            let options = SqliteOptions::default().synchronous(Synchronous::Off);
+            let options = SqliteOptions::default().with_synchronous(Synchronous::Off);
             let coordinator =
                 match SqliteCoordinator::open(&path, options, Arc::new(SystemClock)).await {
                     Ok(c) => Arc::new(c),
@@ -330,7 +332,7 @@ fn metadata(quick: bool) -> Vec<Row> {
             let topic = create_topic(coordinator.as_ref(), "bench", PARTITIONS as i32).await;
             coordinator.close().await;
             let empty = file_size(&path);
-            let options = SqliteOptions::default().synchronous(Synchronous::Off);
+            let options = SqliteOptions::default().with_synchronous(Synchronous::Off);
             let coordinator =
                 match SqliteCoordinator::open(&path, options, Arc::new(SystemClock)).await {
                     Ok(c) => Arc::new(c),

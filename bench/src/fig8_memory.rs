@@ -109,18 +109,16 @@ pub fn child(bound: u64) {
         ));
         faulty.stall_uploads();
         let storage: Arc<dyn ObjectStorage> = faulty.clone();
-        let writer = match WalWriter::new(
-            WalWriterConfig {
-                buffer_max_bytes: (bound / 8) as usize,
-                max_pending_bytes: bound as usize,
-                max_concurrent_uploads: 4,
-                ..WalWriterConfig::default()
-            },
-            storage,
-            coordinator,
-            None,
-            clock,
-        ) {
+        let writer = match WalWriter::builder(storage, coordinator)
+            .with_config(
+                WalWriterConfig::default()
+                    .with_buffer_max_bytes((bound / 8) as usize)
+                    .with_max_pending_bytes(bound as usize)
+                    .with_max_concurrent_uploads(4),
+            )
+            .with_clock(clock)
+            .build()
+        {
             Ok(w) => Arc::new(w),
             Err(e) => panic!("writer: {e}"),
         };

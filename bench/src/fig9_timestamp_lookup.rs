@@ -130,7 +130,7 @@ async fn measure(n: usize, lookups: usize, scans: usize) -> Measured {
     let path = dir.path().join("lookup.db");
     let coordinator = match SqliteCoordinator::open(
         &path,
-        SqliteOptions::default().synchronous(Synchronous::Off),
+        SqliteOptions::default().with_synchronous(Synchronous::Off),
         Arc::new(SystemClock),
     )
     .await

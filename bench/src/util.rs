@@ -255,12 +255,11 @@ pub struct CommitTimes {
     pub batches: usize,
 }
 
-/// Wraps a coordinator: adds a fixed latency to commits (tokio time), records each commit's start
+/// A coordinator layer: adds a fixed latency to commits (tokio time), records each commit's start
 /// and end per object key, which key each appended batch landed in, and the wall time spent in
 /// `find_batches`.
 #[derive(Debug)]
 pub struct TimedCoordinator {
-    inner: Arc<dyn BatchCoordinator>,
     commit_latency: Duration,
     /// object key -> commit times.
     pub commits: Mutex<HashMap<String, CommitTimes>>,
@@ -279,35 +278,26 @@ impl TimedCoordinator {
         inner: Arc<dyn BatchCoordinator>,
         commit_latency: Duration,
         track_batches: bool,
-    ) -> TimedCoordinator {
-        TimedCoordinator {
+    ) -> Layered<TimedCoordinator> {
+        Layered::new(
             inner,
-            commit_latency,
-            commits: Mutex::new(HashMap::new()),
-            batch_objects: Mutex::new(HashMap::new()),
-            track_batches,
-            find_nanos: AtomicU64::new(0),
-            commit_nanos: AtomicU64::new(0),
-        }
+            TimedCoordinator {
+                commit_latency,
+                commits: Mutex::new(HashMap::new()),
+                batch_objects: Mutex::new(HashMap::new()),
+                track_batches,
+                find_nanos: AtomicU64::new(0),
+                commit_nanos: AtomicU64::new(0),
+            },
+        )
     }
 }
 
 #[async_trait]
-impl BatchCoordinator for TimedCoordinator {
-    async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
-        self.inner.create_topic(request).await
-    }
-
-    async fn delete_topic(&self, topic_id: uuid::Uuid) -> Result<(), CoordinatorError> {
-        self.inner.delete_topic(topic_id).await
-    }
-
-    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
-        self.inner.list_topics().await
-    }
-
+impl CoordinatorLayer for TimedCoordinator {
     async fn commit_file(
         &self,
+        inner: &dyn BatchCoordinator,
         request: CommitFileRequest,
     ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
         let start = Instant::now();
@@ -322,7 +312,7 @@ impl BatchCoordinator for TimedCoordinator {
         };
         let batches = request.batches.len();
         let wall = std::time::Instant::now();
-        let results = self.inner.commit_file(request).await?;
+        let results = inner.commit_file(request).await?;
         self.commit_nanos
             .fetch_add(wall.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let end = Instant::now();
@@ -347,74 +337,15 @@ impl BatchCoordinator for TimedCoordinator {
 
     async fn find_batches(
         &self,
+        inner: &dyn BatchCoordinator,
         requests: &[FindBatchesRequest],
         fetch_max_bytes: u32,
     ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
         let wall = std::time::Instant::now();
-        let r = self.inner.find_batches(requests, fetch_max_bytes).await;
+        let r = inner.find_batches(requests, fetch_max_bytes).await;
         self.find_nanos
             .fetch_add(wall.elapsed().as_nanos() as u64, Ordering::Relaxed);
         r
-    }
-
-    async fn list_offsets(
-        &self,
-        requests: &[ListOffsetsRequest],
-    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
-        self.inner.list_offsets(requests).await
-    }
-
-    async fn delete_records(
-        &self,
-        requests: &[DeleteRecordsRequest],
-    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
-        self.inner.delete_records(requests).await
-    }
-
-    async fn enforce_retention(
-        &self,
-        max_batches: u32,
-    ) -> Result<RetentionReport, CoordinatorError> {
-        self.inner.enforce_retention(max_batches).await
-    }
-
-    async fn objects_to_delete(
-        &self,
-        marked_before_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
-        self.inner.objects_to_delete(marked_before_ms, limit).await
-    }
-
-    async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
-        self.inner.confirm_deleted(object_keys).await
-    }
-
-    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
-        self.inner.fence_orphans(object_keys).await
-    }
-
-    async fn expire_producers(
-        &self,
-        max_producers: u32,
-    ) -> Result<diskless_coordinator::ProducerExpiryReport, CoordinatorError> {
-        self.inner.expire_producers(max_producers).await
-    }
-
-    async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
-        self.inner.known_objects(object_keys).await
-    }
-
-    async fn object_info(&self, object_key: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
-        self.inner.object_info(object_key).await
-    }
-
-    async fn producer_state(
-        &self,
-        partition: TopicIdPartition,
-        producer_id: i64,
-    ) -> Result<Option<ProducerState>, CoordinatorError> {
-        self.inner.producer_state(partition, producer_id).await
     }
 }
 
