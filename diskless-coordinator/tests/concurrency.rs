@@ -1,33 +1,55 @@
 //! Concurrent use of one SQLite coordinator: commits never interleave their offset assignment, and
 //! reads proceed while commits run.
 
+// Test code: a failed call fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{create_topic, find_from, list_offset, plain, request};
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions, Synchronous};
 use diskless_coordinator::*;
+use diskless_testkit::keys::v7_key_with;
+use sqlx::ConnectOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 use uuid::Uuid;
 
 const TOPIC: Uuid = Uuid::from_u128(77);
+
+async fn open(path: &Path, options: SqliteOptions, clock: Arc<dyn Clock>) -> SqliteCoordinator {
+    SqliteCoordinator::open(path, options, clock).await.unwrap()
+}
+
+/// A connection of its own to the database file, as another process would open it.
+async fn other_connection(path: &Path) -> SqliteConnection {
+    SqliteConnectOptions::new()
+        .filename(path)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// The commit of `key`: one batch of one record (10 bytes, timestamp 0) to partition 0 of
+/// [`TOPIC`].
+fn one_batch_file(key: &str) -> CommitFileRequest {
+    request(key, vec![plain(TopicIdPartition::new(TOPIC, 0), 1, 10, 0)])
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_commits_get_gap_free_offsets_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let c = Arc::new(
-        SqliteCoordinator::open(
-            dir.path().join("c.db"),
-            SqliteOptions::default().synchronous(Synchronous::Normal),
+        open(
+            &dir.path().join("c.db"),
+            SqliteOptions::default().with_synchronous(Synchronous::Normal),
             Arc::new(SystemClock),
         )
-        .await
-        .unwrap(),
+        .await,
     );
-    c.create_topic(CreateTopicRequest {
-        topic_id: TOPIC,
-        name: "busy".into(),
-        partitions: 3,
-        config: TopicConfig::default(),
-    })
-    .await
-    .unwrap();
+    create_topic(c.as_ref(), TOPIC, "busy", 3, TopicConfig::default()).await;
     const WRITERS: i64 = 6;
     const FILES: i32 = 15;
     let mut tasks = Vec::new();
@@ -39,26 +61,18 @@ async fn concurrent_commits_get_gap_free_offsets_in_order() {
                 // succeed if its batches are appended in its own commit order.
                 let batches: Vec<CommitBatch> = (0..3)
                     .map(|p| CommitBatch {
-                        partition: TopicIdPartition::new(TOPIC, p),
-                        byte_offset: 1 + 10 * p as u64,
-                        byte_size: 10,
-                        record_count: 2,
                         base_timestamp: 0,
-                        max_timestamp: i64::from(f),
-                        timestamp_type: TimestampType::CreateTime,
                         producer_id: w,
                         producer_epoch: 0,
                         base_sequence: 2 * f,
                         last_sequence: 2 * f + 1,
+                        ..plain(TopicIdPartition::new(TOPIC, p), 2, 10, i64::from(f))
                     })
                     .collect();
                 let r = c
                     .commit_file(CommitFileRequest {
-                        object_key: format!("wal/{w}/{f}"),
                         uploader_broker_id: w as i32,
-                        object_size: 31,
-                        owners: vec![0],
-                        batches,
+                        ..request(&format!("wal/{w}/{f}"), batches)
                     })
                     .await
                     .unwrap();
@@ -75,15 +89,14 @@ async fn concurrent_commits_get_gap_free_offsets_in_order() {
         tokio::spawn(async move {
             let mut last = 0;
             for _ in 0..50 {
-                let r = c
-                    .list_offsets(&[ListOffsetsRequest {
-                        partition: TopicIdPartition::new(TOPIC, 0),
-                        timestamp: LATEST_TIMESTAMP,
-                    }])
-                    .await
-                    .unwrap();
-                assert!(r[0].offset >= last, "the high watermark never moves back");
-                last = r[0].offset;
+                let r = list_offset(
+                    c.as_ref(),
+                    TopicIdPartition::new(TOPIC, 0),
+                    LATEST_TIMESTAMP,
+                )
+                .await;
+                assert!(r.offset >= last, "the high watermark never moves back");
+                last = r.offset;
                 tokio::task::yield_now().await;
             }
         })
@@ -94,19 +107,8 @@ async fn concurrent_commits_get_gap_free_offsets_in_order() {
     reader.await.unwrap();
 
     for p in 0..3 {
-        let tp = TopicIdPartition::new(TOPIC, p);
-        let r = c
-            .find_batches(
-                &[FindBatchesRequest {
-                    partition: tp,
-                    offset: 0,
-                    max_bytes: u32::MAX,
-                }],
-                u32::MAX,
-            )
-            .await
-            .unwrap();
-        let batches = &r[0].batches;
+        let r = find_from(c.as_ref(), TopicIdPartition::new(TOPIC, p), 0).await;
+        let batches = &r.batches;
         assert_eq!(batches.len(), (WRITERS * i64::from(FILES)) as usize);
         let mut next = 0;
         let mut last_seq = vec![-1; WRITERS as usize];
@@ -121,7 +123,7 @@ async fn concurrent_commits_get_gap_free_offsets_in_order() {
             );
             last_seq[w] = b.last_sequence;
         }
-        assert_eq!(r[0].high_watermark, next);
+        assert_eq!(r.high_watermark, next);
     }
 }
 
@@ -129,50 +131,19 @@ async fn concurrent_commits_get_gap_free_offsets_in_order() {
 /// `Unavailable` (certainly not applied, retriable) while reads still work; afterwards writes work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_database_is_unavailable_not_unknown() {
-    use sqlx::{ConnectOptions, Connection};
+    use sqlx::Connection;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("busy.db");
-    let c = SqliteCoordinator::open(
+    let c = open(
         &path,
-        SqliteOptions::default().busy_timeout(std::time::Duration::from_millis(50)),
+        SqliteOptions::default().with_busy_timeout(Duration::from_millis(50)),
         ManualClock::new(1),
     )
-    .await
-    .unwrap();
-    c.create_topic(CreateTopicRequest {
-        topic_id: TOPIC,
-        name: "busy".into(),
-        partitions: 1,
-        config: TopicConfig::default(),
-    })
-    .await
-    .unwrap();
-    let mut other = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(&path)
-        .connect()
-        .await
-        .unwrap();
+    .await;
+    create_topic(&c, TOPIC, "busy", 1, TopicConfig::default()).await;
+    let mut other = other_connection(&path).await;
     let lock = other.begin_with("BEGIN IMMEDIATE").await.unwrap();
-    let request = |key: &str| CommitFileRequest {
-        object_key: key.into(),
-        uploader_broker_id: 1,
-        object_size: 11,
-        owners: vec![0],
-        batches: vec![CommitBatch {
-            partition: TopicIdPartition::new(TOPIC, 0),
-            byte_offset: 1,
-            byte_size: 10,
-            record_count: 1,
-            base_timestamp: 0,
-            max_timestamp: 0,
-            timestamp_type: TimestampType::CreateTime,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
-            base_sequence: NO_SEQUENCE,
-            last_sequence: NO_SEQUENCE,
-        }],
-    };
-    let r = c.commit_file(request("wal/a")).await;
+    let r = c.commit_file(one_batch_file("wal/a")).await;
     match &r {
         Err(e @ CoordinatorError::Unavailable(_)) => assert!(e.is_retriable()),
         other => panic!("expected Unavailable, got {other:?}"),
@@ -181,7 +152,7 @@ async fn busy_database_is_unavailable_not_unknown() {
     assert_eq!(c.list_topics().await.unwrap().len(), 1);
     assert_eq!(c.object_info("wal/a").await.unwrap(), None);
     lock.rollback().await.unwrap();
-    let r = c.commit_file(request("wal/a")).await.unwrap();
+    let r = c.commit_file(one_batch_file("wal/a")).await.unwrap();
     assert_eq!(
         r[0].base_offset, 0,
         "the failed attempt left nothing behind"
@@ -194,63 +165,29 @@ async fn busy_database_is_unavailable_not_unknown() {
 /// reading any of them fails the pass, so a pass that succeeds did not look at them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_pass_stops_walking_at_its_budget() {
-    use sqlx::ConnectOptions;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("retention.db");
     let clock = ManualClock::new(1_000_000);
-    let c = SqliteCoordinator::open(
+    let c = open(
         &path,
-        SqliteOptions::default().synchronous(Synchronous::Normal),
+        SqliteOptions::default().with_synchronous(Synchronous::Normal),
         clock.clone(),
     )
-    .await
-    .unwrap();
-    c.create_topic(CreateTopicRequest {
-        topic_id: TOPIC,
-        name: "retained".into(),
-        partitions: 4,
-        config: TopicConfig {
-            retention_ms: 1000,
-            ..TopicConfig::default()
-        },
-    })
-    .await
-    .unwrap();
+    .await;
+    let config = TopicConfig::default().with_retention_ms(1000);
+    create_topic(&c, TOPIC, "retained", 4, config).await;
     // Two expired batches in partition 0, one in each of partitions 1..=3.
     let batches: Vec<CommitBatch> = [0, 0, 1, 2, 3]
         .into_iter()
-        .enumerate()
-        .map(|(i, p)| CommitBatch {
-            partition: TopicIdPartition::new(TOPIC, p),
-            byte_offset: 1 + 10 * i as u64,
-            byte_size: 10,
-            record_count: 1,
-            base_timestamp: 5,
-            max_timestamp: 5,
-            timestamp_type: TimestampType::CreateTime,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
-            base_sequence: NO_SEQUENCE,
-            last_sequence: NO_SEQUENCE,
-        })
+        .map(|p| plain(TopicIdPartition::new(TOPIC, p), 1, 10, 5))
         .collect();
     let r = c
-        .commit_file(CommitFileRequest {
-            object_key: "wal/retained".into(),
-            uploader_broker_id: 1,
-            object_size: 51,
-            owners: vec![0],
-            batches,
-        })
+        .commit_file(request("wal/retained", batches))
         .await
         .unwrap();
     assert!(r.iter().all(|r| r.error == ErrorCode::None), "{r:?}");
 
-    let mut raw = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(&path)
-        .connect()
-        .await
-        .unwrap();
+    let mut raw = other_connection(&path).await;
     let set_size = |size: &'static str| {
         format!(
             "UPDATE batches SET byte_size = {size} WHERE partition_id IN \
@@ -280,44 +217,8 @@ async fn retention_pass_stops_walking_at_its_budget() {
         (3, 30, false)
     );
     for p in 0..4 {
-        let r = c
-            .list_offsets(&[ListOffsetsRequest {
-                partition: TopicIdPartition::new(TOPIC, p),
-                timestamp: EARLIEST_TIMESTAMP,
-            }])
-            .await
-            .unwrap();
-        assert_eq!(r[0].offset, if p == 0 { 2 } else { 1 }, "partition {p}");
-    }
-}
-
-/// An object key carrying the UUID v7 time `ms`, made unique by `n`.
-fn v7_key(ms: i64, n: u64) -> String {
-    let mut random = [0u8; 10];
-    random[2..].copy_from_slice(&n.to_be_bytes());
-    let uuid = uuid::Builder::from_unix_timestamp_millis(ms as u64, &random).into_uuid();
-    format!("wal/{uuid}")
-}
-
-fn one_batch_file(key: String) -> CommitFileRequest {
-    CommitFileRequest {
-        object_key: key,
-        uploader_broker_id: 1,
-        object_size: 11,
-        owners: vec![0],
-        batches: vec![CommitBatch {
-            partition: TopicIdPartition::new(TOPIC, 0),
-            byte_offset: 1,
-            byte_size: 10,
-            record_count: 1,
-            base_timestamp: 0,
-            max_timestamp: 0,
-            timestamp_type: TimestampType::CreateTime,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
-            base_sequence: NO_SEQUENCE,
-            last_sequence: NO_SEQUENCE,
-        }],
+        let r = list_offset(&c, TopicIdPartition::new(TOPIC, p), EARLIEST_TIMESTAMP).await;
+        assert_eq!(r.offset, if p == 0 { 2 } else { 1 }, "partition {p}");
     }
 }
 
@@ -326,44 +227,26 @@ fn one_batch_file(key: String) -> CommitFileRequest {
 /// was older than `max_commit_age` is refused when it gets the lock, and nothing is applied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_that_waited_past_its_deadline_is_refused() {
-    use sqlx::{ConnectOptions, Connection};
+    use sqlx::Connection;
     const NOW: i64 = 1_700_000_000_000;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("deadline.db");
     let clock = ManualClock::new(NOW);
-    let c = Arc::new(
-        SqliteCoordinator::open(
-            &path,
-            SqliteOptions::default()
-                .busy_timeout(std::time::Duration::from_secs(30))
-                .max_commit_age(std::time::Duration::from_secs(60)),
-            clock.clone(),
-        )
-        .await
-        .unwrap(),
-    );
-    c.create_topic(CreateTopicRequest {
-        topic_id: TOPIC,
-        name: "late".into(),
-        partitions: 1,
-        config: TopicConfig::default(),
-    })
-    .await
-    .unwrap();
-    let mut other = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(&path)
-        .connect()
-        .await
-        .unwrap();
+    let options = SqliteOptions::default()
+        .with_busy_timeout(Duration::from_secs(30))
+        .with_max_commit_age(Duration::from_secs(60));
+    let c = Arc::new(open(&path, options, clock.clone()).await);
+    create_topic(c.as_ref(), TOPIC, "late", 1, TopicConfig::default()).await;
+    let mut other = other_connection(&path).await;
     let lock = other.begin_with("BEGIN IMMEDIATE").await.unwrap();
-    let key = v7_key(NOW, 1);
+    let key = v7_key_with(NOW, 1);
     let stalled = tokio::spawn({
         let c = c.clone();
         let key = key.clone();
-        async move { c.commit_file(one_batch_file(key)).await }
+        async move { c.commit_file(one_batch_file(&key)).await }
     });
     // The commit is now waiting for the lock; its key ages past the deadline meanwhile.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     clock.advance(60_001);
     lock.rollback().await.unwrap();
     let r = stalled.await.unwrap();
@@ -374,7 +257,7 @@ async fn a_commit_that_waited_past_its_deadline_is_refused() {
     assert_eq!(c.object_info(&key).await.unwrap(), None);
     // At the boundary (key time == now - max_commit_age) a commit is accepted.
     let r = c
-        .commit_file(one_batch_file(v7_key(NOW + 1, 2)))
+        .commit_file(one_batch_file(&v7_key_with(NOW + 1, 2)))
         .await
         .unwrap();
     assert_eq!((r[0].error, r[0].base_offset), (ErrorCode::None, 0));
@@ -389,28 +272,20 @@ async fn fence_and_commit_of_one_key_never_both_succeed() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(NOW);
     let c = Arc::new(
-        SqliteCoordinator::open(
-            dir.path().join("fence.db"),
-            SqliteOptions::default().synchronous(Synchronous::Off),
+        open(
+            &dir.path().join("fence.db"),
+            SqliteOptions::default().with_synchronous(Synchronous::Off),
             clock.clone(),
         )
-        .await
-        .unwrap(),
+        .await,
     );
-    c.create_topic(CreateTopicRequest {
-        topic_id: TOPIC,
-        name: "fenced".into(),
-        partitions: 1,
-        config: TopicConfig::default(),
-    })
-    .await
-    .unwrap();
-    let keys: Vec<String> = (0..60).map(|n| v7_key(NOW - 1000, n)).collect();
+    create_topic(c.as_ref(), TOPIC, "fenced", 1, TopicConfig::default()).await;
+    let keys: Vec<String> = (0..60).map(|n| v7_key_with(NOW - 1000, n)).collect();
     let mut tasks = Vec::new();
     for key in &keys {
         let commit = tokio::spawn({
             let (c, key) = (c.clone(), key.clone());
-            async move { c.commit_file(one_batch_file(key)).await }
+            async move { c.commit_file(one_batch_file(&key)).await }
         });
         let fence = tokio::spawn({
             let (c, key) = (c.clone(), key.clone());
@@ -453,28 +328,10 @@ async fn fill(
 ) {
     for round in 0..batches_per_partition {
         let batches: Vec<CommitBatch> = (0..partitions)
-            .map(|p| CommitBatch {
-                partition: TopicIdPartition::new(topic, p),
-                byte_offset: 1 + 10 * p as u64,
-                byte_size: 10,
-                record_count: 1,
-                base_timestamp: ts,
-                max_timestamp: ts,
-                timestamp_type: TimestampType::CreateTime,
-                producer_id: NO_PRODUCER_ID,
-                producer_epoch: NO_PRODUCER_EPOCH,
-                base_sequence: NO_SEQUENCE,
-                last_sequence: NO_SEQUENCE,
-            })
+            .map(|p| plain(TopicIdPartition::new(topic, p), 1, 10, ts))
             .collect();
         let r = c
-            .commit_file(CommitFileRequest {
-                object_key: format!("wal/{name}/{round}"),
-                uploader_broker_id: 1,
-                object_size: 1 + 10 * partitions as u64,
-                owners: vec![0],
-                batches,
-            })
+            .commit_file(request(&format!("wal/{name}/{round}"), batches))
             .await
             .unwrap();
         assert!(r.iter().all(|r| r.error == ErrorCode::None), "{r:?}");
@@ -492,27 +349,19 @@ async fn retention_reads_rows_bounded_by_its_budget_not_by_partitions() {
     const NOW: i64 = 10_000_000;
     let clock = ManualClock::new(NOW);
     let c = SqliteCoordinator::in_memory(clock.clone()).await.unwrap();
-    let topic = |n: u128, name: &str, partitions: i32, retention_ms: i64, retention_bytes: i64| {
-        CreateTopicRequest {
-            topic_id: Uuid::from_u128(n),
-            name: name.into(),
-            partitions,
-            config: TopicConfig {
-                retention_ms,
-                retention_bytes,
-                ..TopicConfig::default()
-            },
-        }
+    let retention = |ms: i64, bytes: i64| {
+        TopicConfig::default()
+            .with_retention_ms(ms)
+            .with_retention_bytes(bytes)
     };
+    let (fresh, full, old) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
     // Nothing due by time: 200 partitions of 20 batches, one hour retention, all 1 s old.
-    c.create_topic(topic(1, "fresh", 200, 3_600_000, -1))
-        .await
-        .unwrap();
-    fill(&c, Uuid::from_u128(1), 200, 20, NOW - 1000, "fresh").await;
+    create_topic(&c, fresh, "fresh", 200, retention(3_600_000, -1)).await;
+    fill(&c, fresh, 200, 20, NOW - 1000, "fresh").await;
     // Over retention.bytes but nothing removable: 30 bytes each, retention.bytes 25 (removing the
     // first 10-byte batch would leave 20 < 25).
-    c.create_topic(topic(2, "full", 100, -1, 25)).await.unwrap();
-    fill(&c, Uuid::from_u128(2), 100, 3, NOW - 1000, "full").await;
+    create_topic(&c, full, "full", 100, retention(-1, 25)).await;
+    fill(&c, full, 100, 3, NOW - 1000, "full").await;
 
     let before = c.stats();
     let report = c.enforce_retention(1000).await.unwrap();
@@ -529,8 +378,8 @@ async fn retention_reads_rows_bounded_by_its_budget_not_by_partitions() {
 
     // Now some are due: 5 partitions of 50 batches older than retention.ms. A pass with budget 120
     // deletes 120 batches from the first three, reading a bounded number of rows.
-    c.create_topic(topic(3, "old", 5, 1000, -1)).await.unwrap();
-    fill(&c, Uuid::from_u128(3), 5, 50, NOW - 5000, "old").await;
+    create_topic(&c, old, "old", 5, retention(1000, -1)).await;
+    fill(&c, old, 5, 50, NOW - 5000, "old").await;
     let before = c.stats();
     let report = c.enforce_retention(120).await.unwrap();
     assert_eq!(

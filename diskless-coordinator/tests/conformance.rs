@@ -2,6 +2,7 @@
 //! per case and implementation (`sqlite_file::commit_validation`, ...). PostgreSQL runs it in
 //! `postgres.rs`, the sharded router in `sharded.rs`.
 
+// Test code: a failed call fails the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions, Synchronous};

@@ -1,8 +1,15 @@
 //! Durability of the SQLite coordinator: what was acknowledged is there after a reopen, even after
 //! the process was killed right after the acknowledgement.
 
+// Test code: a failed call fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{find_from, list_offset};
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions};
 use diskless_coordinator::*;
+use diskless_testkit::keys::v7_key_with;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -51,17 +58,8 @@ fn file(key: String, batches: Vec<CommitBatch>) -> CommitFileRequest {
 }
 
 async fn create_topic(c: &SqliteCoordinator) {
-    c.create_topic(CreateTopicRequest {
-        topic_id: TOPIC,
-        name: "durable".into(),
-        partitions: 2,
-        config: TopicConfig {
-            timestamp_type: TimestampType::LogAppendTime,
-            ..TopicConfig::default()
-        },
-    })
-    .await
-    .unwrap();
+    let config = TopicConfig::default().with_timestamp_type(TimestampType::LogAppendTime);
+    common::create_topic(c, TOPIC, "durable", 2, config).await;
 }
 
 /// Everything observable about the test topic.
@@ -69,38 +67,13 @@ async fn snapshot(c: &dyn BatchCoordinator, keys: &[String]) -> String {
     let mut out = format!("{:?}\n", c.list_topics().await.unwrap());
     for p in 0..2 {
         let tp = TopicIdPartition::new(TOPIC, p);
-        let lso = c
-            .list_offsets(&[ListOffsetsRequest {
-                partition: tp,
-                timestamp: EARLIEST_TIMESTAMP,
-            }])
-            .await
-            .unwrap()[0]
-            .offset;
-        let find = c
-            .find_batches(
-                &[FindBatchesRequest {
-                    partition: tp,
-                    offset: lso,
-                    max_bytes: u32::MAX,
-                }],
-                u32::MAX,
-            )
-            .await
-            .unwrap();
-        out += &format!("{find:?}\n");
+        let lso = list_offset(c, tp, EARLIEST_TIMESTAMP).await.offset;
+        out += &format!("{:?}\n", find_from(c, tp, lso).await);
         for pid in 0..3 {
             out += &format!("{:?}\n", c.producer_state(tp, pid).await.unwrap());
         }
         for ts in [LATEST_TIMESTAMP, MAX_TIMESTAMP, 0] {
-            let r = c
-                .list_offsets(&[ListOffsetsRequest {
-                    partition: tp,
-                    timestamp: ts,
-                }])
-                .await
-                .unwrap();
-            out += &format!("{r:?}\n");
+            out += &format!("{:?}\n", list_offset(c, tp, ts).await);
         }
     }
     for k in keys {
@@ -186,6 +159,10 @@ const CHILD_ENV: &str = "DISKLESS_COORDINATOR_ABORT_CHILD_DB";
 
 /// The child half of `acknowledged_commits_survive_a_kill`: commits files, reporting each
 /// acknowledgement on stdout, then aborts the process without any shutdown.
+#[allow(
+    clippy::print_stdout,
+    reason = "stdout is how the child reports its acknowledgements to the parent"
+)]
 fn child(path: &str) -> ! {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -248,20 +225,10 @@ fn acknowledged_commits_survive_a_kill() {
     rt.block_on(async {
         let c = reopen(&path, ManualClock::new(9_000)).await;
         let tp = TopicIdPartition::new(TOPIC, 0);
-        let found = c
-            .find_batches(
-                &[FindBatchesRequest {
-                    partition: tp,
-                    offset: 0,
-                    max_bytes: u32::MAX,
-                }],
-                u32::MAX,
-            )
-            .await
-            .unwrap();
-        assert_eq!(found[0].high_watermark, 50);
-        assert_eq!(found[0].batches.len(), 25);
-        for (i, b) in found[0].batches.iter().enumerate() {
+        let found = find_from(&c, tp, 0).await;
+        assert_eq!(found.high_watermark, 50);
+        assert_eq!(found.batches.len(), 25);
+        for (i, b) in found.batches.iter().enumerate() {
             assert_eq!(b.object_key, format!("wal/{i}"));
             assert_eq!(b.base_offset, 2 * i as i64);
             assert_eq!(b.log_append_time, 5_000);
@@ -301,7 +268,7 @@ async fn open_by_url_and_refuse_memory_urls() {
     // Without create_if_missing a missing file is an error, not a new empty coordinator.
     let r = SqliteCoordinator::open(
         dir.path().join("missing.db"),
-        SqliteOptions::default().create_if_missing(false),
+        SqliteOptions::default().with_create_if_missing(false),
         ManualClock::new(1),
     )
     .await;
@@ -386,16 +353,11 @@ async fn a_version_2_database_is_upgraded() {
         conn.close().await.unwrap();
     }
 
-    let wall_before = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    // The upgrade stamps producer states with the real time (not the injected clock's).
+    let wall_before = SystemClock.now_ms();
     let clock = ManualClock::new(1_000_000);
     let c = reopen(&path, clock.clone()).await;
-    let wall_after = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let wall_after = SystemClock.now_ms();
 
     let topics = c.list_topics().await.unwrap();
     assert!(
@@ -415,14 +377,8 @@ async fn a_version_2_database_is_upgraded() {
                 .map_or((-1, NO_TIMESTAMP), |(i, ts)| {
                     (first_base + 2 * i as i64, ts.1)
                 });
-            let r = c
-                .list_offsets(&[ListOffsetsRequest {
-                    partition: p,
-                    timestamp: target,
-                }])
-                .await
-                .unwrap();
-            assert_eq!((r[0].offset, r[0].timestamp), expected, "target {target}");
+            let r = list_offset(c, p, target).await;
+            assert_eq!((r.offset, r.timestamp), expected, "target {target}");
         }
     }
     let effective = |b: &[(i64, i64)], lat: bool| -> Vec<(i64, i64)> {
@@ -487,14 +443,6 @@ async fn a_version_2_database_is_upgraded() {
     check(&c, create_time, &created, 2).await;
 }
 
-/// An object key carrying the UUID v7 time `ms`, made unique by `n`.
-fn v7_key(ms: i64, n: u64) -> String {
-    let mut random = [0u8; 10];
-    random[2..].copy_from_slice(&n.to_be_bytes());
-    let uuid = uuid::Builder::from_unix_timestamp_millis(ms as u64, &random).into_uuid();
-    format!("wal/{uuid}")
-}
-
 /// A key that confirm_deleted forgot is never committed again (review R3): its object row was the
 /// "committed once" guard, so without a fence a retried commit of the same key (a commit whose
 /// first attempt's outcome was unknown) would append batches pointing into the deleted object.
@@ -510,7 +458,7 @@ async fn a_key_confirmed_deleted_is_never_committed_again() {
     let c = reopen(&path, clock.clone()).await;
     create_topic(&c).await;
     let tp = TopicIdPartition::new(TOPIC, 0);
-    let key = v7_key(NOW, 1);
+    let key = v7_key_with(NOW, 1);
     let plain = "wal/no-time".to_string();
     for k in [&key, &plain] {
         let r = c
@@ -547,27 +495,23 @@ async fn a_key_confirmed_deleted_is_never_committed_again() {
     );
 
     // The retried commit of the deleted key: refused, nothing applied.
-    let retry = c
-        .commit_file(file(key.clone(), vec![batch(0, 2, None)]))
-        .await;
-    assert!(
-        matches!(&retry, Err(CoordinatorError::ObjectFenced(k)) if *k == key),
-        "{retry:?}"
-    );
-    assert_eq!(hwm(&c, tp).await, 4);
-    assert_eq!(c.object_info(&key).await.unwrap(), None);
+    let retry_is_fenced = async |c: &SqliteCoordinator| {
+        let retry = c
+            .commit_file(file(key.clone(), vec![batch(0, 2, None)]))
+            .await;
+        assert!(
+            matches!(&retry, Err(CoordinatorError::ObjectFenced(k)) if *k == key),
+            "{retry:?}"
+        );
+        assert_eq!(list_offset(c, tp, LATEST_TIMESTAMP).await.offset, 4);
+        assert_eq!(c.object_info(&key).await.unwrap(), None);
+    };
+    retry_is_fenced(&c).await;
 
     // Durable: the same after a reopen.
     c.close().await;
     let c = reopen(&path, clock.clone()).await;
-    let retry = c
-        .commit_file(file(key.clone(), vec![batch(0, 2, None)]))
-        .await;
-    assert!(
-        matches!(&retry, Err(CoordinatorError::ObjectFenced(k)) if *k == key),
-        "{retry:?}"
-    );
-    assert_eq!(hwm(&c, tp).await, 4);
+    retry_is_fenced(&c).await;
     // fence_orphans sees the fence as its own (the key stays fenced, and is reported).
     assert_eq!(
         c.fence_orphans(std::slice::from_ref(&key)).await.unwrap(),
@@ -580,15 +524,4 @@ async fn a_key_confirmed_deleted_is_never_committed_again() {
         .await
         .unwrap();
     assert_eq!((r[0].error, r[0].base_offset), (ErrorCode::None, 4));
-}
-
-/// The high watermark of `tp`.
-async fn hwm(c: &SqliteCoordinator, tp: TopicIdPartition) -> i64 {
-    c.list_offsets(&[ListOffsetsRequest {
-        partition: tp,
-        timestamp: LATEST_TIMESTAMP,
-    }])
-    .await
-    .unwrap()[0]
-        .offset
 }

@@ -1,6 +1,9 @@
 //! Model-based test: random operation sequences applied to SQLite and to the reference model give
 //! equal results and equal state.
 
+// Test code: a failed call fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use diskless_coordinator::ManualClock;
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions, Synchronous};
 use diskless_testkit::coordinator::conformance::{Harness, START_MS};
@@ -27,7 +30,7 @@ proptest! {
             let clock = ManualClock::new(START_MS);
             let coordinator = SqliteCoordinator::open(
                 dir.path().join("model.db"),
-                SqliteOptions::default().synchronous(Synchronous::Off),
+                SqliteOptions::default().with_synchronous(Synchronous::Off),
                 clock.clone(),
             )
             .await

@@ -6,51 +6,70 @@
 //! test fails, so tests run in parallel and leave nothing behind. Without a reachable server the
 //! tests print `skipped: no PostgreSQL at <url>` and pass, unless `DISKLESS_REQUIRE_POSTGRES=1`.
 
+// Test code: a failed call fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{find_from, list_offset, request, try_find_from};
 use diskless_coordinator::postgres::{PostgresCoordinator, PostgresOptions, migrate};
 use diskless_coordinator::{
-    BatchCoordinator, CommitBatch, CommitFileRequest, CoordinatorError, CreateTopicRequest,
-    ErrorCode, FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest, ManualClock,
-    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, TimestampType, TopicConfig, TopicIdPartition,
+    BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest, CoordinatorError,
+    EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest,
+    ManualClock, SystemClock, TimestampType, TopicConfig, TopicIdPartition,
 };
+use diskless_testkit::coordinator::InMemoryCoordinator;
 use diskless_testkit::coordinator::conformance::{self, Harness, START_MS};
 use diskless_testkit::coordinator::ops::{check_against_model, ops_strategy};
+use diskless_testkit::keys;
 use proptest::prelude::*;
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Connection};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
+/// Runs `f` on a runtime and a thread of its own (callers may be inside a runtime, or dropping).
+fn block_on_own_thread<T: Send + 'static>(
+    f: impl Future<Output = T> + Send + 'static,
+) -> std::thread::Result<T> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    })
+    .join()
+}
+
 /// The server URL when a server is reachable; `None` (after printing the skip notice) when not and
 /// `DISKLESS_REQUIRE_POSTGRES` is not `1`; panics when it is.
+#[allow(
+    clippy::print_stdout,
+    reason = "the skip notice is the test's output when there is no server"
+)]
 fn pg_url() -> Option<String> {
     static AVAILABLE: OnceLock<Result<String, String>> = OnceLock::new();
     let url = std::env::var("DISKLESS_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_string());
     let available = AVAILABLE.get_or_init(|| {
         let probe = url.clone();
-        // A thread of its own: callers may be inside a runtime.
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&probe))
-                    .await
-                {
-                    Ok(Ok(conn)) => {
-                        let _ = conn.close().await;
-                        Ok(probe)
-                    }
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(_) => Err("connection timed out".to_string()),
+        block_on_own_thread(async move {
+            match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&probe)).await
+            {
+                Ok(Ok(conn)) => {
+                    let _ = conn.close().await;
+                    Ok(probe)
                 }
-            })
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("connection timed out".to_string()),
+            }
         })
-        .join()
         .unwrap()
     });
     match available {
@@ -65,6 +84,28 @@ fn pg_url() -> Option<String> {
     }
 }
 
+/// A name (of a schema, a database) that no other test, in this process or another, uses.
+fn unique_name(prefix: &str) -> String {
+    let (a, b) = (
+        diskless_common::entropy_seed(),
+        diskless_common::entropy_seed(),
+    );
+    format!("{prefix}{a:016x}{b:016x}")
+}
+
+/// Reports a clean-up that failed (a destructor cannot fail the test).
+#[allow(
+    clippy::print_stderr,
+    reason = "a destructor cannot fail the test: the notice is for whoever runs it"
+)]
+fn report_cleanup(what: &str, done: std::thread::Result<Result<(), sqlx::Error>>) {
+    match done {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("dropping {what} failed: {e}"),
+        Err(_) => eprintln!("dropping {what} panicked"),
+    }
+}
+
 /// A fresh schema name, dropped (with everything in it) when the guard is dropped.
 struct Schema {
     url: String,
@@ -75,52 +116,46 @@ impl Schema {
     fn new(url: &str) -> Schema {
         Schema {
             url: url.to_string(),
-            name: format!("diskless_test_{}", Uuid::new_v4().simple()),
+            name: unique_name("diskless_test_"),
         }
     }
 
     fn options(&self) -> PostgresOptions {
         PostgresOptions::new(self.url.clone())
-            .schema(self.name.clone())
-            .max_connections(4)
-            .read_max_connections(2)
+            .with_schema(self.name.clone())
+            .with_max_connections(4)
+            .with_read_max_connections(2)
             // Unique per test, to find our backends in pg_stat_activity.
-            .application_name(self.name.clone())
+            .with_application_name(self.name.clone())
     }
+}
+
+/// A fresh schema on the server (see [`pg_url`]), or `None` when the test is skipped.
+fn test_schema() -> Option<Schema> {
+    pg_url().map(|url| Schema::new(&url))
 }
 
 impl Drop for Schema {
     fn drop(&mut self) {
         let (url, name) = (self.url.clone(), self.name.clone());
-        let dropped = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let mut conn = PgConnection::connect(&url).await?;
-                // Backends of this test (e.g. a lock holder left by a failed test) go first.
-                sqlx::query(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                     WHERE application_name LIKE $1 || '%' AND pid <> pg_backend_pid()",
-                )
-                .bind(&name)
-                .execute(&mut conn)
-                .await?;
-                sqlx::raw_sql(AssertSqlSafe(format!(
-                    "SET lock_timeout = '20s'; DROP SCHEMA IF EXISTS \"{name}\" CASCADE"
-                )))
-                .execute(&mut conn)
-                .await?;
-                conn.close().await
-            })
-        })
-        .join();
-        match dropped {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("dropping schema {} failed: {e}", self.name),
-            Err(_) => eprintln!("dropping schema {} panicked", self.name),
-        }
+        let dropped = block_on_own_thread(async move {
+            let mut conn = PgConnection::connect(&url).await?;
+            // Backends of this test (e.g. a lock holder left by a failed test) go first.
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name LIKE $1 || '%' AND pid <> pg_backend_pid()",
+            )
+            .bind(&name)
+            .execute(&mut conn)
+            .await?;
+            sqlx::raw_sql(AssertSqlSafe(format!(
+                "SET lock_timeout = '20s'; DROP SCHEMA IF EXISTS \"{name}\" CASCADE"
+            )))
+            .execute(&mut conn)
+            .await?;
+            conn.close().await
+        });
+        report_cleanup(&format!("schema {}", self.name), dropped);
     }
 }
 
@@ -137,84 +172,79 @@ async fn side_connection(schema: &Schema, suffix: &str) -> PgConnection {
     conn
 }
 
-async fn coordinator(schema: &Schema, clock: Arc<ManualClock>) -> Arc<PostgresCoordinator> {
-    Arc::new(
-        PostgresCoordinator::connect(schema.options(), clock)
+/// A side connection holding the row lock of every partition (in an open transaction) until
+/// [`PartitionLocks::release`]: commits block inside the commit function meanwhile.
+struct PartitionLocks(PgConnection);
+
+impl PartitionLocks {
+    async fn take(schema: &Schema) -> PartitionLocks {
+        let mut conn = side_connection(schema, "-locker").await;
+        sqlx::raw_sql("BEGIN; SELECT 1 FROM partitions FOR UPDATE")
+            .execute(&mut conn)
             .await
-            .unwrap(),
-    )
+            .unwrap();
+        PartitionLocks(conn)
+    }
+
+    async fn release(mut self) {
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut self.0)
+            .await
+            .unwrap();
+    }
 }
 
-async fn create_topic(c: &PostgresCoordinator, partitions: i32) -> Uuid {
-    let topic_id = Uuid::new_v4();
-    c.create_topic(CreateTopicRequest {
-        topic_id,
-        name: format!("t-{topic_id}"),
-        partitions,
-        config: TopicConfig::default(),
-    })
-    .await
-    .unwrap();
+/// `commit_file(request)` on a task of its own.
+fn spawn_commit(
+    c: &Arc<PostgresCoordinator>,
+    request: CommitFileRequest,
+) -> JoinHandle<Result<Vec<CommitBatchResult>, CoordinatorError>> {
+    let c = c.clone();
+    tokio::spawn(async move { c.commit_file(request).await })
+}
+
+async fn connect(options: PostgresOptions, clock: Arc<ManualClock>) -> Arc<PostgresCoordinator> {
+    Arc::new(PostgresCoordinator::connect(options, clock).await.unwrap())
+}
+
+async fn coordinator(schema: &Schema, clock: Arc<ManualClock>) -> Arc<PostgresCoordinator> {
+    connect(schema.options(), clock).await
+}
+
+/// A fresh topic id, unique in the process (every test has a schema of its own).
+fn fresh_topic_id() -> Uuid {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    Uuid::from_u64_pair(0x7e57_0000_0000_0000, NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A new topic of `partitions` partitions (default config); its id.
+async fn create_topic(c: &dyn BatchCoordinator, partitions: i32) -> Uuid {
+    let topic_id = fresh_topic_id();
+    let name = format!("t-{topic_id}");
+    common::create_topic(c, topic_id, &name, partitions, TopicConfig::default()).await;
     topic_id
 }
 
+/// A fresh object key whose UUID v7 time is `age_ms` before the real time: the commit deadline
+/// and fence expiry read the server's clock.
+fn key_aged(age_ms: i64) -> String {
+    keys::v7_key(SystemClock.now_ms() - age_ms)
+}
+
+/// A non-idempotent batch of `records` records (100 bytes, timestamp START_MS) for `p`.
+fn plain(p: TopicIdPartition, records: i32) -> CommitBatch {
+    common::plain(p, records, 100, START_MS)
+}
+
+/// [`plain`], from producer `pid` at `epoch`, sequences from `seq` on.
 fn idempotent(p: TopicIdPartition, pid: i64, epoch: i16, seq: i32, records: i32) -> CommitBatch {
     CommitBatch {
-        partition: p,
-        byte_offset: 0,
-        byte_size: 100,
-        record_count: records,
-        base_timestamp: START_MS,
-        max_timestamp: START_MS,
-        timestamp_type: TimestampType::CreateTime,
         producer_id: pid,
         producer_epoch: epoch,
         base_sequence: seq,
         last_sequence: seq + records - 1,
+        ..plain(p, records)
     }
-}
-
-fn plain(p: TopicIdPartition, records: i32) -> CommitBatch {
-    CommitBatch {
-        producer_id: NO_PRODUCER_ID,
-        producer_epoch: NO_PRODUCER_EPOCH,
-        base_sequence: NO_SEQUENCE,
-        last_sequence: NO_SEQUENCE,
-        ..idempotent(p, 0, 0, 0, records)
-    }
-}
-
-/// A request laying the batches out back to back after the 1-byte header.
-fn request(key: &str, mut batches: Vec<CommitBatch>) -> CommitFileRequest {
-    let mut at = 1u64;
-    for b in &mut batches {
-        b.byte_offset = at;
-        at += u64::from(b.byte_size);
-    }
-    CommitFileRequest {
-        object_key: key.to_string(),
-        uploader_broker_id: 1,
-        object_size: at,
-        owners: vec![0],
-        batches,
-    }
-}
-
-async fn all_batches(
-    c: &dyn BatchCoordinator,
-    p: TopicIdPartition,
-) -> diskless_coordinator::FindBatchesResponse {
-    c.find_batches(
-        &[FindBatchesRequest {
-            partition: p,
-            offset: 0,
-            max_bytes: u32::MAX,
-        }],
-        u32::MAX,
-    )
-    .await
-    .unwrap()
-    .remove(0)
 }
 
 // The conformance suite, one test per case, every case on a fresh schema of its own (so that the
@@ -231,7 +261,7 @@ async fn all_batches(
 diskless_testkit::coordinator_conformance!(
     postgres_conformance,
     async |clock| {
-        let schema = Schema::new(&pg_url()?);
+        let schema = test_schema()?;
         let coordinator = PostgresCoordinator::connect(schema.options(), clock)
             .await
             .unwrap();
@@ -246,13 +276,12 @@ proptest! {
     /// Random operation sequences give the same results and state as the reference model.
     #[test]
     fn postgres_matches_model(ops in ops_strategy(30)) {
-        let Some(url) = pg_url() else { return Ok(()) };
+        let Some(schema) = test_schema() else { return Ok(()) };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        let schema = Schema::new(&url);
         rt.block_on(async {
             // The commit deadline reads the server's clock: keys are made at the harness clock's
             // time, so it starts at the real time.
@@ -274,19 +303,12 @@ proptest! {
 /// needed a conflict retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_concurrent_writers() {
-    let Some(url) = pg_url() else { return };
+    let Some(schema) = test_schema() else { return };
     const WRITERS: i64 = 8;
     const PARTITIONS: i32 = 4;
-    let schema = Schema::new(&url);
     let clock = ManualClock::new(START_MS);
-    let c = Arc::new(
-        PostgresCoordinator::connect(
-            schema.options().max_connections(WRITERS as u32),
-            clock.clone(),
-        )
-        .await
-        .unwrap(),
-    );
+    let options = schema.options().with_max_connections(WRITERS as u32);
+    let c = connect(options, clock.clone()).await;
     let topic = create_topic(&c, PARTITIONS).await;
     let deadline = Instant::now() + Duration::from_secs(3);
     let mut tasks = Vec::new();
@@ -358,7 +380,7 @@ async fn postgres_concurrent_writers() {
 
     for p in 0..PARTITIONS {
         let tp = TopicIdPartition::new(topic, p);
-        let found = all_batches(c.as_ref(), tp).await;
+        let found = find_from(c.as_ref(), tp, 0).await;
         assert_eq!(found.error, ErrorCode::None);
         assert_eq!(found.log_start_offset, 0);
         // Gap-free and unique.
@@ -423,8 +445,7 @@ async fn blocked_backend(inspector: &mut PgConnection, application_name: &str) -
 /// then appends the batch exactly once (a second retry is recognised as a duplicate).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_connection_cut_mid_commit() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     let clock = ManualClock::new(START_MS);
     let c = coordinator(&schema, clock.clone()).await;
     let topic = create_topic(&c, 1).await;
@@ -437,18 +458,8 @@ async fn postgres_connection_cut_mid_commit() {
 
     // Hold the partition's row lock from another transaction, so the commit blocks inside the
     // commit function; then terminate the commit's backend.
-    let mut locker = side_connection(&schema, "-locker").await;
-    sqlx::raw_sql("BEGIN; SELECT 1 FROM partitions FOR UPDATE")
-        .execute(&mut locker)
-        .await
-        .unwrap();
-    let blocked = {
-        let c = c.clone();
-        tokio::spawn(async move {
-            c.commit_file(request("wal/cut", vec![idempotent(p, 7, 0, 1, 2)]))
-                .await
-        })
-    };
+    let locks = PartitionLocks::take(&schema).await;
+    let blocked = spawn_commit(&c, request("wal/cut", vec![idempotent(p, 7, 0, 1, 2)]));
     let mut inspector = side_connection(&schema, "-inspector").await;
     let pid = blocked_backend(&mut inspector, &schema.name).await;
     let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
@@ -462,10 +473,7 @@ async fn postgres_connection_cut_mid_commit() {
         matches!(outcome, Err(CoordinatorError::OutcomeUnknown(_))),
         "{outcome:?}"
     );
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut locker)
-        .await
-        .unwrap();
+    locks.release().await;
 
     // The producer retries the batch in a new WAL file: appended once...
     let r = c
@@ -486,7 +494,7 @@ async fn postgres_connection_cut_mid_commit() {
     );
     assert!(r[0].duplicate);
 
-    let found = all_batches(c.as_ref(), p).await;
+    let found = find_from(c.as_ref(), p, 0).await;
     let seqs: Vec<(i32, i64)> = found
         .batches
         .iter()
@@ -514,25 +522,22 @@ async fn postgres_connection_cut_mid_commit() {
 /// connection is stuck behind a lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_read_pool_separation() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     // The same server under another user when the URL names the default user, to tell the pools'
     // connections apart.
-    let read_url = url.replacen("://postgres@", "://root@", 1);
-    let read_user = if read_url != url { Some("root") } else { None };
+    let read_url = schema.url.replacen("://postgres@", "://root@", 1);
+    let read_user = if read_url != schema.url {
+        Some("root")
+    } else {
+        None
+    };
     let clock = ManualClock::new(START_MS);
-    let c = Arc::new(
-        PostgresCoordinator::connect(
-            schema
-                .options()
-                .max_connections(1)
-                .read_url(read_url.clone())
-                .acquire_timeout(Duration::from_secs(60)),
-            clock.clone(),
-        )
-        .await
-        .unwrap(),
-    );
+    let options = schema
+        .options()
+        .with_max_connections(1)
+        .with_read_url(read_url.clone())
+        .with_acquire_timeout(Duration::from_secs(60));
+    let c = connect(options, clock.clone()).await;
     let topic = create_topic(&c, 1).await;
     let p = TopicIdPartition::new(topic, 0);
     c.commit_file(request("wal/a", vec![plain(p, 5)]))
@@ -540,21 +545,14 @@ async fn postgres_read_pool_separation() {
         .unwrap();
 
     // Block the only write connection in a commit.
-    let mut locker = side_connection(&schema, "-locker").await;
-    sqlx::raw_sql("BEGIN; SELECT 1 FROM partitions FOR UPDATE")
-        .execute(&mut locker)
-        .await
-        .unwrap();
-    let blocked = {
-        let c = c.clone();
-        tokio::spawn(async move { c.commit_file(request("wal/b", vec![plain(p, 1)])).await })
-    };
+    let locks = PartitionLocks::take(&schema).await;
+    let blocked = spawn_commit(&c, request("wal/b", vec![plain(p, 1)]));
     let mut inspector = side_connection(&schema, "-inspector").await;
     blocked_backend(&mut inspector, &schema.name).await;
 
     // Reads answer meanwhile, from the committed state.
     let reads = async {
-        let found = all_batches(c.as_ref(), p).await;
+        let found = find_from(c.as_ref(), p, 0).await;
         assert_eq!(found.high_watermark, 5);
         assert_eq!(found.batches.len(), 1);
         let latest = c
@@ -582,10 +580,7 @@ async fn postgres_read_pool_separation() {
         assert!(readers.iter().all(|u| u == user), "{readers:?}");
     }
 
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut locker)
-        .await
-        .unwrap();
+    locks.release().await;
     let r = blocked.await.unwrap().unwrap();
     assert_eq!(r[0].base_offset, 5);
     c.close().await;
@@ -596,10 +591,9 @@ async fn postgres_read_pool_separation() {
 /// reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_migrations() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     let clock = ManualClock::new(START_MS);
-    let options = schema.options().migrate_on_start(false);
+    let options = schema.options().with_migrate_on_start(false);
 
     let r = PostgresCoordinator::connect(options.clone(), clock.clone()).await;
     assert!(matches!(r, Err(CoordinatorError::Storage(_))), "{r:?}");
@@ -620,9 +614,7 @@ async fn postgres_migrations() {
     );
     assert_eq!(migrate(&options).await.unwrap(), 0);
 
-    let c = PostgresCoordinator::connect(options.clone(), clock.clone())
-        .await
-        .unwrap();
+    let c = connect(options.clone(), clock.clone()).await;
     assert_eq!(c.migrate().await.unwrap(), 0);
     let topic = create_topic(&c, 1).await;
     assert_eq!(c.list_topics().await.unwrap()[0].topic_id, topic);
@@ -660,7 +652,7 @@ async fn postgres_migrations() {
 async fn postgres_connect_errors() {
     let clock = ManualClock::new(START_MS);
     let r = PostgresCoordinator::connect(
-        PostgresOptions::new(DEFAULT_URL).schema("Bad-Name"),
+        PostgresOptions::new(DEFAULT_URL).with_schema("Bad-Name"),
         clock.clone(),
     )
     .await;
@@ -676,7 +668,7 @@ async fn postgres_connect_errors() {
     // Port 1 on localhost: nothing listens there.
     let r = PostgresCoordinator::connect(
         PostgresOptions::new("postgres://postgres@127.0.0.1:1/test")
-            .acquire_timeout(Duration::from_secs(2)),
+            .with_acquire_timeout(Duration::from_secs(2)),
         clock,
     )
     .await;
@@ -690,8 +682,7 @@ async fn postgres_connect_errors() {
 /// batch-by-batch reading of the rules gives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_large_commit() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     let clock = ManualClock::new(START_MS);
     let c = coordinator(&schema, clock.clone()).await;
     let topic = create_topic(&c, 10).await;
@@ -763,32 +754,22 @@ struct Sender {
 /// batch's result, every partition's batches and every producer's state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_many_idempotent_producers_per_commit_match_model() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     // The commit deadline reads the server's clock: keys are made at the clock's time.
     let clock = conformance::harness_clock_at_system_time();
     let c = coordinator(&schema, clock.clone()).await;
-    let model = diskless_testkit::coordinator::InMemoryCoordinator::new(clock.clone());
+    let model = InMemoryCoordinator::new(clock.clone());
     const PARTITIONS: i32 = 6;
     const PRODUCERS: i64 = 24;
     let mut topics = Vec::new();
-    for log_append_time in [false, true] {
-        let request = CreateTopicRequest {
-            topic_id: Uuid::new_v4(),
-            name: format!("t-{log_append_time}"),
-            partitions: PARTITIONS,
-            config: TopicConfig {
-                timestamp_type: if log_append_time {
-                    TimestampType::LogAppendTime
-                } else {
-                    TimestampType::CreateTime
-                },
-                ..TopicConfig::default()
-            },
-        };
-        topics.push(request.topic_id);
-        c.create_topic(request.clone()).await.unwrap();
-        model.create_topic(request).await.unwrap();
+    for timestamp_type in [TimestampType::CreateTime, TimestampType::LogAppendTime] {
+        let topic = fresh_topic_id();
+        let config = TopicConfig::default().with_timestamp_type(timestamp_type);
+        for x in [c.as_ref() as &dyn BatchCoordinator, &model] {
+            let name = format!("t-{timestamp_type:?}");
+            common::create_topic(x, topic, &name, PARTITIONS, config.clone()).await;
+        }
+        topics.push(topic);
     }
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     let mut senders: HashMap<(TopicIdPartition, i64), Sender> = HashMap::new();
@@ -853,14 +834,14 @@ async fn postgres_many_idempotent_producers_per_commit_match_model() {
                 ..idempotent(p, pid, epoch, 0, records)
             });
         }
-        let key = v7_key_at(diskless_coordinator::Clock::now_ms(clock.as_ref()));
+        let key = keys::v7_key(clock.now_ms());
         let req = request(&key, batches);
         let before: HashMap<TopicIdPartition, i64> = {
             let mut m = HashMap::new();
             for &t in &topics {
                 for partition in 0..PARTITIONS {
                     let p = TopicIdPartition::new(t, partition);
-                    m.insert(p, all_batches(&model, p).await.high_watermark);
+                    m.insert(p, find_from(&model, p, 0).await.high_watermark);
                 }
             }
             m
@@ -891,8 +872,8 @@ async fn postgres_many_idempotent_producers_per_commit_match_model() {
             for partition in 0..=PARTITIONS {
                 let p = TopicIdPartition::new(t, partition);
                 assert_eq!(
-                    all_batches(c.as_ref(), p).await,
-                    all_batches(&model, p).await,
+                    find_from(c.as_ref(), p, 0).await,
+                    find_from(&model, p, 0).await,
                     "commit {commit}: batches of {p}"
                 );
                 for pid in 0..PRODUCERS {
@@ -933,8 +914,7 @@ async fn postgres_many_idempotent_producers_per_commit_match_model() {
 /// `pg_stat_xact_user_tables` counts that transaction's scans; it is rolled back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_commit_uses_no_sequential_scans() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     let clock = ManualClock::new(START_MS);
     let c = coordinator(&schema, clock.clone()).await;
     const PARTITIONS: i32 = 2000;
@@ -943,7 +923,7 @@ async fn postgres_commit_uses_no_sequential_scans() {
     let mut seq: HashMap<i32, i32> = HashMap::new();
     let mut batch = |i: usize| {
         let p = TopicIdPartition::new(topic, (i as i32 * 7) % PARTITIONS);
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             let s = seq.entry(p.partition).or_insert(0);
             let b = idempotent(p, i64::from(p.partition), 0, *s, 2);
             *s += 2;
@@ -1041,27 +1021,13 @@ async fn postgres_commit_uses_no_sequential_scans() {
 /// bytes of objects and partitions, deletion marks) matches the batches that are left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_concurrent_writers_and_deleters() {
-    let Some(url) = pg_url() else { return };
+    let Some(schema) = test_schema() else { return };
     const PARTITIONS: i32 = 4;
-    let schema = Schema::new(&url);
     let clock = ManualClock::new(START_MS);
-    let c = Arc::new(
-        PostgresCoordinator::connect(schema.options().max_connections(8), clock.clone())
-            .await
-            .unwrap(),
-    );
-    let topic = Uuid::new_v4();
-    c.create_topic(CreateTopicRequest {
-        topic_id: topic,
-        name: "churn".into(),
-        partitions: PARTITIONS,
-        config: TopicConfig {
-            retention_bytes: 3_000,
-            ..TopicConfig::default()
-        },
-    })
-    .await
-    .unwrap();
+    let c = connect(schema.options().with_max_connections(8), clock.clone()).await;
+    let topic = fresh_topic_id();
+    let config = TopicConfig::default().with_retention_bytes(3_000);
+    common::create_topic(c.as_ref(), topic, "churn", PARTITIONS, config).await;
     let deadline = Instant::now() + Duration::from_secs(2);
     let mut tasks = Vec::new();
     for w in 0..4i32 {
@@ -1095,16 +1061,10 @@ async fn postgres_concurrent_writers_and_deleters() {
                 let mut requests = Vec::new();
                 for p in order {
                     let tp = TopicIdPartition::new(topic, p);
-                    let latest = c
-                        .list_offsets(&[ListOffsetsRequest {
-                            partition: tp,
-                            timestamp: LATEST_TIMESTAMP,
-                        }])
-                        .await
-                        .unwrap();
+                    let latest = list_offset(c.as_ref(), tp, LATEST_TIMESTAMP).await;
                     requests.push(diskless_coordinator::DeleteRecordsRequest {
                         partition: tp,
-                        offset: latest[0].offset / 2,
+                        offset: latest.offset / 2,
                     });
                 }
                 let r = c.delete_records(&requests).await.unwrap();
@@ -1128,26 +1088,8 @@ async fn postgres_concurrent_writers_and_deleters() {
     }
     for p in 0..PARTITIONS {
         let tp = TopicIdPartition::new(topic, p);
-        let lso = c
-            .list_offsets(&[ListOffsetsRequest {
-                partition: tp,
-                timestamp: diskless_coordinator::EARLIEST_TIMESTAMP,
-            }])
-            .await
-            .unwrap()[0]
-            .offset;
-        let found = c
-            .find_batches(
-                &[FindBatchesRequest {
-                    partition: tp,
-                    offset: lso,
-                    max_bytes: u32::MAX,
-                }],
-                u32::MAX,
-            )
-            .await
-            .unwrap()
-            .remove(0);
+        let lso = list_offset(c.as_ref(), tp, EARLIEST_TIMESTAMP).await.offset;
+        let found = find_from(c.as_ref(), tp, lso).await;
         assert_eq!(found.error, ErrorCode::None);
         let mut next = None;
         for b in &found.batches {
@@ -1202,33 +1144,21 @@ async fn postgres_concurrent_writers_and_deleters() {
 /// (retriable: nothing was applied), and the retry succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_statement_timeout_is_unavailable() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     let clock = ManualClock::new(START_MS);
-    let c = PostgresCoordinator::connect(
-        schema
-            .options()
-            .statement_timeout(Duration::from_millis(300)),
-        clock,
-    )
-    .await
-    .unwrap();
-    let topic = create_topic(&c, 1).await;
+    let options = schema
+        .options()
+        .with_statement_timeout(Duration::from_millis(300));
+    let c = connect(options, clock).await;
+    let topic = create_topic(c.as_ref(), 1).await;
     let p = TopicIdPartition::new(topic, 0);
-    let mut locker = side_connection(&schema, "-locker").await;
-    sqlx::raw_sql("BEGIN; SELECT 1 FROM partitions FOR UPDATE")
-        .execute(&mut locker)
-        .await
-        .unwrap();
+    let locks = PartitionLocks::take(&schema).await;
     let r = c
         .commit_file(request("wal/slow", vec![idempotent(p, 3, 0, 0, 1)]))
         .await;
     assert!(matches!(r, Err(CoordinatorError::Unavailable(_))), "{r:?}");
     assert!(r.unwrap_err().is_retriable());
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut locker)
-        .await
-        .unwrap();
+    locks.release().await;
     assert_eq!(c.object_info("wal/slow").await.unwrap(), None);
     let r = c
         .commit_file(request("wal/slow", vec![idempotent(p, 3, 0, 0, 1)]))
@@ -1245,26 +1175,17 @@ async fn postgres_statement_timeout_is_unavailable() {
 /// agrees with the reference model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_retention_of_long_logs_matches_model() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     let clock = ManualClock::new(START_MS);
     let c = coordinator(&schema, clock.clone()).await;
-    let model = diskless_testkit::coordinator::InMemoryCoordinator::new(clock.clone());
+    let model = InMemoryCoordinator::new(clock.clone());
     let both: [&dyn BatchCoordinator; 2] = [c.as_ref(), &model];
-    let topic = Uuid::new_v4();
+    let topic = fresh_topic_id();
+    let config = TopicConfig::default()
+        .with_retention_bytes(1_000)
+        .with_retention_ms(60_000);
     for x in both {
-        x.create_topic(CreateTopicRequest {
-            topic_id: topic,
-            name: "long".into(),
-            partitions: 2,
-            config: TopicConfig {
-                retention_bytes: 1_000,
-                retention_ms: 60_000,
-                ..TopicConfig::default()
-            },
-        })
-        .await
-        .unwrap();
+        common::create_topic(x, topic, "long", 2, config.clone()).await;
     }
     for file in 0..6 {
         let batches: Vec<CommitBatch> = (0..500)
@@ -1286,20 +1207,14 @@ async fn postgres_retention_of_long_logs_matches_model() {
         assert_eq!(real, expected, "cap {cap}");
         for p in 0..2 {
             let tp = TopicIdPartition::new(topic, p);
-            let req = [ListOffsetsRequest {
-                partition: tp,
-                timestamp: diskless_coordinator::EARLIEST_TIMESTAMP,
-            }];
-            let lso = model.list_offsets(&req).await.unwrap()[0].offset;
-            assert_eq!(c.list_offsets(&req).await.unwrap()[0].offset, lso);
-            let find = [FindBatchesRequest {
-                partition: tp,
-                offset: lso,
-                max_bytes: u32::MAX,
-            }];
+            let lso = list_offset(&model, tp, EARLIEST_TIMESTAMP).await.offset;
             assert_eq!(
-                c.find_batches(&find, u32::MAX).await.unwrap(),
-                model.find_batches(&find, u32::MAX).await.unwrap()
+                list_offset(c.as_ref(), tp, EARLIEST_TIMESTAMP).await.offset,
+                lso
+            );
+            assert_eq!(
+                find_from(c.as_ref(), tp, lso).await,
+                find_from(&model, tp, lso).await
             );
         }
     }
@@ -1337,7 +1252,7 @@ struct Database {
 
 impl Database {
     async fn new(url: &str) -> Database {
-        let name = format!("diskless_test_db_{}", Uuid::new_v4().simple());
+        let name = unique_name("diskless_test_db_");
         let mut conn = PgConnection::connect(url).await.unwrap();
         sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
             .execute(&mut conn)
@@ -1354,27 +1269,16 @@ impl Database {
 impl Drop for Database {
     fn drop(&mut self) {
         let (url, name) = (self.admin_url.clone(), self.name.clone());
-        let dropped = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let mut conn = PgConnection::connect(&url).await?;
-                sqlx::raw_sql(AssertSqlSafe(format!(
-                    "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
-                )))
-                .execute(&mut conn)
-                .await?;
-                conn.close().await
-            })
-        })
-        .join();
-        match dropped {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("dropping database {} failed: {e}", self.name),
-            Err(_) => eprintln!("dropping database {} panicked", self.name),
-        }
+        let dropped = block_on_own_thread(async move {
+            let mut conn = PgConnection::connect(&url).await?;
+            sqlx::raw_sql(AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+            )))
+            .execute(&mut conn)
+            .await?;
+            conn.close().await
+        });
+        report_cleanup(&format!("database {}", self.name), dropped);
     }
 }
 
@@ -1410,28 +1314,17 @@ impl StaleReplica {
         let schema = Schema::new(url);
         let replica_url = with_database(url, &db.name);
         let clock = ManualClock::new(START_MS);
-        let frozen = PostgresCoordinator::connect(
-            PostgresOptions::new(replica_url.clone())
-                .schema(schema.name.clone())
-                .max_connections(2)
-                .read_max_connections(1)
-                .application_name(format!("{}-frozen", schema.name)),
-            clock.clone(),
-        )
-        .await
-        .unwrap();
+        let frozen_options = PostgresOptions::new(replica_url.clone())
+            .with_schema(schema.name.clone())
+            .with_max_connections(2)
+            .with_read_max_connections(1)
+            .with_application_name(format!("{}-frozen", schema.name));
+        let frozen = connect(frozen_options, clock.clone()).await;
         let primary = coordinator(&schema, clock.clone()).await;
-        let topic = Uuid::new_v4();
+        let topic = fresh_topic_id();
         let p = TopicIdPartition::new(topic, 0);
-        for c in [&frozen, primary.as_ref()] {
-            c.create_topic(CreateTopicRequest {
-                topic_id: topic,
-                name: "replicated".into(),
-                partitions: 1,
-                config: TopicConfig::default(),
-            })
-            .await
-            .unwrap();
+        for c in [&frozen, &primary] {
+            common::create_topic(c.as_ref(), topic, "replicated", 1, TopicConfig::default()).await;
             c.commit_file(request("wal/a", vec![plain(p, 5)]))
                 .await
                 .unwrap();
@@ -1443,7 +1336,7 @@ impl StaleReplica {
             .commit_file(request("wal/b", vec![b]))
             .await
             .unwrap();
-        let fresh = create_topic(&primary, 1).await;
+        let fresh = create_topic(primary.as_ref(), 1).await;
         primary
             .commit_file(request(
                 "wal/c",
@@ -1462,32 +1355,9 @@ impl StaleReplica {
     }
 
     async fn reader(&self, options: PostgresOptions) -> Arc<PostgresCoordinator> {
-        Arc::new(
-            PostgresCoordinator::connect(
-                options.read_url(self.replica_url.clone()),
-                ManualClock::new(START_MS),
-            )
-            .await
-            .unwrap(),
-        )
+        let options = options.with_read_url(self.replica_url.clone());
+        connect(options, ManualClock::new(START_MS)).await
     }
-}
-
-async fn find_at(
-    c: &dyn BatchCoordinator,
-    p: TopicIdPartition,
-    offset: i64,
-) -> Result<diskless_coordinator::FindBatchesResponse, CoordinatorError> {
-    c.find_batches(
-        &[FindBatchesRequest {
-            partition: p,
-            offset,
-            max_bytes: u32::MAX,
-        }],
-        u32::MAX,
-    )
-    .await
-    .map(|mut r| r.remove(0))
 }
 
 fn keys(r: &diskless_coordinator::FindBatchesResponse) -> Vec<&str> {
@@ -1507,35 +1377,35 @@ async fn postgres_stale_replica_rechecks_out_of_range_on_primary() {
     let p = TopicIdPartition::new(setup.topic, 0);
 
     // In range on the replica: answered there (stale within the lag bound is allowed).
-    let r = find_at(c.as_ref(), p, 0).await.unwrap();
+    let r = try_find_from(c.as_ref(), p, 0).await.unwrap();
     assert_eq!(
         (r.error, r.high_watermark, keys(&r)),
         (ErrorCode::None, 5, vec!["wal/a"])
     );
     // At the replica's high watermark: nothing yet, as a follower answers (KIP-392).
-    let r = find_at(c.as_ref(), p, 5).await.unwrap();
+    let r = try_find_from(c.as_ref(), p, 5).await.unwrap();
     assert_eq!(
         (r.error, r.high_watermark, keys(&r)),
         (ErrorCode::None, 5, vec![])
     );
     // Beyond the replica's high watermark, within the primary's: the primary answers.
-    let r = find_at(c.as_ref(), p, 6).await.unwrap();
+    let r = try_find_from(c.as_ref(), p, 6).await.unwrap();
     assert_eq!(
         (r.error, r.high_watermark, keys(&r)),
         (ErrorCode::None, 8, vec!["wal/b"])
     );
-    let r = find_at(c.as_ref(), p, 8).await.unwrap();
+    let r = try_find_from(c.as_ref(), p, 8).await.unwrap();
     assert_eq!(
         (r.error, r.high_watermark, keys(&r)),
         (ErrorCode::None, 8, vec![])
     );
     // A topic the replica does not hold yet.
-    let r = find_at(c.as_ref(), TopicIdPartition::new(setup.fresh, 0), 0)
+    let r = try_find_from(c.as_ref(), TopicIdPartition::new(setup.fresh, 0), 0)
         .await
         .unwrap();
     assert_eq!((r.error, keys(&r)), (ErrorCode::None, vec!["wal/c"]));
     // Out of range on the primary too: now it is the answer.
-    let r = find_at(c.as_ref(), p, 9).await.unwrap();
+    let r = try_find_from(c.as_ref(), p, 9).await.unwrap();
     assert_eq!(r.error, ErrorCode::OffsetOutOfRange);
     // One call mixing both: each partition from its source, in request order, one byte budget.
     let r = c
@@ -1628,22 +1498,16 @@ async fn postgres_lagging_replica_is_not_read() {
             .marked_for_deletion_at
             .is_some()
     );
-    let r = find_at(c.as_ref(), p, 0).await.unwrap();
+    let r = try_find_from(c.as_ref(), p, 0).await.unwrap();
     assert_eq!(
         r.error,
         ErrorCode::OffsetOutOfRange,
         "the lagging replica's coordinates of wal/a were served: {r:?}"
     );
-    let r = find_at(c.as_ref(), p, 5).await.unwrap();
+    let r = try_find_from(c.as_ref(), p, 5).await.unwrap();
     assert_eq!((r.high_watermark, keys(&r)), (8, vec!["wal/b"]));
-    let earliest = c
-        .list_offsets(&[ListOffsetsRequest {
-            partition: p,
-            timestamp: diskless_coordinator::EARLIEST_TIMESTAMP,
-        }])
-        .await
-        .unwrap();
-    assert_eq!(earliest[0].offset, 5);
+    let earliest = list_offset(c.as_ref(), p, EARLIEST_TIMESTAMP).await;
+    assert_eq!(earliest.offset, 5);
     assert_eq!(c.list_topics().await.unwrap().len(), 2);
     let stats = c.stats();
     assert_eq!(stats.replica_reads, 0, "{stats:?}");
@@ -1655,11 +1519,11 @@ async fn postgres_lagging_replica_is_not_read() {
             setup
                 .schema
                 .options()
-                .max_replica_lag(Duration::from_secs(1)),
+                .with_max_replica_lag(Duration::from_secs(1)),
         )
         .await;
     assert_eq!(
-        find_at(tight.as_ref(), p, 0).await.unwrap().error,
+        try_find_from(tight.as_ref(), p, 0).await.unwrap().error,
         ErrorCode::OffsetOutOfRange
     );
     assert_eq!(tight.stats().replica_reads, 0);
@@ -1674,37 +1538,27 @@ async fn postgres_lagging_replica_is_not_read() {
             setup
                 .schema
                 .options()
-                .max_connections(1)
-                .acquire_timeout(Duration::from_secs(1)),
+                .with_max_connections(1)
+                .with_acquire_timeout(Duration::from_secs(1)),
         )
         .await;
-    let mut locker = side_connection(&setup.schema, "-locker").await;
-    sqlx::raw_sql("BEGIN; SELECT 1 FROM partitions FOR UPDATE")
-        .execute(&mut locker)
-        .await
-        .unwrap();
-    let blocked = {
-        let c = stuck.clone();
-        tokio::spawn(async move { c.commit_file(request("wal/d", vec![plain(p, 1)])).await })
-    };
+    let locks = PartitionLocks::take(&setup.schema).await;
+    let blocked = spawn_commit(&stuck, request("wal/d", vec![plain(p, 1)]));
     let mut inspector = side_connection(&setup.schema, "-inspector").await;
     blocked_backend(&mut inspector, &setup.schema.name).await;
-    let r = find_at(stuck.as_ref(), p, 0).await;
+    let r = try_find_from(stuck.as_ref(), p, 0).await;
     assert!(
         matches!(&r, Err(e @ CoordinatorError::Unavailable(_)) if e.is_retriable()),
         "{r:?}"
     );
     // Once the replica is within the bound again it serves what it holds in range...
     set_replica_heartbeat(&setup.replica_url, &setup.schema.name, 0).await;
-    let r = find_at(stuck.as_ref(), p, 0).await.unwrap();
+    let r = try_find_from(stuck.as_ref(), p, 0).await.unwrap();
     assert_eq!(keys(&r), vec!["wal/a"]);
     // ...but what it would answer as out of range still needs the primary.
-    let r = find_at(stuck.as_ref(), p, 6).await;
+    let r = try_find_from(stuck.as_ref(), p, 6).await;
     assert!(matches!(r, Err(CoordinatorError::Unavailable(_))), "{r:?}");
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut locker)
-        .await
-        .unwrap();
+    locks.release().await;
     blocked.await.unwrap().unwrap();
     stuck.close().await;
 }
@@ -1717,27 +1571,18 @@ async fn postgres_lagging_replica_is_not_read() {
 /// and reports `more` exactly when it spent its budget; every report matches the model's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_retention_stops_at_its_budget() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     let clock = ManualClock::new(START_MS);
     let c = coordinator(&schema, clock.clone()).await;
-    let model = diskless_testkit::coordinator::InMemoryCoordinator::new(clock.clone());
+    let model = InMemoryCoordinator::new(clock.clone());
     let both: [&dyn BatchCoordinator; 2] = [c.as_ref(), &model];
     let few = Uuid::from_u128(1);
     let many = Uuid::from_u128(2);
+    let config = TopicConfig::default().with_retention_ms(1_000);
     for x in both {
         for (topic, partitions) in [(few, 4), (many, 70)] {
-            x.create_topic(CreateTopicRequest {
-                topic_id: topic,
-                name: format!("t-{topic}"),
-                partitions,
-                config: TopicConfig {
-                    retention_ms: 1_000,
-                    ..TopicConfig::default()
-                },
-            })
-            .await
-            .unwrap();
+            let name = format!("t-{topic}");
+            common::create_topic(x, topic, &name, partitions, config.clone()).await;
         }
         let mut batches = Vec::new();
         for p in 0..4 {
@@ -1778,27 +1623,18 @@ async fn postgres_retention_stops_at_its_budget() {
 /// page of batches of every such partition, every pass).
 #[tokio::test]
 async fn postgres_retention_skips_partitions_size_cannot_trim() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     let clock = ManualClock::new(START_MS);
     let c = coordinator(&schema, clock.clone()).await;
-    let model = diskless_testkit::coordinator::InMemoryCoordinator::new(clock.clone());
+    let model = InMemoryCoordinator::new(clock.clone());
     let both: [&dyn BatchCoordinator; 2] = [c.as_ref(), &model];
     let topic = Uuid::from_u128(3);
+    // Each partition holds 2 batches of 100 bytes: 200 > 150, but 200 - 100 < 150.
+    let config = TopicConfig::default()
+        .with_retention_ms(-1)
+        .with_retention_bytes(150);
     for x in both {
-        x.create_topic(CreateTopicRequest {
-            topic_id: topic,
-            name: "size-bound".into(),
-            partitions: 20,
-            config: TopicConfig {
-                retention_ms: -1,
-                // Each partition holds 2 batches of 100 bytes: 200 > 150, but 200 - 100 < 150.
-                retention_bytes: 150,
-                ..TopicConfig::default()
-            },
-        })
-        .await
-        .unwrap();
+        common::create_topic(x, topic, "size-bound", 20, config.clone()).await;
         let mut batches = Vec::new();
         for p in 0..20 {
             for _ in 0..2 {
@@ -1827,13 +1663,12 @@ async fn postgres_retention_skips_partitions_size_cannot_trim() {
 /// sequential scan of batches, few buffers touched).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_list_offsets_by_timestamp_uses_indexes() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     let clock = ManualClock::new(START_MS);
     let c = coordinator(&schema, clock.clone()).await;
-    let model = diskless_testkit::coordinator::InMemoryCoordinator::new(clock.clone());
+    let model = InMemoryCoordinator::new(clock.clone());
     let both: [&dyn BatchCoordinator; 2] = [c.as_ref(), &model];
-    let topic = Uuid::new_v4();
+    let topic = fresh_topic_id();
     let long = TopicIdPartition::new(topic, 0);
     let odd = TopicIdPartition::new(topic, 1);
     let ts_of = |b: &mut CommitBatch, ts: i64| {
@@ -1841,14 +1676,7 @@ async fn postgres_list_offsets_by_timestamp_uses_indexes() {
         b.max_timestamp = ts;
     };
     for x in both {
-        x.create_topic(CreateTopicRequest {
-            topic_id: topic,
-            name: "by-time".into(),
-            partitions: 2,
-            config: TopicConfig::default(),
-        })
-        .await
-        .unwrap();
+        common::create_topic(x, topic, "by-time", 2, TopicConfig::default()).await;
         // The odd partition: file 0 will lose its running max (as if committed before migration
         // 3); a batch with a far larger timestamp is deleted by DeleteRecords.
         for (file, stamps) in [
@@ -1986,54 +1814,29 @@ const MAX_TIMESTAMP_REQ: i64 = diskless_coordinator::MAX_TIMESTAMP;
 // -------------------------------------------------------------------------------------------------
 // The commit point (issue #12 item 1): deadline and fences inside the commit function
 
-/// A UUID v7 object key whose time is `ms` (random bits from a v4 UUID).
-fn v7_key_at(ms: i64) -> String {
-    let random = Uuid::new_v4();
-    let uuid = uuid::Builder::from_unix_timestamp_millis(
-        ms as u64,
-        &random.as_bytes()[..10].try_into().unwrap(),
-    )
-    .into_uuid();
-    format!("wal/{uuid}")
-}
-
-fn system_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
 /// The deadline is checked by the server, against its own clock, once the commit holds its locks:
 /// a commit that passed every check on arrival but waited on a partition lock past its deadline
 /// is refused with nothing applied; the coordinator's injected clock plays no part; the previous
 /// version's commit_file signature passes the same checks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_commit_deadline_is_checked_after_the_locks() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     // The injected clock is years behind the server's: the deadline does not read it.
     let clock = ManualClock::new(START_MS);
-    let c = Arc::new(
-        PostgresCoordinator::connect(
-            schema
-                .options()
-                .max_commit_age(Duration::from_millis(1_500)),
-            clock.clone(),
-        )
-        .await
-        .unwrap(),
-    );
+    let options = schema
+        .options()
+        .with_max_commit_age(Duration::from_millis(1_500));
+    let c = connect(options, clock.clone()).await;
     let topic = create_topic(&c, 1).await;
     let p = TopicIdPartition::new(topic, 0);
-    let fresh = v7_key_at(system_ms());
+    let fresh = key_aged(0);
     let r = c
         .commit_file(request(&fresh, vec![plain(p, 1)]))
         .await
         .unwrap();
     assert_eq!(r[0].base_offset, 0);
     let r = c
-        .commit_file(request(&v7_key_at(system_ms() - 60_000), vec![plain(p, 1)]))
+        .commit_file(request(&key_aged(60_000), vec![plain(p, 1)]))
         .await;
     assert!(
         matches!(r, Err(CoordinatorError::DeadlineExceeded(_))),
@@ -2046,27 +1849,13 @@ async fn postgres_commit_deadline_is_checked_after_the_locks() {
 
     // A commit of a fresh key that then waits on the partition's lock for longer than the
     // deadline: refused when it gets the lock.
-    let mut locker = side_connection(&schema, "-locker").await;
-    sqlx::raw_sql("BEGIN; SELECT 1 FROM partitions FOR UPDATE")
-        .execute(&mut locker)
-        .await
-        .unwrap();
-    let late = v7_key_at(system_ms());
-    let blocked = {
-        let c = c.clone();
-        let late = late.clone();
-        tokio::spawn(async move {
-            c.commit_file(request(&late, vec![idempotent(p, 9, 0, 0, 1)]))
-                .await
-        })
-    };
+    let locks = PartitionLocks::take(&schema).await;
+    let late = key_aged(0);
+    let blocked = spawn_commit(&c, request(&late, vec![idempotent(p, 9, 0, 0, 1)]));
     let mut inspector = side_connection(&schema, "-inspector").await;
     blocked_backend(&mut inspector, &schema.name).await;
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut locker)
-        .await
-        .unwrap();
+    locks.release().await;
     let r = blocked.await.unwrap();
     match r {
         Err(e @ CoordinatorError::DeadlineExceeded(_)) => assert!(e.certainly_not_applied()),
@@ -2074,46 +1863,23 @@ async fn postgres_commit_deadline_is_checked_after_the_locks() {
     }
     assert_eq!(c.object_info(&late).await.unwrap(), None);
     assert_eq!(c.producer_state(p, 9).await.unwrap(), None);
-    assert_eq!(all_batches(c.as_ref(), p).await.high_watermark, 2);
+    assert_eq!(find_from(c.as_ref(), p, 0).await.high_watermark, 2);
 
     // The previous version's signature (a broker not yet upgraded): the same commit point, with
     // the default 10 minute deadline and the key's time parsed by the server.
-    let schema_ref = &schema;
-    let old_call = |key: String| {
-        let topic = topic.hyphenated().to_string();
-        async move {
-            let mut conn = side_connection(schema_ref, "-old-broker").await;
-            sqlx::query_scalar::<_, i16>(
-                "SELECT r_error_code FROM commit_file($1, 1, 101, '{0}', 0, \
-                 ARRAY[$2]::uuid[], '{0}', '{1}', '{100}', '{1}', '{0}', '{0}', '{-1}', '{-1}', \
-                 '{-1}', '{-1}')",
-            )
-            .bind(key)
-            .bind(topic)
-            .fetch_all(&mut conn)
-            .await
-        }
-    };
-    assert_eq!(old_call(v7_key_at(system_ms())).await.unwrap(), vec![0]);
-    let e = old_call(v7_key_at(system_ms() - 11 * 60_000))
-        .await
-        .unwrap_err();
-    assert_eq!(
-        e.as_database_error().and_then(|d| d.code()).as_deref(),
-        Some("DL001")
-    );
-    let orphan = v7_key_at(system_ms());
+    let old_call = async |key: &str| old_signature_commit(&schema, topic, key).await;
+    assert_eq!(old_call(&key_aged(0)).await.unwrap(), vec![0]);
+    let e = old_call(&key_aged(11 * 60_000)).await.unwrap_err();
+    assert_eq!(sqlstate(&e).as_deref(), Some("DL001"));
+    let orphan = key_aged(0);
     assert_eq!(
         c.fence_orphans(std::slice::from_ref(&orphan))
             .await
             .unwrap(),
         vec![orphan.clone()]
     );
-    let e = old_call(orphan).await.unwrap_err();
-    assert_eq!(
-        e.as_database_error().and_then(|d| d.code()).as_deref(),
-        Some("DL002")
-    );
+    let e = old_call(&orphan).await.unwrap_err();
+    assert_eq!(sqlstate(&e).as_deref(), Some("DL002"));
     c.close().await;
 }
 
@@ -2122,30 +1888,17 @@ async fn postgres_commit_deadline_is_checked_after_the_locks() {
 /// and many concurrent fence/commit pairs never both succeed, and exactly one always does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_fences_and_commits_serialize() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     let clock = ManualClock::new(START_MS);
-    let c = Arc::new(
-        PostgresCoordinator::connect(schema.options().max_connections(8), clock.clone())
-            .await
-            .unwrap(),
-    );
-    let topic = create_topic(&c, 4).await;
+    let c = connect(schema.options().with_max_connections(8), clock.clone()).await;
+    let topic = create_topic(c.as_ref(), 4).await;
     let p = TopicIdPartition::new(topic, 0);
 
     // Deterministic: the commit is inside the commit function (object inserted, key locked),
     // waiting on a partition lock, when the fence arrives.
-    let mut locker = side_connection(&schema, "-locker").await;
-    sqlx::raw_sql("BEGIN; SELECT 1 FROM partitions FOR UPDATE")
-        .execute(&mut locker)
-        .await
-        .unwrap();
-    let key = v7_key_at(system_ms());
-    let commit = {
-        let c = c.clone();
-        let key = key.clone();
-        tokio::spawn(async move { c.commit_file(request(&key, vec![plain(p, 1)])).await })
-    };
+    let locks = PartitionLocks::take(&schema).await;
+    let key = key_aged(0);
+    let commit = spawn_commit(&c, request(&key, vec![plain(p, 1)]));
     let mut inspector = side_connection(&schema, "-inspector").await;
     blocked_backend(&mut inspector, &schema.name).await;
     let fence = {
@@ -2175,10 +1928,7 @@ async fn postgres_fences_and_commits_serialize() {
         assert!(Instant::now() < give_up, "the fence never waited");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut locker)
-        .await
-        .unwrap();
+    locks.release().await;
     commit.await.unwrap().unwrap();
     assert_eq!(fence.await.unwrap().unwrap(), Vec::<String>::new());
     assert_eq!(
@@ -2191,7 +1941,7 @@ async fn postgres_fences_and_commits_serialize() {
     for i in 0..120 {
         let c = c.clone();
         tasks.push(tokio::spawn(async move {
-            let key = v7_key_at(system_ms());
+            let key = key_aged(0);
             let p = TopicIdPartition::new(topic, i % 4);
             let commit = {
                 let c = c.clone();
@@ -2291,28 +2041,21 @@ async fn fence_exists(conn: &mut PgConnection, key: &str) -> bool {
 /// with old v7 times stand in for waiting: the server's clock is real.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_fence_retention_follows_the_largest_commit_age() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     let clock = ManualClock::new(START_MS);
-    let ten_minutes = PostgresCoordinator::connect(schema.options(), clock.clone())
-        .await
-        .unwrap();
-    let one_minute = PostgresCoordinator::connect(
-        schema.options().max_commit_age(Duration::from_secs(60)),
-        clock.clone(),
-    )
-    .await
-    .unwrap();
+    let with_max_age = |age: Duration| schema.options().with_max_commit_age(age);
+    let ten_minutes = coordinator(&schema, clock.clone()).await;
+    let one_minute = connect(with_max_age(Duration::from_secs(60)), clock.clone()).await;
     let mut inspector = side_connection(&schema, "-inspector").await;
     assert_eq!(
         stored_max_commit_age_ms(&mut inspector).await,
         600_000,
         "a smaller max_commit_age never lowers the stored maximum"
     );
-    let topic = create_topic(&ten_minutes, 1).await;
+    let topic = create_topic(ten_minutes.as_ref(), 1).await;
     let p = TopicIdPartition::new(topic, 0);
 
-    let key = v7_key_at(system_ms() - 3 * 60_000);
+    let key = key_aged(3 * 60_000);
     assert_eq!(
         one_minute
             .fence_orphans(std::slice::from_ref(&key))
@@ -2337,11 +2080,11 @@ async fn postgres_fence_retention_follows_the_largest_commit_age() {
         matches!(r, Err(CoordinatorError::ObjectFenced(_))),
         "expected ObjectFenced, got {r:?}"
     );
-    assert_eq!(all_batches(&ten_minutes, p).await.high_watermark, 0);
+    assert_eq!(find_from(&ten_minutes, p, 0).await.high_watermark, 0);
 
     // A fence older than 2 x the stored maximum is dropped by the next sweep (any coordinator's
     // deadline refuses its key anyway).
-    let expired = v7_key_at(system_ms() - 21 * 60_000);
+    let expired = key_aged(21 * 60_000);
     assert_eq!(
         one_minute
             .fence_orphans(std::slice::from_ref(&expired))
@@ -2355,16 +2098,9 @@ async fn postgres_fence_retention_follows_the_largest_commit_age() {
 
     // A coordinator at 30 minutes raises the maximum: a 25 minute old fence now survives sweeps,
     // and the previous version's signature takes the stored value as its deadline.
-    let thirty_minutes = PostgresCoordinator::connect(
-        schema
-            .options()
-            .max_commit_age(Duration::from_secs(30 * 60)),
-        clock.clone(),
-    )
-    .await
-    .unwrap();
+    let thirty_minutes = connect(with_max_age(Duration::from_secs(30 * 60)), clock.clone()).await;
     assert_eq!(stored_max_commit_age_ms(&mut inspector).await, 1_800_000);
-    let old = v7_key_at(system_ms() - 25 * 60_000);
+    let old = key_aged(25 * 60_000);
     assert_eq!(
         one_minute
             .fence_orphans(std::slice::from_ref(&old))
@@ -2382,13 +2118,13 @@ async fn postgres_fence_retention_follows_the_largest_commit_age() {
         "expected ObjectFenced, got {r:?}"
     );
     assert_eq!(
-        old_signature_commit(&schema, topic, &v7_key_at(system_ms() - 20 * 60_000))
+        old_signature_commit(&schema, topic, &key_aged(20 * 60_000))
             .await
             .unwrap(),
         vec![0],
         "the previous signature's deadline is the stored maximum (30 min), not 10 min"
     );
-    let e = old_signature_commit(&schema, topic, &v7_key_at(system_ms() - 31 * 60_000))
+    let e = old_signature_commit(&schema, topic, &key_aged(31 * 60_000))
         .await
         .unwrap_err();
     assert_eq!(sqlstate(&e).as_deref(), Some("DL001"));
@@ -2406,8 +2142,7 @@ async fn postgres_fence_retention_follows_the_largest_commit_age() {
 /// key: every UUID text form, both cases, every version and variant nibble, and near misses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_key_time_parser_agrees_with_rust() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     let c = coordinator(&schema, ManualClock::new(START_MS)).await;
     let mut keys: Vec<String> = vec![
         String::new(),
@@ -2421,12 +2156,25 @@ async fn postgres_key_time_parser_agrees_with_rust() {
     for ms in [0u64, 1, 1_700_000_000_123, (1 << 48) - 1] {
         uuids.push(uuid::Builder::from_unix_timestamp_millis(ms, &[0x5a; 10]).into_uuid());
     }
+    // Arbitrary v7 UUIDs (any time, any random bits) and v4 UUIDs, reproducibly.
+    let mut rng = XorShift(0x5eed_1e55_d15c_0001);
+    let random_bytes = |rng: &mut XorShift| {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&rng.next().to_le_bytes());
+        b[8..].copy_from_slice(&rng.next().to_le_bytes());
+        b
+    };
+    let random_v7 = |rng: &mut XorShift| {
+        let ms = rng.below(1 << 48);
+        let random: [u8; 10] = random_bytes(rng)[..10].try_into().unwrap();
+        uuid::Builder::from_unix_timestamp_millis(ms, &random).into_uuid()
+    };
     for _ in 0..40 {
-        uuids.push(Uuid::now_v7());
-        uuids.push(Uuid::new_v4());
+        uuids.push(random_v7(&mut rng));
+        uuids.push(uuid::Builder::from_random_bytes(random_bytes(&mut rng)).into_uuid());
     }
     // Every version nibble and every variant nibble of a v7 UUID.
-    let base = *Uuid::now_v7().as_bytes();
+    let base = *random_v7(&mut rng).as_bytes();
     for nibble in 0u8..16 {
         let mut b = base;
         b[6] = (b[6] & 0x0f) | (nibble << 4);
@@ -2493,18 +2241,17 @@ async fn postgres_key_time_parser_agrees_with_rust() {
 /// and a deleted key the deadline refuses anyway gets no fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_deleted_objects_are_fenced_and_serialize_with_commits() {
-    let Some(url) = pg_url() else { return };
-    let schema = Schema::new(&url);
+    let Some(schema) = test_schema() else { return };
     let clock = ManualClock::new(START_MS);
     let c = coordinator(&schema, clock.clone()).await;
-    let topic = create_topic(&c, 1).await;
+    let topic = create_topic(c.as_ref(), 1).await;
     let p = TopicIdPartition::new(topic, 0);
-    let unknown = TopicIdPartition::new(Uuid::new_v4(), 0);
+    let unknown = TopicIdPartition::new(fresh_topic_id(), 0);
     let mut inspector = side_connection(&schema, "-inspector").await;
 
     for commit_deletion in [true, false] {
         // An object whose only batch was rejected: marked for deletion at once.
-        let key = v7_key_at(system_ms());
+        let key = key_aged(0);
         let r = c
             .commit_file(request(&key, vec![plain(unknown, 1)]))
             .await
@@ -2518,11 +2265,7 @@ async fn postgres_deleted_objects_are_fenced_and_serialize_with_commits() {
         .execute(&mut cleaner)
         .await
         .unwrap();
-        let retry = {
-            let c = c.clone();
-            let key = key.clone();
-            tokio::spawn(async move { c.commit_file(request(&key, vec![plain(p, 1)])).await })
-        };
+        let retry = spawn_commit(&c, request(&key, vec![plain(p, 1)]));
         blocked_backend(&mut inspector, &schema.name).await;
         assert!(!retry.is_finished());
         let end = if commit_deletion {
@@ -2547,20 +2290,20 @@ async fn postgres_deleted_objects_are_fenced_and_serialize_with_commits() {
             assert!(c.object_info(&key).await.unwrap().is_some());
             assert!(!fence_exists(&mut inspector, &key).await);
         }
-        assert_eq!(all_batches(c.as_ref(), p).await.high_watermark, 0);
+        assert_eq!(find_from(c.as_ref(), p, 0).await.high_watermark, 0);
     }
 
     // confirm_deleted sweeps expired fences (older than 2 x the stored 10 minutes) and keeps the
     // others, and does not fence a deleted key the deadline refuses anyway.
-    let expired = v7_key_at(system_ms() - 21 * 60_000);
-    let kept = v7_key_at(system_ms() - 19 * 60_000);
+    let expired = key_aged(21 * 60_000);
+    let kept = key_aged(19 * 60_000);
     assert_eq!(
         c.fence_orphans(&[expired.clone(), kept.clone()])
             .await
             .unwrap(),
         vec![expired.clone(), kept.clone()]
     );
-    let ancient = v7_key_at(system_ms() - 60 * 60_000);
+    let ancient = key_aged(60 * 60_000);
     sqlx::query(
         "INSERT INTO objects (object_key, uploader_broker_id, object_size, live_bytes, owners, \
          committed_at, marked_for_deletion_at) VALUES ($1, 1, 10, 0, '{0}', 0, 0)",

@@ -1,6 +1,12 @@
 //! Tests of the sharded coordinator router: conformance, placement persistence, owner lists,
 //! partial failures, hand-over, and equivalence with one coordinator under random workloads.
 
+// Test code: a failed call fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{find_from, list_offset, plain, request};
 use diskless_coordinator::sharded::{
     FileShardMap, MemoryShardMap, PartialCommitError, ShardMapStore, ShardedConfig,
     ShardedCoordinator,
@@ -8,7 +14,7 @@ use diskless_coordinator::sharded::{
 use diskless_coordinator::sqlite::SqliteCoordinator;
 use diskless_coordinator::*;
 use diskless_testkit::coordinator::conformance::START_MS;
-use diskless_testkit::coordinator::{FaultyCoordinator, InMemoryCoordinator};
+use diskless_testkit::coordinator::{CommitFaults, FaultyCoordinator, InMemoryCoordinator};
 use diskless_testkit::coordinator_conformance;
 use diskless_testkit::keys::v7_key;
 use proptest::prelude::*;
@@ -53,48 +59,36 @@ async fn router(
     .unwrap()
 }
 
-fn batch(p: TopicIdPartition, size: u32, ts: i64) -> CommitBatch {
-    CommitBatch {
-        partition: p,
-        byte_offset: 0,
-        byte_size: size,
-        record_count: 1,
-        base_timestamp: ts,
-        max_timestamp: ts,
-        timestamp_type: TimestampType::CreateTime,
-        producer_id: NO_PRODUCER_ID,
-        producer_epoch: NO_PRODUCER_EPOCH,
-        base_sequence: NO_SEQUENCE,
-        last_sequence: NO_SEQUENCE,
-    }
+/// Two routers over the same three model shards and the same map store (seeds 1 and 2).
+async fn two_routers(clock: &Arc<ManualClock>) -> (ShardedCoordinator, ShardedCoordinator) {
+    let shards = model_shards(clock, 3);
+    let store: Arc<dyn ShardMapStore> = Arc::new(MemoryShardMap::new());
+    let a = ShardedCoordinator::open(shards.clone(), store.clone(), clock.clone(), config(1))
+        .await
+        .unwrap();
+    let b = ShardedCoordinator::open(shards, store, clock.clone(), config(2))
+        .await
+        .unwrap();
+    (a, b)
 }
 
-fn request(key: &str, mut batches: Vec<CommitBatch>) -> CommitFileRequest {
-    let mut at = 1u64;
-    for b in &mut batches {
-        b.byte_offset = at;
-        at += u64::from(b.byte_size);
-    }
-    CommitFileRequest {
-        object_key: key.to_string(),
-        uploader_broker_id: 1,
-        object_size: at,
-        owners: vec![0],
-        batches,
-    }
+/// A one-record batch of `size` bytes for `p` at timestamp `ts`.
+fn batch(p: TopicIdPartition, size: u32, ts: i64) -> CommitBatch {
+    plain(p, 1, size, ts)
 }
 
 async fn create(c: &dyn BatchCoordinator, id: u128, partitions: i32, config: TopicConfig) -> Uuid {
     let topic_id = Uuid::from_u128(id);
-    c.create_topic(CreateTopicRequest {
-        topic_id,
-        name: format!("t{id}"),
-        partitions,
-        config,
-    })
-    .await
-    .unwrap();
+    common::create_topic(c, topic_id, &format!("t{id}"), partitions, config).await;
     topic_id
+}
+
+/// The partition of `topic` (of 3) that `r` places on `shard`.
+fn partition_on(r: &ShardedCoordinator, topic: Uuid, shard: ShardId) -> TopicIdPartition {
+    (0..3)
+        .map(|i| TopicIdPartition::new(topic, i))
+        .find(|tp| r.shard_of(*tp) == Some(shard))
+        .unwrap()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -179,14 +173,7 @@ async fn placement_is_stored_and_survives_a_restart() {
             assert_eq!(res[0].error, ErrorCode::None);
             // The batch is in the shard the stored map names, and nowhere else.
             for (i, s) in shards.iter().enumerate() {
-                let hw = s
-                    .list_offsets(&[ListOffsetsRequest {
-                        partition: tp,
-                        timestamp: LATEST_TIMESTAMP,
-                    }])
-                    .await
-                    .unwrap()[0]
-                    .offset;
+                let hw = list_offset(s.as_ref(), tp, LATEST_TIMESTAMP).await.offset;
                 assert_eq!(hw, i64::from(i as u32 == shard), "partition {tp} shard {i}");
             }
         }
@@ -313,12 +300,6 @@ async fn an_object_is_deletable_only_when_every_owner_released_it() {
     .unwrap();
     let owners = r.object_info(&key).await.unwrap().unwrap().owners;
     // Release the partitions in owner order: responsibility moves down the list.
-    let partition_of = |shard: ShardId| {
-        (0..3)
-            .map(p)
-            .find(|tp| r.shard_of(*tp) == Some(shard))
-            .unwrap()
-    };
     for (i, owner) in owners.iter().enumerate() {
         assert_eq!(r.responsible_owner(&key).await.unwrap(), Some(*owner));
         assert!(r.objects_to_delete(i64::MAX, 100).await.unwrap().is_empty());
@@ -333,7 +314,7 @@ async fn an_object_is_deletable_only_when_every_owner_released_it() {
         clock.advance(1000);
         let res = r
             .delete_records(&[DeleteRecordsRequest {
-                partition: partition_of(*owner),
+                partition: partition_on(&r, t, *owner),
                 offset: -1,
             }])
             .await
@@ -374,7 +355,7 @@ async fn partial_commits_are_outcome_unknown_and_settle_after_the_horizon() {
     let clock = ManualClock::new(START_MS);
     let flaky: Vec<Arc<FaultyCoordinator>> = model_shards(&clock, 3)
         .into_iter()
-        .map(FaultyCoordinator::new)
+        .map(CommitFaults::wrap)
         .collect();
     let shards: Vec<Arc<dyn BatchCoordinator>> = flaky
         .iter()
@@ -382,13 +363,7 @@ async fn partial_commits_are_outcome_unknown_and_settle_after_the_horizon() {
         .collect();
     let r = router(shards, &clock).await;
     let t = create(&r, 1, 3, TopicConfig::default()).await;
-    let p = |i| TopicIdPartition::new(t, i);
-    let on = |shard: u32| {
-        (0..3)
-            .map(p)
-            .find(|tp| r.shard_of(*tp) == Some(shard))
-            .unwrap()
-    };
+    let on = |shard: ShardId| partition_on(&r, t, shard);
 
     // Shard 1 is down: shards 0 and 2 apply, the whole commit is OutcomeUnknown.
     flaky[1].set_failing(true);
@@ -622,14 +597,7 @@ async fn run_equivalence(steps: Vec<Step>, sqlite: bool) {
                 back,
             } => {
                 let tp = TopicIdPartition::new(slot_id(slot), partition);
-                let hw = model
-                    .list_offsets(&[ListOffsetsRequest {
-                        partition: tp,
-                        timestamp: LATEST_TIMESTAMP,
-                    }])
-                    .await
-                    .unwrap()[0]
-                    .offset;
+                let hw = list_offset(&model, tp, LATEST_TIMESTAMP).await.offset;
                 let req = [DeleteRecordsRequest {
                     partition: tp,
                     offset: (hw - back).max(0),
@@ -739,14 +707,7 @@ proptest! {
 #[tokio::test]
 async fn a_router_learns_topics_created_through_another_router() {
     let clock = ManualClock::new(START_MS);
-    let shards = model_shards(&clock, 3);
-    let store: Arc<dyn ShardMapStore> = Arc::new(MemoryShardMap::new());
-    let a = ShardedCoordinator::open(shards.clone(), store.clone(), clock.clone(), config(1))
-        .await
-        .unwrap();
-    let b = ShardedCoordinator::open(shards, store, clock.clone(), config(2))
-        .await
-        .unwrap();
+    let (a, b) = two_routers(&clock).await;
     let t = create(&a, 77, 3, TopicConfig::default()).await;
     assert_eq!(
         b.shard_of(TopicIdPartition::new(t, 0)),
@@ -771,18 +732,8 @@ async fn a_router_learns_topics_created_through_another_router() {
         assert_eq!(b.shard_of(partition), a.shard_of(partition));
     }
     // What b committed, a reads.
-    let found = a
-        .find_batches(
-            &[FindBatchesRequest {
-                partition: TopicIdPartition::new(t, 2),
-                offset: 0,
-                max_bytes: u32::MAX,
-            }],
-            u32::MAX,
-        )
-        .await
-        .unwrap();
-    assert_eq!(found[0].high_watermark, 1);
+    let found = find_from(&a, TopicIdPartition::new(t, 2), 0).await;
+    assert_eq!(found.high_watermark, 1);
 }
 
 /// `list_topics` of a router lists a topic created through another router on the same map store
@@ -790,14 +741,7 @@ async fn a_router_learns_topics_created_through_another_router() {
 #[tokio::test]
 async fn list_topics_reloads_the_shard_map() {
     let clock = ManualClock::new(START_MS);
-    let shards = model_shards(&clock, 3);
-    let store: Arc<dyn ShardMapStore> = Arc::new(MemoryShardMap::new());
-    let a = ShardedCoordinator::open(shards.clone(), store.clone(), clock.clone(), config(1))
-        .await
-        .unwrap();
-    let b = ShardedCoordinator::open(shards, store, clock.clone(), config(2))
-        .await
-        .unwrap();
+    let (a, b) = two_routers(&clock).await;
     // b has already loaded the map once (and, at the same clock time, is inside its reload limit).
     assert!(b.list_topics().await.unwrap().is_empty());
     let t = create(&a, 77, 3, TopicConfig::default()).await;
@@ -849,14 +793,8 @@ async fn fences_span_every_shard() {
         "{refused:?}"
     );
     for p in 0..3 {
-        let found = r
-            .list_offsets(&[diskless_coordinator::ListOffsetsRequest {
-                partition: TopicIdPartition::new(t, p),
-                timestamp: diskless_coordinator::LATEST_TIMESTAMP,
-            }])
-            .await
-            .unwrap();
-        assert_eq!(found[0].offset, i64::from(p == 2), "partition {p}");
+        let found = list_offset(&r, TopicIdPartition::new(t, p), LATEST_TIMESTAMP).await;
+        assert_eq!(found.offset, i64::from(p == 2), "partition {p}");
     }
 }
 
