@@ -211,6 +211,19 @@ async fn coordinator(schema: &Schema, clock: Arc<ManualClock>) -> Arc<PostgresCo
     connect(schema.options(), clock).await
 }
 
+/// A coordinator on `schema` and the reference model, on one clock at START_MS.
+async fn with_model(
+    schema: &Schema,
+) -> (
+    Arc<ManualClock>,
+    Arc<PostgresCoordinator>,
+    InMemoryCoordinator,
+) {
+    let clock = ManualClock::new(START_MS);
+    let c = coordinator(schema, clock.clone()).await;
+    (clock.clone(), c, InMemoryCoordinator::new(clock))
+}
+
 /// A fresh topic id, unique in the process (every test has a schema of its own).
 fn fresh_topic_id() -> Uuid {
     static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -1176,9 +1189,7 @@ async fn postgres_statement_timeout_is_unavailable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_retention_of_long_logs_matches_model() {
     let Some(schema) = test_schema() else { return };
-    let clock = ManualClock::new(START_MS);
-    let c = coordinator(&schema, clock.clone()).await;
-    let model = InMemoryCoordinator::new(clock.clone());
+    let (clock, c, model) = with_model(&schema).await;
     let both: [&dyn BatchCoordinator; 2] = [c.as_ref(), &model];
     let topic = fresh_topic_id();
     let config = TopicConfig::default()
@@ -1572,9 +1583,7 @@ async fn postgres_lagging_replica_is_not_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_retention_stops_at_its_budget() {
     let Some(schema) = test_schema() else { return };
-    let clock = ManualClock::new(START_MS);
-    let c = coordinator(&schema, clock.clone()).await;
-    let model = InMemoryCoordinator::new(clock.clone());
+    let (clock, c, model) = with_model(&schema).await;
     let both: [&dyn BatchCoordinator; 2] = [c.as_ref(), &model];
     let few = Uuid::from_u128(1);
     let many = Uuid::from_u128(2);
@@ -1624,9 +1633,7 @@ async fn postgres_retention_stops_at_its_budget() {
 #[tokio::test]
 async fn postgres_retention_skips_partitions_size_cannot_trim() {
     let Some(schema) = test_schema() else { return };
-    let clock = ManualClock::new(START_MS);
-    let c = coordinator(&schema, clock.clone()).await;
-    let model = InMemoryCoordinator::new(clock.clone());
+    let (_, c, model) = with_model(&schema).await;
     let both: [&dyn BatchCoordinator; 2] = [c.as_ref(), &model];
     let topic = Uuid::from_u128(3);
     // Each partition holds 2 batches of 100 bytes: 200 > 150, but 200 - 100 < 150.
@@ -1664,9 +1671,7 @@ async fn postgres_retention_skips_partitions_size_cannot_trim() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_list_offsets_by_timestamp_uses_indexes() {
     let Some(schema) = test_schema() else { return };
-    let clock = ManualClock::new(START_MS);
-    let c = coordinator(&schema, clock.clone()).await;
-    let model = InMemoryCoordinator::new(clock.clone());
+    let (_, c, model) = with_model(&schema).await;
     let both: [&dyn BatchCoordinator; 2] = [c.as_ref(), &model];
     let topic = fresh_topic_id();
     let long = TopicIdPartition::new(topic, 0);

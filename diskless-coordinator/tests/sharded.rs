@@ -77,6 +77,18 @@ fn batch(p: TopicIdPartition, size: u32, ts: i64) -> CommitBatch {
     plain(p, 1, size, ts)
 }
 
+/// A commit of `key`: one 10-byte batch at START_MS to each of `partitions`, in that order.
+fn ten_bytes_each(
+    key: &str,
+    partitions: impl IntoIterator<Item = TopicIdPartition>,
+) -> CommitFileRequest {
+    let batches = partitions
+        .into_iter()
+        .map(|p| batch(p, 10, START_MS))
+        .collect();
+    request(key, batches)
+}
+
 async fn create(c: &dyn BatchCoordinator, id: u128, partitions: i32, config: TopicConfig) -> Uuid {
     let topic_id = Uuid::from_u128(id);
     common::create_topic(c, topic_id, &format!("t{id}"), partitions, config).await;
@@ -167,7 +179,7 @@ async fn placement_is_stored_and_survives_a_restart() {
             let tp = TopicIdPartition::new(topic, p);
             let shard = r.shard_of(tp).unwrap();
             let res = r
-                .commit_file(request(&v7_key(START_MS), vec![batch(tp, 10, START_MS)]))
+                .commit_file(ten_bytes_each(&v7_key(START_MS), [tp]))
                 .await
                 .unwrap();
             assert_eq!(res[0].error, ErrorCode::None);
@@ -288,16 +300,9 @@ async fn an_object_is_deletable_only_when_every_owner_released_it() {
     let t = create(&r, 1, 3, TopicConfig::default()).await;
     let p = |i| TopicIdPartition::new(t, i);
     let key = v7_key(START_MS);
-    r.commit_file(request(
-        &key,
-        vec![
-            batch(p(0), 10, START_MS),
-            batch(p(1), 10, START_MS),
-            batch(p(2), 10, START_MS),
-        ],
-    ))
-    .await
-    .unwrap();
+    r.commit_file(ten_bytes_each(&key, (0..3).map(p)))
+        .await
+        .unwrap();
     let owners = r.object_info(&key).await.unwrap().unwrap().owners;
     // Release the partitions in owner order: responsibility moves down the list.
     for (i, owner) in owners.iter().enumerate() {
@@ -368,12 +373,8 @@ async fn partial_commits_are_outcome_unknown_and_settle_after_the_horizon() {
     // Shard 1 is down: shards 0 and 2 apply, the whole commit is OutcomeUnknown.
     flaky[1].set_failing(true);
     let key = v7_key(START_MS);
-    let all = vec![
-        batch(on(0), 10, START_MS),
-        batch(on(1), 10, START_MS),
-        batch(on(2), 10, START_MS),
-    ];
-    let err = r.commit_file(request(&key, all.clone())).await.unwrap_err();
+    let all = [on(0), on(1), on(2)];
+    let err = r.commit_file(ten_bytes_each(&key, all)).await.unwrap_err();
     let CoordinatorError::OutcomeUnknown(source) = &err else {
         panic!("{err:?}")
     };
@@ -390,7 +391,7 @@ async fn partial_commits_are_outcome_unknown_and_settle_after_the_horizon() {
         f.set_failing(true);
     }
     let err = r
-        .commit_file(request(&v7_key(START_MS), all.clone()))
+        .commit_file(ten_bytes_each(&v7_key(START_MS), all))
         .await
         .unwrap_err();
     assert!(err.is_retriable(), "{err:?}");
@@ -400,7 +401,7 @@ async fn partial_commits_are_outcome_unknown_and_settle_after_the_horizon() {
     }
     flaky[2].set_losing(true);
     let err = r
-        .commit_file(request(&v7_key(START_MS), all))
+        .commit_file(ten_bytes_each(&v7_key(START_MS), all))
         .await
         .unwrap_err();
     assert!(matches!(err, CoordinatorError::OutcomeUnknown(_)));
@@ -436,10 +437,7 @@ async fn commits_past_the_deadline_are_refused() {
     let t = create(&r, 1, 2, TopicConfig::default()).await;
     let old = v7_key(START_MS - 600_001);
     let err = r
-        .commit_file(request(
-            &old,
-            vec![batch(TopicIdPartition::new(t, 0), 10, START_MS)],
-        ))
+        .commit_file(ten_bytes_each(&old, [TopicIdPartition::new(t, 0)]))
         .await
         .unwrap_err();
     assert!(
@@ -448,22 +446,15 @@ async fn commits_past_the_deadline_are_refused() {
     );
     assert!(r.known_objects(&[old]).await.unwrap().is_empty());
     let fresh = v7_key(START_MS - 599_000);
-    r.commit_file(request(
-        &fresh,
-        vec![batch(TopicIdPartition::new(t, 0), 10, START_MS)],
-    ))
-    .await
-    .unwrap();
+    r.commit_file(ten_bytes_each(&fresh, [TopicIdPartition::new(t, 0)]))
+        .await
+        .unwrap();
     // Unroutable-only commits are registered (and marked) on one shard.
     let lost = v7_key(START_MS);
     let res = r
-        .commit_file(request(
+        .commit_file(ten_bytes_each(
             &lost,
-            vec![batch(
-                TopicIdPartition::new(Uuid::from_u128(9), 0),
-                10,
-                START_MS,
-            )],
+            [TopicIdPartition::new(Uuid::from_u128(9), 0)],
         ))
         .await
         .unwrap();
@@ -715,11 +706,9 @@ async fn a_router_learns_topics_created_through_another_router() {
         "not loaded yet"
     );
     let results = b
-        .commit_file(request(
+        .commit_file(ten_bytes_each(
             &v7_key(START_MS),
-            (0..3)
-                .map(|p| batch(TopicIdPartition::new(t, p), 10, START_MS))
-                .collect(),
+            (0..3).map(|p| TopicIdPartition::new(t, p)),
         ))
         .await
         .unwrap();
@@ -767,12 +756,9 @@ async fn fences_span_every_shard() {
     let r = router(model_shards(&clock, 3), &clock).await;
     let t = create(&r, 5, 3, TopicConfig::default()).await;
     let committed = v7_key(START_MS);
-    r.commit_file(request(
-        &committed,
-        vec![batch(TopicIdPartition::new(t, 2), 10, START_MS)],
-    ))
-    .await
-    .unwrap();
+    r.commit_file(ten_bytes_each(&committed, [TopicIdPartition::new(t, 2)]))
+        .await
+        .unwrap();
     let orphan = v7_key(START_MS);
     assert_eq!(
         r.fence_orphans(&[committed.clone(), orphan.clone()])
@@ -781,11 +767,9 @@ async fn fences_span_every_shard() {
         vec![orphan.clone()]
     );
     let refused = r
-        .commit_file(request(
+        .commit_file(ten_bytes_each(
             &orphan,
-            (0..3)
-                .map(|p| batch(TopicIdPartition::new(t, p), 10, START_MS))
-                .collect(),
+            (0..3).map(|p| TopicIdPartition::new(t, p)),
         ))
         .await;
     assert!(
@@ -869,12 +853,7 @@ async fn a_fence_on_one_shard_makes_a_commit_partial_and_keeps_the_object() {
             .unwrap(),
         vec![key.clone()]
     );
-    let result = r
-        .commit_file(request(
-            &key,
-            vec![batch(p0, 10, START_MS), batch(p1, 10, START_MS)],
-        ))
-        .await;
+    let result = r.commit_file(ten_bytes_each(&key, [p0, p1])).await;
     match result {
         Err(e @ CoordinatorError::OutcomeUnknown(_)) => assert!(!e.certainly_not_applied()),
         other => panic!("expected OutcomeUnknown, got {other:?}"),
