@@ -12,8 +12,9 @@
 //!   and the queries that read the primary;
 //! - `lifecycle.rs`: DeleteRecords, retention, producer expiry, object deletion and orphan fences.
 //!
-//! Each [`BatchCoordinator`] method `x` is `try_x` (one attempt of a write, retried after a
-//! conflict), `write_x` or `read_x` in one of those files.
+//! Each [`BatchCoordinator`] method `x` is `write_x` or `read_x` in one of those files; a write
+//! runs its attempts (`try_x`, one transaction each) through `PostgresCoordinator::retrying`, which
+//! retries them after a conflict.
 
 mod commit;
 mod conn;
