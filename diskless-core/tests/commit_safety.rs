@@ -18,7 +18,7 @@ use diskless_core::lifecycle::{
 };
 use diskless_core::*;
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
-use diskless_testkit::coordinator::{FaultyCoordinator, InMemoryCoordinator};
+use diskless_testkit::coordinator::{CommitFaults, FaultyCoordinator, InMemoryCoordinator};
 use futures::StreamExt;
 use uuid::Uuid;
 
@@ -50,7 +50,7 @@ async fn env(commit_timeout: Duration) -> Env {
     let clock = ManualClock::new(real_now_ms());
     let storage = Arc::new(ObjectStoreStorage::in_memory());
     let model = Arc::new(InMemoryCoordinator::new(clock.clone()));
-    let faulty = FaultyCoordinator::new(model.clone());
+    let faulty = CommitFaults::wrap(model.clone());
     let config = TopicConfig::default();
     let topic_id = next_uuid();
     model
@@ -71,12 +71,9 @@ async fn env(commit_timeout: Duration) -> Env {
         .with_clock(clock.clone())
         .build()
         .unwrap();
-    let fetcher = Fetcher::new(
-        FetcherConfig::default(),
-        storage.clone(),
-        model.clone(),
-        None,
-    );
+    let fetcher = Fetcher::builder(storage.clone(), model.clone())
+        .build()
+        .unwrap();
     Env {
         clock,
         storage,

@@ -17,7 +17,7 @@ use diskless_coordinator::{
 };
 use diskless_core::{ProducePartition, RecordBatchBuilder, WalWriter, WalWriterConfig};
 use diskless_storage::{MeteredStorage, ObjectStorage, ObjectStoreStorage};
-use diskless_testkit::coordinator::{FaultyCoordinator, InMemoryCoordinator};
+use diskless_testkit::coordinator::{CommitFaults, InMemoryCoordinator};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::{CompositeKey, MetricKind};
 
@@ -95,7 +95,7 @@ const PER_SEGMENT: usize = 2;
 async fn run() -> Run {
     let clock = ManualClock::new(NOW);
     let inner: Arc<dyn BatchCoordinator> = Arc::new(InMemoryCoordinator::new(clock.clone()));
-    let faulty = FaultyCoordinator::new(inner);
+    let faulty = CommitFaults::wrap(inner);
     let coordinator = Arc::new(MeteredCoordinator::new(faulty.clone(), CoordinatorMetrics));
     let storage: Arc<dyn ObjectStorage> = Arc::new(ObjectStoreStorage::in_memory());
     let storage = Arc::new(MeteredStorage::new(storage));

@@ -13,7 +13,7 @@ use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
 use diskless_coordinator::*;
 use diskless_core::*;
 use diskless_storage::{ObjectKey, ObjectMeta, ObjectStorage, ObjectStoreStorage, StorageError};
-use diskless_testkit::coordinator::{FaultyCoordinator, InMemoryCoordinator};
+use diskless_testkit::coordinator::{CommitFaults, InMemoryCoordinator};
 use diskless_testkit::storage::{FaultConfig, FaultyStorage, Latency};
 use uuid::Uuid;
 
@@ -123,12 +123,11 @@ fn env(config: WalWriterConfig, with_cache: bool) -> Env {
         writer = writer.with_cache(cache);
     }
     let writer = writer.build().unwrap();
-    let fetcher = Fetcher::new(
-        FetcherConfig::default(),
-        storage.clone(),
-        coordinator.clone(),
-        dyn_cache,
-    );
+    let mut fetcher = Fetcher::builder(storage.clone(), coordinator.clone());
+    if let Some(cache) = dyn_cache {
+        fetcher = fetcher.with_cache(cache);
+    }
+    let fetcher = fetcher.build().unwrap();
     Env {
         storage,
         coordinator,
@@ -309,12 +308,10 @@ async fn cost_one_put_per_segment_one_get_per_object_none_when_hot() {
     // Cold: a fetcher with an empty cache reads the one object with one GET.
     let cold_cache: Arc<dyn LocalCache> =
         Arc::new(MokaCache::new(MokaCacheConfig::default()).unwrap());
-    let cold = Fetcher::new(
-        FetcherConfig::default(),
-        e.storage.clone(),
-        e.coordinator.clone(),
-        Some(cold_cache),
-    );
+    let cold = Fetcher::builder(e.storage.clone(), e.coordinator.clone())
+        .with_cache(cold_cache)
+        .build()
+        .unwrap();
     let got = cold.fetch(&requests, 100 << 20).await.unwrap();
     assert!(got.iter().all(|p| served_batches(p).len() == 1));
     assert_eq!(e.storage.counters().snapshot().get_requests, 1);
@@ -323,12 +320,9 @@ async fn cost_one_put_per_segment_one_get_per_object_none_when_hot() {
     assert_eq!(e.storage.counters().snapshot().get_requests, 1);
 
     // Without a cache: one GET per object too.
-    let uncached = Fetcher::new(
-        FetcherConfig::default(),
-        e.storage.clone(),
-        e.coordinator.clone(),
-        None,
-    );
+    let uncached = Fetcher::builder(e.storage.clone(), e.coordinator.clone())
+        .build()
+        .unwrap();
     uncached.fetch(&requests, 100 << 20).await.unwrap();
     assert_eq!(e.storage.counters().snapshot().get_requests, 2);
     // The writer's own cache holds the segment (both blocks' bytes, nothing more).
@@ -467,7 +461,7 @@ async fn many_writers_many_partitions_read_back_exactly_once() {
     }
     assert_eq!(acked.len(), 4 * 20 * 8);
 
-    let fetcher = Fetcher::new(FetcherConfig::default(), storage, coordinator, None);
+    let fetcher = Fetcher::builder(storage, coordinator).build().unwrap();
     for i in 0..8 {
         let p = TopicIdPartition::new(t, i);
         let mut offset = 0;
@@ -558,12 +552,9 @@ async fn upload_faults_lose_nothing_and_idempotent_retries_never_duplicate() {
     writer.close().await;
 
     // Every partition holds its 30 batches exactly once, in order.
-    let fetcher = Fetcher::new(
-        FetcherConfig::default(),
-        inner.clone(),
-        coordinator.clone(),
-        None,
-    );
+    let fetcher = Fetcher::builder(inner.clone(), coordinator.clone())
+        .build()
+        .unwrap();
     for i in 0..4 {
         let p = TopicIdPartition::new(t, i);
         let got = fetcher.fetch(&[fetch_req(p, 0)], 10 << 20).await.unwrap();
@@ -597,7 +588,7 @@ async fn upload_faults_lose_nothing_and_idempotent_retries_never_duplicate() {
 async fn unknown_commit_outcome_is_an_error_and_the_idempotent_retry_gets_the_original_offsets() {
     let storage = Arc::new(ObjectStoreStorage::in_memory());
     let inner = Arc::new(InMemoryCoordinator::new(clock()));
-    let coordinator = FaultyCoordinator::new(inner.clone());
+    let coordinator = CommitFaults::wrap(inner.clone());
     coordinator.lose_next_commits(1);
     let tc = TopicConfig::default();
     let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
@@ -615,7 +606,9 @@ async fn unknown_commit_outcome_is_an_error_and_the_idempotent_retry_gets_the_or
     let retry = writer.produce(vec![produce(p, &tc, &b)]).await;
     assert_eq!(retry[0].error, ErrorCode::None);
     assert_eq!(retry[0].base_offset, 0);
-    let fetched = Fetcher::new(FetcherConfig::default(), storage, inner, None)
+    let fetched = Fetcher::builder(storage, inner)
+        .build()
+        .unwrap()
         .fetch(&[fetch_req(p, 0)], 1 << 20)
         .await
         .unwrap();
@@ -748,12 +741,9 @@ async fn corrupted_stored_batches_are_never_served_with_a_valid_crc() {
     assert!(answers.iter().all(|a| a.error == ErrorCode::None));
     let corrupting = Arc::new(CorruptingStorage(e.storage.clone()));
     // One request per partition, so each read's last byte is that batch's last byte.
-    let fetcher = Fetcher::new(
-        FetcherConfig::default(),
-        corrupting,
-        e.coordinator.clone(),
-        None,
-    );
+    let fetcher = Fetcher::builder(corrupting, e.coordinator.clone())
+        .build()
+        .unwrap();
     let got = fetcher
         .fetch(&[fetch_req(p_lat, 0)], 1 << 20)
         .await
@@ -882,7 +872,7 @@ async fn produce_and_fetch_futures_can_be_spawned() {
 async fn a_commit_that_did_not_apply_leaves_no_object() {
     let storage = Arc::new(ObjectStoreStorage::in_memory());
     let inner = Arc::new(InMemoryCoordinator::new(clock()));
-    let coordinator = FaultyCoordinator::new(inner.clone());
+    let coordinator = CommitFaults::wrap(inner.clone());
     let tc = TopicConfig::default();
     let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
     let p = TopicIdPartition::new(t, 0);
@@ -911,7 +901,7 @@ async fn a_commit_that_did_not_apply_leaves_no_object() {
 async fn flush_waits_until_every_earlier_request_is_answered() {
     use futures::FutureExt;
     let inner = Arc::new(InMemoryCoordinator::new(clock()));
-    let coordinator = FaultyCoordinator::new(inner);
+    let coordinator = CommitFaults::wrap(inner);
     let tc = TopicConfig::default();
     let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
     let p = TopicIdPartition::new(t, 0);
@@ -1111,7 +1101,9 @@ async fn slow_uploads_are_hedged() {
         writer.close().await;
         // The slow attempt, when it lands, finds the same bytes: one object, readable.
         tokio::time::sleep(Duration::from_secs(120)).await;
-        let fetched = Fetcher::new(FetcherConfig::default(), inner, coordinator, None)
+        let fetched = Fetcher::builder(inner, coordinator)
+            .build()
+            .unwrap()
             .fetch(&[fetch_req(p, 0)], 1 << 20)
             .await
             .unwrap();
@@ -1124,7 +1116,7 @@ async fn slow_uploads_are_hedged() {
 #[tokio::test(start_paused = true)]
 async fn uncommitted_requests_are_bounded_when_the_coordinator_is_slow() {
     let storage = Arc::new(ObjectStoreStorage::in_memory());
-    let coordinator = FaultyCoordinator::new(Arc::new(InMemoryCoordinator::new(clock())));
+    let coordinator = CommitFaults::wrap(Arc::new(InMemoryCoordinator::new(clock())));
     let tc = TopicConfig::default();
     let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
     let p = TopicIdPartition::new(t, 0);

@@ -84,7 +84,9 @@ async fn produce_and_fetch_over_s3_http() {
     assert_eq!(puts, 5, "one PUT per segment");
 
     // A cold fetcher (no cache) reads everything back over HTTP: one GET per object.
-    let fetcher = Fetcher::new(FetcherConfig::default(), storage.clone(), coordinator, None);
+    let fetcher = Fetcher::builder(storage.clone(), coordinator)
+        .build()
+        .unwrap();
     let requests: Vec<FetchPartition> = (0..4)
         .map(|p| FetchPartition {
             partition: TopicIdPartition::new(topic_id, p),

@@ -160,12 +160,9 @@ async fn writers_on_sqlite_and_local_files_then_restart() {
             );
         }
     };
-    let fetcher = Fetcher::new(
-        FetcherConfig::default(),
-        storage.clone(),
-        coordinator.clone(),
-        None,
-    );
+    let fetcher = Fetcher::builder(storage.clone(), coordinator.clone())
+        .build()
+        .unwrap();
     for p in 0..6 {
         let partition = TopicIdPartition::new(topic_id, p);
         check(read_all(&fetcher, partition).await, partition);
@@ -175,7 +172,7 @@ async fn writers_on_sqlite_and_local_files_then_restart() {
     coordinator.close().await;
     drop((fetcher, coordinator, storage));
     let (storage, coordinator) = open(dir.path()).await;
-    let fetcher = Fetcher::new(FetcherConfig::default(), storage, coordinator, None);
+    let fetcher = Fetcher::builder(storage, coordinator).build().unwrap();
     for p in 0..6 {
         let partition = TopicIdPartition::new(topic_id, p);
         check(read_all(&fetcher, partition).await, partition);

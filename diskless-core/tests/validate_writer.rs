@@ -46,12 +46,9 @@ fn env() -> Env {
         .with_clock(ManualClock::new(NOW))
         .build()
         .unwrap();
-    let fetcher = Fetcher::new(
-        FetcherConfig::default(),
-        storage.clone(),
-        coordinator.clone(),
-        None,
-    );
+    let fetcher = Fetcher::builder(storage.clone(), coordinator.clone())
+        .build()
+        .unwrap();
     Env {
         storage,
         coordinator,

@@ -183,13 +183,12 @@ impl LocalCache for SimCache {
 
     fn stats(&self) -> CacheStats {
         let s = self.state.lock();
-        CacheStats {
-            hits: s.hits,
-            misses: s.misses,
-            loads: s.loads,
-            inserts: s.inserts,
-            entries: s.blocks.len() as u64,
-            bytes: s.bytes,
-        }
+        CacheStats::default()
+            .with_hits(s.hits)
+            .with_misses(s.misses)
+            .with_loads(s.loads)
+            .with_inserts(s.inserts)
+            .with_entries(s.blocks.len() as u64)
+            .with_bytes(s.bytes)
     }
 }

@@ -111,7 +111,7 @@ pub use flaky::{FlakyRates, FlakyStore};
 pub use oracle::{ACKED_READABLE, BOUNDS, CONSUMER, OBJECTS, OFFSETS, SETUP};
 pub use sync::Stall;
 pub use trace::fnv1a;
-pub use wrappers::FaultyCommits;
+pub use wrappers::{CommitStalls, FaultyCommits};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -525,15 +525,13 @@ async fn builtin(
     let mut rng = params::rng_for(seed, "components", 0);
     let max_commit_age = [20u64, 60, 600][rng.usize(0..3)];
     let max_commit_age = Duration::from_secs(max_commit_age);
-    let retry = RetryConfig {
-        max_attempts: 4,
-        initial_backoff: Duration::from_millis(10),
-        max_backoff: Duration::from_millis(200),
-        attempt_timeout: Duration::from_secs(2),
-        deadline: Duration::from_secs(6),
-        seed: Some(rng.u64(..)),
-        ..RetryConfig::default()
-    };
+    let retry = RetryConfig::default()
+        .with_max_attempts(4)
+        .with_initial_backoff(Duration::from_millis(10))
+        .with_max_backoff(Duration::from_millis(200))
+        .with_attempt_timeout(Duration::from_secs(2))
+        .with_deadline(Duration::from_secs(6))
+        .with_seed(Some(rng.u64(..)));
     let rate = |rng: &mut fastrand::Rng, on: bool, max: f64| if on { rng.f64() * max } else { 0.0 };
     let rates = FlakyRates {
         put_fail: rate(&mut rng, faults.storage_errors, 0.05),
@@ -559,7 +557,7 @@ async fn builtin(
             Arc::new(InMemoryCoordinator::new(clock).with_max_commit_age(max_commit_age))
         }
         Variant::Sqlite => {
-            let options = SqliteOptions::default().max_commit_age(max_commit_age);
+            let options = SqliteOptions::default().with_max_commit_age(max_commit_age);
             // Opened to completion too: no virtual time passes while its thread starts.
             let sqlite = block_on(SqliteCoordinator::in_memory_with(options, clock))
                 .map_err(|e| format!("sqlite: {e}"))?;
@@ -571,7 +569,7 @@ async fn builtin(
                 let model = Arc::new(
                     InMemoryCoordinator::new(clock.clone()).with_max_commit_age(max_commit_age),
                 );
-                let faulty = FaultyCommits::new(model);
+                let faulty = CommitStalls::wrap(model);
                 shard_faults.push(faulty.clone());
                 shards.push(faulty);
             }
@@ -579,11 +577,9 @@ async fn builtin(
                 shards,
                 Arc::new(MemoryShardMap::new()),
                 clock,
-                ShardedConfig {
-                    seed: rng.u64(..),
-                    max_commit_age,
-                    ..ShardedConfig::default()
-                },
+                ShardedConfig::default()
+                    .with_seed(rng.u64(..))
+                    .with_max_commit_age(max_commit_age),
             )
             .await
             .map_err(|e| format!("sharded: {e}"))?;

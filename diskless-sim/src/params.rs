@@ -108,30 +108,28 @@ impl Params {
         } else {
             SealPolicy::Interval
         };
-        let writer = WalWriterConfig {
-            object_prefix: PREFIX.to_string(),
-            buffer_max_bytes,
-            commit_interval,
-            seal_policy,
-            max_concurrent_uploads,
-            max_pending_bytes,
-            max_uncommitted_bytes: max_pending_bytes * r.usize(1..=4),
-            backpressure: if r.u8(0..5) == 0 {
+        // The draws keep their order (a seed replays the same run): arguments of a chain are
+        // evaluated in order, as the fields of the struct literal these were.
+        let writer = WalWriterConfig::default()
+            .with_object_prefix(PREFIX)
+            .with_buffer_max_bytes(buffer_max_bytes)
+            .with_commit_interval(commit_interval)
+            .with_seal_policy(seal_policy)
+            .with_max_concurrent_uploads(max_concurrent_uploads)
+            .with_max_pending_bytes(max_pending_bytes)
+            .with_max_uncommitted_bytes(max_pending_bytes * r.usize(1..=4))
+            .with_backpressure(if r.u8(0..5) == 0 {
                 Backpressure::FailFast
             } else {
                 Backpressure::Wait
-            },
-            cache_block_size: block,
-            max_concurrent_validations: r.usize(1..=8),
-            hedge_uploads_after: r.bool().then(|| ms(r, 30, 300)),
-            commit_timeout,
-            ..WalWriterConfig::default()
-        };
-        let fetcher = FetcherConfig {
-            cache_block_size: block,
-            max_concurrent_objects: r.usize(1..=4),
-            ..FetcherConfig::default()
-        };
+            })
+            .with_cache_block_size(block)
+            .with_max_concurrent_validations(r.usize(1..=8))
+            .with_hedge_uploads_after(r.bool().then(|| ms(r, 30, 300)))
+            .with_commit_timeout(commit_timeout);
+        let fetcher = FetcherConfig::default()
+            .with_cache_block_size(block)
+            .with_max_concurrent_objects(r.usize(1..=4));
 
         let latency = if faults.slow_storage {
             let p50 = ms(r, 2, 40);
@@ -195,23 +193,20 @@ impl Params {
         {
             orphan.full_sweep_interval = Duration::from_secs(r.u64(0..=60));
         }
-        let cleaner = CleanerConfig {
-            grace: if r.u8(0..3) == 0 {
+        let cleaner = CleanerConfig::default()
+            .with_grace(if r.u8(0..3) == 0 {
                 ms(r, 1_000, 10_000)
             } else {
                 Duration::from_secs(60)
-            },
-            batch_size: r.u32(1..=100),
-            max_rounds_per_pass: r.u32(1..=4),
-        };
-        let retention = RetentionConfig {
-            max_batches_per_call: r.u32(1..=50),
-            max_calls_per_pass: r.u32(1..=4),
-        };
-        let expiry = ProducerExpiryConfig {
-            max_producers_per_call: r.u32(1..=20),
-            max_calls_per_pass: r.u32(1..=4),
-        };
+            })
+            .with_batch_size(r.u32(1..=100))
+            .with_max_rounds_per_pass(r.u32(1..=4));
+        let retention = RetentionConfig::default()
+            .with_max_batches_per_call(r.u32(1..=50))
+            .with_max_calls_per_pass(r.u32(1..=4));
+        let expiry = ProducerExpiryConfig::default()
+            .with_max_producers_per_call(r.u32(1..=20))
+            .with_max_calls_per_pass(r.u32(1..=4));
 
         let request_timeout = commit_timeout * 2 + writer.commit_interval + upload_bound;
         let delivery_timeout = request_timeout.mul_f64(1.0 + 4.0 * r.f64());

@@ -9,15 +9,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use diskless_coordinator::{
     BatchCoordinator, Clock, CreateTopicRequest, DeleteRecordsRequest, EARLIEST_TIMESTAMP,
-    ErrorCode, FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest, TimestampType,
+    ErrorCode, FindBatchesRequest, LATEST_TIMESTAMP, Layered, ListOffsetsRequest, TimestampType,
     TopicConfig, TopicIdPartition,
 };
 use diskless_core::lifecycle::{
     ObjectCleaner, OrphanCollector, ProducerExpirer, RetentionEnforcer,
 };
 use diskless_core::{
-    Compression, FetchPartition, Fetcher, FetcherConfig, ListOffsetsPartition, PartitionResponse,
-    ProducePartition, RecordBatch, RecordBatchBuilder, WalWriter, WalWriterConfig, split_batches,
+    Compression, FetchPartition, Fetcher, ListOffsetsPartition, PartitionResponse,
+    ProducePartition, RecordBatch, RecordBatchBuilder, WalWriter, split_batches,
 };
 use diskless_storage::{ObjectKey, ObjectStorage, SeededKeys};
 use diskless_testkit::storage::FaultyStorage;
@@ -38,7 +38,7 @@ use crate::params::{PREFIX, Params, TopicPlan, rng_for};
 use crate::sync::{Flag, Stall};
 use crate::trace::Trace;
 use crate::wrappers::{
-    FaultyCommits, Gate, GatedCoordinator, GatedStorage, LandedAt, PhaseStorage,
+    CommitStalls, FaultyCommits, Gate, GatedCoordinator, GatedStorage, LandedAt, PhaseStorage,
 };
 use crate::{Components, SimConfig, SimReport, SimStats, Violation};
 
@@ -234,22 +234,22 @@ impl World {
             gate: gate.clone(),
             inner: self.storage.clone(),
         });
-        let coordinator: Arc<dyn BatchCoordinator> = Arc::new(GatedCoordinator {
-            gate: gate.clone(),
-            inner: self.faulty.clone(),
-        });
+        let coordinator: Arc<dyn BatchCoordinator> = Arc::new(Layered::new(
+            self.faulty.clone(),
+            GatedCoordinator { gate: gate.clone() },
+        ));
         let cache = Arc::new(SimCache::new(self.p.cache_capacity));
-        let writer = WalWriter::new_with_keys(
-            WalWriterConfig {
-                broker_id: i32::try_from(id).unwrap_or(i32::MAX),
-                ..self.p.writer.clone()
-            },
-            storage.clone(),
-            coordinator.clone(),
-            Some(cache.clone()),
-            clock,
-            Arc::new(SeededKeys::new(rng.u64(..))),
-        );
+        let writer = WalWriter::builder(storage.clone(), coordinator.clone())
+            .with_config(
+                self.p
+                    .writer
+                    .clone()
+                    .with_broker_id(i32::try_from(id).unwrap_or(i32::MAX)),
+            )
+            .with_cache(cache.clone())
+            .with_clock(clock)
+            .with_keys(Arc::new(SeededKeys::new(rng.u64(..))))
+            .build();
         let writer = match writer {
             Ok(w) => w,
             Err(e) => {
@@ -257,12 +257,17 @@ impl World {
                 return None;
             }
         };
-        let fetcher = Fetcher::new(
-            self.p.fetcher.clone(),
-            storage,
-            coordinator,
-            Some(cache.clone()),
-        );
+        let fetcher = match Fetcher::builder(storage, coordinator)
+            .with_config(self.p.fetcher.clone())
+            .with_cache(cache.clone())
+            .build()
+        {
+            Ok(f) => f,
+            Err(e) => {
+                self.fail((SETUP, format!("fetcher of broker {id}: {e}")));
+                return None;
+            }
+        };
         ev!(
             self,
             "broker {id} up (incarnation {incarnation}, skew {skew} ms)"
@@ -1108,7 +1113,9 @@ impl World {
                     self.stat(|s| s.faults += 1);
                 }
                 7 if f.lifecycle_restarts => {
-                    let fresh = self.new_collector();
+                    let Some(fresh) = self.new_collector() else {
+                        return;
+                    };
                     *self.collector.lock() = fresh;
                     ev!(
                         self,
@@ -1121,13 +1128,19 @@ impl World {
         }
     }
 
-    fn new_collector(&self) -> Arc<OrphanCollector> {
-        Arc::new(OrphanCollector::new(
+    fn new_collector(&self) -> Option<Arc<OrphanCollector>> {
+        match OrphanCollector::new(
             self.faulty.clone(),
             self.storage.clone(),
             self.lifecycle_clock.clone(),
             self.p.orphan.clone(),
-        ))
+        ) {
+            Ok(c) => Some(Arc::new(c)),
+            Err(e) => {
+                self.fail((SETUP, format!("orphan collector: {e}")));
+                None
+            }
+        }
     }
 
     /// Faults off: stalls released, commits no longer fail, every broker up.
@@ -1153,7 +1166,10 @@ impl World {
     // Lifecycle
 
     async fn retention_loop(self: Arc<Self>) {
-        let enforcer = RetentionEnforcer::new(self.faulty.clone(), self.p.retention.clone());
+        let enforcer = match RetentionEnforcer::new(self.faulty.clone(), self.p.retention.clone()) {
+            Ok(e) => e,
+            Err(e) => return self.fail((SETUP, format!("retention enforcer: {e}"))),
+        };
         // Retention stops with the producers, so that nothing becomes garbage during the final
         // liveness wait (time keeps moving).
         while self.phase() < QUIET && !self.failed() {
@@ -1177,13 +1193,16 @@ impl World {
     }
 
     async fn cleaner_loop(self: Arc<Self>) {
-        let cleaner = ObjectCleaner::new(
+        let cleaner = match ObjectCleaner::new(
             self.faulty.clone(),
             self.storage.clone(),
             None,
             self.lifecycle_clock.clone(),
             self.p.cleaner.clone(),
-        );
+        ) {
+            Ok(c) => c,
+            Err(e) => return self.fail((SETUP, format!("object cleaner: {e}"))),
+        };
         while self.phase() < DONE && !self.failed() {
             sleep(self.p.cleaner_every).await;
             match cleaner.run_pass().await {
@@ -1226,7 +1245,10 @@ impl World {
     }
 
     async fn expiry_loop(self: Arc<Self>) {
-        let expirer = ProducerExpirer::new(self.faulty.clone(), self.p.expiry.clone());
+        let expirer = match ProducerExpirer::new(self.faulty.clone(), self.p.expiry.clone()) {
+            Ok(e) => e,
+            Err(e) => return self.fail((SETUP, format!("producer expirer: {e}"))),
+        };
         while self.phase() < DONE && !self.failed() {
             sleep(self.p.expiry_every).await;
             match expirer.run_pass().await {
@@ -1423,12 +1445,9 @@ impl World {
     /// with no faults and no cache: contiguous offsets, every batch one that was sent, every
     /// acknowledged batch present.
     async fn final_scan(&self) -> Result<(), Fail> {
-        let fetcher = Fetcher::new(
-            FetcherConfig::default(),
-            self.raw_storage.clone(),
-            self.raw.clone(),
-            None,
-        );
+        let fetcher = Fetcher::builder(self.raw_storage.clone(), self.raw.clone())
+            .build()
+            .map_err(|e| (SETUP, format!("final scan's fetcher: {e}")))?;
         for p in self.live_partitions() {
             let floors = self.oracle.lock().floors(p);
             let Some((lso, hw)) = self.watermarks(p).await else {
@@ -1549,19 +1568,32 @@ pub(crate) async fn simulate(
         calm_on: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         stall: Arc::new(Stall::default()),
     });
-    let faulty = FaultyCommits::new(components.coordinator.clone());
+    let faulty = CommitStalls::wrap(components.coordinator.clone());
     let lifecycle_skew = if p.max_skew_ms > 0 {
         rng_for(config.seed, "lifecycle", 0).i64(-p.max_skew_ms..=p.max_skew_ms)
     } else {
         0
     };
     let lifecycle_clock = clock.skewed(lifecycle_skew);
-    let collector = Arc::new(OrphanCollector::new(
+    let collector = match OrphanCollector::new(
         faulty.clone(),
         storage.clone(),
         lifecycle_clock.clone(),
         p.orphan.clone(),
-    ));
+    ) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            return Err(Box::new(Violation {
+                seed: config.seed,
+                replay: config.replay_command(&label),
+                variant: label,
+                invariant: SETUP,
+                message: format!("orphan collector: {e}"),
+                at_ms: 0,
+                trace_tail: Vec::new(),
+            }));
+        }
+    };
     let world = Arc::new(World {
         trace,
         label,

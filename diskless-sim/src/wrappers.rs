@@ -12,14 +12,13 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use diskless_coordinator::{
     BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest, CoordinatorError,
-    CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, FindBatchesRequest,
-    FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectToDelete,
-    ProducerExpiryReport, ProducerState, RetentionReport, TopicIdPartition, TopicInfo,
+    CoordinatorLayer, CoordinatorOp, Layered,
 };
 use diskless_storage::{ObjectKey, ObjectMeta, ObjectStorage, StorageError};
-use diskless_testkit::coordinator::FaultyCoordinator;
+use diskless_testkit::coordinator::{CommitFaults, FaultyCoordinator};
 use diskless_testkit::storage::FaultyStorage;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use parking_lot::Mutex;
 
@@ -299,115 +298,22 @@ impl ObjectStorage for GatedStorage {
     }
 }
 
-/// A coordinator behind a [`Gate`].
+/// A coordinator behind a [`Gate`]: every call checks the gate first.
 #[derive(Debug)]
 pub(crate) struct GatedCoordinator {
     pub(crate) gate: Arc<Gate>,
-    pub(crate) inner: Arc<dyn BatchCoordinator>,
 }
 
-#[async_trait]
-impl BatchCoordinator for GatedCoordinator {
-    async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.create_topic(request).await
-    }
-
-    async fn delete_topic(&self, topic_id: uuid::Uuid) -> Result<(), CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.delete_topic(topic_id).await
-    }
-
-    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.list_topics().await
-    }
-
-    async fn commit_file(
-        &self,
-        request: CommitFileRequest,
-    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.commit_file(request).await
-    }
-
-    async fn find_batches(
-        &self,
-        requests: &[FindBatchesRequest],
-        fetch_max_bytes: u32,
-    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.find_batches(requests, fetch_max_bytes).await
-    }
-
-    async fn list_offsets(
-        &self,
-        requests: &[ListOffsetsRequest],
-    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.list_offsets(requests).await
-    }
-
-    async fn delete_records(
-        &self,
-        requests: &[DeleteRecordsRequest],
-    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.delete_records(requests).await
-    }
-
-    async fn enforce_retention(
-        &self,
-        max_batches: u32,
-    ) -> Result<RetentionReport, CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.enforce_retention(max_batches).await
-    }
-
-    async fn objects_to_delete(
-        &self,
-        marked_before_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.objects_to_delete(marked_before_ms, limit).await
-    }
-
-    async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.confirm_deleted(object_keys).await
-    }
-
-    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.fence_orphans(object_keys).await
-    }
-
-    async fn expire_producers(
-        &self,
-        max_producers: u32,
-    ) -> Result<ProducerExpiryReport, CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.expire_producers(max_producers).await
-    }
-
-    async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.known_objects(object_keys).await
-    }
-
-    async fn object_info(&self, object_key: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.object_info(object_key).await
-    }
-
-    async fn producer_state(
-        &self,
-        partition: TopicIdPartition,
-        producer_id: i64,
-    ) -> Result<Option<ProducerState>, CoordinatorError> {
-        self.gate.coordinator()?;
-        self.inner.producer_state(partition, producer_id).await
+impl CoordinatorLayer for GatedCoordinator {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        _op: CoordinatorOp,
+        call: BoxFuture<'a, Result<T, CoordinatorError>>,
+    ) -> BoxFuture<'a, Result<T, CoordinatorError>> {
+        Box::pin(async move {
+            self.gate.coordinator()?;
+            call.await
+        })
     }
 }
 
@@ -416,20 +322,29 @@ impl BatchCoordinator for GatedCoordinator {
 ///
 /// A commit started while stalled waits before anything else, in a task of its own, as a commit
 /// stuck on its way to the coordinator: a caller that gives up (the writer's commit timeout
-/// drops the call) does not stop it; it lands once released.
+/// drops the call) does not stop it; it lands once released. Build one with
+/// [`CommitStalls::wrap`]; the controls are [`CommitStalls`]'s, reached through the wrapper.
+pub type FaultyCommits = Layered<CommitStalls>;
+
+/// The [`CoordinatorLayer`] of [`FaultyCommits`].
 #[derive(Debug)]
-pub struct FaultyCommits {
+pub struct CommitStalls {
     faulty: Arc<FaultyCoordinator>,
     stall: Arc<Stall>,
 }
 
-impl FaultyCommits {
-    /// Wraps `inner`, injecting nothing until told to.
-    pub fn new(inner: Arc<dyn BatchCoordinator>) -> Arc<FaultyCommits> {
-        Arc::new(FaultyCommits {
-            faulty: FaultyCoordinator::new(inner),
-            stall: Arc::new(Stall::default()),
-        })
+impl CommitStalls {
+    /// Wraps `inner`, injecting nothing until told to. The layer's inner coordinator is the
+    /// testkit's [`FaultyCoordinator`] around `inner`.
+    pub fn wrap(inner: Arc<dyn BatchCoordinator>) -> Arc<FaultyCommits> {
+        let faulty = CommitFaults::wrap(inner);
+        Arc::new(Layered::new(
+            faulty.clone(),
+            CommitStalls {
+                faulty,
+                stall: Arc::new(Stall::default()),
+            },
+        ))
     }
 
     /// The next `n` commits fail without being applied.
@@ -442,7 +357,7 @@ impl FaultyCommits {
         self.faulty.lose_next_commits(n);
     }
 
-    /// Commits wait until [`FaultyCommits::release_commits`].
+    /// Commits wait until [`CommitStalls::release_commits`].
     pub fn stall_commits(&self) {
         self.stall.stall();
     }
@@ -459,26 +374,17 @@ impl FaultyCommits {
 }
 
 #[async_trait]
-impl BatchCoordinator for FaultyCommits {
-    async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
-        self.faulty.create_topic(request).await
-    }
-
-    async fn delete_topic(&self, topic_id: uuid::Uuid) -> Result<(), CoordinatorError> {
-        self.faulty.delete_topic(topic_id).await
-    }
-
-    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
-        self.faulty.list_topics().await
-    }
-
+impl CoordinatorLayer for CommitStalls {
     async fn commit_file(
         &self,
+        inner: &dyn BatchCoordinator,
         request: CommitFileRequest,
     ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
         if !self.stall.is_on() {
-            return self.faulty.commit_file(request).await;
+            return inner.commit_file(request).await;
         }
+        // A task of its own (it outlives a caller that gives up), so it holds the inner
+        // coordinator by `Arc`: the same `FaultyCoordinator` `inner` is.
         let (faulty, stall) = (self.faulty.clone(), self.stall.clone());
         let call = tokio::spawn(async move {
             stall.pass().await;
@@ -486,73 +392,5 @@ impl BatchCoordinator for FaultyCommits {
         });
         call.await
             .map_err(|e| CoordinatorError::OutcomeUnknown(Box::new(e)))?
-    }
-
-    async fn find_batches(
-        &self,
-        requests: &[FindBatchesRequest],
-        fetch_max_bytes: u32,
-    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
-        self.faulty.find_batches(requests, fetch_max_bytes).await
-    }
-
-    async fn list_offsets(
-        &self,
-        requests: &[ListOffsetsRequest],
-    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
-        self.faulty.list_offsets(requests).await
-    }
-
-    async fn delete_records(
-        &self,
-        requests: &[DeleteRecordsRequest],
-    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
-        self.faulty.delete_records(requests).await
-    }
-
-    async fn enforce_retention(
-        &self,
-        max_batches: u32,
-    ) -> Result<RetentionReport, CoordinatorError> {
-        self.faulty.enforce_retention(max_batches).await
-    }
-
-    async fn objects_to_delete(
-        &self,
-        marked_before_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
-        self.faulty.objects_to_delete(marked_before_ms, limit).await
-    }
-
-    async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
-        self.faulty.confirm_deleted(object_keys).await
-    }
-
-    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
-        self.faulty.fence_orphans(object_keys).await
-    }
-
-    async fn expire_producers(
-        &self,
-        max_producers: u32,
-    ) -> Result<ProducerExpiryReport, CoordinatorError> {
-        self.faulty.expire_producers(max_producers).await
-    }
-
-    async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
-        self.faulty.known_objects(object_keys).await
-    }
-
-    async fn object_info(&self, object_key: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
-        self.faulty.object_info(object_key).await
-    }
-
-    async fn producer_state(
-        &self,
-        partition: TopicIdPartition,
-        producer_id: i64,
-    ) -> Result<Option<ProducerState>, CoordinatorError> {
-        self.faulty.producer_state(partition, producer_id).await
     }
 }

@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use diskless_coordinator::{
-    BatchCoordinator, CommitBatchResult, CommitFileRequest, CoordinatorError, CreateTopicRequest,
-    DeleteRecordsRequest, DeleteRecordsResponse, FindBatchesRequest, FindBatchesResponse,
-    ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectToDelete, ProducerState,
-    RetentionReport, TopicIdPartition, TopicInfo,
+    BatchCoordinator, CommitBatchResult, CommitFileRequest, CoordinatorError, CoordinatorLayer,
+    Layered,
 };
 use parking_lot::Mutex;
 
@@ -25,7 +23,12 @@ pub enum InjectedCommitFault {
     AnswerLost,
 }
 
-/// Wraps a [`BatchCoordinator`] and injects commit failures; every other call passes through.
+/// A [`BatchCoordinator`] that injects commit failures into an inner one; every other call passes
+/// through. It is the [`CommitFaults`] layer around the inner coordinator: build one with
+/// [`CommitFaults::wrap`]; the controls below are [`CommitFaults`]'s, reached through the wrapper.
+pub type FaultyCoordinator = Layered<CommitFaults>;
+
+/// The [`CoordinatorLayer`] of a [`FaultyCoordinator`]: what to inject into commits.
 ///
 /// - [`fail_next_commits`](Self::fail_next_commits) / [`set_failing`](Self::set_failing): commits
 ///   fail with [`CoordinatorError::Unavailable`] and are *not* applied;
@@ -42,10 +45,10 @@ pub enum InjectedCommitFault {
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// use std::sync::Arc;
 /// use diskless_coordinator::{BatchCoordinator, CommitFileRequest, CoordinatorError, ManualClock};
-/// use diskless_testkit::coordinator::{FaultyCoordinator, InMemoryCoordinator};
+/// use diskless_testkit::coordinator::{CommitFaults, InMemoryCoordinator};
 ///
 /// let inner = Arc::new(InMemoryCoordinator::new(ManualClock::new(0)));
-/// let faulty = FaultyCoordinator::new(inner.clone());
+/// let faulty = CommitFaults::wrap(inner.clone());
 /// faulty.lose_next_commits(1);
 /// let request = CommitFileRequest {
 ///     object_key: "wal/a".into(), uploader_broker_id: 1, object_size: 1, owners: vec![0], batches: vec![],
@@ -57,8 +60,7 @@ pub enum InjectedCommitFault {
 /// # });
 /// ```
 #[derive(Debug)]
-pub struct FaultyCoordinator {
-    inner: Arc<dyn BatchCoordinator>,
+pub struct CommitFaults {
     fail_next: AtomicU32,
     lose_next: AtomicU32,
     failing: AtomicBool,
@@ -70,11 +72,16 @@ pub struct FaultyCoordinator {
     stalled: AtomicU64,
 }
 
-impl FaultyCoordinator {
-    /// A wrapper injecting nothing until told to.
-    pub fn new(inner: Arc<dyn BatchCoordinator>) -> Arc<Self> {
-        Arc::new(FaultyCoordinator {
-            inner,
+impl CommitFaults {
+    /// `inner` behind a layer injecting nothing until told to.
+    pub fn wrap(inner: Arc<dyn BatchCoordinator>) -> Arc<FaultyCoordinator> {
+        Arc::new(Layered::new(inner, CommitFaults::default()))
+    }
+}
+
+impl Default for CommitFaults {
+    fn default() -> Self {
+        CommitFaults {
             fail_next: AtomicU32::new(0),
             lose_next: AtomicU32::new(0),
             failing: AtomicBool::new(false),
@@ -84,9 +91,11 @@ impl FaultyCoordinator {
             injected: AtomicU64::new(0),
             stall: tokio::sync::watch::Sender::new(false),
             stalled: AtomicU64::new(0),
-        })
+        }
     }
+}
 
+impl CommitFaults {
     /// From now on, commits wait before reaching the inner coordinator, until
     /// [`release_commits`](Self::release_commits).
     pub fn stall_commits(&self) {
@@ -101,11 +110,6 @@ impl FaultyCoordinator {
     /// Commits waiting right now because of [`stall_commits`](Self::stall_commits).
     pub fn stalled_commits(&self) -> u64 {
         self.stalled.load(Ordering::SeqCst)
-    }
-
-    /// The wrapped coordinator.
-    pub fn inner(&self) -> &Arc<dyn BatchCoordinator> {
-        &self.inner
     }
 
     /// The next `n` commits fail without being applied.
@@ -152,21 +156,10 @@ impl FaultyCoordinator {
 }
 
 #[async_trait]
-impl BatchCoordinator for FaultyCoordinator {
-    async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
-        self.inner.create_topic(request).await
-    }
-
-    async fn delete_topic(&self, topic_id: uuid::Uuid) -> Result<(), CoordinatorError> {
-        self.inner.delete_topic(topic_id).await
-    }
-
-    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
-        self.inner.list_topics().await
-    }
-
+impl CoordinatorLayer for CommitFaults {
     async fn commit_file(
         &self,
+        inner: &dyn BatchCoordinator,
         request: CommitFileRequest,
     ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
         self.commits.fetch_add(1, Ordering::SeqCst);
@@ -187,7 +180,7 @@ impl BatchCoordinator for FaultyCoordinator {
                 InjectedCommitFault::NotApplied,
             )));
         }
-        let result = self.inner.commit_file(request).await;
+        let result = inner.commit_file(request).await;
         if self.losing.load(Ordering::SeqCst) || Self::take(&self.lose_next) {
             self.injected.fetch_add(1, Ordering::SeqCst);
             return Err(CoordinatorError::OutcomeUnknown(Box::new(
@@ -195,73 +188,5 @@ impl BatchCoordinator for FaultyCoordinator {
             )));
         }
         result
-    }
-
-    async fn find_batches(
-        &self,
-        requests: &[FindBatchesRequest],
-        fetch_max_bytes: u32,
-    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
-        self.inner.find_batches(requests, fetch_max_bytes).await
-    }
-
-    async fn list_offsets(
-        &self,
-        requests: &[ListOffsetsRequest],
-    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
-        self.inner.list_offsets(requests).await
-    }
-
-    async fn delete_records(
-        &self,
-        requests: &[DeleteRecordsRequest],
-    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
-        self.inner.delete_records(requests).await
-    }
-
-    async fn enforce_retention(
-        &self,
-        max_batches: u32,
-    ) -> Result<RetentionReport, CoordinatorError> {
-        self.inner.enforce_retention(max_batches).await
-    }
-
-    async fn objects_to_delete(
-        &self,
-        marked_before_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
-        self.inner.objects_to_delete(marked_before_ms, limit).await
-    }
-
-    async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
-        self.inner.confirm_deleted(object_keys).await
-    }
-
-    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
-        self.inner.fence_orphans(object_keys).await
-    }
-
-    async fn expire_producers(
-        &self,
-        max_producers: u32,
-    ) -> Result<diskless_coordinator::ProducerExpiryReport, CoordinatorError> {
-        self.inner.expire_producers(max_producers).await
-    }
-
-    async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
-        self.inner.known_objects(object_keys).await
-    }
-
-    async fn object_info(&self, object_key: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
-        self.inner.object_info(object_key).await
-    }
-
-    async fn producer_state(
-        &self,
-        partition: TopicIdPartition,
-        producer_id: i64,
-    ) -> Result<Option<ProducerState>, CoordinatorError> {
-        self.inner.producer_state(partition, producer_id).await
     }
 }

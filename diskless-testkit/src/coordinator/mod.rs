@@ -14,7 +14,7 @@ mod faulty;
 pub mod model;
 pub mod ops;
 
-pub use faulty::{FaultyCoordinator, InjectedCommitFault};
+pub use faulty::{CommitFaults, FaultyCoordinator, InjectedCommitFault};
 pub use model::InMemoryCoordinator;
 
 #[cfg(test)]
