@@ -23,16 +23,16 @@ use std::time::{Duration, Instant};
 use diskless_coordinator::postgres::{PostgresCoordinator, PostgresOptions};
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions, Synchronous};
 use diskless_coordinator::{
-    BatchCoordinator, CommitBatch, CommitFileRequest, FindBatchesRequest, NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID, NO_SEQUENCE, SystemClock, TimestampType, TopicIdPartition,
+    BatchCoordinator, CommitBatch, CommitFileRequest, FindBatchesRequest, SystemClock,
+    TopicIdPartition,
 };
 use sqlx::postgres::PgConnection;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
+use sqlx::{AssertSqlSafe, Connection};
 
-use crate::fig2_sqlite::{BATCH_BYTES, BATCH_RECORDS, bench_dir};
-use crate::report::{Row, Status, ms};
-use crate::util::{create_topic, now_ms, percentile, runtime};
+use crate::fig2_sqlite::{BATCH_BYTES, BATCH_RECORDS};
+use crate::raw::{PgRaw, SqliteRaw};
+use crate::report::{Row, Status, count, ms, scaling_row};
+use crate::util::{bench_dir, create_topic, now_ms, percentile, plain_batch, random_uuid, runtime};
 
 const FIG: u8 = 10;
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -152,26 +152,23 @@ impl Load {
     }
 
     fn batch(&mut self, partition: usize, i: usize, idempotent: bool) -> CommitBatch {
-        let (producer_id, producer_epoch, base_sequence, last_sequence) = if idempotent {
+        let mut batch = plain_batch(
+            TopicIdPartition::new(self.topic, partition as i32),
+            1 + i as u64 * u64::from(BATCH_BYTES),
+            BATCH_BYTES,
+            BATCH_RECORDS,
+            self.ts,
+            self.ts + 5,
+        );
+        if idempotent {
             let base = self.seq[partition];
             self.seq[partition] = base + BATCH_RECORDS;
-            (partition as i64, 0, base, base + BATCH_RECORDS - 1)
-        } else {
-            (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_SEQUENCE)
-        };
-        CommitBatch {
-            partition: TopicIdPartition::new(self.topic, partition as i32),
-            byte_offset: 1 + i as u64 * u64::from(BATCH_BYTES),
-            byte_size: BATCH_BYTES,
-            record_count: BATCH_RECORDS,
-            base_timestamp: self.ts,
-            max_timestamp: self.ts + 5,
-            timestamp_type: TimestampType::CreateTime,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            last_sequence,
+            batch.producer_id = partition as i64;
+            batch.producer_epoch = 0;
+            batch.base_sequence = base;
+            batch.last_sequence = base + BATCH_RECORDS - 1;
         }
+        batch
     }
 
     fn request(&mut self, batches: Vec<CommitBatch>) -> CommitFileRequest {
@@ -235,20 +232,6 @@ fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64()
 }
 
-fn us(d: Duration) -> String {
-    format!("{:.0} µs", d.as_secs_f64() * 1e6)
-}
-
-fn count(n: usize) -> String {
-    if n >= 1_000_000 && n % 1_000_000 == 0 {
-        format!("{}M", n / 1_000_000)
-    } else if n >= 1_000 && n % 1_000 == 0 {
-        format!("{}k", n / 1_000)
-    } else {
-        n.to_string()
-    }
-}
-
 // -------------------------------------------------------------------------------------------------
 // PostgreSQL: parts 1 and 2
 
@@ -266,7 +249,7 @@ async fn pg_connect(url: &str) -> Result<PgConnection, String> {
 }
 
 fn fresh_schema(prefix: &str) -> String {
-    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let suffix = random_uuid().simple().to_string();
     format!("diskless_bench_{prefix}_{}", &suffix[..12])
 }
 
@@ -285,170 +268,6 @@ async fn pg_coordinator(url: &str, schema: &str) -> Result<PostgresCoordinator, 
     )
     .await
     .map_err(|e| format!("coordinator: {e}"))
-}
-
-/// Where raw inserts go, and the rows' next offsets.
-struct PgRaw {
-    /// `schema.objects` and `schema.batches`.
-    schema: String,
-    /// The coordinator's own tables (objects need owners; batches carry the running max).
-    coordinator_layout: bool,
-    partition_ids: Vec<i64>,
-    hw: Vec<i64>,
-    next: usize,
-    files: u64,
-}
-
-impl PgRaw {
-    /// Figure 3's plain tables in a schema of their own.
-    async fn plain(conn: &mut PgConnection, schema: &str) -> Result<PgRaw, sqlx::Error> {
-        for sql in [
-            format!("CREATE SCHEMA {schema}"),
-            format!(
-                "CREATE TABLE {schema}.objects (object_id BIGSERIAL PRIMARY KEY, object_key TEXT \
-                 NOT NULL UNIQUE, uploader_broker_id INTEGER NOT NULL, object_size BIGINT NOT \
-                 NULL, live_bytes BIGINT NOT NULL, committed_at BIGINT NOT NULL)"
-            ),
-            format!(
-                "CREATE TABLE {schema}.batches (partition_id BIGINT NOT NULL, last_offset BIGINT \
-                 NOT NULL, base_offset BIGINT NOT NULL, object_id BIGINT NOT NULL REFERENCES \
-                 {schema}.objects, byte_offset BIGINT NOT NULL, byte_size INTEGER NOT NULL, \
-                 base_timestamp BIGINT NOT NULL, max_timestamp BIGINT NOT NULL, timestamp_type \
-                 SMALLINT NOT NULL, log_append_time BIGINT NOT NULL, producer_id BIGINT NOT NULL, \
-                 producer_epoch SMALLINT NOT NULL, base_sequence INTEGER NOT NULL, last_sequence \
-                 INTEGER NOT NULL, PRIMARY KEY (partition_id, last_offset))"
-            ),
-        ] {
-            sqlx::query(AssertSqlSafe(sql)).execute(&mut *conn).await?;
-        }
-        Ok(PgRaw {
-            schema: schema.to_string(),
-            coordinator_layout: false,
-            partition_ids: (0..PARTITIONS as i64).collect(),
-            hw: vec![0; PARTITIONS],
-            next: 0,
-            files: 0,
-        })
-    }
-
-    /// The coordinator's tables in `schema`, rows into the partitions of `topic` (a topic of its
-    /// own: the raw inserts do not move its partitions' bounds).
-    async fn coordinator(
-        conn: &mut PgConnection,
-        schema: &str,
-        topic: uuid::Uuid,
-    ) -> Result<PgRaw, sqlx::Error> {
-        let partition_ids: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT partition_id FROM {schema}.partitions WHERE topic_id = $1::text::uuid \
-             ORDER BY partition"
-        )))
-        .bind(topic.hyphenated().to_string())
-        .fetch_all(&mut *conn)
-        .await?;
-        let n = partition_ids.len();
-        Ok(PgRaw {
-            schema: schema.to_string(),
-            coordinator_layout: true,
-            partition_ids,
-            hw: vec![0; n],
-            next: 0,
-            files: 0,
-        })
-    }
-
-    /// One file of `n` rows, round-robin over the partitions: BEGIN, the object row, multi-row
-    /// INSERTs of up to 1,000 batch rows, COMMIT. Returns how long it took.
-    async fn file(&mut self, conn: &mut PgConnection, n: usize) -> Result<Duration, sqlx::Error> {
-        let ts = now_ms();
-        let rows: Vec<(i64, i64, i64)> = (0..n)
-            .map(|i| {
-                let p = self.next % self.partition_ids.len();
-                self.next += 1;
-                let base = self.hw[p];
-                self.hw[p] += i64::from(BATCH_RECORDS);
-                (
-                    self.partition_ids[p],
-                    base,
-                    1 + i as i64 * i64::from(BATCH_BYTES),
-                )
-            })
-            .collect();
-        self.files += 1;
-        let key = format!("raw/{:09}", self.files);
-        let schema = &self.schema;
-        let object_sql = if self.coordinator_layout {
-            format!(
-                "INSERT INTO {schema}.objects (object_key, uploader_broker_id, object_size, \
-                 live_bytes, owners, committed_at) VALUES ($1, 1, $2, $2, '{{0}}', $3) \
-                 RETURNING object_id"
-            )
-        } else {
-            format!(
-                "INSERT INTO {schema}.objects (object_key, uploader_broker_id, object_size, \
-                 live_bytes, committed_at) VALUES ($1, 1, $2, $2, $3) RETURNING object_id"
-            )
-        };
-        let columns = if self.coordinator_layout { 15 } else { 14 };
-        let start = Instant::now();
-        let mut tx = conn.begin().await?;
-        let object_id: i64 = sqlx::query_scalar(AssertSqlSafe(object_sql))
-            .bind(&key)
-            .bind(1 + n as i64 * i64::from(BATCH_BYTES))
-            .bind(ts)
-            .fetch_one(&mut *tx)
-            .await?;
-        for part in rows.chunks(1000) {
-            let values: Vec<String> = (0..part.len())
-                .map(|i| {
-                    let params: Vec<String> = (1..=columns)
-                        .map(|c| format!("${}", i * columns + c))
-                        .collect();
-                    format!("({})", params.join(","))
-                })
-                .collect();
-            let sql = format!(
-                "INSERT INTO {schema}.batches (partition_id, last_offset, base_offset, object_id, \
-                 byte_offset, byte_size, base_timestamp, max_timestamp, timestamp_type, \
-                 log_append_time, producer_id, producer_epoch, base_sequence, last_sequence{}) \
-                 VALUES {}",
-                if self.coordinator_layout {
-                    ", max_timestamp_so_far"
-                } else {
-                    ""
-                },
-                values.join(",")
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (pid, base, off) in part {
-                q = q
-                    .bind(*pid)
-                    .bind(base + i64::from(BATCH_RECORDS) - 1)
-                    .bind(*base)
-                    .bind(object_id)
-                    .bind(*off);
-                q = if self.coordinator_layout {
-                    q.bind(i64::from(BATCH_BYTES))
-                } else {
-                    q.bind(BATCH_BYTES as i32)
-                };
-                q = q
-                    .bind(ts)
-                    .bind(ts + 5)
-                    .bind(0i16)
-                    .bind(-1i64)
-                    .bind(-1i64)
-                    .bind(-1i16)
-                    .bind(-1i32)
-                    .bind(-1i32);
-                if self.coordinator_layout {
-                    q = q.bind(ts + 5);
-                }
-            }
-            q.execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(start.elapsed())
-    }
 }
 
 /// Latencies of the four variants of one commit size.
@@ -498,7 +317,7 @@ async fn postgres_commits_in(
     let coordinator = pg_coordinator(url, coord_schema).await?;
     let topic = create_topic(&coordinator, "scale", PARTITIONS as i32).await;
     let raw_topic = create_topic(&coordinator, "scale-raw", PARTITIONS as i32).await;
-    let mut raw = PgRaw::plain(admin, raw_schema)
+    let mut raw = PgRaw::plain(admin, raw_schema, PARTITIONS)
         .await
         .map_err(|e| format!("raw schema: {e}"))?;
     let mut raw_same = PgRaw::coordinator(admin, coord_schema, raw_topic)
@@ -640,7 +459,7 @@ async fn sqlite_fan_out(plan: &Plan) -> Vec<Row> {
         Err(e) => panic!("opening SQLite: {e}"),
     };
     let topic = create_topic(&coordinator, "fan-out", PARTITIONS as i32).await;
-    let mut raw = SqliteRaw::open(&dir.path().join("raw.db")).await;
+    let mut raw = SqliteRaw::open(&dir.path().join("raw.db"), PARTITIONS).await;
     let mut plain_load = Load::new(topic, PARTITIONS, "plain");
     let mut idem_load = Load::new(topic, PARTITIONS, "idempotent");
     for _ in 0..2 {
@@ -661,137 +480,6 @@ async fn sqlite_fan_out(plan: &Plan) -> Vec<Row> {
     coordinator.close().await;
     raw.close().await;
     series_rows("SQLite (FULL sync)", FAN_OUT, &mut s, false)
-}
-
-/// Figure 2's raw SQLite inserts: a file with the coordinator's schema, one topic of
-/// [`PARTITIONS`] partitions, per file `BEGIN IMMEDIATE`, the object row, multi-row INSERTs of up
-/// to 500 batch rows, COMMIT.
-struct SqliteRaw {
-    conn: sqlx::SqliteConnection,
-    hw: Vec<i64>,
-    next: usize,
-    files: u64,
-}
-
-impl SqliteRaw {
-    async fn open(path: &std::path::Path) -> SqliteRaw {
-        let mut conn = match SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .foreign_keys(true)
-            .connect()
-            .await
-        {
-            Ok(c) => c,
-            Err(e) => panic!("opening SQLite: {e}"),
-        };
-        if let Err(e) = diskless_coordinator::sqlite::migrator()
-            .run(&mut conn)
-            .await
-        {
-            panic!("schema: {e}");
-        }
-        let topic = uuid::Uuid::new_v4().hyphenated().to_string();
-        for sql in [
-            format!(
-                "INSERT INTO topics (topic_id, name, partition_count, timestamp_type, \
-                 retention_ms, retention_bytes, max_message_bytes, \
-                 message_timestamp_before_max_ms, message_timestamp_after_max_ms) VALUES \
-                 ('{topic}', 'raw', {PARTITIONS}, 0, -1, -1, 1048588, 9223372036854775807, \
-                 3600000)"
-            ),
-            format!(
-                "WITH RECURSIVE seq(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM seq WHERE n + 1 \
-                 < {PARTITIONS}) INSERT INTO partitions (partition_id, topic_id, partition, \
-                 log_start_offset, high_watermark, byte_size) SELECT n + 1, '{topic}', n, 0, 0, \
-                 0 FROM seq"
-            ),
-        ] {
-            if let Err(e) = sqlx::query(AssertSqlSafe(sql)).execute(&mut conn).await {
-                panic!("raw setup: {e}");
-            }
-        }
-        SqliteRaw {
-            conn,
-            hw: vec![0; PARTITIONS],
-            next: 0,
-            files: 0,
-        }
-    }
-
-    async fn file(&mut self, n: usize) -> Duration {
-        let ts = now_ms();
-        let rows: Vec<(i64, i64, i64)> = (0..n)
-            .map(|i| {
-                let p = self.next % PARTITIONS;
-                self.next += 1;
-                let base = self.hw[p];
-                self.hw[p] += i64::from(BATCH_RECORDS);
-                (p as i64 + 1, base, 1 + i as i64 * i64::from(BATCH_BYTES))
-            })
-            .collect();
-        self.files += 1;
-        let start = Instant::now();
-        let mut tx = match self.conn.begin_with("BEGIN IMMEDIATE").await {
-            Ok(t) => t,
-            Err(e) => panic!("begin: {e}"),
-        };
-        let object_id: i64 = match sqlx::query_scalar(
-            "INSERT INTO objects (object_key, uploader_broker_id, object_size, live_bytes, \
-             owners, committed_at, marked_for_deletion_at) VALUES (?1, 1, ?2, ?2, '0', ?3, NULL) \
-             RETURNING object_id",
-        )
-        .bind(format!("raw/{:09}", self.files))
-        .bind(1 + n as i64 * i64::from(BATCH_BYTES))
-        .bind(ts)
-        .fetch_one(&mut *tx)
-        .await
-        {
-            Ok(id) => id,
-            Err(e) => panic!("object insert: {e}"),
-        };
-        for part in rows.chunks(500) {
-            let row = format!("({})", vec!["?"; 14].join(","));
-            let sql = format!(
-                "INSERT INTO batches (partition_id, last_offset, base_offset, object_id, \
-                 byte_offset, byte_size, base_timestamp, max_timestamp, timestamp_type, \
-                 log_append_time, producer_id, producer_epoch, base_sequence, last_sequence) \
-                 VALUES {}",
-                vec![row; part.len()].join(",")
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (pid, base, off) in part {
-                q = q
-                    .bind(*pid)
-                    .bind(base + i64::from(BATCH_RECORDS) - 1)
-                    .bind(*base)
-                    .bind(object_id)
-                    .bind(*off)
-                    .bind(i64::from(BATCH_BYTES))
-                    .bind(ts)
-                    .bind(ts + 5)
-                    .bind(0i64)
-                    .bind(-1i64)
-                    .bind(-1i64)
-                    .bind(-1i64)
-                    .bind(-1i64)
-                    .bind(-1i64);
-            }
-            if let Err(e) = q.execute(&mut *tx).await {
-                panic!("batch insert: {e}");
-            }
-        }
-        if let Err(e) = tx.commit().await {
-            panic!("commit: {e}");
-        }
-        start.elapsed()
-    }
-
-    async fn close(self) {
-        let _ = self.conn.close().await;
-    }
 }
 
 // -------------------------------------------------------------------------------------------------
@@ -880,32 +568,16 @@ fn growth_rows(store: &str, partitions: usize, small: Stage, large: Stage, how: 
             large.find_random,
         ),
     ] {
-        let (a50, a99) = p50_p99(&mut a);
-        let (b50, b99) = p50_p99(&mut b);
-        let r = ratio(b50, a50);
-        rows.push(
-            Row::new(
-                FIG,
-                format!(
-                    "{store} {what}, {ln} stored batches over {} partitions",
-                    count(partitions)
-                ),
-                format!("{ln}: p50 {}, p99 {}", us(b50), us(b99)),
-            )
-            .baseline(format!("{sn} batches: p50 {}, p99 {}", us(a50), us(a99)))
-            .ratio(format!("{r:.2}x"))
-            .target(
-                format!("{ln}/{sn} p50 <= 2x (flat)"),
-                Status::from_bool(r <= 2.0),
-            )
-            .numbers(&[
-                b50.as_secs_f64(),
-                b99.as_secs_f64(),
-                a50.as_secs_f64(),
-                a99.as_secs_f64(),
-                r,
-            ]),
-        );
+        rows.push(scaling_row(
+            FIG,
+            format!(
+                "{store} {what}, {ln} stored batches over {} partitions",
+                count(partitions)
+            ),
+            (small.stored, &mut a),
+            (large.stored, &mut b),
+            "flat",
+        ));
     }
     rows.push(
         Row::new(

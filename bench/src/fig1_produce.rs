@@ -10,7 +10,7 @@ use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use diskless_testkit::coordinator::InMemoryCoordinator;
 
 use crate::report::{Row, Status, pct, rate};
-use crate::util::{NullStorage, create_topic, make_batch, now_ms, runtime};
+use crate::util::{NullStorage, create_topic, make_batches, runtime};
 
 /// Partitions per Produce request.
 const PARTITIONS_PER_REQUEST: usize = 8;
@@ -38,10 +38,7 @@ pub fn run(quick: bool) -> Vec<Row> {
         {
             continue;
         }
-        let ts = now_ms();
-        let batches: Vec<Bytes> = (0..DISTINCT)
-            .map(|i| make_batch(size, ts, i as u64))
-            .collect();
+        let batches = make_batches(DISTINCT as u64, size);
         let batch_len = batches[0].len();
         let count = (total / batch_len).max(PARTITIONS_PER_REQUEST);
         // Interleaved repetitions, best of each: the machine may be shared.

@@ -5,15 +5,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions, Synchronous};
-use diskless_coordinator::{
-    BatchCoordinator, CommitBatch, CommitFileRequest, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
-    NO_SEQUENCE, SystemClock, TimestampType, TopicIdPartition,
-};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
+use diskless_coordinator::{BatchCoordinator, CommitFileRequest, SystemClock, TopicIdPartition};
 
+use crate::raw::{RawFile, SqliteRaw};
 use crate::report::{Row, Status, pct, per_s};
-use crate::util::{create_topic, now_ms, runtime};
+use crate::util::{bench_dir, create_topic, now_ms, plain_batch, runtime};
 
 /// Partitions the batches are spread over.
 pub const PARTITIONS: usize = 1000;
@@ -43,19 +39,14 @@ pub fn commit_request(
         .map(|i| {
             let partition = (*next % PARTITIONS) as i32;
             *next += 1;
-            CommitBatch {
-                partition: TopicIdPartition::new(topic, partition),
-                byte_offset: 1 + i as u64 * u64::from(BATCH_BYTES),
-                byte_size: BATCH_BYTES,
-                record_count: BATCH_RECORDS,
-                base_timestamp: ts,
-                max_timestamp: ts + 5,
-                timestamp_type: TimestampType::CreateTime,
-                producer_id: NO_PRODUCER_ID,
-                producer_epoch: NO_PRODUCER_EPOCH,
-                base_sequence: NO_SEQUENCE,
-                last_sequence: NO_SEQUENCE,
-            }
+            plain_batch(
+                TopicIdPartition::new(topic, partition),
+                1 + i as u64 * u64::from(BATCH_BYTES),
+                BATCH_BYTES,
+                BATCH_RECORDS,
+                ts,
+                ts + 5,
+            )
         })
         .collect();
     CommitFileRequest {
@@ -65,6 +56,28 @@ pub fn commit_request(
         owners: vec![0],
         batches,
     }
+}
+
+/// The row of a commit throughput (`rate` files/s of `n` batches) next to raw inserts of the same
+/// rows (`raw` files/s), without a target.
+pub fn commit_rate_row(figure: u8, what: String, n: usize, rate: f64, raw: f64) -> Row {
+    let ratio = rate / raw;
+    Row::new(
+        figure,
+        what,
+        format!(
+            "{}, {}",
+            per_s(rate * n as f64, "batches"),
+            per_s(rate, "commits")
+        ),
+    )
+    .baseline(format!(
+        "raw inserts {}, {}",
+        per_s(raw * n as f64, "batches"),
+        per_s(raw, "commits")
+    ))
+    .ratio(pct(ratio))
+    .numbers(&[rate, raw, ratio])
 }
 
 /// Runs figure 2.
@@ -80,23 +93,14 @@ pub fn run(quick: bool) -> Vec<Row> {
                 raw = raw.max(raw_rate(n, files).await);
             }
             let ratio = coordinator / raw;
-            let mut row = Row::new(
+            let row = commit_rate_row(
                 2,
                 format!("SQLite commit, {n} batches/file, {PARTITIONS} partitions, FULL sync"),
-                format!(
-                    "{}, {}",
-                    per_s(coordinator * n as f64, "batches"),
-                    per_s(coordinator, "commits")
-                ),
-            )
-            .baseline(format!(
-                "raw inserts {}, {}",
-                per_s(raw * n as f64, "batches"),
-                per_s(raw, "commits")
-            ))
-            .ratio(pct(ratio))
-            .numbers(&[coordinator, raw, ratio]);
-            row = if n == 100 {
+                n,
+                coordinator,
+                raw,
+            );
+            let row = if n == 100 {
                 row.target(">= 50% of raw", Status::from_bool(ratio >= 0.5))
             } else {
                 row.target("(none)", Status::Info)
@@ -144,157 +148,19 @@ async fn coordinator_rate(n: usize, files: usize) -> f64 {
     rate
 }
 
-/// A temporary directory on the same disk as the workspace (not a tmpfs), so that fsync costs
-/// what it costs.
-pub fn bench_dir() -> tempfile::TempDir {
-    let base = std::env::var_os("DISKLESS_BENCH_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let _ = std::fs::create_dir_all(&base);
-    match tempfile::Builder::new().prefix("bench-").tempdir_in(&base) {
-        Ok(d) => d,
-        Err(_) => match tempfile::tempdir() {
-            Ok(d) => d,
-            Err(e) => panic!("no temporary directory: {e}"),
-        },
-    }
-}
-
-/// Files/s of raw batched inserts of the same rows into the same schema, same settings: per file one
-/// `BEGIN IMMEDIATE`, the object row, the batch rows in multi-row INSERTs of up to 500 rows, COMMIT.
+/// Files/s of raw batched inserts of the same rows into the same schema, same settings
+/// ([`SqliteRaw`]).
 async fn raw_rate(n: usize, files: usize) -> f64 {
     let dir = bench_dir();
-    let mut conn = match SqliteConnectOptions::new()
-        .filename(dir.path().join("raw.db"))
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Full)
-        .foreign_keys(true)
-        .connect()
-        .await
-    {
-        Ok(c) => c,
-        Err(e) => panic!("opening SQLite: {e}"),
-    };
-    if let Err(e) = diskless_coordinator::sqlite::migrator()
-        .run(&mut conn)
-        .await
-    {
-        panic!("schema: {e}");
-    }
-    let topic = uuid::Uuid::new_v4().hyphenated().to_string();
-    exec(
-        &mut conn,
-        &format!(
-            "INSERT INTO topics (topic_id, name, partition_count, timestamp_type, retention_ms, \
-             retention_bytes, max_message_bytes, message_timestamp_before_max_ms, \
-             message_timestamp_after_max_ms) VALUES ('{topic}', 'bench', {PARTITIONS}, 0, -1, -1, \
-             1048588, 9223372036854775807, 3600000)"
-        ),
-    )
-    .await;
-    exec(
-        &mut conn,
-        &format!(
-            "WITH RECURSIVE seq(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM seq WHERE n + 1 < \
-             {PARTITIONS}) INSERT INTO partitions (partition_id, topic_id, partition, \
-             log_start_offset, high_watermark, byte_size) SELECT n + 1, '{topic}', n, 0, 0, 0 FROM seq"
-        ),
-    )
-    .await;
-    let ts = now_ms();
-    let mut hw = vec![0i64; PARTITIONS];
-    let mut next = 0usize;
-    // (partition_id, base_offset, byte_offset) of the next file's rows.
-    let mut one = || -> Vec<(i64, i64, i64)> {
-        (0..n)
-            .map(|i| {
-                let p = next % PARTITIONS;
-                next += 1;
-                let base = hw[p];
-                hw[p] += i64::from(BATCH_RECORDS);
-                (p as i64 + 1, base, 1 + i as i64 * i64::from(BATCH_BYTES))
-            })
-            .collect()
-    };
-    let warm = one();
-    raw_file(&mut conn, "wal/warm".into(), n, ts, warm).await;
-    let plans: Vec<Vec<(i64, i64, i64)>> = (0..files).map(|_| one()).collect();
+    let mut raw = SqliteRaw::open(&dir.path().join("raw.db"), PARTITIONS).await;
+    // One warm-up file (prepares the statements).
+    raw.file(n).await;
+    let plans: Vec<RawFile> = (0..files).map(|_| raw.plan(n)).collect();
     let start = Instant::now();
-    for (f, rows) in plans.into_iter().enumerate() {
-        raw_file(&mut conn, format!("wal/{f:08}"), n, ts, rows).await;
+    for file in &plans {
+        raw.write(file).await;
     }
     let rate = files as f64 / start.elapsed().as_secs_f64();
-    let _ = conn.close().await;
+    raw.close().await;
     rate
-}
-
-/// One file's raw transaction.
-async fn raw_file(
-    conn: &mut sqlx::SqliteConnection,
-    key: String,
-    n: usize,
-    ts: i64,
-    rows: Vec<(i64, i64, i64)>,
-) {
-    let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
-        Ok(t) => t,
-        Err(e) => panic!("begin: {e}"),
-    };
-    let object_id: i64 = match sqlx::query_scalar(
-        "INSERT INTO objects (object_key, uploader_broker_id, object_size, live_bytes, owners, \
-         committed_at, marked_for_deletion_at) VALUES (?1, 1, ?2, ?2, '0', ?3, NULL) \
-         RETURNING object_id",
-    )
-    .bind(key)
-    .bind(1 + n as i64 * i64::from(BATCH_BYTES))
-    .bind(ts)
-    .fetch_one(&mut *tx)
-    .await
-    {
-        Ok(id) => id,
-        Err(e) => panic!("object insert: {e}"),
-    };
-    for part in rows.chunks(500) {
-        let row = format!("({})", vec!["?"; 14].join(","));
-        let sql = format!(
-            "INSERT INTO batches (partition_id, last_offset, base_offset, object_id, byte_offset, \
-             byte_size, base_timestamp, max_timestamp, timestamp_type, log_append_time, \
-             producer_id, producer_epoch, base_sequence, last_sequence) VALUES {}",
-            vec![row; part.len()].join(",")
-        );
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for (pid, base, off) in part {
-            q = q
-                .bind(*pid)
-                .bind(base + i64::from(BATCH_RECORDS) - 1)
-                .bind(*base)
-                .bind(object_id)
-                .bind(*off)
-                .bind(i64::from(BATCH_BYTES))
-                .bind(ts)
-                .bind(ts + 5)
-                .bind(0i64)
-                .bind(-1i64)
-                .bind(-1i64)
-                .bind(-1i64)
-                .bind(-1i64)
-                .bind(-1i64);
-        }
-        if let Err(e) = q.execute(&mut *tx).await {
-            panic!("batch insert: {e}");
-        }
-    }
-    if let Err(e) = tx.commit().await {
-        panic!("commit: {e}");
-    }
-}
-
-async fn exec(conn: &mut sqlx::SqliteConnection, sql: &str) {
-    if let Err(e) = sqlx::query(AssertSqlSafe(sql.to_string()))
-        .execute(&mut *conn)
-        .await
-    {
-        panic!("{sql}: {e}");
-    }
 }

@@ -11,9 +11,10 @@ use diskless_coordinator::{BatchCoordinator, SystemClock};
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Connection};
 
-use crate::fig2_sqlite::{BATCH_BYTES, BATCH_RECORDS, PARTITIONS, commit_request, plan};
-use crate::report::{Row, Status, ms, pct, per_s};
-use crate::util::{create_topic, now_ms, percentile, runtime};
+use crate::fig2_sqlite::{PARTITIONS, commit_rate_row, commit_request, plan};
+use crate::raw::PgRaw;
+use crate::report::{Row, Status, ms};
+use crate::util::{create_topic, now_ms, percentile, random_uuid, runtime};
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
@@ -40,7 +41,7 @@ pub fn run(quick: bool) -> Vec<Row> {
                 )];
             }
         };
-        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        let suffix = random_uuid().simple().to_string();
         let coord_schema = format!("diskless_bench_{}", &suffix[..12]);
         let raw_schema = format!("diskless_bench_raw_{}", &suffix[..12]);
         let rows = measure(&url, &coord_schema, &raw_schema, &mut admin, quick).await;
@@ -83,14 +84,17 @@ async fn measure(
         }
     };
     let topic = create_topic(&coordinator, "bench", PARTITIONS as i32).await;
-    if let Err(e) = raw_setup(admin, raw_schema).await {
-        coordinator.close().await;
-        return vec![Row::not_measured(
-            3,
-            "PostgreSQL commit",
-            format!("raw schema: {e}"),
-        )];
-    }
+    let mut raw = match raw_setup(admin, raw_schema).await {
+        Ok(raw) => raw,
+        Err(e) => {
+            coordinator.close().await;
+            return vec![Row::not_measured(
+                3,
+                "PostgreSQL commit",
+                format!("raw schema: {e}"),
+            )];
+        }
+    };
     // One-row autocommit insert latency.
     let samples = if quick { 20 } else { 500 };
     let mut single = Vec::with_capacity(samples);
@@ -118,8 +122,6 @@ async fn measure(
 
     let ts = now_ms();
     let mut next = 0usize;
-    let mut raw_hw = vec![0i64; PARTITIONS];
-    let mut raw_next = 0usize;
     let mut rows = Vec::new();
     for (n, files) in plan(quick) {
         let files = files.min(if quick { files } else { 300 });
@@ -158,19 +160,7 @@ async fn measure(
             break;
         }
         // Raw: same rows, one transaction per file.
-        let mut raw_plan = |raw_next: &mut usize| -> Vec<(i64, i64, i64)> {
-            (0..n)
-                .map(|i| {
-                    let p = *raw_next % PARTITIONS;
-                    *raw_next += 1;
-                    let base = raw_hw[p];
-                    raw_hw[p] += i64::from(BATCH_RECORDS);
-                    (p as i64, base, 1 + i as i64 * i64::from(BATCH_BYTES))
-                })
-                .collect()
-        };
-        let warm = raw_plan(&mut raw_next);
-        if let Err(e) = raw_file(admin, raw_schema, &format!("wal/warm-{n}"), n, ts, &warm).await {
+        if let Err(e) = raw.file(admin, n).await {
             rows.push(Row::not_measured(
                 3,
                 "PostgreSQL raw inserts",
@@ -178,11 +168,10 @@ async fn measure(
             ));
             break;
         }
-        let plans: Vec<_> = (0..files).map(|_| raw_plan(&mut raw_next)).collect();
+        let plans: Vec<_> = (0..files).map(|_| raw.plan(n)).collect();
         let start = Instant::now();
-        for (f, p) in plans.iter().enumerate() {
-            if let Err(e) = raw_file(admin, raw_schema, &format!("wal/{n}-{f:08}"), n, ts, p).await
-            {
+        for p in &plans {
+            if let Err(e) = raw.write(admin, p).await {
                 failed = Some(e.to_string());
                 break;
             }
@@ -192,23 +181,13 @@ async fn measure(
             rows.push(Row::not_measured(3, "PostgreSQL raw inserts", e));
             break;
         }
-        let ratio = rate / raw_rate;
-        let mut row = Row::new(
+        let mut row = commit_rate_row(
             3,
             format!("PostgreSQL commit, {n} batches/file, {PARTITIONS} partitions"),
-            format!(
-                "{}, {}",
-                per_s(rate * n as f64, "batches"),
-                per_s(rate, "commits")
-            ),
+            n,
+            rate,
+            raw_rate,
         )
-        .baseline(format!(
-            "raw inserts {}, {}",
-            per_s(raw_rate * n as f64, "batches"),
-            per_s(raw_rate, "commits")
-        ))
-        .ratio(pct(ratio))
-        .numbers(&[rate, raw_rate, ratio])
         .target("(none)", Status::Info);
         if n == 100 {
             row = row.target("(throughput: none)", Status::Info);
@@ -255,97 +234,13 @@ async fn measure(
     rows
 }
 
-async fn raw_setup(conn: &mut PgConnection, schema: &str) -> Result<(), sqlx::Error> {
-    for sql in [
-        format!("CREATE SCHEMA {schema}"),
-        format!("CREATE TABLE {schema}.one_row (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)"),
-        format!(
-            "CREATE TABLE {schema}.objects (object_id BIGSERIAL PRIMARY KEY, object_key TEXT NOT NULL \
-             UNIQUE, uploader_broker_id INTEGER NOT NULL, object_size BIGINT NOT NULL, live_bytes \
-             BIGINT NOT NULL, committed_at BIGINT NOT NULL)"
-        ),
-        format!(
-            "CREATE TABLE {schema}.batches (partition_id BIGINT NOT NULL, last_offset BIGINT NOT NULL, \
-             base_offset BIGINT NOT NULL, object_id BIGINT NOT NULL REFERENCES {schema}.objects, \
-             byte_offset BIGINT NOT NULL, byte_size INTEGER NOT NULL, base_timestamp BIGINT NOT NULL, \
-             max_timestamp BIGINT NOT NULL, timestamp_type SMALLINT NOT NULL, log_append_time BIGINT \
-             NOT NULL, producer_id BIGINT NOT NULL, producer_epoch SMALLINT NOT NULL, base_sequence \
-             INTEGER NOT NULL, last_sequence INTEGER NOT NULL, PRIMARY KEY (partition_id, last_offset))"
-        ),
-    ] {
-        sqlx::query(AssertSqlSafe(sql)).execute(&mut *conn).await?;
-    }
-    Ok(())
-}
-
-/// One file as raw inserts: BEGIN, the object row, the batch rows (multi-row INSERTs of up to 1000
-/// rows), COMMIT.
-async fn raw_file(
-    conn: &mut PgConnection,
-    schema: &str,
-    key: &str,
-    n: usize,
-    ts: i64,
-    rows: &[(i64, i64, i64)],
-) -> Result<(), sqlx::Error> {
-    let mut tx = conn.begin().await?;
-    let object_id: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
-        "INSERT INTO {schema}.objects (object_key, uploader_broker_id, object_size, live_bytes, \
-         committed_at) VALUES ($1, 1, $2, $2, $3) RETURNING object_id"
+/// Figure 3's raw tables ([`PgRaw::plain`]) and a table for one-row inserts, in `schema`.
+async fn raw_setup(conn: &mut PgConnection, schema: &str) -> Result<PgRaw, sqlx::Error> {
+    let raw = PgRaw::plain(conn, schema, PARTITIONS).await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "CREATE TABLE {schema}.one_row (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)"
     )))
-    .bind(key)
-    .bind(1 + n as i64 * i64::from(BATCH_BYTES))
-    .bind(ts)
-    .fetch_one(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    for part in rows.chunks(1000) {
-        let values: Vec<String> = (0..part.len())
-            .map(|i| {
-                let b = i * 14;
-                format!(
-                    "(${},${},${},${},${},${},${},${},${},${},${},${},${},${})",
-                    b + 1,
-                    b + 2,
-                    b + 3,
-                    b + 4,
-                    b + 5,
-                    b + 6,
-                    b + 7,
-                    b + 8,
-                    b + 9,
-                    b + 10,
-                    b + 11,
-                    b + 12,
-                    b + 13,
-                    b + 14
-                )
-            })
-            .collect();
-        let sql = format!(
-            "INSERT INTO {schema}.batches (partition_id, last_offset, base_offset, object_id, \
-             byte_offset, byte_size, base_timestamp, max_timestamp, timestamp_type, log_append_time, \
-             producer_id, producer_epoch, base_sequence, last_sequence) VALUES {}",
-            values.join(",")
-        );
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for (pid, base, off) in part {
-            q = q
-                .bind(*pid)
-                .bind(base + i64::from(BATCH_RECORDS) - 1)
-                .bind(*base)
-                .bind(object_id)
-                .bind(*off)
-                .bind(BATCH_BYTES as i32)
-                .bind(ts)
-                .bind(ts + 5)
-                .bind(0i16)
-                .bind(-1i64)
-                .bind(-1i64)
-                .bind(-1i16)
-                .bind(-1i32)
-                .bind(-1i32);
-        }
-        q.execute(&mut *tx).await?;
-    }
-    tx.commit().await
+    Ok(raw)
 }

@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
 use diskless_coordinator::{
     BatchCoordinator, ErrorCode, SystemClock, TopicConfig, TopicIdPartition,
@@ -14,7 +13,7 @@ use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use diskless_testkit::coordinator::InMemoryCoordinator;
 
 use crate::report::{Row, Status, pct, rate};
-use crate::util::{TimedCoordinator, create_topic, make_batch, now_ms, runtime};
+use crate::util::{TimedCoordinator, create_topic, make_batches, runtime};
 
 const PARTITIONS: usize = 16;
 const BATCH: usize = 16 << 10;
@@ -45,8 +44,7 @@ pub fn run(quick: bool) -> Vec<Row> {
             Err(e) => panic!("writer: {e}"),
         };
         // Fill: every partition gets per_partition bytes of 16 KiB batches, interleaved.
-        let ts = now_ms();
-        let batches: Vec<Bytes> = (0..64).map(|i| make_batch(BATCH, ts, i)).collect();
+        let batches = make_batches(64, BATCH);
         let records_per_batch = 32i64;
         let per_batches = per_partition / batches[0].len();
         let config = Arc::new(TopicConfig::default());

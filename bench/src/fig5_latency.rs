@@ -8,26 +8,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use diskless_coordinator::{
-    BatchCoordinator, ErrorCode, SystemClock, TopicConfig, TopicIdPartition,
-};
-use diskless_core::{ProducePartition, SealPolicy, WalWriter, WalWriterConfig};
-use diskless_storage::{ObjectStorage, ObjectStoreStorage};
-use diskless_testkit::coordinator::InMemoryCoordinator;
+use diskless_coordinator::{ErrorCode, TopicConfig, TopicIdPartition};
+use diskless_core::{ProducePartition, SealPolicy, WalWriterConfig};
+use diskless_storage::ObjectStoreStorage;
 use diskless_testkit::storage::Latency;
 use tokio::time::Instant;
 
 use crate::report::{Row, Status, ms};
-use crate::util::{
-    SimLatencyStorage, TimedCoordinator, TimedStorage, create_topic, make_batch, now_ms,
-    paused_runtime, percentile,
-};
+use crate::util::{SimPipeline, make_batches, paused_runtime, percentile};
 
 const PARTITIONS: usize = 100;
 const RATE_PER_S: u64 = 1000;
-/// Commit latency added to the in-memory coordinator (a local durable commit).
-pub const COMMIT_LATENCY: Duration = Duration::from_millis(10);
 
 /// One scenario.
 struct Scenario {
@@ -120,31 +111,19 @@ struct Parts {
 fn scenario(s: &Scenario, seconds: u64) -> Vec<Row> {
     let rt = paused_runtime();
     let parts = rt.block_on(async {
-        let clock = Arc::new(SystemClock);
-        let model: Arc<dyn BatchCoordinator> = Arc::new(InMemoryCoordinator::new(clock.clone()));
-        let coordinator = Arc::new(TimedCoordinator::new(model, COMMIT_LATENCY, true));
-        let topic = create_topic(coordinator.as_ref(), "bench", PARTITIONS as i32).await;
-        let faulty: Arc<dyn ObjectStorage> = Arc::new(SimLatencyStorage::new(
+        let sim = SimPipeline::start(
+            PARTITIONS,
             Arc::new(ObjectStoreStorage::in_memory()),
             s.store.clone(),
             42,
-        ));
-        let storage = Arc::new(TimedStorage::new(faulty));
-        let writer = match WalWriter::builder(storage.clone(), coordinator.clone())
-            .with_config(
-                WalWriterConfig::default()
-                    .with_commit_interval(s.interval)
-                    .with_hedge_uploads_after(s.hedge_after)
-                    .with_seal_policy(s.seal),
-            )
-            .with_clock(clock)
-            .build()
-        {
-            Ok(w) => Arc::new(w),
-            Err(e) => panic!("writer: {e}"),
-        };
-        let ts = now_ms();
-        let batches: Vec<Bytes> = (0..16).map(|i| make_batch(1 << 10, ts, i)).collect();
+            true,
+            WalWriterConfig::default()
+                .with_commit_interval(s.interval)
+                .with_hedge_uploads_after(s.hedge_after)
+                .with_seal_policy(s.seal),
+        )
+        .await;
+        let batches = make_batches(16, 1 << 10);
         let config = Arc::new(TopicConfig::default());
         let total = seconds * RATE_PER_S;
         let start = Instant::now();
@@ -152,13 +131,13 @@ fn scenario(s: &Scenario, seconds: u64) -> Vec<Row> {
         for i in 0..total {
             tokio::time::sleep_until(start + Duration::from_micros(i * 1_000_000 / RATE_PER_S))
                 .await;
-            let partition = TopicIdPartition::new(topic, (i % PARTITIONS as u64) as i32);
+            let partition = TopicIdPartition::new(sim.topic, (i % PARTITIONS as u64) as i32);
             let request = vec![ProducePartition {
                 partition,
                 config: config.clone(),
                 records: batches[i as usize % batches.len()].clone(),
             }];
-            let writer = writer.clone();
+            let writer = sim.writer.clone();
             tasks.push(tokio::spawn(async move {
                 let t0 = Instant::now();
                 let answers = writer.produce(request).await;
@@ -173,11 +152,11 @@ fn scenario(s: &Scenario, seconds: u64) -> Vec<Row> {
                 Err(e) => panic!("produce task: {e}"),
             }
         }
-        writer.close().await;
-        let hedges = writer.stats().hedged_uploads;
-        let uploads = storage.uploads.lock().clone();
-        let commits = coordinator.commits.lock().clone();
-        let objects = coordinator.batch_objects.lock().clone();
+        sim.writer.close().await;
+        let hedges = sim.writer.stats().hedged_uploads;
+        let uploads = sim.storage.uploads.lock().clone();
+        let commits = sim.coordinator.commits.lock().clone();
+        let objects = sim.coordinator.batch_objects.lock().clone();
         let mut parts = Parts::default();
         // The first and last seconds are warm-up and drain.
         let warm = Duration::from_secs(1).min(Duration::from_secs(seconds) / 4);

@@ -9,20 +9,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use diskless_coordinator::{BatchCoordinator, SystemClock, TopicConfig, TopicIdPartition};
-use diskless_core::{ProducePartition, WalWriter, WalWriterConfig};
-use diskless_storage::ObjectStorage;
-use diskless_testkit::coordinator::InMemoryCoordinator;
+use diskless_coordinator::{TopicConfig, TopicIdPartition};
+use diskless_core::{ProducePartition, WalWriterConfig};
 use diskless_testkit::storage::Latency;
 use tokio::time::Instant;
 
-use crate::fig5_latency::COMMIT_LATENCY;
 use crate::report::{Row, Status, pct, rate};
-use crate::util::{
-    NullStorage, SimLatencyStorage, TimedCoordinator, TimedStorage, create_topic, make_batch,
-    now_ms, paused_runtime,
-};
+use crate::util::{NullStorage, SimPipeline, make_batches, paused_runtime};
 
 const PARTITIONS: usize = 64;
 
@@ -68,32 +61,20 @@ fn scenario(
     let concurrency = 4;
     let rt = paused_runtime();
     let (throughput, mean_upload, segments, mean_segment) = rt.block_on(async {
-        let clock = Arc::new(SystemClock);
-        let model: Arc<dyn BatchCoordinator> = Arc::new(InMemoryCoordinator::new(clock.clone()));
-        let coordinator = Arc::new(TimedCoordinator::new(model, COMMIT_LATENCY, false));
-        let topic = create_topic(coordinator.as_ref(), "bench", PARTITIONS as i32).await;
-        let faulty: Arc<dyn ObjectStorage> = Arc::new(SimLatencyStorage::new(
+        let sim = SimPipeline::start(
+            PARTITIONS,
             Arc::new(NullStorage::default()),
             latency,
             6,
-        ));
-        let storage = Arc::new(TimedStorage::new(faulty));
-        let writer = match WalWriter::builder(storage.clone(), coordinator.clone())
-            .with_config(
-                WalWriterConfig::default()
-                    .with_buffer_max_bytes(segment)
-                    .with_max_concurrent_uploads(concurrency)
-                    .with_max_pending_bytes(segment * pending_segments),
-            )
-            .with_clock(clock)
-            .build()
-        {
-            Ok(w) => Arc::new(w),
-            Err(e) => panic!("writer: {e}"),
-        };
-        let ts = now_ms();
-        let batch_size = 64 << 10;
-        let batches: Vec<Bytes> = (0..16).map(|i| make_batch(batch_size, ts, i)).collect();
+            false,
+            WalWriterConfig::default()
+                .with_buffer_max_bytes(segment)
+                .with_max_concurrent_uploads(concurrency)
+                .with_max_pending_bytes(segment * pending_segments),
+        )
+        .await;
+        let topic = sim.topic;
+        let batches = make_batches(16, 64 << 10);
         let per_request = (segment / 8 / batches[0].len()).max(1);
         let config = Arc::new(TopicConfig::default());
         let start = Instant::now();
@@ -102,7 +83,7 @@ fn scenario(
         let producers = 2 * 8 * pending_segments;
         let mut tasks = Vec::new();
         for w in 0..producers {
-            let writer = writer.clone();
+            let writer = sim.writer.clone();
             let batches = batches.clone();
             let config = config.clone();
             tasks.push(tokio::spawn(async move {
@@ -123,10 +104,10 @@ fn scenario(
         for t in tasks {
             let _ = t.await;
         }
-        writer.close().await;
+        sim.writer.close().await;
         let warm = start + Duration::from_secs(seconds) / 5;
-        let uploads = storage.uploads.lock().clone();
-        let commits = coordinator.commits.lock().clone();
+        let uploads = sim.storage.uploads.lock().clone();
+        let commits = sim.coordinator.commits.lock().clone();
         let mut bytes_after_warm = 0u64;
         let mut upload_total = Duration::ZERO;
         let mut n = 0u32;

@@ -15,9 +15,8 @@ use diskless_core::{FetchPartition, Fetcher, ProducePartition, WalWriter, WalWri
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use diskless_testkit::coordinator::InMemoryCoordinator;
 
-use crate::fig2_sqlite::bench_dir;
 use crate::report::{Row, Status};
-use crate::util::{create_topic, make_batch, now_ms, paused_runtime, runtime};
+use crate::util::{bench_dir, create_topic, make_batch, make_batches, paused_runtime, runtime};
 
 /// S3 Standard request prices (us-east-1), $ per 1,000 requests, as given in the benchmark brief
 /// for the run of 2026-11-30.
@@ -105,8 +104,7 @@ fn heavy_write_and_cold_fetch(quick: bool) -> Vec<Row> {
             coordinator.clone(),
             WalWriterConfig::default().with_buffer_max_bytes(segment),
         );
-        let ts = now_ms();
-        let batches: Vec<Bytes> = (0..32).map(|i| make_batch(16 << 10, ts, i)).collect();
+        let batches = make_batches(32, 16 << 10);
         let before = counters.snapshot();
         let bytes = produce_all(&w, topic, &batches, total, 16).await;
         let stats = w.stats();
@@ -247,8 +245,7 @@ fn light_write_and_idle(quick: bool) -> Vec<Row> {
         // Idle from the start.
         tokio::time::sleep(Duration::from_secs(idle)).await;
         let idle_fresh = counters.snapshot();
-        let ts = now_ms();
-        let batches: Vec<Bytes> = (0..16).map(|i| make_batch(1 << 10, ts, i)).collect();
+        let batches = make_batches(16, 1 << 10);
         let config = Arc::new(TopicConfig::default());
         let start = tokio::time::Instant::now();
         let mut tasks = Vec::new();
@@ -340,8 +337,7 @@ fn metadata(quick: bool) -> Vec<Row> {
                 };
             let storage: Arc<dyn ObjectStorage> = Arc::new(crate::util::NullStorage::default());
             let w = writer(storage, coordinator.clone(), WalWriterConfig::default());
-            let ts = now_ms();
-            let batches: Vec<Bytes> = (0..32).map(|i| make_batch(size, ts, i)).collect();
+            let batches = make_batches(32, size);
             let bytes = produce_all(&w, topic, &batches, total, 16).await;
             w.close().await;
             coordinator.close().await;

@@ -10,14 +10,13 @@ use std::time::{Duration, Instant};
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions, Synchronous};
 use diskless_coordinator::{
     BatchCoordinator, CommitBatch, CommitFileRequest, ListOffsetsRequest, MAX_TIMESTAMP,
-    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, SystemClock, TimestampType, TopicIdPartition,
+    SystemClock, TopicIdPartition,
 };
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection};
 
-use crate::fig2_sqlite::bench_dir;
-use crate::report::{Row, Status};
-use crate::util::{create_topic, percentile, runtime};
+use crate::report::{Row, Status, count, scaling_row, us};
+use crate::util::{bench_dir, create_topic, percentile, plain_batch, runtime};
 
 /// Batches per commit while filling a partition.
 const FILL_BATCHES_PER_COMMIT: usize = 10_000;
@@ -55,45 +54,19 @@ pub fn run(quick: bool) -> Vec<Row> {
     rt.block_on(async {
         let s = measure(small, lookups, lookups / 10).await;
         let l = measure(large, lookups, (lookups / 100).max(10)).await;
-        let name = |n: usize| {
-            if n >= 1_000_000 {
-                format!("{}M", n / 1_000_000)
-            } else {
-                format!("{}k", n / 1_000)
-            }
-        };
-        let (sn, ln) = (name(small), name(large));
-        let us = |d: Duration| format!("{:.0} µs", d.as_secs_f64() * 1e6);
+        let (sn, ln) = (count(small), count(large));
         let mut rows = Vec::new();
         for (what, mut a, mut b) in [
             ("random timestamps", s.by_time, l.by_time),
             ("MAX_TIMESTAMP", s.max_ts, l.max_ts),
         ] {
-            let (a50, a99) = (percentile(&mut a, 0.5), percentile(&mut a, 0.99));
-            let (b50, b99) = (percentile(&mut b, 0.5), percentile(&mut b, 0.99));
-            let ratio = b50.as_secs_f64() / a50.as_secs_f64();
-            rows.push(
-                Row::new(
-                    9,
-                    format!(
-                        "SQLite ListOffsets by timestamp ({what}), 1 partition of {ln} batches"
-                    ),
-                    format!("{ln}: p50 {}, p99 {}", us(b50), us(b99)),
-                )
-                .baseline(format!("{sn} batches: p50 {}, p99 {}", us(a50), us(a99)))
-                .ratio(format!("{ratio:.2}x"))
-                .target(
-                    format!("{ln}/{sn} p50 <= 2x (bounded probes)"),
-                    Status::from_bool(ratio <= 2.0),
-                )
-                .numbers(&[
-                    b50.as_secs_f64(),
-                    b99.as_secs_f64(),
-                    a50.as_secs_f64(),
-                    a99.as_secs_f64(),
-                    ratio,
-                ]),
-            );
+            rows.push(scaling_row(
+                9,
+                format!("SQLite ListOffsets by timestamp ({what}), 1 partition of {ln} batches"),
+                (small, &mut a),
+                (large, &mut b),
+                "bounded probes",
+            ));
         }
         let (mut a, mut b) = (s.scan, l.scan);
         let (a50, b50) = (percentile(&mut a, 0.5), percentile(&mut b, 0.5));
@@ -149,19 +122,14 @@ async fn measure(n: usize, lookups: usize, scans: usize) -> Measured {
         let batches: Vec<CommitBatch> = (0..count)
             .map(|j| {
                 let ts = T0 + 10 * (i + j) as i64 + rng.i64(0..40);
-                CommitBatch {
+                plain_batch(
                     partition,
-                    byte_offset: 1 + j as u64 * u64::from(BATCH_BYTES),
-                    byte_size: BATCH_BYTES,
-                    record_count: 1,
-                    base_timestamp: ts - 5,
-                    max_timestamp: ts,
-                    timestamp_type: TimestampType::CreateTime,
-                    producer_id: NO_PRODUCER_ID,
-                    producer_epoch: NO_PRODUCER_EPOCH,
-                    base_sequence: NO_SEQUENCE,
-                    last_sequence: NO_SEQUENCE,
-                }
+                    1 + j as u64 * u64::from(BATCH_BYTES),
+                    BATCH_BYTES,
+                    1,
+                    ts - 5,
+                    ts,
+                )
             })
             .collect();
         let request = CommitFileRequest {

@@ -18,6 +18,7 @@ mod fig6_pipeline;
 mod fig7_cost;
 mod fig8_memory;
 mod fig9_timestamp_lookup;
+mod raw;
 mod report;
 mod util;
 

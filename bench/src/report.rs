@@ -1,6 +1,9 @@
 //! One row of the results table, and its formatting.
 
 use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::util::percentile;
 
 /// How a measured row compares to the target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,8 +150,58 @@ pub fn per_s(n: f64, unit: &str) -> String {
     }
 }
 
+/// Microseconds, no decimals.
+pub fn us(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+/// A count in thousands or millions when round (`10k`, `1M`).
+pub fn count(n: usize) -> String {
+    if n >= 1_000_000 && n % 1_000_000 == 0 {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1_000 && n % 1_000 == 0 {
+        format!("{}k", n / 1_000)
+    } else {
+        n.to_string()
+    }
+}
+
+/// A row comparing latencies at two store sizes (figures 9 and 10): the large store's p50 / p99
+/// as the value, the small store's as the baseline, and their p50 ratio against the target
+/// `<= 2x` (`why` says why it should hold). `small` and `large`: (stored batches, latencies).
+pub fn scaling_row(
+    figure: u8,
+    what: String,
+    small: (usize, &mut [Duration]),
+    large: (usize, &mut [Duration]),
+    why: &str,
+) -> Row {
+    let (sn, ln) = (count(small.0), count(large.0));
+    let (a50, a99) = (percentile(small.1, 0.5), percentile(small.1, 0.99));
+    let (b50, b99) = (percentile(large.1, 0.5), percentile(large.1, 0.99));
+    let ratio = b50.as_secs_f64() / a50.as_secs_f64();
+    Row::new(
+        figure,
+        what,
+        format!("{ln}: p50 {}, p99 {}", us(b50), us(b99)),
+    )
+    .baseline(format!("{sn} batches: p50 {}, p99 {}", us(a50), us(a99)))
+    .ratio(format!("{ratio:.2}x"))
+    .target(
+        format!("{ln}/{sn} p50 <= 2x ({why})"),
+        Status::from_bool(ratio <= 2.0),
+    )
+    .numbers(&[
+        b50.as_secs_f64(),
+        b99.as_secs_f64(),
+        a50.as_secs_f64(),
+        a99.as_secs_f64(),
+        ratio,
+    ])
+}
+
 /// Milliseconds with two decimals.
-pub fn ms(d: std::time::Duration) -> String {
+pub fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 

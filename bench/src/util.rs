@@ -1,5 +1,5 @@
 //! Shared pieces: batch generation, percentiles, timing wrappers around storage and coordinator,
-//! RSS readings.
+//! the simulated pipeline of figures 5 and 6, RSS readings.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -10,8 +10,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use diskless_coordinator::*;
-use diskless_core::RecordBatchBuilder;
+use diskless_core::{RecordBatchBuilder, WalWriter, WalWriterConfig};
 use diskless_storage::{ObjectKey, ObjectMeta, ObjectStorage, StorageError};
+use diskless_testkit::coordinator::InMemoryCoordinator;
+use diskless_testkit::storage::Latency;
 use futures::stream::BoxStream;
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -44,12 +46,63 @@ pub fn make_batch(target: usize, ts: i64, seed: u64) -> Bytes {
     }
 }
 
+/// `count` batches of about `size` bytes each (seeds `0..count`), stamped now: distinct data, so
+/// that a run does not cycle through one hot set of cache lines.
+pub fn make_batches(count: u64, size: usize) -> Vec<Bytes> {
+    let ts = now_ms();
+    (0..count).map(|i| make_batch(size, ts, i)).collect()
+}
+
 /// Milliseconds since the epoch, wall clock.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    SystemClock.now_ms()
+}
+
+/// A random (v4) UUID, from a generator seeded by the OS: topic ids, and names of fresh schemas
+/// that must not collide with an earlier run's.
+pub fn random_uuid() -> uuid::Uuid {
+    let mut rng = fastrand::Rng::with_seed(diskless_common::entropy_seed());
+    uuid::Builder::from_random_bytes(rng.u128(..).to_le_bytes()).into_uuid()
+}
+
+/// A batch without producer id of the given place, size and timestamps, as a commit carries it.
+pub fn plain_batch(
+    partition: TopicIdPartition,
+    byte_offset: u64,
+    byte_size: u32,
+    record_count: i32,
+    base_timestamp: i64,
+    max_timestamp: i64,
+) -> CommitBatch {
+    CommitBatch {
+        partition,
+        byte_offset,
+        byte_size,
+        record_count,
+        base_timestamp,
+        max_timestamp,
+        timestamp_type: TimestampType::CreateTime,
+        producer_id: NO_PRODUCER_ID,
+        producer_epoch: NO_PRODUCER_EPOCH,
+        base_sequence: NO_SEQUENCE,
+        last_sequence: NO_SEQUENCE,
+    }
+}
+
+/// A temporary directory on the same disk as the workspace (not a tmpfs), so that fsync costs
+/// what it costs (`DISKLESS_BENCH_DIR` chooses another base).
+pub fn bench_dir() -> tempfile::TempDir {
+    let base = std::env::var_os("DISKLESS_BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let _ = std::fs::create_dir_all(&base);
+    match tempfile::Builder::new().prefix("bench-").tempdir_in(&base) {
+        Ok(d) => d,
+        Err(_) => match tempfile::tempdir() {
+            Ok(d) => d,
+            Err(e) => panic!("no temporary directory: {e}"),
+        },
+    }
 }
 
 /// Nearest-rank percentile `q` (0..=1) of `v` (sorted in place).
@@ -68,7 +121,7 @@ pub async fn create_topic(
     name: &str,
     partitions: i32,
 ) -> uuid::Uuid {
-    let topic_id = uuid::Uuid::new_v4();
+    let topic_id = random_uuid();
     if let Err(e) = coordinator
         .create_topic(CreateTopicRequest {
             topic_id,
@@ -137,87 +190,43 @@ impl ObjectStorage for NullStorage {
     }
 }
 
-/// Records when each upload started and ended (tokio time, so paused clocks work).
+/// A simulated object store (figures 5 and 6): every upload first sleeps a draw of `latency`
+/// (tokio time), and the start and end of each successful upload are recorded (the simulated
+/// latency included, as a client of a real store would see it). Unlike the testkit's
+/// `FaultyStorage`, whose draws depend on the (random, time-based) object keys, the draws here
+/// follow the call order from a fixed seed, so a paused-clock run is reproducible.
 #[derive(Debug)]
-pub struct TimedStorage {
+pub struct SimStorage {
     inner: Arc<dyn ObjectStorage>,
+    latency: Latency,
+    rng: Mutex<fastrand::Rng>,
     /// key -> (start, end) of its successful upload.
     pub uploads: Mutex<HashMap<String, (Instant, Instant)>>,
 }
 
-impl TimedStorage {
-    /// Wraps `inner`.
-    pub fn new(inner: Arc<dyn ObjectStorage>) -> TimedStorage {
-        TimedStorage {
+impl SimStorage {
+    /// Wraps `inner`; draws start from `seed`.
+    pub fn new(inner: Arc<dyn ObjectStorage>, latency: Latency, seed: u64) -> SimStorage {
+        SimStorage {
             inner,
+            latency,
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             uploads: Mutex::new(HashMap::new()),
         }
     }
 }
 
 #[async_trait]
-impl ObjectStorage for TimedStorage {
+impl ObjectStorage for SimStorage {
     async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
         let start = Instant::now();
+        let delay = self.latency.sample(&mut self.rng.lock());
+        tokio::time::sleep(delay).await;
         self.inner.upload(key, payload).await?;
         self.uploads
             .lock()
             .insert(key.to_string(), (start, Instant::now()));
         Ok(())
-    }
-
-    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
-        self.inner.fetch(key, range).await
-    }
-
-    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
-        self.inner.delete(keys).await
-    }
-
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset<'a>(
-        &'a self,
-        prefix: &'a str,
-        offset: &'a str,
-    ) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-}
-
-/// Simulated store latency: every upload first sleeps a draw of `latency` (tokio time). Unlike
-/// the testkit's `FaultyStorage`, whose draws depend on the (random, time-based) object keys, the
-/// draws here follow the call order from a fixed seed, so a paused-clock run is reproducible.
-#[derive(Debug)]
-pub struct SimLatencyStorage {
-    inner: Arc<dyn ObjectStorage>,
-    latency: diskless_testkit::storage::Latency,
-    rng: Mutex<fastrand::Rng>,
-}
-
-impl SimLatencyStorage {
-    /// Wraps `inner`.
-    pub fn new(
-        inner: Arc<dyn ObjectStorage>,
-        latency: diskless_testkit::storage::Latency,
-        seed: u64,
-    ) -> SimLatencyStorage {
-        SimLatencyStorage {
-            inner,
-            latency,
-            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
-        }
-    }
-}
-
-#[async_trait]
-impl ObjectStorage for SimLatencyStorage {
-    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
-        let delay = self.latency.sample(&mut self.rng.lock());
-        tokio::time::sleep(delay).await;
-        self.inner.upload(key, payload).await
     }
 
     async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
@@ -346,6 +355,61 @@ impl CoordinatorLayer for TimedCoordinator {
         self.find_nanos
             .fetch_add(wall.elapsed().as_nanos() as u64, Ordering::Relaxed);
         r
+    }
+}
+
+// -------------------------------------------------------------------------------------------------
+// The simulated pipeline of figures 5 and 6
+
+/// Commit latency the simulated pipeline adds to the in-memory coordinator (a local durable
+/// commit).
+pub const COMMIT_LATENCY: Duration = Duration::from_millis(10);
+
+/// A writer over a simulated store and a timed in-memory coordinator (commits take
+/// [`COMMIT_LATENCY`] more), for runs on the paused clock.
+#[derive(Debug)]
+pub struct SimPipeline {
+    /// The writer, shared by the producer tasks.
+    pub writer: Arc<WalWriter>,
+    /// The coordinator, with what it saw of each commit.
+    pub coordinator: Arc<Layered<TimedCoordinator>>,
+    /// The store, with when each upload started and ended.
+    pub storage: Arc<SimStorage>,
+    /// A topic of the requested partitions, created before the writer started.
+    pub topic: uuid::Uuid,
+}
+
+impl SimPipeline {
+    /// Starts a writer configured by `config` over `store` behind [`SimStorage`] (`latency`
+    /// drawn from `seed`); the coordinator records which object each batch landed in when
+    /// `track_batches`.
+    pub async fn start(
+        partitions: usize,
+        store: Arc<dyn ObjectStorage>,
+        latency: Latency,
+        seed: u64,
+        track_batches: bool,
+        config: WalWriterConfig,
+    ) -> SimPipeline {
+        let clock = Arc::new(SystemClock);
+        let model: Arc<dyn BatchCoordinator> = Arc::new(InMemoryCoordinator::new(clock.clone()));
+        let coordinator = Arc::new(TimedCoordinator::new(model, COMMIT_LATENCY, track_batches));
+        let topic = create_topic(coordinator.as_ref(), "bench", partitions as i32).await;
+        let storage = Arc::new(SimStorage::new(store, latency, seed));
+        let writer = match WalWriter::builder(storage.clone(), coordinator.clone())
+            .with_config(config)
+            .with_clock(clock)
+            .build()
+        {
+            Ok(w) => Arc::new(w),
+            Err(e) => panic!("writer: {e}"),
+        };
+        SimPipeline {
+            writer,
+            coordinator,
+            storage,
+            topic,
+        }
     }
 }
 
