@@ -109,7 +109,7 @@ fn default_plan(quick: bool) -> Plan {
 }
 
 /// Runs figure 10.
-pub fn run(quick: bool) -> Vec<Row> {
+pub(crate) fn run(quick: bool) -> Vec<Row> {
     let plan = plan(quick);
     let rt = runtime();
     rt.block_on(async {

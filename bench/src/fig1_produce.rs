@@ -21,7 +21,7 @@ const PARTITIONS: usize = 64;
 const DISTINCT: usize = 64;
 
 /// Runs figure 1.
-pub fn run(quick: bool) -> Vec<Row> {
+pub(crate) fn run(quick: bool) -> Vec<Row> {
     let total: usize = if quick { 2 << 20 } else { 256 << 20 };
     let reps = if quick { 1 } else { 5 };
     let mut rows = Vec::new();

@@ -12,14 +12,14 @@ use crate::report::{Row, Status, pct, per_s};
 use crate::util::{bench_dir, create_topic, now_ms, plain_batch, runtime};
 
 /// Partitions the batches are spread over.
-pub const PARTITIONS: usize = 1000;
+pub(crate) const PARTITIONS: usize = 1000;
 /// Byte size of every committed batch.
-pub const BATCH_BYTES: u32 = 16 << 10;
+pub(crate) const BATCH_BYTES: u32 = 16 << 10;
 /// Records per batch.
-pub const BATCH_RECORDS: i32 = 32;
+pub(crate) const BATCH_RECORDS: i32 = 32;
 
 /// (batches per file, files committed) for the full and the quick run.
-pub fn plan(quick: bool) -> Vec<(usize, usize)> {
+pub(crate) fn plan(quick: bool) -> Vec<(usize, usize)> {
     if quick {
         vec![(1, 10), (100, 4), (1000, 2)]
     } else {
@@ -28,7 +28,7 @@ pub fn plan(quick: bool) -> Vec<(usize, usize)> {
 }
 
 /// A commit request of `n` batches, round-robin over the partitions from `*next`.
-pub fn commit_request(
+pub(crate) fn commit_request(
     topic: uuid::Uuid,
     key: String,
     n: usize,
@@ -60,7 +60,7 @@ pub fn commit_request(
 
 /// The row of a commit throughput (`rate` files/s of `n` batches) next to raw inserts of the same
 /// rows (`raw` files/s), without a target.
-pub fn commit_rate_row(figure: u8, what: String, n: usize, rate: f64, raw: f64) -> Row {
+pub(crate) fn commit_rate_row(figure: u8, what: String, n: usize, rate: f64, raw: f64) -> Row {
     let ratio = rate / raw;
     Row::new(
         figure,
@@ -81,7 +81,7 @@ pub fn commit_rate_row(figure: u8, what: String, n: usize, rate: f64, raw: f64) 
 }
 
 /// Runs figure 2.
-pub fn run(quick: bool) -> Vec<Row> {
+pub(crate) fn run(quick: bool) -> Vec<Row> {
     let rt = runtime();
     rt.block_on(async {
         let mut rows = Vec::new();

@@ -19,7 +19,7 @@ use crate::util::{create_topic, now_ms, percentile, random_uuid, runtime};
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// Runs figure 3.
-pub fn run(quick: bool) -> Vec<Row> {
+pub(crate) fn run(quick: bool) -> Vec<Row> {
     let url = std::env::var("DISKLESS_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_string());
     let rt = runtime();
     rt.block_on(async {

@@ -21,7 +21,7 @@ const PARTITION_MAX_BYTES: u32 = 1 << 20;
 const FETCH_MAX_BYTES: u32 = 50 << 20;
 
 /// Runs figure 4.
-pub fn run(quick: bool) -> Vec<Row> {
+pub(crate) fn run(quick: bool) -> Vec<Row> {
     let per_partition: usize = if quick { 256 << 10 } else { 4 << 20 };
     let serve_total: u64 = if quick { 8 << 20 } else { 4 << 30 };
     let rt = runtime();

@@ -36,7 +36,7 @@ struct Scenario {
 }
 
 /// Runs figure 5.
-pub fn run(quick: bool) -> Vec<Row> {
+pub(crate) fn run(quick: bool) -> Vec<Row> {
     let seconds = if quick { 3 } else { 120 };
     let scenarios = [
         Scenario {

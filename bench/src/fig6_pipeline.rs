@@ -20,7 +20,7 @@ use crate::util::{NullStorage, SimPipeline, make_batches, paused_runtime};
 const PARTITIONS: usize = 64;
 
 /// Runs figure 6.
-pub fn run(quick: bool) -> Vec<Row> {
+pub(crate) fn run(quick: bool) -> Vec<Row> {
     let (segment, seconds) = if quick {
         (1usize << 20, 3u64)
     } else {

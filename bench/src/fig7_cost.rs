@@ -20,14 +20,14 @@ use crate::util::{bench_dir, create_topic, make_batch, make_batches, paused_runt
 
 /// S3 Standard request prices (us-east-1), $ per 1,000 requests, as given in the benchmark brief
 /// for the run of 2026-11-30.
-pub const PUT_PER_1000: f64 = 0.005;
+pub(crate) const PUT_PER_1000: f64 = 0.005;
 /// See [`PUT_PER_1000`].
-pub const GET_PER_1000: f64 = 0.0004;
+pub(crate) const GET_PER_1000: f64 = 0.0004;
 const GIB: f64 = (1u64 << 30) as f64;
 const PARTITIONS: usize = 32;
 
 /// Runs figure 7.
-pub fn run(quick: bool) -> Vec<Row> {
+pub(crate) fn run(quick: bool) -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(heavy_write_and_cold_fetch(quick));
     rows.extend(light_write_and_idle(quick));

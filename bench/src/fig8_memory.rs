@@ -19,13 +19,13 @@ use crate::report::{Row, Status};
 use crate::util::{NullStorage, create_topic, make_batch, now_ms, rss, runtime};
 
 /// RSS allowed above the bound: allocator slack, the producers' waiting requests, runtime.
-pub const MARGIN: u64 = 32 << 20;
+pub(crate) const MARGIN: u64 = 32 << 20;
 const PRODUCERS: usize = 4;
 const REQUEST: usize = 1 << 20;
 const MIB: f64 = (1u64 << 20) as f64;
 
 /// Runs figure 8 (spawns one child per scenario).
-pub fn run(quick: bool) -> Vec<Row> {
+pub(crate) fn run(quick: bool) -> Vec<Row> {
     let bounds: &[u64] = if quick {
         &[8 << 20, 32 << 20]
     } else {
@@ -96,7 +96,7 @@ pub fn run(quick: bool) -> Vec<Row> {
 }
 
 /// The child: prints `MEM base=<bytes> peak=<bytes> pending=<bytes> attempted=<bytes>`.
-pub fn child(bound: u64) {
+pub(crate) fn child(bound: u64) {
     let rt = runtime();
     rt.block_on(async move {
         let clock = Arc::new(SystemClock);

@@ -48,7 +48,7 @@ struct Measured {
 }
 
 /// Runs figure 9.
-pub fn run(quick: bool) -> Vec<Row> {
+pub(crate) fn run(quick: bool) -> Vec<Row> {
     let (small, large, lookups) = plan(quick);
     let rt = runtime();
     rt.block_on(async {

@@ -8,6 +8,13 @@
 //! `--quick` is the smoke mode CI runs (seconds, also in a debug build); figures 5 and 6 run on
 //! tokio's paused clock (simulated time). See BENCHMARKS.md at the repository root.
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a command-line tool: the results table goes to stdout, progress and usage to stderr, \
+              and a --mem-child process answers its parent on stdout"
+)]
+
 mod fig10_scale;
 mod fig1_produce;
 mod fig2_sqlite;

@@ -13,7 +13,7 @@ use crate::util::{now_ms, random_uuid};
 
 /// One raw file: its object key and its batch rows, (partition id, base offset, byte offset).
 #[derive(Debug)]
-pub struct RawFile {
+pub(crate) struct RawFile {
     key: String,
     rows: Vec<(i64, i64, i64)>,
 }
@@ -80,7 +80,7 @@ impl RawRows {
 /// as the coordinator opens its own), one topic; per file `BEGIN IMMEDIATE`, the object row,
 /// multi-row INSERTs of up to 500 batch rows, COMMIT.
 #[derive(Debug)]
-pub struct SqliteRaw {
+pub(crate) struct SqliteRaw {
     conn: sqlx::SqliteConnection,
     rows: RawRows,
     /// The batches' timestamps.
@@ -89,7 +89,7 @@ pub struct SqliteRaw {
 
 impl SqliteRaw {
     /// Creates the database at `path` with a topic of `partitions` partitions.
-    pub async fn open(path: &std::path::Path, partitions: usize) -> SqliteRaw {
+    pub(crate) async fn open(path: &std::path::Path, partitions: usize) -> SqliteRaw {
         let mut conn = match SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -138,12 +138,12 @@ impl SqliteRaw {
 
     /// The next file of `n` batches, to [`write`](Self::write) later (so that a timed loop does
     /// not plan).
-    pub fn plan(&mut self, n: usize) -> RawFile {
+    pub(crate) fn plan(&mut self, n: usize) -> RawFile {
         self.rows.file(n)
     }
 
     /// Writes `file` in one transaction; returns how long the transaction took.
-    pub async fn write(&mut self, file: &RawFile) -> Duration {
+    pub(crate) async fn write(&mut self, file: &RawFile) -> Duration {
         let ts = self.ts;
         let start = Instant::now();
         let mut tx = match self.conn.begin_with("BEGIN IMMEDIATE").await {
@@ -202,13 +202,13 @@ impl SqliteRaw {
     }
 
     /// Plans and writes the next file of `n` batches; returns how long its transaction took.
-    pub async fn file(&mut self, n: usize) -> Duration {
+    pub(crate) async fn file(&mut self, n: usize) -> Duration {
         let file = self.plan(n);
         self.write(&file).await
     }
 
     /// Closes the connection.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         let _ = self.conn.close().await;
     }
 }
@@ -219,7 +219,7 @@ impl SqliteRaw {
 /// Raw PostgreSQL inserts into `schema.objects` and `schema.batches`: per file BEGIN, the object
 /// row, multi-row INSERTs of up to 1,000 batch rows, COMMIT.
 #[derive(Debug)]
-pub struct PgRaw {
+pub(crate) struct PgRaw {
     schema: String,
     /// The coordinator's own tables (objects need owners; batches carry the running max).
     coordinator_layout: bool,
@@ -231,7 +231,7 @@ pub struct PgRaw {
 impl PgRaw {
     /// Creates `schema` with plain tables (a primary key and one foreign key on the batches, figure
     /// 3's) for `partitions` partitions.
-    pub async fn plain(
+    pub(crate) async fn plain(
         conn: &mut PgConnection,
         schema: &str,
         partitions: usize,
@@ -265,7 +265,7 @@ impl PgRaw {
 
     /// The coordinator's tables in `schema`, rows into the partitions of `topic` (a topic of its
     /// own: the raw inserts do not move its partitions' bounds).
-    pub async fn coordinator(
+    pub(crate) async fn coordinator(
         conn: &mut PgConnection,
         schema: &str,
         topic: uuid::Uuid,
@@ -287,12 +287,12 @@ impl PgRaw {
 
     /// The next file of `n` batches, to [`write`](Self::write) later (so that a timed loop does
     /// not plan).
-    pub fn plan(&mut self, n: usize) -> RawFile {
+    pub(crate) fn plan(&mut self, n: usize) -> RawFile {
         self.rows.file(n)
     }
 
     /// Writes `file` in one transaction; returns how long the transaction took.
-    pub async fn write(
+    pub(crate) async fn write(
         &self,
         conn: &mut PgConnection,
         file: &RawFile,
@@ -374,7 +374,7 @@ impl PgRaw {
     }
 
     /// Plans and writes the next file of `n` batches; returns how long its transaction took.
-    pub async fn file(
+    pub(crate) async fn file(
         &mut self,
         conn: &mut PgConnection,
         n: usize,

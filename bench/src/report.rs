@@ -7,7 +7,7 @@ use crate::util::percentile;
 
 /// How a measured row compares to the issue's target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     /// The target is met.
     Pass,
     /// The target is not met.
@@ -29,14 +29,14 @@ impl Status {
     }
 
     /// `Pass` when `ok`, else `Below`.
-    pub fn from_bool(ok: bool) -> Status {
+    pub(crate) fn from_bool(ok: bool) -> Status {
         if ok { Status::Pass } else { Status::Below }
     }
 }
 
 /// One line of the table.
 #[derive(Clone, Debug)]
-pub struct Row {
+pub(crate) struct Row {
     /// The figure number of the issue (1..=10).
     pub figure: u8,
     /// What is measured.
@@ -57,7 +57,7 @@ pub struct Row {
 
 impl Row {
     /// A row with a verdict.
-    pub fn new(figure: u8, what: impl Into<String>, value: impl Into<String>) -> Row {
+    pub(crate) fn new(figure: u8, what: impl Into<String>, value: impl Into<String>) -> Row {
         Row {
             figure,
             what: what.into(),
@@ -71,32 +71,32 @@ impl Row {
     }
 
     /// Sets the baseline text.
-    pub fn baseline(mut self, b: impl Into<String>) -> Row {
+    pub(crate) fn baseline(mut self, b: impl Into<String>) -> Row {
         self.baseline = b.into();
         self
     }
 
     /// Sets the ratio text.
-    pub fn ratio(mut self, r: impl Into<String>) -> Row {
+    pub(crate) fn ratio(mut self, r: impl Into<String>) -> Row {
         self.ratio = r.into();
         self
     }
 
     /// Sets the target text and the verdict.
-    pub fn target(mut self, t: impl Into<String>, status: Status) -> Row {
+    pub(crate) fn target(mut self, t: impl Into<String>, status: Status) -> Row {
         self.target = t.into();
         self.status = status;
         self
     }
 
     /// Records the raw numbers of the row.
-    pub fn numbers(mut self, n: &[f64]) -> Row {
+    pub(crate) fn numbers(mut self, n: &[f64]) -> Row {
         self.numbers.extend_from_slice(n);
         self
     }
 
     /// A "not measured" row.
-    pub fn not_measured(figure: u8, what: impl Into<String>, why: impl Into<String>) -> Row {
+    pub(crate) fn not_measured(figure: u8, what: impl Into<String>, why: impl Into<String>) -> Row {
         let mut r = Row::new(figure, what, format!("not measured: {}", why.into()));
         r.status = Status::NotMeasured;
         r
@@ -104,14 +104,14 @@ impl Row {
 }
 
 /// The header of the markdown table.
-pub fn header() -> String {
+pub(crate) fn header() -> String {
     "| fig | measured | value | baseline (same run) | ratio | target | verdict |\n\
      |----:|----------|-------|---------------------|------:|--------|---------|"
         .to_string()
 }
 
 /// One markdown table line. The raw numbers go last, as `[a, b, ...]`, for machine checks.
-pub fn line(r: &Row) -> String {
+pub(crate) fn line(r: &Row) -> String {
     let mut s = String::new();
     let esc = |t: &str| t.replace('|', "\\|");
     let _ = write!(
@@ -129,7 +129,7 @@ pub fn line(r: &Row) -> String {
 }
 
 /// Bytes per second, human readable (binary units).
-pub fn rate(bytes_per_s: f64) -> String {
+pub(crate) fn rate(bytes_per_s: f64) -> String {
     const GIB: f64 = (1u64 << 30) as f64;
     const MIB: f64 = (1u64 << 20) as f64;
     if bytes_per_s >= GIB {
@@ -140,7 +140,7 @@ pub fn rate(bytes_per_s: f64) -> String {
 }
 
 /// A count per second.
-pub fn per_s(n: f64, unit: &str) -> String {
+pub(crate) fn per_s(n: f64, unit: &str) -> String {
     if n >= 1e6 {
         format!("{:.2} M {unit}/s", n / 1e6)
     } else if n >= 1e4 {
@@ -151,15 +151,15 @@ pub fn per_s(n: f64, unit: &str) -> String {
 }
 
 /// Microseconds, no decimals.
-pub fn us(d: Duration) -> String {
+pub(crate) fn us(d: Duration) -> String {
     format!("{:.0} µs", d.as_secs_f64() * 1e6)
 }
 
 /// A count in thousands or millions when round (`10k`, `1M`).
-pub fn count(n: usize) -> String {
-    if n >= 1_000_000 && n % 1_000_000 == 0 {
+pub(crate) fn count(n: usize) -> String {
+    if n >= 1_000_000 && n.is_multiple_of(1_000_000) {
         format!("{}M", n / 1_000_000)
-    } else if n >= 1_000 && n % 1_000 == 0 {
+    } else if n >= 1_000 && n.is_multiple_of(1_000) {
         format!("{}k", n / 1_000)
     } else {
         n.to_string()
@@ -169,7 +169,7 @@ pub fn count(n: usize) -> String {
 /// A row comparing latencies at two store sizes (figures 9 and 10): the large store's p50 / p99
 /// as the value, the small store's as the baseline, and their p50 ratio against the target
 /// `<= 2x` (`why` says why it should hold). `small` and `large`: (stored batches, latencies).
-pub fn scaling_row(
+pub(crate) fn scaling_row(
     figure: u8,
     what: String,
     small: (usize, &mut [Duration]),
@@ -201,11 +201,11 @@ pub fn scaling_row(
 }
 
 /// Milliseconds with two decimals.
-pub fn ms(d: Duration) -> String {
+pub(crate) fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
 /// A percentage.
-pub fn pct(x: f64) -> String {
+pub(crate) fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
 }

@@ -19,11 +19,11 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 /// Size of the record values in generated batches.
-pub const RECORD_VALUE: usize = 512;
+pub(crate) const RECORD_VALUE: usize = 512;
 
 /// A v2 batch of about `target` bytes (records of [`RECORD_VALUE`]-byte values, no compression,
 /// CreateTime `ts`), as a client would send it.
-pub fn make_batch(target: usize, ts: i64, seed: u64) -> Bytes {
+pub(crate) fn make_batch(target: usize, ts: i64, seed: u64) -> Bytes {
     let n = (target / RECORD_VALUE).max(1);
     // ~61 bytes of batch header, ~10 bytes of per-record framing.
     let value_len = (target.saturating_sub(61) / n).saturating_sub(10).max(1);
@@ -48,25 +48,25 @@ pub fn make_batch(target: usize, ts: i64, seed: u64) -> Bytes {
 
 /// `count` batches of about `size` bytes each (seeds `0..count`), stamped now: distinct data, so
 /// that a run does not cycle through one hot set of cache lines.
-pub fn make_batches(count: u64, size: usize) -> Vec<Bytes> {
+pub(crate) fn make_batches(count: u64, size: usize) -> Vec<Bytes> {
     let ts = now_ms();
     (0..count).map(|i| make_batch(size, ts, i)).collect()
 }
 
 /// Milliseconds since the epoch, wall clock.
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemClock.now_ms()
 }
 
 /// A random (v4) UUID, from a generator seeded by the OS: topic ids, and names of fresh schemas
 /// that must not collide with an earlier run's.
-pub fn random_uuid() -> uuid::Uuid {
+pub(crate) fn random_uuid() -> uuid::Uuid {
     let mut rng = fastrand::Rng::with_seed(diskless_common::entropy_seed());
     uuid::Builder::from_random_bytes(rng.u128(..).to_le_bytes()).into_uuid()
 }
 
 /// A batch without producer id of the given place, size and timestamps, as a commit carries it.
-pub fn plain_batch(
+pub(crate) fn plain_batch(
     partition: TopicIdPartition,
     byte_offset: u64,
     byte_size: u32,
@@ -91,7 +91,7 @@ pub fn plain_batch(
 
 /// A temporary directory on the same disk as the workspace (not a tmpfs), so that fsync costs
 /// what it costs (`DISKLESS_BENCH_DIR` chooses another base).
-pub fn bench_dir() -> tempfile::TempDir {
+pub(crate) fn bench_dir() -> tempfile::TempDir {
     let base = std::env::var_os("DISKLESS_BENCH_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
@@ -106,7 +106,7 @@ pub fn bench_dir() -> tempfile::TempDir {
 }
 
 /// Nearest-rank percentile `q` (0..=1) of `v` (sorted in place).
-pub fn percentile(v: &mut [Duration], q: f64) -> Duration {
+pub(crate) fn percentile(v: &mut [Duration], q: f64) -> Duration {
     if v.is_empty() {
         return Duration::ZERO;
     }
@@ -116,7 +116,7 @@ pub fn percentile(v: &mut [Duration], q: f64) -> Duration {
 }
 
 /// Creates a topic of `partitions` partitions with the default config, returns its id.
-pub async fn create_topic(
+pub(crate) async fn create_topic(
     coordinator: &dyn BatchCoordinator,
     name: &str,
     partitions: i32,
@@ -137,7 +137,7 @@ pub async fn create_topic(
 }
 
 /// Peak and current resident set size of this process, from /proc/self/status, in bytes.
-pub fn rss() -> Option<(u64, u64)> {
+pub(crate) fn rss() -> Option<(u64, u64)> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let field = |name: &str| {
         status
@@ -156,7 +156,7 @@ pub fn rss() -> Option<(u64, u64)> {
 /// A store that keeps nothing: uploads succeed and are counted, reads fail. For pipeline figures
 /// whose volume would not fit in memory.
 #[derive(Debug, Default)]
-pub struct NullStorage {
+pub(crate) struct NullStorage {
     /// Bytes uploaded.
     pub bytes: AtomicU64,
     /// Uploads.
@@ -196,7 +196,7 @@ impl ObjectStorage for NullStorage {
 /// `FaultyStorage`, whose draws depend on the (random, time-based) object keys, the draws here
 /// follow the call order from a fixed seed, so a paused-clock run is reproducible.
 #[derive(Debug)]
-pub struct SimStorage {
+pub(crate) struct SimStorage {
     inner: Arc<dyn ObjectStorage>,
     latency: Latency,
     rng: Mutex<fastrand::Rng>,
@@ -206,7 +206,7 @@ pub struct SimStorage {
 
 impl SimStorage {
     /// Wraps `inner`; draws start from `seed`.
-    pub fn new(inner: Arc<dyn ObjectStorage>, latency: Latency, seed: u64) -> SimStorage {
+    pub(crate) fn new(inner: Arc<dyn ObjectStorage>, latency: Latency, seed: u64) -> SimStorage {
         SimStorage {
             inner,
             latency,
@@ -255,7 +255,7 @@ impl ObjectStorage for SimStorage {
 
 /// What [`TimedCoordinator`] saw of one commit.
 #[derive(Clone, Copy, Debug)]
-pub struct CommitTimes {
+pub(crate) struct CommitTimes {
     /// When `commit_file` was called.
     pub start: Instant,
     /// When it returned.
@@ -268,7 +268,7 @@ pub struct CommitTimes {
 /// and end per object key, which key each appended batch landed in, and the wall time spent in
 /// `find_batches`.
 #[derive(Debug)]
-pub struct TimedCoordinator {
+pub(crate) struct TimedCoordinator {
     commit_latency: Duration,
     /// object key -> commit times.
     pub commits: Mutex<HashMap<String, CommitTimes>>,
@@ -283,7 +283,7 @@ pub struct TimedCoordinator {
 
 impl TimedCoordinator {
     /// Wraps `inner`; commits take `commit_latency` more (tokio time).
-    pub fn new(
+    pub(crate) fn new(
         inner: Arc<dyn BatchCoordinator>,
         commit_latency: Duration,
         track_batches: bool,
@@ -363,12 +363,12 @@ impl CoordinatorLayer for TimedCoordinator {
 
 /// Commit latency the simulated pipeline adds to the in-memory coordinator (a local durable
 /// commit).
-pub const COMMIT_LATENCY: Duration = Duration::from_millis(10);
+pub(crate) const COMMIT_LATENCY: Duration = Duration::from_millis(10);
 
 /// A writer over a simulated store and a timed in-memory coordinator (commits take
 /// [`COMMIT_LATENCY`] more), for runs on the paused clock.
 #[derive(Debug)]
-pub struct SimPipeline {
+pub(crate) struct SimPipeline {
     /// The writer, shared by the producer tasks.
     pub writer: Arc<WalWriter>,
     /// The coordinator, with what it saw of each commit.
@@ -383,7 +383,7 @@ impl SimPipeline {
     /// Starts a writer configured by `config` over `store` behind [`SimStorage`] (`latency`
     /// drawn from `seed`); the coordinator records which object each batch landed in when
     /// `track_batches`.
-    pub async fn start(
+    pub(crate) async fn start(
         partitions: usize,
         store: Arc<dyn ObjectStorage>,
         latency: Latency,
@@ -414,7 +414,7 @@ impl SimPipeline {
 }
 
 /// A current-thread runtime with timers, real clock.
-pub fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -426,7 +426,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 
 /// A current-thread runtime whose clock starts paused: time advances only when every task waits
 /// on a timer, instantly. The simulation figures run on it.
-pub fn paused_runtime() -> tokio::runtime::Runtime {
+pub(crate) fn paused_runtime() -> tokio::runtime::Runtime {
     match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
