@@ -11,6 +11,8 @@
 //! `DISKLESS_REQUIRE_KAFKA_CLIENTS=1`.
 
 #![cfg(unix)]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed call fails the test.
+#![allow(clippy::print_stdout)] // The skip notice and the client script's output.
 
 use std::fs::File;
 use std::io::Read;
@@ -220,18 +222,31 @@ fn check_metrics(text: &str) {
     assert_eq!(commits, uploaded, "{text}");
     // The writer's commits are the coordinator's commit_file calls (the broker commits nothing
     // else), seen from the MeteredCoordinator layer.
-    let commit_calls = count("diskless_coordinator_seconds_count", &["op=\"commit_file\""]);
+    let commit_calls = count(
+        "diskless_coordinator_seconds_count",
+        &["op=\"commit_file\""],
+    );
     assert_eq!(commit_calls, commits, "{text}");
     // Storage calls seen by MeteredStorage: at least one PUT per uploaded segment, bytes both ways.
-    let puts = count("diskless_storage_requests_total", &["op=\"put\"", "outcome=\"ok\""]);
+    let puts = count(
+        "diskless_storage_requests_total",
+        &["op=\"put\"", "outcome=\"ok\""],
+    );
     assert!(puts >= uploaded, "{text}");
-    assert!(count("diskless_storage_bytes_total", &["op=\"put\""]) > 0.0, "{text}");
     assert!(
-        count("diskless_cache_hit_bytes_total", &[]) + count("diskless_cache_miss_bytes_total", &[])
+        count("diskless_storage_bytes_total", &["op=\"put\""]) > 0.0,
+        "{text}"
+    );
+    assert!(
+        count("diskless_cache_hit_bytes_total", &[])
+            + count("diskless_cache_miss_bytes_total", &[])
             > 0.0,
         "{text}"
     );
-    assert!(count("diskless_lifecycle_passes_total", &["worker=\"retention\""]) > 0.0, "{text}");
+    assert!(
+        count("diskless_lifecycle_passes_total", &["worker=\"retention\""]) > 0.0,
+        "{text}"
+    );
     assert!(text.contains("# HELP diskless_produce_seconds"), "{text}");
 }
 

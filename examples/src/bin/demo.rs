@@ -15,6 +15,9 @@
 //! `--coordinator` takes `sqlite://PATH` (default: `coordinator.db` in the data directory) or
 //! `postgres://user@host:port/db` for the PostgreSQL coordinator (tables in schema `diskless`).
 
+// A command-line program: what it prints is its output.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -22,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use diskless_cache::{LocalCache, MokaCache};
+use diskless_common::entropy_seed;
 use diskless_coordinator::postgres::PostgresCoordinator;
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions};
 use diskless_coordinator::{
@@ -29,8 +33,8 @@ use diskless_coordinator::{
     TopicIdPartition,
 };
 use diskless_core::{
-    Compression, FetchPartition, Fetcher, ProducePartition, RecordBatchBuilder,
-    WalWriter, WalWriterConfig, split_batches, verify_stored_batch,
+    Compression, FetchPartition, Fetcher, ProducePartition, RecordBatchBuilder, WalWriter,
+    WalWriterConfig, split_batches, verify_stored_batch,
 };
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use futures::TryStreamExt;
@@ -161,7 +165,8 @@ async fn run(args: Args) -> Result<bool, Error> {
             .as_deref()
             .unwrap_or("sqlite (coordinator.db in the data directory)")
     );
-    let topic_id = uuid::Uuid::now_v7();
+    // A fresh topic per run; the id only has to be unique.
+    let topic_id = uuid::Uuid::from_u128(fastrand::Rng::with_seed(entropy_seed()).u128(..));
     let config = TopicConfig::default();
     coordinator
         .create_topic(CreateTopicRequest {

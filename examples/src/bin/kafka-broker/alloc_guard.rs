@@ -18,7 +18,7 @@ const HUGE: usize = 1 << 30;
 const PAGE: usize = 4096;
 
 /// The process's global allocator (see the module documentation).
-pub struct GuardedAllocator;
+pub(crate) struct GuardedAllocator;
 
 // SAFETY: every pointer is either from `System` (sizes below HUGE, freed by `System`) or from `mmap`
 // (sizes from HUGE on, page-aligned, freed by `munmap` with the same size): the layout passed to

@@ -11,10 +11,10 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use crate::server::Ctx;
 
 /// `UNSUPPORTED_VERSION`.
-pub const UNSUPPORTED_VERSION: i16 = 35;
+pub(crate) const UNSUPPORTED_VERSION: i16 = 35;
 
 /// (API, min version, max version) served by this broker.
-pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 11),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
@@ -34,7 +34,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
 ];
 
 /// The supported version range of an API key, if any.
-pub fn supported(api_key: i16) -> Option<(ApiKey, i16, i16)> {
+pub(crate) fn supported(api_key: i16) -> Option<(ApiKey, i16, i16)> {
     SUPPORTED
         .iter()
         .copied()
@@ -55,7 +55,7 @@ fn api_list() -> Vec<ApiVersion> {
 }
 
 /// The ApiVersions answer.
-pub fn handle(_ctx: &Ctx, _request: ApiVersionsRequest) -> ApiVersionsResponse {
+pub(crate) fn handle(_ctx: &Ctx, _request: ApiVersionsRequest) -> ApiVersionsResponse {
     let mut response = ApiVersionsResponse::default();
     response.api_keys = api_list();
     response
@@ -63,7 +63,7 @@ pub fn handle(_ctx: &Ctx, _request: ApiVersionsRequest) -> ApiVersionsResponse {
 
 /// The answer to an ApiVersions request of a version this broker does not know (to be encoded as
 /// version 0).
-pub fn unsupported() -> ApiVersionsResponse {
+pub(crate) fn unsupported() -> ApiVersionsResponse {
     let mut response = ApiVersionsResponse::default();
     response.error_code = UNSUPPORTED_VERSION;
     response.api_keys = api_list();

@@ -31,7 +31,7 @@ use crate::store::Store;
 use crate::topics::Topics;
 
 /// Everything the request handlers need.
-pub struct Broker {
+pub(crate) struct Broker {
     pub cluster: Cluster,
     pub coordinator: Arc<dyn BatchCoordinator>,
     pub clock: Arc<dyn Clock>,
@@ -68,7 +68,7 @@ impl std::fmt::Debug for Broker {
 const MAX_COMMIT_AGE: Duration = diskless_coordinator::DEFAULT_MAX_COMMIT_AGE;
 
 /// The partition → shard map of a sharded coordinator, in the data directory.
-pub const SHARD_MAP_FILE: &str = "coordinator-shards.map";
+pub(crate) const SHARD_MAP_FILE: &str = "coordinator-shards.map";
 
 /// The coordinator(s) the configuration asks for.
 struct Coordinators {
@@ -240,7 +240,7 @@ fn absolute(path: &Path) -> Result<PathBuf, String> {
 
 impl Broker {
     /// Opens storage, coordinator and the broker store, and starts the writers.
-    pub async fn open(config: &Config) -> Result<Arc<Broker>, String> {
+    pub(crate) async fn open(config: &Config) -> Result<Arc<Broker>, String> {
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
         let data_dir = absolute(&config.data_dir)?;
@@ -396,7 +396,7 @@ impl Broker {
     }
 
     /// The produce-gateway leaders of the current placements, when the coordinator is sharded.
-    pub fn gateway_leaders(&self) -> Option<Arc<GatewayLeaders>> {
+    pub(crate) fn gateway_leaders(&self) -> Option<Arc<GatewayLeaders>> {
         let router = self.sharded.as_ref()?;
         let placements = router.placements();
         let mut cached = self.gateways.lock();
@@ -409,12 +409,15 @@ impl Broker {
     }
 
     /// Creates the topics of `--create-topic` that do not exist yet.
-    pub async fn create_startup_topics(&self, topics: &[(String, i32)]) -> Result<(), String> {
+    pub(crate) async fn create_startup_topics(
+        &self,
+        topics: &[(String, i32)],
+    ) -> Result<(), String> {
         for (name, partitions) in topics {
             match self.topics.by_name(name).await {
                 Ok(Some(t)) => info!(topic = %name, partitions = t.partitions, "topic exists"),
                 Ok(None) => {
-                    let topic_id = uuid::Uuid::new_v4();
+                    let topic_id = crate::random_uuid();
                     self.coordinator
                         .create_topic(diskless_coordinator::CreateTopicRequest {
                             topic_id,
@@ -434,7 +437,7 @@ impl Broker {
     }
 
     /// Flushes and stops the writers, closes the databases.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         let lifecycle = self.lifecycle.lock().take();
         if let Some(handle) = lifecycle {
             handle.shutdown().await;
@@ -478,7 +481,7 @@ mod tests {
             .unwrap();
         assert!(c.persistent);
         assert_eq!(c.sqlite.len(), 3);
-        let topic_id = uuid::Uuid::new_v4();
+        let topic_id = crate::random_uuid();
         c.coordinator
             .create_topic(CreateTopicRequest {
                 topic_id,

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 /// One logical broker.
 #[derive(Clone, Debug)]
-pub struct Node {
+pub(crate) struct Node {
     pub id: i32,
     pub host: String,
     pub port: i32,
@@ -28,7 +28,7 @@ pub struct Node {
 
 /// All logical brokers of the process.
 #[derive(Clone, Debug)]
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub nodes: Vec<Node>,
     pub cluster_id: String,
 }
@@ -37,7 +37,7 @@ pub struct Cluster {
 const RACK_MARKER: &str = "diskless_rack_id=";
 
 /// The rack a client names in its `client.id` (`...diskless_rack_id=<rack>...`), if any.
-pub fn client_rack(client_id: &str) -> Option<&str> {
+pub(crate) fn client_rack(client_id: &str) -> Option<&str> {
     let start = client_id.find(RACK_MARKER)? + RACK_MARKER.len();
     let rest = &client_id[start..];
     let end = rest
@@ -49,13 +49,18 @@ pub fn client_rack(client_id: &str) -> Option<&str> {
 
 impl Cluster {
     /// The controller announced in Metadata (CreateTopics/DeleteTopics go there; any broker would do).
-    pub fn controller_id(&self) -> i32 {
+    pub(crate) fn controller_id(&self) -> i32 {
         self.nodes.first().map_or(-1, |n| n.id)
     }
 
     /// The leader announced for a partition: round-robin from a per-topic start, within the client's
     /// rack when it names one that exists.
-    pub fn leader_for(&self, topic_id: Uuid, partition: i32, client_rack: Option<&str>) -> i32 {
+    pub(crate) fn leader_for(
+        &self,
+        topic_id: Uuid,
+        partition: i32,
+        client_rack: Option<&str>,
+    ) -> i32 {
         let in_rack: Vec<&Node> = match client_rack {
             Some(rack) => self.nodes.iter().filter(|n| n.rack == rack).collect(),
             None => Vec::new(),
@@ -75,7 +80,7 @@ impl Cluster {
 
     /// The replica list announced for a partition: every broker, the leader first (any broker serves a
     /// diskless partition).
-    pub fn replicas(&self, leader: i32) -> Vec<i32> {
+    pub(crate) fn replicas(&self, leader: i32) -> Vec<i32> {
         let mut out = vec![leader];
         out.extend(self.nodes.iter().map(|n| n.id).filter(|&id| id != leader));
         out
@@ -83,7 +88,7 @@ impl Cluster {
 
     /// The group coordinator of a group (spread by hash; the group state is shared by all brokers of
     /// the process, so any would answer).
-    pub fn coordinator_for(&self, key: &str) -> Option<&Node> {
+    pub(crate) fn coordinator_for(&self, key: &str) -> Option<&Node> {
         if self.nodes.is_empty() {
             return None;
         }
@@ -110,7 +115,7 @@ impl Cluster {
 ///   rack (as many brokers per rack as shards or fewer) all partitions of a shard go to the same
 ///   broker; with more, they are spread over brokers that each serve that shard alone.
 #[derive(Debug)]
-pub struct GatewayLeaders {
+pub(crate) struct GatewayLeaders {
     plan: GatewayPlan,
     placements: Placements,
     /// The racks that have brokers, sorted.
@@ -119,7 +124,7 @@ pub struct GatewayLeaders {
 
 impl GatewayLeaders {
     /// The plan for `nodes` and `placements` (every topic's shard per partition).
-    pub fn new(nodes: &[Node], placements: Placements) -> Self {
+    pub(crate) fn new(nodes: &[Node], placements: Placements) -> Self {
         let brokers: Vec<GatewayBroker> = nodes
             .iter()
             .map(|n| GatewayBroker::new(n.id, Some(n.rack.clone())))
@@ -141,14 +146,14 @@ impl GatewayLeaders {
     }
 
     /// Whether this plan was built from `placements`.
-    pub fn is_for(&self, placements: &Placements) -> bool {
+    pub(crate) fn is_for(&self, placements: &Placements) -> bool {
         self.placements == *placements
     }
 
     /// The leader of every partition `0..partitions` of `topic_id` for a client in `client_rack`;
     /// `None` if the topic has no stored placement of that size (the caller falls back to the
     /// unsharded spreading).
-    pub fn leaders(
+    pub(crate) fn leaders(
         &self,
         topic_id: Uuid,
         partitions: i32,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// `--help` text.
-pub const USAGE: &str = "\
+pub(crate) const USAGE: &str = "\
 usage: kafka-broker [OPTIONS]
 
 A Kafka-protocol example broker serving diskless topics (diskless-rs).
@@ -55,10 +55,10 @@ Options:
 Logging: RUST_LOG (default info).";
 
 /// The most coordinator shards `--shards` accepts.
-pub const MAX_SHARDS: u32 = 256;
+pub(crate) const MAX_SHARDS: u32 = 256;
 
 /// What the command line asks for.
-pub enum Parsed {
+pub(crate) enum Parsed {
     /// Run the broker.
     Run(Box<Config>),
     /// Print the usage.
@@ -67,7 +67,7 @@ pub enum Parsed {
 
 /// One logical broker's listener.
 #[derive(Clone, Debug)]
-pub struct ListenerConfig {
+pub(crate) struct ListenerConfig {
     /// Node id (1-based).
     pub node_id: i32,
     /// Address to bind.
@@ -80,7 +80,7 @@ pub struct ListenerConfig {
 
 /// The broker's configuration.
 #[derive(Clone, Debug)]
-pub struct Config {
+pub(crate) struct Config {
     pub data_dir: PathBuf,
     pub listeners: Vec<ListenerConfig>,
     pub storage_url: Option<String>,
@@ -122,7 +122,7 @@ fn number<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, String> {
 
 impl Config {
     /// Parses the arguments (without the program name).
-    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
+    pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, String> {
         let mut args = args.into_iter();
         let mut data_dir = PathBuf::from("./diskless-data");
         let mut base_port: Option<u16> = None;

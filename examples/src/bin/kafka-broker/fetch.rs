@@ -49,7 +49,7 @@ enum Slot {
 }
 
 /// Fetch with long polling.
-pub async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest) -> FetchResponse {
+pub(crate) async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest) -> FetchResponse {
     let mut layout = Vec::with_capacity(request.topics.len());
     let mut wanted = Vec::new();
     for topic in &request.topics {
@@ -202,7 +202,7 @@ fn answer<A>(
 /// As Kafka (`ReplicaManager.fetchOffset`), a timestamp the request version does not support
 /// (MAX_TIMESTAMP before v7, EARLIEST_LOCAL before v8, LATEST_TIERED before v9, any other negative
 /// value) is answered `UNSUPPORTED_VERSION` without looking at the partition.
-pub async fn list_offsets(
+pub(crate) async fn list_offsets(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: ListOffsetsRequest,
@@ -279,7 +279,7 @@ pub async fn list_offsets(
 }
 
 /// DeleteRecords: moves log start offsets in the coordinator.
-pub async fn delete_records(
+pub(crate) async fn delete_records(
     broker: &Arc<Broker>,
     _ctx: &Ctx,
     request: DeleteRecordsRequest,

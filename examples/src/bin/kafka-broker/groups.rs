@@ -57,7 +57,7 @@ enum State {
 
 /// The answer to a JoinGroup.
 #[derive(Clone, Debug, Default)]
-pub struct JoinOutcome {
+pub(crate) struct JoinOutcome {
     pub error: i16,
     pub generation: i32,
     pub protocol_type: Option<String>,
@@ -81,7 +81,7 @@ impl JoinOutcome {
 
 /// The answer to a SyncGroup.
 #[derive(Clone, Debug, Default)]
-pub struct SyncOutcome {
+pub(crate) struct SyncOutcome {
     pub error: i16,
     pub assignment: Bytes,
     pub protocol_type: Option<String>,
@@ -132,7 +132,7 @@ impl Group {
 }
 
 /// What a JoinGroup asks for.
-pub struct JoinParams {
+pub(crate) struct JoinParams {
     pub group_id: String,
     pub member_id: String,
     pub instance_id: Option<String>,
@@ -144,13 +144,13 @@ pub struct JoinParams {
 }
 
 /// All groups.
-pub struct GroupCoordinator {
+pub(crate) struct GroupCoordinator {
     groups: Mutex<HashMap<String, Arc<Mutex<Group>>>>,
     initial_delay: Duration,
 }
 
 impl GroupCoordinator {
-    pub fn new() -> Arc<GroupCoordinator> {
+    pub(crate) fn new() -> Arc<GroupCoordinator> {
         Arc::new(GroupCoordinator {
             groups: Mutex::new(HashMap::new()),
             initial_delay: INITIAL_REBALANCE_DELAY,
@@ -182,7 +182,7 @@ impl GroupCoordinator {
     }
 
     /// JoinGroup: waits until the rebalance completes.
-    pub async fn join(self: &Arc<Self>, p: JoinParams) -> JoinOutcome {
+    pub(crate) async fn join(self: &Arc<Self>, p: JoinParams) -> JoinOutcome {
         let session_timeout =
             Duration::from_millis(u64::try_from(p.session_timeout_ms).unwrap_or(0));
         if !(MIN_SESSION_TIMEOUT..=MAX_SESSION_TIMEOUT).contains(&session_timeout) {
@@ -215,7 +215,7 @@ impl GroupCoordinator {
                 }
             }
             let member_id = if p.member_id.is_empty() {
-                format!("{}-{}", p.client_id, uuid::Uuid::new_v4())
+                format!("{}-{}", p.client_id, crate::random_uuid())
             } else if g.members.iter().any(|m| m.id == p.member_id) {
                 p.member_id.clone()
             } else {
@@ -309,7 +309,7 @@ impl GroupCoordinator {
     }
 
     /// SyncGroup: waits for the leader's assignments.
-    pub async fn sync(
+    pub(crate) async fn sync(
         &self,
         group_id: &str,
         generation: i32,
@@ -377,7 +377,7 @@ impl GroupCoordinator {
     }
 
     /// Heartbeat: the error code.
-    pub fn heartbeat(&self, group_id: &str, generation: i32, member_id: &str) -> i16 {
+    pub(crate) fn heartbeat(&self, group_id: &str, generation: i32, member_id: &str) -> i16 {
         let Some(group) = self.existing(group_id) else {
             return codes::UNKNOWN_MEMBER_ID;
         };
@@ -399,7 +399,7 @@ impl GroupCoordinator {
     }
 
     /// LeaveGroup: the error code of each member.
-    pub fn leave(self: &Arc<Self>, group_id: &str, members: &[String]) -> Vec<i16> {
+    pub(crate) fn leave(self: &Arc<Self>, group_id: &str, members: &[String]) -> Vec<i16> {
         let Some(group) = self.existing(group_id) else {
             return vec![codes::UNKNOWN_MEMBER_ID; members.len()];
         };
@@ -448,7 +448,7 @@ impl GroupCoordinator {
 
     /// Whether an OffsetCommit of this member may be stored (the error code); a commit counts as a
     /// heartbeat.
-    pub fn validate_commit(&self, group_id: &str, generation: i32, member_id: &str) -> i16 {
+    pub(crate) fn validate_commit(&self, group_id: &str, generation: i32, member_id: &str) -> i16 {
         let group = self.existing(group_id);
         if generation < 0 && member_id.is_empty() {
             // A commit from outside the group protocol (admin tools, assign()-based consumers).
@@ -477,7 +477,7 @@ impl GroupCoordinator {
     }
 
     /// Removes members whose session expired; runs until aborted.
-    pub async fn run_expiry(self: Arc<Self>) {
+    pub(crate) async fn run_expiry(self: Arc<Self>) {
         loop {
             tokio::time::sleep(EXPIRY_CHECK).await;
             let groups: Vec<Arc<Mutex<Group>>> = self.groups.lock().values().cloned().collect();
@@ -617,7 +617,7 @@ fn s(v: &str) -> StrBytes {
 }
 
 /// FindCoordinator: the broker that answers for a group (any broker of the process would).
-pub async fn find_coordinator(
+pub(crate) async fn find_coordinator(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: FindCoordinatorRequest,
@@ -668,7 +668,7 @@ pub async fn find_coordinator(
 }
 
 /// JoinGroup.
-pub async fn join_group(
+pub(crate) async fn join_group(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: JoinGroupRequest,
@@ -724,7 +724,7 @@ pub async fn join_group(
 }
 
 /// SyncGroup.
-pub async fn sync_group(
+pub(crate) async fn sync_group(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: SyncGroupRequest,
@@ -753,7 +753,7 @@ pub async fn sync_group(
 }
 
 /// Heartbeat.
-pub async fn heartbeat(
+pub(crate) async fn heartbeat(
     broker: &Arc<Broker>,
     _ctx: &Ctx,
     request: HeartbeatRequest,
@@ -768,7 +768,7 @@ pub async fn heartbeat(
 }
 
 /// LeaveGroup: one member (versions 0-2) or several (3+).
-pub async fn leave_group(
+pub(crate) async fn leave_group(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: LeaveGroupRequest,

@@ -25,6 +25,7 @@
 //! must not abort the process).
 
 #[cfg(unix)]
+#[allow(unsafe_code)] // The explicit opt-out: a global allocator cannot be written without it.
 mod alloc_guard;
 mod api_versions;
 mod broker;
@@ -41,6 +42,13 @@ mod server;
 mod store;
 mod topics;
 
+/// A fresh random id (topic ids, consumer group member ids): unique, not reproducible — this is
+/// an application, not library code, so it draws from the OS's entropy (UUID v4 layout).
+pub(crate) fn random_uuid() -> uuid::Uuid {
+    let bits = fastrand::Rng::with_seed(diskless_common::entropy_seed()).u128(..);
+    uuid::Builder::from_random_bytes(bits.to_le_bytes()).into_uuid()
+}
+
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -52,6 +60,7 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOCATOR: alloc_guard::GuardedAllocator = alloc_guard::GuardedAllocator;
 
+#[allow(clippy::print_stdout, clippy::print_stderr)] // `--help` and start-up errors go to the terminal.
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -92,7 +92,7 @@ fn unknown_topic(ctx: &Ctx, name: Option<TopicName>, id: Uuid, code: i16) -> Met
 }
 
 /// Metadata: the brokers, and the requested (or all) topics with their leaders.
-pub async fn metadata(
+pub(crate) async fn metadata(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: MetadataRequest,
@@ -259,7 +259,7 @@ fn config_entries(config: &TopicConfig) -> Vec<CreatableTopicConfigs> {
 }
 
 /// CreateTopics: diskless topics in the coordinator.
-pub async fn create_topics(
+pub(crate) async fn create_topics(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: CreateTopicsRequest,
@@ -328,7 +328,7 @@ pub async fn create_topics(
                 continue;
             }
         };
-        let topic_id = Uuid::new_v4();
+        let topic_id = crate::random_uuid();
         let exists = match broker.topics.by_name(&name).await {
             Ok(found) => found.is_some(),
             Err(e) => {
@@ -381,7 +381,7 @@ pub async fn create_topics(
 }
 
 /// DeleteTopics: by name (versions 1-5) or name or id (version 6).
-pub async fn delete_topics(
+pub(crate) async fn delete_topics(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: DeleteTopicsRequest,

@@ -19,13 +19,20 @@ const SECONDS_BUCKETS: &[f64] = &[
 ];
 /// Histogram buckets for segment sizes (bytes): 1 KiB to 64 MiB.
 const BYTES_BUCKETS: &[f64] = &[
-    1024.0, 16384.0, 65536.0, 262_144.0, 1_048_576.0, 4_194_304.0, 8_388_608.0, 16_777_216.0,
+    1024.0,
+    16384.0,
+    65536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    8_388_608.0,
+    16_777_216.0,
     67_108_864.0,
 ];
 
 /// Installs the Prometheus recorder as the process's `metrics` recorder and describes the
 /// library's series. Call before the broker opens its storage and coordinator.
-pub fn install() -> Result<PrometheusHandle, String> {
+pub(crate) fn install() -> Result<PrometheusHandle, String> {
     use diskless_common::metrics as m;
     let seconds = [
         m::PRODUCE_SECONDS,
@@ -58,7 +65,7 @@ pub fn install() -> Result<PrometheusHandle, String> {
 }
 
 /// Binds the metrics endpoint (so that a taken port fails the start, not a background task).
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| format!("metrics: cannot listen on {addr}: {e}"))?;
@@ -67,7 +74,7 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
 }
 
 /// Serves `GET /metrics` (any path, in fact) until the task is aborted.
-pub async fn serve(listener: TcpListener, handle: PrometheusHandle) {
+pub(crate) async fn serve(listener: TcpListener, handle: PrometheusHandle) {
     let upkeep = handle.clone();
     tokio::spawn(async move {
         // Histograms are summarised lazily; upkeep keeps their memory bounded between scrapes.

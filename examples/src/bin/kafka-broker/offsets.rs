@@ -26,7 +26,7 @@ const MAX_METADATA: usize = 4096;
 const OFFSET_METADATA_TOO_LARGE: i16 = 12;
 
 /// OffsetCommit.
-pub async fn offset_commit(
+pub(crate) async fn offset_commit(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: OffsetCommitRequest,
@@ -112,7 +112,7 @@ pub async fn offset_commit(
 }
 
 /// OffsetFetch (one group per request: versions 1-7).
-pub async fn offset_fetch(
+pub(crate) async fn offset_fetch(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: OffsetFetchRequest,

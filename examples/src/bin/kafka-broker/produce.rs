@@ -37,7 +37,7 @@ enum Slot {
 
 /// Handles a Produce request: resolves topics and appends to the writer now (in request order), then
 /// returns the reply that resolves once committed (`None` for `acks=0`).
-pub async fn produce(
+pub(crate) async fn produce(
     broker: &Arc<Broker>,
     ctx: Ctx,
     request: ProduceRequest,
@@ -185,7 +185,7 @@ fn build_response(
 }
 
 /// InitProducerId for idempotent producers: a fresh producer id from the durable allocator.
-pub async fn init_producer_id(
+pub(crate) async fn init_producer_id(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: InitProducerIdRequest,

@@ -37,7 +37,7 @@ const MAX_IN_FLIGHT: usize = 32;
 
 /// What a handler knows about the request it serves.
 #[derive(Clone, Debug)]
-pub struct Ctx {
+pub(crate) struct Ctx {
     /// The logical broker (node id) the connection came to.
     pub node: i32,
     pub peer: SocketAddr,
@@ -52,7 +52,7 @@ pub struct Ctx {
 type Reply = JoinHandle<Result<Option<Bytes>, String>>;
 
 /// Runs the brokers until Ctrl-C or SIGTERM.
-pub async fn run(config: Config) -> Result<(), String> {
+pub(crate) async fn run(config: Config) -> Result<(), String> {
     // The recorder first, so that every series the library emits from the start is kept.
     let metrics_task = match config.metrics_addr {
         Some(addr) => {
@@ -228,7 +228,7 @@ async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Reply>, peer:
 }
 
 /// Encodes a response frame: size, header (the version the API and version call for), body.
-pub fn encode_response<R: Encodable + HeaderVersion>(
+pub(crate) fn encode_response<R: Encodable + HeaderVersion>(
     ctx: &Ctx,
     version: i16,
     body: &R,

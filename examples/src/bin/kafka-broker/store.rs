@@ -19,7 +19,7 @@ const PRODUCER_ID_BLOCK: i64 = 1000;
 
 /// One committed offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CommittedOffset {
+pub(crate) struct CommittedOffset {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
@@ -29,7 +29,7 @@ pub struct CommittedOffset {
 
 /// The store.
 #[derive(Debug)]
-pub struct Store {
+pub(crate) struct Store {
     pool: SqlitePool,
     /// The next producer id and the end (exclusive) of the reserved block.
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
@@ -37,7 +37,7 @@ pub struct Store {
 
 /// A failure of the store's database.
 #[derive(Debug)]
-pub struct StoreError(String);
+pub(crate) struct StoreError(String);
 
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,7 +53,7 @@ fn sql(e: sqlx::Error) -> StoreError {
 
 impl Store {
     /// Opens (creating) the store at `path`.
-    pub async fn open(path: &Path) -> Result<Store, StoreError> {
+    pub(crate) async fn open(path: &Path) -> Result<Store, StoreError> {
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -92,7 +92,7 @@ impl Store {
     }
 
     /// A fresh producer id, never handed out before by this store.
-    pub async fn next_producer_id(&self) -> Result<i64, StoreError> {
+    pub(crate) async fn next_producer_id(&self) -> Result<i64, StoreError> {
         let mut ids = self.producer_ids.lock().await;
         if ids.0 >= ids.1 {
             let mut tx = self.pool.begin().await.map_err(sql)?;
@@ -119,7 +119,7 @@ impl Store {
     }
 
     /// Stores offsets of a group atomically.
-    pub async fn commit(
+    pub(crate) async fn commit(
         &self,
         group: &str,
         offsets: &[CommittedOffset],
@@ -152,7 +152,7 @@ impl Store {
     }
 
     /// Every committed offset of a group.
-    pub async fn fetch(&self, group: &str) -> Result<Vec<CommittedOffset>, StoreError> {
+    pub(crate) async fn fetch(&self, group: &str) -> Result<Vec<CommittedOffset>, StoreError> {
         let rows = sqlx::query(
             "SELECT topic, partition, committed_offset, leader_epoch, metadata
              FROM committed_offsets WHERE group_id = ? ORDER BY topic, partition",
@@ -175,7 +175,7 @@ impl Store {
     }
 
     /// Forgets the committed offsets of a deleted topic.
-    pub async fn delete_topic(&self, topic: &str) -> Result<(), StoreError> {
+    pub(crate) async fn delete_topic(&self, topic: &str) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM committed_offsets WHERE topic = ?")
             .bind(topic)
             .execute(&self.pool)
@@ -185,7 +185,7 @@ impl Store {
     }
 
     /// Closes the database.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         self.pool.close().await;
     }
 }

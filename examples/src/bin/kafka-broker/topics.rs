@@ -18,7 +18,7 @@ const MAX_AGE: Duration = Duration::from_secs(5);
 
 /// A live topic.
 #[derive(Debug)]
-pub struct Topic {
+pub(crate) struct Topic {
     pub id: Uuid,
     pub name: String,
     pub partitions: i32,
@@ -36,7 +36,7 @@ impl Topic {
     }
 
     /// Whether `partition` exists.
-    pub fn has_partition(&self, partition: i32) -> bool {
+    pub(crate) fn has_partition(&self, partition: i32) -> bool {
         (0..self.partitions).contains(&partition)
     }
 }
@@ -51,7 +51,7 @@ struct Snapshot {
 
 /// The cached topic list.
 #[derive(Debug)]
-pub struct Topics {
+pub(crate) struct Topics {
     coordinator: Arc<dyn BatchCoordinator>,
     snapshot: RwLock<Arc<Snapshot>>,
 }
@@ -65,7 +65,7 @@ impl std::fmt::Debug for Snapshot {
 }
 
 impl Topics {
-    pub fn new(coordinator: Arc<dyn BatchCoordinator>) -> Topics {
+    pub(crate) fn new(coordinator: Arc<dyn BatchCoordinator>) -> Topics {
         Topics {
             coordinator,
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
@@ -73,7 +73,7 @@ impl Topics {
     }
 
     /// Reloads the list from the coordinator.
-    pub async fn reload(&self) -> Result<(), CoordinatorError> {
+    pub(crate) async fn reload(&self) -> Result<(), CoordinatorError> {
         let list = self.coordinator.list_topics().await?;
         let mut snap = Snapshot {
             loaded_at: Some(Instant::now()),
@@ -99,12 +99,12 @@ impl Topics {
     }
 
     /// Every live topic, ordered by name.
-    pub async fn all(&self) -> Result<Vec<Arc<Topic>>, CoordinatorError> {
+    pub(crate) async fn all(&self) -> Result<Vec<Arc<Topic>>, CoordinatorError> {
         Ok(self.fresh().await?.ordered.clone())
     }
 
     /// A topic by name (reloading once when the name is not known).
-    pub async fn by_name(&self, name: &str) -> Result<Option<Arc<Topic>>, CoordinatorError> {
+    pub(crate) async fn by_name(&self, name: &str) -> Result<Option<Arc<Topic>>, CoordinatorError> {
         let snap = self.fresh().await?;
         if let Some(t) = snap.by_name.get(name) {
             return Ok(Some(t.clone()));
@@ -114,7 +114,7 @@ impl Topics {
     }
 
     /// A topic by id (reloading once when the id is not known).
-    pub async fn by_id(&self, id: Uuid) -> Result<Option<Arc<Topic>>, CoordinatorError> {
+    pub(crate) async fn by_id(&self, id: Uuid) -> Result<Option<Arc<Topic>>, CoordinatorError> {
         let snap = self.fresh().await?;
         if let Some(t) = snap.by_id.get(&id) {
             return Ok(Some(t.clone()));
@@ -124,7 +124,7 @@ impl Topics {
     }
 
     /// Forgets the cached list (after a create or delete).
-    pub fn invalidate(&self) {
+    pub(crate) fn invalidate(&self) {
         *self.snapshot.write() = Arc::new(Snapshot::default());
     }
 }
