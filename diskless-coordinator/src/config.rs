@@ -7,43 +7,28 @@
 use crate::CoordinatorError;
 
 /// `with_<field>(mut self, value) -> Self` for each listed field of a settings struct, each
-/// documented as setting that field; `into` takes `impl Into<T>`. A `/ old_name` after a setter
-/// also generates the setter's name before issue 16 (plain field name), deprecated.
+/// documented as setting that field; `into` takes `impl Into<T>`.
 macro_rules! with_setters {
     ($ty:ident {
-        $($setter:ident $(/ $old:ident)? => $field:ident: $($into:ident)? [$t:ty]),* $(,)?
+        $($setter:ident => $field:ident: $($into:ident)? [$t:ty]),* $(,)?
     }) => {
         impl $ty {
-            $($crate::config::with_setters!(@one $ty $setter [$($old)?] $field [$($into)?] $t);)*
+            $($crate::config::with_setters!(@one $ty $setter $field [$($into)?] $t);)*
         }
     };
-    (@one $ty:ident $setter:ident [$($old:ident)?] $field:ident [] $t:ty) => {
+    (@one $ty:ident $setter:ident $field:ident [] $t:ty) => {
         #[doc = concat!("Sets [`", stringify!($ty), "::", stringify!($field), "`].")]
         pub fn $setter(mut self, value: $t) -> Self {
             self.$field = value;
             self
         }
-        $(
-            #[doc(hidden)]
-            #[deprecated(note = "use the `with_` setter of the same field")]
-            pub fn $old(self, value: $t) -> Self {
-                self.$setter(value)
-            }
-        )?
     };
-    (@one $ty:ident $setter:ident [$($old:ident)?] $field:ident [into] $t:ty) => {
+    (@one $ty:ident $setter:ident $field:ident [into] $t:ty) => {
         #[doc = concat!("Sets [`", stringify!($ty), "::", stringify!($field), "`].")]
         pub fn $setter(mut self, value: impl Into<$t>) -> Self {
             self.$field = value.into();
             self
         }
-        $(
-            #[doc(hidden)]
-            #[deprecated(note = "use the `with_` setter of the same field")]
-            pub fn $old(self, value: impl Into<$t>) -> Self {
-                self.$setter(value)
-            }
-        )?
     };
 }
 pub(crate) use with_setters;

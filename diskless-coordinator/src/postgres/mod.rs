@@ -93,9 +93,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 ///
 /// # async fn example() -> Result<(), CoordinatorError> {
 /// let options = PostgresOptions::new("postgres://diskless@db.internal:5432/kafka")
-///     .schema("diskless")
-///     .read_url("postgres://diskless@db-replica.internal:5432/kafka")
-///     .max_connections(20);
+///     .with_schema("diskless")
+///     .with_read_url("postgres://diskless@db-replica.internal:5432/kafka")
+///     .with_max_connections(20);
 /// let coordinator = PostgresCoordinator::connect(options, Arc::new(SystemClock)).await?;
 ///
 /// let topic_id = uuid::Uuid::from_u128(42);

@@ -157,19 +157,19 @@ impl Default for PostgresOptions {
 
 with_setters!(PostgresOptions {
     with_url => url: into [String],
-    with_schema / schema => schema: into [String],
-    with_max_connections / max_connections => max_connections: [u32],
-    with_min_connections / min_connections => min_connections: [u32],
-    with_read_max_connections / read_max_connections => read_max_connections: [u32],
-    with_acquire_timeout / acquire_timeout => acquire_timeout: [Duration],
-    with_statement_timeout / statement_timeout => statement_timeout: [Duration],
-    with_migration_lock_timeout / migration_lock_timeout => migration_lock_timeout: [Duration],
-    with_migrate_on_start / migrate_on_start => migrate_on_start: [bool],
-    with_application_name / application_name => application_name: into [String],
-    with_max_conflict_retries / max_conflict_retries => max_conflict_retries: [u32],
-    with_ping_idle_after / ping_idle_after => ping_idle_after: [Duration],
-    with_max_replica_lag / max_replica_lag => max_replica_lag: [Duration],
-    with_max_commit_age / max_commit_age => max_commit_age: [Duration],
+    with_schema => schema: into [String],
+    with_max_connections => max_connections: [u32],
+    with_min_connections => min_connections: [u32],
+    with_read_max_connections => read_max_connections: [u32],
+    with_acquire_timeout => acquire_timeout: [Duration],
+    with_statement_timeout => statement_timeout: [Duration],
+    with_migration_lock_timeout => migration_lock_timeout: [Duration],
+    with_migrate_on_start => migrate_on_start: [bool],
+    with_application_name => application_name: into [String],
+    with_max_conflict_retries => max_conflict_retries: [u32],
+    with_ping_idle_after => ping_idle_after: [Duration],
+    with_max_replica_lag => max_replica_lag: [Duration],
+    with_max_commit_age => max_commit_age: [Duration],
 });
 
 impl PostgresOptions {
@@ -182,12 +182,6 @@ impl PostgresOptions {
     pub fn with_read_url(mut self, url: impl Into<String>) -> Self {
         self.read_url = Some(url.into());
         self
-    }
-
-    #[doc(hidden)]
-    #[deprecated(note = "use the `with_` setter of the same field")]
-    pub fn read_url(self, url: impl Into<String>) -> Self {
-        self.with_read_url(url)
     }
 
     /// Checks every field against its documented rule: [`CoordinatorError::InvalidRequest`] naming

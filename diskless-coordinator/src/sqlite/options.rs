@@ -58,12 +58,12 @@ impl Default for SqliteOptions {
 }
 
 with_setters!(SqliteOptions {
-    with_synchronous / synchronous => synchronous: [Synchronous],
-    with_busy_timeout / busy_timeout => busy_timeout: [Duration],
-    with_read_connections / read_connections => read_connections: [u32],
-    with_create_if_missing / create_if_missing => create_if_missing: [bool],
-    with_statement_cache_capacity / statement_cache_capacity => statement_cache_capacity: [usize],
-    with_max_commit_age / max_commit_age => max_commit_age: [Duration],
+    with_synchronous => synchronous: [Synchronous],
+    with_busy_timeout => busy_timeout: [Duration],
+    with_read_connections => read_connections: [u32],
+    with_create_if_missing => create_if_missing: [bool],
+    with_statement_cache_capacity => statement_cache_capacity: [usize],
+    with_max_commit_age => max_commit_age: [Duration],
 });
 
 impl SqliteOptions {
