@@ -446,6 +446,20 @@ pub struct Components {
     pub calm: Option<Box<dyn FnOnce() + Send>>,
 }
 
+impl std::fmt::Debug for Components {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Components")
+            .field("storage", &self.storage)
+            .field("coordinator", &self.coordinator)
+            .field("max_commit_age", &self.max_commit_age)
+            .field("storage_deadline", &self.storage_deadline)
+            .field("dates_by_sim_clock", &self.dates_by_sim_clock)
+            .field("shard_faults", &self.shard_faults)
+            .field("calm", &self.calm.is_some())
+            .finish()
+    }
+}
+
 impl Components {
     /// Components with nothing of their own to stop or date: the storage dates objects by the
     /// wall clock and takes no time by itself.

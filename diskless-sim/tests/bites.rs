@@ -1,5 +1,6 @@
 //! The simulation catches real defects: run against components with a known bug, it reports the
 //! broken invariant within a few seeds.
+#![allow(clippy::print_stderr)] // A soak reports each seed and each failure.
 
 use std::sync::Arc;
 use std::time::Duration;

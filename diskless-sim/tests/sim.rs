@@ -7,6 +7,7 @@
 //! `DISKLESS_SIM_DISABLE=<kind>,...` switches fault kinds off, see `Faults::NAMES`). A replay
 //! with the whole trace: `DISKLESS_SIM_SEED=<seed> DISKLESS_SIM_VARIANT=<variant> cargo test -p
 //! diskless-sim --test sim replay -- --nocapture`.
+#![allow(clippy::print_stderr)] // A soak reports each seed and each failure.
 
 use std::time::Instant;
 
