@@ -169,26 +169,6 @@ impl Fetcher {
         FetcherBuilder::new(storage, coordinator)
     }
 
-    /// A fetcher over the given components. With `cache = None` every fetch reads object storage.
-    ///
-    /// Replaced by [`Fetcher::builder`], which refuses an invalid configuration; this one still
-    /// raises a zero `cache_block_size` or `max_concurrent_objects` to 1, and is kept only until
-    /// its last callers move to the builder.
-    #[doc(hidden)]
-    pub fn new(
-        config: FetcherConfig,
-        storage: Arc<dyn ObjectStorage>,
-        coordinator: Arc<dyn BatchCoordinator>,
-        cache: Option<Arc<dyn LocalCache>>,
-    ) -> Fetcher {
-        let mut config = config;
-        config.cache_block_size = config.cache_block_size.max(1);
-        config.max_concurrent_objects = config.max_concurrent_objects.max(1);
-        config.range_read.concurrency = config.range_read.concurrency.max(1);
-        config.max_decompressed_bytes = config.max_decompressed_bytes.max(1);
-        Fetcher::from_parts(config, storage, coordinator, cache)
-    }
-
     /// A fetcher with a configuration already checked.
     fn from_parts(
         config: FetcherConfig,

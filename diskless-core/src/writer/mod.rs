@@ -386,46 +386,6 @@ impl WalWriter {
         WalWriterBuilder::new(storage, coordinator)
     }
 
-    /// Starts a writer with keys from a seeded source (seed from the OS).
-    // Replaced by `WalWriter::builder`; kept while examples, bench and diskless-sim move over.
-    #[doc(hidden)]
-    pub fn new(
-        config: WalWriterConfig,
-        storage: Arc<dyn ObjectStorage>,
-        coordinator: Arc<dyn BatchCoordinator>,
-        cache: Option<Arc<dyn LocalCache>>,
-        clock: Arc<dyn Clock>,
-    ) -> Result<WalWriter, ConfigError> {
-        let mut builder = Self::builder(storage, coordinator)
-            .with_config(config)
-            .with_clock(clock);
-        if let Some(cache) = cache {
-            builder = builder.with_cache(cache);
-        }
-        builder.build()
-    }
-
-    /// [`WalWriter::new`] with the source of object keys injected.
-    // Replaced by `WalWriter::builder(..).with_keys(..)`; kept while diskless-sim moves over.
-    #[doc(hidden)]
-    pub fn new_with_keys(
-        config: WalWriterConfig,
-        storage: Arc<dyn ObjectStorage>,
-        coordinator: Arc<dyn BatchCoordinator>,
-        cache: Option<Arc<dyn LocalCache>>,
-        clock: Arc<dyn Clock>,
-        keys: Arc<dyn KeySource>,
-    ) -> Result<WalWriter, ConfigError> {
-        let mut builder = Self::builder(storage, coordinator)
-            .with_config(config)
-            .with_clock(clock)
-            .with_keys(keys);
-        if let Some(cache) = cache {
-            builder = builder.with_cache(cache);
-        }
-        builder.build()
-    }
-
     /// Starts the writer's tasks (called by [`WalWriterBuilder::build`], after validation).
     fn start(parts: builder::Parts) -> Result<WalWriter, ConfigError> {
         let builder::Parts {
