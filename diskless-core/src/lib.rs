@@ -82,3 +82,8 @@ pub use writer::{
     Backpressure, ConfigError, PartitionResponse, PendingProduce, ProducePartition,
     ProduceRecordError, SealPolicy, WalWriter, WalWriterBuilder, WalWriterConfig, WriterStats,
 };
+
+/// The README's embedding snippet, compiled with the crate's doc tests so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
