@@ -9,6 +9,8 @@
 //! default) and PostgreSQL (feature `postgres`). `diskless-testkit` holds an in-memory reference model
 //! and the conformance suite that every implementation runs.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod backend;
 mod config;
@@ -23,9 +25,11 @@ mod types;
 mod validate;
 
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 pub mod sharded;
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
 
 pub use deadline::{

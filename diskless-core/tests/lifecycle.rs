@@ -436,11 +436,9 @@ async fn cleaning_under_faults(seed: u64, rate: f64, ops: Vec<(u8, u8)>) -> (usi
     let log = DeleteLog::new();
     let faulty = Arc::new(FaultyStorage::new(
         log.clone() as Arc<dyn ObjectStorage>,
-        FaultConfig {
-            seed,
-            delete_failure_rate: rate,
-            ..FaultConfig::default()
-        },
+        FaultConfig::default()
+            .with_seed(seed)
+            .with_delete_failure_rate(rate),
     ));
     let env = Env {
         coordinator: Arc::new(InMemoryCoordinator::new(clock.clone())),
@@ -679,12 +677,10 @@ async fn listing_failures_and_delete_failures_are_retried() {
     env.clock.set(real_now_ms());
     let faulty = Arc::new(FaultyStorage::new(
         env.log.clone() as Arc<dyn ObjectStorage>,
-        FaultConfig {
-            seed: 3,
-            delete_failure_rate: 0.7,
-            list_failure_rate: 0.5,
-            ..FaultConfig::default()
-        },
+        FaultConfig::default()
+            .with_seed(3)
+            .with_delete_failure_rate(0.7)
+            .with_list_failure_rate(0.5),
     ));
     let t = env.topic(1, 1, -1, -1).await;
     let p = TopicIdPartition::new(t, 0);

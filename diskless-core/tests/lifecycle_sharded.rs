@@ -156,11 +156,9 @@ impl World {
         });
         let storage: Arc<dyn ObjectStorage> = Arc::new(FaultyStorage::new(
             log.clone() as Arc<dyn ObjectStorage>,
-            FaultConfig {
-                seed,
-                delete_failure_rate,
-                ..FaultConfig::default()
-            },
+            FaultConfig::default()
+                .with_seed(seed)
+                .with_delete_failure_rate(delete_failure_rate),
         ));
         // Topic 0: short time retention; topic 1: size retention; topic 2: kept forever.
         let configs = [(60_000, -1), (-1, 400), (-1, -1)];

@@ -497,13 +497,11 @@ async fn upload_faults_lose_nothing_and_idempotent_retries_never_duplicate() {
     let inner = Arc::new(ObjectStoreStorage::in_memory());
     let faulty = Arc::new(FaultyStorage::new(
         inner.clone() as Arc<dyn ObjectStorage>,
-        FaultConfig {
-            seed: 42,
-            upload_failure_rate: 0.2,
-            ambiguous_upload_rate: 0.2,
-            latency: Some(Latency::s3_like()),
-            ..FaultConfig::default()
-        },
+        FaultConfig::default()
+            .with_seed(42)
+            .with_upload_failure_rate(0.2)
+            .with_ambiguous_upload_rate(0.2)
+            .with_latency(Some(Latency::s3_like())),
     ));
     let coordinator = Arc::new(InMemoryCoordinator::new(clock()));
     let tc = TopicConfig::default();

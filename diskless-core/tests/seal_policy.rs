@@ -30,10 +30,8 @@ async fn env(policy: SealPolicy) -> Env {
     let coordinator = Arc::new(InMemoryCoordinator::new(clock.clone()));
     let storage = Arc::new(FaultyStorage::new(
         ObjectStoreStorage::in_memory(),
-        FaultConfig {
-            latency: Some(Latency::log_normal(STORE_LATENCY, STORE_LATENCY)),
-            ..FaultConfig::default()
-        },
+        FaultConfig::default()
+            .with_latency(Some(Latency::log_normal(STORE_LATENCY, STORE_LATENCY))),
     ));
     let config = TopicConfig::default();
     let topic_id = Uuid::from_u128(7);

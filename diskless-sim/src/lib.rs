@@ -269,8 +269,9 @@ impl Faults {
     }
 }
 
-/// What one run does.
+/// What one run does: `SimConfig::new(seed, variant)` and `with_*` for the rest.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct SimConfig {
     /// Decides everything else.
     pub seed: u64,
@@ -294,6 +295,24 @@ impl SimConfig {
             echo: false,
             trace_tail: 60,
         }
+    }
+
+    /// Sets [`SimConfig::faults`].
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// Sets [`SimConfig::echo`].
+    pub fn with_echo(mut self, echo: bool) -> Self {
+        self.echo = echo;
+        self
+    }
+
+    /// Sets [`SimConfig::trace_tail`].
+    pub fn with_trace_tail(mut self, trace_tail: usize) -> Self {
+        self.trace_tail = trace_tail;
+        self
     }
 
     /// The command that replays this run with the crate's test harness.

@@ -138,20 +138,17 @@ impl Params {
             None
         };
         let rate = |r: &mut fastrand::Rng, on: bool, max: f64| if on { r.f64() * max } else { 0.0 };
-        let fault_storage = FaultConfig {
-            seed: r.u64(..),
-            upload_failure_rate: rate(r, faults.storage_errors, 0.08),
-            ambiguous_upload_rate: rate(r, faults.ambiguous_uploads, 0.08),
-            fetch_failure_rate: rate(r, faults.storage_errors, 0.08),
-            delete_failure_rate: rate(r, faults.storage_errors, 0.2),
-            list_failure_rate: rate(r, faults.storage_errors, 0.2),
-            latency: latency.clone(),
-        };
-        let calm_storage = FaultConfig {
-            seed: r.u64(..),
-            latency: latency.clone(),
-            ..FaultConfig::default()
-        };
+        let fault_storage = FaultConfig::default()
+            .with_seed(r.u64(..))
+            .with_upload_failure_rate(rate(r, faults.storage_errors, 0.08))
+            .with_ambiguous_upload_rate(rate(r, faults.ambiguous_uploads, 0.08))
+            .with_fetch_failure_rate(rate(r, faults.storage_errors, 0.08))
+            .with_delete_failure_rate(rate(r, faults.storage_errors, 0.2))
+            .with_list_failure_rate(rate(r, faults.storage_errors, 0.2))
+            .with_latency(latency.clone());
+        let calm_storage = FaultConfig::default()
+            .with_seed(r.u64(..))
+            .with_latency(latency.clone());
         let slowest_call = latency.as_ref().map_or(Duration::ZERO, |l| l.max);
         let upload_bound = writer.hedge_uploads_after.unwrap_or(Duration::ZERO)
             + slowest_call * 2

@@ -110,8 +110,9 @@ impl Latency {
 }
 
 /// The knobs of a [`FaultyStorage`]. All rates are probabilities in `[0, 1]`; the default injects
-/// nothing.
+/// nothing. Built as every setting struct: `FaultConfig::default().with_seed(7).with_...`.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct FaultConfig {
     /// Seed of every random decision.
     pub seed: u64,
@@ -129,6 +130,67 @@ pub struct FaultConfig {
     /// Latency added before every call (`None`: none). Uses `tokio::time::sleep`, so tests with
     /// a paused clock (`#[tokio::test(start_paused = true)]`) run instantly.
     pub latency: Option<Latency>,
+}
+
+impl FaultConfig {
+    /// Sets [`FaultConfig::seed`].
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets [`FaultConfig::upload_failure_rate`].
+    pub fn with_upload_failure_rate(mut self, rate: f64) -> Self {
+        self.upload_failure_rate = rate;
+        self
+    }
+
+    /// Sets [`FaultConfig::ambiguous_upload_rate`].
+    pub fn with_ambiguous_upload_rate(mut self, rate: f64) -> Self {
+        self.ambiguous_upload_rate = rate;
+        self
+    }
+
+    /// Sets [`FaultConfig::fetch_failure_rate`].
+    pub fn with_fetch_failure_rate(mut self, rate: f64) -> Self {
+        self.fetch_failure_rate = rate;
+        self
+    }
+
+    /// Sets [`FaultConfig::delete_failure_rate`].
+    pub fn with_delete_failure_rate(mut self, rate: f64) -> Self {
+        self.delete_failure_rate = rate;
+        self
+    }
+
+    /// Sets [`FaultConfig::list_failure_rate`].
+    pub fn with_list_failure_rate(mut self, rate: f64) -> Self {
+        self.list_failure_rate = rate;
+        self
+    }
+
+    /// Sets [`FaultConfig::latency`].
+    pub fn with_latency(mut self, latency: Option<Latency>) -> Self {
+        self.latency = latency;
+        self
+    }
+
+    /// Every rate is a probability (finite, in `[0, 1]`); the error names the first that is not.
+    pub fn validate(&self) -> Result<(), String> {
+        let rates = [
+            ("upload_failure_rate", self.upload_failure_rate),
+            ("ambiguous_upload_rate", self.ambiguous_upload_rate),
+            ("fetch_failure_rate", self.fetch_failure_rate),
+            ("delete_failure_rate", self.delete_failure_rate),
+            ("list_failure_rate", self.list_failure_rate),
+        ];
+        match rates.iter().find(|(_, r)| !(0.0..=1.0).contains(r)) {
+            Some((name, rate)) => Err(format!(
+                "FaultConfig::{name} is {rate}: a rate is a probability in [0, 1]"
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -165,7 +227,10 @@ struct State {
 ///
 /// let storage = FaultyStorage::new(
 ///     ObjectStoreStorage::in_memory(),
-///     FaultConfig { seed: 7, ambiguous_upload_rate: 1.0, latency: Some(Latency::s3_like()), ..Default::default() },
+///     FaultConfig::default()
+///         .with_seed(7)
+///         .with_ambiguous_upload_rate(1.0)
+///         .with_latency(Some(Latency::s3_like())),
 /// );
 /// let key = ObjectKey::parse("wal/segment-1").unwrap();
 /// let payload = [bytes::Bytes::from_static(b"segment")];
@@ -194,7 +259,15 @@ fn fnv(bytes: &[u8], mut hash: u64) -> u64 {
 
 impl<S: ObjectStorage> FaultyStorage<S> {
     /// Wraps `inner`.
+    ///
+    /// # Panics
+    ///
+    /// When `config` is invalid ([`FaultConfig::validate`]): a test with a misconfigured fault
+    /// injector fails at once instead of injecting something else than it says.
     pub fn new(inner: S, config: FaultConfig) -> Self {
+        if let Err(e) = config.validate() {
+            panic!("{e}");
+        }
         FaultyStorage {
             inner,
             config,

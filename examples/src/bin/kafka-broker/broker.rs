@@ -260,10 +260,9 @@ impl Broker {
         let storage: Arc<dyn ObjectStorage> = match config.storage_latency {
             Some((p50, p99)) => Arc::new(diskless_testkit::storage::FaultyStorage::new(
                 storage,
-                diskless_testkit::storage::FaultConfig {
-                    latency: Some(diskless_testkit::storage::Latency::log_normal(p50, p99)),
-                    ..Default::default()
-                },
+                diskless_testkit::storage::FaultConfig::default().with_latency(Some(
+                    diskless_testkit::storage::Latency::log_normal(p50, p99),
+                )),
             )),
             None => storage,
         };
