@@ -36,7 +36,8 @@ enum Slot {
 }
 
 /// Handles a Produce request: resolves topics and appends to the writer now (in request order), then
-/// returns the reply that resolves once committed (`None` for `acks=0`).
+/// returns the reply that resolves once committed: the response, or for `acks=0` nothing on success
+/// and an error (which closes the connection) on failure.
 pub(crate) async fn produce(
     broker: &Arc<Broker>,
     ctx: Ctx,
@@ -111,21 +112,39 @@ pub(crate) async fn produce(
             );
         }
         if acks == 0 {
-            return Ok(None);
+            // No response; but as Kafka's `KafkaApis.handleProduceRequest` does, a failed acks=0
+            // produce closes the connection, the only way the client can learn of it.
+            return match first_error(&layout, &answers) {
+                None => Ok(None),
+                Some(e) => Err(format!("acks=0 produce failed ({e})")),
+            };
         }
         let response = build_response(&ctx, layout, &answers);
         encode_response(&ctx, ctx.version, &response).map(Some)
     });
-    if acks == 0 {
-        // Nobody waits for the answer; let it finish on its own.
-        tokio::spawn(async move {
-            if let Ok(Err(e)) = task.await {
-                warn!("acks=0 produce: {e}");
-            }
-        });
-        return Ok(None);
-    }
     Ok(Some(task))
+}
+
+/// The first failed partition of a request, for the acks=0 close.
+fn first_error(
+    layout: &[(kafka_protocol::messages::TopicName, Vec<(i32, Slot)>)],
+    answers: &[PartitionResponse],
+) -> Option<String> {
+    layout.iter().find_map(|(name, slots)| {
+        slots.iter().find_map(|(index, slot)| match slot {
+            Slot::Error(code, message) => {
+                Some(format!("{}-{index}: error {code}: {message}", name.as_str()))
+            }
+            Slot::Writer(i) => answers.get(*i).filter(|a| !a.error.is_ok()).map(|a| {
+                format!(
+                    "{}-{index}: {:?}: {}",
+                    name.as_str(),
+                    a.error,
+                    a.error_message.as_deref().unwrap_or("")
+                )
+            }),
+        })
+    })
 }
 
 fn build_response(

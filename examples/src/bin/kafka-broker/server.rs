@@ -22,7 +22,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
@@ -139,11 +139,26 @@ async fn accept_loop(node: i32, listener: TcpListener, broker: Arc<Broker>) {
     }
 }
 
+/// Serves one connection.
+///
+/// Requests take effect in the order they arrive, as on a Kafka broker (which reads the next
+/// request of a connection only after answering the previous one): a request starts only once
+/// every earlier request of the connection is answered — except that consecutive Produce requests
+/// overlap. A Produce appends to the writer before the next request is read (its effect is in
+/// order), and its answer comes with its segment's commit; a client keeping several produce
+/// requests in flight (idempotent producers keep up to 5) is not held to one per commit. Any
+/// other request, and a Produce after one, waits for the earlier answers, so it sees their
+/// effects (a ListOffsets after a DeleteRecords, a Fetch after an acknowledged Produce). Answers
+/// are written in request order.
 async fn connection(node: i32, stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>) {
     debug!(node, %peer, "connection opened");
     let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Reply>(MAX_IN_FLIGHT);
-    let writer = tokio::spawn(write_loop(wr, rx, peer));
+    // How many replies the writer has finished (written, or completed without a response).
+    let (done_tx, mut done) = watch::channel(0u64);
+    let writer = tokio::spawn(write_loop(wr, rx, peer, done_tx));
+    let mut sent = 0u64;
+    let mut previous_was_produce = false;
     loop {
         let frame = tokio::select! {
             frame = read_frame(&mut rd) => frame,
@@ -157,11 +172,21 @@ async fn connection(node: i32, stream: TcpStream, peer: SocketAddr, broker: Arc<
                 break;
             }
         };
+        let is_produce = frame.len() >= 2 && i16::from_be_bytes([frame[0], frame[1]]) == 0;
+        if !(is_produce && previous_was_produce) && sent > 0 {
+            // Every earlier request answered first; a closed writer (the connection is closing)
+            // ends the wait too.
+            if done.wait_for(|n| *n >= sent).await.is_err() {
+                break;
+            }
+        }
+        previous_was_produce = is_produce;
         match dispatch(node, peer, frame, &broker).await {
             Ok(Some(reply)) => {
                 if tx.send(reply).await.is_err() {
                     break;
                 }
+                sent += 1;
             }
             Ok(None) => {}
             Err(e) => {
@@ -204,7 +229,12 @@ async fn read_frame(rd: &mut OwnedReadHalf) -> Result<Option<Bytes>, String> {
     Ok(Some(Bytes::from(buf)))
 }
 
-async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Reply>, peer: SocketAddr) {
+async fn write_loop(
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Reply>,
+    peer: SocketAddr,
+    done: watch::Sender<u64>,
+) {
     while let Some(reply) = rx.recv().await {
         match reply.await {
             Ok(Ok(Some(bytes))) => {
@@ -212,8 +242,11 @@ async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Reply>, peer:
                     debug!(%peer, error = %e, "write failed");
                     break;
                 }
+                done.send_modify(|n| *n += 1);
             }
-            Ok(Ok(None)) => {}
+            Ok(Ok(None)) => {
+                done.send_modify(|n| *n += 1);
+            }
             Ok(Err(e)) => {
                 warn!(%peer, "closing connection: {e}");
                 break;
