@@ -1,5 +1,5 @@
-//! OffsetCommit and OffsetFetch: committed consumer-group offsets, stored durably in the broker
-//! store (`broker.db` in the data directory), so they survive a restart.
+//! OffsetCommit, OffsetFetch and OffsetDelete: committed consumer-group offsets, stored durably in
+//! the broker store (`broker.db` in the data directory), so they survive a restart.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,11 +7,15 @@ use std::sync::Arc;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponsePartition, OffsetFetchResponseTopic,
 };
 use kafka_protocol::messages::{
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+    OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use tracing::warn;
@@ -32,11 +36,23 @@ pub(crate) async fn offset_commit(
     request: OffsetCommitRequest,
 ) -> OffsetCommitResponse {
     let group = request.group_id.as_str().to_string();
-    let group_error = broker.groups.validate_commit(
-        &group,
-        request.generation_id_or_member_epoch,
-        request.member_id.as_str(),
-    );
+    let instance = if ctx.version >= 7 {
+        request
+            .group_instance_id
+            .as_ref()
+            .map(|s| s.as_str().to_string())
+    } else {
+        None
+    };
+    let group_error = match broker.groups.load(&broker.store).await {
+        Err(code) => code,
+        Ok(()) => broker.groups.validate_commit(
+            &group,
+            request.generation_id_or_member_epoch,
+            request.member_id.as_str(),
+            instance.as_deref(),
+        ),
+    };
     let mut layout: Vec<(TopicName, Vec<(i32, i16)>)> = Vec::new();
     let mut to_store = Vec::new();
     for topic in request.topics {
@@ -176,6 +192,95 @@ pub(crate) async fn offset_fetch(
                 response.topics.push(t);
             }
         }
+    }
+    response
+}
+
+/// OffsetDelete (Kafka's `handleDeleteOffsets`): deletes a group's committed offsets of partitions
+/// the group does not consume — all of them when the group is empty; a consumer group with members
+/// keeps the offsets of its subscribed topics (`GROUP_SUBSCRIBED_TO_TOPIC`); another group with
+/// members refuses (`NON_EMPTY_GROUP`). Unknown topics and partitions answer
+/// `UNKNOWN_TOPIC_OR_PARTITION`.
+pub(crate) async fn offset_delete(
+    broker: &Arc<Broker>,
+    _ctx: &Ctx,
+    request: OffsetDeleteRequest,
+) -> OffsetDeleteResponse {
+    let mut response = OffsetDeleteResponse::default();
+    if let Err(code) = broker.groups.load(&broker.store).await {
+        response.error_code = code;
+        return response;
+    }
+    let group = request.group_id.as_str();
+    // (topic, [(partition, error or None: to delete)])
+    let mut layout: Vec<(TopicName, Vec<(i32, Option<i16>)>)> = Vec::new();
+    let mut known_topics = Vec::new();
+    for topic in request.topics {
+        let found = broker.topics.by_name(topic.name.as_str()).await;
+        let parts = topic
+            .partitions
+            .iter()
+            .map(|p| {
+                let code = match &found {
+                    Err(e) => Some(e.error_code().code()),
+                    Ok(Some(t)) if t.has_partition(p.partition_index) => None,
+                    Ok(_) => Some(codes::UNKNOWN_TOPIC_OR_PARTITION),
+                };
+                (p.partition_index, code)
+            })
+            .collect::<Vec<_>>();
+        if parts.iter().any(|(_, c)| c.is_none()) {
+            known_topics.push(topic.name.as_str().to_string());
+        }
+        layout.push((topic.name, parts));
+    }
+    let subscribed = match broker.groups.offsets_deletable(group, &known_topics) {
+        Ok(s) => s,
+        Err(code) => {
+            response.error_code = code;
+            return response;
+        }
+    };
+    let mut to_delete = Vec::new();
+    for (name, parts) in &mut layout {
+        for (partition, code) in parts.iter_mut() {
+            if code.is_none() {
+                if subscribed.contains(name.as_str()) {
+                    *code = Some(crate::groups::GROUP_SUBSCRIBED_TO_TOPIC);
+                } else {
+                    to_delete.push((name.as_str().to_string(), *partition));
+                }
+            }
+        }
+    }
+    let deleted = if to_delete.is_empty() {
+        codes::NONE
+    } else {
+        match broker.store.delete_offsets(group, &to_delete).await {
+            Ok(()) => codes::NONE,
+            Err(e) => {
+                warn!(group = %group, error = %e, "cannot delete committed offsets");
+                codes::COORDINATOR_NOT_AVAILABLE
+            }
+        }
+    };
+    if deleted != codes::NONE {
+        response.error_code = deleted;
+        return response;
+    }
+    for (name, parts) in layout {
+        let mut t = OffsetDeleteResponseTopic::default();
+        t.name = name;
+        t.partitions = parts
+            .into_iter()
+            .map(|(index, code)| {
+                let mut p = OffsetDeleteResponsePartition::default();
+                p.partition_index = index;
+                p.error_code = code.unwrap_or(codes::NONE);
+                p
+            })
+            .collect();
+        response.topics.push(t);
     }
     response
 }

@@ -392,6 +392,10 @@ async fn dispatch(
         ApiKey::LeaveGroup => spawn!(decode!(LeaveGroupRequest), groups::leave_group),
         ApiKey::OffsetCommit => spawn!(decode!(OffsetCommitRequest), offsets::offset_commit),
         ApiKey::OffsetFetch => spawn!(decode!(OffsetFetchRequest), offsets::offset_fetch),
+        ApiKey::ListGroups => spawn!(decode!(kafka_protocol::messages::ListGroupsRequest), groups::list_groups),
+        ApiKey::DescribeGroups => spawn!(decode!(kafka_protocol::messages::DescribeGroupsRequest), groups::describe_groups),
+        ApiKey::DeleteGroups => spawn!(decode!(kafka_protocol::messages::DeleteGroupsRequest), groups::delete_groups),
+        ApiKey::OffsetDelete => spawn!(decode!(kafka_protocol::messages::OffsetDeleteRequest), offsets::offset_delete),
         other => Err(format!("unsupported request: {other:?} version {version}")),
     }
 }

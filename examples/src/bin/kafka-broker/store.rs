@@ -1,6 +1,10 @@
 //! The broker's own durable state, in a SQLite file of the data directory (`broker.db`):
 //!
 //! - committed consumer-group offsets (OffsetCommit/OffsetFetch);
+//! - consumer-group metadata (what Kafka writes to `__consumer_offsets` as a group's metadata
+//!   record: generation, protocol type and name, leader, and each member with its ids, client,
+//!   timeouts, subscription and assignment), so that a restarted broker knows every group and its
+//!   members' generation;
 //! - the producer-id allocator of InitProducerId: ids are handed out from blocks, and a block is
 //!   recorded as used before any id of it is given out, so a restarted broker never reuses an id.
 //!
@@ -27,12 +31,40 @@ pub(crate) struct CommittedOffset {
     pub metadata: Option<String>,
 }
 
-/// The store.
-#[derive(Debug)]
+/// A group's durable metadata: Kafka's `GroupMetadataValue`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct GroupRecord {
+    pub group_id: String,
+    pub protocol_type: Option<String>,
+    pub generation: i32,
+    pub protocol_name: Option<String>,
+    pub leader: Option<String>,
+    /// When the group entered its current state (ms since the epoch).
+    pub state_time_ms: i64,
+    /// In join order.
+    pub members: Vec<MemberRecord>,
+}
+
+/// One member of a [`GroupRecord`] (Kafka's `MemberMetadata` record).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct MemberRecord {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub session_timeout_ms: i32,
+    /// The member's metadata of the group's protocol.
+    pub subscription: Vec<u8>,
+    pub assignment: Vec<u8>,
+}
+
+/// The store (cheap to clone: clones share the database and the producer-id block).
+#[derive(Clone, Debug)]
 pub(crate) struct Store {
     pool: SqlitePool,
     /// The next producer id and the end (exclusive) of the reserved block.
-    producer_ids: tokio::sync::Mutex<(i64, i64)>,
+    producer_ids: std::sync::Arc<tokio::sync::Mutex<(i64, i64)>>,
 }
 
 /// A failure of the store's database.
@@ -82,12 +114,33 @@ impl Store {
                 next_block_start INTEGER NOT NULL
             )",
             "INSERT OR IGNORE INTO producer_id_allocator (id, next_block_start) VALUES (0, 1000)",
+            "CREATE TABLE IF NOT EXISTS group_metadata (
+                group_id TEXT PRIMARY KEY,
+                protocol_type TEXT,
+                generation INTEGER NOT NULL,
+                protocol_name TEXT,
+                leader TEXT,
+                state_time_ms INTEGER NOT NULL
+            )",
+            "CREATE TABLE IF NOT EXISTS group_members (
+                group_id TEXT NOT NULL,
+                position INTEGER NOT NULL,
+                member_id TEXT NOT NULL,
+                instance_id TEXT,
+                client_id TEXT NOT NULL,
+                client_host TEXT NOT NULL,
+                rebalance_timeout_ms INTEGER NOT NULL,
+                session_timeout_ms INTEGER NOT NULL,
+                subscription BLOB NOT NULL,
+                assignment BLOB NOT NULL,
+                PRIMARY KEY (group_id, position)
+            )",
         ] {
             sqlx::query(statement).execute(&pool).await.map_err(sql)?;
         }
         Ok(Store {
             pool,
-            producer_ids: tokio::sync::Mutex::new((0, 0)),
+            producer_ids: std::sync::Arc::new(tokio::sync::Mutex::new((0, 0))),
         })
     }
 
@@ -174,6 +227,159 @@ impl Store {
             .collect()
     }
 
+    /// Replaces the stored metadata of a group (Kafka's group metadata record).
+    pub(crate) async fn save_group(&self, group: &GroupRecord) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(sql)?;
+        sqlx::query(
+            "INSERT INTO group_metadata
+               (group_id, protocol_type, generation, protocol_name, leader, state_time_ms)
+             VALUES (?, ?, ?, ?, ?, ?)
+             ON CONFLICT (group_id) DO UPDATE SET
+               protocol_type = excluded.protocol_type,
+               generation = excluded.generation,
+               protocol_name = excluded.protocol_name,
+               leader = excluded.leader,
+               state_time_ms = excluded.state_time_ms",
+        )
+        .bind(&group.group_id)
+        .bind(group.protocol_type.as_deref())
+        .bind(group.generation)
+        .bind(group.protocol_name.as_deref())
+        .bind(group.leader.as_deref())
+        .bind(group.state_time_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql)?;
+        sqlx::query("DELETE FROM group_members WHERE group_id = ?")
+            .bind(&group.group_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql)?;
+        for (position, m) in group.members.iter().enumerate() {
+            let position = i64::try_from(position).map_err(|e| StoreError(e.to_string()))?;
+            sqlx::query(
+                "INSERT INTO group_members
+                   (group_id, position, member_id, instance_id, client_id, client_host,
+                    rebalance_timeout_ms, session_timeout_ms, subscription, assignment)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&group.group_id)
+            .bind(position)
+            .bind(&m.member_id)
+            .bind(m.instance_id.as_deref())
+            .bind(&m.client_id)
+            .bind(&m.client_host)
+            .bind(m.rebalance_timeout_ms)
+            .bind(m.session_timeout_ms)
+            .bind(&m.subscription)
+            .bind(&m.assignment)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql)?;
+        }
+        tx.commit().await.map_err(sql)
+    }
+
+    /// Every stored group: those with metadata, and (as empty groups without a protocol type, as
+    /// Kafka loads them) those known only by their committed offsets.
+    pub(crate) async fn load_groups(&self) -> Result<Vec<GroupRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT group_id, protocol_type, generation, protocol_name, leader, state_time_ms
+             FROM group_metadata ORDER BY group_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql)?;
+        let mut groups = Vec::with_capacity(rows.len());
+        for r in &rows {
+            groups.push(GroupRecord {
+                group_id: r.try_get(0).map_err(sql)?,
+                protocol_type: r.try_get(1).map_err(sql)?,
+                generation: r.try_get(2).map_err(sql)?,
+                protocol_name: r.try_get(3).map_err(sql)?,
+                leader: r.try_get(4).map_err(sql)?,
+                state_time_ms: r.try_get(5).map_err(sql)?,
+                members: Vec::new(),
+            });
+        }
+        let rows = sqlx::query(
+            "SELECT group_id, member_id, instance_id, client_id, client_host,
+                    rebalance_timeout_ms, session_timeout_ms, subscription, assignment
+             FROM group_members ORDER BY group_id, position",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql)?;
+        for r in &rows {
+            let group_id: String = r.try_get(0).map_err(sql)?;
+            let member = MemberRecord {
+                member_id: r.try_get(1).map_err(sql)?,
+                instance_id: r.try_get(2).map_err(sql)?,
+                client_id: r.try_get(3).map_err(sql)?,
+                client_host: r.try_get(4).map_err(sql)?,
+                rebalance_timeout_ms: r.try_get(5).map_err(sql)?,
+                session_timeout_ms: r.try_get(6).map_err(sql)?,
+                subscription: r.try_get(7).map_err(sql)?,
+                assignment: r.try_get(8).map_err(sql)?,
+            };
+            if let Some(g) = groups.iter_mut().find(|g| g.group_id == group_id) {
+                g.members.push(member);
+            }
+        }
+        let rows = sqlx::query(
+            "SELECT DISTINCT group_id FROM committed_offsets
+             WHERE group_id NOT IN (SELECT group_id FROM group_metadata) ORDER BY group_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql)?;
+        for r in &rows {
+            groups.push(GroupRecord {
+                group_id: r.try_get(0).map_err(sql)?,
+                ..GroupRecord::default()
+            });
+        }
+        Ok(groups)
+    }
+
+    /// Deletes a group: its metadata and every committed offset (DeleteGroups).
+    pub(crate) async fn delete_group(&self, group: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(sql)?;
+        for statement in [
+            "DELETE FROM group_metadata WHERE group_id = ?",
+            "DELETE FROM group_members WHERE group_id = ?",
+            "DELETE FROM committed_offsets WHERE group_id = ?",
+        ] {
+            sqlx::query(statement)
+                .bind(group)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql)?;
+        }
+        tx.commit().await.map_err(sql)
+    }
+
+    /// Deletes committed offsets of a group (OffsetDelete).
+    pub(crate) async fn delete_offsets(
+        &self,
+        group: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(sql)?;
+        for (topic, partition) in partitions {
+            sqlx::query(
+                "DELETE FROM committed_offsets WHERE group_id = ? AND topic = ? AND partition = ?",
+            )
+            .bind(group)
+            .bind(topic)
+            .bind(partition)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql)?;
+        }
+        tx.commit().await.map_err(sql)
+    }
+
     /// Forgets the committed offsets of a deleted topic.
     pub(crate) async fn delete_topic(&self, topic: &str) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM committed_offsets WHERE topic = ?")
@@ -223,5 +429,70 @@ mod tests {
         assert!(store.fetch("other").await.unwrap().is_empty());
         store.delete_topic("t").await.unwrap();
         assert!(store.fetch("g").await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn group_metadata_survives_a_reopen_and_delete_removes_offsets_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker.db");
+        let store = Store::open(&path).await.unwrap();
+        let member = |id: &str, instance: Option<&str>| MemberRecord {
+            member_id: id.into(),
+            instance_id: instance.map(Into::into),
+            client_id: "client".into(),
+            client_host: "/127.0.0.1".into(),
+            rebalance_timeout_ms: 300_000,
+            session_timeout_ms: 45_000,
+            subscription: vec![0, 1, 2],
+            assignment: id.as_bytes().to_vec(),
+        };
+        let mut group = GroupRecord {
+            group_id: "g".into(),
+            protocol_type: Some("consumer".into()),
+            generation: 3,
+            protocol_name: Some("range".into()),
+            leader: Some("b".into()),
+            state_time_ms: 7,
+            // Join order is kept (not sorted by id).
+            members: vec![member("b", None), member("a", Some("i-1"))],
+        };
+        store.save_group(&group).await.unwrap();
+        group.generation = 4;
+        group.members.pop();
+        store.save_group(&group).await.unwrap();
+        let offset = CommittedOffset {
+            topic: "t".into(),
+            partition: 0,
+            offset: 1,
+            leader_epoch: -1,
+            metadata: None,
+        };
+        store.commit("g", &[offset.clone()], 1).await.unwrap();
+        store
+            .commit("offsets-only", &[offset.clone()], 1)
+            .await
+            .unwrap();
+        store.close().await;
+        drop(store);
+
+        let store = Store::open(&path).await.unwrap();
+        let loaded = store.load_groups().await.unwrap();
+        assert_eq!(
+            loaded,
+            vec![
+                group.clone(),
+                GroupRecord {
+                    group_id: "offsets-only".into(),
+                    ..GroupRecord::default()
+                }
+            ]
+        );
+        store.delete_group("g").await.unwrap();
+        assert!(store.fetch("g").await.unwrap().is_empty());
+        store
+            .delete_offsets("offsets-only", &[("t".into(), 0)])
+            .await
+            .unwrap();
+        assert!(store.load_groups().await.unwrap().is_empty());
     }
 }
