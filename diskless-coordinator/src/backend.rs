@@ -26,6 +26,10 @@ macro_rules! sql_batch_coordinator {
             async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, $crate::CoordinatorError> { self.read_known_objects(object_keys).await }
             async fn object_info(&self, object_key: &str) -> Result<Option<$crate::ObjectInfo>, $crate::CoordinatorError> { self.read_object_info(object_key).await }
             async fn producer_state(&self, partition: $crate::TopicIdPartition, producer_id: i64) -> Result<Option<$crate::ProducerState>, $crate::CoordinatorError> { self.read_producer_state(partition, producer_id).await }
+            async fn allocate_producer_ids(&self, count: u32) -> Result<$crate::ProducerIdBlock, $crate::CoordinatorError> { self.write_allocate_producer_ids(count).await }
+            async fn create_partitions(&self, topic_id: uuid::Uuid, new_total: i32) -> Result<(), $crate::CoordinatorError> { self.write_create_partitions(topic_id, new_total).await }
+            async fn alter_topic_config(&self, topic_id: uuid::Uuid, config: $crate::TopicConfig) -> Result<(), $crate::CoordinatorError> { self.write_alter_topic_config(topic_id, config).await }
+            async fn list_producers(&self, partition: $crate::TopicIdPartition) -> Result<Vec<$crate::ProducerState>, $crate::CoordinatorError> { self.read_list_producers(partition).await }
         }
     };
 }

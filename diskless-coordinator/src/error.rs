@@ -15,6 +15,10 @@ pub enum CoordinatorError {
     /// No live topic has this id.
     #[error("unknown topic: {0}")]
     UnknownTopic(String),
+    /// A partition count that Kafka refuses (`INVALID_PARTITIONS`): CreatePartitions asking for no
+    /// more partitions than the topic has.
+    #[error("invalid partitions: {0}")]
+    InvalidPartitions(String),
     /// An object with this key was already committed; a WAL segment is committed once.
     #[error("object already committed: {0}")]
     ObjectAlreadyCommitted(String),
@@ -52,6 +56,7 @@ impl CoordinatorError {
         match self {
             CoordinatorError::TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists,
             CoordinatorError::UnknownTopic(_) => ErrorCode::UnknownTopicOrPartition,
+            CoordinatorError::InvalidPartitions(_) => ErrorCode::InvalidPartitions,
             CoordinatorError::ObjectAlreadyCommitted(_) | CoordinatorError::InvalidRequest(_) => {
                 ErrorCode::InvalidRequest
             }
@@ -77,6 +82,7 @@ impl CoordinatorError {
             self,
             CoordinatorError::Unavailable(_)
                 | CoordinatorError::InvalidRequest(_)
+                | CoordinatorError::InvalidPartitions(_)
                 | CoordinatorError::Closed
                 | CoordinatorError::DeadlineExceeded(_)
                 | CoordinatorError::ObjectFenced(_)

@@ -58,7 +58,7 @@ use crate::{
     BatchCoordinator, CommitBatchResult, CommitFileRequest, CoordinatorError, CreateTopicRequest,
     DeleteRecordsRequest, DeleteRecordsResponse, FindBatchesRequest, FindBatchesResponse,
     ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectToDelete, ProducerExpiryReport,
-    ProducerState, RetentionReport, TopicIdPartition, TopicInfo,
+    ProducerIdBlock, ProducerState, RetentionReport, TopicConfig, TopicIdPartition, TopicInfo,
 };
 
 /// One operation of [`BatchCoordinator`], as a [`CoordinatorLayer`] sees it.
@@ -95,11 +95,19 @@ pub enum CoordinatorOp {
     ObjectInfo,
     /// [`BatchCoordinator::producer_state`].
     ProducerState,
+    /// [`BatchCoordinator::allocate_producer_ids`].
+    AllocateProducerIds,
+    /// [`BatchCoordinator::create_partitions`].
+    CreatePartitions,
+    /// [`BatchCoordinator::alter_topic_config`].
+    AlterTopicConfig,
+    /// [`BatchCoordinator::list_producers`].
+    ListProducers,
 }
 
 impl CoordinatorOp {
     /// Every operation, in the trait's order.
-    pub const ALL: [CoordinatorOp; 15] = [
+    pub const ALL: [CoordinatorOp; 19] = [
         CoordinatorOp::CreateTopic,
         CoordinatorOp::DeleteTopic,
         CoordinatorOp::ListTopics,
@@ -115,6 +123,10 @@ impl CoordinatorOp {
         CoordinatorOp::KnownObjects,
         CoordinatorOp::ObjectInfo,
         CoordinatorOp::ProducerState,
+        CoordinatorOp::AllocateProducerIds,
+        CoordinatorOp::CreatePartitions,
+        CoordinatorOp::AlterTopicConfig,
+        CoordinatorOp::ListProducers,
     ];
 
     /// The method's name (`"commit_file"`), as used in metric labels and logs.
@@ -135,6 +147,10 @@ impl CoordinatorOp {
             CoordinatorOp::KnownObjects => "known_objects",
             CoordinatorOp::ObjectInfo => "object_info",
             CoordinatorOp::ProducerState => "producer_state",
+            CoordinatorOp::AllocateProducerIds => "allocate_producer_ids",
+            CoordinatorOp::CreatePartitions => "create_partitions",
+            CoordinatorOp::AlterTopicConfig => "alter_topic_config",
+            CoordinatorOp::ListProducers => "list_producers",
         }
     }
 
@@ -150,6 +166,7 @@ impl CoordinatorOp {
                 | CoordinatorOp::KnownObjects
                 | CoordinatorOp::ObjectInfo
                 | CoordinatorOp::ProducerState
+                | CoordinatorOp::ListProducers
         )
     }
 }
@@ -316,6 +333,44 @@ pub trait CoordinatorLayer: Send + Sync + Debug {
     ) -> Result<Option<ProducerState>, CoordinatorError> {
         inner.producer_state(partition, producer_id).await
     }
+
+    /// [`BatchCoordinator::allocate_producer_ids`] on `inner`.
+    async fn allocate_producer_ids(
+        &self,
+        inner: &dyn BatchCoordinator,
+        count: u32,
+    ) -> Result<ProducerIdBlock, CoordinatorError> {
+        inner.allocate_producer_ids(count).await
+    }
+
+    /// [`BatchCoordinator::create_partitions`] on `inner`.
+    async fn create_partitions(
+        &self,
+        inner: &dyn BatchCoordinator,
+        topic_id: uuid::Uuid,
+        new_total: i32,
+    ) -> Result<(), CoordinatorError> {
+        inner.create_partitions(topic_id, new_total).await
+    }
+
+    /// [`BatchCoordinator::alter_topic_config`] on `inner`.
+    async fn alter_topic_config(
+        &self,
+        inner: &dyn BatchCoordinator,
+        topic_id: uuid::Uuid,
+        config: TopicConfig,
+    ) -> Result<(), CoordinatorError> {
+        inner.alter_topic_config(topic_id, config).await
+    }
+
+    /// [`BatchCoordinator::list_producers`] on `inner`.
+    async fn list_producers(
+        &self,
+        inner: &dyn BatchCoordinator,
+        partition: TopicIdPartition,
+    ) -> Result<Vec<ProducerState>, CoordinatorError> {
+        inner.list_producers(partition).await
+    }
 }
 
 /// A [`BatchCoordinator`] made of an inner coordinator and a [`CoordinatorLayer`].
@@ -467,6 +522,47 @@ impl<L: CoordinatorLayer> BatchCoordinator for Layered<L> {
             .producer_state(&*self.inner, partition, producer_id);
         self.layer.around(CoordinatorOp::ProducerState, call).await
     }
+
+    async fn allocate_producer_ids(&self, count: u32) -> Result<ProducerIdBlock, CoordinatorError> {
+        let call = self.layer.allocate_producer_ids(&*self.inner, count);
+        self.layer
+            .around(CoordinatorOp::AllocateProducerIds, call)
+            .await
+    }
+
+    async fn create_partitions(
+        &self,
+        topic_id: uuid::Uuid,
+        new_total: i32,
+    ) -> Result<(), CoordinatorError> {
+        let call = self
+            .layer
+            .create_partitions(&*self.inner, topic_id, new_total);
+        self.layer
+            .around(CoordinatorOp::CreatePartitions, call)
+            .await
+    }
+
+    async fn alter_topic_config(
+        &self,
+        topic_id: uuid::Uuid,
+        config: TopicConfig,
+    ) -> Result<(), CoordinatorError> {
+        let call = self
+            .layer
+            .alter_topic_config(&*self.inner, topic_id, config);
+        self.layer
+            .around(CoordinatorOp::AlterTopicConfig, call)
+            .await
+    }
+
+    async fn list_producers(
+        &self,
+        partition: TopicIdPartition,
+    ) -> Result<Vec<ProducerState>, CoordinatorError> {
+        let call = self.layer.list_producers(&*self.inner, partition);
+        self.layer.around(CoordinatorOp::ListProducers, call).await
+    }
 }
 
 /// The metrics layer: records [`diskless_common::metrics::COORDINATOR_SECONDS`] for every call,
@@ -593,6 +689,32 @@ macro_rules! forward_through_pointer {
                 producer_id: i64,
             ) -> Result<Option<ProducerState>, CoordinatorError> {
                 (**self).producer_state(partition, producer_id).await
+            }
+            async fn allocate_producer_ids(
+                &self,
+                count: u32,
+            ) -> Result<ProducerIdBlock, CoordinatorError> {
+                (**self).allocate_producer_ids(count).await
+            }
+            async fn create_partitions(
+                &self,
+                topic_id: uuid::Uuid,
+                new_total: i32,
+            ) -> Result<(), CoordinatorError> {
+                (**self).create_partitions(topic_id, new_total).await
+            }
+            async fn alter_topic_config(
+                &self,
+                topic_id: uuid::Uuid,
+                config: TopicConfig,
+            ) -> Result<(), CoordinatorError> {
+                (**self).alter_topic_config(topic_id, config).await
+            }
+            async fn list_producers(
+                &self,
+                partition: TopicIdPartition,
+            ) -> Result<Vec<ProducerState>, CoordinatorError> {
+                (**self).list_producers(partition).await
             }
         }
     };

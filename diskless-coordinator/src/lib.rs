@@ -43,12 +43,16 @@ pub use layer::{CoordinatorLayer, CoordinatorMetrics, CoordinatorOp, Layered, Me
 pub use types::{
     BatchCoordinate, CommitBatch, CommitBatchResult, CommitFileRequest, CreateTopicRequest,
     DeleteRecordsRequest, DeleteRecordsResponse, EARLIEST_TIMESTAMP, FindBatchesRequest,
-    FindBatchesResponse, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
-    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo, ObjectToDelete,
-    PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport, ProducerState, RetentionReport,
-    ShardId, TimestampType, TopicConfig, TopicIdPartition, TopicInfo,
+    FindBatchesResponse, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse,
+    MAX_PRODUCER_ID_BLOCK, MAX_TIMESTAMP, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+    NO_TIMESTAMP, ObjectInfo, ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch,
+    ProducerExpiryReport, ProducerIdBlock, ProducerState, RetentionReport, ShardId, TimestampType,
+    TopicConfig, TopicIdPartition, TopicInfo,
 };
-pub use validate::{last_sequence, producer_field_error};
+pub use validate::{
+    check_new_partition_count, last_sequence, next_producer_id_block, producer_field_error,
+    validate_producer_id_count,
+};
 
 use async_trait::async_trait;
 
@@ -173,4 +177,47 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
         partition: TopicIdPartition,
         producer_id: i64,
     ) -> Result<Option<ProducerState>, CoordinatorError>;
+
+    /// Hands out a block of `count` producer ids (1 to [`MAX_PRODUCER_ID_BLOCK`], else
+    /// [`CoordinatorError::InvalidRequest`]) that no other call ever hands out again: not on this
+    /// coordinator, not on another one sharing its store (another process on the same database,
+    /// another router over the same shards), not after a restart. Blocks are consecutive from id
+    /// 0 on, as Kafka's controller allocates producer-id blocks to brokers (KIP-730); a broker
+    /// serves InitProducerId from its block and asks for the next when it is used up.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that a dropped call (or one failing with
+    /// [`CoordinatorError::OutcomeUnknown`]) may have taken a block that nobody receives: those ids
+    /// are lost, never handed out twice. Ask again.
+    async fn allocate_producer_ids(&self, count: u32) -> Result<ProducerIdBlock, CoordinatorError>;
+
+    /// Kafka's CreatePartitions: grows the topic to `new_total` partitions, the new ones empty
+    /// (log start offset 0, high watermark 0) and configured like the others. A topic never
+    /// shrinks: `new_total` not above the current count is
+    /// [`CoordinatorError::InvalidPartitions`] ([`check_new_partition_count`]); an unknown topic is
+    /// [`CoordinatorError::UnknownTopic`].
+    async fn create_partitions(
+        &self,
+        topic_id: uuid::Uuid,
+        new_total: i32,
+    ) -> Result<(), CoordinatorError>;
+
+    /// Replaces a live topic's configuration (Kafka's AlterConfigs / IncrementalAlterConfigs of a
+    /// topic, which the host merges into a whole [`TopicConfig`]). Checked by
+    /// [`TopicConfig::validate`]; an unknown topic is [`CoordinatorError::UnknownTopic`]. Later
+    /// calls use the new values: commits (timestamp type; batches already committed keep theirs),
+    /// retention passes, producer expiry and [`BatchCoordinator::list_topics`].
+    async fn alter_topic_config(
+        &self,
+        topic_id: uuid::Uuid,
+        config: TopicConfig,
+    ) -> Result<(), CoordinatorError>;
+
+    /// Every idempotent producer's state in `partition`, by producer id (Kafka's
+    /// DescribeProducers). An unknown partition is [`CoordinatorError::UnknownTopic`].
+    async fn list_producers(
+        &self,
+        partition: TopicIdPartition,
+    ) -> Result<Vec<ProducerState>, CoordinatorError>;
 }

@@ -135,6 +135,46 @@ where
         .bind(c.producer_id_expiration_ms)
 }
 
+/// The `SET` list of an `UPDATE topics` replacing a topic's configuration: parameters 2 to 8 (1
+/// is left for the topic id), written `{mark}2` ... (`?` for SQLite, `$` for PostgreSQL), bound by
+/// [`bind_topic_config`].
+pub(crate) fn topic_config_set(mark: char) -> String {
+    [
+        "timestamp_type",
+        "retention_ms",
+        "retention_bytes",
+        "max_message_bytes",
+        "message_timestamp_before_max_ms",
+        "message_timestamp_after_max_ms",
+        "producer_id_expiration_ms",
+    ]
+    .iter()
+    .zip(2..)
+    .map(|(column, n)| format!("{column} = {mark}{n}"))
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
+/// Binds the next seven parameters to `config`, in the order of [`topic_config_set`].
+pub(crate) fn bind_topic_config<'q, DB>(
+    q: Query<'q, DB, <DB as Database>::Arguments>,
+    config: &TopicConfig,
+) -> Query<'q, DB, <DB as Database>::Arguments>
+where
+    DB: Database,
+    for<'e> i64: Encode<'e, DB> + Type<DB>,
+    for<'e> i32: Encode<'e, DB> + Type<DB>,
+    for<'e> i16: Encode<'e, DB> + Type<DB>,
+{
+    q.bind(ts_type_code(config.timestamp_type))
+        .bind(config.retention_ms)
+        .bind(config.retention_bytes)
+        .bind(config.max_message_bytes)
+        .bind(config.message_timestamp_before_max_ms)
+        .bind(config.message_timestamp_after_max_ms)
+        .bind(config.producer_id_expiration_ms)
+}
+
 /// A topic: the topic id (text) then [`TOPIC_COLUMNS`].
 pub(crate) fn topic_from_row(row: &impl SqlRow) -> Result<TopicInfo, CoordinatorError> {
     Ok(TopicInfo {

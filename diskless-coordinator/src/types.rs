@@ -120,6 +120,40 @@ crate::config::with_setters!(TopicConfig {
     with_producer_id_expiration_ms => producer_id_expiration_ms: [i64],
 });
 
+/// The most producer ids one [`crate::BatchCoordinator::allocate_producer_ids`] call hands out.
+/// Kafka's controller hands out blocks of 1000 (KIP-730); a larger bound leaves room without letting
+/// one call waste a noticeable part of the id space.
+pub const MAX_PRODUCER_ID_BLOCK: u32 = 1 << 20;
+
+/// A block of producer ids handed out by [`crate::BatchCoordinator::allocate_producer_ids`]:
+/// `first ..= last()`, never handed out again (Kafka's `ProducerIdsBlock`, KIP-730).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProducerIdBlock {
+    /// The first producer id of the block (`>= 0`).
+    pub first: i64,
+    /// How many ids the block holds (`>= 1`).
+    pub count: u32,
+}
+
+impl ProducerIdBlock {
+    /// The last producer id of the block.
+    pub fn last(&self) -> i64 {
+        self.first
+            .saturating_add(i64::from(self.count))
+            .saturating_sub(1)
+    }
+
+    /// Whether `producer_id` belongs to the block.
+    pub fn contains(&self, producer_id: i64) -> bool {
+        (self.first..=self.last()).contains(&producer_id)
+    }
+
+    /// Whether the block shares an id with `other`.
+    pub fn overlaps(&self, other: &ProducerIdBlock) -> bool {
+        self.first <= other.last() && other.first <= self.last()
+    }
+}
+
 /// A request to create a diskless topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CreateTopicRequest {

@@ -3,7 +3,8 @@
 //! they cannot drift apart; the conformance suite pins them.
 
 use crate::{
-    CommitBatch, CommitFileRequest, CoordinatorError, CreateTopicRequest, ErrorCode, TopicConfig,
+    CommitBatch, CommitFileRequest, CoordinatorError, CreateTopicRequest, ErrorCode,
+    MAX_PRODUCER_ID_BLOCK, ProducerIdBlock, TopicConfig,
 };
 
 /// The last sequence of a batch of `record_count` records starting at `base_sequence`, with Kafka's
@@ -59,6 +60,64 @@ impl TopicConfig {
         }
         Ok(())
     }
+}
+
+/// Checks the size of a producer-id block asked of
+/// [`crate::BatchCoordinator::allocate_producer_ids`]: 1 to [`MAX_PRODUCER_ID_BLOCK`], else
+/// [`CoordinatorError::InvalidRequest`].
+pub fn validate_producer_id_count(count: u32) -> Result<(), CoordinatorError> {
+    if count == 0 || count > MAX_PRODUCER_ID_BLOCK {
+        return Err(CoordinatorError::InvalidRequest(format!(
+            "a producer-id block holds 1 to {MAX_PRODUCER_ID_BLOCK} ids, not {count}"
+        )));
+    }
+    Ok(())
+}
+
+/// The block of `count` ids starting at `next`, the next unallocated producer id, and the next
+/// unallocated id after it. Ids stay below `i64::MAX`; when the space is spent the answer is
+/// [`CoordinatorError::Storage`] (as Kafka's controller fails once its ids are exhausted).
+///
+/// ```
+/// use diskless_coordinator::{ProducerIdBlock, next_producer_id_block};
+/// let (block, next) = next_producer_id_block(1000, 10).unwrap();
+/// assert_eq!(block, ProducerIdBlock { first: 1000, count: 10 });
+/// assert_eq!((block.last(), next), (1009, 1010));
+/// assert!(next_producer_id_block(i64::MAX - 5, 10).is_err());
+/// ```
+pub fn next_producer_id_block(
+    next: i64,
+    count: u32,
+) -> Result<(ProducerIdBlock, i64), CoordinatorError> {
+    validate_producer_id_count(count)?;
+    if next < 0 {
+        return Err(CoordinatorError::Storage(
+            format!("the next producer id is negative: {next}").into(),
+        ));
+    }
+    match next.checked_add(i64::from(count)) {
+        Some(after) if after < i64::MAX => Ok((ProducerIdBlock { first: next, count }, after)),
+        _ => Err(CoordinatorError::Storage(
+            "the producer-id space is exhausted".into(),
+        )),
+    }
+}
+
+/// Kafka's CreatePartitions rule (`INVALID_PARTITIONS`, [`CoordinatorError::InvalidPartitions`]):
+/// a topic of `current` partitions only grows, so `new_total` must be larger.
+pub fn check_new_partition_count(current: i32, new_total: i32) -> Result<(), CoordinatorError> {
+    if new_total == current {
+        return Err(CoordinatorError::InvalidPartitions(format!(
+            "topic already has {current} partitions"
+        )));
+    }
+    if new_total < current {
+        return Err(CoordinatorError::InvalidPartitions(format!(
+            "topic currently has {current} partitions, which is higher than the requested \
+             {new_total}"
+        )));
+    }
+    Ok(())
 }
 
 impl CommitFileRequest {

@@ -622,8 +622,8 @@ async fn postgres_migrations() {
         applied += r.await.unwrap().unwrap();
     }
     assert_eq!(
-        applied, 7,
-        "exactly one concurrent migrator applied each of the 7 migrations"
+        applied, 8,
+        "exactly one concurrent migrator applied each of the 8 migrations"
     );
     assert_eq!(migrate(&options).await.unwrap(), 0);
 
@@ -649,6 +649,7 @@ async fn postgres_migrations() {
             (5, "commit_point_producer_expiry".to_string()),
             (6, "fence_retention_confirm_fences".to_string()),
             (7, "set_based_idempotent_commit".to_string()),
+            (8, "producer_ids".to_string()),
         ]
     );
     sqlx::query("UPDATE schema_migrations SET checksum = 'edited'")

@@ -64,6 +64,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(5, "0005", "commit_point_producer_expiry", transactional: true),
     migration!(6, "0006", "fence_retention_confirm_fences", transactional: true),
     migration!(7, "0007", "set_based_idempotent_commit", transactional: true),
+    migration!(8, "0008", "producer_ids", transactional: true),
 ];
 
 /// The latest schema version this build knows.

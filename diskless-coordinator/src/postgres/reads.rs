@@ -29,7 +29,7 @@ use crate::{
     ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, ObjectInfo, ProducerBatch,
     ProducerState, ShardId, TopicIdPartition, TopicInfo,
 };
-use sqlx::postgres::{PgConnection, PgPool};
+use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::{AssertSqlSafe, Postgres, Transaction};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -601,40 +601,73 @@ impl PostgresCoordinator {
         .fetch_optional(self.fresh_pool())
         .await
         .map_err(|e| sql_error(e, false))?;
-        let Some(r) = row else {
-            return Ok(None);
-        };
-        let base_sequences: Vec<i32> = col(&r, 1)?;
-        let last_sequences: Vec<i32> = col(&r, 2)?;
-        let base_offsets: Vec<i64> = col(&r, 3)?;
-        let last_offsets: Vec<i64> = col(&r, 4)?;
-        let log_append_times: Vec<i64> = col(&r, 5)?;
-        let n = base_sequences.len();
-        if [
-            last_sequences.len(),
-            base_offsets.len(),
-            last_offsets.len(),
-            log_append_times.len(),
-        ]
-        .iter()
-        .any(|l| *l != n)
-        {
-            return Err(corrupt("torn producer batch window"));
-        }
-        let batches = (0..n)
-            .map(|i| ProducerBatch {
-                base_sequence: base_sequences[i],
-                last_sequence: last_sequences[i],
-                base_offset: base_offsets[i],
-                last_offset: last_offsets[i],
-                log_append_time: log_append_times[i],
-            })
-            .collect();
-        Ok(Some(ProducerState {
-            last_append_ms: r.i64_at(6)?,
-            producer_id,
-            producer_epoch: r.i16_at(0)?,
-            batches,
-        }))
+        row.map(|r| producer_from_row(&r, producer_id)).transpose()
     }
+
+    /// On the primary, as [`PostgresCoordinator::read_producer_state`]: one row per producer, or
+    /// one row without a producer for a partition with none, or no row for an unknown partition.
+    pub(super) async fn read_list_producers(
+        &self,
+        partition: TopicIdPartition,
+    ) -> Result<Vec<ProducerState>, CoordinatorError> {
+        self.check_open()?;
+        let rows = sqlx::query(
+            "SELECT s.producer_epoch, s.base_sequences, s.last_sequences, s.base_offsets, \
+             s.last_offsets, s.log_append_times, s.last_append_ms, s.producer_id \
+             FROM partitions pa LEFT JOIN producer_state s ON s.partition_id = pa.partition_id \
+             WHERE pa.topic_id = $1::uuid AND pa.partition = $2 ORDER BY s.producer_id",
+        )
+        .bind(topic_key(partition.topic_id))
+        .bind(partition.partition)
+        .fetch_all(self.fresh_pool())
+        .await
+        .map_err(|e| sql_error(e, false))?;
+        if rows.is_empty() {
+            return Err(CoordinatorError::UnknownTopic(partition.to_string()));
+        }
+        let mut producers = Vec::with_capacity(rows.len());
+        for r in &rows {
+            if let Some(producer_id) = col::<_, Option<i64>>(r, 7)? {
+                producers.push(producer_from_row(r, producer_id)?);
+            }
+        }
+        Ok(producers)
+    }
+}
+
+/// A producer's state from the columns (epoch, base sequences, last sequences, base offsets, last
+/// offsets, log append times, last append time).
+fn producer_from_row(r: &PgRow, producer_id: i64) -> Result<ProducerState, CoordinatorError> {
+    let base_sequences: Vec<i32> = col(r, 1)?;
+    let last_sequences: Vec<i32> = col(r, 2)?;
+    let base_offsets: Vec<i64> = col(r, 3)?;
+    let last_offsets: Vec<i64> = col(r, 4)?;
+    let log_append_times: Vec<i64> = col(r, 5)?;
+    let n = base_sequences.len();
+    if [
+        last_sequences.len(),
+        base_offsets.len(),
+        last_offsets.len(),
+        log_append_times.len(),
+    ]
+    .iter()
+    .any(|l| *l != n)
+    {
+        return Err(corrupt("torn producer batch window"));
+    }
+    let batches = (0..n)
+        .map(|i| ProducerBatch {
+            base_sequence: base_sequences[i],
+            last_sequence: last_sequences[i],
+            base_offset: base_offsets[i],
+            last_offset: last_offsets[i],
+            log_append_time: log_append_times[i],
+        })
+        .collect();
+    Ok(ProducerState {
+        last_append_ms: r.i64_at(6)?,
+        producer_id,
+        producer_epoch: r.i16_at(0)?,
+        batches,
+    })
 }

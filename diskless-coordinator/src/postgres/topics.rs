@@ -1,10 +1,13 @@
-//! Topic creation and deletion.
+//! Topics (creation, deletion, CreatePartitions, config changes) and producer-id blocks.
 
 use super::PostgresCoordinator;
 use super::conn::{Attempt, sql_error};
 use super::lifecycle::{delete_batches_below, release_objects};
-use crate::rows::{TOPIC_COLUMNS, bind_topic, topic_key};
-use crate::{CoordinatorError, CreateTopicRequest};
+use crate::rows::{TOPIC_COLUMNS, bind_topic, bind_topic_config, topic_config_set, topic_key};
+use crate::{
+    CoordinatorError, CreateTopicRequest, ProducerIdBlock, TopicConfig, check_new_partition_count,
+    next_producer_id_block, validate_producer_id_count,
+};
 use sqlx::AssertSqlSafe;
 use std::collections::BTreeMap;
 use uuid::Uuid;
@@ -84,5 +87,105 @@ impl PostgresCoordinator {
                 .map_err(Attempt::before)?;
         }
         tx.commit().await.map_err(Attempt::sent)
+    }
+
+    pub(super) async fn write_create_partitions(
+        &self,
+        topic_id: Uuid,
+        new_total: i32,
+    ) -> Result<(), CoordinatorError> {
+        self.retrying(|_| self.try_create_partitions(topic_id, new_total))
+            .await
+    }
+
+    /// One attempt of `create_partitions`: the topic row is locked (`FOR NO KEY UPDATE`: the
+    /// foreign keys of its partitions need only `KEY SHARE`), its count checked and raised, and
+    /// the new partition rows inserted. Commits never lock topic rows, so they go on meanwhile;
+    /// `delete_topic` locks the topic row first too, so the two serialize.
+    async fn try_create_partitions(&self, topic_id: Uuid, new_total: i32) -> Result<(), Attempt> {
+        let id = topic_key(topic_id);
+        let mut tx = self.write.begin().await.map_err(Attempt::before)?;
+        let current: Option<i32> = sqlx::query_scalar(
+            "SELECT partition_count FROM topics WHERE topic_id = $1::uuid FOR NO KEY UPDATE",
+        )
+        .bind(&id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(Attempt::before)?;
+        let Some(current) = current else {
+            return Err(CoordinatorError::UnknownTopic(id).into());
+        };
+        check_new_partition_count(current, new_total)?;
+        for sql in [
+            "UPDATE topics SET partition_count = $3 WHERE topic_id = $1::uuid",
+            "INSERT INTO partitions (topic_id, partition, log_start_offset, high_watermark, \
+             byte_size) SELECT $1::uuid, g, 0, 0, 0 FROM generate_series($2, $3 - 1) AS g",
+        ] {
+            sqlx::query(sql)
+                .bind(&id)
+                .bind(current)
+                .bind(new_total)
+                .execute(&mut *tx)
+                .await
+                .map_err(Attempt::before)?;
+        }
+        tx.commit().await.map_err(Attempt::sent)
+    }
+
+    /// One autocommit `UPDATE` of the topic row.
+    pub(super) async fn write_alter_topic_config(
+        &self,
+        topic_id: Uuid,
+        config: TopicConfig,
+    ) -> Result<(), CoordinatorError> {
+        config.validate()?;
+        self.check_open()?;
+        let id = topic_key(topic_id);
+        let update = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE topics SET {} WHERE topic_id = $1::uuid",
+            topic_config_set('$')
+        )));
+        let updated = bind_topic_config(update.bind(&id), &config)
+            .execute(&self.write)
+            .await
+            .map_err(autocommit_error)?;
+        if updated.rows_affected() == 0 {
+            return Err(CoordinatorError::UnknownTopic(id));
+        }
+        Ok(())
+    }
+
+    /// One autocommit `UPDATE ... RETURNING` of the counter row (migration 8): concurrent callers
+    /// of every process queue on its row lock, each moving the counter past its own block.
+    pub(super) async fn write_allocate_producer_ids(
+        &self,
+        count: u32,
+    ) -> Result<ProducerIdBlock, CoordinatorError> {
+        validate_producer_id_count(count)?;
+        self.check_open()?;
+        let first: Option<i64> = sqlx::query_scalar(
+            "UPDATE producer_ids SET next_producer_id = next_producer_id + $1 \
+             WHERE id = 1 AND next_producer_id < 9223372036854775807 - $1 \
+             RETURNING next_producer_id - $1",
+        )
+        .bind(i64::from(count))
+        .fetch_optional(&self.write)
+        .await
+        .map_err(autocommit_error)?;
+        match first {
+            Some(first) => Ok(next_producer_id_block(first, count)?.0),
+            None => Err(CoordinatorError::Storage(
+                "the producer-id space is exhausted (or the producer_ids row is missing)".into(),
+            )),
+        }
+    }
+}
+
+/// The error of an autocommit statement: a failure to get a connection happened before anything
+/// was sent; after that the statement may have applied.
+fn autocommit_error(e: sqlx::Error) -> CoordinatorError {
+    match e {
+        e @ (sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) => sql_error(e, false),
+        e => sql_error(e, true),
     }
 }

@@ -12,8 +12,10 @@ pub type Placements = BTreeMap<Uuid, Arc<[ShardId]>>;
 
 /// Where a [`super::ShardedCoordinator`] stores which shard each partition belongs to.
 ///
-/// The map is chosen once, when a topic is created, and never changes while the topic lives, so that
-/// every router (one per broker) and every restart routes a partition to the same shard. In a Kafka
+/// A partition's shard is chosen once, when the partition is created (with its topic, or by
+/// CreatePartitions, which appends to the topic's placement), and never changes while the topic
+/// lives, so that every router (one per broker) and every restart routes a partition to the same
+/// shard. In a Kafka
 /// deployment the host would keep it in the cluster metadata (KRaft); [`FileShardMap`] keeps it in a
 /// local file and [`MemoryShardMap`] in memory (tests, single-process demos).
 ///
@@ -35,8 +37,31 @@ pub trait ShardMapStore: Send + Sync + std::fmt::Debug {
         shards: Arc<[ShardId]>,
     ) -> Result<Arc<[ShardId]>, CoordinatorError>;
 
+    /// Grows a topic's placement (CreatePartitions): keeps every partition the stored placement
+    /// has and appends the shards `shards` names for the partitions beyond it; returns the
+    /// placement in force afterwards (never shorter than the stored one, whose partitions never
+    /// move, so a concurrent or retried growth keeps what was stored first). A topic without a
+    /// stored placement is [`CoordinatorError::UnknownTopic`].
+    async fn extend(
+        &self,
+        topic_id: Uuid,
+        shards: Arc<[ShardId]>,
+    ) -> Result<Arc<[ShardId]>, CoordinatorError>;
+
     /// Forgets a topic's placement (missing topics are fine).
     async fn remove(&self, topic_id: Uuid) -> Result<(), CoordinatorError>;
+}
+
+/// The placement after [`ShardMapStore::extend`]: `stored`, then `proposed` beyond its length.
+/// `None` when `proposed` adds nothing.
+fn extended(stored: &[ShardId], proposed: &[ShardId]) -> Option<Arc<[ShardId]>> {
+    (proposed.len() > stored.len()).then(|| {
+        stored
+            .iter()
+            .chain(&proposed[stored.len()..])
+            .copied()
+            .collect()
+    })
 }
 
 /// A [`ShardMapStore`] in memory: nothing survives the process.
@@ -69,6 +94,21 @@ impl ShardMapStore for MemoryShardMap {
     ) -> Result<Arc<[ShardId]>, CoordinatorError> {
         let mut map = self.map.lock().map_err(|_| poisoned())?;
         Ok(map.entry(topic_id).or_insert(shards).clone())
+    }
+
+    async fn extend(
+        &self,
+        topic_id: Uuid,
+        shards: Arc<[ShardId]>,
+    ) -> Result<Arc<[ShardId]>, CoordinatorError> {
+        let mut map = self.map.lock().map_err(|_| poisoned())?;
+        let stored = map
+            .get_mut(&topic_id)
+            .ok_or_else(|| CoordinatorError::UnknownTopic(topic_id.to_string()))?;
+        if let Some(grown) = extended(stored, &shards) {
+            *stored = grown;
+        }
+        Ok(stored.clone())
     }
 
     async fn remove(&self, topic_id: Uuid) -> Result<(), CoordinatorError> {
@@ -224,6 +264,25 @@ impl ShardMapStore for FileShardMap {
         Ok(shards)
     }
 
+    async fn extend(
+        &self,
+        topic_id: Uuid,
+        shards: Arc<[ShardId]>,
+    ) -> Result<Arc<[ShardId]>, CoordinatorError> {
+        let mut map = self.map.lock().await;
+        let stored = map
+            .get(&topic_id)
+            .ok_or_else(|| CoordinatorError::UnknownTopic(topic_id.to_string()))?;
+        let Some(grown) = extended(stored, &shards) else {
+            return Ok(stored.clone());
+        };
+        let mut next = map.clone();
+        next.insert(topic_id, grown.clone());
+        self.persist(&next).await?;
+        *map = next;
+        Ok(grown)
+    }
+
     async fn remove(&self, topic_id: Uuid) -> Result<(), CoordinatorError> {
         let mut map = self.map.lock().await;
         if !map.contains_key(&topic_id) {
@@ -248,6 +307,33 @@ mod tests {
         map.insert(Uuid::from_u128(2), vec![5].into());
         assert_eq!(parse(&render(&map)).unwrap(), map);
         assert_eq!(parse("").unwrap(), Placements::new());
+    }
+
+    /// Growth keeps every stored partition where it is and only appends.
+    #[tokio::test]
+    async fn extend_only_appends() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shards.map");
+        let file = FileShardMap::open(&path).await.unwrap();
+        let memory = MemoryShardMap::new();
+        let topic = Uuid::from_u128(9);
+        for store in [&file as &dyn ShardMapStore, &memory] {
+            assert!(matches!(
+                store.extend(topic, vec![0, 1].into()).await,
+                Err(CoordinatorError::UnknownTopic(_))
+            ));
+            store.put_if_absent(topic, vec![0, 1].into()).await.unwrap();
+            // The proposal's first two entries differ from the stored ones: the stored ones stay.
+            let grown = store.extend(topic, vec![1, 1, 2, 0].into()).await.unwrap();
+            assert_eq!(&*grown, &[0, 1, 2, 0]);
+            // A shorter proposal (a stale or retried growth) changes nothing.
+            let same = store.extend(topic, vec![2, 2, 2].into()).await.unwrap();
+            assert_eq!(&*same, &[0, 1, 2, 0]);
+            assert_eq!(&*store.load().await.unwrap()[&topic], &[0, 1, 2, 0]);
+        }
+        // Durable: a restart reads the grown placement.
+        let again = FileShardMap::open(&path).await.unwrap();
+        assert_eq!(&*again.load().await.unwrap()[&topic], &[0, 1, 2, 0]);
     }
 
     #[test]

@@ -4,11 +4,12 @@
 //!
 //! # Placement
 //!
-//! A partition belongs to exactly one shard, chosen when its topic is created and stored in a
-//! [`ShardMapStore`] ([`FileShardMap`] on disk, [`MemoryShardMap`] in memory, or the host's own cluster
-//! metadata). The router reads the stored map when it opens, so a restart routes identically, and
-//! adding shards later never moves an existing partition. New partitions go to the shard holding the
-//! fewest partitions (ties: lowest id), so shards fill evenly.
+//! A partition belongs to exactly one shard, chosen when the partition is created (with its topic,
+//! or by [`BatchCoordinator::create_partitions`]) and stored in a [`ShardMapStore`]
+//! ([`FileShardMap`] on disk, [`MemoryShardMap`] in memory, or the host's own cluster metadata). The
+//! router reads the stored map when it opens, so a restart routes identically, and adding shards
+//! later never moves an existing partition. New partitions go to the shard holding the fewest
+//! partitions (ties: lowest id), so shards fill evenly.
 //!
 //! Every topic is created on **every** shard (same id, name, partition count and config): a shard
 //! holds all partitions of the topic but only ever receives batches for its own. This keeps topic
@@ -16,6 +17,12 @@
 //! Creation runs shard 0 first (the serialisation point for name and id uniqueness), then stores the
 //! placement, then creates the topic on the other shards. A creation that failed half-way is completed
 //! by retrying it (shards that already have the same topic count as done).
+//!
+//! CreatePartitions follows the same order: shard 0 grows the topic (deciding
+//! `INVALID_PARTITIONS`), then the grown placement is stored ([`ShardMapStore::extend`]), then the
+//! other shards grow it. A growth that failed half-way is completed by retrying it. Topic
+//! configuration changes go to every shard. Producer-id blocks come from shard 0 alone, so every
+//! router over the same shards shares one counter.
 //!
 //! # Commits and owner lists
 //!
@@ -74,7 +81,8 @@ use crate::{
     BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest, CoordinatorError,
     CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode, FindBatchesRequest,
     FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectToDelete,
-    ProducerExpiryReport, ProducerState, RetentionReport, ShardId, TopicIdPartition, TopicInfo,
+    ProducerExpiryReport, ProducerIdBlock, ProducerState, RetentionReport, ShardId, TopicConfig,
+    TopicIdPartition, TopicInfo,
 };
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -332,8 +340,13 @@ impl ShardedCoordinator {
     /// created through another router on the same store after this one opened. At most once per
     /// second (coordinator clock), so requests for topics that really do not exist cost nothing.
     async fn refresh_for(&self, mut partitions: impl Iterator<Item = TopicIdPartition>) {
+        // A topic unknown here, or a partition beyond its placement (grown through another router).
         let missing = match self.placements.read() {
-            Ok(placements) => partitions.any(|p| !placements.contains_key(&p.topic_id)),
+            Ok(placements) => partitions.any(|p| {
+                placements.get(&p.topic_id).is_none_or(|placement| {
+                    usize::try_from(p.partition).is_ok_and(|i| i >= placement.len())
+                })
+            }),
             Err(_) => false,
         };
         if !missing {
@@ -352,7 +365,8 @@ impl ShardedCoordinator {
         self.reload().await;
     }
 
-    /// Reloads the stored placements now, adding the topics created through other routers.
+    /// Reloads the stored placements now, adding the topics created (and the partitions added)
+    /// through other routers.
     async fn reload(&self) {
         let loaded = match self.store.load().await {
             Ok(loaded) => loaded,
@@ -369,7 +383,17 @@ impl ShardedCoordinator {
                 tracing::warn!(%topic, "the stored placement names a shard that does not exist; ignored");
                 continue;
             }
-            placements.entry(topic).or_insert(placement);
+            match placements.entry(topic) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(placement);
+                }
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    // Placements only grow, and a partition's shard never changes.
+                    if placement.len() > o.get().len() && placement.starts_with(o.get()) {
+                        o.insert(placement);
+                    }
+                }
+            }
         }
     }
 
@@ -422,6 +446,12 @@ impl ShardedCoordinator {
 
     /// The placement to store for a new topic.
     fn new_placement(&self, partitions: usize) -> Result<Arc<[ShardId]>, CoordinatorError> {
+        let mut counts = self.partition_counts()?;
+        Ok(place(&mut counts, partitions).into())
+    }
+
+    /// How many partitions each shard holds, by the known placements.
+    fn partition_counts(&self) -> Result<Vec<u64>, CoordinatorError> {
         let placements = self.placements.read().map_err(|_| poisoned())?;
         let mut counts = vec![0u64; self.shards.len()];
         for p in placements.values() {
@@ -431,7 +461,103 @@ impl ShardedCoordinator {
                 }
             }
         }
-        Ok(place(&mut counts, partitions).into())
+        Ok(counts)
+    }
+
+    /// The partition count of `topic_id` on each shard (`None` where the shard lacks the topic).
+    async fn partition_counts_of(
+        &self,
+        topic_id: Uuid,
+    ) -> Result<Vec<Option<i32>>, CoordinatorError> {
+        let lists = join_all(self.shards.iter().map(|s| s.list_topics())).await;
+        lists
+            .into_iter()
+            .map(|topics| {
+                Ok(topics?
+                    .into_iter()
+                    .find(|t| t.topic_id == topic_id)
+                    .map(|t| t.partitions))
+            })
+            .collect()
+    }
+
+    /// Whether a growth of `topic_id` to `new_total` partitions that shard 0 refused is one that
+    /// failed half-way before (shard 0 has exactly `new_total`, but the stored placement or another
+    /// shard has fewer): a retry then completes it.
+    async fn growth_incomplete(
+        &self,
+        topic_id: Uuid,
+        new_total: i32,
+    ) -> Result<bool, CoordinatorError> {
+        let counts = self.partition_counts_of(topic_id).await?;
+        if counts.first().copied().flatten() != Some(new_total) {
+            return Ok(false);
+        }
+        self.reload().await;
+        let placed = self
+            .placements
+            .read()
+            .map_err(|_| poisoned())?
+            .get(&topic_id)
+            .map_or(0, |p| p.len());
+        Ok(usize::try_from(new_total).is_ok_and(|n| placed < n)
+            || counts[1..].iter().any(|c| c.is_some_and(|c| c < new_total)))
+    }
+
+    /// Stores the placement of `topic_id` grown to `new_total` partitions (the new ones on the
+    /// emptiest shards), unless it has that many already.
+    async fn grow_placement(
+        &self,
+        topic_id: Uuid,
+        new_total: usize,
+    ) -> Result<(), CoordinatorError> {
+        let current = self
+            .placements
+            .read()
+            .map_err(|_| poisoned())?
+            .get(&topic_id)
+            .cloned();
+        let current = match current {
+            Some(current) => current,
+            None => {
+                // Created through another router since this one loaded the map.
+                self.reload().await;
+                self.placements
+                    .read()
+                    .map_err(|_| poisoned())?
+                    .get(&topic_id)
+                    .cloned()
+                    .ok_or_else(|| CoordinatorError::UnknownTopic(topic_id.to_string()))?
+            }
+        };
+        if current.len() >= new_total {
+            return Ok(());
+        }
+        let mut counts = self.partition_counts()?;
+        let proposed: Arc<[ShardId]> = current
+            .iter()
+            .copied()
+            .chain(place(&mut counts, new_total - current.len()))
+            .collect();
+        let in_force = self.store.extend(topic_id, proposed).await?;
+        if in_force.len() < new_total {
+            return Err(CoordinatorError::Storage(
+                format!(
+                    "the stored placement of topic {topic_id} has {} partitions after growing it \
+                     to {new_total}",
+                    in_force.len()
+                )
+                .into(),
+            ));
+        }
+        let mut placements = self.placements.write().map_err(|_| poisoned())?;
+        if placements
+            .get(&topic_id)
+            .is_none_or(|p| p.len() < in_force.len())
+        {
+            placements.insert(topic_id, in_force);
+        }
+        Ok(())
     }
 
     /// The owner list of `key`, from the cache or from a shard that listed it.
@@ -1153,6 +1279,90 @@ impl BatchCoordinator for ShardedCoordinator {
                     .await
             }
             None => Ok(None),
+        }
+    }
+
+    /// From shard 0 alone: one counter for every router over the same shards.
+    async fn allocate_producer_ids(&self, count: u32) -> Result<ProducerIdBlock, CoordinatorError> {
+        self.shards[0].allocate_producer_ids(count).await
+    }
+
+    /// Shard 0 first (it holds every topic: its count is the topic's, and it decides
+    /// `INVALID_PARTITIONS`), then the grown placement is stored, then the other shards grow the
+    /// topic. A call that failed half-way leaves shard 0 grown: retrying it completes the growth
+    /// (and succeeds); meanwhile the new partitions without a stored shard are unknown to
+    /// produce and fetch.
+    async fn create_partitions(
+        &self,
+        topic_id: Uuid,
+        new_total: i32,
+    ) -> Result<(), CoordinatorError> {
+        match self.shards[0].create_partitions(topic_id, new_total).await {
+            Ok(()) => {}
+            Err(CoordinatorError::InvalidPartitions(m)) => {
+                if !self.growth_incomplete(topic_id, new_total).await? {
+                    return Err(CoordinatorError::InvalidPartitions(m));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        let total = usize::try_from(new_total).map_err(|_| {
+            CoordinatorError::InvalidPartitions(format!("invalid partition count {new_total}"))
+        })?;
+        self.grow_placement(topic_id, total).await?;
+        let grown = join_all(
+            self.shards[1..]
+                .iter()
+                .map(|s| s.create_partitions(topic_id, new_total)),
+        )
+        .await;
+        for outcome in grown {
+            match outcome {
+                // InvalidPartitions: that shard grew in an earlier, half-done attempt.
+                Ok(()) | Err(CoordinatorError::InvalidPartitions(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// On every shard (each holds the topic). Not atomic across shards: a call that failed on
+    /// some shard may have changed the others; retrying it makes them agree.
+    async fn alter_topic_config(
+        &self,
+        topic_id: Uuid,
+        config: TopicConfig,
+    ) -> Result<(), CoordinatorError> {
+        config.validate()?;
+        let outcomes = join_all(
+            self.shards
+                .iter()
+                .map(|s| s.alter_topic_config(topic_id, config.clone())),
+        )
+        .await;
+        let mut altered_any = false;
+        for outcome in outcomes {
+            match outcome {
+                Ok(()) => altered_any = true,
+                Err(CoordinatorError::UnknownTopic(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if altered_any {
+            Ok(())
+        } else {
+            Err(CoordinatorError::UnknownTopic(topic_id.to_string()))
+        }
+    }
+
+    async fn list_producers(
+        &self,
+        partition: TopicIdPartition,
+    ) -> Result<Vec<ProducerState>, CoordinatorError> {
+        self.refresh_for(std::iter::once(partition)).await;
+        match self.shard_of(partition) {
+            Some(s) => self.shards[s as usize].list_producers(partition).await,
+            None => Err(CoordinatorError::UnknownTopic(partition.to_string())),
         }
     }
 }

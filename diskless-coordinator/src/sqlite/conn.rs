@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, MutexGuard};
 
 /// The embedded migrations: (version, description, SQL).
-const MIGRATIONS: [(i64, &str, &str); 4] = [
+const MIGRATIONS: [(i64, &str, &str); 5] = [
     (
         1,
         "initial",
@@ -38,6 +38,11 @@ const MIGRATIONS: [(i64, &str, &str); 4] = [
         4,
         "fences and producer expiry",
         include_str!("../../migrations/sqlite/0004_fences_producer_expiry.sql"),
+    ),
+    (
+        5,
+        "producer ids",
+        include_str!("../../migrations/sqlite/0005_producer_ids.sql"),
     ),
 ];
 

@@ -16,7 +16,7 @@ use crate::{
     ListOffsetsResponse, MAX_TIMESTAMP, ObjectInfo, ProducerState, TopicIdPartition, TopicInfo,
 };
 use sqlx::AssertSqlSafe;
-use sqlx::sqlite::SqliteConnection;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use std::collections::HashSet;
 
 /// ListOffsets by timestamp, step 1: one probe of the index `batches_timestamp_so_far`. The
@@ -243,6 +243,29 @@ impl SqliteCoordinator {
         object_info_from_row(&r, object_key, owners).map(Some)
     }
 
+    pub(super) async fn read_list_producers(
+        &self,
+        partition: TopicIdPartition,
+    ) -> Result<Vec<ProducerState>, CoordinatorError> {
+        let mut reader = self.read().await?;
+        let mut tx = reader.begin().await?;
+        let Some((partition_id, ..)) = partition_bounds(&mut tx, partition).await? else {
+            return Err(CoordinatorError::UnknownTopic(partition.to_string()));
+        };
+        let rows = sqlx::query(
+            "SELECT producer_epoch, batch_window, last_append_ms, producer_id FROM producer_state \
+             WHERE partition_id = ?1 ORDER BY producer_id",
+        )
+        .bind(partition_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(not_applied)?;
+        tx.commit().await.map_err(not_applied)?;
+        rows.iter()
+            .map(|r| producer_from_row(r, r.i64_at(3)?))
+            .collect()
+    }
+
     pub(super) async fn read_producer_state(
         &self,
         partition: TopicIdPartition,
@@ -260,13 +283,18 @@ impl SqliteCoordinator {
         let Some(r) = self.read_row(query).await? else {
             return Ok(None);
         };
-        let window: Vec<u8> = col(&r, 1)?;
-        Ok(Some(ProducerState {
-            producer_id,
-            producer_epoch: r.i16_at(0)?,
-            batches: producer::decode_window(&window)
-                .ok_or_else(|| corrupt("torn producer batch window"))?,
-            last_append_ms: r.i64_at(2)?,
-        }))
+        producer_from_row(&r, producer_id).map(Some)
     }
+}
+
+/// A producer's state from a row of (epoch, batch window, last append time).
+fn producer_from_row(r: &SqliteRow, producer_id: i64) -> Result<ProducerState, CoordinatorError> {
+    let window: Vec<u8> = col(r, 1)?;
+    Ok(ProducerState {
+        producer_id,
+        producer_epoch: r.i16_at(0)?,
+        batches: producer::decode_window(&window)
+            .ok_or_else(|| corrupt("torn producer batch window"))?,
+        last_append_ms: r.i64_at(2)?,
+    })
 }

@@ -1,10 +1,15 @@
-//! Topic creation and deletion.
+//! Topics (creation, deletion, CreatePartitions, config changes) and producer-id blocks.
 
 use super::SqliteCoordinator;
 use super::conn::{at_commit, not_applied};
 use super::lifecycle::release_objects_sql;
-use crate::rows::{TOPIC_COLUMNS, bind_topic, topic_key};
-use crate::{CoordinatorError, CreateTopicRequest};
+use crate::rows::{
+    TOPIC_COLUMNS, bind_topic, bind_topic_config, corrupt, topic_config_set, topic_key,
+};
+use crate::{
+    CoordinatorError, CreateTopicRequest, ProducerIdBlock, TopicConfig, check_new_partition_count,
+    next_producer_id_block, validate_producer_id_count,
+};
 use sqlx::AssertSqlSafe;
 use sqlx::sqlite::SqliteConnection;
 use uuid::Uuid;
@@ -95,5 +100,94 @@ impl SqliteCoordinator {
                 .map_err(not_applied)?;
         }
         tx.commit().await.map_err(at_commit)
+    }
+
+    /// Grows a topic (CreatePartitions): the topic row's count and the new, empty partition rows,
+    /// in one write transaction.
+    pub(super) async fn write_create_partitions(
+        &self,
+        topic_id: Uuid,
+        new_total: i32,
+    ) -> Result<(), CoordinatorError> {
+        let mut writer = self.write().await?;
+        let mut tx = writer.begin().await?;
+        let id = topic_key(topic_id);
+        let current: Option<i32> =
+            sqlx::query_scalar("SELECT partition_count FROM topics WHERE topic_id = ?1")
+                .bind(&id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(not_applied)?;
+        let Some(current) = current else {
+            return Err(CoordinatorError::UnknownTopic(id));
+        };
+        check_new_partition_count(current, new_total)?;
+        sqlx::query("UPDATE topics SET partition_count = ?2 WHERE topic_id = ?1")
+            .bind(&id)
+            .bind(new_total)
+            .execute(&mut *tx)
+            .await
+            .map_err(not_applied)?;
+        sqlx::query(
+            "WITH RECURSIVE seq(n) AS (SELECT ?2 UNION ALL SELECT n + 1 FROM seq WHERE n + 1 < ?3) \
+             INSERT INTO partitions (topic_id, partition, log_start_offset, high_watermark, \
+             byte_size) SELECT ?1, n, 0, 0, 0 FROM seq",
+        )
+        .bind(&id)
+        .bind(current)
+        .bind(new_total)
+        .execute(&mut *tx)
+        .await
+        .map_err(not_applied)?;
+        tx.commit().await.map_err(at_commit)
+    }
+
+    /// Replaces a topic's configuration: one `UPDATE` of its row.
+    pub(super) async fn write_alter_topic_config(
+        &self,
+        topic_id: Uuid,
+        config: TopicConfig,
+    ) -> Result<(), CoordinatorError> {
+        config.validate()?;
+        let mut writer = self.write().await?;
+        let mut tx = writer.begin().await?;
+        let id = topic_key(topic_id);
+        let update = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE topics SET {} WHERE topic_id = ?1",
+            topic_config_set('?')
+        )));
+        let updated = bind_topic_config(update.bind(&id), &config)
+            .execute(&mut *tx)
+            .await
+            .map_err(not_applied)?;
+        if updated.rows_affected() == 0 {
+            return Err(CoordinatorError::UnknownTopic(id));
+        }
+        tx.commit().await.map_err(at_commit)
+    }
+
+    /// Takes the next block of producer ids off the counter row, in one write transaction (the
+    /// database's write lock serializes it with every other process on the file).
+    pub(super) async fn write_allocate_producer_ids(
+        &self,
+        count: u32,
+    ) -> Result<ProducerIdBlock, CoordinatorError> {
+        validate_producer_id_count(count)?;
+        let mut writer = self.write().await?;
+        let mut tx = writer.begin().await?;
+        let next: Option<i64> =
+            sqlx::query_scalar("SELECT next_producer_id FROM producer_ids WHERE id = 1")
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(not_applied)?;
+        let next = next.ok_or_else(|| corrupt("the producer_ids table has no row"))?;
+        let (block, after) = next_producer_id_block(next, count)?;
+        sqlx::query("UPDATE producer_ids SET next_producer_id = ?1 WHERE id = 1")
+            .bind(after)
+            .execute(&mut *tx)
+            .await
+            .map_err(not_applied)?;
+        tx.commit().await.map_err(at_commit)?;
+        Ok(block)
     }
 }

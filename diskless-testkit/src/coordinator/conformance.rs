@@ -26,9 +26,10 @@ use crate::keys::v7_key;
 use diskless_coordinator::{
     BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest,
     CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, EARLIEST_TIMESTAMP, ErrorCode,
-    FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
-    ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo,
-    ProducerState, RetentionReport, SystemClock, TimestampType, TopicConfig, TopicIdPartition,
+    FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse,
+    MAX_PRODUCER_ID_BLOCK, MAX_TIMESTAMP, ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+    NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo, ProducerIdBlock, ProducerState, RetentionReport,
+    SystemClock, TimestampType, TopicConfig, TopicIdPartition,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -118,6 +119,11 @@ macro_rules! __coordinator_conformance_cases {
             producer_expiry_cap_and_order,
             the_deadline_and_fences_follow_the_coordinator_clock [manual_clock],
             a_confirmed_deleted_key_is_never_committed_again [clock_sensitive],
+            producer_id_blocks_never_overlap,
+            create_partitions_grows_a_topic,
+            create_partitions_only_grows,
+            alter_topic_config_applies_to_later_calls,
+            list_producers_of_a_partition,
         }
     };
 }
@@ -2188,6 +2194,281 @@ pub async fn producer_expiry_cap_and_order(h: Harness) {
     let r = c.expire_producers(2).await.unwrap();
     assert_eq!((r.expired, r.more), (1, false));
     assert_eq!(producer(&h, tp(second, 0), 1).await, None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admin operations: producer-id blocks, CreatePartitions, config changes, DescribeProducers
+// (issue #18)
+
+/// Asserts that no two of `blocks` share an id, and that each has the size asked for.
+pub fn assert_disjoint_blocks(blocks: &[(u32, ProducerIdBlock)]) {
+    for (asked, b) in blocks {
+        assert_eq!(b.count, *asked, "{b:?}");
+        assert!(b.first >= 0, "{b:?}");
+    }
+    let mut sorted: Vec<ProducerIdBlock> = blocks.iter().map(|(_, b)| *b).collect();
+    sorted.sort_by_key(|b| b.first);
+    for pair in sorted.windows(2) {
+        assert!(
+            pair[0].last() < pair[1].first,
+            "blocks overlap: {:?} and {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+/// Producer-id blocks are never handed out twice, in ascending order, also to concurrent calls;
+/// a block size of 0 or above [`MAX_PRODUCER_ID_BLOCK`] is invalid and takes nothing.
+pub async fn producer_id_blocks_never_overlap(h: Harness) {
+    let c = &h.coordinator;
+    let mut blocks = Vec::new();
+    let mut last = -1;
+    for count in [1, 1000, 7, MAX_PRODUCER_ID_BLOCK, 1] {
+        let b = c.allocate_producer_ids(count).await.unwrap();
+        assert!(b.first > last, "ascending: {b:?} after {last}");
+        last = b.last();
+        blocks.push((count, b));
+    }
+    invalid(c.allocate_producer_ids(0).await);
+    invalid(c.allocate_producer_ids(MAX_PRODUCER_ID_BLOCK + 1).await);
+    let after_invalid = c.allocate_producer_ids(10).await.unwrap();
+    assert!(after_invalid.first > last, "{after_invalid:?}");
+    blocks.push((10, after_invalid));
+    // Concurrent calls.
+    let concurrent = futures::future::join_all(
+        (1..=16u32).map(|i| async move { (i, c.allocate_producer_ids(i * 3).await.unwrap()) }),
+    )
+    .await;
+    for (i, b) in concurrent {
+        blocks.push((i * 3, b));
+    }
+    assert_disjoint_blocks(&blocks);
+}
+
+/// CreatePartitions adds empty partitions, under the topic's config, that take commits, fetches
+/// and offset queries like the others; the existing partitions keep their data.
+pub async fn create_partitions_grows_a_topic(h: Harness) {
+    let c = &h.coordinator;
+    let config = TopicConfig {
+        retention_ms: 123_456,
+        ..TopicConfig::default()
+    };
+    let t = topic_with(&h, "grows", 2, config.clone()).await;
+    let other = topic(&h, 1).await;
+    commit(
+        &h,
+        vec![
+            plain(tp(t, 0), 3, 10, START_MS),
+            plain(tp(t, 1), 2, 10, START_MS),
+        ],
+    )
+    .await;
+    rejected(
+        &commit_one(&h, plain(tp(t, 2), 1, 10, START_MS)).await,
+        ErrorCode::UnknownTopicOrPartition,
+    );
+    c.create_partitions(t, 5).await.unwrap();
+    let topics = c.list_topics().await.unwrap();
+    let grown = topics.iter().find(|i| i.topic_id == t).unwrap();
+    assert_eq!((grown.partitions, &grown.config), (5, &config));
+    let untouched = topics.iter().find(|i| i.topic_id == other).unwrap();
+    assert_eq!(untouched.partitions, 1);
+    for p in 2..5 {
+        let (batches, lso, hwm) = all_batches(&h, tp(t, p)).await;
+        assert!(batches.is_empty(), "partition {p}");
+        assert_eq!((lso, hwm), (0, 0), "partition {p}");
+        assert_eq!(list(&h, tp(t, p), LATEST_TIMESTAMP).await.offset, 0);
+    }
+    let (batches, _, hwm) = all_batches(&h, tp(t, 0)).await;
+    assert_eq!(
+        (batches.len(), hwm),
+        (1, 3),
+        "existing partitions keep their data"
+    );
+    let r = commit(
+        &h,
+        vec![
+            plain(tp(t, 4), 2, 10, START_MS),
+            plain(tp(t, 2), 1, 10, START_MS),
+            plain(tp(t, 0), 1, 10, START_MS),
+            plain(tp(t, 5), 1, 10, START_MS),
+        ],
+    )
+    .await;
+    ok_at(&r[0], 0);
+    ok_at(&r[1], 0);
+    ok_at(&r[2], 3);
+    rejected(&r[3], ErrorCode::UnknownTopicOrPartition);
+    let (batches, lso, hwm) = all_batches(&h, tp(t, 4)).await;
+    assert_eq!((batches.len(), lso, hwm), (1, 0, 2));
+    // Idempotent producers start afresh on a new partition.
+    ok_at(&commit_one(&h, idem(tp(t, 3), 8, 0, 0, 1)).await, 0);
+    assert!(producer(&h, tp(t, 3), 8).await.is_some());
+    // Growing again, by one.
+    c.create_partitions(t, 6).await.unwrap();
+    ok_at(&commit_one(&h, plain(tp(t, 5), 1, 10, START_MS)).await, 0);
+    // A deleted topic's partitions go with it, the new ones too.
+    c.delete_topic(t).await.unwrap();
+    rejected(
+        &commit_one(&h, plain(tp(t, 5), 1, 10, START_MS)).await,
+        ErrorCode::UnknownTopicOrPartition,
+    );
+}
+
+/// A topic never shrinks: CreatePartitions to no more partitions than it has is
+/// `INVALID_PARTITIONS` (37) and changes nothing; an unknown topic is `UnknownTopic`.
+pub async fn create_partitions_only_grows(h: Harness) {
+    let c = &h.coordinator;
+    let t = topic(&h, 3).await;
+    for new_total in [3, 2, 1, 0, -1, i32::MIN] {
+        let r = c.create_partitions(t, new_total).await;
+        match r {
+            Err(e @ CoordinatorError::InvalidPartitions(_)) => {
+                assert_eq!(e.error_code(), ErrorCode::InvalidPartitions);
+                assert_eq!(e.error_code().code(), 37);
+            }
+            other => panic!("{new_total}: expected InvalidPartitions, got {other:?}"),
+        }
+    }
+    let topics = c.list_topics().await.unwrap();
+    assert_eq!(topics[0].partitions, 3);
+    let unknown = c.create_partitions(fresh_id(), 10).await;
+    assert!(
+        matches!(unknown, Err(CoordinatorError::UnknownTopic(_))),
+        "{unknown:?}"
+    );
+    assert_eq!(c.list_topics().await.unwrap().len(), 1);
+}
+
+/// A config change applies to later calls: `list_topics` shows it, later commits use the new
+/// timestamp type (committed batches keep theirs), retention passes and producer expiry the new
+/// limits. Invalid values are refused and change nothing; other topics are untouched.
+pub async fn alter_topic_config_applies_to_later_calls(h: Harness) {
+    let c = &h.coordinator;
+    let t = topic_with(&h, "altered", 2, TopicConfig::default()).await;
+    let other = topic_with(&h, "other", 1, TopicConfig::default()).await;
+    let p = tp(t, 0);
+    let old = START_MS - 5_000;
+    let r = commit_one(&h, plain(p, 1, 10, old)).await;
+    assert_eq!(r.log_append_time, NO_TIMESTAMP);
+    ok_at(&commit_one(&h, idem(tp(t, 1), 4, 0, 0, 1)).await, 0);
+    assert_eq!(retention_pass(&h).await.batches_deleted, 0);
+
+    let config = TopicConfig {
+        timestamp_type: TimestampType::LogAppendTime,
+        retention_ms: 1_000,
+        retention_bytes: 1_000_000,
+        max_message_bytes: 2_000,
+        message_timestamp_before_max_ms: 10,
+        message_timestamp_after_max_ms: 20,
+        producer_id_expiration_ms: 2_000,
+    };
+    c.alter_topic_config(t, config.clone()).await.unwrap();
+    let topics = c.list_topics().await.unwrap();
+    let altered = topics.iter().find(|i| i.topic_id == t).unwrap();
+    assert_eq!((&altered.config, altered.partitions), (&config, 2));
+    let untouched = topics.iter().find(|i| i.topic_id == other).unwrap();
+    assert_eq!(untouched.config, TopicConfig::default());
+
+    // The next commit is LogAppendTime; the earlier batch stays CreateTime.
+    let r = commit_one(&h, plain(p, 1, 10, old)).await;
+    ok_at(&r, 1);
+    assert_eq!(r.log_append_time, START_MS);
+    let (batches, ..) = all_batches(&h, p).await;
+    assert_eq!(
+        batches.iter().map(|b| b.timestamp_type).collect::<Vec<_>>(),
+        vec![TimestampType::CreateTime, TimestampType::LogAppendTime]
+    );
+    // Retention by the new retention.ms: the old CreateTime batch goes, the LogAppendTime one
+    // (aged by its commit time) stays.
+    let report = retention_pass(&h).await;
+    assert_eq!((report.batches_deleted, report.bytes_deleted), (1, 10));
+    let (batches, lso, _) = all_batches(&h, p).await;
+    assert_eq!((batches.len(), lso), (1, 1));
+    // Producer expiry by the new producer.id.expiration.ms.
+    h.clock.advance(2_000);
+    let r = c.expire_producers(100).await.unwrap();
+    assert_eq!(r.expired, 1);
+    assert_eq!(producer(&h, tp(t, 1), 4).await, None);
+
+    // Invalid values and unknown topics change nothing.
+    invalid(
+        c.alter_topic_config(
+            t,
+            TopicConfig {
+                retention_ms: -2,
+                ..config.clone()
+            },
+        )
+        .await,
+    );
+    invalid(
+        c.alter_topic_config(
+            t,
+            TopicConfig {
+                producer_id_expiration_ms: 0,
+                ..config.clone()
+            },
+        )
+        .await,
+    );
+    let r = c
+        .alter_topic_config(fresh_id(), TopicConfig::default())
+        .await;
+    assert!(matches!(r, Err(CoordinatorError::UnknownTopic(_))), "{r:?}");
+    let topics = c.list_topics().await.unwrap();
+    let altered = topics.iter().find(|i| i.topic_id == t).unwrap();
+    assert_eq!(altered.config, config);
+    // Back to the defaults: retention.ms 7 days keeps the young batch.
+    c.alter_topic_config(t, TopicConfig::default())
+        .await
+        .unwrap();
+    h.clock.advance(10_000);
+    assert_eq!(retention_pass(&h).await.batches_deleted, 0);
+}
+
+/// DescribeProducers: every idempotent producer's state in a partition, by producer id, as
+/// `producer_state` answers each; an unknown partition is `UnknownTopic`.
+pub async fn list_producers_of_a_partition(h: Harness) {
+    let c = &h.coordinator;
+    let t = topic(&h, 2).await;
+    let p = tp(t, 0);
+    assert!(c.list_producers(p).await.unwrap().is_empty());
+    commit(
+        &h,
+        vec![
+            idem(p, 9, 0, 0, 1),
+            plain(p, 1, 10, START_MS),
+            idem(p, 3, 2, 0, 2),
+            idem(p, 5, 0, 0, 1),
+            idem(p, 9, 0, 1, 1),
+            idem(tp(t, 1), 7, 0, 0, 1),
+        ],
+    )
+    .await;
+    let listed = c.list_producers(p).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|s| s.producer_id).collect::<Vec<_>>(),
+        vec![3, 5, 9]
+    );
+    for state in &listed {
+        assert_eq!(
+            Some(state),
+            producer(&h, p, state.producer_id).await.as_ref()
+        );
+    }
+    assert_eq!(listed[2].batches.len(), 2);
+    assert_eq!(listed[0].producer_epoch, 2);
+    let other = c.list_producers(tp(t, 1)).await.unwrap();
+    assert_eq!(
+        other.iter().map(|s| s.producer_id).collect::<Vec<_>>(),
+        vec![7]
+    );
+    for unknown in [tp(t, 2), tp(t, -1), tp(fresh_id(), 0)] {
+        let r = c.list_producers(unknown).await;
+        assert!(matches!(r, Err(CoordinatorError::UnknownTopic(_))), "{r:?}");
+    }
 }
 
 #[cfg(test)]

@@ -43,15 +43,23 @@
 //!   fields are judged per batch (`diskless_coordinator::producer_field_error`).
 //! - **Unsupported ListOffsets timestamps** (any negative value other than -1, -2, -3) answer
 //!   `INVALID_REQUEST`.
+//! - **Producer-id blocks** are consecutive from id 0 (`allocate_producer_ids`); the model keeps
+//!   one counter, so its blocks never overlap.
+//! - **CreatePartitions** appends empty partitions (log start 0, high watermark 0) under the
+//!   topic's config; asking for no more partitions than the topic has is `INVALID_PARTITIONS`.
+//! - **Topic config changes** apply to later calls: a later commit uses the new timestamp type
+//!   (batches already committed keep theirs), later retention passes and producer expiry the new
+//!   limits.
 
 use diskless_coordinator::{
     BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest,
     CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse,
     EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, FindBatchesResponse, LATEST_TIMESTAMP,
     ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, NO_TIMESTAMP, ObjectInfo,
-    ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport, ProducerState,
-    RetentionReport, ShardId, TimestampType, TopicConfig, TopicIdPartition, TopicInfo,
-    check_commit_deadline, fence_expiry_before, object_key_time_ms, producer_field_error,
+    ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport, ProducerIdBlock,
+    ProducerState, RetentionReport, ShardId, TimestampType, TopicConfig, TopicIdPartition,
+    TopicInfo, check_commit_deadline, check_new_partition_count, fence_expiry_before,
+    next_producer_id_block, object_key_time_ms, producer_field_error,
 };
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashSet};
@@ -92,6 +100,8 @@ struct State {
     objects: BTreeMap<String, Object>,
     /// Fenced keys (`fence_orphans`) and their key times.
     fences: BTreeMap<String, i64>,
+    /// The first producer id no block has taken.
+    next_producer_id: i64,
 }
 
 #[derive(Debug)]
@@ -772,6 +782,58 @@ impl BatchCoordinator for InMemoryCoordinator {
         Ok(state
             .log(partition)
             .and_then(|log| log.producers.get(&producer_id).cloned()))
+    }
+
+    async fn allocate_producer_ids(&self, count: u32) -> Result<ProducerIdBlock, CoordinatorError> {
+        let mut state = self.state.lock();
+        let (block, next) = next_producer_id_block(state.next_producer_id, count)?;
+        state.next_producer_id = next;
+        Ok(block)
+    }
+
+    async fn create_partitions(
+        &self,
+        topic_id: Uuid,
+        new_total: i32,
+    ) -> Result<(), CoordinatorError> {
+        let mut state = self.state.lock();
+        let topic = state
+            .topics
+            .get_mut(&topic_id)
+            .ok_or_else(|| CoordinatorError::UnknownTopic(topic_id.to_string()))?;
+        let current = i32::try_from(topic.partitions.len())
+            .map_err(|_| CoordinatorError::Storage("too many partitions".into()))?;
+        check_new_partition_count(current, new_total)?;
+        for _ in current..new_total {
+            topic.partitions.push(Log::default());
+        }
+        Ok(())
+    }
+
+    async fn alter_topic_config(
+        &self,
+        topic_id: Uuid,
+        config: TopicConfig,
+    ) -> Result<(), CoordinatorError> {
+        config.validate()?;
+        let mut state = self.state.lock();
+        let topic = state
+            .topics
+            .get_mut(&topic_id)
+            .ok_or_else(|| CoordinatorError::UnknownTopic(topic_id.to_string()))?;
+        topic.config = config;
+        Ok(())
+    }
+
+    async fn list_producers(
+        &self,
+        partition: TopicIdPartition,
+    ) -> Result<Vec<ProducerState>, CoordinatorError> {
+        let state = self.state.lock();
+        let log = state
+            .log(partition)
+            .ok_or_else(|| CoordinatorError::UnknownTopic(partition.to_string()))?;
+        Ok(log.producers.values().cloned().collect())
     }
 }
 
