@@ -47,6 +47,11 @@ Options:
                             60000; never with a memory:// coordinator)
   --create-topic NAME[:N]   create diskless topic NAME with N partitions (default 3) at start
                             unless it exists (repeatable; clients can use CreateTopics too)
+  --auto-create-topics      Kafka's auto.create.topics.enable: Metadata for an unknown topic
+                            creates it (answering LEADER_NOT_AVAILABLE until it exists), unless
+                            the request says allow_auto_topic_creation=false (default: off)
+  --num-partitions N        Kafka's num.partitions: partitions of an automatically created topic
+                            and of CreateTopics with num_partitions=-1 (default 1)
   --cluster-id ID           cluster id announced in Metadata (default diskless-example)
   --metrics-addr HOST:PORT  serve the library's metrics in Prometheus text format at
                             http://HOST:PORT/metrics (default: off)
@@ -102,6 +107,10 @@ pub(crate) struct Config {
     pub create_topics: Vec<(String, i32)>,
     /// Where to serve Prometheus metrics (`None`: off).
     pub metrics_addr: Option<SocketAddr>,
+    /// `auto.create.topics.enable`.
+    pub auto_create_topics: bool,
+    /// `num.partitions`.
+    pub num_partitions: i32,
 }
 
 fn value(
@@ -143,6 +152,8 @@ impl Config {
         let mut shards: u32 = 1;
         let mut create_topics = Vec::new();
         let mut metrics_addr = None;
+        let mut auto_create_topics = false;
+        let mut num_partitions: i32 = 1;
         while let Some(arg) = args.next() {
             let (name, inline) = match arg.split_once('=') {
                 Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
@@ -201,6 +212,21 @@ impl Config {
                 }
                 "--orphan-check-ms" => {
                     orphan_check_ms = number(&name, &value(&name, inline, &mut args)?)?
+                }
+                "--auto-create-topics" => {
+                    auto_create_topics = match inline.as_deref() {
+                        None | Some("true") => true,
+                        Some("false") => false,
+                        Some(v) => {
+                            return Err(format!("{name}: expected true or false, not {v:?}"));
+                        }
+                    }
+                }
+                "--num-partitions" => {
+                    num_partitions = number(&name, &value(&name, inline, &mut args)?)?;
+                    if num_partitions < 1 {
+                        return Err(format!("{name} must be at least 1"));
+                    }
                 }
                 "--shards" => shards = number(&name, &value(&name, inline, &mut args)?)?,
                 "--create-topic" => {
@@ -309,7 +335,17 @@ impl Config {
             shards,
             create_topics,
             metrics_addr,
+            auto_create_topics,
+            num_partitions,
         })))
+    }
+
+    /// The settings that shape new topics.
+    pub(crate) fn topic_defaults(&self) -> crate::topics::TopicDefaults {
+        crate::topics::TopicDefaults {
+            auto_create: self.auto_create_topics,
+            num_partitions: self.num_partitions,
+        }
     }
 }
 
@@ -337,6 +373,18 @@ mod tests {
         assert!(c.coordinator_url.is_none() && c.storage_url.is_none());
         assert_eq!(c.shards, 1);
         assert_eq!(c.orphan_check, Some(Duration::from_secs(60)));
+        assert!(!c.auto_create_topics);
+        assert_eq!(c.num_partitions, 1);
+    }
+
+    #[test]
+    fn topic_defaults() {
+        let c = parse(&["--auto-create-topics", "--num-partitions", "4"]).unwrap();
+        assert!(c.auto_create_topics);
+        assert_eq!(c.num_partitions, 4);
+        let c = parse(&["--auto-create-topics=false", "--num-partitions=2"]).unwrap();
+        assert!(!c.auto_create_topics);
+        assert_eq!(c.topic_defaults().num_partitions, 2);
     }
 
     #[test]
@@ -384,6 +432,9 @@ mod tests {
             &["--shards", "257"],
             &["--shards", "-1"],
             &["--bogus"],
+            &["--num-partitions", "0"],
+            &["--num-partitions"],
+            &["--auto-create-topics=yes"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?} accepted");
         }

@@ -1,16 +1,24 @@
 //! Metadata, CreateTopics, DeleteTopics.
 //!
 //! Topics live in the batch coordinator (`create_topic`/`list_topics`/`delete_topic`); every topic
-//! of this broker is a diskless topic. Automatic topic creation is off. Topic configs honoured:
-//! `retention.ms`, `retention.bytes`, `max.message.bytes`, `message.timestamp.type`,
-//! `message.timestamp.before.max.ms`, `message.timestamp.after.max.ms`; a few others that do not
-//! change a diskless topic are accepted (`cleanup.policy=delete`, `compression.type=producer`,
-//! `diskless.enable=true`, `min.insync.replicas`, `segment.bytes`, `segment.ms`), anything else is
-//! `INVALID_CONFIG`.
+//! of this broker is a diskless topic. As on a Kafka broker:
+//! - a topic name outside Kafka's rules (`[a-zA-Z0-9._-]`, 1 to 249 characters, not `.` or `..`)
+//!   is answered `INVALID_TOPIC_EXCEPTION`, in Metadata and CreateTopics;
+//! - with `--auto-create-topics` (Kafka's `auto.create.topics.enable`, off by default), Metadata for
+//!   an unknown topic creates it with `--num-partitions` partitions and answers
+//!   `LEADER_NOT_AVAILABLE` for it in that round (the next Metadata shows it), unless the request
+//!   (version 4 or later) says `allow_auto_topic_creation=false`;
+//! - CreateTopics takes manual replica assignments (the partition count is theirs; replicas mean
+//!   nothing to a diskless topic, they are checked as Kafka checks them and otherwise ignored),
+//!   `num_partitions`/`replication_factor` -1 for the defaults, `validate_only`, and every topic
+//!   config Kafka knows (see [`crate::admin_configs`] for which ones act on a diskless topic and
+//!   which are refused).
 
 use std::sync::Arc;
 
-use diskless_coordinator::{CoordinatorError, CreateTopicRequest, TimestampType, TopicConfig};
+use std::collections::BTreeSet;
+
+use diskless_coordinator::{CoordinatorError, CreateTopicRequest, TopicConfig};
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
@@ -26,6 +34,7 @@ use kafka_protocol::protocol::StrBytes;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use crate::admin_configs::{self, ApiError};
 use crate::broker::Broker;
 use crate::cluster::{GatewayLeaders, client_rack};
 use crate::codes;
@@ -34,6 +43,8 @@ use crate::topics::Topic;
 
 /// The largest partition count accepted.
 const MAX_PARTITIONS: i32 = 10_000;
+/// `LEADER_NOT_AVAILABLE`: the answer for a topic being created automatically.
+const LEADER_NOT_AVAILABLE: i16 = 5;
 
 fn str(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
@@ -136,7 +147,20 @@ pub(crate) async fn metadata(
             Err(e) => warn!(error = %e, "metadata: cannot list topics"),
         },
         Some(list) => {
+            let auto_create = broker.topics.defaults().auto_create
+                && (ctx.version < 4 || request.allow_auto_topic_creation);
             for wanted in list {
+                if let Some(name) = &wanted.name
+                    && admin_configs::invalid_topic_name(name.as_str()).is_some()
+                {
+                    response.topics.push(unknown_topic(
+                        ctx,
+                        wanted.name.clone(),
+                        wanted.topic_id,
+                        codes::INVALID_TOPIC_EXCEPTION,
+                    ));
+                    continue;
+                }
                 let found = match (&wanted.name, wanted.topic_id) {
                     (Some(name), _) => broker.topics.by_name(name.as_str()).await,
                     (None, id) if !id.is_nil() => broker.topics.by_id(id).await,
@@ -145,10 +169,12 @@ pub(crate) async fn metadata(
                 response.topics.push(match found {
                     Ok(Some(topic)) => describe_topic(broker, gateways.as_deref(), ctx, &topic),
                     Ok(None) => {
-                        let code = if wanted.name.is_none() {
-                            codes::UNKNOWN_TOPIC_ID
-                        } else {
-                            codes::UNKNOWN_TOPIC_OR_PARTITION
+                        let code = match &wanted.name {
+                            None => codes::UNKNOWN_TOPIC_ID,
+                            Some(name) if auto_create => {
+                                auto_create_topic(broker, name.as_str()).await
+                            }
+                            Some(_) => codes::UNKNOWN_TOPIC_OR_PARTITION,
                         };
                         unknown_topic(ctx, wanted.name, wanted.topic_id, code)
                     }
@@ -168,94 +194,249 @@ pub(crate) async fn metadata(
     response
 }
 
-/// Kafka's rules for topic names.
-fn valid_topic_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name == "." || name == ".." {
-        return Err(format!("invalid topic name {name:?}"));
-    }
-    if name.len() > 249 {
-        return Err("topic name longer than 249 characters".into());
-    }
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+/// Creates `name` for Metadata (Kafka's `AutoTopicCreationManager`): the error code for that
+/// round, `LEADER_NOT_AVAILABLE` once the topic is created (or was just created by someone else).
+async fn auto_create_topic(broker: &Arc<Broker>, name: &str) -> i16 {
+    let partitions = broker.topics.defaults().num_partitions;
+    match create(
+        broker,
+        name,
+        partitions,
+        TopicConfig::default(),
+        Default::default(),
+    )
+    .await
     {
-        return Err(format!(
-            "topic name {name:?} has characters other than ASCII alphanumerics, '.', '_' and '-'"
-        ));
+        Ok(topic_id) => {
+            info!(topic = %name, %topic_id, partitions, "diskless topic created automatically");
+            LEADER_NOT_AVAILABLE
+        }
+        Err(e) if e.code == codes::TOPIC_ALREADY_EXISTS => LEADER_NOT_AVAILABLE,
+        Err(e) => {
+            warn!(topic = %name, code = e.code, "cannot create a topic automatically: {}", e.message);
+            codes::UNKNOWN_TOPIC_OR_PARTITION
+        }
     }
-    Ok(())
 }
 
-/// Applies CreateTopics configs to the defaults.
-fn topic_config(configs: &[(String, Option<String>)]) -> Result<TopicConfig, String> {
-    let mut config = TopicConfig::default();
-    for (name, value) in configs {
-        let Some(value) = value.as_deref() else {
-            return Err(format!("config {name} has a null value"));
+/// Kafka's collision rule: `.` and `_` may not be the only difference between two topic names.
+async fn collision(broker: &Broker, name: &str) -> Result<Option<String>, ApiError> {
+    if !name.contains(['.', '_']) {
+        return Ok(None);
+    }
+    let unified = name.replace('.', "_");
+    let all = broker
+        .topics
+        .all()
+        .await
+        .map_err(|e| ApiError::new(e.error_code().code(), e.to_string()))?;
+    Ok(all
+        .iter()
+        .find(|t| t.name != name && t.name.replace('.', "_") == unified)
+        .map(|t| t.name.clone()))
+}
+
+/// Creates a diskless topic in the coordinator; its id.
+async fn create(
+    broker: &Arc<Broker>,
+    name: &str,
+    partitions: i32,
+    config: TopicConfig,
+    overrides: crate::topics::Overrides,
+) -> Result<uuid::Uuid, ApiError> {
+    if let Some(other) = collision(broker, name).await? {
+        return Err(ApiError::new(
+            codes::INVALID_TOPIC_EXCEPTION,
+            format!("Topic '{name}' collides with existing topic: {other}"),
+        ));
+    }
+    let topic_id = crate::random_uuid();
+    let created = broker
+        .coordinator
+        .create_topic(CreateTopicRequest {
+            topic_id,
+            name: name.to_string(),
+            partitions,
+            config,
+        })
+        .await;
+    broker.topics.invalidate();
+    match created {
+        Ok(()) => {
+            broker.topics.set_overrides(topic_id, overrides);
+            Ok(topic_id)
+        }
+        Err(CoordinatorError::TopicAlreadyExists(_)) => Err(ApiError::new(
+            codes::TOPIC_ALREADY_EXISTS,
+            format!("Topic '{name}' already exists."),
+        )),
+        Err(e) => Err(ApiError::new(e.error_code().code(), e.to_string())),
+    }
+}
+
+/// The checks of one CreateTopics entry, in Kafka's order (`ReplicationControlManager.createTopics`);
+/// the partition count, replication factor and the topic's configs.
+async fn check_new_topic(
+    broker: &Arc<Broker>,
+    topic: &kafka_protocol::messages::create_topics_request::CreatableTopic,
+) -> Result<(i32, i16, crate::topics::Overrides, TopicConfig), ApiError> {
+    let name = topic.name.as_str();
+    if let Some(why) = admin_configs::invalid_topic_name(name) {
+        return Err(ApiError::new(codes::INVALID_TOPIC_EXCEPTION, why));
+    }
+    let exists = broker
+        .topics
+        .by_name(name)
+        .await
+        .map_err(|e| ApiError::new(e.error_code().code(), e.to_string()))?
+        .is_some();
+    if exists {
+        return Err(ApiError::new(
+            codes::TOPIC_ALREADY_EXISTS,
+            format!("Topic '{name}' already exists."),
+        ));
+    }
+    if let Some(other) = collision(broker, name).await? {
+        return Err(ApiError::new(
+            codes::INVALID_TOPIC_EXCEPTION,
+            format!("Topic '{name}' collides with existing topic: {other}"),
+        ));
+    }
+    let nulls: Vec<&str> = topic
+        .configs
+        .iter()
+        .filter(|c| c.value.is_none())
+        .map(|c| c.name.as_str())
+        .collect();
+    if !nulls.is_empty() {
+        return Err(ApiError::new(
+            codes::INVALID_CONFIG,
+            format!(
+                "Null value not supported for topic configs: {}",
+                nulls.join(",")
+            ),
+        ));
+    }
+    let configs: Vec<(String, String)> = topic
+        .configs
+        .iter()
+        .filter_map(|c| {
+            Some((
+                c.name.as_str().to_string(),
+                c.value.as_ref()?.as_str().to_string(),
+            ))
+        })
+        .collect();
+    let (overrides, config) = admin_configs::resolve(&TopicConfig::default(), &configs)?;
+    let default_replication = i16::try_from(broker.cluster.nodes.len()).unwrap_or(i16::MAX);
+    let (partitions, replication) = if !topic.assignments.is_empty() {
+        if topic.replication_factor != -1 {
+            return Err(ApiError::new(
+                codes::INVALID_REQUEST,
+                "A manual partition assignment was specified, but replication factor was not set to -1.",
+            ));
+        }
+        if topic.num_partitions != -1 {
+            return Err(ApiError::new(
+                codes::INVALID_REQUEST,
+                "A manual partition assignment was specified, but numPartitions was not set to -1.",
+            ));
+        }
+        check_assignments(broker, topic)?
+    } else if topic.replication_factor < -1 || topic.replication_factor == 0 {
+        return Err(ApiError::new(
+            codes::INVALID_REPLICATION_FACTOR,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        ));
+    } else if topic.num_partitions < -1 || topic.num_partitions == 0 {
+        return Err(ApiError::new(
+            codes::INVALID_PARTITIONS,
+            "Number of partitions was set to an invalid non-positive value.",
+        ));
+    } else {
+        let partitions = if topic.num_partitions == -1 {
+            broker.topics.defaults().num_partitions
+        } else {
+            topic.num_partitions
         };
-        let int = |min: i64| -> Result<i64, String> {
-            value
-                .parse::<i64>()
-                .ok()
-                .filter(|v| *v >= min)
-                .ok_or_else(|| format!("config {name}={value:?}: expected an integer >= {min}"))
+        let replication = if topic.replication_factor == -1 {
+            default_replication
+        } else {
+            topic.replication_factor
         };
-        match name.as_str() {
-            "retention.ms" => config.retention_ms = int(-1)?,
-            "retention.bytes" => config.retention_bytes = int(-1)?,
-            "max.message.bytes" => {
-                config.max_message_bytes = i32::try_from(int(0)?)
-                    .map_err(|_| format!("config {name}={value:?} is too large"))?
+        if replication > default_replication {
+            return Err(ApiError::new(
+                codes::INVALID_REPLICATION_FACTOR,
+                format!(
+                    "Unable to replicate the partition {replication} time(s): The target \
+                     replication factor of {replication} cannot be reached because only \
+                     {default_replication} broker(s) are registered."
+                ),
+            ));
+        }
+        (partitions, replication)
+    };
+    if partitions > MAX_PARTITIONS {
+        return Err(ApiError::new(
+            codes::INVALID_PARTITIONS,
+            format!("this broker creates at most {MAX_PARTITIONS} partitions per topic"),
+        ));
+    }
+    Ok((partitions, replication, overrides, config))
+}
+
+/// Kafka's checks of manual replica assignments (they place nothing on a diskless topic): the
+/// partition count and the replication factor they give.
+fn check_assignments(
+    broker: &Broker,
+    topic: &kafka_protocol::messages::create_topics_request::CreatableTopic,
+) -> Result<(i32, i16), ApiError> {
+    let bad = |m: String| Err(ApiError::new(codes::INVALID_REPLICA_ASSIGNMENT, m));
+    let mut seen = BTreeSet::new();
+    let mut replication: Option<usize> = None;
+    for a in &topic.assignments {
+        if !seen.insert(a.partition_index) {
+            return bad(format!(
+                "Found multiple manual partition assignments for partition {}",
+                a.partition_index
+            ));
+        }
+        if a.broker_ids.is_empty() {
+            return bad("The manual partition assignment includes an empty replica list.".into());
+        }
+        let mut ids: Vec<i32> = a.broker_ids.iter().map(|b| b.0).collect();
+        ids.sort_unstable();
+        for (i, id) in ids.iter().enumerate() {
+            if !broker.cluster.nodes.iter().any(|n| n.id == *id) {
+                return bad(format!(
+                    "The manual partition assignment includes broker {id}, but no such broker is registered."
+                ));
             }
-            "message.timestamp.type" => {
-                config.timestamp_type = match value {
-                    "CreateTime" => TimestampType::CreateTime,
-                    "LogAppendTime" => TimestampType::LogAppendTime,
-                    _ => {
-                        return Err(format!(
-                            "config {name}={value:?}: expected CreateTime or LogAppendTime"
-                        ));
-                    }
-                }
-            }
-            "message.timestamp.before.max.ms" => config.message_timestamp_before_max_ms = int(0)?,
-            "message.timestamp.after.max.ms" => config.message_timestamp_after_max_ms = int(0)?,
-            "cleanup.policy" if value == "delete" => {}
-            "compression.type" if value == "producer" => {}
-            "diskless.enable" if value == "true" => {}
-            "min.insync.replicas" | "segment.bytes" | "segment.ms" => {}
-            _ => {
-                return Err(format!(
-                    "config {name}={value:?} is not supported on diskless topics"
+            if i > 0 && ids[i - 1] == *id {
+                return bad(format!(
+                    "The manual partition assignment includes the broker {id} more than once."
                 ));
             }
         }
+        if let Some(r) = replication
+            && r != ids.len()
+        {
+            return bad(format!(
+                "The manual partition assignment includes a partition with {} replica(s), but \
+                 this is not consistent with previous partitions, which have {r} replica(s).",
+                ids.len()
+            ));
+        }
+        replication = Some(ids.len());
     }
-    Ok(config)
-}
-
-fn config_entries(config: &TopicConfig) -> Vec<CreatableTopicConfigs> {
-    let ts = match config.timestamp_type {
-        TimestampType::CreateTime => "CreateTime",
-        TimestampType::LogAppendTime => "LogAppendTime",
-    };
-    [
-        ("diskless.enable", "true".to_string()),
-        ("retention.ms", config.retention_ms.to_string()),
-        ("retention.bytes", config.retention_bytes.to_string()),
-        ("max.message.bytes", config.max_message_bytes.to_string()),
-        ("message.timestamp.type", ts.to_string()),
-    ]
-    .into_iter()
-    .map(|(name, value)| {
-        let mut c = CreatableTopicConfigs::default();
-        c.name = str(name);
-        c.value = Some(StrBytes::from_string(value));
-        c.config_source = 5; // DEFAULT_CONFIG; good enough for an example.
-        c
-    })
-    .collect()
+    let count = i32::try_from(seen.len()).unwrap_or(i32::MAX);
+    if !(0..count).all(|p| seen.contains(&p)) {
+        return bad("partitions should be a consecutive 0-based integer sequence".into());
+    }
+    Ok((
+        count,
+        i16::try_from(replication.unwrap_or(1)).unwrap_or(i16::MAX),
+    ))
 }
 
 /// CreateTopics: diskless topics in the coordinator.
@@ -265,115 +446,67 @@ pub(crate) async fn create_topics(
     request: CreateTopicsRequest,
 ) -> CreateTopicsResponse {
     let mut response = CreateTopicsResponse::default();
-    let brokers = i16::try_from(broker.cluster.nodes.len()).unwrap_or(i16::MAX);
-    for topic in request.topics {
-        let name = topic.name.as_str().to_string();
+    let mut names: Vec<&str> = request.topics.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    let duplicates: BTreeSet<&str> = names
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    for topic in &request.topics {
+        let name = topic.name.as_str();
         let mut result = CreatableTopicResult::default();
         result.name = topic.name.clone();
-        let fail = |mut result: CreatableTopicResult, code: i16, message: String| {
-            info!(topic = %name, code, "CreateTopics refused: {message}");
-            result.error_code = code;
-            result.error_message = Some(StrBytes::from_string(message));
-            result
-        };
-        if let Err(e) = valid_topic_name(&name) {
-            response
-                .topics
-                .push(fail(result, codes::INVALID_TOPIC_EXCEPTION, e));
-            continue;
-        }
-        if !topic.assignments.is_empty() {
-            response.topics.push(fail(
-                result,
-                codes::INVALID_REPLICA_ASSIGNMENT,
-                "manual replica assignments do not apply to diskless topics".into(),
-            ));
-            continue;
-        }
-        let partitions = if topic.num_partitions == -1 {
-            1
+        let outcome = if duplicates.contains(name) {
+            Err(ApiError::new(
+                codes::INVALID_REQUEST,
+                "Duplicate topic name.",
+            ))
         } else {
-            topic.num_partitions
+            match check_new_topic(broker, topic).await {
+                Err(e) => Err(e),
+                Ok((partitions, replication, overrides, _)) if request.validate_only => {
+                    Ok((crate::random_uuid(), partitions, replication, overrides))
+                }
+                Ok((partitions, replication, overrides, config)) => {
+                    create(broker, name, partitions, config, overrides.clone())
+                        .await
+                        .map(|id| {
+                            info!(topic = %name, %id, partitions, "diskless topic created");
+                            (id, partitions, replication, overrides)
+                        })
+                }
+            }
         };
-        if !(1..=MAX_PARTITIONS).contains(&partitions) {
-            response.topics.push(fail(
-                result,
-                codes::INVALID_PARTITIONS,
-                format!("partition count must be within 1..={MAX_PARTITIONS}"),
-            ));
-            continue;
-        }
-        if topic.replication_factor == 0 || topic.replication_factor < -1 {
-            response.topics.push(fail(
-                result,
-                codes::INVALID_REPLICATION_FACTOR,
-                "replication factor must be -1 or positive".into(),
-            ));
-            continue;
-        }
-        let configs: Vec<(String, Option<String>)> = topic
-            .configs
-            .iter()
-            .map(|c| {
-                (
-                    c.name.as_str().to_string(),
-                    c.value.as_ref().map(|v| v.as_str().to_string()),
-                )
-            })
-            .collect();
-        let config = match topic_config(&configs) {
-            Ok(c) => c,
+        match outcome {
+            Ok((topic_id, partitions, replication, overrides)) => {
+                if ctx.version >= 5 {
+                    result.num_partitions = partitions;
+                    result.replication_factor = replication;
+                    result.configs = Some(
+                        admin_configs::topic_entries(&overrides, None)
+                            .into_iter()
+                            .map(|e| {
+                                let mut c = CreatableTopicConfigs::default();
+                                c.name = str(e.name);
+                                c.value = Some(StrBytes::from_string(e.value));
+                                c.read_only = false;
+                                c.config_source = e.source;
+                                c.is_sensitive = false;
+                                c
+                            })
+                            .collect(),
+                    );
+                }
+                if ctx.version >= 7 {
+                    result.topic_id = topic_id;
+                }
+            }
             Err(e) => {
-                response.topics.push(fail(result, codes::INVALID_CONFIG, e));
-                continue;
+                info!(topic = %name, code = e.code, "CreateTopics refused: {}", e.message);
+                result.error_code = e.code;
+                result.error_message = Some(StrBytes::from_string(e.message));
             }
-        };
-        let topic_id = crate::random_uuid();
-        let exists = match broker.topics.by_name(&name).await {
-            Ok(found) => found.is_some(),
-            Err(e) => {
-                response
-                    .topics
-                    .push(fail(result, e.error_code().code(), e.to_string()));
-                continue;
-            }
-        };
-        if exists {
-            response.topics.push(fail(
-                result,
-                codes::TOPIC_ALREADY_EXISTS,
-                format!("topic {name:?} already exists"),
-            ));
-            continue;
-        }
-        if !request.validate_only {
-            let created = broker
-                .coordinator
-                .create_topic(CreateTopicRequest {
-                    topic_id,
-                    name: name.clone(),
-                    partitions,
-                    config: config.clone(),
-                })
-                .await;
-            broker.topics.invalidate();
-            if let Err(e) = created {
-                let code = match &e {
-                    CoordinatorError::TopicAlreadyExists(_) => codes::TOPIC_ALREADY_EXISTS,
-                    other => other.error_code().code(),
-                };
-                response.topics.push(fail(result, code, e.to_string()));
-                continue;
-            }
-            info!(topic = %name, %topic_id, partitions, "diskless topic created");
-        }
-        if ctx.version >= 5 {
-            result.num_partitions = partitions;
-            result.replication_factor = brokers;
-            result.configs = Some(config_entries(&config));
-        }
-        if ctx.version >= 7 {
-            result.topic_id = topic_id;
         }
         response.topics.push(result);
     }
@@ -417,6 +550,7 @@ pub(crate) async fn delete_topics(
                 match deleted {
                     Ok(()) => {
                         info!(topic = %topic.name, id = %topic.id, "topic deleted");
+                        broker.topics.set_overrides(topic.id, Default::default());
                         if let Err(e) = broker.store.delete_topic(&topic.name).await {
                             warn!(error = %e, "cannot forget the committed offsets of a deleted topic");
                         }
@@ -453,47 +587,4 @@ pub(crate) async fn delete_topics(
         response.responses.push(result);
     }
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn topic_configs_are_parsed_and_checked() {
-        let c = topic_config(&[
-            ("retention.ms".into(), Some("1000".into())),
-            ("retention.bytes".into(), Some("-1".into())),
-            ("max.message.bytes".into(), Some("2048".into())),
-            (
-                "message.timestamp.type".into(),
-                Some("LogAppendTime".into()),
-            ),
-            ("cleanup.policy".into(), Some("delete".into())),
-        ])
-        .unwrap();
-        assert_eq!(c.retention_ms, 1000);
-        assert_eq!(c.retention_bytes, -1);
-        assert_eq!(c.max_message_bytes, 2048);
-        assert_eq!(c.timestamp_type, TimestampType::LogAppendTime);
-        for bad in [
-            ("retention.ms", Some("-2")),
-            ("max.message.bytes", Some("x")),
-            ("message.timestamp.type", Some("Now")),
-            ("cleanup.policy", Some("compact")),
-            ("unknown.config", Some("1")),
-            ("retention.ms", None),
-        ] {
-            let configs = [(bad.0.to_string(), bad.1.map(str::to_string))];
-            assert!(topic_config(&configs).is_err(), "{bad:?} accepted");
-        }
-    }
-
-    #[test]
-    fn topic_names_follow_kafka_rules() {
-        assert!(valid_topic_name("orders.v1_x-y").is_ok());
-        for bad in ["", ".", "..", "a b", "ä", &"x".repeat(250)] {
-            assert!(valid_topic_name(bad).is_err(), "{bad:?} accepted");
-        }
-    }
 }

@@ -4,8 +4,15 @@
 //! coordinator round trip per request. A name not in the cache triggers a reload, and the whole cache
 //! is reloaded when older than [`MAX_AGE`], so topics created or deleted by another broker process
 //! sharing the coordinator show up quickly.
+//!
+//! Topic configs: the coordinator keeps the ones that act on a diskless topic ([`TopicConfig`]); the
+//! others Kafka knows (see [`crate::admin_configs`]) are accepted and kept here, in this process's
+//! memory, per topic id ([`Topics::overrides`]), so that DescribeConfigs shows what was set. They do
+//! not survive a restart (nothing reads them). After a config change [`Topics::invalidate`] makes
+//! the next lookup reload, so Produce validates with the new `max.message.bytes` and timestamp type
+//! at once.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +22,38 @@ use uuid::Uuid;
 
 /// How long a loaded topic list is trusted.
 const MAX_AGE: Duration = Duration::from_secs(5);
+
+/// Topic configs set on a topic (Kafka's `TOPIC_CONFIG` source): name → canonical value.
+pub(crate) type Overrides = BTreeMap<String, String>;
+
+/// The broker settings that shape new topics (Kafka's `auto.create.topics.enable`, `num.partitions`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TopicDefaults {
+    /// Metadata for an unknown topic creates it.
+    pub auto_create: bool,
+    /// Partitions of a topic created automatically or with `num_partitions = -1`.
+    pub num_partitions: i32,
+}
+
+impl Default for TopicDefaults {
+    fn default() -> Self {
+        TopicDefaults {
+            auto_create: false,
+            num_partitions: 1,
+        }
+    }
+}
+
+impl TopicDefaults {
+    /// The settings of this process's command line (the defaults when it does not parse, as under
+    /// a test harness).
+    fn from_command_line() -> TopicDefaults {
+        match crate::config::Config::parse(std::env::args().skip(1)) {
+            Ok(crate::config::Parsed::Run(config)) => config.topic_defaults(),
+            _ => TopicDefaults::default(),
+        }
+    }
+}
 
 /// A live topic.
 #[derive(Debug)]
@@ -54,6 +93,9 @@ struct Snapshot {
 pub(crate) struct Topics {
     coordinator: Arc<dyn BatchCoordinator>,
     snapshot: RwLock<Arc<Snapshot>>,
+    defaults: TopicDefaults,
+    /// Configs set per topic id (see the module docs).
+    overrides: RwLock<HashMap<Uuid, Overrides>>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -65,10 +107,41 @@ impl std::fmt::Debug for Snapshot {
 }
 
 impl Topics {
+    /// The registry, with the topic defaults of the command line.
     pub(crate) fn new(coordinator: Arc<dyn BatchCoordinator>) -> Topics {
+        Topics::with_defaults(coordinator, TopicDefaults::from_command_line())
+    }
+
+    /// The registry with the given topic defaults.
+    pub(crate) fn with_defaults(
+        coordinator: Arc<dyn BatchCoordinator>,
+        defaults: TopicDefaults,
+    ) -> Topics {
         Topics {
             coordinator,
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
+            defaults,
+            overrides: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The broker settings for new topics.
+    pub(crate) fn defaults(&self) -> TopicDefaults {
+        self.defaults
+    }
+
+    /// The configs set on topic `id` and kept by this process (empty if none).
+    pub(crate) fn overrides(&self, id: Uuid) -> Overrides {
+        self.overrides.read().get(&id).cloned().unwrap_or_default()
+    }
+
+    /// Records the configs set on topic `id` (all of them: this replaces what was kept).
+    pub(crate) fn set_overrides(&self, id: Uuid, overrides: Overrides) {
+        let mut map = self.overrides.write();
+        if overrides.is_empty() {
+            map.remove(&id);
+        } else {
+            map.insert(id, overrides);
         }
     }
 

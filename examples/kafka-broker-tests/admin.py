@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""Topics and configs of the diskless example broker through confluent-kafka's AdminClient.
+
+--mode plain (a broker without --auto-create-topics):
+  - CreateTopics with a manual replica assignment (the partition count comes from it), with topic
+    configs Kafka knows (applied ones and ones kept without effect), validate_only (nothing created);
+  - refusals as Kafka answers them: an invalid topic name (INVALID_TOPIC_EXCEPTION), an unknown
+    config, cleanup.policy=compact and compression.type=gzip (INVALID_CONFIG), an assignment naming
+    an unknown broker (INVALID_REPLICA_ASSIGNMENT);
+  - DescribeConfigs of a topic (every config, values, sources, synonyms) and of a broker;
+  - IncrementalAlterConfigs: max.message.bytes lowered, then a produce of a larger message fails with
+    MSG_SIZE_TOO_LARGE while a small one succeeds; retention.ms and a kept config change and are
+    described; AlterConfigs (legacy) replaces the set configs;
+  - Metadata for an invalid topic name answers INVALID_TOPIC_EXCEPTION, for an unknown topic
+    UNKNOWN_TOPIC_OR_PARTITION, and creates nothing.
+--mode auto (a broker with --auto-create-topics --num-partitions 2):
+  - Metadata for an unknown topic from a producer creates it with 2 partitions; a consumer's
+    Metadata (allow.auto.create.topics=false) does not create; invalid names are still refused;
+  - producing to an unknown topic creates it and the messages are delivered.
+
+Usage: admin.py --bootstrap HOST:PORT[,...] --mode plain|auto
+Exit status 0 on success; a failure prints what differs and exits 1.
+"""
+
+import argparse
+import sys
+import time
+import uuid
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                   ConfigSource, NewTopic, ResourceType)
+
+TIMEOUT_S = 30
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, message):
+    if not cond:
+        raise Failure(message)
+
+
+def log(*args):
+    print("[admin]", *args, flush=True)
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def error_name(exc):
+    err = exc.args[0] if exc.args else None
+    return err.name() if isinstance(err, KafkaError) else repr(exc)
+
+
+def expect_error(future, name, what):
+    try:
+        future.result(TIMEOUT_S)
+    except KafkaException as e:
+        check(error_name(e) == name, f"{what}: expected {name}, got {e}")
+        log(f"{what}: {name} ({e.args[0].str()})")
+        return
+    raise Failure(f"{what}: succeeded, expected {name}")
+
+
+def topic_metadata(client, topic):
+    md = client.list_topics(topic=topic, timeout=TIMEOUT_S)
+    return md.topics.get(topic)
+
+
+def wait_topic(admin, topic, partitions):
+    deadline = time.time() + TIMEOUT_S
+    while True:
+        t = topic_metadata(admin, topic)
+        if t is not None and t.error is None and len(t.partitions) == partitions:
+            return
+        check(time.time() < deadline, f"topic {topic}: not visible with {partitions} partitions: {t}")
+        time.sleep(0.2)
+
+
+def describe_topic(admin, topic):
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    return admin.describe_configs([res], request_timeout=TIMEOUT_S)[res].result(TIMEOUT_S)
+
+
+def create_and_refuse(admin, bootstrap):
+    # A manual replica assignment: three partitions, two replicas each.
+    assigned = unique("adm-assigned")
+    admin.create_topics([NewTopic(assigned, num_partitions=3, replica_assignment=[[1, 2], [2, 3], [3, 1]])],
+                        request_timeout=TIMEOUT_S)[assigned].result(TIMEOUT_S)
+    wait_topic(admin, assigned, 3)
+    log(f"{assigned}: created from a replica assignment with 3 partitions")
+
+    # Every config Kafka knows is accepted; the ones acting on a diskless topic are applied.
+    configured = unique("adm-configured")
+    configs = {"retention.ms": "3600000", "max.message.bytes": "100000",
+               "segment.bytes": "1048576", "delete.retention.ms": "1000",
+               "min.insync.replicas": "2", "cleanup.policy": "delete",
+               "compression.type": "producer", "message.timestamp.type": "CreateTime"}
+    admin.create_topics([NewTopic(configured, num_partitions=2, replication_factor=-1,
+                                  config=configs)],
+                        request_timeout=TIMEOUT_S)[configured].result(TIMEOUT_S)
+    wait_topic(admin, configured, 2)
+    described = describe_topic(admin, configured)
+    for name, value in configs.items():
+        entry = described.get(name)
+        check(entry is not None, f"{configured}: {name} not described")
+        check(entry.value == value, f"{configured}: {name}={entry.value}, expected {value}")
+        check(entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+              f"{configured}: {name} source {entry.source}, expected DYNAMIC_TOPIC_CONFIG")
+    for name, value in [("retention.bytes", "-1"), ("segment.ms", "604800000"),
+                        ("unclean.leader.election.enable", "false"), ("diskless.enable", "true")]:
+        entry = described.get(name)
+        check(entry is not None and entry.value == value,
+              f"{configured}: {name} described as {entry}, expected the default {value}")
+        check(entry.source == ConfigSource.DEFAULT_CONFIG.value and entry.is_default,
+              f"{configured}: {name} source {entry.source}, expected DEFAULT_CONFIG")
+    seg = described["segment.bytes"]
+    synonyms = [(s.name, s.value) for s in seg.synonyms.values()]
+    check(("segment.bytes", "1048576") in synonyms and ("log.segment.bytes", "1073741824") in synonyms,
+          f"segment.bytes synonyms {synonyms}")
+    check(len(described) >= 30, f"only {len(described)} topic configs described")
+    log(f"{configured}: {len(described)} configs described, sources and synonyms as Kafka's")
+
+    # validate_only creates nothing.
+    dry = unique("adm-dry")
+    admin.create_topics([NewTopic(dry, num_partitions=5, replication_factor=-1)],
+                        validate_only=True, request_timeout=TIMEOUT_S)[dry].result(TIMEOUT_S)
+    t = topic_metadata(admin, dry)
+    check(t is not None and t.error is not None and t.error.name() == "UNKNOWN_TOPIC_OR_PART",
+          f"{dry}: validate_only created the topic: {t}")
+    log(f"{dry}: validate_only created nothing")
+
+    # Refusals.
+    refused = [
+        (NewTopic("bad name!", num_partitions=1, replication_factor=-1), "TOPIC_EXCEPTION"),
+        (NewTopic("x" * 250, num_partitions=1, replication_factor=-1), "TOPIC_EXCEPTION"),
+        (NewTopic(unique("adm-unknown-cfg"), num_partitions=1, replication_factor=-1,
+                  config={"no.such.config": "1"}), "INVALID_CONFIG"),
+        (NewTopic(unique("adm-compact"), num_partitions=1, replication_factor=-1,
+                  config={"cleanup.policy": "compact"}), "INVALID_CONFIG"),
+        (NewTopic(unique("adm-gzip"), num_partitions=1, replication_factor=-1,
+                  config={"compression.type": "gzip"}), "INVALID_CONFIG"),
+        (NewTopic(unique("adm-badvalue"), num_partitions=1, replication_factor=-1,
+                  config={"retention.ms": "-7"}), "INVALID_CONFIG"),
+        (NewTopic(unique("adm-badassign"), num_partitions=1, replica_assignment=[[1, 99]]),
+         "INVALID_REPLICA_ASSIGNMENT"),
+        (NewTopic(unique("adm-zero"), num_partitions=0, replication_factor=-1),
+         "INVALID_PARTITIONS"),
+    ]
+    for new_topic, expected in refused:
+        future = admin.create_topics([new_topic], request_timeout=TIMEOUT_S)[new_topic.topic]
+        expect_error(future, expected, f"CreateTopics {new_topic.topic[:40]!r} {new_topic.config}")
+
+    # Metadata for an invalid name and for an unknown valid name (auto-creation is off).
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for name, expected in [("bad name!", "TOPIC_EXCEPTION"),
+                           (unique("adm-absent"), "UNKNOWN_TOPIC_OR_PART")]:
+        t = topic_metadata(producer, name)
+        check(t is not None and t.error is not None and t.error.name() == expected,
+              f"Metadata {name!r}: {t and t.error}, expected {expected}")
+        log(f"Metadata {name!r}: {expected}")
+    t = topic_metadata(admin, name)
+    check(t.error is not None, f"{name} was created although auto-creation is off")
+
+    # A broker's configs.
+    broker = ConfigResource(ResourceType.BROKER, "1")
+    bc = admin.describe_configs([broker], request_timeout=TIMEOUT_S)[broker].result(TIMEOUT_S)
+    check(bc.get("auto.create.topics.enable") is not None
+          and bc["auto.create.topics.enable"].value == "false",
+          f"broker configs: auto.create.topics.enable {bc.get('auto.create.topics.enable')}")
+    check(bc["num.partitions"].value == "1" and bc["message.max.bytes"].value == "1048588",
+          "broker configs: num.partitions / message.max.bytes")
+    check(all(e.is_read_only for e in bc.values()), "broker configs should be read-only")
+    log(f"broker 1: {len(bc)} configs described")
+    return configured
+
+
+def alter(admin, bootstrap, topic):
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", "86400000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("segment.ms", "60000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("delete.retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+    ])
+    admin.incremental_alter_configs([res], request_timeout=TIMEOUT_S)[res].result(TIMEOUT_S)
+    described = describe_topic(admin, topic)
+    for name, value, source in [
+            ("max.message.bytes", "2000", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+            ("retention.ms", "86400000", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+            ("segment.ms", "60000", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+            ("segment.bytes", "1048576", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+            ("delete.retention.ms", "86400000", ConfigSource.DEFAULT_CONFIG)]:
+        e = described[name]
+        check(e.value == value and e.source == source.value,
+              f"after IncrementalAlterConfigs: {name}={e.value} ({e.source}), expected {value}")
+    log(f"{topic}: IncrementalAlterConfigs applied and described")
+
+    # Produce validates with the new max.message.bytes at once.
+    reports = {}
+
+    def report(err, msg):
+        reports[msg.value()[:5]] = err
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "compression.type": "none", "batch.num.messages": 1,
+                         "linger.ms": 0, "message.send.max.retries": 0})
+    producer.produce(topic, value=b"small" + b"s" * 100, partition=0, on_delivery=report)
+    producer.flush(TIMEOUT_S)
+    producer.produce(topic, value=b"large" + b"l" * 5000, partition=0, on_delivery=report)
+    check(producer.flush(TIMEOUT_S) == 0, "not every delivery report arrived")
+    check(reports.get(b"small") is None, f"the small message failed: {reports.get(b'small')}")
+    err = reports.get(b"large")
+    check(err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE,
+          f"a 5000-byte message with max.message.bytes=2000: {err}")
+    log(f"{topic}: a message over the new max.message.bytes is refused ({err.name()})")
+
+    # Refused alterations.
+    for entry, expected in [
+            (ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+             "INVALID_CONFIG"),
+            (ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.APPEND),
+             "INVALID_CONFIG"),
+            (ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET),
+             "INVALID_CONFIG"),
+            (ConfigEntry("compression.type", "zstd", incremental_operation=AlterConfigOpType.SET),
+             "INVALID_CONFIG")]:
+        res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+        future = admin.incremental_alter_configs([res], request_timeout=TIMEOUT_S)[res]
+        expect_error(future, expected, f"IncrementalAlterConfigs {entry.name}")
+    missing = ConfigResource(ResourceType.TOPIC, unique("adm-missing"), incremental_configs=[
+        ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+    expect_error(admin.incremental_alter_configs([missing], request_timeout=TIMEOUT_S)[missing],
+                 "UNKNOWN_TOPIC_OR_PART", "IncrementalAlterConfigs of an unknown topic")
+    check(describe_topic(admin, topic)["max.message.bytes"].value == "2000",
+          "a refused alteration changed the topic")
+
+    # validate_only changes nothing.
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", "3000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res], validate_only=True,
+                                    request_timeout=TIMEOUT_S)[res].result(TIMEOUT_S)
+    check(describe_topic(admin, topic)["max.message.bytes"].value == "2000",
+          "validate_only changed max.message.bytes")
+
+    # AlterConfigs (legacy): the given configs replace the set ones.
+    res = ConfigResource(ResourceType.TOPIC, topic, set_config={"retention.bytes": "1000000"})
+    admin.alter_configs([res], request_timeout=TIMEOUT_S)[res].result(TIMEOUT_S)
+    described = describe_topic(admin, topic)
+    check(described["retention.bytes"].value == "1000000", "AlterConfigs: retention.bytes")
+    check(described["max.message.bytes"].value == "1048588"
+          and described["max.message.bytes"].source == ConfigSource.DEFAULT_CONFIG.value,
+          f"AlterConfigs did not reset max.message.bytes: {described['max.message.bytes']}")
+    check(described["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value,
+          "AlterConfigs did not reset segment.bytes")
+    log(f"{topic}: AlterConfigs replaced the topic's configs")
+
+
+def auto_create(admin, bootstrap):
+    # A producer's Metadata creates the topic (LEADER_NOT_AVAILABLE first, then 2 partitions).
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    topic = unique("adm-auto")
+    producer.list_topics(topic=topic, timeout=TIMEOUT_S)
+    wait_topic(admin, topic, 2)
+    log(f"{topic}: created by Metadata with num.partitions=2")
+
+    # Producing to an unknown topic creates it.
+    produced = unique("adm-auto-produce")
+    errors = []
+    for i in range(10):
+        producer.produce(produced, value=f"m{i}".encode(),
+                         on_delivery=lambda err, msg: errors.append(err) if err else None)
+    check(producer.flush(TIMEOUT_S) == 0 and not errors, f"produce to a new topic: {errors}")
+    wait_topic(admin, produced, 2)
+    log(f"{produced}: created by producing to it")
+
+    # A consumer does not create topics (allow_auto_topic_creation=false in Metadata v4+).
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("adm-g"),
+                         "allow.auto.create.topics": False})
+    absent = unique("adm-consumer-absent")
+    t = topic_metadata(consumer, absent)
+    check(t is not None and t.error is not None and t.error.name() == "UNKNOWN_TOPIC_OR_PART",
+          f"consumer Metadata of {absent}: {t and t.error}")
+    time.sleep(0.5)
+    t = topic_metadata(consumer, absent)
+    check(t.error is not None, f"{absent} was created for a consumer")
+    consumer.close()
+    log(f"{absent}: not created for a consumer (allow_auto_topic_creation=false)")
+
+    # An invalid name is still refused.
+    t = topic_metadata(producer, "bad name!")
+    check(t is not None and t.error is not None and t.error.name() == "TOPIC_EXCEPTION",
+          f"Metadata 'bad name!': {t and t.error}")
+    broker = ConfigResource(ResourceType.BROKER, "1")
+    bc = admin.describe_configs([broker], request_timeout=TIMEOUT_S)[broker].result(TIMEOUT_S)
+    check(bc["auto.create.topics.enable"].value == "true"
+          and bc["num.partitions"].value == "2", "broker configs of the auto-create broker")
+    log("auto-creation as Kafka's auto.create.topics.enable=true")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--mode", choices=["plain", "auto"], required=True)
+    args = parser.parse_args()
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    try:
+        if args.mode == "plain":
+            topic = create_and_refuse(admin, args.bootstrap)
+            alter(admin, args.bootstrap, topic)
+        else:
+            auto_create(admin, args.bootstrap)
+    except Failure as e:
+        print(f"FAILED: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    log("ok")
+
+
+if __name__ == "__main__":
+    main()

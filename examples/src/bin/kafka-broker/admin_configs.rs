@@ -1,0 +1,1484 @@
+//! Topic and broker configs as Kafka clients see them: Kafka's topic configs (names, types, defaults,
+//! valid values and broker synonyms, as Kafka's `LogConfig` and `ServerTopicConfigSynonyms` define
+//! them), and DescribeConfigs, IncrementalAlterConfigs and AlterConfigs.
+//!
+//! What a topic config does on a diskless topic:
+//! - **applied** (kept by the coordinator in [`TopicConfig`], enforced by the writer and the
+//!   retention task): `retention.ms`, `retention.bytes`, `max.message.bytes`,
+//!   `message.timestamp.type`, `message.timestamp.before.max.ms`, `message.timestamp.after.max.ms`;
+//! - **refused** with `INVALID_CONFIG`: `cleanup.policy` with `compact` (KIP-1150: diskless topics
+//!   are not compacted), `compression.type` other than `producer` (a diskless topic stores batches as
+//!   the producer sent them; the broker does not recompress), `remote.storage.enable=true` (no tiered
+//!   storage), `diskless.enable=false` (every topic of this broker is diskless);
+//! - **accepted and kept** in this process's memory, without effect: every other config Kafka knows
+//!   (segment, index, flush, compaction, replication and tiered-storage settings).
+//!
+//! Unknown names are refused with `INVALID_CONFIG` ("Unknown topic config name"), values are checked
+//! against Kafka's types and validators. Changes made with the alter APIs take effect at once: the
+//! coordinator stores the new [`TopicConfig`] and the topic cache reloads.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use diskless_coordinator::{TimestampType, TopicConfig};
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
+use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as IncrementalResult;
+use kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use tracing::info;
+
+use crate::broker::Broker;
+use crate::codes;
+use crate::server::Ctx;
+use crate::topics::{Overrides, Topic};
+
+/// `ConfigResource.Type.TOPIC`.
+const RESOURCE_TOPIC: i8 = 2;
+/// `ConfigResource.Type.BROKER`.
+const RESOURCE_BROKER: i8 = 4;
+/// `ConfigResource.Type.BROKER_LOGGER`.
+const RESOURCE_BROKER_LOGGER: i8 = 8;
+
+/// `DescribeConfigsResponse.ConfigSource.TOPIC_CONFIG` (Kafka's `DYNAMIC_TOPIC_CONFIG`).
+pub(crate) const SOURCE_TOPIC: i8 = 1;
+/// `ConfigSource.STATIC_BROKER_CONFIG`.
+const SOURCE_STATIC_BROKER: i8 = 4;
+/// `ConfigSource.DEFAULT_CONFIG`.
+pub(crate) const SOURCE_DEFAULT: i8 = 5;
+
+/// `AlterConfigOp.OpType`.
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+const OP_APPEND: i8 = 2;
+const OP_SUBTRACT: i8 = 3;
+
+/// A config's type (`DescribeConfigsResponse.ConfigType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Boolean,
+    String,
+    Int,
+    Long,
+    Double,
+    List,
+}
+
+impl Kind {
+    fn id(self) -> i8 {
+        match self {
+            Kind::Boolean => 1,
+            Kind::String => 2,
+            Kind::Int => 3,
+            Kind::Long => 5,
+            Kind::Double => 6,
+            Kind::List => 7,
+        }
+    }
+}
+
+/// A config's validator (Kafka's `ConfigDef` validators).
+#[derive(Clone, Copy, Debug)]
+enum Check {
+    None,
+    AtLeast(i64),
+    Between(i64, i64),
+    /// `-1` (the codec's default) or within the range.
+    Level(i64, i64),
+    Ratio,
+    OneOf(&'static [&'static str]),
+    ListOf(&'static [&'static str]),
+    /// `*` or `partition:broker` pairs.
+    Throttled,
+}
+
+/// What a config does on a diskless topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Effect {
+    /// Part of [`TopicConfig`]: enforced.
+    Applied,
+    /// Accepted and kept, no effect.
+    Kept,
+}
+
+/// One of Kafka's topic configs.
+#[derive(Debug)]
+struct Def {
+    name: &'static str,
+    kind: Kind,
+    default: &'static str,
+    check: Check,
+    /// The broker config that gives the default, with its default value, if Kafka has one (only
+    /// the first synonym, as Kafka's DescribeConfigs lists it).
+    broker: Option<(&'static str, &'static str)>,
+    effect: Effect,
+}
+
+const LONG_MAX: &str = "9223372036854775807";
+
+macro_rules! def {
+    ($name:literal, $kind:ident, $default:expr, $check:expr, $broker:expr, $effect:ident) => {
+        Def {
+            name: $name,
+            kind: Kind::$kind,
+            default: $default,
+            check: $check,
+            broker: $broker,
+            effect: Effect::$effect,
+        }
+    };
+}
+
+/// Kafka's topic configs, sorted by name (Kafka 4.0's `LogConfig`, plus KIP-1150's `diskless.enable`).
+const TOPIC_CONFIGS: &[Def] = &[
+    def!(
+        "cleanup.policy",
+        List,
+        "delete",
+        Check::ListOf(&["compact", "delete"]),
+        Some(("log.cleanup.policy", "delete")),
+        Kept
+    ),
+    def!(
+        "compression.gzip.level",
+        Int,
+        "-1",
+        Check::Level(1, 9),
+        Some(("compression.gzip.level", "-1")),
+        Kept
+    ),
+    def!(
+        "compression.lz4.level",
+        Int,
+        "9",
+        Check::Between(1, 17),
+        Some(("compression.lz4.level", "9")),
+        Kept
+    ),
+    def!(
+        "compression.type",
+        String,
+        "producer",
+        Check::OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
+        Some(("compression.type", "producer")),
+        Kept
+    ),
+    def!(
+        "compression.zstd.level",
+        Int,
+        "3",
+        Check::Between(-131_072, 22),
+        Some(("compression.zstd.level", "3")),
+        Kept
+    ),
+    def!(
+        "delete.retention.ms",
+        Long,
+        "86400000",
+        Check::AtLeast(0),
+        Some(("log.cleaner.delete.retention.ms", "86400000")),
+        Kept
+    ),
+    def!("diskless.enable", Boolean, "true", Check::None, None, Kept),
+    def!(
+        "file.delete.delay.ms",
+        Long,
+        "60000",
+        Check::AtLeast(0),
+        Some(("log.segment.delete.delay.ms", "60000")),
+        Kept
+    ),
+    def!(
+        "flush.messages",
+        Long,
+        LONG_MAX,
+        Check::AtLeast(1),
+        Some(("log.flush.interval.messages", LONG_MAX)),
+        Kept
+    ),
+    def!("flush.ms", Long, LONG_MAX, Check::AtLeast(0), None, Kept),
+    def!(
+        "follower.replication.throttled.replicas",
+        List,
+        "",
+        Check::Throttled,
+        None,
+        Kept
+    ),
+    def!(
+        "index.interval.bytes",
+        Int,
+        "4096",
+        Check::AtLeast(0),
+        Some(("log.index.interval.bytes", "4096")),
+        Kept
+    ),
+    def!(
+        "leader.replication.throttled.replicas",
+        List,
+        "",
+        Check::Throttled,
+        None,
+        Kept
+    ),
+    def!(
+        "local.retention.bytes",
+        Long,
+        "-2",
+        Check::AtLeast(-2),
+        Some(("log.local.retention.bytes", "-2")),
+        Kept
+    ),
+    def!(
+        "local.retention.ms",
+        Long,
+        "-2",
+        Check::AtLeast(-2),
+        Some(("log.local.retention.ms", "-2")),
+        Kept
+    ),
+    def!(
+        "max.compaction.lag.ms",
+        Long,
+        LONG_MAX,
+        Check::AtLeast(1),
+        Some(("log.cleaner.max.compaction.lag.ms", LONG_MAX)),
+        Kept
+    ),
+    def!(
+        "max.message.bytes",
+        Int,
+        "1048588",
+        Check::AtLeast(0),
+        Some(("message.max.bytes", "1048588")),
+        Applied
+    ),
+    def!(
+        "message.timestamp.after.max.ms",
+        Long,
+        "3600000",
+        Check::AtLeast(0),
+        Some(("log.message.timestamp.after.max.ms", "3600000")),
+        Applied
+    ),
+    def!(
+        "message.timestamp.before.max.ms",
+        Long,
+        LONG_MAX,
+        Check::AtLeast(0),
+        Some(("log.message.timestamp.before.max.ms", LONG_MAX)),
+        Applied
+    ),
+    def!(
+        "message.timestamp.type",
+        String,
+        "CreateTime",
+        Check::OneOf(&["CreateTime", "LogAppendTime"]),
+        Some(("log.message.timestamp.type", "CreateTime")),
+        Applied
+    ),
+    def!(
+        "min.cleanable.dirty.ratio",
+        Double,
+        "0.5",
+        Check::Ratio,
+        Some(("log.cleaner.min.cleanable.ratio", "0.5")),
+        Kept
+    ),
+    def!(
+        "min.compaction.lag.ms",
+        Long,
+        "0",
+        Check::AtLeast(0),
+        Some(("log.cleaner.min.compaction.lag.ms", "0")),
+        Kept
+    ),
+    def!(
+        "min.insync.replicas",
+        Int,
+        "1",
+        Check::AtLeast(1),
+        Some(("min.insync.replicas", "1")),
+        Kept
+    ),
+    def!(
+        "preallocate",
+        Boolean,
+        "false",
+        Check::None,
+        Some(("log.preallocate", "false")),
+        Kept
+    ),
+    def!(
+        "remote.log.copy.disable",
+        Boolean,
+        "false",
+        Check::None,
+        None,
+        Kept
+    ),
+    def!(
+        "remote.log.delete.on.disable",
+        Boolean,
+        "false",
+        Check::None,
+        None,
+        Kept
+    ),
+    def!(
+        "remote.storage.enable",
+        Boolean,
+        "false",
+        Check::None,
+        None,
+        Kept
+    ),
+    def!(
+        "retention.bytes",
+        Long,
+        "-1",
+        Check::None,
+        Some(("log.retention.bytes", "-1")),
+        Applied
+    ),
+    def!(
+        "retention.ms",
+        Long,
+        "604800000",
+        Check::AtLeast(-1),
+        None,
+        Applied
+    ),
+    def!(
+        "segment.bytes",
+        Int,
+        "1073741824",
+        Check::AtLeast(14),
+        Some(("log.segment.bytes", "1073741824")),
+        Kept
+    ),
+    def!(
+        "segment.index.bytes",
+        Int,
+        "10485760",
+        Check::AtLeast(4),
+        Some(("log.index.size.max.bytes", "10485760")),
+        Kept
+    ),
+    def!(
+        "segment.jitter.ms",
+        Long,
+        "0",
+        Check::AtLeast(0),
+        None,
+        Kept
+    ),
+    def!(
+        "segment.ms",
+        Long,
+        "604800000",
+        Check::AtLeast(1),
+        None,
+        Kept
+    ),
+    def!(
+        "unclean.leader.election.enable",
+        Boolean,
+        "false",
+        Check::None,
+        Some(("unclean.leader.election.enable", "false")),
+        Kept
+    ),
+];
+
+fn def(name: &str) -> Option<&'static Def> {
+    TOPIC_CONFIGS.iter().find(|d| d.name == name)
+}
+
+/// An error answer: a Kafka error code and its message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ApiError {
+    pub code: i16,
+    pub message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(code: i16, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn invalid_config(message: impl Into<String>) -> ApiError {
+        ApiError::new(codes::INVALID_CONFIG, message)
+    }
+}
+
+fn invalid_value(name: &str, value: &str, why: &str) -> ApiError {
+    ApiError::invalid_config(format!(
+        "Invalid value {value} for configuration {name}: {why}"
+    ))
+}
+
+/// Parses and checks `value` for `def` as Kafka's `ConfigDef` does; the canonical text of the value.
+fn canonical(def: &Def, value: &str) -> Result<String, ApiError> {
+    let trimmed = value.trim();
+    let bad = |why: &str| invalid_value(def.name, value, why);
+    let range = |v: i64| -> Result<(), ApiError> {
+        match def.check {
+            Check::AtLeast(min) if v < min => Err(bad(&format!("Value must be at least {min}"))),
+            Check::Between(min, max) if !(min..=max).contains(&v) => {
+                Err(bad(&format!("Value must be between {min} and {max}")))
+            }
+            Check::Level(min, max) if v != -1 && !(min..=max).contains(&v) => Err(bad(&format!(
+                "Value must be between {min} and {max}, or -1 (the default level)"
+            ))),
+            _ => Ok(()),
+        }
+    };
+    match def.kind {
+        Kind::Boolean => match trimmed.to_ascii_lowercase().as_str() {
+            b @ ("true" | "false") => Ok(b.to_string()),
+            _ => Err(bad("Expected value to be either true or false")),
+        },
+        Kind::Int => {
+            let v: i32 = trimmed
+                .parse()
+                .map_err(|_| bad("Not a number of type INT"))?;
+            range(i64::from(v))?;
+            Ok(v.to_string())
+        }
+        Kind::Long => {
+            let v: i64 = trimmed
+                .parse()
+                .map_err(|_| bad("Not a number of type LONG"))?;
+            range(v)?;
+            Ok(v.to_string())
+        }
+        Kind::Double => {
+            let v: f64 = trimmed
+                .parse()
+                .map_err(|_| bad("Not a number of type DOUBLE"))?;
+            if matches!(def.check, Check::Ratio) && !(0.0..=1.0).contains(&v) {
+                return Err(bad("Value must be between 0 and 1"));
+            }
+            Ok(format!("{v:?}"))
+        }
+        Kind::String => {
+            if let Check::OneOf(allowed) = def.check
+                && !allowed.contains(&trimmed)
+            {
+                return Err(bad(&format!(
+                    "String must be one of: {}",
+                    allowed.join(", ")
+                )));
+            }
+            Ok(trimmed.to_string())
+        }
+        Kind::List => {
+            let items: Vec<&str> = if trimmed.is_empty() {
+                Vec::new()
+            } else {
+                trimmed.split(',').map(str::trim).collect()
+            };
+            match def.check {
+                Check::ListOf(allowed) => {
+                    if let Some(item) = items.iter().find(|i| !allowed.contains(i)) {
+                        return Err(invalid_value(
+                            def.name,
+                            item,
+                            &format!("String must be one of: {}", allowed.join(", ")),
+                        ));
+                    }
+                }
+                Check::Throttled => {
+                    let ok = items == ["*"]
+                        || items.iter().all(|i| {
+                            i.split_once(':').is_some_and(|(p, b)| {
+                                p.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok()
+                            })
+                        });
+                    if !ok {
+                        return Err(bad(
+                            "must be the literal '*' or a list of replicas in the following \
+                             format: [partitionId]:[brokerId],[partitionId]:[brokerId],...",
+                        ));
+                    }
+                }
+                _ => {}
+            }
+            Ok(items.join(","))
+        }
+    }
+}
+
+/// Refusals of values a diskless topic cannot honour.
+fn diskless_refusal(name: &str, value: &str) -> Option<ApiError> {
+    let message = match name {
+        "cleanup.policy" if value.split(',').any(|p| p == "compact") => format!(
+            "cleanup.policy={value} is not supported: diskless topics (KIP-1150) are not compacted; \
+             use cleanup.policy=delete"
+        ),
+        "compression.type" if value != "producer" => format!(
+            "compression.type={value} is not supported: a diskless topic stores each batch as the \
+             producer sent it (this broker does not recompress); set the codec on the producer and \
+             leave compression.type=producer"
+        ),
+        "remote.storage.enable" if value == "true" => "Tiered Storage functionality is disabled in \
+             the broker. Topic cannot be configured with remote log storage (a diskless topic keeps \
+             its data in object storage already)."
+            .to_string(),
+        "diskless.enable" if value != "true" => {
+            "diskless.enable=false is not supported: this broker serves diskless topics only, and \
+             a topic's diskless.enable cannot change (KIP-1150)"
+                .to_string()
+        }
+        _ => return None,
+    };
+    Some(ApiError::invalid_config(message))
+}
+
+/// Checks topic configs as Kafka does (known names, values of the right type and range, Kafka's
+/// cross-config rule) and refuses what a diskless topic cannot honour; the canonical values and the
+/// [`TopicConfig`] they make (`base` gives what is not a topic config: the producer-id expiration).
+pub(crate) fn resolve(
+    base: &TopicConfig,
+    configs: &[(String, String)],
+) -> Result<(Overrides, TopicConfig), ApiError> {
+    if let Some((name, _)) = configs.iter().find(|(n, _)| def(n).is_none()) {
+        return Err(ApiError::invalid_config(format!(
+            "Unknown topic config name: {name}"
+        )));
+    }
+    let mut overrides = Overrides::new();
+    // In the order Kafka parses them (its definition order; ours is by name, close enough).
+    for d in TOPIC_CONFIGS {
+        if let Some((_, value)) = configs.iter().rev().find(|(n, _)| n == d.name) {
+            overrides.insert(d.name.to_string(), canonical(d, value)?);
+        }
+    }
+    let long = |name: &str| -> i64 {
+        let text = overrides
+            .get(name)
+            .map(String::as_str)
+            .or_else(|| def(name).map(|d| d.default))
+            .unwrap_or("0");
+        text.parse().unwrap_or(0)
+    };
+    let (min_lag, max_lag) = (long("min.compaction.lag.ms"), long("max.compaction.lag.ms"));
+    if min_lag > max_lag {
+        return Err(ApiError::invalid_config(format!(
+            "conflict topic config setting min.compaction.lag.ms ({min_lag}) > \
+             max.compaction.lag.ms ({max_lag})"
+        )));
+    }
+    for (name, value) in &overrides {
+        if let Some(e) = diskless_refusal(name, value) {
+            return Err(e);
+        }
+    }
+    let mut config = TopicConfig {
+        producer_id_expiration_ms: base.producer_id_expiration_ms,
+        ..TopicConfig::default()
+    };
+    config.retention_ms = long("retention.ms");
+    // Kafka reads any negative retention.bytes as "no limit".
+    config.retention_bytes = long("retention.bytes").max(-1);
+    config.max_message_bytes = i32::try_from(long("max.message.bytes")).unwrap_or(i32::MAX);
+    config.message_timestamp_before_max_ms = long("message.timestamp.before.max.ms");
+    config.message_timestamp_after_max_ms = long("message.timestamp.after.max.ms");
+    if overrides.get("message.timestamp.type").map(String::as_str) == Some("LogAppendTime") {
+        config.timestamp_type = TimestampType::LogAppendTime;
+    }
+    Ok((overrides, config))
+}
+
+/// The value of an applied config in `config`.
+fn applied_value(config: &TopicConfig, name: &str) -> Option<String> {
+    Some(match name {
+        "retention.ms" => config.retention_ms.to_string(),
+        "retention.bytes" => config.retention_bytes.to_string(),
+        "max.message.bytes" => config.max_message_bytes.to_string(),
+        "message.timestamp.before.max.ms" => config.message_timestamp_before_max_ms.to_string(),
+        "message.timestamp.after.max.ms" => config.message_timestamp_after_max_ms.to_string(),
+        "message.timestamp.type" => match config.timestamp_type {
+            TimestampType::CreateTime => "CreateTime".to_string(),
+            TimestampType::LogAppendTime => "LogAppendTime".to_string(),
+        },
+        _ => return None,
+    })
+}
+
+/// The configs set on a topic: those kept by this process, with the applied ones as the
+/// coordinator has them (an applied config that differs from Kafka's default counts as set, also
+/// when it was set by another process or before a restart).
+pub(crate) fn current_overrides(config: &TopicConfig, kept: &Overrides) -> Overrides {
+    let mut out = kept.clone();
+    for d in TOPIC_CONFIGS.iter().filter(|d| d.effect == Effect::Applied) {
+        let Some(value) = applied_value(config, d.name) else {
+            continue;
+        };
+        if value != d.default || kept.contains_key(d.name) {
+            out.insert(d.name.to_string(), value);
+        }
+    }
+    out
+}
+
+/// One described config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub name: &'static str,
+    pub value: String,
+    pub source: i8,
+    kind: Kind,
+    /// (name, value, source), most significant first.
+    synonyms: Vec<(&'static str, String, i8)>,
+    doc: String,
+}
+
+/// Every topic config of a topic whose set configs are `overrides` (Kafka's `createTopicConfigEntry`),
+/// by name; only `keys` when given.
+pub(crate) fn topic_entries(overrides: &Overrides, keys: Option<&BTreeSet<String>>) -> Vec<Entry> {
+    TOPIC_CONFIGS
+        .iter()
+        .filter(|d| keys.is_none_or(|k| k.contains(d.name)))
+        .map(|d| {
+            let set = overrides.get(d.name);
+            let mut synonyms = Vec::new();
+            if let Some(v) = set {
+                synonyms.push((d.name, v.clone(), SOURCE_TOPIC));
+            }
+            if let Some((broker_name, broker_default)) = d.broker {
+                synonyms.push((broker_name, broker_default.to_string(), SOURCE_DEFAULT));
+            }
+            let doc = match (d.effect, d.name) {
+                (Effect::Applied, _) => "Kafka's topic config; applied to this diskless topic.",
+                (_, "cleanup.policy") => {
+                    "Kafka's topic config; only delete (KIP-1150: no compaction)."
+                }
+                (_, "compression.type") => {
+                    "Kafka's topic config; only producer (batches are stored as sent)."
+                }
+                (_, "diskless.enable") => "KIP-1150: the topic is diskless (always true here).",
+                _ => "Kafka's topic config; accepted and kept, no effect on a diskless topic.",
+            };
+            Entry {
+                name: d.name,
+                value: set.cloned().unwrap_or_else(|| d.default.to_string()),
+                source: if set.is_some() {
+                    SOURCE_TOPIC
+                } else {
+                    SOURCE_DEFAULT
+                },
+                kind: d.kind,
+                synonyms,
+                doc: doc.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// The configs of this broker (node `node`), all read-only: set on the command line.
+fn broker_entries(broker: &Broker, node: i32) -> Vec<Entry> {
+    let defaults = broker.topics.defaults();
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut add = |name: &'static str, value: String, kind: Kind, source: i8| {
+        entries.push(Entry {
+            name,
+            value: value.clone(),
+            source,
+            kind,
+            synonyms: vec![(name, value, source)],
+            doc: "Read-only: set on the example broker's command line.".to_string(),
+        });
+    };
+    let static_or_default = |is_default: bool| {
+        if is_default {
+            SOURCE_DEFAULT
+        } else {
+            SOURCE_STATIC_BROKER
+        }
+    };
+    let me = broker.cluster.nodes.iter().find(|n| n.id == node);
+    add("node.id", node.to_string(), Kind::Int, SOURCE_STATIC_BROKER);
+    add(
+        "broker.id",
+        node.to_string(),
+        Kind::Int,
+        SOURCE_STATIC_BROKER,
+    );
+    if let Some(me) = me {
+        let listener = format!("PLAINTEXT://{}:{}", me.host, me.port);
+        add(
+            "advertised.listeners",
+            listener.clone(),
+            Kind::String,
+            SOURCE_STATIC_BROKER,
+        );
+        add("listeners", listener, Kind::String, SOURCE_STATIC_BROKER);
+        add(
+            "broker.rack",
+            me.rack.clone(),
+            Kind::String,
+            SOURCE_STATIC_BROKER,
+        );
+    }
+    add(
+        "auto.create.topics.enable",
+        defaults.auto_create.to_string(),
+        Kind::Boolean,
+        static_or_default(!defaults.auto_create),
+    );
+    add(
+        "num.partitions",
+        defaults.num_partitions.to_string(),
+        Kind::Int,
+        static_or_default(defaults.num_partitions == 1),
+    );
+    add(
+        "log.retention.hours",
+        "168".into(),
+        Kind::Int,
+        SOURCE_DEFAULT,
+    );
+    for d in TOPIC_CONFIGS {
+        if let Some((name, value)) = d.broker {
+            let kind = if name == "log.cleanup.policy" {
+                Kind::List
+            } else {
+                d.kind
+            };
+            add(name, value.to_string(), kind, SOURCE_DEFAULT);
+        }
+    }
+    entries.sort_by(|a, b| a.name.cmp(b.name));
+    entries.dedup_by(|a, b| a.name == b.name);
+    entries
+}
+
+fn str(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+fn describe_entry(
+    ctx: &Ctx,
+    e: &Entry,
+    read_only: bool,
+    synonyms: bool,
+    docs: bool,
+) -> DescribeConfigsResourceResult {
+    let mut r = DescribeConfigsResourceResult::default();
+    r.name = str(e.name);
+    r.value = Some(str(&e.value));
+    r.read_only = read_only;
+    r.config_source = e.source;
+    r.is_sensitive = false;
+    if synonyms {
+        r.synonyms = e
+            .synonyms
+            .iter()
+            .map(|(name, value, source)| {
+                let mut s = DescribeConfigsSynonym::default();
+                s.name = str(name);
+                s.value = Some(str(value));
+                s.source = *source;
+                s
+            })
+            .collect();
+    }
+    if ctx.version >= 3 {
+        r.config_type = e.kind.id();
+        if docs {
+            r.documentation = Some(str(&e.doc));
+        }
+    }
+    r
+}
+
+/// Kafka's `Topic.validate`: why `name` is not a legal topic name, if it is not.
+pub(crate) fn invalid_topic_name(name: &str) -> Option<String> {
+    let reason = if name.is_empty() {
+        "the empty string is not allowed".to_string()
+    } else if name == "." {
+        "'.' is not allowed".to_string()
+    } else if name == ".." {
+        "'..' is not allowed".to_string()
+    } else if name.len() > 249 {
+        format!("the length of '{name}' is longer than the max allowed length 249")
+    } else if !name
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+    {
+        format!(
+            "'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+        )
+    } else {
+        return None;
+    };
+    Some(format!("Topic name is invalid: {reason}"))
+}
+
+fn broker_id(name: &str) -> Result<i32, ApiError> {
+    name.parse().map_err(|_| {
+        ApiError::new(
+            codes::INVALID_REQUEST,
+            format!("Broker id must be an integer, but it is: {name}"),
+        )
+    })
+}
+
+/// DescribeConfigs (versions 1-4): topics, this broker, and its loggers (none).
+pub(crate) async fn describe_configs(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    request: DescribeConfigsRequest,
+) -> DescribeConfigsResponse {
+    let mut response = DescribeConfigsResponse::default();
+    for resource in request.resources {
+        let name = resource.resource_name.as_str().to_string();
+        let keys: Option<BTreeSet<String>> = resource
+            .configuration_keys
+            .as_ref()
+            .filter(|k| !k.is_empty())
+            .map(|k| k.iter().map(|s| s.as_str().to_string()).collect());
+        let mut result = DescribeConfigsResult::default();
+        result.resource_type = resource.resource_type;
+        result.resource_name = resource.resource_name.clone();
+        let outcome: Result<(Vec<Entry>, bool), ApiError> = match resource.resource_type {
+            RESOURCE_TOPIC => match invalid_topic_name(&name) {
+                Some(why) => Err(ApiError::new(codes::INVALID_TOPIC_EXCEPTION, why)),
+                None => match broker.topics.by_name(&name).await {
+                    Ok(Some(topic)) => {
+                        let overrides = topic_overrides(broker, &topic);
+                        Ok((topic_entries(&overrides, keys.as_ref()), false))
+                    }
+                    Ok(None) => Err(ApiError::new(codes::UNKNOWN_TOPIC_OR_PARTITION, "")),
+                    Err(e) => Err(ApiError::new(e.error_code().code(), e.to_string())),
+                },
+            },
+            RESOURCE_BROKER if name.is_empty() => Ok((Vec::new(), true)),
+            RESOURCE_BROKER => match broker_id(&name) {
+                Ok(id) if id == ctx.node => {
+                    let all = broker_entries(broker, id);
+                    Ok((
+                        all.into_iter()
+                            .filter(|e| keys.as_ref().is_none_or(|k| k.contains(e.name)))
+                            .collect(),
+                        true,
+                    ))
+                }
+                Ok(_) => Err(ApiError::new(
+                    codes::INVALID_REQUEST,
+                    format!(
+                        "Unexpected broker id, expected {} or empty string, but received {name}",
+                        ctx.node
+                    ),
+                )),
+                Err(e) => Err(e),
+            },
+            RESOURCE_BROKER_LOGGER => match broker_id(&name) {
+                _ if name.is_empty() => Err(ApiError::new(
+                    codes::INVALID_REQUEST,
+                    "Broker id must not be empty",
+                )),
+                Ok(id) if id == ctx.node => Ok((Vec::new(), false)),
+                Ok(_) => Err(ApiError::new(
+                    codes::INVALID_REQUEST,
+                    format!(
+                        "Unexpected broker id, expected {} but received {name}",
+                        ctx.node
+                    ),
+                )),
+                Err(e) => Err(e),
+            },
+            other => Err(ApiError::new(
+                codes::INVALID_REQUEST,
+                format!("Unsupported resource type: {other}"),
+            )),
+        };
+        match outcome {
+            Ok((entries, read_only)) => {
+                result.configs = entries
+                    .iter()
+                    .map(|e| {
+                        describe_entry(
+                            ctx,
+                            e,
+                            read_only,
+                            request.include_synonyms,
+                            request.include_documentation,
+                        )
+                    })
+                    .collect();
+            }
+            Err(e) => {
+                result.error_code = e.code;
+                if !e.message.is_empty() {
+                    result.error_message = Some(StrBytes::from_string(e.message));
+                }
+            }
+        }
+        response.results.push(result);
+    }
+    response
+}
+
+/// The configs set on `topic` (see [`current_overrides`]).
+pub(crate) fn topic_overrides(broker: &Broker, topic: &Topic) -> Overrides {
+    current_overrides(&topic.config, &broker.topics.overrides(topic.id))
+}
+
+/// One resource of an alter request.
+struct AlterResource {
+    resource_type: i8,
+    name: String,
+    /// (name, operation, value).
+    ops: Vec<(String, i8, Option<String>)>,
+}
+
+/// The split of a list config's value (Kafka's `getParts`: a missing value is the default's list).
+fn parts(value: Option<&String>, d: &Def) -> Vec<String> {
+    value
+        .map(String::as_str)
+        .unwrap_or(d.default)
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Applies incremental operations to the configs set on a topic.
+fn apply_ops(
+    mut overrides: Overrides,
+    ops: &[(String, i8, Option<String>)],
+) -> Result<Overrides, ApiError> {
+    for (name, op, value) in ops {
+        match *op {
+            OP_SET => {
+                overrides.insert(name.clone(), value.clone().unwrap_or_default());
+            }
+            OP_DELETE => {
+                overrides.remove(name);
+            }
+            OP_APPEND | OP_SUBTRACT => {
+                let opname = if *op == OP_APPEND {
+                    "APPEND"
+                } else {
+                    "SUBTRACT"
+                };
+                let Some(d) = def(name).filter(|d| d.kind == Kind::List) else {
+                    return Err(ApiError::invalid_config(format!(
+                        "Can't {opname} to key {name} because its type is not LIST."
+                    )));
+                };
+                let mut list = parts(overrides.get(name), d);
+                for v in value.as_deref().unwrap_or("").split(',') {
+                    if *op == OP_APPEND {
+                        if !list.iter().any(|x| x == v) {
+                            list.push(v.to_string());
+                        }
+                    } else if let Some(i) = list.iter().position(|x| x == v) {
+                        list.remove(i);
+                    }
+                }
+                overrides.insert(name.clone(), list.join(","));
+            }
+            other => {
+                return Err(ApiError::new(
+                    codes::INVALID_REQUEST,
+                    format!("Unknown operation type {other}"),
+                ));
+            }
+        }
+    }
+    Ok(overrides)
+}
+
+/// Kafka's request checks before any resource is altered: each resource at most once, no
+/// duplicate keys, no null value except for a delete.
+fn preprocess(resources: &[AlterResource]) -> Vec<Option<ApiError>> {
+    resources
+        .iter()
+        .map(|r| {
+            let same = resources
+                .iter()
+                .filter(|o| o.resource_type == r.resource_type && o.name == r.name)
+                .count();
+            if same > 1 {
+                return Some(ApiError::new(
+                    codes::INVALID_REQUEST,
+                    "Each resource must appear at most once.",
+                ));
+            }
+            let mut seen = BTreeSet::new();
+            if !r.ops.iter().all(|(n, _, _)| seen.insert(n.as_str())) {
+                return Some(ApiError::new(
+                    codes::INVALID_REQUEST,
+                    "Error due to duplicate config keys",
+                ));
+            }
+            let nulls: Vec<&str> = r
+                .ops
+                .iter()
+                .filter(|(_, op, v)| *op != OP_DELETE && v.is_none())
+                .map(|(n, _, _)| n.as_str())
+                .collect();
+            if !nulls.is_empty() {
+                return Some(ApiError::new(
+                    codes::INVALID_REQUEST,
+                    format!("Null value not supported for : {}", nulls.join(", ")),
+                ));
+            }
+            None
+        })
+        .collect()
+}
+
+/// Alters one resource: `incremental` applies the operations to what is set, otherwise (legacy
+/// AlterConfigs) the given configs replace everything set.
+async fn alter_resource(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    resource: &AlterResource,
+    incremental: bool,
+    validate_only: bool,
+) -> Result<(), ApiError> {
+    let name = resource.name.as_str();
+    match resource.resource_type {
+        RESOURCE_TOPIC => {}
+        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER => {
+            if !name.is_empty() && broker_id(name)? != ctx.node {
+                return Err(ApiError::new(
+                    codes::INVALID_REQUEST,
+                    format!(
+                        "Unexpected broker id, expected {}, but received {name}",
+                        ctx.node
+                    ),
+                ));
+            }
+            let keys: Vec<&str> = resource.ops.iter().map(|(n, _, _)| n.as_str()).collect();
+            return Err(ApiError::new(
+                codes::INVALID_REQUEST,
+                format!(
+                    "Cannot update these configs dynamically: {} (the example broker's configs are \
+                     set on its command line)",
+                    keys.join(", ")
+                ),
+            ));
+        }
+        other => {
+            return Err(ApiError::new(
+                codes::INVALID_REQUEST,
+                format!("Unknown resource type {other}"),
+            ));
+        }
+    }
+    if name.is_empty() {
+        return Err(ApiError::new(
+            codes::INVALID_REQUEST,
+            "Default topic resources are not allowed.",
+        ));
+    }
+    if let Some(why) = invalid_topic_name(name) {
+        return Err(ApiError::new(codes::INVALID_TOPIC_EXCEPTION, why));
+    }
+    let topic = broker
+        .topics
+        .by_name(name)
+        .await
+        .map_err(|e| ApiError::new(e.error_code().code(), e.to_string()))?;
+    let current = topic
+        .as_ref()
+        .map(|t| topic_overrides(broker, t))
+        .unwrap_or_default();
+    let wanted = if incremental {
+        apply_ops(current, &resource.ops)?
+    } else {
+        resource
+            .ops
+            .iter()
+            .map(|(n, _, v)| (n.clone(), v.clone().unwrap_or_default()))
+            .collect()
+    };
+    let wanted: Vec<(String, String)> = wanted.into_iter().collect();
+    let base = topic
+        .as_ref()
+        .map(|t| (*t.config).clone())
+        .unwrap_or_default();
+    let (overrides, config) = resolve(&base, &wanted)?;
+    let Some(topic) = topic else {
+        return Err(ApiError::new(
+            codes::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("The topic '{name}' does not exist."),
+        ));
+    };
+    if validate_only {
+        return Ok(());
+    }
+    if config != *topic.config {
+        persist_topic_config(broker, &topic, config).await?;
+    }
+    broker.topics.set_overrides(topic.id, overrides.clone());
+    broker.topics.invalidate();
+    info!(topic = %topic.name, ?overrides, "topic configs altered");
+    Ok(())
+}
+
+/// Stores a changed [`TopicConfig`] in the coordinator.
+async fn persist_topic_config(
+    broker: &Arc<Broker>,
+    topic: &Topic,
+    config: TopicConfig,
+) -> Result<(), ApiError> {
+    broker
+        .coordinator
+        .alter_topic_config(topic.id, config)
+        .await
+        .map_err(|e| match e {
+            diskless_coordinator::CoordinatorError::UnknownTopic(_) => ApiError::new(
+                codes::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("The topic '{}' does not exist.", topic.name),
+            ),
+            other => ApiError::new(other.error_code().code(), other.to_string()),
+        })
+}
+
+/// IncrementalAlterConfigs (versions 0-1): topic configs change at run time.
+pub(crate) async fn incremental_alter_configs(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    request: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let resources: Vec<AlterResource> = request
+        .resources
+        .iter()
+        .map(|r| AlterResource {
+            resource_type: r.resource_type,
+            name: r.resource_name.as_str().to_string(),
+            ops: r
+                .configs
+                .iter()
+                .map(|c| {
+                    (
+                        c.name.as_str().to_string(),
+                        c.config_operation,
+                        c.value.as_ref().map(|v| v.as_str().to_string()),
+                    )
+                })
+                .collect(),
+        })
+        .collect();
+    let pre = preprocess(&resources);
+    let mut response = IncrementalAlterConfigsResponse::default();
+    for (resource, pre) in resources.iter().zip(pre) {
+        let outcome = match pre {
+            Some(e) => Err(e),
+            None => alter_resource(broker, ctx, resource, true, request.validate_only).await,
+        };
+        let mut r = IncrementalResult::default();
+        r.resource_type = resource.resource_type;
+        r.resource_name = StrBytes::from_string(resource.name.clone());
+        if let Err(e) = outcome {
+            info!(resource = %resource.name, code = e.code, "IncrementalAlterConfigs refused: {}", e.message);
+            r.error_code = e.code;
+            r.error_message = Some(StrBytes::from_string(e.message));
+        }
+        response.responses.push(r);
+    }
+    response
+}
+
+/// AlterConfigs (versions 0-2, the legacy API): the given configs replace the topic's set configs.
+pub(crate) async fn alter_configs(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    request: AlterConfigsRequest,
+) -> AlterConfigsResponse {
+    let resources: Vec<AlterResource> = request
+        .resources
+        .iter()
+        .map(|r| AlterResource {
+            resource_type: r.resource_type,
+            name: r.resource_name.as_str().to_string(),
+            ops: r
+                .configs
+                .iter()
+                .map(|c| {
+                    (
+                        c.name.as_str().to_string(),
+                        OP_SET,
+                        c.value.as_ref().map(|v| v.as_str().to_string()),
+                    )
+                })
+                .collect(),
+        })
+        .collect();
+    let pre = preprocess(&resources);
+    let mut response = AlterConfigsResponse::default();
+    for (resource, pre) in resources.iter().zip(pre) {
+        let outcome = match pre {
+            Some(e) => Err(e),
+            None => alter_resource(broker, ctx, resource, false, request.validate_only).await,
+        };
+        let mut r =
+            kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default(
+            );
+        r.resource_type = resource.resource_type;
+        r.resource_name = StrBytes::from_string(resource.name.clone());
+        if let Err(e) = outcome {
+            info!(resource = %resource.name, code = e.code, "AlterConfigs refused: {}", e.message);
+            r.error_code = e.code;
+            r.error_message = Some(StrBytes::from_string(e.message));
+        }
+        response.responses.push(r);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn table_is_sorted_and_defaults_are_valid_and_match_the_coordinator() {
+        for w in TOPIC_CONFIGS.windows(2) {
+            assert!(w[0].name < w[1].name, "{} before {}", w[0].name, w[1].name);
+        }
+        for d in TOPIC_CONFIGS {
+            assert_eq!(canonical(d, d.default).unwrap(), d.default, "{}", d.name);
+        }
+        let defaults = TopicConfig::default();
+        for d in TOPIC_CONFIGS.iter().filter(|d| d.effect == Effect::Applied) {
+            assert_eq!(
+                applied_value(&defaults, d.name).unwrap(),
+                d.default,
+                "{}",
+                d.name
+            );
+        }
+        let (overrides, config) = resolve(&defaults, &[]).unwrap();
+        assert!(overrides.is_empty());
+        assert_eq!(config, defaults);
+    }
+
+    #[test]
+    fn applied_configs_reach_the_topic_config() {
+        let (overrides, c) = resolve(
+            &TopicConfig::default(),
+            &configs(&[
+                ("retention.ms", "1000"),
+                ("retention.bytes", "-5"),
+                ("max.message.bytes", " 2048 "),
+                ("message.timestamp.type", "LogAppendTime"),
+                ("message.timestamp.after.max.ms", "10"),
+                ("segment.bytes", "1048576"),
+                ("cleanup.policy", "delete"),
+                ("unclean.leader.election.enable", "TRUE"),
+                ("min.cleanable.dirty.ratio", "1"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.retention_ms, 1000);
+        assert_eq!(c.retention_bytes, -1);
+        assert_eq!(c.max_message_bytes, 2048);
+        assert_eq!(c.timestamp_type, TimestampType::LogAppendTime);
+        assert_eq!(c.message_timestamp_after_max_ms, 10);
+        assert_eq!(overrides["max.message.bytes"], "2048");
+        assert_eq!(overrides["unclean.leader.election.enable"], "true");
+        assert_eq!(overrides["min.cleanable.dirty.ratio"], "1.0");
+        assert_eq!(overrides["segment.bytes"], "1048576");
+    }
+
+    #[test]
+    fn bad_and_unsupported_configs_are_refused_with_invalid_config() {
+        for (name, value, says) in [
+            (
+                "unknown.config",
+                "1",
+                "Unknown topic config name: unknown.config",
+            ),
+            ("retention.ms", "-2", "Value must be at least -1"),
+            ("max.message.bytes", "x", "Not a number of type INT"),
+            (
+                "max.message.bytes",
+                "3000000000",
+                "Not a number of type INT",
+            ),
+            ("message.timestamp.type", "Now", "String must be one of"),
+            ("cleanup.policy", "compact", "not compacted"),
+            ("cleanup.policy", "delete,compact", "not compacted"),
+            ("cleanup.policy", "shrink", "String must be one of"),
+            ("compression.type", "gzip", "as the producer sent it"),
+            ("compression.type", "brotli", "String must be one of"),
+            ("compression.gzip.level", "0", "between 1 and 9"),
+            ("remote.storage.enable", "true", "Tiered Storage"),
+            ("diskless.enable", "false", "diskless topics only"),
+            ("preallocate", "yes", "either true or false"),
+            ("min.cleanable.dirty.ratio", "1.5", "between 0 and 1"),
+            (
+                "leader.replication.throttled.replicas",
+                "x",
+                "[partitionId]:[brokerId]",
+            ),
+        ] {
+            let e = resolve(&TopicConfig::default(), &configs(&[(name, value)])).unwrap_err();
+            assert_eq!(e.code, codes::INVALID_CONFIG, "{name}={value}");
+            assert!(e.message.contains(says), "{name}={value}: {}", e.message);
+        }
+        let e = resolve(
+            &TopicConfig::default(),
+            &configs(&[
+                ("min.compaction.lag.ms", "10"),
+                ("max.compaction.lag.ms", "5"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("conflict topic config"), "{}", e.message);
+        // Accepted: Kafka's values that change nothing on a diskless topic.
+        for (name, value) in [
+            ("leader.replication.throttled.replicas", "0:1,1:2"),
+            ("follower.replication.throttled.replicas", "*"),
+            ("compression.type", "producer"),
+            ("compression.gzip.level", "-1"),
+            ("local.retention.ms", "-2"),
+            ("diskless.enable", "true"),
+        ] {
+            assert!(
+                resolve(&TopicConfig::default(), &configs(&[(name, value)])).is_ok(),
+                "{name}={value}"
+            );
+        }
+    }
+
+    #[test]
+    fn incremental_operations() {
+        let start: Overrides = [("retention.ms".to_string(), "10".to_string())].into();
+        let ops = vec![
+            ("retention.ms".to_string(), OP_DELETE, None),
+            (
+                "max.message.bytes".to_string(),
+                OP_SET,
+                Some("100".to_string()),
+            ),
+            (
+                "leader.replication.throttled.replicas".to_string(),
+                OP_APPEND,
+                Some("0:1,1:1".into()),
+            ),
+        ];
+        let out = apply_ops(start, &ops).unwrap();
+        assert!(!out.contains_key("retention.ms"));
+        assert_eq!(out["max.message.bytes"], "100");
+        assert_eq!(out["leader.replication.throttled.replicas"], "0:1,1:1");
+        let out = apply_ops(
+            out,
+            &[(
+                "leader.replication.throttled.replicas".to_string(),
+                OP_SUBTRACT,
+                Some("0:1".into()),
+            )],
+        )
+        .unwrap();
+        assert_eq!(out["leader.replication.throttled.replicas"], "1:1");
+        // APPEND to cleanup.policy starts from its default (delete).
+        let out = apply_ops(
+            Overrides::new(),
+            &[(
+                "cleanup.policy".to_string(),
+                OP_APPEND,
+                Some("compact".into()),
+            )],
+        )
+        .unwrap();
+        assert_eq!(out["cleanup.policy"], "delete,compact");
+        let e = apply_ops(
+            Overrides::new(),
+            &[("retention.ms".to_string(), OP_APPEND, Some("1".into()))],
+        )
+        .unwrap_err();
+        assert_eq!(e.code, codes::INVALID_CONFIG);
+        assert_eq!(
+            e.message,
+            "Can't APPEND to key retention.ms because its type is not LIST."
+        );
+    }
+
+    #[test]
+    fn preprocessing_refuses_duplicates_and_nulls() {
+        let r = |name: &str, ops: Vec<(String, i8, Option<String>)>| AlterResource {
+            resource_type: RESOURCE_TOPIC,
+            name: name.to_string(),
+            ops,
+        };
+        let out = preprocess(&[
+            r("a", vec![]),
+            r("a", vec![]),
+            r(
+                "b",
+                vec![
+                    ("x".into(), OP_SET, Some("1".into())),
+                    ("x".into(), OP_SET, Some("2".into())),
+                ],
+            ),
+            r("c", vec![("x".into(), OP_SET, None)]),
+            r("d", vec![("x".into(), OP_DELETE, None)]),
+        ]);
+        let codes: Vec<Option<i16>> = out.iter().map(|e| e.as_ref().map(|e| e.code)).collect();
+        let ir = Some(codes::INVALID_REQUEST);
+        assert_eq!(codes, vec![ir, ir, ir, ir, None]);
+    }
+
+    #[test]
+    fn described_sources_and_synonyms() {
+        let set = current_overrides(
+            &TopicConfig {
+                retention_ms: 5,
+                ..TopicConfig::default()
+            },
+            &[("segment.bytes".to_string(), "1048576".to_string())].into(),
+        );
+        let entries = topic_entries(&set, None);
+        assert_eq!(entries.len(), TOPIC_CONFIGS.len());
+        let get = |n: &str| entries.iter().find(|e| e.name == n).unwrap();
+        assert_eq!(get("retention.ms").value, "5");
+        assert_eq!(get("retention.ms").source, SOURCE_TOPIC);
+        assert_eq!(get("segment.bytes").source, SOURCE_TOPIC);
+        assert_eq!(
+            get("segment.bytes").synonyms,
+            vec![
+                ("segment.bytes", "1048576".to_string(), SOURCE_TOPIC),
+                (
+                    "log.segment.bytes",
+                    "1073741824".to_string(),
+                    SOURCE_DEFAULT
+                )
+            ]
+        );
+        assert_eq!(get("max.message.bytes").source, SOURCE_DEFAULT);
+        assert_eq!(get("max.message.bytes").value, "1048588");
+        let keys: BTreeSet<String> = ["retention.ms".to_string()].into();
+        assert_eq!(topic_entries(&set, Some(&keys)).len(), 1);
+    }
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(invalid_topic_name("orders.v1_x-y").is_none());
+        assert!(invalid_topic_name(&"x".repeat(249)).is_none());
+        for bad in ["", ".", "..", "a b", "ä", "a/b", &"x".repeat(250)] {
+            assert!(invalid_topic_name(bad).is_some(), "{bad:?} accepted");
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Shared by the integration tests that start the example broker binary and drive it with real
+//! Kafka clients: the broker process, free ports, and the skip rule (`skipped: ...` unless
+//! `DISKLESS_REQUIRE_KAFKA_CLIENTS=1`).
+
+#![allow(dead_code)] // Each test file uses its own subset.
+
+use std::fs::File;
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Why python3 with confluent_kafka cannot run here, if it cannot.
+pub(crate) fn python_clients_missing() -> Option<String> {
+    let python = Command::new("python3")
+        .args(["-c", "import confluent_kafka"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !python.is_ok_and(|s| s.success()) {
+        return Some("python3 with the confluent_kafka module is not installed".into());
+    }
+    None
+}
+
+/// Whether a test can run given `missing`; `false` (after printing why) when it should be skipped.
+/// With `DISKLESS_REQUIRE_KAFKA_CLIENTS=1` a missing client fails the test instead.
+#[allow(clippy::print_stdout)] // The skip notice is the point.
+pub(crate) fn available(missing: Option<String>) -> bool {
+    if let Some(why) = missing {
+        if std::env::var("DISKLESS_REQUIRE_KAFKA_CLIENTS").as_deref() == Ok("1") {
+            panic!("DISKLESS_REQUIRE_KAFKA_CLIENTS=1 but {why}");
+        }
+        println!("skipped: {why}");
+        return false;
+    }
+    true
+}
+
+/// `n` loopback ports free right now.
+pub(crate) fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+/// A running `kafka-broker` process (killed on drop).
+pub(crate) struct Broker {
+    child: Child,
+    log: PathBuf,
+    /// `HOST:PORT,...` of its listeners.
+    pub(crate) bootstrap: String,
+}
+
+impl Broker {
+    /// Starts the broker on `ports` with a data directory `data_dir` (50 ms commit interval) and
+    /// `extra` arguments, and waits until every listener accepts connections.
+    pub(crate) fn start(data_dir: &Path, ports: &[u16], run: usize, extra: &[&str]) -> Broker {
+        let listeners: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        std::fs::create_dir_all(data_dir).unwrap();
+        let log = data_dir.join(format!("broker-{run}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_kafka-broker"))
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listeners", &listeners.join(",")])
+            .args(["--commit-interval-ms", "50"])
+            .args(["--retention-check-ms", "500"])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut broker = Broker {
+            child,
+            log,
+            bootstrap: listeners.join(","),
+        };
+        broker.wait_ready(ports);
+        broker
+    }
+
+    /// The broker's log so far.
+    pub(crate) fn log_text(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    fn wait_ready(&mut self, ports: &[u16]) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("kafka-broker exited with {status}:\n{}", self.log_text());
+            }
+            if ports
+                .iter()
+                .all(|p| TcpStream::connect(("127.0.0.1", *p)).is_ok())
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kafka-broker did not listen in time:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `python3 script args...`; fails the test (with the script's output and the broker's log)
+/// unless it exits 0.
+#[allow(clippy::print_stdout)] // The script's report.
+pub(crate) fn run_python(broker: &Broker, script: &str, args: &[&str]) {
+    let out = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("--- {script} {args:?} ---\n{stdout}{stderr}");
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed ({}):\n{stdout}\n{stderr}\n--- broker log ---\n{}",
+        out.status,
+        broker.log_text()
+    );
+}
