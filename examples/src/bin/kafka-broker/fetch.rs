@@ -7,10 +7,13 @@
 //! [`POLL_INTERVAL`], for writers in other processes sharing the coordinator) and fetches again.
 //! There are no transactions on diskless topics yet, so `read_committed` and `read_uncommitted` read
 //! the same records and the last stable offset is the high watermark. Fetch sessions (KIP-227) are
-//! not kept: every response is a full one with session id 0.
+//! kept as Kafka keeps them ([`crate::fetch_session`]); topic ids from version 13.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use diskless_coordinator::{
     CoordinatorError, DeleteRecordsRequest as CoordDeleteRecords, TopicIdPartition,
@@ -28,11 +31,16 @@ use kafka_protocol::messages::{
     ListOffsetsResponse, TopicName,
 };
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::broker::Broker;
 use crate::codes;
+use crate::fetch_session::{
+    self, Context, FINAL_EPOCH, INVALID_SESSION_ID, PartitionKey, PartitionOutcome,
+    PartitionRequest, TopicKey,
+};
 use crate::server::Ctx;
+use crate::topics::Topic;
 
 /// Longest sleep of a long-polling fetch between two looks at the coordinator.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -41,38 +49,158 @@ const MAX_WAIT: Duration = Duration::from_secs(30);
 /// Kafka's UNSUPPORTED_VERSION error code.
 const UNSUPPORTED_VERSION: i16 = 35;
 
-/// Where each requested partition is answered from.
+/// Where one partition of a fetch is answered from.
 enum Slot {
     /// The n-th partition handed to the fetcher.
     Fetch(usize),
+    /// Answered without reading (unknown topic, topic id or partition).
     Error(i16),
 }
 
-/// Fetch with long polling.
-pub(crate) async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest) -> FetchResponse {
-    let mut layout = Vec::with_capacity(request.topics.len());
-    let mut wanted = Vec::new();
-    for topic in &request.topics {
-        let found = broker.topics.by_name(topic.topic.as_str()).await;
-        let mut slots = Vec::with_capacity(topic.partitions.len());
-        for p in &topic.partitions {
-            let slot = match &found {
-                Err(e) => Slot::Error(e.error_code().code()),
-                Ok(Some(t)) if t.has_partition(p.partition) => {
-                    wanted.push(FetchPartition {
-                        partition: TopicIdPartition::new(t.id, p.partition),
-                        fetch_offset: p.fetch_offset,
-                        partition_max_bytes: u32::try_from(p.partition_max_bytes).unwrap_or(0),
-                        leader_epoch: 0,
-                    });
-                    Slot::Fetch(wanted.len() - 1)
-                }
-                Ok(_) => Slot::Error(codes::UNKNOWN_TOPIC_OR_PARTITION),
-            };
-            slots.push((p.partition, slot));
-        }
-        layout.push((topic.topic.clone(), slots));
+/// Kafka's `NOT_LEADER_OR_FOLLOWER`.
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+/// Kafka's `KAFKA_STORAGE_ERROR`.
+const KAFKA_STORAGE_ERROR: i16 = 56;
+/// Kafka's `UNKNOWN_TOPIC_ID`.
+const UNKNOWN_TOPIC_ID: i16 = 100;
+
+/// The replica id of a fetch request (the field moved into `replica_state` in version 15).
+fn replica_id(version: i16, request: &FetchRequest) -> i32 {
+    if version >= 15 {
+        request.replica_state.replica_id.0
+    } else {
+        request.replica_id.0
     }
+}
+
+/// The request's partitions in request order, a partition named twice counted once at its first
+/// place with its last parameters (Kafka's `FetchRequest.fetchData`, a linked hash map), and the
+/// partitions it forgets.
+fn request_partitions(
+    version: i16,
+    request: &FetchRequest,
+) -> (Vec<(PartitionKey, PartitionRequest)>, Vec<PartitionKey>) {
+    let topic_key = |name: &TopicName, id: uuid::Uuid| {
+        if version >= 13 {
+            TopicKey::Id(id)
+        } else {
+            TopicKey::Name(name.clone())
+        }
+    };
+    let mut data: Vec<(PartitionKey, PartitionRequest)> = Vec::new();
+    let mut seen: HashMap<PartitionKey, usize> = HashMap::new();
+    for topic in &request.topics {
+        for p in &topic.partitions {
+            let key = PartitionKey {
+                topic: topic_key(&topic.topic, topic.topic_id),
+                partition: p.partition,
+            };
+            let wanted = PartitionRequest {
+                fetch_offset: p.fetch_offset,
+                max_bytes: p.partition_max_bytes,
+                log_start_offset: p.log_start_offset,
+                current_leader_epoch: p.current_leader_epoch,
+                last_fetched_epoch: p.last_fetched_epoch,
+            };
+            match seen.get(&key) {
+                Some(&i) => data[i].1 = wanted,
+                None => {
+                    seen.insert(key.clone(), data.len());
+                    data.push((key, wanted));
+                }
+            }
+        }
+    }
+    let forgotten = if version >= 7 {
+        request
+            .forgotten_topics_data
+            .iter()
+            .flat_map(|t| {
+                let topic = topic_key(&t.topic, t.topic_id);
+                t.partitions.iter().map(move |&partition| PartitionKey {
+                    topic: topic.clone(),
+                    partition,
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    (data, forgotten)
+}
+
+/// Fetch with fetch sessions (KIP-227, see [`crate::fetch_session`]) and long polling.
+///
+/// As Kafka's `KafkaApis.handleFetchRequest`: the partitions of the request (full and sessionless
+/// fetches) or of the session (incremental fetches) are resolved — a topic id that names no topic
+/// is `UNKNOWN_TOPIC_ID` (version 13+), an unknown topic or partition `UNKNOWN_TOPIC_OR_PARTITION`
+/// — and the others are read, waiting while fewer than `min_bytes` are available, no read failed
+/// and `max_wait_ms` has not passed. The answer lists the read partitions first, then those
+/// answered with an error, a topic's consecutive partitions in one entry.
+pub(crate) async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest) -> FetchResponse {
+    let version = ctx.version;
+    let uses_topic_ids = version >= 13;
+    let (session_id, session_epoch) = if version >= 7 {
+        (request.session_id, request.session_epoch)
+    } else {
+        (INVALID_SESSION_ID, FINAL_EPOCH)
+    };
+    let privileged = replica_id(version, &request) >= 0;
+    let (fetch_data, forgotten) = request_partitions(version, &request);
+    let context = fetch_session::with_cache(ctx.node, |cache| {
+        cache.new_context(
+            Instant::now().into_std(),
+            uses_topic_ids,
+            session_id,
+            session_epoch,
+            &fetch_data,
+            &forgotten,
+        )
+    });
+    let partitions = match &context {
+        Context::Error(code) => {
+            debug!(
+                node = ctx.node,
+                session_id, session_epoch, code, "fetch session error"
+            );
+            let mut response = FetchResponse::default();
+            response.error_code = *code;
+            response.session_id = INVALID_SESSION_ID;
+            return response;
+        }
+        Context::Sessionless | Context::Full => fetch_data,
+        Context::Incremental { partitions, .. } => partitions.clone(),
+    };
+
+    // Resolve: the partitions to read (in order), and those answered at once.
+    let mut slots = Vec::with_capacity(partitions.len());
+    let mut wanted = Vec::new();
+    let mut names: HashMap<TopicKey, Result<Option<Arc<Topic>>, i16>> = HashMap::new();
+    for (key, asked) in &partitions {
+        if !names.contains_key(&key.topic) {
+            let found = match &key.topic {
+                TopicKey::Name(name) => broker.topics.by_name(name.as_str()).await,
+                TopicKey::Id(id) => broker.topics.by_id(*id).await,
+            };
+            names.insert(key.topic.clone(), found.map_err(|e| e.error_code().code()));
+        }
+        let slot = match names.get(&key.topic) {
+            Some(Err(code)) => Slot::Error(*code),
+            Some(Ok(Some(t))) if t.has_partition(key.partition) => {
+                wanted.push(FetchPartition {
+                    partition: TopicIdPartition::new(t.id, key.partition),
+                    fetch_offset: asked.fetch_offset,
+                    partition_max_bytes: u32::try_from(asked.max_bytes).unwrap_or(0),
+                    leader_epoch: 0,
+                });
+                Slot::Fetch(wanted.len() - 1)
+            }
+            Some(Ok(None)) if matches!(key.topic, TopicKey::Id(_)) => Slot::Error(UNKNOWN_TOPIC_ID),
+            _ => Slot::Error(codes::UNKNOWN_TOPIC_OR_PARTITION),
+        };
+        slots.push(slot);
+    }
+
     let max_bytes = u32::try_from(request.max_bytes).unwrap_or(0);
     let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
     let max_wait =
@@ -80,6 +208,8 @@ pub(crate) async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest
     let deadline = Instant::now() + max_wait;
     let mut commits = broker.commits.subscribe();
 
+    // Kafka's `DelayedFetch`: answer at once when nothing is to be read, enough bytes are there or
+    // a read failed; partitions answered with an error do not cut the wait short.
     let fetched = loop {
         commits.borrow_and_update();
         let result = if wanted.is_empty() {
@@ -91,11 +221,7 @@ pub(crate) async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest
             Err(_) => true,
             Ok(parts) => {
                 let bytes: usize = parts.iter().map(|p| p.records_len()).sum();
-                bytes >= min_bytes
-                    || parts.iter().any(|p| !p.error.is_ok())
-                    || layout
-                        .iter()
-                        .any(|(_, s)| s.iter().any(|(_, s)| matches!(s, Slot::Error(_))))
+                bytes >= min_bytes || parts.iter().any(|p| !p.error.is_ok())
             }
         };
         let now = Instant::now();
@@ -106,7 +232,6 @@ pub(crate) async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest
         let _ = tokio::time::timeout(wait, commits.changed()).await;
     };
 
-    let mut response = FetchResponse::default();
     let (parts, whole_error) = match fetched {
         Ok(parts) => (parts, None),
         Err(e) => {
@@ -116,35 +241,124 @@ pub(crate) async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest
     };
     let mut parts: Vec<Option<diskless_core::FetchedPartition>> =
         parts.into_iter().map(Some).collect();
-    for (name, slots) in layout {
-        let mut topic = FetchableTopicResponse::default();
-        topic.topic = name;
-        for (index, slot) in slots {
-            let mut p = PartitionData::default();
-            p.partition_index = index;
-            p.high_watermark = -1;
-            p.last_stable_offset = -1;
+    // The answers: read partitions first, then the erroneous ones (Kafka's order).
+    let mut read = Vec::with_capacity(partitions.len());
+    let mut erroneous = Vec::new();
+    for ((key, asked), slot) in partitions.into_iter().zip(slots) {
+        let mut p = PartitionData::default();
+        p.partition_index = key.partition;
+        p.high_watermark = -1;
+        p.last_stable_offset = -1;
+        p.log_start_offset = -1;
+        p.records = Some(Bytes::new());
+        let was_read = matches!(slot, Slot::Fetch(_));
+        match slot {
+            Slot::Error(code) => p.error_code = code,
+            Slot::Fetch(i) => match (whole_error, parts.get_mut(i).and_then(Option::take)) {
+                (Some(code), _) => p.error_code = code,
+                (None, None) => p.error_code = codes::UNKNOWN_SERVER_ERROR,
+                (None, Some(f)) => {
+                    p.error_code = f.error.code();
+                    p.high_watermark = f.high_watermark;
+                    p.last_stable_offset = f.high_watermark;
+                    p.log_start_offset = f.log_start_offset;
+                    p.records = Some(f.records_bytes());
+                }
+            },
+        }
+        // Kafka: a client of version 5 or older may not know KAFKA_STORAGE_ERROR.
+        if version <= 5 && p.error_code == KAFKA_STORAGE_ERROR {
+            p.error_code = NOT_LEADER_OR_FOLLOWER;
+        }
+        let outcome = PartitionOutcome {
+            error: p.error_code,
+            high_watermark: p.high_watermark,
+            log_start_offset: p.log_start_offset,
+            records_len: p.records.as_ref().map_or(0, Bytes::len),
+        };
+        if version < 5 {
             p.log_start_offset = -1;
-            match slot {
-                Slot::Error(code) => p.error_code = code,
-                Slot::Fetch(i) => match (whole_error, parts.get_mut(i).and_then(Option::take)) {
-                    (Some(code), _) => p.error_code = code,
-                    (None, None) => p.error_code = codes::UNKNOWN_SERVER_ERROR,
-                    (None, Some(f)) => {
-                        p.error_code = f.error.code();
-                        p.high_watermark = f.high_watermark;
-                        p.last_stable_offset = f.high_watermark;
-                        p.log_start_offset = f.log_start_offset;
-                        p.records = Some(f.records_bytes());
-                    }
-                },
+        }
+        let answer = (key, asked, outcome, p);
+        if was_read {
+            read.push(answer);
+        } else {
+            erroneous.push(answer);
+        }
+    }
+    read.extend(erroneous);
+    let answers = read;
+
+    let mut response = FetchResponse::default();
+    let kept: Vec<(PartitionKey, PartitionData)> = match context {
+        Context::Error(_) | Context::Sessionless => {
+            response.session_id = INVALID_SESSION_ID;
+            answers.into_iter().map(|(k, _, _, p)| (k, p)).collect()
+        }
+        Context::Full => {
+            let opened: Vec<_> = answers
+                .iter()
+                .map(|(k, asked, outcome, _)| (k.clone(), *asked, *outcome))
+                .collect();
+            response.session_id = fetch_session::with_cache(ctx.node, |cache| {
+                cache.open(
+                    Instant::now().into_std(),
+                    privileged,
+                    uses_topic_ids,
+                    opened,
+                )
+            });
+            answers.into_iter().map(|(k, _, _, p)| (k, p)).collect()
+        }
+        Context::Incremental {
+            session_id, epoch, ..
+        } => {
+            let outcomes: Vec<_> = answers
+                .iter()
+                .map(|(k, _, outcome, _)| (k.clone(), *outcome))
+                .collect();
+            let include = fetch_session::with_cache(ctx.node, |cache| {
+                cache.respond_incremental(session_id, epoch, &outcomes)
+            });
+            match include {
+                Err(code) => {
+                    debug!(
+                        node = ctx.node,
+                        session_id, "fetch session epoch moved: duplicate request"
+                    );
+                    response.error_code = code;
+                    response.session_id = session_id;
+                    Vec::new()
+                }
+                Ok(include) => {
+                    response.session_id = session_id;
+                    answers
+                        .into_iter()
+                        .zip(include)
+                        .filter(|(_, keep)| *keep)
+                        .map(|((k, _, _, p), _)| (k, p))
+                        .collect()
+                }
             }
-            if ctx.version < 5 {
-                p.log_start_offset = -1;
+        }
+    };
+    // Group consecutive partitions of one topic (Kafka's `FetchResponse.toMessage`).
+    for (key, p) in kept {
+        let same = response.responses.last().is_some_and(|t| match &key.topic {
+            TopicKey::Name(name) => t.topic == *name,
+            TopicKey::Id(id) => t.topic_id == *id,
+        });
+        if !same {
+            let mut topic = FetchableTopicResponse::default();
+            match &key.topic {
+                TopicKey::Name(name) => topic.topic = name.clone(),
+                TopicKey::Id(id) => topic.topic_id = *id,
             }
+            response.responses.push(topic);
+        }
+        if let Some(topic) = response.responses.last_mut() {
             topic.partitions.push(p);
         }
-        response.responses.push(topic);
     }
     response
 }

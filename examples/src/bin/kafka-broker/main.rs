@@ -36,6 +36,8 @@ mod fetch;
 mod groups;
 mod metadata;
 mod metrics;
+mod fetch_session;
+mod cluster_admin;
 mod offsets;
 mod produce;
 mod server;

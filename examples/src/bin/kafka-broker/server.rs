@@ -396,6 +396,8 @@ async fn dispatch(
         ApiKey::DescribeGroups => spawn!(decode!(kafka_protocol::messages::DescribeGroupsRequest), groups::describe_groups),
         ApiKey::DeleteGroups => spawn!(decode!(kafka_protocol::messages::DeleteGroupsRequest), groups::delete_groups),
         ApiKey::OffsetDelete => spawn!(decode!(kafka_protocol::messages::OffsetDeleteRequest), offsets::offset_delete),
+        ApiKey::DescribeCluster => spawn!(decode!(kafka_protocol::messages::DescribeClusterRequest), crate::cluster_admin::describe_cluster),
+        ApiKey::DescribeProducers => spawn!(decode!(kafka_protocol::messages::DescribeProducersRequest), crate::cluster_admin::describe_producers),
         other => Err(format!("unsupported request: {other:?} version {version}")),
     }
 }
