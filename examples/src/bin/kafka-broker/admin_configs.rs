@@ -134,265 +134,64 @@ macro_rules! def {
 }
 
 /// Kafka's topic configs, sorted by name (Kafka 4.0's `LogConfig`, plus KIP-1150's `diskless.enable`).
+#[rustfmt::skip]
 const TOPIC_CONFIGS: &[Def] = &[
-    def!(
-        "cleanup.policy",
-        List,
-        "delete",
-        Check::ListOf(&["compact", "delete"]),
-        Some(("log.cleanup.policy", "delete")),
-        Kept
-    ),
-    def!(
-        "compression.gzip.level",
-        Int,
-        "-1",
-        Check::Level(1, 9),
-        Some(("compression.gzip.level", "-1")),
-        Kept
-    ),
-    def!(
-        "compression.lz4.level",
-        Int,
-        "9",
-        Check::Between(1, 17),
-        Some(("compression.lz4.level", "9")),
-        Kept
-    ),
-    def!(
-        "compression.type",
-        String,
-        "producer",
-        Check::OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
-        Some(("compression.type", "producer")),
-        Kept
-    ),
-    def!(
-        "compression.zstd.level",
-        Int,
-        "3",
-        Check::Between(-131_072, 22),
-        Some(("compression.zstd.level", "3")),
-        Kept
-    ),
-    def!(
-        "delete.retention.ms",
-        Long,
-        "86400000",
-        Check::AtLeast(0),
-        Some(("log.cleaner.delete.retention.ms", "86400000")),
-        Kept
-    ),
+    def!("cleanup.policy", List, "delete", Check::ListOf(&["compact", "delete"]),
+         Some(("log.cleanup.policy", "delete")), Kept),
+    def!("compression.gzip.level", Int, "-1", Check::Level(1, 9),
+         Some(("compression.gzip.level", "-1")), Kept),
+    def!("compression.lz4.level", Int, "9", Check::Between(1, 17),
+         Some(("compression.lz4.level", "9")), Kept),
+    def!("compression.type", String, "producer", Check::OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
+         Some(("compression.type", "producer")), Kept),
+    def!("compression.zstd.level", Int, "3", Check::Between(-131_072, 22),
+         Some(("compression.zstd.level", "3")), Kept),
+    def!("delete.retention.ms", Long, "86400000", Check::AtLeast(0),
+         Some(("log.cleaner.delete.retention.ms", "86400000")), Kept),
     def!("diskless.enable", Boolean, "true", Check::None, None, Kept),
-    def!(
-        "file.delete.delay.ms",
-        Long,
-        "60000",
-        Check::AtLeast(0),
-        Some(("log.segment.delete.delay.ms", "60000")),
-        Kept
-    ),
-    def!(
-        "flush.messages",
-        Long,
-        LONG_MAX,
-        Check::AtLeast(1),
-        Some(("log.flush.interval.messages", LONG_MAX)),
-        Kept
-    ),
+    def!("file.delete.delay.ms", Long, "60000", Check::AtLeast(0),
+         Some(("log.segment.delete.delay.ms", "60000")), Kept),
+    def!("flush.messages", Long, LONG_MAX, Check::AtLeast(1),
+         Some(("log.flush.interval.messages", LONG_MAX)), Kept),
     def!("flush.ms", Long, LONG_MAX, Check::AtLeast(0), None, Kept),
-    def!(
-        "follower.replication.throttled.replicas",
-        List,
-        "",
-        Check::Throttled,
-        None,
-        Kept
-    ),
-    def!(
-        "index.interval.bytes",
-        Int,
-        "4096",
-        Check::AtLeast(0),
-        Some(("log.index.interval.bytes", "4096")),
-        Kept
-    ),
-    def!(
-        "leader.replication.throttled.replicas",
-        List,
-        "",
-        Check::Throttled,
-        None,
-        Kept
-    ),
-    def!(
-        "local.retention.bytes",
-        Long,
-        "-2",
-        Check::AtLeast(-2),
-        Some(("log.local.retention.bytes", "-2")),
-        Kept
-    ),
-    def!(
-        "local.retention.ms",
-        Long,
-        "-2",
-        Check::AtLeast(-2),
-        Some(("log.local.retention.ms", "-2")),
-        Kept
-    ),
-    def!(
-        "max.compaction.lag.ms",
-        Long,
-        LONG_MAX,
-        Check::AtLeast(1),
-        Some(("log.cleaner.max.compaction.lag.ms", LONG_MAX)),
-        Kept
-    ),
-    def!(
-        "max.message.bytes",
-        Int,
-        "1048588",
-        Check::AtLeast(0),
-        Some(("message.max.bytes", "1048588")),
-        Applied
-    ),
-    def!(
-        "message.timestamp.after.max.ms",
-        Long,
-        "3600000",
-        Check::AtLeast(0),
-        Some(("log.message.timestamp.after.max.ms", "3600000")),
-        Applied
-    ),
-    def!(
-        "message.timestamp.before.max.ms",
-        Long,
-        LONG_MAX,
-        Check::AtLeast(0),
-        Some(("log.message.timestamp.before.max.ms", LONG_MAX)),
-        Applied
-    ),
-    def!(
-        "message.timestamp.type",
-        String,
-        "CreateTime",
-        Check::OneOf(&["CreateTime", "LogAppendTime"]),
-        Some(("log.message.timestamp.type", "CreateTime")),
-        Applied
-    ),
-    def!(
-        "min.cleanable.dirty.ratio",
-        Double,
-        "0.5",
-        Check::Ratio,
-        Some(("log.cleaner.min.cleanable.ratio", "0.5")),
-        Kept
-    ),
-    def!(
-        "min.compaction.lag.ms",
-        Long,
-        "0",
-        Check::AtLeast(0),
-        Some(("log.cleaner.min.compaction.lag.ms", "0")),
-        Kept
-    ),
-    def!(
-        "min.insync.replicas",
-        Int,
-        "1",
-        Check::AtLeast(1),
-        Some(("min.insync.replicas", "1")),
-        Kept
-    ),
-    def!(
-        "preallocate",
-        Boolean,
-        "false",
-        Check::None,
-        Some(("log.preallocate", "false")),
-        Kept
-    ),
-    def!(
-        "remote.log.copy.disable",
-        Boolean,
-        "false",
-        Check::None,
-        None,
-        Kept
-    ),
-    def!(
-        "remote.log.delete.on.disable",
-        Boolean,
-        "false",
-        Check::None,
-        None,
-        Kept
-    ),
-    def!(
-        "remote.storage.enable",
-        Boolean,
-        "false",
-        Check::None,
-        None,
-        Kept
-    ),
-    def!(
-        "retention.bytes",
-        Long,
-        "-1",
-        Check::None,
-        Some(("log.retention.bytes", "-1")),
-        Applied
-    ),
-    def!(
-        "retention.ms",
-        Long,
-        "604800000",
-        Check::AtLeast(-1),
-        None,
-        Applied
-    ),
-    def!(
-        "segment.bytes",
-        Int,
-        "1073741824",
-        Check::AtLeast(14),
-        Some(("log.segment.bytes", "1073741824")),
-        Kept
-    ),
-    def!(
-        "segment.index.bytes",
-        Int,
-        "10485760",
-        Check::AtLeast(4),
-        Some(("log.index.size.max.bytes", "10485760")),
-        Kept
-    ),
-    def!(
-        "segment.jitter.ms",
-        Long,
-        "0",
-        Check::AtLeast(0),
-        None,
-        Kept
-    ),
-    def!(
-        "segment.ms",
-        Long,
-        "604800000",
-        Check::AtLeast(1),
-        None,
-        Kept
-    ),
-    def!(
-        "unclean.leader.election.enable",
-        Boolean,
-        "false",
-        Check::None,
-        Some(("unclean.leader.election.enable", "false")),
-        Kept
-    ),
+    def!("follower.replication.throttled.replicas", List, "", Check::Throttled, None, Kept),
+    def!("index.interval.bytes", Int, "4096", Check::AtLeast(0),
+         Some(("log.index.interval.bytes", "4096")), Kept),
+    def!("leader.replication.throttled.replicas", List, "", Check::Throttled, None, Kept),
+    def!("local.retention.bytes", Long, "-2", Check::AtLeast(-2),
+         Some(("log.local.retention.bytes", "-2")), Kept),
+    def!("local.retention.ms", Long, "-2", Check::AtLeast(-2),
+         Some(("log.local.retention.ms", "-2")), Kept),
+    def!("max.compaction.lag.ms", Long, LONG_MAX, Check::AtLeast(1),
+         Some(("log.cleaner.max.compaction.lag.ms", LONG_MAX)), Kept),
+    def!("max.message.bytes", Int, "1048588", Check::AtLeast(0),
+         Some(("message.max.bytes", "1048588")), Applied),
+    def!("message.timestamp.after.max.ms", Long, "3600000", Check::AtLeast(0),
+         Some(("log.message.timestamp.after.max.ms", "3600000")), Applied),
+    def!("message.timestamp.before.max.ms", Long, LONG_MAX, Check::AtLeast(0),
+         Some(("log.message.timestamp.before.max.ms", LONG_MAX)), Applied),
+    def!("message.timestamp.type", String, "CreateTime", Check::OneOf(&["CreateTime", "LogAppendTime"]),
+         Some(("log.message.timestamp.type", "CreateTime")), Applied),
+    def!("min.cleanable.dirty.ratio", Double, "0.5", Check::Ratio,
+         Some(("log.cleaner.min.cleanable.ratio", "0.5")), Kept),
+    def!("min.compaction.lag.ms", Long, "0", Check::AtLeast(0),
+         Some(("log.cleaner.min.compaction.lag.ms", "0")), Kept),
+    def!("min.insync.replicas", Int, "1", Check::AtLeast(1),
+         Some(("min.insync.replicas", "1")), Kept),
+    def!("preallocate", Boolean, "false", Check::None, Some(("log.preallocate", "false")), Kept),
+    def!("remote.log.copy.disable", Boolean, "false", Check::None, None, Kept),
+    def!("remote.log.delete.on.disable", Boolean, "false", Check::None, None, Kept),
+    def!("remote.storage.enable", Boolean, "false", Check::None, None, Kept),
+    def!("retention.bytes", Long, "-1", Check::None, Some(("log.retention.bytes", "-1")), Applied),
+    def!("retention.ms", Long, "604800000", Check::AtLeast(-1), None, Applied),
+    def!("segment.bytes", Int, "1073741824", Check::AtLeast(14),
+         Some(("log.segment.bytes", "1073741824")), Kept),
+    def!("segment.index.bytes", Int, "10485760", Check::AtLeast(4),
+         Some(("log.index.size.max.bytes", "10485760")), Kept),
+    def!("segment.jitter.ms", Long, "0", Check::AtLeast(0), None, Kept),
+    def!("segment.ms", Long, "604800000", Check::AtLeast(1), None, Kept),
+    def!("unclean.leader.election.enable", Boolean, "false", Check::None,
+         Some(("unclean.leader.election.enable", "false")), Kept),
 ];
 
 fn def(name: &str) -> Option<&'static Def> {
