@@ -10,7 +10,8 @@
   - DescribeConfigs of a topic (every config, values, sources, synonyms) and of a broker;
   - IncrementalAlterConfigs: max.message.bytes lowered, then a produce of a larger message fails with
     MSG_SIZE_TOO_LARGE while a small one succeeds; retention.ms and a kept config change and are
-    described; AlterConfigs (legacy) replaces the set configs;
+    described; AlterConfigs (legacy) replaces the set configs; message.timestamp.type=LogAppendTime
+    applies to the next produce, retention.ms lowered to the next retention pass;
   - Metadata for an invalid topic name answers INVALID_TOPIC_EXCEPTION, for an unknown topic
     UNKNOWN_TOPIC_OR_PARTITION, and creates nothing.
 --mode auto (a broker with --auto-create-topics --num-partitions 2):
@@ -27,9 +28,10 @@ import sys
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError,
+                            KafkaException, Producer, TopicPartition)
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
-                                   ConfigSource, NewTopic, ResourceType)
+                                   ConfigSource, NewTopic, OffsetSpec, ResourceType)
 
 TIMEOUT_S = 30
 
@@ -259,6 +261,69 @@ def alter(admin, bootstrap, topic):
     log(f"{topic}: AlterConfigs replaced the topic's configs")
 
 
+def runtime_effect(admin, bootstrap):
+    """message.timestamp.type and retention.ms changed at run time act on the next produce and the
+    next retention pass."""
+    topic = unique("adm-runtime")
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1)],
+                        request_timeout=TIMEOUT_S)[topic].result(TIMEOUT_S)
+    wait_topic(admin, topic, 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    old = 1_000_000  # 1970: a CreateTime the producer chose
+
+    def send(value):
+        errors = []
+        producer.produce(topic, value=value, partition=0, timestamp=old,
+                         on_delivery=lambda err, msg: errors.append(err) if err else None)
+        check(producer.flush(TIMEOUT_S) == 0 and not errors, f"produce {value}: {errors}")
+
+    send(b"create-time")
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("message.timestamp.type", "LogAppendTime",
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res], request_timeout=TIMEOUT_S)[res].result(TIMEOUT_S)
+    before = int(time.time() * 1000)
+    send(b"log-append-time")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("adm-rt"),
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.time() + TIMEOUT_S
+    while len(got) < 2 and time.time() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append((m.value(), m.timestamp()))
+    consumer.close()
+    check(len(got) == 2, f"read {got}")
+    check(got[0] == (b"create-time", (TIMESTAMP_CREATE_TIME, old)), f"first record {got[0]}")
+    value, (ts_type, ts) = got[1]
+    check(value == b"log-append-time" and ts_type == TIMESTAMP_LOG_APPEND_TIME and ts >= before,
+          f"after message.timestamp.type=LogAppendTime: {got[1]}")
+    log(f"{topic}: message.timestamp.type=LogAppendTime applies to the next produce")
+
+    # retention.ms lowered: the next retention pass deletes the batch appended just now (its
+    # LogAppendTime is now; the first batch's 1970 CreateTime is past the default retention already).
+    tp = TopicPartition(topic, 0)
+
+    def log_start():
+        return admin.list_offsets({tp: OffsetSpec.earliest()},
+                                  request_timeout=TIMEOUT_S)[tp].result(TIMEOUT_S).offset
+
+    time.sleep(1.5)  # several retention passes (--retention-check-ms 500) under the default
+    check(log_start() < 2, f"{topic}: the fresh batch was deleted under the default retention.ms")
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res], request_timeout=TIMEOUT_S)[res].result(TIMEOUT_S)
+    deadline = time.time() + TIMEOUT_S
+    while True:
+        start = log_start()
+        if start >= 2:
+            break
+        check(time.time() < deadline, f"{topic}: retention.ms=1000 deleted nothing (log start {start})")
+        time.sleep(0.3)
+    log(f"{topic}: retention.ms=1000 applied by the next retention pass (log start {start})")
+
+
 def auto_create(admin, bootstrap):
     # A producer's Metadata creates the topic (LEADER_NOT_AVAILABLE first, then 2 partitions).
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
@@ -311,6 +376,7 @@ def main():
         if args.mode == "plain":
             topic = create_and_refuse(admin, args.bootstrap)
             alter(admin, args.bootstrap, topic)
+            runtime_effect(admin, args.bootstrap)
         else:
             auto_create(admin, args.bootstrap)
     except Failure as e:
