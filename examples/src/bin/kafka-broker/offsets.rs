@@ -196,6 +196,9 @@ pub(crate) async fn offset_fetch(
     response
 }
 
+/// A partition of an OffsetDelete and its error (`None`: its offset is to be deleted).
+type PartitionVerdict = (i32, Option<i16>);
+
 /// OffsetDelete (Kafka's `handleDeleteOffsets`): deletes a group's committed offsets of partitions
 /// the group does not consume — all of them when the group is empty; a consumer group with members
 /// keeps the offsets of its subscribed topics (`GROUP_SUBSCRIBED_TO_TOPIC`); another group with
@@ -212,8 +215,8 @@ pub(crate) async fn offset_delete(
         return response;
     }
     let group = request.group_id.as_str();
-    // (topic, [(partition, error or None: to delete)])
-    let mut layout: Vec<(TopicName, Vec<(i32, Option<i16>)>)> = Vec::new();
+    // Per topic: (partition, its error, or `None`: to delete).
+    let mut layout: Vec<(TopicName, Vec<PartitionVerdict>)> = Vec::new();
     let mut known_topics = Vec::new();
     for topic in request.topics {
         let found = broker.topics.by_name(topic.name.as_str()).await;

@@ -467,9 +467,12 @@ mod tests {
             leader_epoch: -1,
             metadata: None,
         };
-        store.commit("g", &[offset.clone()], 1).await.unwrap();
         store
-            .commit("offsets-only", &[offset.clone()], 1)
+            .commit("g", std::slice::from_ref(&offset), 1)
+            .await
+            .unwrap();
+        store
+            .commit("offsets-only", std::slice::from_ref(&offset), 1)
             .await
             .unwrap();
         store.close().await;
