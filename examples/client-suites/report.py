@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Compare a client test suite's results with its exclusion list and print a summary.
+
+Usage:
+  report.py excluded  SUITE.exclude [--kind KIND]...   print the excluded test ids (one a line)
+  report.py librdkafka SUITE.exclude REPORT.json        check a librdkafka test-runner report
+  report.py pytest     SUITE.exclude JUNIT.xml          check a pytest --junitxml report
+
+An exclusion list has one test a line: `<test id> <kind> <reason...>`, `#` starts a comment.
+Kinds:
+  unsupported  a feature the project decided against or cannot have (TLS, SASL, ACLs, ZooKeeper,
+               several real replicas, compaction, ...): never run.
+  pending      a broker gap found by the suite (missing API, wrong behaviour; issue #18) or a
+               feature not built yet (transactions): not run in CI; `CLIENT_SUITES_PENDING=1`
+               runs them and the report says which pass now (remove those lines).
+  client       the test checks the client alone (librdkafka's mock cluster, unit tests) or
+               needs the suite's own tooling (Kafka's CLI scripts): not run.
+
+The check fails (exit 1) when a test that is not excluded failed or did not finish, or when the
+report is missing tests (the runner crashed); excluded tests that were run anyway and passed are
+listed so the list can shrink.
+"""
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+
+KINDS = ("unsupported", "pending", "client")
+
+
+def read_exclusions(path):
+    """Return {test id: (kind, reason)} from an exclusion list."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+            if not line:
+                continue
+            parts = line.split(None, 2)
+            if len(parts) < 3 or parts[1] not in KINDS:
+                sys.exit(f"{path}:{n}: expected `<test id> <{'|'.join(KINDS)}> <reason>`")
+            if parts[0] in out:
+                sys.exit(f"{path}:{n}: {parts[0]} listed twice")
+            out[parts[0]] = (parts[1], parts[2])
+    return out
+
+
+def librdkafka_results(path):
+    """Return {test name: (state, duration s, failure text)} from a test-runner report."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    report = json.loads(text, strict=False)
+    out = {}
+    for name, t in report.get("tests", {}).items():
+        if name == "<MAIN>":
+            continue
+        out[name] = (t.get("state", "?"), float(t.get("duration", 0.0)), "")
+    return out
+
+
+def pytest_results(path):
+    """Return {node id: (state, duration s, failure text)} from a junit XML report."""
+    out = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        classname = case.get("classname", "")
+        # test.integration.test_admin_integration[.Class] -> test/integration/test_admin_integration.py[::Class]
+        parts = classname.split(".")
+        module_end = next((i for i, p in enumerate(parts) if p.startswith("test_")), len(parts) - 1)
+        nodeid = "/".join(parts[: module_end + 1]) + ".py"
+        for cls in parts[module_end + 1 :]:
+            nodeid += "::" + cls
+        nodeid += "::" + case.get("name", "?")
+        state, text = "PASSED", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                state = "FAILED"
+                text = (child.get("message") or "").splitlines()[0][:160] if child.get("message") else ""
+            elif child.tag == "skipped":
+                state = "SKIPPED"
+                text = (child.get("message") or "")[:160]
+        out[nodeid] = (state, float(case.get("time", 0.0)), text)
+    return out
+
+
+def excluded_entry(test, exclusions):
+    """The exclusion entry matching a test id (exact, or a prefix ending at `::` or `[`)."""
+    if test in exclusions:
+        return exclusions[test]
+    for key, entry in exclusions.items():
+        if test.startswith(key + "::") or test.startswith(key + "["):
+            return entry
+    return None
+
+
+def check(suite, exclusions, results):
+    rows, unexpected, now_passing = [], [], []
+    for test in sorted(results):
+        state, secs, text = results[test]
+        entry = excluded_entry(test, exclusions)
+        if entry and state == "PASSED":
+            now_passing.append((test, entry[0]))
+        if entry is None and state not in ("PASSED", "SKIPPED"):
+            unexpected.append((test, state, text))
+        rows.append((test, state, secs, (f"[{entry[0]}] " if entry else "") + text))
+    width = max((len(r[0]) for r in rows), default=10)
+    print(f"== {suite}: results")
+    for test, state, secs, note in rows:
+        print(f"  {test:<{width}}  {state:<11} {secs:8.1f}s  {note}")
+    ran = [r for r in rows if r[1] not in ("SKIPPED", "NOT_STARTED")]
+    passed = [r for r in rows if r[1] == "PASSED"]
+    print(
+        f"== {suite}: {len(passed)} passed, {len(ran) - len(passed)} failed"
+        f" ({len(unexpected)} unexpected), {len(rows) - len(ran)} skipped by the suite,"
+        f" {len(exclusions)} excluded by the list"
+    )
+    for test, kind in now_passing:
+        print(f"  NOW PASSES (excluded as {kind}; remove it from the list): {test}")
+    for test, state, text in unexpected:
+        print(f"  UNEXPECTED {state}: {test} {text}")
+    if not passed:
+        print(f"== {suite}: no test passed: the run is broken")
+        return 1
+    return 1 if unexpected else 0
+
+
+def main(argv):
+    if len(argv) < 3:
+        sys.exit(__doc__)
+    mode, exclude_path = argv[1], argv[2]
+    exclusions = read_exclusions(exclude_path)
+    if mode == "excluded":
+        kinds = [argv[i + 1] for i, a in enumerate(argv) if a == "--kind" and i + 1 < len(argv)]
+        for test, (kind, _) in exclusions.items():
+            if not kinds or kind in kinds:
+                print(test)
+        return 0
+    if len(argv) < 4:
+        sys.exit(__doc__)
+    if mode == "librdkafka":
+        return check("librdkafka", exclusions, librdkafka_results(argv[3]))
+    if mode == "pytest":
+        return check("kafka-python", exclusions, pytest_results(argv[3]))
+    sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
