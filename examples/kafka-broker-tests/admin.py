@@ -137,6 +137,9 @@ def create_and_refuse(admin, bootstrap):
     log(f"{dry}: validate_only created nothing")
 
     # Refusals.
+    underscored = unique("adm_coll")
+    admin.create_topics([NewTopic(underscored, num_partitions=1, replication_factor=-1)],
+                        request_timeout=TIMEOUT_S)[underscored].result(TIMEOUT_S)
     refused = [
         (NewTopic("bad name!", num_partitions=1, replication_factor=-1), "TOPIC_EXCEPTION"),
         (NewTopic("x" * 250, num_partitions=1, replication_factor=-1), "TOPIC_EXCEPTION"),
@@ -152,6 +155,9 @@ def create_and_refuse(admin, bootstrap):
          "INVALID_REPLICA_ASSIGNMENT"),
         (NewTopic(unique("adm-zero"), num_partitions=0, replication_factor=-1),
          "INVALID_PARTITIONS"),
+        # Differs from an existing topic only in '.' versus '_' (Kafka's collision rule).
+        (NewTopic(underscored.replace("_", "."), num_partitions=1, replication_factor=-1),
+         "TOPIC_EXCEPTION"),
     ]
     for new_topic, expected in refused:
         future = admin.create_topics([new_topic], request_timeout=TIMEOUT_S)[new_topic.topic]
@@ -354,6 +360,16 @@ def auto_create(admin, bootstrap):
     check(t.error is not None, f"{absent} was created for a consumer")
     consumer.close()
     log(f"{absent}: not created for a consumer (allow_auto_topic_creation=false)")
+
+    # A name differing from an existing topic only in '.' versus '_' is not created (Kafka's
+    # collision rule).
+    dotted = unique("adm.coll")
+    admin.create_topics([NewTopic(dotted, num_partitions=1, replication_factor=-1)],
+                        request_timeout=TIMEOUT_S)[dotted].result(TIMEOUT_S)
+    t = topic_metadata(producer, dotted.replace(".", "_"))
+    check(t is not None and t.error is not None and t.error.name() == "TOPIC_EXCEPTION",
+          f"Metadata of a name colliding with {dotted}: {t and t.error}")
+    log(f"{dotted.replace('.', '_')}: collides with {dotted}, not created")
 
     # An invalid name is still refused.
     t = topic_metadata(producer, "bad name!")

@@ -212,6 +212,8 @@ async fn auto_create_topic(broker: &Arc<Broker>, name: &str) -> i16 {
             LEADER_NOT_AVAILABLE
         }
         Err(e) if e.code == codes::TOPIC_ALREADY_EXISTS => LEADER_NOT_AVAILABLE,
+        // A name that collides with an existing one (`.` vs `_`) never gets created: fail fast.
+        Err(e) if e.code == codes::INVALID_TOPIC_EXCEPTION => e.code,
         Err(e) => {
             warn!(topic = %name, code = e.code, "cannot create a topic automatically: {}", e.message);
             codes::UNKNOWN_TOPIC_OR_PARTITION
