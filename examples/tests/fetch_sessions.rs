@@ -473,6 +473,22 @@ fn fetch_sessions_follow_kip_227() {
             &fetch_request((0, -1), &[(0, 0)], &[], Some(uuid::Uuid::from_u128(7))),
         );
         assert_eq!(summary(&r), vec![(0, UNKNOWN_TOPIC_ID, -1, 0)]);
+        // Versions 15 (replica state) to 17 (follower fields) read the same for a consumer.
+        for version in 14..=fetch_max_version(&mut conn) {
+            let r: FetchResponse = conn.call(
+                ApiKey::Fetch,
+                version,
+                &fetch_request((0, 0), &[(0, 3)], &[], Some(topic_id)),
+            );
+            assert_eq!(r.responses[0].topic_id, topic_id, "v{version}");
+            assert_eq!(summary(&r), vec![(0, 0, 4, 1)], "v{version}");
+            let r: FetchResponse = conn.call(
+                ApiKey::Fetch,
+                version,
+                &fetch_request((r.session_id, 1), &[(0, 4)], &[], Some(topic_id)),
+            );
+            assert_eq!((r.error_code, summary(&r)), (0, vec![]), "v{version}");
+        }
     }
     assert!(broker_alive(&broker));
 }

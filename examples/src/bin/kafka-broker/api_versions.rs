@@ -16,7 +16,7 @@ pub(crate) const UNSUPPORTED_VERSION: i16 = 35;
 /// (API, min version, max version) served by this broker.
 pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 11),
-    (ApiKey::Fetch, 4, 12),
+    (ApiKey::Fetch, 4, 17),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::OffsetCommit, 2, 8),
