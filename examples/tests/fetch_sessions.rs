@@ -602,6 +602,156 @@ fn describe_cluster_and_producers_answer_as_kafka() {
     assert_eq!(r.topics[2].partitions[0].error_code, 3, "unknown topic");
 }
 
+/// One ListOffsets partition answer: (partition, error, offset, timestamp, leader epoch).
+type Listed = (i32, i16, i64, i64, i32);
+
+fn list_offsets(
+    conn: &mut Conn,
+    version: i16,
+    asks: &[(&str, &[(i32, i64)])],
+) -> Vec<(String, Vec<Listed>)> {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let mut request = kafka_protocol::messages::ListOffsetsRequest::default();
+    request.replica_id = BrokerId(-1);
+    request.topics = asks
+        .iter()
+        .map(|(topic, partitions)| {
+            let mut t = ListOffsetsTopic::default();
+            t.name = name(topic);
+            t.partitions = partitions
+                .iter()
+                .map(|&(p, ts)| {
+                    let mut q = ListOffsetsPartition::default();
+                    q.partition_index = p;
+                    q.timestamp = ts;
+                    q.current_leader_epoch = -1;
+                    q
+                })
+                .collect();
+            t
+        })
+        .collect();
+    let r: kafka_protocol::messages::ListOffsetsResponse =
+        conn.call(ApiKey::ListOffsets, version, &request);
+    r.topics
+        .iter()
+        .map(|t| {
+            let parts = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    (
+                        p.partition_index,
+                        p.error_code,
+                        p.offset,
+                        p.timestamp,
+                        p.leader_epoch,
+                    )
+                })
+                .collect();
+            (t.name.to_string(), parts)
+        })
+        .collect()
+}
+
+#[test]
+fn list_offsets_and_delete_records_errors_answer_as_kafka() {
+    const INVALID_REQUEST: i16 = 42;
+    const UNSUPPORTED_VERSION: i16 = 35;
+    const UNKNOWN: i16 = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _broker = start(dir.path(), &[port]);
+    let mut conn = Conn::open(port);
+    produce(&mut conn, 1, batch(2, None));
+
+    // The empty partition: earliest = latest = 0, with the leader epoch Metadata announces.
+    let r = list_offsets(&mut conn, 7, &[(TOPIC, &[(0, -1)])]);
+    assert_eq!(r, vec![(TOPIC.to_string(), vec![(0, 0, 0, -1, 0)])]);
+    // A partition named twice: one INVALID_REQUEST answer; a topic named twice: one entry;
+    // unknown partitions and topics: UNKNOWN_TOPIC_OR_PARTITION with offset, timestamp and
+    // leader epoch -1.
+    let r = list_offsets(
+        &mut conn,
+        7,
+        &[
+            (TOPIC, &[(0, -1), (0, -2), (1, -1)]),
+            ("missing", &[(0, -1)]),
+            (TOPIC, &[(9, -1)]),
+        ],
+    );
+    assert_eq!(
+        r,
+        vec![
+            (
+                TOPIC.to_string(),
+                vec![
+                    (0, INVALID_REQUEST, -1, -1, -1),
+                    (1, 0, 2, -1, 0),
+                    (9, UNKNOWN, -1, -1, -1)
+                ]
+            ),
+            ("missing".to_string(), vec![(0, UNKNOWN, -1, -1, -1)]),
+        ]
+    );
+    // MAX_TIMESTAMP needs version 7: before, UNSUPPORTED_VERSION, even for an unknown topic.
+    let r = list_offsets(
+        &mut conn,
+        6,
+        &[(TOPIC, &[(1, -3)]), ("missing", &[(0, -3)])],
+    );
+    assert_eq!(r[0].1, vec![(1, UNSUPPORTED_VERSION, -1, -1, -1)]);
+    assert_eq!(r[1].1, vec![(0, UNSUPPORTED_VERSION, -1, -1, -1)]);
+    // Version 1-3 have no leader epoch (the field reads -1).
+    let r = list_offsets(&mut conn, 3, &[(TOPIC, &[(1, -1)])]);
+    assert_eq!(r[0].1, vec![(1, 0, 2, -1, -1)]);
+
+    // DeleteRecords of an unknown partition or topic: UNKNOWN_TOPIC_OR_PARTITION, low watermark -1.
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    let topic = |n: &str, p: i32, offset: i64| {
+        let mut q = DeleteRecordsPartition::default();
+        q.partition_index = p;
+        q.offset = offset;
+        let mut t = DeleteRecordsTopic::default();
+        t.name = name(n);
+        t.partitions = vec![q];
+        t
+    };
+    let mut request = kafka_protocol::messages::DeleteRecordsRequest::default();
+    request.timeout_ms = 30_000;
+    request.topics = vec![
+        topic(TOPIC, 9, 0),
+        topic("missing", 0, 0),
+        topic(TOPIC, 1, -1),
+    ];
+    let r: kafka_protocol::messages::DeleteRecordsResponse =
+        conn.call(ApiKey::DeleteRecords, 2, &request);
+    let got: Vec<(String, i32, i16, i64)> = r
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| {
+                (
+                    t.name.to_string(),
+                    p.partition_index,
+                    p.error_code,
+                    p.low_watermark,
+                )
+            })
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (TOPIC.to_string(), 9, UNKNOWN, -1),
+            ("missing".to_string(), 0, UNKNOWN, -1),
+            (TOPIC.to_string(), 1, 0, 2),
+        ]
+    );
+}
+
 /// Why the clients cannot run here, if they cannot.
 fn clients_missing() -> Option<String> {
     let python = Command::new("python3")

@@ -413,9 +413,12 @@ fn answer<A>(
 /// broker gives them (the first record at or after a timestamp, with that record's timestamp; the
 /// record holding the max timestamp for MAX_TIMESTAMP), not the coordinator's batch-level ones.
 ///
-/// As Kafka (`ReplicaManager.fetchOffset`), a timestamp the request version does not support
+/// As Kafka (`ReplicaManager.fetchOffset`), in this order: a partition named more than once is
+/// answered once, `INVALID_REQUEST`; a timestamp the request version does not support
 /// (MAX_TIMESTAMP before v7, EARLIEST_LOCAL before v8, LATEST_TIERED before v9, any other negative
-/// value) is answered `UNSUPPORTED_VERSION` without looking at the partition.
+/// value) `UNSUPPORTED_VERSION`; an unknown topic or partition `UNKNOWN_TOPIC_OR_PARTITION`. An
+/// error answer has offset -1, timestamp -1 and leader epoch -1; a found offset carries the leader
+/// epoch Metadata announces (0) from version 4. Topics named twice are answered in one entry.
 pub(crate) async fn list_offsets(
     broker: &Arc<Broker>,
     ctx: &Ctx,
@@ -423,31 +426,63 @@ pub(crate) async fn list_offsets(
 ) -> ListOffsetsResponse {
     let supported =
         |timestamp: i64| list_offsets_min_version(timestamp).is_some_and(|v| ctx.version >= v);
-    let topics = request
-        .topics
-        .into_iter()
-        .map(|t| (t.name, t.partitions))
-        .collect();
-    // The epoch Fetch writes into served batches (see `fetch`).
-    let (layout, queries) = resolve(
-        broker,
-        topics,
-        |p| p.partition_index,
-        |partition, p| ListOffsetsPartition {
-            partition,
-            timestamp: p.timestamp,
-            leader_epoch: 0,
-        },
-    )
-    .await;
-    // Only the supported queries go to the fetcher; `asked[i]` is query i's index among them.
-    let mut asked = Vec::with_capacity(queries.len());
-    let mut wanted = Vec::with_capacity(queries.len());
-    for q in &queries {
-        asked.push(supported(q.timestamp).then(|| {
-            wanted.push(q.clone());
-            wanted.len() - 1
-        }));
+    let mut count: HashMap<(TopicName, i32), usize> = HashMap::new();
+    for t in &request.topics {
+        for p in &t.partitions {
+            *count
+                .entry((t.name.clone(), p.partition_index))
+                .or_default() += 1;
+        }
+    }
+    // One entry per topic, one per partition (a duplicate keeps its first place).
+    let mut merged: Vec<(TopicName, Vec<ListOffsetsPartition>)> = Vec::new();
+    let mut placed: std::collections::HashSet<(TopicName, i32)> = std::collections::HashSet::new();
+    for t in request.topics {
+        let at = match merged.iter().position(|(name, _)| *name == t.name) {
+            Some(at) => at,
+            None => {
+                merged.push((t.name.clone(), Vec::new()));
+                merged.len() - 1
+            }
+        };
+        for p in t.partitions {
+            if placed.insert((t.name.clone(), p.partition_index)) {
+                merged[at].1.push(ListOffsetsPartition {
+                    // Filled in below once the topic is known.
+                    partition: TopicIdPartition::new(uuid::Uuid::nil(), p.partition_index),
+                    timestamp: p.timestamp,
+                    // The epoch Fetch writes into served batches (see `fetch`).
+                    leader_epoch: 0,
+                });
+            }
+        }
+    }
+    // Per partition: the index of its query, or the error code answering it.
+    let mut layout: Vec<(TopicName, Vec<(i32, Result<usize, i16>)>)> = Vec::new();
+    let mut wanted = Vec::new();
+    for (name, partitions) in merged {
+        let found = broker.topics.by_name(name.as_str()).await;
+        let mut slots = Vec::with_capacity(partitions.len());
+        for mut q in partitions {
+            let index = q.partition.partition;
+            let slot = if count.get(&(name.clone(), index)).is_some_and(|&n| n > 1) {
+                Err(codes::INVALID_REQUEST)
+            } else if !supported(q.timestamp) {
+                Err(UNSUPPORTED_VERSION)
+            } else {
+                match &found {
+                    Err(e) => Err(e.error_code().code()),
+                    Ok(Some(t)) if t.has_partition(index) => {
+                        q.partition = TopicIdPartition::new(t.id, index);
+                        wanted.push(q);
+                        Ok(wanted.len() - 1)
+                    }
+                    Ok(_) => Err(codes::UNKNOWN_TOPIC_OR_PARTITION),
+                }
+            };
+            slots.push((index, slot));
+        }
+        layout.push((name, slots));
     }
     let answers = if wanted.is_empty() {
         Ok(Vec::new())
@@ -466,24 +501,22 @@ pub(crate) async fn list_offsets(
             p.partition_index = index;
             p.offset = -1;
             p.timestamp = -1;
-            match slot.map(|i| asked.get(i).copied()) {
+            p.leader_epoch = -1;
+            let found = match (slot, &answers) {
+                (Err(code), _) => Err(code),
+                (Ok(_), Err(e)) => Err(e.error_code().code()),
+                (Ok(i), Ok(list)) => list.get(i).ok_or(codes::UNKNOWN_SERVER_ERROR),
+            };
+            match found {
                 Err(code) => p.error_code = code,
-                Ok(None) => p.error_code = codes::UNKNOWN_SERVER_ERROR,
-                Ok(Some(None)) => p.error_code = UNSUPPORTED_VERSION,
-                Ok(Some(Some(i))) => match &answers {
-                    Err(e) => p.error_code = e.error_code().code(),
-                    Ok(list) => match list.get(i) {
-                        None => p.error_code = codes::UNKNOWN_SERVER_ERROR,
-                        Some(a) => {
-                            p.error_code = a.error.code();
-                            p.offset = a.offset;
-                            p.timestamp = a.timestamp;
-                            if ctx.version >= 4 {
-                                p.leader_epoch = a.leader_epoch;
-                            }
-                        }
-                    },
-                },
+                Ok(a) => {
+                    p.error_code = a.error.code();
+                    p.offset = a.offset;
+                    p.timestamp = a.timestamp;
+                    if ctx.version >= 4 {
+                        p.leader_epoch = a.leader_epoch;
+                    }
+                }
             }
             topic.partitions.push(p);
         }
