@@ -31,12 +31,15 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::InitProducerId, 0, 4),
-    (ApiKey::DescribeCluster, 0, 2),
-    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 /// The supported version range of an API key, if any.

@@ -376,7 +376,7 @@ impl Broker {
             orphan_collection = orphan_check.is_some(),
             "diskless broker state opened"
         );
-        let topics = Topics::new(coordinator.clone());
+        let topics = Topics::with_defaults(coordinator.clone(), config.topic_defaults());
         Ok(Arc::new(Broker {
             cluster,
             coordinator,

@@ -36,6 +36,7 @@ mod fetch;
 mod groups;
 mod metadata;
 mod metrics;
+mod admin_configs;
 mod fetch_session;
 mod cluster_admin;
 mod offsets;

@@ -44,17 +44,6 @@ impl Default for TopicDefaults {
     }
 }
 
-impl TopicDefaults {
-    /// The settings of this process's command line (the defaults when it does not parse, as under
-    /// a test harness).
-    fn from_command_line() -> TopicDefaults {
-        match crate::config::Config::parse(std::env::args().skip(1)) {
-            Ok(crate::config::Parsed::Run(config)) => config.topic_defaults(),
-            _ => TopicDefaults::default(),
-        }
-    }
-}
-
 /// A live topic.
 #[derive(Debug)]
 pub(crate) struct Topic {
@@ -107,11 +96,6 @@ impl std::fmt::Debug for Snapshot {
 }
 
 impl Topics {
-    /// The registry, with the topic defaults of the command line.
-    pub(crate) fn new(coordinator: Arc<dyn BatchCoordinator>) -> Topics {
-        Topics::with_defaults(coordinator, TopicDefaults::from_command_line())
-    }
-
     /// The registry with the given topic defaults.
     pub(crate) fn with_defaults(
         coordinator: Arc<dyn BatchCoordinator>,
