@@ -458,7 +458,7 @@ pub(crate) async fn list_offsets(
         }
     }
     // Per partition: the index of its query, or the error code answering it.
-    let mut layout: Vec<(TopicName, Vec<(i32, Result<usize, i16>)>)> = Vec::new();
+    let mut layout: Layout = Vec::new();
     let mut wanted = Vec::new();
     for (name, partitions) in merged {
         let found = broker.topics.by_name(name.as_str()).await;
