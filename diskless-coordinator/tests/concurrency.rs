@@ -402,3 +402,87 @@ async fn retention_reads_rows_bounded_by_its_budget_not_by_partitions() {
     assert_eq!(report.batches_deleted, 0);
     assert_eq!(c.stats(), before, "nothing due, nothing read");
 }
+
+/// Two coordinators on one database file (as two processes would open it) allocating producer-id
+/// blocks at once never get overlapping blocks, and a coordinator opened afterwards (a restart)
+/// never hands out an id already handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn producer_id_blocks_from_two_coordinators_on_one_file_never_overlap() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.db");
+    let options = SqliteOptions::default().with_synchronous(Synchronous::Normal);
+    let a = Arc::new(open(&path, options.clone(), Arc::new(SystemClock)).await);
+    let b = Arc::new(open(&path, options.clone(), Arc::new(SystemClock)).await);
+    let mut tasks = Vec::new();
+    for i in 0..8u32 {
+        let c = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            let mut blocks = Vec::new();
+            for k in 0..25u32 {
+                let count = 1 + (i * 7 + k) % 50;
+                blocks.push((count, c.allocate_producer_ids(count).await.unwrap()));
+            }
+            blocks
+        }));
+    }
+    let mut blocks = Vec::new();
+    for t in tasks {
+        blocks.extend(t.await.unwrap());
+    }
+    assert_eq!(blocks.len(), 200);
+    diskless_testkit::coordinator::conformance::assert_disjoint_blocks(&blocks);
+    let highest = blocks.iter().map(|(_, b)| b.last()).max().unwrap();
+    let total: i64 = blocks.iter().map(|(n, _)| i64::from(*n)).sum();
+    assert_eq!(
+        highest + 1,
+        total,
+        "blocks are consecutive from 0: no id skipped"
+    );
+    a.close().await;
+    b.close().await;
+    let reopened = open(&path, options, Arc::new(SystemClock)).await;
+    let next = reopened.allocate_producer_ids(1).await.unwrap();
+    assert_eq!(next.first, highest + 1);
+}
+
+/// Two coordinators on one file growing one topic at once: every growth is applied whole or
+/// refused with INVALID_PARTITIONS, the largest wins, and every partition exists once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_create_partitions_on_one_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.db");
+    let options = SqliteOptions::default().with_synchronous(Synchronous::Normal);
+    let a = Arc::new(open(&path, options.clone(), Arc::new(SystemClock)).await);
+    let b = Arc::new(open(&path, options, Arc::new(SystemClock)).await);
+    create_topic(a.as_ref(), TOPIC, "t", 2, TopicConfig::default()).await;
+    let mut tasks = Vec::new();
+    for total in 3..=10 {
+        let c = if total % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            c.create_partitions(TOPIC, total).await
+        }));
+    }
+    let mut grown = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(()) => grown += 1,
+            Err(CoordinatorError::InvalidPartitions(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(grown >= 1);
+    assert_eq!(b.list_topics().await.unwrap()[0].partitions, 10);
+    for p in 0..10 {
+        let tp = TopicIdPartition::new(TOPIC, p);
+        assert_eq!(
+            list_offset(a.as_ref(), tp, LATEST_TIMESTAMP).await.offset,
+            0
+        );
+    }
+    let mut conn = other_connection(&path).await;
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM partitions")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(rows, 10);
+}

@@ -2332,3 +2332,101 @@ async fn postgres_deleted_objects_are_fenced_and_serialize_with_commits() {
     );
     c.close().await;
 }
+
+/// Two coordinators on one schema (as two broker processes), each with several callers at once,
+/// never get overlapping producer-id blocks; a coordinator connected afterwards (a restart) never
+/// hands out an id already handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_producer_id_blocks_from_two_coordinators_never_overlap() {
+    let Some(schema) = test_schema() else { return };
+    let clock = ManualClock::new(START_MS);
+    let a = coordinator(&schema, clock.clone()).await;
+    let b = coordinator(&schema, clock.clone()).await;
+    let mut tasks = Vec::new();
+    for i in 0..8u32 {
+        let c = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            let mut blocks = Vec::new();
+            for k in 0..25u32 {
+                let count = 1 + (i * 7 + k) % 50;
+                blocks.push((count, c.allocate_producer_ids(count).await.unwrap()));
+            }
+            blocks
+        }));
+    }
+    let mut blocks = Vec::new();
+    for t in tasks {
+        blocks.extend(t.await.unwrap());
+    }
+    assert_eq!(blocks.len(), 200);
+    conformance::assert_disjoint_blocks(&blocks);
+    let highest = blocks.iter().map(|(_, b)| b.last()).max().unwrap();
+    let total: i64 = blocks.iter().map(|(n, _)| i64::from(*n)).sum();
+    assert_eq!(
+        highest + 1,
+        total,
+        "blocks are consecutive from 0: no id skipped"
+    );
+    a.close().await;
+    b.close().await;
+    let c = coordinator(&schema, clock).await;
+    assert_eq!(c.allocate_producer_ids(1).await.unwrap().first, highest + 1);
+    // Near the end of the id space the counter refuses rather than wrap.
+    let mut conn = side_connection(&schema, "-inspector").await;
+    sqlx::query("UPDATE producer_ids SET next_producer_id = 9223372036854775800")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let r = c.allocate_producer_ids(100).await;
+    assert!(matches!(r, Err(CoordinatorError::Storage(_))), "{r:?}");
+    c.close().await;
+}
+
+/// Two coordinators growing one topic at once: every growth is applied whole or refused with
+/// INVALID_PARTITIONS, the largest wins, every partition row exists once, and commits to the
+/// topic's partitions go on meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_concurrent_create_partitions() {
+    let Some(schema) = test_schema() else { return };
+    let clock = ManualClock::new(START_MS);
+    let a = coordinator(&schema, clock.clone()).await;
+    let b = coordinator(&schema, clock.clone()).await;
+    let t = create_topic(a.as_ref(), 2).await;
+    let mut tasks = Vec::new();
+    for total in 3..=10 {
+        let c = if total % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(
+            async move { c.create_partitions(t, total).await },
+        ));
+    }
+    let commits: Vec<_> = (0..4)
+        .map(|_| {
+            spawn_commit(
+                &a,
+                request(&key_aged(0), vec![plain(TopicIdPartition::new(t, 0), 1)]),
+            )
+        })
+        .collect();
+    let mut grown = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(()) => grown += 1,
+            Err(CoordinatorError::InvalidPartitions(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(grown >= 1);
+    for c in commits {
+        assert_eq!(c.await.unwrap().unwrap()[0].error, ErrorCode::None);
+    }
+    assert_eq!(b.list_topics().await.unwrap()[0].partitions, 10);
+    let mut conn = side_connection(&schema, "-inspector").await;
+    let partitions: Vec<i32> =
+        sqlx::query_scalar("SELECT partition FROM partitions ORDER BY partition")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(partitions, (0..10).collect::<Vec<_>>());
+    a.close().await;
+    b.close().await;
+}

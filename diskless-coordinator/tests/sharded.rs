@@ -884,3 +884,181 @@ async fn a_fence_on_one_shard_makes_a_commit_partial_and_keeps_the_object() {
         vec![key.clone()]
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Admin operations (issue #18)
+
+/// Producer-id blocks come from shard 0 alone, so two routers over the same shards never hand
+/// out the same id.
+#[tokio::test]
+async fn routers_over_the_same_shards_share_one_producer_id_counter() {
+    let clock = ManualClock::new(START_MS);
+    let (a, b) = two_routers(&clock).await;
+    let mut blocks = Vec::new();
+    for i in 0..20u32 {
+        let router = if i % 2 == 0 { &a } else { &b };
+        let count = 1 + i * 13;
+        blocks.push((count, router.allocate_producer_ids(count).await.unwrap()));
+    }
+    diskless_testkit::coordinator::conformance::assert_disjoint_blocks(&blocks);
+    let highest = blocks.iter().map(|(_, b)| b.last()).max().unwrap();
+    let from_shard_0 = a.shard(0).unwrap().allocate_producer_ids(1).await.unwrap();
+    assert!(from_shard_0.first > highest, "{from_shard_0:?}");
+    // The other shards' counters were never used.
+    let from_shard_1 = a.shard(1).unwrap().allocate_producer_ids(1).await.unwrap();
+    assert_eq!(from_shard_1.first, 0);
+}
+
+/// CreatePartitions through one router places the new partitions on the emptiest shards and
+/// grows the topic on every shard; another router on the same map store routes them the same way
+/// (after reloading the map, as for a new topic).
+#[tokio::test]
+async fn added_partitions_are_placed_and_routed_by_every_router() {
+    let clock = ManualClock::new(START_MS);
+    let (a, b) = two_routers(&clock).await;
+    let t = create(&a, 90, 3, TopicConfig::default()).await;
+    // b learns the topic as it is.
+    let r = b
+        .commit_file(ten_bytes_each(
+            &v7_key(START_MS),
+            (0..3).map(|p| TopicIdPartition::new(t, p)),
+        ))
+        .await
+        .unwrap();
+    assert!(r.iter().all(|r| r.error == ErrorCode::None), "{r:?}");
+    a.create_partitions(t, 7).await.unwrap();
+    let placement = a.placements()[&t].clone();
+    assert_eq!(placement.len(), 7);
+    assert_eq!(&placement[..3], &*b.placements()[&t], "old partitions stay");
+    let mut per_shard = BTreeMap::new();
+    for s in placement.iter() {
+        *per_shard.entry(*s).or_insert(0) += 1;
+    }
+    assert_eq!(
+        per_shard.values().copied().collect::<Vec<_>>(),
+        vec![3, 2, 2]
+    );
+    for s in 0..3 {
+        let topics = a.shard(s).unwrap().list_topics().await.unwrap();
+        assert_eq!(topics[0].partitions, 7, "shard {s}");
+    }
+    assert_eq!(b.list_topics().await.unwrap()[0].partitions, 7);
+    // b reloads the map on the first partition beyond what it knows (at most once a second).
+    clock.advance(1_000);
+    let r = b
+        .commit_file(ten_bytes_each(
+            &v7_key(START_MS + 1_000),
+            (3..7).map(|p| TopicIdPartition::new(t, p)),
+        ))
+        .await
+        .unwrap();
+    assert!(r.iter().all(|r| r.error == ErrorCode::None), "{r:?}");
+    for p in 0..7 {
+        let tp = TopicIdPartition::new(t, p);
+        let shard = a.shard_of(tp).unwrap();
+        assert_eq!(b.shard_of(tp), Some(shard));
+        // The batch is on the shard the map names, and nowhere else.
+        for s in 0..3u32 {
+            let hw = list_offset(a.shard(s).unwrap().as_ref(), tp, LATEST_TIMESTAMP)
+                .await
+                .offset;
+            assert_eq!(hw, i64::from(s == shard), "partition {tp} shard {s}");
+        }
+    }
+    // Growing again through b extends what a stored.
+    b.create_partitions(t, 8).await.unwrap();
+    assert_eq!(&b.placements()[&t][..7], &*placement);
+    assert!(matches!(
+        a.create_partitions(t, 8).await,
+        Err(CoordinatorError::InvalidPartitions(_))
+    ));
+}
+
+/// A CreatePartitions that failed half-way (shard 0 grew, the map or other shards did not) is
+/// completed by retrying it; a retry of a complete one is INVALID_PARTITIONS.
+#[tokio::test]
+async fn a_half_done_growth_is_completed_by_a_retry() {
+    let clock = ManualClock::new(START_MS);
+    let shards = model_shards(&clock, 3);
+    let r = router(shards.clone(), &clock).await;
+    let t = create(&r, 91, 3, TopicConfig::default()).await;
+    // As if an earlier attempt had grown shard 0 only.
+    shards[0].create_partitions(t, 5).await.unwrap();
+    r.create_partitions(t, 5).await.unwrap();
+    assert_eq!(r.placements()[&t].len(), 5);
+    for s in &shards {
+        assert_eq!(s.list_topics().await.unwrap()[0].partitions, 5);
+    }
+    assert!(matches!(
+        r.create_partitions(t, 5).await,
+        Err(CoordinatorError::InvalidPartitions(_))
+    ));
+    // As if an earlier attempt had grown shards 0 and 1, but neither stored the map nor grew
+    // shard 2.
+    shards[0].create_partitions(t, 6).await.unwrap();
+    shards[1].create_partitions(t, 6).await.unwrap();
+    r.create_partitions(t, 6).await.unwrap();
+    for s in &shards {
+        assert_eq!(s.list_topics().await.unwrap()[0].partitions, 6);
+    }
+    let tp = TopicIdPartition::new(t, 5);
+    let res = r
+        .commit_file(ten_bytes_each(&v7_key(START_MS), [tp]))
+        .await
+        .unwrap();
+    assert_eq!(res[0].error, ErrorCode::None);
+}
+
+/// A grown placement is stored: a router reopened on the same map file routes the new partitions
+/// to the same shards.
+#[tokio::test]
+async fn a_grown_placement_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let map_path = dir.path().join("shards.map");
+    let clock = ManualClock::new(START_MS);
+    let shards = model_shards(&clock, 3);
+    let store = Arc::new(FileShardMap::open(&map_path).await.unwrap());
+    let r = ShardedCoordinator::open(shards.clone(), store, clock.clone(), config(1))
+        .await
+        .unwrap();
+    let t = create(&r, 92, 2, TopicConfig::default()).await;
+    r.create_partitions(t, 6).await.unwrap();
+    let before = r.placements();
+    drop(r);
+    let store = Arc::new(FileShardMap::open(&map_path).await.unwrap());
+    let r = ShardedCoordinator::open(shards, store, clock.clone(), config(2))
+        .await
+        .unwrap();
+    assert_eq!(r.placements(), before);
+    assert_eq!(before[&t].len(), 6);
+}
+
+/// A config change reaches every shard, so each shard's retention pass and commits follow it.
+#[tokio::test]
+async fn a_config_change_reaches_every_shard() {
+    let clock = ManualClock::new(START_MS);
+    let shards = model_shards(&clock, 3);
+    let r = router(shards.clone(), &clock).await;
+    let t = create(&r, 93, 3, TopicConfig::default()).await;
+    let config = TopicConfig::default()
+        .with_retention_ms(1_000)
+        .with_timestamp_type(TimestampType::LogAppendTime);
+    r.alter_topic_config(t, config.clone()).await.unwrap();
+    for s in &shards {
+        assert_eq!(s.list_topics().await.unwrap()[0].config, config);
+    }
+    let res = r
+        .commit_file(ten_bytes_each(
+            &v7_key(START_MS),
+            (0..3).map(|p| TopicIdPartition::new(t, p)),
+        ))
+        .await
+        .unwrap();
+    assert!(res.iter().all(|r| r.log_append_time == START_MS), "{res:?}");
+    clock.advance(1_001);
+    assert_eq!(r.enforce_retention(100).await.unwrap().batches_deleted, 3);
+    assert!(matches!(
+        r.alter_topic_config(Uuid::from_u128(12345), config).await,
+        Err(CoordinatorError::UnknownTopic(_))
+    ));
+}

@@ -76,6 +76,8 @@ mod tests {
             total.retention_deleted += s.retention_deleted;
             total.log_start_moves += s.log_start_moves;
             total.objects_collected += s.objects_collected;
+            total.partitions_added += s.partitions_added;
+            total.configs_altered += s.configs_altered;
         }
         let s = &total;
         for (name, n) in [
@@ -88,6 +90,8 @@ mod tests {
             ("retention_deleted", s.retention_deleted),
             ("log_start_moves", s.log_start_moves),
             ("objects_collected", s.objects_collected),
+            ("partitions_added", s.partitions_added),
+            ("configs_altered", s.configs_altered),
         ] {
             assert!(n >= 5, "generators rarely reach {name}: {total:?}");
         }

@@ -3,7 +3,8 @@
 //! [`ops_strategy`] generates sequences of [`Op`]s: topic creation and deletion, commits of files with
 //! random batches over a few partitions and producers (in-sequence batches, duplicates, gaps, epoch
 //! bumps and fenced epochs, sequences near `i32::MAX`, unknown partitions), DeleteRecords, clock
-//! advances with retention passes, garbage collection of objects, and queries.
+//! advances with retention passes, garbage collection of objects, CreatePartitions, topic config
+//! changes, producer-id blocks, and queries.
 //! [`check_against_model`] applies each op to an implementation and to the [`InMemoryCoordinator`]
 //! and asserts equal results and, after every op, equal observable state.
 //!
@@ -17,7 +18,7 @@ use diskless_coordinator::{
     BatchCoordinator, Clock, CommitBatch, CommitFileRequest, CoordinatorError, CreateTopicRequest,
     DeleteRecordsRequest, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, LATEST_TIMESTAMP,
     ListOffsetsRequest, MAX_TIMESTAMP, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
-    TimestampType, TopicConfig, TopicIdPartition,
+    ProducerIdBlock, TimestampType, TopicConfig, TopicIdPartition,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -183,6 +184,32 @@ pub enum Op {
         /// The total limit.
         fetch_max_bytes: u32,
     },
+    /// CreatePartitions: grow the topic of a slot to `new_total` partitions (refused unless it
+    /// has fewer).
+    CreatePartitions {
+        /// Slot.
+        slot: usize,
+        /// The new partition count.
+        new_total: i32,
+    },
+    /// Replace the config of the topic of a slot (the values as in [`Op::CreateTopic`]).
+    AlterTopicConfig {
+        /// Slot.
+        slot: usize,
+        /// LogAppendTime or CreateTime.
+        log_append_time: bool,
+        /// retention.ms (`-2` is invalid and exercises validation).
+        retention_ms: i64,
+        /// retention.bytes.
+        retention_bytes: i64,
+        /// producer.id.expiration.ms.
+        producer_id_expiration_ms: i64,
+    },
+    /// Take a block of `count` producer ids (0 is invalid).
+    AllocateProducerIds {
+        /// Block size.
+        count: u32,
+    },
     /// ListOffsets on one partition with a timestamp relative to now (or -1/-2/-3).
     ListOffsets {
         /// Slot.
@@ -281,9 +308,35 @@ fn create_strategy() -> impl Strategy<Value = Op> {
         )
 }
 
+fn alter_strategy() -> impl Strategy<Value = Op> {
+    (
+        0..TOPIC_SLOTS,
+        any::<bool>(),
+        prop_oneof![10 => prop_oneof![Just(-1i64), Just(2_000), Just(10_000)], 1 => Just(-2)],
+        prop_oneof![Just(-1i64), Just(0), Just(500), Just(1_500)],
+        prop_oneof![Just(86_400_000i64), Just(2_000), Just(6_000)],
+    )
+        .prop_map(
+            |(slot, log_append_time, retention_ms, retention_bytes, producer_id_expiration_ms)| {
+                Op::AlterTopicConfig {
+                    slot,
+                    log_append_time,
+                    retention_ms,
+                    retention_bytes,
+                    producer_id_expiration_ms,
+                }
+            },
+        )
+}
+
 /// One random op.
 pub fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
+        1 => (0..TOPIC_SLOTS, 1..=PARTITIONS + 1)
+            .prop_map(|(slot, new_total)| Op::CreatePartitions { slot, new_total }),
+        1 => alter_strategy(),
+        1 => prop_oneof![10 => 1u32..2_000, 1 => Just(0)]
+            .prop_map(|count| Op::AllocateProducerIds { count }),
         2 => create_strategy(),
         1 => (0..TOPIC_SLOTS).prop_map(|slot| Op::DeleteTopic { slot }),
         12 => (
@@ -375,6 +428,7 @@ fn error_kind(e: &CoordinatorError) -> &'static str {
         CoordinatorError::Closed => "Closed",
         CoordinatorError::DeadlineExceeded(_) => "DeadlineExceeded",
         CoordinatorError::ObjectFenced(_) => "ObjectFenced",
+        CoordinatorError::InvalidPartitions(_) => "InvalidPartitions",
         _ => "other",
     }
 }
@@ -439,6 +493,10 @@ pub struct OpStats {
     pub keys_fenced: u64,
     /// Producer states expired.
     pub producers_expired: u64,
+    /// Topics grown by CreatePartitions.
+    pub partitions_added: u64,
+    /// Topic configs replaced.
+    pub configs_altered: u64,
 }
 
 /// Producer sequence bookkeeping while resolving one file.
@@ -462,6 +520,8 @@ struct Driver<'a> {
     stats: OpStats,
     /// Every producer batch sent per (partition, producer id).
     sent: HashMap<(TopicIdPartition, i64), Vec<SentBatch>>,
+    /// The producer-id blocks the implementation handed out.
+    blocks: Vec<(u32, ProducerIdBlock)>,
 }
 
 impl Driver<'_> {
@@ -787,6 +847,66 @@ impl Driver<'_> {
                 let m = model.find_batches(&reqs, *fetch_max_bytes).await;
                 assert_same(step, op, "find_batches", r, m);
             }
+            Op::CreatePartitions { slot, new_total } => {
+                let r = real
+                    .create_partitions(slot_topic_id(*slot), *new_total)
+                    .await;
+                let m = model
+                    .create_partitions(slot_topic_id(*slot), *new_total)
+                    .await;
+                match assert_same(step, op, "create_partitions", r, m) {
+                    Some(()) => self.stats.partitions_added += 1,
+                    None => self.stats.failed_calls += 1,
+                }
+            }
+            Op::AlterTopicConfig {
+                slot,
+                log_append_time,
+                retention_ms,
+                retention_bytes,
+                producer_id_expiration_ms,
+            } => {
+                let config = TopicConfig {
+                    timestamp_type: if *log_append_time {
+                        TimestampType::LogAppendTime
+                    } else {
+                        TimestampType::CreateTime
+                    },
+                    retention_ms: *retention_ms,
+                    retention_bytes: *retention_bytes,
+                    producer_id_expiration_ms: *producer_id_expiration_ms,
+                    ..TopicConfig::default()
+                };
+                let id = slot_topic_id(*slot);
+                let r = real.alter_topic_config(id, config.clone()).await;
+                let m = model.alter_topic_config(id, config).await;
+                match assert_same(step, op, "alter_topic_config", r, m) {
+                    Some(()) => self.stats.configs_altered += 1,
+                    None => self.stats.failed_calls += 1,
+                }
+            }
+            Op::AllocateProducerIds { count } => {
+                // Blocks are compared by size and disjointness, not by number: the contract leaves
+                // where a block starts to the implementation.
+                let r = real.allocate_producer_ids(*count).await;
+                let m = model.allocate_producer_ids(*count).await;
+                match (r, m) {
+                    (Ok(block), Ok(_)) => {
+                        self.blocks.push((*count, block));
+                        super::conformance::assert_disjoint_blocks(&self.blocks);
+                    }
+                    (r, m) => {
+                        assert_same(
+                            step,
+                            op,
+                            "allocate_producer_ids",
+                            r.map(|_| ()),
+                            m.map(|_| ()),
+                        );
+                        self.stats.failed_calls += 1;
+                    }
+                }
+            }
             Op::ListOffsets {
                 slot,
                 partition,
@@ -838,6 +958,13 @@ impl Driver<'_> {
                         timestamp,
                     });
                 }
+                assert_same(
+                    step,
+                    op,
+                    &format!("state: producers of {p}"),
+                    real.list_producers(p).await,
+                    model.list_producers(p).await,
+                );
                 for producer_id in 0..PRODUCERS {
                     assert_same(
                         step,
@@ -899,6 +1026,7 @@ pub async fn check_against_model(harness: Harness, ops: &[Op]) -> OpStats {
         key_counter: 0,
         stats: OpStats::default(),
         sent: HashMap::new(),
+        blocks: Vec::new(),
     };
     for (step, op) in ops.iter().enumerate() {
         driver.apply(step, op).await;
