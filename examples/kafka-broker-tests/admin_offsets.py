@@ -11,7 +11,10 @@ with a 2-partition topic "sessions"). Every answer is checked against what a Kaf
   - delete_records: the low watermark moves (to an offset, then to the high watermark with
     OFFSET_END), list_offsets earliest follows; an offset past the high watermark is
     OFFSET_OUT_OF_RANGE;
-  - a consumer (assign, from the beginning) reads what was produced, and its watermarks agree.
+  - a consumer (assign, from the beginning) reads what was produced, and its watermarks agree;
+  - when kafka-python is installed (its consumer keeps KIP-227 fetch sessions; librdkafka sends
+    sessionless fetches): a kafka-python consumer reads both partitions while more records arrive,
+    over full and incremental fetches, with no session error.
 
 Usage: admin_offsets.py --bootstrap HOST:PORT[,...]   (exit 0 on success)
 """
@@ -172,6 +175,72 @@ def consume(bootstrap, values):
     log(f"consumer read {len(got)} records")
 
 
+def kafka_python_consumer(bootstrap):
+    """A kafka-python consumer over both partitions while records arrive: it opens a fetch session
+    per broker and continues it with incremental fetches (its FetchSessionHandler logs each
+    response kind; any session error or invalid response fails)."""
+    try:
+        import kafka
+    except ImportError:
+        log("skipped the kafka-python consumer: kafka-python is not installed "
+            "(pip install kafka-python)")
+        return
+    import logging
+
+    class Collect(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.DEBUG)
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    collect = Collect()
+    fetcher_log = logging.getLogger("kafka.consumer.fetcher")
+    fetcher_log.setLevel(logging.DEBUG)
+    fetcher_log.addHandler(collect)
+    consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap.split(","),
+                                   client_id="kafka-python-sessions", enable_auto_commit=False,
+                                   fetch_max_wait_ms=100)
+    tps = [kafka.TopicPartition(TOPIC, p) for p in (0, 1)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    start = {tp: consumer.position(tp) for tp in tps}
+    end = dict(consumer.end_offsets(tps))
+    base = int(time.time() * 1000)
+    got = {tp: [] for tp in tps}
+    rounds = 0
+    deadline = time.time() + TIMEOUT_S
+    extra = 0
+    while time.time() < deadline:
+        for tp, records in consumer.poll(timeout_ms=200).items():
+            got[tp].extend(r.offset for r in records)
+        rounds += 1
+        # New records now and then, in one partition at a time: an incremental response carries
+        # only that one.
+        if rounds % 5 == 0 and extra < 6:
+            partition = extra % 2
+            produce(bootstrap, partition, [f"k{extra}".encode()], [base + extra])
+            end[tps[partition]] += 1
+            extra += 1
+        if extra == 6 and all(len(got[tp]) == end[tp] - start[tp] for tp in tps):
+            break
+    consumer.close()
+    fetcher_log.removeHandler(collect)
+    for tp in tps:
+        check(got[tp] == list(range(start[tp], end[tp])),
+              f"kafka-python read {tp.partition}: {got[tp]}, want {start[tp]}..{end[tp]}")
+    messages = collect.messages
+    bad = [m for m in messages if "unable to process" in m or "invalid" in m]
+    check(not bad, f"fetch session errors: {bad[:5]}")
+    opened = [m for m in messages if "created a new incremental fetch session" in m]
+    continued = [m for m in messages if "sent an incremental fetch response for session" in m]
+    check(opened and continued,
+          f"no fetch session kept (opened {len(opened)}, continued {len(continued)})")
+    log(f"kafka-python consumer ok: {len(opened)} sessions opened, {len(continued)} incremental "
+        f"responses, {sum(len(v) for v in got.values())} records")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
@@ -190,6 +259,7 @@ def main():
         values = [f"c{i}".encode() for i in range(25)]
         produce(args.bootstrap, 1, values, [base + i for i in range(len(values))])
         consume(args.bootstrap, values)
+        kafka_python_consumer(args.bootstrap)
     except Failure as e:
         print(f"FAILED: {e}", flush=True)
         return 1
