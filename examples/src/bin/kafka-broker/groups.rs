@@ -9,7 +9,8 @@
 //!   are removed, static ones stay (with their last metadata); the generation is bumped, the protocol
 //!   most members prefer is chosen, the leader gets the member list (`CompletingRebalance`). The
 //!   leader's SyncGroup carries the assignments; once the group's metadata is stored, every member
-//!   gets its own and the group is `Stable`. Heartbeats answer `REBALANCE_IN_PROGRESS` while a
+//!   gets its own and the group is `Stable`; members that have not sent SyncGroup by the rebalance
+//!   timeout are removed (a new rebalance). Heartbeats answer `REBALANCE_IN_PROGRESS` while a
 //!   rebalance runs; members that stop heartbeating for their session timeout are removed.
 //! - **Durable** (Kafka's group metadata records in `__consumer_offsets`): the group's metadata
 //!   (generation, protocol type and name, leader, and every member with its ids, client, timeouts,
@@ -183,6 +184,9 @@ struct Group {
     members: Vec<Member>,
     /// Member ids handed out with `MEMBER_ID_REQUIRED`, until they join or this deadline passes.
     pending: HashMap<String, Instant>,
+    /// Members that have not sent SyncGroup since the join phase completed; those still here at
+    /// the rebalance timeout are removed (Kafka's pending sync members).
+    pending_sync: HashSet<String>,
     /// Identifies the current rebalance (its timers ignore later ones).
     rebalance: u64,
     /// The first rebalance of an empty group does not complete before this.
@@ -200,6 +204,7 @@ impl Group {
             leader: None,
             members: Vec::new(),
             pending: HashMap::new(),
+            pending_sync: HashSet::new(),
             rebalance: 0,
             delay_until: None,
         }
@@ -709,6 +714,9 @@ impl GroupCoordinator {
         m.id = new_id.clone();
         let old_protocols = m.protocols.clone();
         let old_timeouts = (m.session_timeout, m.rebalance_timeout);
+        if g.pending_sync.remove(old_id) {
+            g.pending_sync.insert(new_id.clone());
+        }
         if g.leader.as_deref() == Some(old_id) {
             g.leader = Some(new_id.clone());
         }
@@ -790,6 +798,7 @@ impl GroupCoordinator {
                 }
             }
         }
+        g.pending_sync.clear();
         let was_empty = g.state == State::Empty;
         g.state = State::PreparingRebalance;
         g.rebalance += 1;
@@ -918,7 +927,43 @@ impl GroupCoordinator {
                 }
             }
         }
+        self.schedule_pending_sync(g);
         true
+    }
+
+    /// Kafka's `schedulePendingSync`: members that do not send SyncGroup within the rebalance
+    /// timeout are removed, and the group rebalances.
+    fn schedule_pending_sync(self: &Arc<Self>, g: &mut Group) {
+        g.pending_sync = g.members.iter().map(|m| m.id.clone()).collect();
+        let this = self.clone();
+        let group_id = g.id.clone();
+        let generation = g.generation;
+        let at = Instant::now() + rebalance_timeout_of(g);
+        tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            let Some(group) = this.existing(&group_id) else {
+                return;
+            };
+            let mut g = group.lock();
+            if g.generation != generation
+                || !matches!(g.state, State::CompletingRebalance | State::Stable)
+                || g.pending_sync.is_empty()
+            {
+                return;
+            }
+            let late: Vec<String> = g.pending_sync.drain().collect();
+            for id in late {
+                if let Some(i) = g.members.iter().position(|m| m.id == id) {
+                    let m = g.members.remove(i);
+                    info!(group = %g.id, member = %id, "member did not sync in time: removed");
+                    answer_removed(m);
+                }
+            }
+            if g.leader.as_ref().is_none_or(|l| !g.has(l)) {
+                g.leader = g.members.first().map(|m| m.id.clone());
+            }
+            this.maybe_prepare_rebalance(&mut g);
+        });
     }
 
     /// SyncGroup: waits for the leader's assignments (stored before anyone gets one).
@@ -958,6 +1003,12 @@ impl GroupCoordinator {
                 return SyncOutcome::error(codes::UNKNOWN_MEMBER_ID);
             };
             m.last_seen = Instant::now();
+            if matches!(state, State::CompletingRebalance | State::Stable) {
+                g.pending_sync.remove(member_id);
+            }
+            let Some(m) = g.member(member_id) else {
+                return SyncOutcome::error(codes::UNKNOWN_MEMBER_ID);
+            };
             match state {
                 State::Empty | State::Dead => return SyncOutcome::error(codes::UNKNOWN_MEMBER_ID),
                 State::PreparingRebalance => {
@@ -1098,6 +1149,7 @@ impl GroupCoordinator {
             return;
         };
         let m = g.members.remove(i);
+        g.pending_sync.remove(member_id);
         info!(group = %g.id, member = %member_id, instance = ?m.instance_id, "member {why}");
         answer_removed(m);
         if g.leader.as_deref() == Some(member_id) {
@@ -1946,6 +1998,35 @@ mod tests {
         assert_eq!(
             gc.join(params("nobody")).await.error,
             codes::UNKNOWN_MEMBER_ID
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_that_does_not_sync_is_removed_at_the_rebalance_timeout() {
+        let gc = GroupCoordinator::new();
+        let (a, b) = tokio::join!(gc.join(params("")), gc.join(params("")));
+        let (leader, follower) = if a.members.is_empty() { (b, a) } else { (a, b) };
+        let s = sync(
+            &gc,
+            &leader,
+            vec![(leader.member_id.clone(), Bytes::from_static(b"L"))],
+        )
+        .await;
+        assert_eq!(s.error, codes::NONE);
+        // The follower heartbeats but never sends SyncGroup.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(
+            gc.heartbeat("g", leader.generation, &follower.member_id, None),
+            codes::NONE
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            gc.heartbeat("g", leader.generation, &follower.member_id, None),
+            codes::UNKNOWN_MEMBER_ID
+        );
+        assert_eq!(
+            gc.heartbeat("g", leader.generation, &leader.member_id, None),
+            codes::REBALANCE_IN_PROGRESS
         );
     }
 
