@@ -1,13 +1,17 @@
 //! Fetch, ListOffsets, DeleteRecords.
 //!
-//! ListOffsets goes through the shared `Fetcher` too (`Fetcher::list_offsets`: record-level answers,
-//! reading the one batch a timestamp falls in). Fetch goes through the shared `Fetcher` (KIP-74 byte limits, offsets injected into the stored
-//! batches). It long-polls as Kafka does: while fewer than `min_bytes` are available and `max_wait_ms`
-//! has not passed, it waits for a commit of any broker of the process (or re-checks every
-//! [`POLL_INTERVAL`], for writers in other processes sharing the coordinator) and fetches again.
-//! There are no transactions on diskless topics yet, so `read_committed` and `read_uncommitted` read
-//! the same records and the last stable offset is the high watermark. Fetch sessions (KIP-227) are
-//! kept as Kafka keeps them ([`crate::fetch_session`]); topic ids from version 13.
+//! Fetch goes through the shared `Fetcher` (KIP-74 byte limits, offsets injected into the stored
+//! batches), versions 4-17: fetch sessions (KIP-227) from version 7, kept as Kafka keeps them
+//! ([`crate::fetch_session`]), topic ids from version 13. It long-polls as Kafka does: while fewer
+//! than `min_bytes` are available, no read failed and `max_wait_ms` has not passed, it waits for a
+//! commit of any broker of the process (or re-checks every [`POLL_INTERVAL`], for writers in other
+//! processes sharing the coordinator) and fetches again. There are no transactions on diskless
+//! topics yet, so `read_committed` and `read_uncommitted` read the same records and the last stable
+//! offset is the high watermark.
+//!
+//! ListOffsets goes through the shared `Fetcher` too (`Fetcher::list_offsets`: record-level
+//! answers, reading the one batch a timestamp falls in); DeleteRecords moves log start offsets in
+//! the coordinator (`-1` deletes up to the high watermark; beyond it is `OFFSET_OUT_OF_RANGE`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
