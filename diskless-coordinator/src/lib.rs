@@ -181,15 +181,17 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
     /// Hands out a block of `count` producer ids (1 to [`MAX_PRODUCER_ID_BLOCK`], else
     /// [`CoordinatorError::InvalidRequest`]) that no other call ever hands out again: not on this
     /// coordinator, not on another one sharing its store (another process on the same database,
-    /// another router over the same shards), not after a restart. Blocks are consecutive from id
-    /// 0 on, as Kafka's controller allocates producer-id blocks to brokers (KIP-730); a broker
-    /// serves InitProducerId from its block and asks for the next when it is used up.
+    /// another router over the same shards), not after a restart. Blocks come in ascending
+    /// order (this crate's coordinators and the reference model hand them out consecutively from
+    /// id 0), as Kafka's controller allocates producer-id blocks to brokers (KIP-730): a broker
+    /// serves InitProducerId from its block and asks for the next when it is used up. When the id
+    /// space is spent the call fails with [`CoordinatorError::Storage`].
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe in the sense that a dropped call (or one failing with
-    /// [`CoordinatorError::OutcomeUnknown`]) may have taken a block that nobody receives: those ids
-    /// are lost, never handed out twice. Ask again.
+    /// Safe to drop at any point, but a call dropped after its request was sent (or one failing
+    /// with [`CoordinatorError::OutcomeUnknown`]) may have taken a block that nobody receives:
+    /// those ids are skipped, never handed out twice. Ask again.
     async fn allocate_producer_ids(&self, count: u32) -> Result<ProducerIdBlock, CoordinatorError>;
 
     /// Kafka's CreatePartitions: grows the topic to `new_total` partitions, the new ones empty

@@ -6,10 +6,11 @@
 //! - `conn.rs`: connecting (migrations, pools, the replica heartbeat), closing, and what a
 //!   database error means for a call, with the retry of a write after a conflict;
 //! - `migrate.rs`: the embedded migrations and how they are applied;
-//! - `topics.rs`: `create_topic`, `delete_topic`;
+//! - `topics.rs`: `create_topic`, `delete_topic`, `create_partitions`, `alter_topic_config`,
+//!   `allocate_producer_ids` (one `UPDATE ... RETURNING` of a counter row, migration 8);
 //! - `commit.rs`: `commit_file` (one call of the server-side function);
 //! - `reads.rs`: `find_batches`, `list_offsets`, `list_topics` (on a replica when configured)
-//!   and the queries that read the primary;
+//!   and the queries that read the primary (`list_producers` among them);
 //! - `lifecycle.rs`: DeleteRecords, retention, producer expiry, object deletion and orphan fences.
 //!
 //! Each [`BatchCoordinator`] method `x` is `write_x` or `read_x` in one of those files; a write

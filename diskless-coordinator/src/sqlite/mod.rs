@@ -5,9 +5,11 @@
 //! - `options.rs`: [`SqliteOptions`] and [`Synchronous`];
 //! - `conn.rs`: opening (migrations, the write connection, the read pool), closing, and what a
 //!   database error means for a call;
-//! - `topics.rs`: `create_topic`, `delete_topic`;
+//! - `topics.rs`: `create_topic`, `delete_topic`, `create_partitions`, `alter_topic_config`,
+//!   `allocate_producer_ids` (a counter row, migration 5);
 //! - `commit.rs`: `commit_file`, with `producer.rs` (the idempotent-producer rules);
-//! - `reads.rs`: `find_batches`, `list_offsets`, `list_topics` and the other queries;
+//! - `reads.rs`: `find_batches`, `list_offsets`, `list_topics`, `list_producers` and the other
+//!   queries;
 //! - `lifecycle.rs`: DeleteRecords, retention, producer expiry, object deletion and orphan fences.
 //!
 //! Each [`BatchCoordinator`] method `x` is `write_x` (one `BEGIN IMMEDIATE` transaction on the

@@ -1,5 +1,6 @@
-//! The queries: `find_batches`, `list_offsets`, `list_topics`, `known_objects`, `object_info` and
-//! `producer_state`, each on a read connection (in one read transaction when it reads twice).
+//! The queries: `find_batches`, `list_offsets`, `list_topics`, `known_objects`, `object_info`,
+//! `producer_state` and `list_producers`, each on a read connection (in one read transaction when
+//! it reads twice).
 
 use super::conn::not_applied;
 use super::producer;
