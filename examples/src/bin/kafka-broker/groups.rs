@@ -112,6 +112,9 @@ pub(crate) struct JoinOutcome {
     pub member_id: String,
     /// For the leader: (member id, group instance id, metadata of the chosen protocol).
     pub members: Vec<(String, Option<String>, Bytes)>,
+    /// JoinGroup version 9+: the leader of a stable group (a static leader that rejoined) must not
+    /// run the assignor.
+    pub skip_assignment: bool,
 }
 
 impl JoinOutcome {
@@ -412,6 +415,9 @@ pub(crate) struct JoinParams {
     pub client_host: String,
     /// JoinGroup version 4+ (KIP-394): a dynamic member without id gets `MEMBER_ID_REQUIRED`.
     pub require_known_member_id: bool,
+    /// JoinGroup version 9+: a static leader that rejoins a stable group is told it leads, with
+    /// `skip_assignment`.
+    pub support_skipping_assignment: bool,
     pub session_timeout_ms: i32,
     pub rebalance_timeout_ms: i32,
     pub protocol_type: String,
@@ -720,6 +726,7 @@ impl GroupCoordinator {
         if g.leader.as_deref() == Some(old_id) {
             g.leader = Some(new_id.clone());
         }
+        let p_skipping = p.support_skipping_assignment;
         update_member(g, &new_id, p, tx);
         match g.state {
             State::Stable => {
@@ -733,14 +740,30 @@ impl GroupCoordinator {
                 let stored = self.store_group(g, None);
                 let group = group.clone();
                 let old_id = old_id.to_string();
+                let skipping = p_skipping;
                 tokio::spawn(async move {
                     let ok = stored.await.unwrap_or(false);
                     let mut g = group.lock();
                     let generation = g.generation;
-                    let protocol_type = g.protocol_type.clone();
-                    let protocol_name = g.protocol_name.clone();
                     let is_leader = g.leader.as_deref() == Some(new_id.as_str());
+                    let answer = if skipping {
+                        // Version 9+: the leader learns it leads, and skips the assignment.
+                        JoinOutcome {
+                            skip_assignment: is_leader,
+                            ..join_answer(&g, &new_id, true)
+                        }
+                    } else {
+                        // Before: the old leader id, so that a rejoining leader does not run an
+                        // assignment a stable group would ignore.
+                        JoinOutcome {
+                            leader: current_leader.unwrap_or_default(),
+                            ..join_answer(&g, &new_id, false)
+                        }
+                    };
                     let gid = g.id.clone();
+                    if !ok && g.pending_sync.remove(&new_id) {
+                        g.pending_sync.insert(old_id.clone());
+                    }
                     let Some(m) = g.member(&new_id) else {
                         return;
                     };
@@ -748,15 +771,7 @@ impl GroupCoordinator {
                         return;
                     };
                     if ok {
-                        let _ = tx.send(JoinOutcome {
-                            error: codes::NONE,
-                            generation,
-                            protocol_type,
-                            protocol_name,
-                            leader: current_leader.unwrap_or_default(),
-                            member_id: new_id,
-                            members: Vec::new(),
-                        });
+                        let _ = tx.send(answer);
                     } else {
                         warn!(group = %gid, instance = ?m.instance_id, "cannot store the static member's new id: reverted");
                         m.id = old_id.clone();
@@ -1437,6 +1452,7 @@ fn join_answer(g: &Group, member_id: &str, with_members: bool) -> JoinOutcome {
             Vec::new()
         },
         leader,
+        skip_assignment: false,
     }
 }
 
@@ -1557,6 +1573,7 @@ pub(crate) async fn join_group(
                     client_id: ctx.client_id.clone(),
                     client_host: client_host(ctx),
                     require_known_member_id: ctx.version >= 4,
+                    support_skipping_assignment: ctx.version >= 9,
                     session_timeout_ms: request.session_timeout_ms,
                     rebalance_timeout_ms: if ctx.version >= 1 {
                         request.rebalance_timeout_ms
@@ -1586,6 +1603,9 @@ pub(crate) async fn join_group(
     }
     response.leader = StrBytes::from_string(outcome.leader);
     response.member_id = StrBytes::from_string(outcome.member_id);
+    if ctx.version >= 9 {
+        response.skip_assignment = outcome.skip_assignment;
+    }
     response.members = outcome
         .members
         .into_iter()
@@ -1855,6 +1875,7 @@ mod tests {
             client_id: "c".into(),
             client_host: "/127.0.0.1".into(),
             require_known_member_id: false,
+            support_skipping_assignment: false,
             session_timeout_ms: 10_000,
             rebalance_timeout_ms: 5_000,
             protocol_type: "consumer".into(),
@@ -2086,6 +2107,34 @@ mod tests {
             gc.heartbeat("g", generation, &rejoined.member_id, Some(instance)),
             codes::NONE
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rejoining_static_leader_skips_the_assignment_from_version_9() {
+        let gc = GroupCoordinator::new();
+        let (leader, _) = stable_static_pair(&gc).await;
+        let instance = &leader.member_id[..3];
+        // Before version 9: answered with the old leader id (it does not lead, assigns nothing).
+        let old = gc.join(static_params("", instance)).await;
+        assert_eq!(old.error, codes::NONE);
+        assert_eq!(old.generation, leader.generation);
+        assert_eq!(old.leader, leader.member_id);
+        assert!(old.members.is_empty() && !old.skip_assignment);
+        // Version 9: it is told it leads, with the members, and to skip the assignment.
+        let new = gc
+            .join(JoinParams {
+                support_skipping_assignment: true,
+                ..static_params("", instance)
+            })
+            .await;
+        assert_eq!(new.error, codes::NONE);
+        assert_eq!(new.generation, leader.generation);
+        assert_eq!(new.leader, new.member_id);
+        assert_eq!(new.members.len(), 2);
+        assert!(new.skip_assignment);
+        let s = sync(&gc, &new, Vec::new()).await;
+        assert_eq!(&s.assignment[..], b"L");
+        assert_eq!(gc.describe("g").state, "Stable");
     }
 
     #[tokio::test(start_paused = true)]
