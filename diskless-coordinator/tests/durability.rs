@@ -525,3 +525,54 @@ async fn a_key_confirmed_deleted_is_never_committed_again() {
         .unwrap();
     assert_eq!((r[0].error, r[0].base_offset), (ErrorCode::None, 4));
 }
+
+/// An existing database gets a producer-id counter that starts above every producer id with state
+/// in it (ids a broker's own allocator handed out before must not come again), leaving out ids
+/// from 2^62 on, which no allocator handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producer_ids_start_above_the_existing_producer_states() {
+    use sqlx::{AssertSqlSafe, ConnectOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v4.db");
+    let topic = Uuid::from_u128(0xB4);
+    {
+        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .connect()
+            .await
+            .unwrap();
+        let all = diskless_coordinator::sqlite::migrator();
+        let v4 = sqlx::migrate::Migrator::with_migrations(all.iter().take(4).cloned().collect());
+        v4.run(&mut conn).await.unwrap();
+        for sql in [
+            format!(
+                "INSERT INTO topics VALUES ('{topic}', 't', 1, 0, -1, -1, 1048588, \
+                 9223372036854775807, 3600000, 86400000)"
+            ),
+            format!("INSERT INTO partitions VALUES (1, '{topic}', 0, 0, 0, 0, -1)"),
+            "INSERT INTO producer_state VALUES (1, 41, 0, x'', 5)".to_string(),
+            "INSERT INTO producer_state VALUES (1, 7, 0, x'', 5)".to_string(),
+            "INSERT INTO producer_state VALUES (1, 4611686018427387909, 0, x'', 5)".to_string(),
+        ] {
+            sqlx::query(AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+    let c = reopen(&path, ManualClock::new(1_000)).await;
+    let block = c.allocate_producer_ids(10).await.unwrap();
+    assert_eq!(
+        block,
+        ProducerIdBlock {
+            first: 42,
+            count: 10
+        }
+    );
+    c.close().await;
+
+    // A new database starts at 0.
+    let fresh = reopen(&dir.path().join("new.db"), ManualClock::new(1_000)).await;
+    assert_eq!(fresh.allocate_producer_ids(1).await.unwrap().first, 0);
+}

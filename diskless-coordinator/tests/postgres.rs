@@ -2430,3 +2430,35 @@ async fn postgres_concurrent_create_partitions() {
     a.close().await;
     b.close().await;
 }
+
+/// Migration 8 starts the producer-id counter above every producer id with state in the schema
+/// (ids handed out before by a broker's own allocator), leaving out ids from 2^62 on. Its
+/// `INSERT` is re-run here on a schema holding producer states.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_producer_ids_start_above_the_existing_producer_states() {
+    let Some(schema) = test_schema() else { return };
+    let clock = conformance::harness_clock_at_system_time();
+    let c = coordinator(&schema, clock.clone()).await;
+    let t = create_topic(c.as_ref(), 1).await;
+    let p = TopicIdPartition::new(t, 0);
+    let batches = [41, 7, (1i64 << 62) + 9]
+        .into_iter()
+        .map(|pid| idempotent(p, pid, 0, 0, 1))
+        .collect();
+    let r = c.commit_file(request(&key_aged(0), batches)).await.unwrap();
+    assert!(r.iter().all(|r| r.error == ErrorCode::None), "{r:?}");
+    let migration = include_str!("../migrations/postgres/0008_producer_ids.sql");
+    let insert = &migration[migration.find("INSERT INTO producer_ids").unwrap()..];
+    let mut conn = side_connection(&schema, "-inspector").await;
+    sqlx::query("DELETE FROM producer_ids")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql(AssertSqlSafe(insert.to_string()))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let block = c.allocate_producer_ids(10).await.unwrap();
+    assert_eq!((block.first, block.count), (42, 10));
+    c.close().await;
+}

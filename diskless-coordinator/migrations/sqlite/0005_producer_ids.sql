@@ -7,4 +7,11 @@ CREATE TABLE producer_ids (
     next_producer_id INTEGER NOT NULL CHECK (next_producer_id >= 0)
 );
 
-INSERT INTO producer_ids (id, next_producer_id) VALUES (1, 0);
+-- The counter starts above every producer id that has idempotence state now: ids handed out
+-- before (by a broker's own allocator) must not be handed out again, or a new producer would be
+-- taken for the old one (its first batch answered as a duplicate). Ids from 2^62 on were never
+-- handed out by an allocator (a client made them up) and are left out, so that they cannot use up
+-- the id space.
+INSERT INTO producer_ids (id, next_producer_id)
+SELECT 1, COALESCE(MAX(producer_id) + 1, 0) FROM producer_state
+WHERE producer_id >= 0 AND producer_id < 4611686018427387904;
