@@ -63,6 +63,12 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
         None => None,
     };
     let broker = Broker::open(&config).await?;
+    // Consumer groups as they were before the restart, before the first client asks.
+    broker
+        .groups
+        .load(&broker.store)
+        .await
+        .map_err(|code| format!("cannot load the consumer groups from broker.db (error {code})"))?;
     broker.create_startup_topics(&config.create_topics).await?;
     let mut listeners = Vec::new();
     for l in &config.listeners {
