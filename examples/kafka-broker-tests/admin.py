@@ -382,6 +382,52 @@ def auto_create(admin, bootstrap):
     log("auto-creation as Kafka's auto.create.topics.enable=true")
 
 
+def partitions(admin, bootstrap):
+    """CreatePartitions: a topic grows (validate_only first), the new partitions take produce and
+    fetch, a decrease or no change is INVALID_PARTITIONS, a wrong assignment count
+    INVALID_REPLICA_ASSIGNMENT, an unknown topic UNKNOWN_TOPIC_OR_PARTITION; producer ids from the
+    coordinator's blocks are distinct across producers."""
+    from confluent_kafka.admin import NewPartitions
+    topic = unique("grow")
+    admin.create_topics([NewTopic(topic, num_partitions=2)])[topic].result(TIMEOUT_S)
+    wait_topic(admin, topic, 2)
+    admin.create_partitions([NewPartitions(topic, 4)], validate_only=True)[topic].result(TIMEOUT_S)
+    check(len(topic_metadata(admin, topic).partitions) == 2, "validate_only grew the topic")
+    admin.create_partitions([NewPartitions(topic, 4)])[topic].result(TIMEOUT_S)
+    wait_topic(admin, topic, 4)
+    expect_error(admin.create_partitions([NewPartitions(topic, 3)])[topic],
+                 "INVALID_PARTITIONS", "decrease")
+    expect_error(admin.create_partitions([NewPartitions(topic, 4)])[topic],
+                 "INVALID_PARTITIONS", "no change")
+    expect_error(admin.create_partitions([NewPartitions(topic, 6, replica_assignment=[[1]])])[topic],
+                 "INVALID_REPLICA_ASSIGNMENT", "one assignment for two new partitions")
+    missing = unique("missing")
+    expect_error(admin.create_partitions([NewPartitions(missing, 2)])[missing],
+                 "UNKNOWN_TOPIC_OR_PART", "unknown topic")
+    # The new partition 3 takes records, from two idempotent producers with distinct ids.
+    delivered = []
+    for n in range(2):
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                             "linger.ms": 5})
+        producer.produce(topic, value=f"p{n}".encode(), partition=3,
+                         on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+        check(producer.flush(TIMEOUT_S) == 0, "produce to a new partition not delivered")
+    check([e for e, _ in delivered] == [None, None], f"produce to partition 3: {delivered}")
+    check(sorted(o for _, o in delivered) == [0, 1], f"offsets in partition 3: {delivered}")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"),
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 3, 0)])
+    got = []
+    deadline = time.time() + TIMEOUT_S
+    while len(got) < 2 and time.time() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append((m.producer_id() if hasattr(m, "producer_id") else None, m.value()))
+    consumer.close()
+    check(sorted(v for _, v in got) == [b"p0", b"p1"], f"read back from partition 3: {got}")
+    log("create_partitions ok:", topic)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
@@ -393,6 +439,7 @@ def main():
             topic = create_and_refuse(admin, args.bootstrap)
             alter(admin, args.bootstrap, topic)
             runtime_effect(admin, args.bootstrap)
+            partitions(admin, args.bootstrap)
         else:
             auto_create(admin, args.bootstrap)
     except Failure as e:

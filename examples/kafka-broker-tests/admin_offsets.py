@@ -76,16 +76,13 @@ def describe_cluster(admin, ports):
     check(result.cluster_id == "diskless-example", f"cluster id {result.cluster_id}")
     # librdkafka's describe_cluster reads these from Metadata (v8-10,
     # include_cluster_authorized_operations), not from DescribeCluster (API 60, checked by
-    # fetch_sessions.rs with hand-built requests). Known gap until the broker's Metadata answers
-    # them: None (Metadata's "not asked" INT32_MIN) is reported, any other wrong set fails.
+    # fetch_sessions.rs with hand-built requests).
     want = {AclOperation.CREATE, AclOperation.ALTER, AclOperation.DESCRIBE,
             AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
             AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE}
-    if result.authorized_operations is None:
-        log("KNOWN GAP: Metadata does not answer cluster_authorized_operations yet")
-    else:
-        ops = set(result.authorized_operations)
-        check(ops == want, f"cluster authorized operations {sorted(o.name for o in ops)}")
+    check(result.authorized_operations is not None, "cluster authorized operations answered")
+    ops = set(result.authorized_operations or [])
+    check(ops == want, f"cluster authorized operations {sorted(o.name for o in ops)}")
     # Without asking: no operations.
     plain = admin.describe_cluster(request_timeout=TIMEOUT_S).result(timeout=TIMEOUT_S)
     check(not plain.authorized_operations, f"not asked, got {plain.authorized_operations}")

@@ -41,6 +41,8 @@ pub(crate) struct Broker {
     pub topics: Topics,
     pub groups: Arc<GroupCoordinator>,
     pub store: Store,
+    /// Producer ids, in blocks from the coordinator.
+    pub producer_ids: crate::produce::ProducerIds,
     /// Bumped after every successful produce: wakes long-polling fetches.
     pub commits: watch::Sender<u64>,
     /// The router when the coordinator is sharded (`--shards N > 1`).
@@ -386,6 +388,7 @@ impl Broker {
             topics,
             groups: GroupCoordinator::new(),
             store,
+            producer_ids: crate::produce::ProducerIds::default(),
             commits: watch::channel(0).0,
             sharded,
             gateways: parking_lot::Mutex::new(None),

@@ -24,21 +24,22 @@
 //! [`store`] (committed offsets and producer ids in SQLite), `alloc_guard` (malformed array lengths
 //! must not abort the process).
 
+mod admin_configs;
+mod admin_partitions;
 #[cfg(unix)]
 #[allow(unsafe_code)] // The explicit opt-out: a global allocator cannot be written without it.
 mod alloc_guard;
 mod api_versions;
 mod broker;
 mod cluster;
+mod cluster_admin;
 mod codes;
 mod config;
 mod fetch;
+mod fetch_session;
 mod groups;
 mod metadata;
 mod metrics;
-mod admin_configs;
-mod fetch_session;
-mod cluster_admin;
 mod offsets;
 mod produce;
 mod server;

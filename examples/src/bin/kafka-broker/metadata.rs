@@ -130,6 +130,15 @@ pub(crate) async fn metadata(
     if ctx.version >= 1 {
         response.controller_id = BrokerId(broker.cluster.controller_id());
     }
+    // Versions 8-10 (librdkafka's describe_cluster reads it here): every cluster operation, as
+    // Kafka answers without an authorizer; INT32_MIN when not asked for.
+    if (8..=10).contains(&ctx.version) {
+        response.cluster_authorized_operations = if request.include_cluster_authorized_operations {
+            crate::cluster_admin::cluster_authorized_operations()
+        } else {
+            i32::MIN
+        };
+    }
     let gateways = broker.gateway_leaders();
     // Version 0: an empty list means all topics; later versions use null for that.
     let wanted = match request.topics {

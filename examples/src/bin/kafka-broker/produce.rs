@@ -132,9 +132,10 @@ fn first_error(
 ) -> Option<String> {
     layout.iter().find_map(|(name, slots)| {
         slots.iter().find_map(|(index, slot)| match slot {
-            Slot::Error(code, message) => {
-                Some(format!("{}-{index}: error {code}: {message}", name.as_str()))
-            }
+            Slot::Error(code, message) => Some(format!(
+                "{}-{index}: error {code}: {message}",
+                name.as_str()
+            )),
             Slot::Writer(i) => answers.get(*i).filter(|a| !a.error.is_ok()).map(|a| {
                 format!(
                     "{}-{index}: {:?}: {}",
@@ -223,7 +224,7 @@ pub(crate) async fn init_producer_id(
     // producer id at epoch 0, whatever id and epoch it names (KIP-360's epoch bump of a
     // non-transactional producer is answered with a fresh id). Bumping the named id's epoch
     // would let any client fence another producer.
-    match broker.store.next_producer_id().await {
+    match broker.producer_ids.next(broker.coordinator.as_ref()).await {
         Ok(id) => {
             response.producer_id = ProducerId(id);
             response.producer_epoch = 0;
@@ -236,4 +237,33 @@ pub(crate) async fn init_producer_id(
         }
     }
     response
+}
+
+/// Producer ids handed out by this broker process: blocks from the coordinator
+/// (`BatchCoordinator::allocate_producer_ids`, as Kafka's brokers get blocks from the controller,
+/// KIP-730), so that broker processes sharing one coordinator never give out the same id.
+#[derive(Debug, Default)]
+pub(crate) struct ProducerIds {
+    /// The next id and the end (exclusive) of the current block.
+    block: tokio::sync::Mutex<(i64, i64)>,
+}
+
+impl ProducerIds {
+    /// Ids asked for at a time (Kafka's block size).
+    const BLOCK: u32 = 1000;
+
+    /// A producer id never handed out before, by this process or any other on the coordinator.
+    pub(crate) async fn next(
+        &self,
+        coordinator: &dyn diskless_coordinator::BatchCoordinator,
+    ) -> Result<i64, diskless_coordinator::CoordinatorError> {
+        let mut block = self.block.lock().await;
+        if block.0 >= block.1 {
+            let fresh = coordinator.allocate_producer_ids(Self::BLOCK).await?;
+            *block = (fresh.first, fresh.first + i64::from(fresh.count));
+        }
+        let id = block.0;
+        block.0 += 1;
+        Ok(id)
+    }
 }

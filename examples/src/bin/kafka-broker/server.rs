@@ -398,15 +398,46 @@ async fn dispatch(
         ApiKey::LeaveGroup => spawn!(decode!(LeaveGroupRequest), groups::leave_group),
         ApiKey::OffsetCommit => spawn!(decode!(OffsetCommitRequest), offsets::offset_commit),
         ApiKey::OffsetFetch => spawn!(decode!(OffsetFetchRequest), offsets::offset_fetch),
-        ApiKey::DescribeCluster => spawn!(decode!(kafka_protocol::messages::DescribeClusterRequest), crate::cluster_admin::describe_cluster),
-        ApiKey::DescribeProducers => spawn!(decode!(kafka_protocol::messages::DescribeProducersRequest), crate::cluster_admin::describe_producers),
-        ApiKey::ListGroups => spawn!(decode!(kafka_protocol::messages::ListGroupsRequest), groups::list_groups),
-        ApiKey::DescribeGroups => spawn!(decode!(kafka_protocol::messages::DescribeGroupsRequest), groups::describe_groups),
-        ApiKey::DeleteGroups => spawn!(decode!(kafka_protocol::messages::DeleteGroupsRequest), groups::delete_groups),
-        ApiKey::OffsetDelete => spawn!(decode!(kafka_protocol::messages::OffsetDeleteRequest), offsets::offset_delete),
-        ApiKey::DescribeConfigs => spawn!(decode!(kafka_protocol::messages::DescribeConfigsRequest), crate::admin_configs::describe_configs),
-        ApiKey::IncrementalAlterConfigs => spawn!(decode!(kafka_protocol::messages::IncrementalAlterConfigsRequest), crate::admin_configs::incremental_alter_configs),
-        ApiKey::AlterConfigs => spawn!(decode!(kafka_protocol::messages::AlterConfigsRequest), crate::admin_configs::alter_configs),
+        ApiKey::DescribeCluster => spawn!(
+            decode!(kafka_protocol::messages::DescribeClusterRequest),
+            crate::cluster_admin::describe_cluster
+        ),
+        ApiKey::DescribeProducers => spawn!(
+            decode!(kafka_protocol::messages::DescribeProducersRequest),
+            crate::cluster_admin::describe_producers
+        ),
+        ApiKey::ListGroups => spawn!(
+            decode!(kafka_protocol::messages::ListGroupsRequest),
+            groups::list_groups
+        ),
+        ApiKey::DescribeGroups => spawn!(
+            decode!(kafka_protocol::messages::DescribeGroupsRequest),
+            groups::describe_groups
+        ),
+        ApiKey::DeleteGroups => spawn!(
+            decode!(kafka_protocol::messages::DeleteGroupsRequest),
+            groups::delete_groups
+        ),
+        ApiKey::OffsetDelete => spawn!(
+            decode!(kafka_protocol::messages::OffsetDeleteRequest),
+            offsets::offset_delete
+        ),
+        ApiKey::DescribeConfigs => spawn!(
+            decode!(kafka_protocol::messages::DescribeConfigsRequest),
+            crate::admin_configs::describe_configs
+        ),
+        ApiKey::IncrementalAlterConfigs => spawn!(
+            decode!(kafka_protocol::messages::IncrementalAlterConfigsRequest),
+            crate::admin_configs::incremental_alter_configs
+        ),
+        ApiKey::AlterConfigs => spawn!(
+            decode!(kafka_protocol::messages::AlterConfigsRequest),
+            crate::admin_configs::alter_configs
+        ),
+        ApiKey::CreatePartitions => spawn!(
+            decode!(kafka_protocol::messages::CreatePartitionsRequest),
+            crate::admin_partitions::create_partitions
+        ),
         other => Err(format!("unsupported request: {other:?} version {version}")),
     }
 }

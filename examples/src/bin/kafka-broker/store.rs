@@ -18,9 +18,6 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-/// Producer ids reserved per write of the allocator row.
-const PRODUCER_ID_BLOCK: i64 = 1000;
-
 /// One committed offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CommittedOffset {
@@ -59,12 +56,10 @@ pub(crate) struct MemberRecord {
     pub assignment: Vec<u8>,
 }
 
-/// The store (cheap to clone: clones share the database and the producer-id block).
+/// The store (cheap to clone: clones share the database).
 #[derive(Clone, Debug)]
 pub(crate) struct Store {
     pool: SqlitePool,
-    /// The next producer id and the end (exclusive) of the reserved block.
-    producer_ids: std::sync::Arc<tokio::sync::Mutex<(i64, i64)>>,
 }
 
 /// A failure of the store's database.
@@ -109,11 +104,6 @@ impl Store {
                 commit_time_ms INTEGER NOT NULL,
                 PRIMARY KEY (group_id, topic, partition)
             )",
-            "CREATE TABLE IF NOT EXISTS producer_id_allocator (
-                id INTEGER PRIMARY KEY CHECK (id = 0),
-                next_block_start INTEGER NOT NULL
-            )",
-            "INSERT OR IGNORE INTO producer_id_allocator (id, next_block_start) VALUES (0, 1000)",
             "CREATE TABLE IF NOT EXISTS group_metadata (
                 group_id TEXT PRIMARY KEY,
                 protocol_type TEXT,
@@ -138,37 +128,7 @@ impl Store {
         ] {
             sqlx::query(statement).execute(&pool).await.map_err(sql)?;
         }
-        Ok(Store {
-            pool,
-            producer_ids: std::sync::Arc::new(tokio::sync::Mutex::new((0, 0))),
-        })
-    }
-
-    /// A fresh producer id, never handed out before by this store.
-    pub(crate) async fn next_producer_id(&self) -> Result<i64, StoreError> {
-        let mut ids = self.producer_ids.lock().await;
-        if ids.0 >= ids.1 {
-            let mut tx = self.pool.begin().await.map_err(sql)?;
-            let row =
-                sqlx::query("SELECT next_block_start FROM producer_id_allocator WHERE id = 0")
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(sql)?;
-            let start: i64 = row.try_get(0).map_err(sql)?;
-            let end = start
-                .checked_add(PRODUCER_ID_BLOCK)
-                .ok_or_else(|| StoreError("producer ids exhausted".into()))?;
-            sqlx::query("UPDATE producer_id_allocator SET next_block_start = ? WHERE id = 0")
-                .bind(end)
-                .execute(&mut *tx)
-                .await
-                .map_err(sql)?;
-            tx.commit().await.map_err(sql)?;
-            *ids = (start, end);
-        }
-        let id = ids.0;
-        ids.0 += 1;
-        Ok(id)
+        Ok(Store { pool })
     }
 
     /// Stores offsets of a group atomically.
@@ -401,13 +361,10 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn offsets_and_producer_ids_survive_a_reopen() {
+    async fn offsets_survive_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("broker.db");
         let store = Store::open(&path).await.unwrap();
-        let a = store.next_producer_id().await.unwrap();
-        let b = store.next_producer_id().await.unwrap();
-        assert_eq!(b, a + 1);
         let offsets = vec![CommittedOffset {
             topic: "t".into(),
             partition: 2,
@@ -420,11 +377,6 @@ mod tests {
         drop(store);
 
         let store = Store::open(&path).await.unwrap();
-        let c = store.next_producer_id().await.unwrap();
-        assert!(
-            c > b,
-            "a reopened store must not reuse producer ids ({c} <= {b})"
-        );
         assert_eq!(store.fetch("g").await.unwrap(), offsets);
         assert!(store.fetch("other").await.unwrap().is_empty());
         store.delete_topic("t").await.unwrap();
