@@ -170,3 +170,53 @@ fn pipelined_requests_take_effect_in_request_order() {
     let metadata: MetadataResponse = response(&mut s, 12, 5);
     assert!(!metadata.brokers.is_empty());
 }
+
+/// `acks=0`: no response; a produce that fails closes the connection (Kafka's
+/// `KafkaApis.handleProduceRequest`), the only way the client learns of it; one that succeeds
+/// leaves the connection open and its records are there for the next request.
+#[test]
+fn a_failed_acks_zero_produce_closes_the_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_broker, port) = start(dir.path());
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+
+    let mut ok = produce(2);
+    ok.acks = 0;
+    let mut list = ListOffsetsRequest::default();
+    list.replica_id = kafka_protocol::messages::BrokerId(-1);
+    let mut lp = ListOffsetsPartition::default();
+    lp.partition_index = 0;
+    lp.timestamp = -1; // LATEST
+    let mut lt = ListOffsetsTopic::default();
+    lt.name = TopicName(StrBytes::from_static_str("pipelined"));
+    lt.partitions = vec![lp];
+    list.topics = vec![lt];
+    let mut both = frame(ApiKey::Produce, 9, 1, &ok);
+    both.extend(frame(ApiKey::ListOffsets, 7, 2, &list));
+    s.write_all(&both).unwrap();
+    // No answer to the produce: the first answer is the ListOffsets', and it sees the records.
+    let listed: ListOffsetsResponse = response(&mut s, 7, 2);
+    assert_eq!(listed.topics[0].partitions[0].offset, 2, "{listed:?}");
+
+    let mut bad = produce(1);
+    bad.acks = 0;
+    bad.topic_data[0].name = TopicName(StrBytes::from_static_str("no-such-topic"));
+    s.write_all(&frame(ApiKey::Produce, 9, 3, &bad)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // Closed: end of stream or a reset — not a read that times out on an open connection.
+    let mut byte = [0u8; 1];
+    let read = s.read(&mut byte);
+    let closed = match &read {
+        Ok(0) => true,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        Ok(_) => false,
+    };
+    assert!(
+        closed,
+        "the broker must close the connection after a failed acks=0 produce: {read:?}"
+    );
+}
