@@ -20,6 +20,7 @@ Usage: admin_offsets.py --bootstrap HOST:PORT[,...]   (exit 0 on success)
 """
 
 import argparse
+import os
 import sys
 import time
 
@@ -179,6 +180,9 @@ def kafka_python_consumer(bootstrap):
     try:
         import kafka
     except ImportError:
+        # CI installs it and requires it (DISKLESS_REQUIRE_KAFKA_CLIENTS=1), as for the other clients.
+        check(os.environ.get("DISKLESS_REQUIRE_KAFKA_CLIENTS") != "1",
+              "DISKLESS_REQUIRE_KAFKA_CLIENTS=1 but kafka-python is not installed")
         log("skipped the kafka-python consumer: kafka-python is not installed "
             "(pip install kafka-python)")
         return
