@@ -3,7 +3,7 @@
 
 Usage:
   report.py excluded  SUITE.exclude [--kind KIND]...   print the excluded test ids (one a line)
-  report.py librdkafka SUITE.exclude REPORT.json        check a librdkafka test-runner report
+  report.py librdkafka SUITE.exclude RUN_DIR            check librdkafka test-runner reports
   report.py pytest     SUITE.exclude JUNIT.xml          check a pytest --junitxml report
 
 An exclusion list has one test a line: `<test id> <kind> <reason...>`, `#` starts a comment.
@@ -21,11 +21,15 @@ report is missing tests (the runner crashed); excluded tests that were run anywa
 listed so the list can shrink.
 """
 
+import glob
 import json
+import os
+import re
 import sys
 import xml.etree.ElementTree as ET
 
 KINDS = ("unsupported", "pending", "client")
+ANSI = re.compile(r"\x1b(\[[0-9;]*m|\(B)")
 
 
 def read_exclusions(path):
@@ -45,16 +49,51 @@ def read_exclusions(path):
     return out
 
 
-def librdkafka_results(path):
-    """Return {test name: (state, duration s, failure text)} from a test-runner report."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
-    report = json.loads(text, strict=False)
+def librdkafka_results(run_dir):
+    """Return {test name: (state, duration s, failure text)} from a run directory.
+
+    .ci/client-suites runs one test-runner per test number N, leaving ran-N, report-N.json (the
+    runner's report, which lists every test) and log-N.txt. A test's result is taken from the run of
+    its number; a run without a report (the runner was killed) fails every test of its number.
+    """
     out = {}
-    for name, t in report.get("tests", {}).items():
-        if name == "<MAIN>":
+    for marker in sorted(glob.glob(os.path.join(run_dir, "ran-*"))):
+        number = marker.rsplit("-", 1)[1]
+        log_path = os.path.join(run_dir, f"log-{number}.txt")
+        failures = librdkafka_failures(log_path)
+        try:
+            with open(os.path.join(run_dir, f"report-{number}.json"), encoding="utf-8", errors="replace") as f:
+                report = json.loads(f.read(), strict=False)
+        except (OSError, ValueError):
+            out[number] = ("FAILED", 0.0, f"no report: the runner crashed or timed out, see {log_path}")
             continue
-        out[name] = (t.get("state", "?"), float(t.get("duration", 0.0)), "")
+        for name, t in report.get("tests", {}).items():
+            if not name.startswith(number):
+                continue
+            state = t.get("state", "?")
+            text = failures.get(name, "") if state != "PASSED" else ""
+            if state == "SKIPPED" and not text:
+                text = t.get("extra", "")
+            out[name] = (state, float(t.get("duration", 0.0)), text)
+    return out
+
+
+def librdkafka_failures(log_path):
+    """{test name: first failure message} from a test-runner log."""
+    out = {}
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = [ANSI.sub("", l).rstrip("\n") for l in f]
+    except OSError:
+        return out
+    for i, line in enumerate(lines):
+        m = re.match(r'### Test "([0-9]{4}_[A-Za-z0-9_]+)', line)
+        if m and m.group(1) not in out:
+            detail = lines[i + 1] if i + 1 < len(lines) else ""
+            out[m.group(1)] = detail[:200]
+        m = re.match(r"\|\s*([0-9]{4}_[A-Za-z0-9_]+)\s*\|\s*SKIPPED\s*\|[^|]*\|\s*(.*)", line)
+        if m and m.group(1) not in out:
+            out[m.group(1)] = m.group(2)[:200]
     return out
 
 
