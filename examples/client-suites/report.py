@@ -3,7 +3,9 @@
 
 Usage:
   report.py excluded  SUITE.exclude [--kind KIND]...   print the excluded test ids (one a line)
-  report.py librdkafka SUITE.exclude RUN_DIR            check librdkafka test-runner reports
+  report.py numbers   SUITE.exclude TEST_C SCENARIO [--kind KIND]...
+                      librdkafka test numbers to run in SCENARIO, less the tests excluded as KIND
+  report.py librdkafka SUITE.exclude RUN_DIR...         check librdkafka test-runner reports
   report.py pytest     SUITE.exclude JUNIT.xml          check a pytest --junitxml report
 
 An exclusion list has one test a line: `<test id> <kind> <reason...>`, `#` starts a comment.
@@ -46,6 +48,50 @@ def read_exclusions(path):
             if parts[0] in out:
                 sys.exit(f"{path}:{n}: {parts[0]} listed twice")
             out[parts[0]] = (parts[1], parts[2])
+    return out
+
+
+def librdkafka_tests(test_c):
+    """{test name: (scenarios, not run by `-L`)} from the table in librdkafka's tests/test.c."""
+    with open(test_c, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    out = {}
+    for m in re.finditer(r"\b_TEST\(\s*([0-9]{4}_[A-Za-z0-9_]+)", text):
+        depth, i = 1, m.end()
+        while depth and i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        body = text[m.end() : i]
+        scenario = re.search(r'\.scenario\s*=\s*"([^"]*)"', body)
+        # -L leaves out local tests (no broker needed); manual tests run only when named.
+        skipped = "TEST_F_MANUAL" in body or "TEST_F_LOCAL" in body
+        out[m.group(1)] = (scenario.group(1) if scenario else "default", skipped)
+    return out
+
+
+def librdkafka_numbers(test_c, exclusions, scenario, kinds):
+    """Test numbers with a test in the scenario that is neither local, manual nor excluded.
+
+    The runner selects tests by number (TESTS=0045 runs every 0045_* test of the scenario), so a
+    number is run when any of its tests is wanted; an excluded test of that number may run too and
+    is then reported as excluded.
+    """
+    numbers = set()
+    for name, (scenarios, not_run) in librdkafka_tests(test_c).items():
+        entry = exclusions.get(name)
+        if not_run or scenario not in scenarios or (entry and entry[0] in kinds):
+            continue
+        numbers.add(name[:4])
+    return sorted(numbers)
+
+
+def librdkafka_merged(run_dirs):
+    """Results of several passes (scenarios): a test's result is the one of the pass that ran it."""
+    out = {}
+    for run_dir in run_dirs:
+        for name, result in librdkafka_results(run_dir).items():
+            if name not in out or out[name][0] in ("SKIPPED", "DNS"):
+                out[name] = result
     return out
 
 
@@ -156,8 +202,8 @@ def check(suite, exclusions, results):
         print(f"  NOW PASSES (excluded as {kind}; remove it from the list): {test}")
     for test, state, text in unexpected:
         print(f"  UNEXPECTED {state}: {test} {text}")
-    if not passed:
-        print(f"== {suite}: no test passed: the run is broken")
+    if not ran:
+        print(f"== {suite}: no test ran: the run is broken")
         return 1
     return 1 if unexpected else 0
 
@@ -173,10 +219,16 @@ def main(argv):
             if not kinds or kind in kinds:
                 print(test)
         return 0
+    if mode == "numbers":
+        test_c, scenario = argv[3], argv[4]
+        kinds = [argv[i + 1] for i, a in enumerate(argv) if a == "--kind" and i + 1 < len(argv)]
+        for number in librdkafka_numbers(test_c, exclusions, scenario, kinds):
+            print(number)
+        return 0
     if len(argv) < 4:
         sys.exit(__doc__)
     if mode == "librdkafka":
-        return check("librdkafka", exclusions, librdkafka_results(argv[3]))
+        return check("librdkafka", exclusions, librdkafka_merged(argv[3:]))
     if mode == "pytest":
         return check("kafka-python", exclusions, pytest_results(argv[3]))
     sys.exit(__doc__)
