@@ -1777,10 +1777,18 @@ pub(crate) async fn list_groups(
     if !classic {
         return response;
     }
+    // As each Kafka broker lists the groups it coordinates (an admin client asks every broker and
+    // merges the answers): this node lists the groups FindCoordinator names it for.
     response.groups = broker
         .groups
         .list(&states)
         .into_iter()
+        .filter(|(id, _, _)| {
+            broker
+                .cluster
+                .coordinator_for(id)
+                .is_some_and(|node| node.id == ctx.node)
+        })
         .map(|(id, protocol_type, state)| {
             let mut g = ListedGroup::default();
             g.group_id = GroupId(StrBytes::from_string(id));
