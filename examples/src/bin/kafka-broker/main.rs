@@ -40,6 +40,7 @@ mod fetch_session;
 mod groups;
 mod metadata;
 mod metrics;
+mod describe_partitions;
 mod offsets;
 mod produce;
 mod server;

@@ -438,6 +438,10 @@ async fn dispatch(
             decode!(kafka_protocol::messages::CreatePartitionsRequest),
             crate::admin_partitions::create_partitions
         ),
+        ApiKey::DescribeTopicPartitions => spawn!(
+            decode!(kafka_protocol::messages::DescribeTopicPartitionsRequest),
+            crate::describe_partitions::describe_topic_partitions
+        ),
         other => Err(format!("unsupported request: {other:?} version {version}")),
     }
 }
