@@ -4,12 +4,12 @@
 //! One process runs several logical brokers (node ids 1..=N, each with its own listener and rack).
 //! Every broker accepts Produce and Fetch for every partition: Produce goes through that broker's
 //! [`diskless_core::WalWriter`] (one WAL segment per commit interval, whatever the partitions), Fetch
-//! through the shared [`diskless_core::Fetcher`] and object cache. Topics, offsets and the
-//! idempotent-producer state live in the batch coordinator (SQLite by default, PostgreSQL or in-memory
-//! by flag); committed consumer-group offsets and the producer-id allocator in a SQLite file of the
+//! through the shared [`diskless_core::Fetcher`] and object cache. Topics, offsets, idempotent-producer
+//! state and producer-id blocks live in the batch coordinator (SQLite by default, PostgreSQL or
+//! in-memory by flag); committed consumer-group offsets and group metadata in a SQLite file of the
 //! data directory. With `--shards N` the coordinator is N shards under a
 //! [`diskless_coordinator::sharded::ShardedCoordinator`] (KIP-1164), and Metadata announces each
-//! partition's produce gateway (KIP-1163) as its leader.
+//! partition's produce gateway (KIP-1163) as its leader. ARCHITECTURE.md lists the Kafka APIs served.
 //!
 //! ```text
 //! cargo run -p diskless-examples --bin kafka-broker -- --data-dir ./diskless-data
@@ -17,12 +17,16 @@
 //! ```
 //!
 //! Modules: [`config`] (command line), [`broker`] (building the shared state), [`server`]
-//! (listeners, framing, dispatch), [`cluster`] (the logical brokers, leaders and racks), [`topics`]
-//! (the topic registry over the coordinator), [`api_versions`], [`metadata`] (Metadata, CreateTopics,
-//! DeleteTopics), [`produce`] (Produce, InitProducerId), [`fetch`] (Fetch, ListOffsets,
-//! DeleteRecords), [`groups`] (the classic group protocol), [`offsets`] (OffsetCommit/OffsetFetch),
-//! [`store`] (committed offsets and producer ids in SQLite), `alloc_guard` (malformed array lengths
-//! must not abort the process).
+//! (listeners, framing, in-order dispatch), [`cluster`] (the logical brokers, leaders and racks),
+//! [`topics`] (the topic registry over the coordinator), [`api_versions`], [`metadata`] (Metadata,
+//! CreateTopics, DeleteTopics), [`admin_configs`] (DescribeConfigs, IncrementalAlterConfigs,
+//! AlterConfigs), [`admin_partitions`] (CreatePartitions), [`describe_partitions`]
+//! (DescribeTopicPartitions), [`cluster_admin`] (DescribeCluster, DescribeProducers), [`produce`]
+//! (Produce, InitProducerId with producer-id blocks), [`fetch`] and [`fetch_session`] (Fetch with
+//! KIP-227 sessions, ListOffsets, DeleteRecords), [`groups`] (the classic group protocol, static
+//! membership, ListGroups/DescribeGroups/DeleteGroups), [`offsets`] (OffsetCommit, OffsetFetch,
+//! OffsetDelete), [`store`] (committed offsets and group metadata in SQLite), [`metrics`]
+//! (`--metrics-addr`), `alloc_guard` (malformed array lengths must not abort the process).
 
 mod admin_configs;
 mod admin_partitions;
@@ -35,12 +39,12 @@ mod cluster;
 mod cluster_admin;
 mod codes;
 mod config;
+mod describe_partitions;
 mod fetch;
 mod fetch_session;
 mod groups;
 mod metadata;
 mod metrics;
-mod describe_partitions;
 mod offsets;
 mod produce;
 mod server;
