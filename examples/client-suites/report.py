@@ -8,7 +8,8 @@ Usage:
   report.py librdkafka SUITE.exclude RUN_DIR...         check librdkafka test-runner reports
   report.py pytest     SUITE.exclude JUNIT.xml          check a pytest --junitxml report
 
-An exclusion list has one test a line: `<test id> <kind> <reason...>`, `#` starts a comment.
+An exclusion list has one test a line: `<test id> <kind> <reason...>`; lines starting with `#` are
+comments.
 Kinds:
   unsupported  a feature the project decided against or cannot have (TLS, SASL, ACLs, ZooKeeper,
                several real replicas, compaction, ...): never run.
@@ -17,6 +18,8 @@ Kinds:
                runs them and the report says which pass now (remove those lines).
   client       the test checks the client alone (librdkafka's mock cluster, unit tests) or
                needs the suite's own tooling (Kafka's CLI scripts): not run.
+  quick        not an exclusion: librdkafka runs the test in quick mode (-Q, only the subtests
+               marked quick) because the full test takes too long for CI; it must pass.
 
 The check fails (exit 1) when a test that is not excluded failed or did not finish, or when the
 report is missing tests (the runner crashed); excluded tests that were run anyway and passed are
@@ -30,7 +33,7 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
-KINDS = ("unsupported", "pending", "client")
+KINDS = ("unsupported", "pending", "client", "quick")
 ANSI = re.compile(r"\x1b(\[[0-9;]*m|\(B)")
 
 
@@ -39,8 +42,8 @@ def read_exclusions(path):
     out = {}
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
-            line = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
-            if not line:
+            line = line.strip()
+            if not line or line.startswith("#"):
                 continue
             parts = line.split(None, 2)
             if len(parts) < 3 or parts[1] not in KINDS:
@@ -170,9 +173,10 @@ def pytest_results(path):
 def excluded_entry(test, exclusions):
     """The exclusion entry matching a test id (exact, or a prefix ending at `::` or `[`)."""
     if test in exclusions:
-        return exclusions[test]
+        entry = exclusions[test]
+        return None if entry[0] == "quick" else entry
     for key, entry in exclusions.items():
-        if test.startswith(key + "::") or test.startswith(key + "["):
+        if entry[0] != "quick" and (test.startswith(key + "::") or test.startswith(key + "[")):
             return entry
     return None
 
