@@ -195,6 +195,7 @@ impl Client {
                 .collect(),
         );
         request.allow_auto_topic_creation = false;
+        request.include_topic_authorized_operations = true;
         self.call(ApiKey::Metadata, 12, &request)
     }
 }
@@ -447,6 +448,8 @@ fn assert_agrees_with_metadata(broker: &Broker, spread: bool) {
         let mut expected: BTreeMap<(String, i32), PartitionView> = BTreeMap::new();
         for t in &metadata.topics {
             assert_eq!(t.error_code, 0);
+            // Asked for: every topic operation, as DescribeTopicPartitions answers them.
+            assert_eq!(t.topic_authorized_operations, TOPIC_OPERATIONS);
             for p in &t.partitions {
                 expected.insert(
                     (

@@ -49,7 +49,7 @@ const MAX_REQUEST_PARTITION_SIZE_LIMIT: i32 = 2000;
 const TOPIC_OPERATIONS: [u8; 8] = [3, 4, 5, 6, 7, 8, 10, 11];
 
 /// Kafka's `Utils.to32BitField` of [`TOPIC_OPERATIONS`]: what an authorizer-less broker allows.
-fn topic_authorized_operations() -> i32 {
+pub(crate) fn topic_authorized_operations() -> i32 {
     TOPIC_OPERATIONS
         .iter()
         .fold(0i32, |bits, op| bits | (1i32 << op))

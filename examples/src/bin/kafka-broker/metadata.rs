@@ -108,6 +108,7 @@ pub(crate) async fn metadata(
     ctx: &Ctx,
     request: MetadataRequest,
 ) -> MetadataResponse {
+    let include_topic_operations = request.include_topic_authorized_operations;
     let mut response = MetadataResponse::default();
     response.brokers = broker
         .cluster
@@ -198,6 +199,18 @@ pub(crate) async fn metadata(
                     }
                 });
             }
+        }
+    }
+    // Versions 8+: every topic operation when asked for (Kafka without an authorizer answers them
+    // for every topic it lists, errors included), INT32_MIN otherwise.
+    if ctx.version >= 8 {
+        let operations = if include_topic_operations {
+            crate::describe_partitions::topic_authorized_operations()
+        } else {
+            i32::MIN
+        };
+        for t in &mut response.topics {
+            t.topic_authorized_operations = operations;
         }
     }
     response
