@@ -275,7 +275,9 @@ def runtime_effect(admin, bootstrap):
                         request_timeout=TIMEOUT_S)[topic].result(TIMEOUT_S)
     wait_topic(admin, topic, 1)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
-    old = 1_000_000  # 1970: a CreateTime the producer chose
+    # A CreateTime the producer chose, an hour ago: within the default retention.ms (7 days), so
+    # the retention passes the broker runs every 500 ms leave it until retention.ms is lowered.
+    old = int(time.time() * 1000) - 3_600_000
 
     def send(value):
         errors = []
@@ -307,8 +309,8 @@ def runtime_effect(admin, bootstrap):
           f"after message.timestamp.type=LogAppendTime: {got[1]}")
     log(f"{topic}: message.timestamp.type=LogAppendTime applies to the next produce")
 
-    # retention.ms lowered: the next retention pass deletes the batch appended just now (its
-    # LogAppendTime is now; the first batch's 1970 CreateTime is past the default retention already).
+    # retention.ms lowered: the next retention pass deletes both batches (the first one's CreateTime
+    # is an hour ago, the second one's LogAppendTime is now).
     tp = TopicPartition(topic, 0)
 
     def log_start():
