@@ -18,12 +18,10 @@
 #![allow(clippy::print_stdout)] // The skip notice and the client script's output.
 #![allow(missing_docs)]
 
-use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -45,6 +43,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
+mod common;
+use common::{Broker, available, free_ports, python_clients_missing};
+
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/kafka-broker-tests/groups.py");
 
 const NONE: i16 = 0;
@@ -56,93 +57,6 @@ const GROUP_ID_NOT_FOUND: i16 = 69;
 const MEMBER_ID_REQUIRED: i16 = 79;
 const FENCED_INSTANCE_ID: i16 = 82;
 const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
-
-fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
-}
-
-/// The broker binary on a data directory and fixed ports (so that it restarts at the same address).
-struct Broker {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Broker {
-    fn start(data_dir: &Path, ports: &[u16], run: usize) -> Broker {
-        let listeners: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        std::fs::create_dir_all(data_dir).unwrap();
-        let log = data_dir.join(format!("broker-{run}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_kafka-broker"))
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(["--listeners", &listeners.join(",")])
-            .args(["--commit-interval-ms", "50"])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut broker = Broker { child, log };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(Some(status)) = broker.child.try_wait() {
-                panic!("kafka-broker exited with {status}:\n{}", broker.log_text());
-            }
-            if ports
-                .iter()
-                .all(|p| TcpStream::connect(("127.0.0.1", *p)).is_ok())
-            {
-                return broker;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "kafka-broker did not listen in time:\n{}",
-                broker.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn log_text(&self) -> String {
-        let mut s = String::new();
-        if let Ok(mut f) = File::open(&self.log) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s
-    }
-
-    /// SIGTERM and wait for the graceful shutdown.
-    fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                assert!(
-                    status.success(),
-                    "kafka-broker exited with {status}:\n{}",
-                    self.log_text()
-                );
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("kafka-broker did not stop on SIGTERM:\n{}", self.log_text());
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Hand-built requests
@@ -338,7 +252,7 @@ fn group_state_survives_a_restart_and_static_members_and_admin_apis_follow_kafka
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let ports = free_ports(1);
-    let broker = Broker::start(&data_dir, &ports, 1);
+    let broker = Broker::start(&data_dir, &ports, 1, &[]);
     let mut c = Client::connect(ports[0]);
     create_topic(&mut c, "t-consumed", 1);
     create_topic(&mut c, "t-other", 1);
@@ -463,7 +377,7 @@ fn group_state_survives_a_restart_and_static_members_and_admin_apis_follow_kafka
     // Restart.
     drop((c, c2));
     broker.stop();
-    let broker = Broker::start(&data_dir, &ports, 2);
+    let broker = Broker::start(&data_dir, &ports, 2, &[]);
     let mut c = Client::connect(ports[0]);
     // The dynamic member: its heartbeat and commit with the old generation succeed.
     assert_eq!(
@@ -535,7 +449,7 @@ fn group_state_survives_a_restart_and_static_members_and_admin_apis_follow_kafka
     // The replaced member id was stored: it survives another restart.
     drop(c);
     broker.stop();
-    let broker = Broker::start(&data_dir, &ports, 3);
+    let broker = Broker::start(&data_dir, &ports, 3, &[]);
     let mut c = Client::connect(ports[0]);
     assert_eq!(
         heartbeat(
@@ -590,20 +504,7 @@ fn group_state_survives_a_restart_and_static_members_and_admin_apis_follow_kafka
 
 /// Whether the client tests can run; `false` (after printing why) when they should be skipped.
 fn clients_available() -> bool {
-    let python = Command::new("python3")
-        .args(["-c", "import confluent_kafka"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if python.is_ok_and(|s| s.success()) {
-        return true;
-    }
-    let why = "python3 with the confluent_kafka module is not installed";
-    if std::env::var("DISKLESS_REQUIRE_KAFKA_CLIENTS").as_deref() == Ok("1") {
-        panic!("DISKLESS_REQUIRE_KAFKA_CLIENTS=1 but {why}");
-    }
-    println!("skipped: {why}");
-    false
+    available(python_clients_missing())
 }
 
 /// Runs one scenario of groups.py against a fresh broker; when the script prints
@@ -617,7 +518,7 @@ fn run_scenario(scenario: &str) {
     let data_dir = dir.path().join("data");
     let ports = free_ports(3);
     let bootstrap: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let mut broker = Some(Broker::start(&data_dir, &ports, 1));
+    let mut broker = Some(Broker::start(&data_dir, &ports, 1, &[]));
     let mut child = Command::new("python3")
         .arg(SCRIPT)
         .args(["--bootstrap", &bootstrap.join(",")])
@@ -640,7 +541,7 @@ fn run_scenario(scenario: &str) {
                 b.stop();
             }
             runs += 1;
-            broker = Some(Broker::start(&data_dir, &ports, runs));
+            broker = Some(Broker::start(&data_dir, &ports, runs, &[]));
             stdin.write_all(b"RESTARTED\n").unwrap();
             stdin.flush().unwrap();
         }

@@ -14,167 +14,37 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed call fails the test.
 #![allow(clippy::print_stdout)] // The skip notice and the client script's output.
 
-use std::fs::File;
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+mod common;
+use common::{Broker, available, free_ports, kcat_missing, python_clients_missing, run_python};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/kafka-broker-tests/e2e.py");
 
-/// Why the clients cannot run here, if they cannot.
-fn clients_missing() -> Option<String> {
-    let python = Command::new("python3")
-        .args(["-c", "import confluent_kafka"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if !python.is_ok_and(|s| s.success()) {
-        return Some("python3 with the confluent_kafka module is not installed".into());
-    }
-    let kcat = Command::new("kcat")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if !kcat.is_ok_and(|s| s.success()) {
-        return Some("kcat is not installed".into());
-    }
-    None
-}
-
-fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
-}
-
-struct Broker {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Broker {
-    fn command(data_dir: &Path, ports: &[u16], run: usize, extra: &[&str]) -> (Command, PathBuf) {
-        let listeners: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        std::fs::create_dir_all(data_dir).unwrap();
-        let log = data_dir.join(format!("broker-{run}.log"));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_kafka-broker"));
-        command
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(["--listeners", &listeners.join(",")])
-            .args(["--commit-interval-ms", "50"])
-            .args(["--retention-check-ms", "500"])
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap());
-        (command, log)
-    }
-
-    fn start(data_dir: &Path, ports: &[u16], run: usize, extra: &[&str]) -> Broker {
-        let (mut command, log) = Broker::command(data_dir, ports, run, extra);
-        let child = command.spawn().unwrap();
-        let mut broker = Broker { child, log };
-        broker.wait_ready(ports);
-        broker
-    }
-
-    fn log_text(&self) -> String {
-        let mut s = String::new();
-        if let Ok(mut f) = File::open(&self.log) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s
-    }
-
-    fn wait_ready(&mut self, ports: &[u16]) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("kafka-broker exited with {status}:\n{}", self.log_text());
-            }
-            if ports
-                .iter()
-                .all(|p| TcpStream::connect(("127.0.0.1", *p)).is_ok())
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "kafka-broker did not listen in time:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// SIGTERM and wait for the graceful shutdown (the WAL writers flush).
-    fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                assert!(
-                    status.success(),
-                    "kafka-broker exited with {status}:\n{}",
-                    self.log_text()
-                );
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("kafka-broker did not stop on SIGTERM:\n{}", self.log_text());
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn run_phase(broker: &Broker, bootstrap: &str, state: &Path, phase: u8, shard_map: Option<&Path>) {
-    let mut command = Command::new("python3");
-    command
-        .arg(SCRIPT)
-        .args(["--bootstrap", bootstrap])
-        .arg("--state")
-        .arg(state)
-        .args(["--phase", &phase.to_string()]);
-    if let Some(map) = shard_map {
-        command.arg("--shard-map").arg(map);
+    let phase = phase.to_string();
+    let state = state.to_str().unwrap();
+    let mut args = vec![
+        "--bootstrap",
+        bootstrap,
+        "--state",
+        state,
+        "--phase",
+        &phase,
+    ];
+    let map = shard_map.map(|m| m.to_str().unwrap());
+    if let Some(map) = map {
+        args.extend(["--shard-map", map]);
     }
-    let out = command.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("--- e2e.py phase {phase} ---\n{stdout}{stderr}");
-    assert!(
-        out.status.success(),
-        "e2e.py phase {phase} failed ({}):\n{stdout}\n{stderr}\n--- broker log ---\n{}",
-        out.status,
-        broker.log_text()
-    );
+    run_python(broker, SCRIPT, &args);
 }
 
 /// Whether the tests can run; `false` (after printing why) when they should be skipped.
 fn clients_available() -> bool {
-    if let Some(why) = clients_missing() {
-        if std::env::var("DISKLESS_REQUIRE_KAFKA_CLIENTS").as_deref() == Ok("1") {
-            panic!("DISKLESS_REQUIRE_KAFKA_CLIENTS=1 but {why}");
-        }
-        println!("skipped: {why}");
-        return false;
-    }
-    true
+    available(python_clients_missing().or_else(kcat_missing))
 }
 
 /// `GET /metrics` from the broker's `--metrics-addr`.

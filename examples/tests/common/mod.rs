@@ -24,6 +24,19 @@ pub(crate) fn python_clients_missing() -> Option<String> {
     None
 }
 
+/// Why kcat cannot run here, if it cannot.
+pub(crate) fn kcat_missing() -> Option<String> {
+    let kcat = Command::new("kcat")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !kcat.is_ok_and(|s| s.success()) {
+        return Some("kcat is not installed".into());
+    }
+    None
+}
+
 /// Whether a test can run given `missing`; `false` (after printing why) when it should be skipped.
 /// With `DISKLESS_REQUIRE_KAFKA_CLIENTS=1` a missing client fails the test instead.
 #[allow(clippy::print_stdout)] // The skip notice is the point.
@@ -58,13 +71,19 @@ pub(crate) struct Broker {
 }
 
 impl Broker {
-    /// Starts the broker on `ports` with a data directory `data_dir` (50 ms commit interval) and
-    /// `extra` arguments, and waits until every listener accepts connections.
-    pub(crate) fn start(data_dir: &Path, ports: &[u16], run: usize, extra: &[&str]) -> Broker {
+    /// The command that starts the broker on `ports` with a data directory `data_dir` (50 ms
+    /// commit interval, 500 ms retention checks) and `extra` arguments, and the path of its log.
+    pub(crate) fn command(
+        data_dir: &Path,
+        ports: &[u16],
+        run: usize,
+        extra: &[&str],
+    ) -> (Command, PathBuf) {
         let listeners: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         std::fs::create_dir_all(data_dir).unwrap();
         let log = data_dir.join(format!("broker-{run}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_kafka-broker"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kafka-broker"));
+        command
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--listeners", &listeners.join(",")])
@@ -73,16 +92,41 @@ impl Broker {
             .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
+            .stderr(File::create(&log).unwrap());
+        (command, log)
+    }
+
+    /// Starts the broker (see [`Broker::command`]) and waits until every listener accepts
+    /// connections.
+    pub(crate) fn start(data_dir: &Path, ports: &[u16], run: usize, extra: &[&str]) -> Broker {
+        let (mut command, log) = Broker::command(data_dir, ports, run, extra);
+        let listeners: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let mut broker = Broker {
-            child,
+            child: command.spawn().unwrap(),
             log,
             bootstrap: listeners.join(","),
         };
         broker.wait_ready(ports);
         broker
+    }
+
+    /// SIGTERM, then waits for the graceful shutdown (which must succeed).
+    pub(crate) fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                assert!(
+                    status.success(),
+                    "kafka-broker exited with {status}:\n{}",
+                    self.log_text()
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("kafka-broker did not stop on SIGTERM:\n{}", self.log_text());
     }
 
     /// The broker's log so far.
