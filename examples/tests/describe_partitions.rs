@@ -10,24 +10,25 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed call fails the test.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::describe_topic_partitions_request::{Cursor, TopicRequest};
 use kafka_protocol::messages::describe_topic_partitions_response::DescribeTopicPartitionsResponseTopic;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeTopicPartitionsRequest,
-    DescribeTopicPartitionsResponse, MetadataRequest, MetadataResponse, RequestHeader,
-    ResponseHeader, TopicName,
+    DescribeTopicPartitionsResponse, MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use uuid::Uuid;
 
 /// The topics every broker of these tests starts with: name and partition count.
+mod common;
+use common::{frame, response};
+
 const TOPICS: [(&str, i32); 3] = [("gamma", 1), ("alpha", 3), ("beta", 5)];
 
 /// READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11.
@@ -89,38 +90,6 @@ fn start(extra: &[&str]) -> Broker {
         std::thread::sleep(Duration::from_millis(50));
     }
     broker
-}
-
-fn frame<R: Encodable + HeaderVersion>(
-    api: ApiKey,
-    version: i16,
-    id: i32,
-    client_id: &str,
-    body: &R,
-) -> Vec<u8> {
-    let mut header = RequestHeader::default();
-    header.request_api_key = api as i16;
-    header.request_api_version = version;
-    header.correlation_id = id;
-    header.client_id = Some(StrBytes::from_string(client_id.to_string()));
-    let mut buf = BytesMut::new();
-    header.encode(&mut buf, R::header_version(version)).unwrap();
-    body.encode(&mut buf, version).unwrap();
-    let mut out = (buf.len() as i32).to_be_bytes().to_vec();
-    out.extend_from_slice(&buf);
-    out
-}
-
-/// Reads one response and checks its correlation id.
-fn response<R: Decodable + HeaderVersion>(s: &mut TcpStream, version: i16, id: i32) -> R {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).unwrap();
-    let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
-    s.read_exact(&mut body).unwrap();
-    let mut buf = Bytes::from(body);
-    let header = ResponseHeader::decode(&mut buf, R::header_version(version)).unwrap();
-    assert_eq!(header.correlation_id, id);
-    R::decode(&mut buf, version).unwrap()
 }
 
 /// A connection sending requests with one client id.

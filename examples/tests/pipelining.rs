@@ -12,7 +12,6 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
 use diskless_core::RecordBatchBuilder;
 use kafka_protocol::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
@@ -21,10 +20,12 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse,
-    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader,
-    ResponseHeader, TopicName,
+    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
+
+mod common;
+use common::response;
 
 struct Broker(Child);
 
@@ -64,29 +65,7 @@ fn start(dir: &std::path::Path) -> (Broker, u16) {
 }
 
 fn frame<R: Encodable + HeaderVersion>(api: ApiKey, version: i16, id: i32, body: &R) -> Vec<u8> {
-    let mut header = RequestHeader::default();
-    header.request_api_key = api as i16;
-    header.request_api_version = version;
-    header.correlation_id = id;
-    header.client_id = Some(StrBytes::from_static_str("pipelining-test"));
-    let mut buf = BytesMut::new();
-    header.encode(&mut buf, R::header_version(version)).unwrap();
-    body.encode(&mut buf, version).unwrap();
-    let mut out = (buf.len() as i32).to_be_bytes().to_vec();
-    out.extend_from_slice(&buf);
-    out
-}
-
-/// Reads one response and checks its correlation id.
-fn response<R: Decodable + HeaderVersion>(s: &mut TcpStream, version: i16, id: i32) -> R {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).unwrap();
-    let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
-    s.read_exact(&mut body).unwrap();
-    let mut buf = Bytes::from(body);
-    let header = ResponseHeader::decode(&mut buf, R::header_version(version)).unwrap();
-    assert_eq!(header.correlation_id, id, "answers come in request order");
-    R::decode(&mut buf, version).unwrap()
+    common::frame(api, version, id, "pipelining-test", body)
 }
 
 fn produce(records: usize) -> ProduceRequest {

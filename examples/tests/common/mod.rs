@@ -186,3 +186,53 @@ pub(crate) fn run_python(broker: &Broker, script: &str, args: &[&str]) {
         broker.log_text()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The Kafka protocol by hand (the client side of `kafka-protocol`)
+
+/// A size-prefixed request frame: header (the version the body's version calls for), then body.
+pub(crate) fn frame<
+    R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::HeaderVersion,
+>(
+    api: kafka_protocol::messages::ApiKey,
+    version: i16,
+    id: i32,
+    client_id: &str,
+    body: &R,
+) -> Vec<u8> {
+    use kafka_protocol::protocol::Encodable as _;
+    let mut header = kafka_protocol::messages::RequestHeader::default();
+    header.request_api_key = api as i16;
+    header.request_api_version = version;
+    header.correlation_id = id;
+    header.client_id = Some(kafka_protocol::protocol::StrBytes::from_string(
+        client_id.to_string(),
+    ));
+    let mut buf = bytes::BytesMut::new();
+    header.encode(&mut buf, R::header_version(version)).unwrap();
+    body.encode(&mut buf, version).unwrap();
+    let mut out = (buf.len() as i32).to_be_bytes().to_vec();
+    out.extend_from_slice(&buf);
+    out
+}
+
+/// Reads one response frame and checks that it answers request `id`.
+pub(crate) fn response<
+    R: kafka_protocol::protocol::Decodable + kafka_protocol::protocol::HeaderVersion,
+>(
+    s: &mut TcpStream,
+    version: i16,
+    id: i32,
+) -> R {
+    use kafka_protocol::protocol::Decodable as _;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).unwrap();
+    let mut buf = bytes::Bytes::from(body);
+    let header =
+        kafka_protocol::messages::ResponseHeader::decode(&mut buf, R::header_version(version))
+            .unwrap();
+    assert_eq!(header.correlation_id, id, "answers come in request order");
+    R::decode(&mut buf, version).unwrap()
+}
