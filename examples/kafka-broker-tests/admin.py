@@ -32,21 +32,12 @@ from confluent_kafka import (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, C
                             KafkaException, Producer, TopicPartition)
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    ConfigSource, NewTopic, OffsetSpec, ResourceType)
+from harness import Failure, check, logger
 
 TIMEOUT_S = 30
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, message):
-    if not cond:
-        raise Failure(message)
-
-
-def log(*args):
-    print("[admin]", *args, flush=True)
+log = logger("admin")
 
 
 def unique(prefix):

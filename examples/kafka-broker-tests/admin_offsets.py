@@ -27,27 +27,16 @@ import time
 from confluent_kafka import (Consumer, KafkaError, KafkaException, Producer, TopicPartition,
                              OFFSET_BEGINNING, OFFSET_END)
 from confluent_kafka.admin import AclOperation, AdminClient, OffsetSpec
+from harness import Failure, check, logger, client_conf
 
 TOPIC = "sessions"
 TIMEOUT_S = 30
 
 
-class Failure(Exception):
-    pass
+log = logger("admin_offsets")
 
 
-def check(cond, message):
-    if not cond:
-        raise Failure(message)
-
-
-def log(*args):
-    print("[admin_offsets]", *args, flush=True)
-
-
-def conf(bootstrap, client_id):
-    return {"bootstrap.servers": bootstrap, "client.id": client_id,
-            "broker.address.family": "v4", "log_level": 4}
+conf = client_conf
 
 
 def produce(bootstrap, partition, values, timestamps):

@@ -36,6 +36,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from harness import Failure, check, logger, client_conf
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 PARTITIONS = 4
@@ -44,26 +45,10 @@ GROUP = "e2e-group"
 TIMEOUT_S = 60
 
 
-class Failure(Exception):
-    pass
+log = logger("e2e")
 
 
-def check(cond, message):
-    if not cond:
-        raise Failure(message)
-
-
-def log(*args):
-    print("[e2e]", *args, flush=True)
-
-
-def common(bootstrap, client_id):
-    return {
-        "bootstrap.servers": bootstrap,
-        "client.id": client_id,
-        "broker.address.family": "v4",
-        "log_level": 4,
-    }
+common = client_conf
 
 
 # ---------------------------------------------------------------------------------------------

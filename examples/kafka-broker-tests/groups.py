@@ -25,30 +25,15 @@ import time
 from confluent_kafka import (ConsumerGroupState, Consumer, KafkaError, KafkaException, Producer,
                              TopicPartition)
 from confluent_kafka.admin import AdminClient, NewTopic
+from harness import Failure, check, logger, client_conf
 
 TIMEOUT_S = 60
 
 
-class Failure(Exception):
-    pass
+log = logger("groups")
 
 
-def check(cond, message):
-    if not cond:
-        raise Failure(message)
-
-
-def log(*args):
-    print("[groups]", *args, flush=True)
-
-
-def common(bootstrap, client_id):
-    return {
-        "bootstrap.servers": bootstrap,
-        "client.id": client_id,
-        "broker.address.family": "v4",
-        "log_level": 4,
-    }
+common = client_conf
 
 
 def create_topic(admin, topic, partitions):
