@@ -28,7 +28,7 @@ use kafka_protocol::messages::describe_topic_partitions_response::{
     Cursor, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, TopicName,
+    DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use tracing::warn;
@@ -36,7 +36,7 @@ use uuid::Uuid;
 
 use crate::admin_configs;
 use crate::broker::Broker;
-use crate::cluster::{GatewayLeaders, client_rack};
+use crate::cluster::GatewayLeaders;
 use crate::codes;
 use crate::server::Ctx;
 use crate::topics::Topic;
@@ -83,8 +83,8 @@ fn topic_entry(name: &str, id: Uuid, code: i16) -> DescribeTopicPartitionsRespon
     t
 }
 
-/// Partitions `start..end` of `topic`, with the leaders, replicas and ISR Metadata answers (the
-/// same computation as `metadata::describe_topic`, copied here).
+/// Partitions `start..end` of `topic`, with the leaders, replicas and ISR Metadata answers
+/// (`metadata::partition_leaders`).
 fn partitions(
     broker: &Broker,
     gateways: Option<&GatewayLeaders>,
@@ -93,23 +93,12 @@ fn partitions(
     start: i32,
     end: i32,
 ) -> Vec<DescribeTopicPartitionsResponsePartition> {
-    let rack = client_rack(&ctx.client_id);
-    let gateway_leaders = gateways.and_then(|g| g.leaders(topic.id, topic.partitions, rack));
-    (start..end)
-        .map(|p| {
-            let leader = gateway_leaders
-                .as_ref()
-                .and_then(|l| l.get(usize::try_from(p).ok()?).copied())
-                .unwrap_or_else(|| broker.cluster.leader_for(topic.id, p, rack));
-            let replicas: Vec<BrokerId> = broker
-                .cluster
-                .replicas(leader)
-                .into_iter()
-                .map(BrokerId)
-                .collect();
+    crate::metadata::partition_leaders(broker, gateways, ctx, topic, start..end)
+        .into_iter()
+        .map(|(p, leader, replicas)| {
             let mut m = DescribeTopicPartitionsResponsePartition::default();
             m.partition_index = p;
-            m.leader_id = BrokerId(leader);
+            m.leader_id = leader;
             m.leader_epoch = 0;
             m.isr_nodes = replicas.clone();
             m.replica_nodes = replicas;

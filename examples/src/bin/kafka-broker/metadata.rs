@@ -54,35 +54,53 @@ fn topic_name(s: &str) -> TopicName {
     TopicName(str(s))
 }
 
+/// The leader and replicas (= ISR) of partitions `partitions` of `topic` as this client sees them:
+/// with a sharded coordinator each partition's leader is a produce gateway of its shard (in the
+/// client's rack), otherwise the cluster's leader for it. Metadata and DescribeTopicPartitions
+/// both answer from here, so they agree.
+pub(crate) fn partition_leaders(
+    broker: &Broker,
+    gateways: Option<&GatewayLeaders>,
+    ctx: &Ctx,
+    topic: &Topic,
+    partitions: std::ops::Range<i32>,
+) -> Vec<(i32, BrokerId, Vec<BrokerId>)> {
+    let rack = client_rack(&ctx.client_id);
+    let gateway_leaders = gateways.and_then(|g| g.leaders(topic.id, topic.partitions, rack));
+    partitions
+        .map(|p| {
+            let leader = gateway_leaders
+                .as_ref()
+                .and_then(|l| l.get(usize::try_from(p).ok()?).copied())
+                .unwrap_or_else(|| broker.cluster.leader_for(topic.id, p, rack));
+            let replicas = broker
+                .cluster
+                .replicas(leader)
+                .into_iter()
+                .map(BrokerId)
+                .collect();
+            (p, BrokerId(leader), replicas)
+        })
+        .collect()
+}
+
 fn describe_topic(
     broker: &Broker,
     gateways: Option<&GatewayLeaders>,
     ctx: &Ctx,
     topic: &Topic,
 ) -> MetadataResponseTopic {
-    let rack = client_rack(&ctx.client_id);
     let mut t = MetadataResponseTopic::default();
     t.name = Some(topic_name(&topic.name));
     if ctx.version >= 10 {
         t.topic_id = topic.id;
     }
-    // Sharded: each partition's leader is a produce gateway of its shard (in the client's rack).
-    let gateway_leaders = gateways.and_then(|g| g.leaders(topic.id, topic.partitions, rack));
-    t.partitions = (0..topic.partitions)
-        .map(|p| {
-            let leader = gateway_leaders
-                .as_ref()
-                .and_then(|l| l.get(usize::try_from(p).ok()?).copied())
-                .unwrap_or_else(|| broker.cluster.leader_for(topic.id, p, rack));
-            let replicas: Vec<BrokerId> = broker
-                .cluster
-                .replicas(leader)
-                .into_iter()
-                .map(BrokerId)
-                .collect();
+    t.partitions = partition_leaders(broker, gateways, ctx, topic, 0..topic.partitions)
+        .into_iter()
+        .map(|(p, leader, replicas)| {
             let mut m = MetadataResponsePartition::default();
             m.partition_index = p;
-            m.leader_id = BrokerId(leader);
+            m.leader_id = leader;
             m.leader_epoch = 0;
             m.isr_nodes = replicas.clone();
             m.replica_nodes = replicas;
