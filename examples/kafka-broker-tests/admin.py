@@ -19,7 +19,13 @@
     Metadata (allow.auto.create.topics=false) does not create; invalid names are still refused;
   - producing to an unknown topic creates it and the messages are delivered.
 
-Usage: admin.py --bootstrap HOST:PORT[,...] --mode plain|auto
+--mode plain also: Metadata reports manual replica assignments (CreateTopics, CreatePartitions)
+  as the partitions' replicas and leader; group configs (ConfigResource GROUP) are described, set,
+  refused and deleted as Kafka 4.0 does.
+--mode keep / kept (before and after a broker restart on the same data directory): kept topic
+  configs, manual assignments and group configs survive the restart.
+
+Usage: admin.py --bootstrap HOST:PORT[,...] --mode plain|auto|keep|kept
 Exit status 0 on success; a failure prints what differs and exits 1.
 """
 
@@ -79,13 +85,78 @@ def describe_topic(admin, topic):
     return admin.describe_configs([res], request_timeout=TIMEOUT_S)[res].result(TIMEOUT_S)
 
 
+def check_assignment(admin, topic, expected):
+    """Metadata reports a manual replica assignment as Kafka does: those replicas (and ISR), the
+    first one leading."""
+    t = topic_metadata(admin, topic)
+    for partition, replicas in expected.items():
+        p = t.partitions.get(partition)
+        check(p is not None, f"{topic}: partition {partition} missing from Metadata")
+        check(list(p.replicas) == replicas and p.leader == replicas[0],
+              f"{topic}/{partition}: leader {p.leader} replicas {p.replicas}, assigned {replicas}")
+
+
+def group_configs(admin):
+    """Group configs (Kafka 4.0's GroupConfig, ConfigResource type GROUP): described with defaults
+    and broker synonyms for any group name, set and deleted with IncrementalAlterConfigs, checked
+    against the broker's bounds, unknown names refused."""
+    group = unique("cfg-group")
+
+    def describe():
+        res = ConfigResource(ResourceType.GROUP, group)
+        return admin.describe_configs([res], request_timeout=TIMEOUT_S)[res].result(TIMEOUT_S)
+
+    described = describe()
+    for name, value in [("consumer.session.timeout.ms", "45000"),
+                        ("consumer.heartbeat.interval.ms", "5000"),
+                        ("share.record.lock.duration.ms", "30000"),
+                        ("share.auto.offset.reset", "latest")]:
+        e = described.get(name)
+        check(e is not None and e.value == value and e.source == ConfigSource.DEFAULT_CONFIG.value,
+              f"group config {name}: {e}, expected the default {value}")
+    synonyms = [(s.name, s.value) for s in described["consumer.session.timeout.ms"].synonyms.values()]
+    check(("group.consumer.session.timeout.ms", "45000") in synonyms,
+          f"consumer.session.timeout.ms synonyms {synonyms}")
+
+    def alter(*entries, validate_only=False):
+        res = ConfigResource(ResourceType.GROUP, group, incremental_configs=list(entries))
+        return admin.incremental_alter_configs([res], validate_only=validate_only,
+                                               request_timeout=TIMEOUT_S)[res]
+
+    alter(ConfigEntry("consumer.session.timeout.ms", "50000",
+                      incremental_operation=AlterConfigOpType.SET)).result(TIMEOUT_S)
+    e = describe()["consumer.session.timeout.ms"]
+    check(e.value == "50000" and e.source == ConfigSource.GROUP_CONFIG.value,
+          f"after SET: consumer.session.timeout.ms {e.value} source {e.source}")
+    for entry, what in [
+            (ConfigEntry("consumer.session.timeout.ms", "70000",
+                         incremental_operation=AlterConfigOpType.SET), "above the broker's maximum"),
+            (ConfigEntry("consumer.heartbeat.interval.ms", "abc",
+                         incremental_operation=AlterConfigOpType.SET), "not a number"),
+            (ConfigEntry("no.such.group.config", "1",
+                         incremental_operation=AlterConfigOpType.SET), "unknown name"),
+            (ConfigEntry("share.auto.offset.reset", "none",
+                         incremental_operation=AlterConfigOpType.SET), "not latest/earliest")]:
+        expect_error(alter(entry), "INVALID_CONFIG", f"group config {entry.name}: {what}")
+    check(describe()["consumer.session.timeout.ms"].value == "50000",
+          "a refused alteration changed the group's configs")
+    alter(ConfigEntry("consumer.session.timeout.ms", None,
+                      incremental_operation=AlterConfigOpType.DELETE)).result(TIMEOUT_S)
+    e = describe()["consumer.session.timeout.ms"]
+    check(e.value == "45000" and e.source == ConfigSource.DEFAULT_CONFIG.value,
+          f"after DELETE: consumer.session.timeout.ms {e.value} source {e.source}")
+    log(f"{group}: group configs described, set, refused and deleted as Kafka's")
+    return group
+
+
 def create_and_refuse(admin, bootstrap):
     # A manual replica assignment: three partitions, two replicas each.
     assigned = unique("adm-assigned")
     admin.create_topics([NewTopic(assigned, num_partitions=3, replica_assignment=[[1, 2], [2, 3], [3, 1]])],
                         request_timeout=TIMEOUT_S)[assigned].result(TIMEOUT_S)
     wait_topic(admin, assigned, 3)
-    log(f"{assigned}: created from a replica assignment with 3 partitions")
+    check_assignment(admin, assigned, {0: [1, 2], 1: [2, 3], 2: [3, 1]})
+    log(f"{assigned}: created from a replica assignment with 3 partitions, Metadata reports it")
 
     # Every config Kafka knows is accepted; the ones acting on a diskless topic are applied.
     configured = unique("adm-configured")
@@ -394,6 +465,10 @@ def partitions(admin, bootstrap):
                  "INVALID_PARTITIONS", "no change")
     expect_error(admin.create_partitions([NewPartitions(topic, 6, replica_assignment=[[1]])])[topic],
                  "INVALID_REPLICA_ASSIGNMENT", "one assignment for two new partitions")
+    admin.create_partitions([NewPartitions(topic, 6, replica_assignment=[[2, 1], [3, 2]])])[topic] \
+        .result(TIMEOUT_S)
+    wait_topic(admin, topic, 6)
+    check_assignment(admin, topic, {4: [2, 1], 5: [3, 2]})
     missing = unique("missing")
     expect_error(admin.create_partitions([NewPartitions(missing, 2)])[missing],
                  "UNKNOWN_TOPIC_OR_PART", "unknown topic")
@@ -421,10 +496,44 @@ def partitions(admin, bootstrap):
     log("create_partitions ok:", topic)
 
 
+KEPT_TOPIC = "kept-configs"
+KEPT_GROUP = "kept-group"
+
+
+def keep(admin):
+    """Before a restart: a topic with kept (no-effect) configs and a manual assignment, a group config."""
+    admin.create_topics([NewTopic(KEPT_TOPIC, num_partitions=2, replica_assignment=[[2, 1], [1, 2]],
+                                  config={"segment.bytes": "1048576", "retention.ms": "3600000"})],
+                        request_timeout=TIMEOUT_S)[KEPT_TOPIC].result(TIMEOUT_S)
+    wait_topic(admin, KEPT_TOPIC, 2)
+    res = ConfigResource(ResourceType.GROUP, KEPT_GROUP, incremental_configs=[
+        ConfigEntry("consumer.heartbeat.interval.ms", "6000",
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res], request_timeout=TIMEOUT_S)[res].result(TIMEOUT_S)
+    log("topic configs, assignment and group config set")
+
+
+def kept(admin):
+    """After a restart: what keep() set is still there."""
+    wait_topic(admin, KEPT_TOPIC, 2)
+    described = describe_topic(admin, KEPT_TOPIC)
+    for name, value in [("segment.bytes", "1048576"), ("retention.ms", "3600000")]:
+        e = described[name]
+        check(e.value == value and e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+              f"after a restart: {name}={e.value} (source {e.source}), expected {value}")
+    check_assignment(admin, KEPT_TOPIC, {0: [2, 1], 1: [1, 2]})
+    res = ConfigResource(ResourceType.GROUP, KEPT_GROUP)
+    e = admin.describe_configs([res], request_timeout=TIMEOUT_S)[res].result(TIMEOUT_S)[
+        "consumer.heartbeat.interval.ms"]
+    check(e.value == "6000" and e.source == ConfigSource.GROUP_CONFIG.value,
+          f"after a restart: group config {e.value} (source {e.source})")
+    log("topic configs, assignment and group config survived the restart")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--mode", choices=["plain", "auto"], required=True)
+    parser.add_argument("--mode", choices=["plain", "auto", "keep", "kept"], required=True)
     args = parser.parse_args()
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
     try:
@@ -433,6 +542,11 @@ def main():
             alter(admin, args.bootstrap, topic)
             runtime_effect(admin, args.bootstrap)
             partitions(admin, args.bootstrap)
+            group_configs(admin)
+        elif args.mode == "keep":
+            keep(admin)
+        elif args.mode == "kept":
+            kept(admin)
         else:
             auto_create(admin, args.bootstrap)
     except Failure as e:

@@ -9,7 +9,8 @@ Scenarios (--scenario):
            the admin client describes the group with the member it had before the restart.
   static   two static members (group.instance.id); one is closed (no LeaveGroup: static) and
            restarted with the same instance id: it gets its old partitions, and the other member
-           sees no rebalance.
+           sees no rebalance; once both are closed they expire at their session timeout and the
+           empty group can be deleted.
   admin    list_consumer_groups (with and without a states filter), describe_consumer_groups,
            delete_consumer_groups (NON_EMPTY_GROUP while the group has members,
            GROUP_ID_NOT_FOUND for an unknown group), as on Kafka.
@@ -106,6 +107,10 @@ class Member:
         return out
 
 
+# The static members' session timeout: long enough for a restart, short for the expiry check.
+STATIC_SESSION_MS = 6000
+
+
 def wait_assigned(members, seconds=TIMEOUT_S):
     deadline = time.time() + seconds
     while time.time() < deadline:
@@ -181,7 +186,8 @@ def scenario_static(bootstrap):
     produce(bootstrap, topic, [f"s-{i}" for i in range(40)])
 
     def member(instance):
-        m = Member(bootstrap, group, f"static-{instance}", {"group.instance.id": instance})
+        m = Member(bootstrap, group, f"static-{instance}",
+                   {"group.instance.id": instance, "session.timeout.ms": STATIC_SESSION_MS})
         m.subscribe([topic])
         return m
 
@@ -225,6 +231,16 @@ def scenario_static(bootstrap):
     a2.c.close()
     b.c.close()
     log("static member restarted with its old assignment, no rebalance of the other member")
+
+    # Closed static members leave no LeaveGroup: they stay until their session times out, then the
+    # group is empty and can be deleted (as librdkafka's 0081 test expects of Kafka).
+    time.sleep(STATIC_SESSION_MS / 1000 + 1.5)
+    futures = admin.delete_consumer_groups([group], request_timeout=TIMEOUT_S)
+    try:
+        futures[group].result(TIMEOUT_S)
+    except KafkaException as e:
+        raise Failure(f"static members not expired after their session timeout: {e}")
+    log("closed static members expired at their session timeout; the empty group was deleted")
 
 
 def scenario_admin(bootstrap):

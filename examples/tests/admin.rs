@@ -3,7 +3,8 @@
 //! validate_only; Kafka's refusals (invalid names, unknown configs, compaction, broker-side
 //! compression); DescribeConfigs of topics and brokers; IncrementalAlterConfigs and AlterConfigs
 //! taking effect at once (a produce over the new max.message.bytes fails); Metadata for invalid and
-//! unknown names; and `--auto-create-topics`. Without python3 + confluent_kafka the tests print
+//! unknown names; Metadata reporting manual replica assignments; group configs; and
+//! `--auto-create-topics`. Kept topic configs, assignments and group configs survive a restart. Without python3 + confluent_kafka the tests print
 //! `skipped: ...` and pass, unless `DISKLESS_REQUIRE_KAFKA_CLIENTS=1`.
 
 #![cfg(unix)]
@@ -47,5 +48,27 @@ fn auto_topic_creation() {
         &broker,
         SCRIPT,
         &["--bootstrap", &broker.bootstrap, "--mode", "auto"],
+    );
+}
+
+#[test]
+fn kept_configs_assignments_and_group_configs_survive_a_restart() {
+    if !available(python_clients_missing()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(2);
+    let broker = Broker::start(dir.path(), &ports, 1, &[]);
+    run_python(
+        &broker,
+        SCRIPT,
+        &["--bootstrap", &broker.bootstrap, "--mode", "keep"],
+    );
+    broker.stop();
+    let broker = Broker::start(dir.path(), &ports, 2, &[]);
+    run_python(
+        &broker,
+        SCRIPT,
+        &["--bootstrap", &broker.bootstrap, "--mode", "kept"],
     );
 }

@@ -10,8 +10,13 @@
 //!   are not compacted), `compression.type` other than `producer` (a diskless topic stores batches as
 //!   the producer sent them; the broker does not recompress), `remote.storage.enable=true` (no tiered
 //!   storage), `diskless.enable=false` (every topic of this broker is diskless);
-//! - **accepted and kept** in this process's memory, without effect: every other config Kafka knows
-//!   (segment, index, flush, compaction, replication and tiered-storage settings).
+//! - **accepted and kept** in the broker's store (`broker.db`), without effect: every other config
+//!   Kafka knows (segment, index, flush, compaction, replication and tiered-storage settings).
+//!
+//! Group resources (`ConfigResource.Type.GROUP`): Kafka 4.0's group configs, checked as Kafka's
+//! `GroupConfig` checks them (names, validators, the broker's min/max bounds), kept in the broker's
+//! store and described with their broker synonyms; they act on KIP-848 and share groups, which this
+//! broker does not serve, so they have no effect.
 //!
 //! Unknown names are refused with `INVALID_CONFIG` ("Unknown topic config name"), values are checked
 //! against Kafka's types and validators. Changes made with the alter APIs take effect at once: the
@@ -43,6 +48,8 @@ const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
 /// `ConfigResource.Type.BROKER_LOGGER`.
 const RESOURCE_BROKER_LOGGER: i8 = 8;
+/// `ConfigResource.Type.GROUP` (KIP-848 group configs, Kafka 4.0).
+const RESOURCE_GROUP: i8 = 32;
 
 /// `DescribeConfigsResponse.ConfigSource.TOPIC_CONFIG` (Kafka's `DYNAMIC_TOPIC_CONFIG`).
 pub(crate) const SOURCE_TOPIC: i8 = 1;
@@ -50,6 +57,8 @@ pub(crate) const SOURCE_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
 /// `ConfigSource.DEFAULT_CONFIG`.
 pub(crate) const SOURCE_DEFAULT: i8 = 5;
+/// `ConfigSource.GROUP_CONFIG`.
+const SOURCE_GROUP: i8 = 8;
 
 /// `AlterConfigOp.OpType`.
 const OP_SET: i8 = 0;
@@ -196,6 +205,183 @@ const TOPIC_CONFIGS: &[Def] = &[
 
 fn def(name: &str) -> Option<&'static Def> {
     TOPIC_CONFIGS.iter().find(|d| d.name == name)
+}
+
+/// Kafka 4.0's group configs (`GroupConfig`), sorted by name, with their broker synonyms
+/// (`group.` + name, where Kafka has one). The example broker keeps them in its store; they act on
+/// KIP-848 consumer groups and share groups, which it does not serve (classic groups take their
+/// timeouts from JoinGroup), so they have no effect here.
+#[rustfmt::skip]
+const GROUP_CONFIGS: &[Def] = &[
+    def!("consumer.heartbeat.interval.ms", Int, "5000", Check::AtLeast(1),
+         Some(("group.consumer.heartbeat.interval.ms", "5000")), Kept),
+    def!("consumer.session.timeout.ms", Int, "45000", Check::AtLeast(1),
+         Some(("group.consumer.session.timeout.ms", "45000")), Kept),
+    def!("share.auto.offset.reset", String, "latest", Check::OneOf(&["latest", "earliest"]),
+         None, Kept),
+    def!("share.heartbeat.interval.ms", Int, "5000", Check::AtLeast(1),
+         Some(("group.share.heartbeat.interval.ms", "5000")), Kept),
+    def!("share.record.lock.duration.ms", Int, "30000", Check::AtLeast(1000),
+         Some(("group.share.record.lock.duration.ms", "30000")), Kept),
+    def!("share.session.timeout.ms", Int, "45000", Check::AtLeast(1),
+         Some(("group.share.session.timeout.ms", "45000")), Kept),
+];
+
+/// The broker's bounds on group configs (Kafka 4.0's defaults of `group.consumer.min.*`,
+/// `group.consumer.max.*`, `group.share.min.*`, `group.share.max.*`): (config, broker bound, min?, bound).
+const GROUP_BOUNDS: &[(&str, &str, bool, i64)] = &[
+    (
+        "consumer.heartbeat.interval.ms",
+        "group.consumer.min.heartbeat.interval.ms",
+        true,
+        5_000,
+    ),
+    (
+        "consumer.heartbeat.interval.ms",
+        "group.consumer.max.heartbeat.interval.ms",
+        false,
+        15_000,
+    ),
+    (
+        "consumer.session.timeout.ms",
+        "group.consumer.min.session.timeout.ms",
+        true,
+        45_000,
+    ),
+    (
+        "consumer.session.timeout.ms",
+        "group.consumer.max.session.timeout.ms",
+        false,
+        60_000,
+    ),
+    (
+        "share.heartbeat.interval.ms",
+        "group.share.min.heartbeat.interval.ms",
+        true,
+        5_000,
+    ),
+    (
+        "share.heartbeat.interval.ms",
+        "group.share.max.heartbeat.interval.ms",
+        false,
+        15_000,
+    ),
+    (
+        "share.session.timeout.ms",
+        "group.share.min.session.timeout.ms",
+        true,
+        45_000,
+    ),
+    (
+        "share.session.timeout.ms",
+        "group.share.max.session.timeout.ms",
+        false,
+        60_000,
+    ),
+    (
+        "share.record.lock.duration.ms",
+        "group.share.min.record.lock.duration.ms",
+        true,
+        15_000,
+    ),
+    (
+        "share.record.lock.duration.ms",
+        "group.share.max.record.lock.duration.ms",
+        false,
+        60_000,
+    ),
+];
+
+/// Checks the configs set on a group as Kafka's `GroupConfig.validate` does (known names, types,
+/// validators, the broker's bounds, session timeout above heartbeat interval); their canonical values.
+fn resolve_group(configs: &[(String, String)]) -> Result<Overrides, ApiError> {
+    if let Some((name, _)) = configs
+        .iter()
+        .find(|(n, _)| !GROUP_CONFIGS.iter().any(|d| d.name == n))
+    {
+        return Err(ApiError::invalid_config(format!(
+            "Unknown group config name: {name}"
+        )));
+    }
+    let mut set = Overrides::new();
+    for d in GROUP_CONFIGS {
+        if let Some((_, value)) = configs.iter().rev().find(|(n, _)| n == d.name) {
+            set.insert(d.name.to_string(), canonical(d, value)?);
+        }
+    }
+    let int = |name: &str| -> i64 {
+        set.get(name)
+            .map(String::as_str)
+            .or_else(|| {
+                GROUP_CONFIGS
+                    .iter()
+                    .find(|d| d.name == name)
+                    .map(|d| d.default)
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    for (name, bound_name, is_min, bound) in GROUP_BOUNDS {
+        let v = int(name);
+        if *is_min && v < *bound {
+            return Err(ApiError::invalid_config(format!(
+                "{name} must be greater than or equal to {bound_name}"
+            )));
+        }
+        if !*is_min && v > *bound {
+            return Err(ApiError::invalid_config(format!(
+                "{name} must be less than or equal to {bound_name}"
+            )));
+        }
+    }
+    for kind in ["consumer", "share"] {
+        if int(&format!("{kind}.session.timeout.ms"))
+            <= int(&format!("{kind}.heartbeat.interval.ms"))
+        {
+            return Err(ApiError::invalid_config(format!(
+                "{kind}.session.timeout.ms must be greater than {kind}.heartbeat.interval.ms"
+            )));
+        }
+    }
+    Ok(set)
+}
+
+/// Every group config of a group whose set configs are `set` (Kafka's `createGroupConfigEntry`).
+fn group_entries(set: &Overrides, keys: Option<&BTreeSet<String>>) -> Vec<Entry> {
+    GROUP_CONFIGS
+        .iter()
+        .filter(|d| keys.is_none_or(|k| k.contains(d.name)))
+        .map(|d| {
+            let value = set.get(d.name);
+            let mut synonyms = Vec::new();
+            if let Some(v) = value {
+                synonyms.push((d.name, v.clone(), SOURCE_GROUP));
+            }
+            // The broker synonym at its default, or (no broker synonym) the group config's
+            // default under its own name.
+            let (name, default) = d.broker.unwrap_or((d.name, d.default));
+            synonyms.push((name, default.to_string(), SOURCE_DEFAULT));
+            Entry {
+                name: d.name,
+                value: value.cloned().unwrap_or_else(|| d.default.to_string()),
+                source: if value.is_some() {
+                    SOURCE_GROUP
+                } else {
+                    SOURCE_DEFAULT
+                },
+                kind: d.kind,
+                synonyms,
+                doc:
+                    "Kafka's group config (KIP-848 consumer and share groups); kept, no effect on \
+                      the classic groups this broker serves."
+                        .to_string(),
+            }
+        })
+        .collect()
+}
+
+fn empty_group_name() -> ApiError {
+    ApiError::new(codes::INVALID_REQUEST, "Group name must not be empty")
 }
 
 /// An error answer: a Kafka error code and its message.
@@ -632,7 +818,7 @@ fn broker_id(name: &str) -> Result<i32, ApiError> {
     })
 }
 
-/// DescribeConfigs (versions 1-4): topics, this broker, and its loggers (none).
+/// DescribeConfigs (versions 1-4): topics, groups, this broker, and its loggers (none).
 pub(crate) async fn describe_configs(
     broker: &Arc<Broker>,
     ctx: &Ctx,
@@ -653,14 +839,20 @@ pub(crate) async fn describe_configs(
             RESOURCE_TOPIC => match invalid_topic_name(&name) {
                 Some(why) => Err(ApiError::new(codes::INVALID_TOPIC_EXCEPTION, why)),
                 None => match broker.topics.by_name(&name).await {
-                    Ok(Some(topic)) => {
-                        let overrides = topic_overrides(broker, &topic);
-                        Ok((topic_entries(&overrides, keys.as_ref()), false))
-                    }
+                    Ok(Some(topic)) => topic_overrides(broker, &topic)
+                        .await
+                        .map(|overrides| (topic_entries(&overrides, keys.as_ref()), false)),
                     Ok(None) => Err(ApiError::new(codes::UNKNOWN_TOPIC_OR_PARTITION, "")),
                     Err(e) => Err(ApiError::new(e.error_code().code(), e.to_string())),
                 },
             },
+            RESOURCE_GROUP if name.is_empty() => Err(empty_group_name()),
+            RESOURCE_GROUP => broker
+                .store
+                .group_configs(&name)
+                .await
+                .map_err(store_error)
+                .map(|set| (group_entries(&set, keys.as_ref()), false)),
             RESOURCE_BROKER if name.is_empty() => Ok((Vec::new(), true)),
             RESOURCE_BROKER => match broker_id(&name) {
                 Ok(id) if id == ctx.node => {
@@ -729,8 +921,18 @@ pub(crate) async fn describe_configs(
 }
 
 /// The configs set on `topic` (see [`current_overrides`]).
-pub(crate) fn topic_overrides(broker: &Broker, topic: &Topic) -> Overrides {
-    current_overrides(&topic.config, &broker.topics.overrides(topic.id))
+pub(crate) async fn topic_overrides(broker: &Broker, topic: &Topic) -> Result<Overrides, ApiError> {
+    let kept = broker
+        .topics
+        .overrides(topic.id)
+        .await
+        .map_err(store_error)?;
+    Ok(current_overrides(&topic.config, &kept))
+}
+
+/// A failure of the broker's own store, as Kafka reports a storage failure.
+pub(crate) fn store_error(e: crate::store::StoreError) -> ApiError {
+    ApiError::new(codes::KAFKA_STORAGE_ERROR, e.to_string())
 }
 
 /// One resource of an alter request.
@@ -851,6 +1053,7 @@ async fn alter_resource(
     let name = resource.name.as_str();
     match resource.resource_type {
         RESOURCE_TOPIC => {}
+        RESOURCE_GROUP => return alter_group(broker, resource, incremental, validate_only).await,
         RESOURCE_BROKER | RESOURCE_BROKER_LOGGER => {
             if !name.is_empty() && broker_id(name)? != ctx.node {
                 return Err(ApiError::new(
@@ -892,10 +1095,10 @@ async fn alter_resource(
         .by_name(name)
         .await
         .map_err(|e| ApiError::new(e.error_code().code(), e.to_string()))?;
-    let current = topic
-        .as_ref()
-        .map(|t| topic_overrides(broker, t))
-        .unwrap_or_default();
+    let current = match &topic {
+        Some(t) => topic_overrides(broker, t).await?,
+        None => Overrides::default(),
+    };
     let wanted = if incremental {
         apply_ops(current, &resource.ops)?
     } else {
@@ -923,9 +1126,52 @@ async fn alter_resource(
     if config != *topic.config {
         persist_topic_config(broker, &topic, config).await?;
     }
-    broker.topics.set_overrides(topic.id, overrides.clone());
+    broker
+        .topics
+        .set_overrides(topic.id, overrides.clone())
+        .await
+        .map_err(store_error)?;
     broker.topics.invalidate();
     info!(topic = %topic.name, ?overrides, "topic configs altered");
+    Ok(())
+}
+
+/// Alters the configs set on a group (the group need not exist, as in Kafka).
+async fn alter_group(
+    broker: &Arc<Broker>,
+    resource: &AlterResource,
+    incremental: bool,
+    validate_only: bool,
+) -> Result<(), ApiError> {
+    let name = resource.name.as_str();
+    if name.is_empty() {
+        return Err(empty_group_name());
+    }
+    let wanted = if incremental {
+        let current = broker
+            .store
+            .group_configs(name)
+            .await
+            .map_err(store_error)?;
+        apply_ops(current, &resource.ops)?
+    } else {
+        resource
+            .ops
+            .iter()
+            .map(|(n, _, v)| (n.clone(), v.clone().unwrap_or_default()))
+            .collect()
+    };
+    let wanted: Vec<(String, String)> = wanted.into_iter().collect();
+    let set = resolve_group(&wanted)?;
+    if validate_only {
+        return Ok(());
+    }
+    broker
+        .store
+        .set_group_configs(name, &set)
+        .await
+        .map_err(store_error)?;
+    info!(group = %name, configs = ?set, "group configs altered");
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! CreatePartitions: grows diskless topics in the coordinator (`BatchCoordinator::create_partitions`),
 //! with the checks and messages of Kafka's controller (`ReplicationControlManager.createPartitions`).
-//! Manual replica assignments are checked as Kafka checks them and otherwise ignored: a diskless
-//! partition has no replicas.
+//! Manual replica assignments are checked as Kafka checks them and kept in the broker's store;
+//! Metadata reports them as the new partitions' replicas (see [`crate::metadata::partition_leaders`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
 use kafka_protocol::protocol::StrBytes;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::admin_configs::ApiError;
 use crate::broker::Broker;
@@ -142,5 +142,15 @@ async fn grow(
     broker.topics.invalidate();
     grown.map_err(coordinator_error)?;
     info!(topic = %name, from = current, to = request.count, "diskless topic grown");
+    if let Some(assignments) = &request.assignments {
+        let assigned = (current..request.count)
+            .zip(assignments)
+            .map(|(p, a)| (p, a.broker_ids.iter().map(|b| b.0).collect()))
+            .collect();
+        if let Err(e) = broker.topics.add_assignments(topic.id, assigned).await {
+            warn!(topic = %name, error = %e, "cannot keep the new partitions' replica assignments");
+        }
+        broker.topics.invalidate();
+    }
     Ok(())
 }

@@ -378,7 +378,8 @@ impl Broker {
             orphan_collection = orphan_check.is_some(),
             "diskless broker state opened"
         );
-        let topics = Topics::with_defaults(coordinator.clone(), config.topic_defaults());
+        let topics =
+            Topics::with_defaults(coordinator.clone(), config.topic_defaults(), store.clone());
         Ok(Arc::new(Broker {
             cluster,
             coordinator,

@@ -8,8 +8,10 @@
 //!   an unknown topic creates it with `--num-partitions` partitions and answers
 //!   `LEADER_NOT_AVAILABLE` for it in that round (the next Metadata shows it), unless the request
 //!   (version 4 or later) says `allow_auto_topic_creation=false`;
-//! - CreateTopics takes manual replica assignments (the partition count is theirs; replicas mean
-//!   nothing to a diskless topic, they are checked as Kafka checks them and otherwise ignored),
+//! - CreateTopics takes manual replica assignments (the partition count is theirs; they are checked
+//!   as Kafka checks them, kept in the broker's store and reported by Metadata as the partition's
+//!   replicas and leader, as Kafka reports them; every broker still serves every diskless
+//!   partition),
 //!   `num_partitions`/`replication_factor` -1 for the defaults, `validate_only`, and every topic
 //!   config Kafka knows (see [`crate::admin_configs`] for which ones act on a diskless topic and
 //!   which are refused).
@@ -56,7 +58,8 @@ fn topic_name(s: &str) -> TopicName {
 
 /// The leader and replicas (= ISR) of partitions `partitions` of `topic` as this client sees them:
 /// with a sharded coordinator each partition's leader is a produce gateway of its shard (in the
-/// client's rack), otherwise the cluster's leader for it. Metadata and DescribeTopicPartitions
+/// client's rack), otherwise its manual replica assignment if it has one, otherwise the cluster's
+/// leader for it. Metadata and DescribeTopicPartitions
 /// both answer from here, so they agree.
 pub(crate) fn partition_leaders(
     broker: &Broker,
@@ -69,17 +72,38 @@ pub(crate) fn partition_leaders(
     let gateway_leaders = gateways.and_then(|g| g.leaders(topic.id, topic.partitions, rack));
     partitions
         .map(|p| {
-            let leader = gateway_leaders
+            let gateway = gateway_leaders
                 .as_ref()
-                .and_then(|l| l.get(usize::try_from(p).ok()?).copied())
-                .unwrap_or_else(|| broker.cluster.leader_for(topic.id, p, rack));
-            let replicas = broker
-                .cluster
-                .replicas(leader)
-                .into_iter()
-                .map(BrokerId)
-                .collect();
-            (p, BrokerId(leader), replicas)
+                .and_then(|l| l.get(usize::try_from(p).ok()?).copied());
+            // A manual replica assignment (CreateTopics / CreatePartitions) is reported as Kafka
+            // reports it: those replicas, the first one (the preferred replica) leading. Every
+            // broker serves every diskless partition, so this only steers clients.
+            let assigned = topic
+                .assignments
+                .get(&p)
+                .filter(|r| !r.is_empty())
+                .filter(|r| {
+                    r.iter()
+                        .all(|id| broker.cluster.nodes.iter().any(|n| n.id == *id))
+                });
+            match (gateway, assigned) {
+                (None, Some(replicas)) => (
+                    p,
+                    BrokerId(replicas[0]),
+                    replicas.iter().copied().map(BrokerId).collect(),
+                ),
+                _ => {
+                    let leader =
+                        gateway.unwrap_or_else(|| broker.cluster.leader_for(topic.id, p, rack));
+                    let replicas = broker
+                        .cluster
+                        .replicas(leader)
+                        .into_iter()
+                        .map(BrokerId)
+                        .collect();
+                    (p, BrokerId(leader), replicas)
+                }
+            }
         })
         .collect()
 }
@@ -238,15 +262,14 @@ pub(crate) async fn metadata(
 /// round, `LEADER_NOT_AVAILABLE` once the topic is created (or was just created by someone else).
 async fn auto_create_topic(broker: &Arc<Broker>, name: &str) -> i16 {
     let partitions = broker.topics.defaults().num_partitions;
-    match create(
-        broker,
-        name,
+    let new = NewTopic {
         partitions,
-        TopicConfig::default(),
-        Default::default(),
-    )
-    .await
-    {
+        replication: 1,
+        overrides: Default::default(),
+        config: TopicConfig::default(),
+        assignments: Vec::new(),
+    };
+    match create(broker, name, &new).await {
         Ok(topic_id) => {
             info!(topic = %name, %topic_id, partitions, "diskless topic created automatically");
             LEADER_NOT_AVAILABLE
@@ -279,13 +302,7 @@ async fn collision(broker: &Broker, name: &str) -> Result<Option<String>, ApiErr
 }
 
 /// Creates a diskless topic in the coordinator; its id.
-async fn create(
-    broker: &Arc<Broker>,
-    name: &str,
-    partitions: i32,
-    config: TopicConfig,
-    overrides: crate::topics::Overrides,
-) -> Result<uuid::Uuid, ApiError> {
+async fn create(broker: &Arc<Broker>, name: &str, new: &NewTopic) -> Result<uuid::Uuid, ApiError> {
     if let Some(other) = collision(broker, name).await? {
         return Err(ApiError::new(
             codes::INVALID_TOPIC_EXCEPTION,
@@ -298,14 +315,31 @@ async fn create(
         .create_topic(CreateTopicRequest {
             topic_id,
             name: name.to_string(),
-            partitions,
-            config,
+            partitions: new.partitions,
+            config: new.config.clone(),
         })
         .await;
     broker.topics.invalidate();
     match created {
         Ok(()) => {
-            broker.topics.set_overrides(topic_id, overrides);
+            // The topic exists now; what only this broker keeps is written after it (a failure
+            // here loses kept configs or assignments, never the topic).
+            if let Err(e) = broker
+                .topics
+                .set_overrides(topic_id, new.overrides.clone())
+                .await
+            {
+                warn!(topic = %name, error = %e, "cannot keep the topic's configs");
+            }
+            if let Err(e) = broker
+                .topics
+                .add_assignments(topic_id, new.assignments.clone())
+                .await
+            {
+                warn!(topic = %name, error = %e, "cannot keep the topic's replica assignments");
+            }
+            // Again: a lookup between the two may have cached the topic without its assignments.
+            broker.topics.invalidate();
             Ok(topic_id)
         }
         Err(CoordinatorError::TopicAlreadyExists(_)) => Err(ApiError::new(
@@ -321,7 +355,7 @@ async fn create(
 async fn check_new_topic(
     broker: &Arc<Broker>,
     topic: &kafka_protocol::messages::create_topics_request::CreatableTopic,
-) -> Result<(i32, i16, crate::topics::Overrides, TopicConfig), ApiError> {
+) -> Result<NewTopic, ApiError> {
     let name = topic.name.as_str();
     if let Some(why) = admin_configs::invalid_topic_name(name) {
         return Err(ApiError::new(codes::INVALID_TOPIC_EXCEPTION, why));
@@ -424,11 +458,37 @@ async fn check_new_topic(
             format!("this broker creates at most {MAX_PARTITIONS} partitions per topic"),
         ));
     }
-    Ok((partitions, replication, overrides, config))
+    let assignments = topic
+        .assignments
+        .iter()
+        .map(|a| {
+            (
+                a.partition_index,
+                a.broker_ids.iter().map(|b| b.0).collect(),
+            )
+        })
+        .collect();
+    Ok(NewTopic {
+        partitions,
+        replication,
+        overrides,
+        config,
+        assignments,
+    })
 }
 
-/// Kafka's checks of manual replica assignments (they place nothing on a diskless topic): the
-/// partition count and the replication factor they give.
+/// A checked CreateTopics entry.
+struct NewTopic {
+    partitions: i32,
+    replication: i16,
+    overrides: crate::topics::Overrides,
+    config: TopicConfig,
+    /// Manual replica assignments (partition, replicas in the given order).
+    assignments: Vec<(i32, Vec<i32>)>,
+}
+
+/// Kafka's checks of manual replica assignments: the partition count and the replication factor
+/// they give.
 fn check_assignments(
     broker: &Broker,
     topic: &kafka_protocol::messages::create_topics_request::CreatableTopic,
@@ -507,16 +567,25 @@ pub(crate) async fn create_topics(
         } else {
             match check_new_topic(broker, topic).await {
                 Err(e) => Err(e),
-                Ok((partitions, replication, overrides, _)) if request.validate_only => {
-                    Ok((crate::random_uuid(), partitions, replication, overrides))
-                }
-                Ok((partitions, replication, overrides, config)) => {
-                    create(broker, name, partitions, config, overrides.clone())
-                        .await
-                        .map(|id| {
-                            info!(topic = %name, %id, partitions, "diskless topic created");
-                            (id, partitions, replication, overrides)
-                        })
+                Ok(new) if request.validate_only => Ok((
+                    crate::random_uuid(),
+                    new.partitions,
+                    new.replication,
+                    new.overrides,
+                )),
+                Ok(new) => {
+                    let NewTopic {
+                        partitions,
+                        replication,
+                        overrides,
+                        ..
+                    } = &new;
+                    let (partitions, replication, overrides) =
+                        (*partitions, *replication, overrides.clone());
+                    create(broker, name, &new).await.map(|id| {
+                        info!(topic = %name, %id, partitions, "diskless topic created");
+                        (id, partitions, replication, overrides)
+                    })
                 }
             }
         };
@@ -592,7 +661,9 @@ pub(crate) async fn delete_topics(
                 match deleted {
                     Ok(()) => {
                         info!(topic = %topic.name, id = %topic.id, "topic deleted");
-                        broker.topics.set_overrides(topic.id, Default::default());
+                        if let Err(e) = broker.topics.forget(topic.id).await {
+                            warn!(error = %e, "cannot forget the kept configs of a deleted topic");
+                        }
                         if let Err(e) = broker.store.delete_topic(&topic.name).await {
                             warn!(error = %e, "cannot forget the committed offsets of a deleted topic");
                         }

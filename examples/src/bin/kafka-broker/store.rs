@@ -5,18 +5,25 @@
 //!   record: generation, protocol type and name, leader, and each member with its ids, client,
 //!   timeouts, subscription and assignment), so that a restarted broker knows every group and its
 //!   members' generation;
-//! - the producer-id allocator of InitProducerId: ids are handed out from blocks, and a block is
-//!   recorded as used before any id of it is given out, so a restarted broker never reuses an id.
+//! - topic configs that are not part of the coordinator's `TopicConfig` (Kafka's other topic
+//!   configs, accepted and kept without effect), per topic id, and manual replica assignments of
+//!   partitions (CreateTopics / CreatePartitions), which Metadata reports;
+//! - group configs (Kafka's `GroupConfig`, set with IncrementalAlterConfigs on a GROUP resource).
 //!
 //! (A production broker keeps these in its own replicated stores; the coordinator of diskless topics
 //! does not own them.)
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use sqlx::Row;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+use uuid::Uuid;
+
+/// Configs by name (canonical values).
+pub(crate) type Configs = BTreeMap<String, String>;
 
 /// One committed offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,6 +131,24 @@ impl Store {
                 subscription BLOB NOT NULL,
                 assignment BLOB NOT NULL,
                 PRIMARY KEY (group_id, position)
+            )",
+            "CREATE TABLE IF NOT EXISTS topic_configs (
+                topic_id TEXT NOT NULL,
+                name TEXT NOT NULL,
+                value TEXT NOT NULL,
+                PRIMARY KEY (topic_id, name)
+            )",
+            "CREATE TABLE IF NOT EXISTS partition_assignments (
+                topic_id TEXT NOT NULL,
+                partition INTEGER NOT NULL,
+                replicas TEXT NOT NULL,
+                PRIMARY KEY (topic_id, partition)
+            )",
+            "CREATE TABLE IF NOT EXISTS group_configs (
+                group_id TEXT NOT NULL,
+                name TEXT NOT NULL,
+                value TEXT NOT NULL,
+                PRIMARY KEY (group_id, name)
             )",
         ] {
             sqlx::query(statement).execute(&pool).await.map_err(sql)?;
@@ -348,6 +373,150 @@ impl Store {
             .await
             .map_err(sql)?;
         Ok(())
+    }
+
+    /// Every topic's kept configs (topic id → name → value).
+    pub(crate) async fn topic_configs(&self) -> Result<Vec<(Uuid, Configs)>, StoreError> {
+        let rows = sqlx::query("SELECT topic_id, name, value FROM topic_configs ORDER BY topic_id")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql)?;
+        let mut out: Vec<(Uuid, Configs)> = Vec::new();
+        for row in rows {
+            let id: String = row.get(0);
+            let Ok(id) = Uuid::parse_str(&id) else {
+                return Err(StoreError(format!("topic_configs: bad topic id {id}")));
+            };
+            if out.last().is_none_or(|(last, _)| *last != id) {
+                out.push((id, Configs::new()));
+            }
+            if let Some((_, configs)) = out.last_mut() {
+                configs.insert(row.get(1), row.get(2));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Replaces the kept configs of a topic.
+    pub(crate) async fn set_topic_configs(
+        &self,
+        topic_id: Uuid,
+        configs: &Configs,
+    ) -> Result<(), StoreError> {
+        self.replace_configs("topic_configs", "topic_id", &topic_id.to_string(), configs)
+            .await
+    }
+
+    /// Every manual replica assignment (topic id, partition, replicas).
+    pub(crate) async fn assignments(&self) -> Result<Vec<(Uuid, i32, Vec<i32>)>, StoreError> {
+        let rows = sqlx::query("SELECT topic_id, partition, replicas FROM partition_assignments")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql)?;
+        rows.into_iter()
+            .map(|row| {
+                let id: String = row.get(0);
+                let replicas: String = row.get(2);
+                let id = Uuid::parse_str(&id)
+                    .map_err(|_| StoreError(format!("partition_assignments: bad topic id {id}")))?;
+                let replicas = replicas
+                    .split(',')
+                    .map(|r| r.parse::<i32>())
+                    .collect::<Result<Vec<i32>, _>>()
+                    .map_err(|_| {
+                        StoreError(format!("partition_assignments: bad replicas {replicas}"))
+                    })?;
+                Ok((id, row.get(1), replicas))
+            })
+            .collect()
+    }
+
+    /// Records manual replica assignments of partitions of a topic.
+    pub(crate) async fn add_assignments(
+        &self,
+        topic_id: Uuid,
+        assignments: &[(i32, Vec<i32>)],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(sql)?;
+        for (partition, replicas) in assignments {
+            let replicas: Vec<String> = replicas.iter().map(i32::to_string).collect();
+            sqlx::query(
+                "INSERT OR REPLACE INTO partition_assignments (topic_id, partition, replicas) \
+                 VALUES (?, ?, ?)",
+            )
+            .bind(topic_id.to_string())
+            .bind(partition)
+            .bind(replicas.join(","))
+            .execute(&mut *tx)
+            .await
+            .map_err(sql)?;
+        }
+        tx.commit().await.map_err(sql)
+    }
+
+    /// Forgets the kept configs and assignments of a deleted topic.
+    pub(crate) async fn forget_topic_id(&self, topic_id: Uuid) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(sql)?;
+        for statement in [
+            "DELETE FROM topic_configs WHERE topic_id = ?",
+            "DELETE FROM partition_assignments WHERE topic_id = ?",
+        ] {
+            sqlx::query(statement)
+                .bind(topic_id.to_string())
+                .execute(&mut *tx)
+                .await
+                .map_err(sql)?;
+        }
+        tx.commit().await.map_err(sql)
+    }
+
+    /// The configs set on a group.
+    pub(crate) async fn group_configs(&self, group: &str) -> Result<Configs, StoreError> {
+        let rows = sqlx::query("SELECT name, value FROM group_configs WHERE group_id = ?")
+            .bind(group)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql)?;
+        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// Replaces the configs set on a group.
+    pub(crate) async fn set_group_configs(
+        &self,
+        group: &str,
+        configs: &Configs,
+    ) -> Result<(), StoreError> {
+        self.replace_configs("group_configs", "group_id", group, configs)
+            .await
+    }
+
+    async fn replace_configs(
+        &self,
+        table: &'static str,
+        key: &'static str,
+        id: &str,
+        configs: &Configs,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(sql)?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM {table} WHERE {key} = ?"
+        )))
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql)?;
+        for (name, value) in configs {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO {table} ({key}, name, value) VALUES (?, ?, ?)"
+            )))
+            .bind(id)
+            .bind(name)
+            .bind(value)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql)?;
+        }
+        tx.commit().await.map_err(sql)
     }
 
     /// Closes the database.

@@ -6,11 +6,17 @@
 //! sharing the coordinator show up quickly.
 //!
 //! Topic configs: the coordinator keeps the ones that act on a diskless topic ([`TopicConfig`]); the
-//! others Kafka knows (see [`crate::admin_configs`]) are accepted and kept here, in this process's
-//! memory, per topic id ([`Topics::overrides`]), so that DescribeConfigs shows what was set. They do
-//! not survive a restart (nothing reads them). After a config change [`Topics::invalidate`] makes
-//! the next lookup reload, so Produce validates with the new `max.message.bytes` and timestamp type
-//! at once.
+//! others Kafka knows (see [`crate::admin_configs`]) are accepted and kept in the broker's store
+//! (`broker.db`, [`Store`]) per topic id ([`Topics::overrides`]), so that DescribeConfigs shows what
+//! was set, also after a restart. Manual replica assignments (CreateTopics, CreatePartitions) are
+//! kept there too ([`Topic::assignments`]) and shape Metadata's leaders and replicas. Both are
+//! loaded from the store once and written through. After a config change [`Topics::invalidate`]
+//! makes the next lookup reload, so Produce validates with the new `max.message.bytes` and timestamp
+//! type at once.
+//!
+//! (The store belongs to this broker process: several broker processes sharing one PostgreSQL
+//! coordinator share the applied configs, not these. A production broker keeps them in its cluster
+//! metadata.)
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -20,11 +26,23 @@ use diskless_coordinator::{BatchCoordinator, CoordinatorError, TopicConfig, Topi
 use parking_lot::RwLock;
 use uuid::Uuid;
 
+use crate::store::{Store, StoreError};
+
 /// How long a loaded topic list is trusted.
 const MAX_AGE: Duration = Duration::from_secs(5);
 
 /// Topic configs set on a topic (Kafka's `TOPIC_CONFIG` source): name → canonical value.
 pub(crate) type Overrides = BTreeMap<String, String>;
+
+/// Manual replica assignments of a topic's partitions: partition → replicas (broker ids).
+pub(crate) type Assignments = BTreeMap<i32, Vec<i32>>;
+
+/// What the broker's store keeps per topic id.
+#[derive(Clone, Debug, Default)]
+struct Extras {
+    overrides: Overrides,
+    assignments: Assignments,
+}
 
 /// The broker settings that shape new topics (Kafka's `auto.create.topics.enable`, `num.partitions`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,15 +69,18 @@ pub(crate) struct Topic {
     pub name: String,
     pub partitions: i32,
     pub config: Arc<TopicConfig>,
+    /// Manual replica assignments of its partitions (most topics have none).
+    pub assignments: Assignments,
 }
 
 impl Topic {
-    fn from_info(info: TopicInfo) -> Topic {
+    fn from_info(info: TopicInfo, assignments: Assignments) -> Topic {
         Topic {
             id: info.topic_id,
             name: info.name,
             partitions: info.partitions,
             config: Arc::new(info.config),
+            assignments,
         }
     }
 
@@ -83,8 +104,10 @@ pub(crate) struct Topics {
     coordinator: Arc<dyn BatchCoordinator>,
     snapshot: RwLock<Arc<Snapshot>>,
     defaults: TopicDefaults,
-    /// Configs set per topic id (see the module docs).
-    overrides: RwLock<HashMap<Uuid, Overrides>>,
+    /// Kept configs and manual assignments per topic id (see the module docs), loaded from `store`
+    /// at first use.
+    extras: tokio::sync::OnceCell<RwLock<HashMap<Uuid, Extras>>>,
+    store: Store,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -100,12 +123,14 @@ impl Topics {
     pub(crate) fn with_defaults(
         coordinator: Arc<dyn BatchCoordinator>,
         defaults: TopicDefaults,
+        store: Store,
     ) -> Topics {
         Topics {
             coordinator,
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             defaults,
-            overrides: RwLock::new(HashMap::new()),
+            extras: tokio::sync::OnceCell::new(),
+            store,
         }
     }
 
@@ -114,19 +139,71 @@ impl Topics {
         self.defaults
     }
 
-    /// The configs set on topic `id` and kept by this process (empty if none).
-    pub(crate) fn overrides(&self, id: Uuid) -> Overrides {
-        self.overrides.read().get(&id).cloned().unwrap_or_default()
+    async fn extras(&self) -> Result<&RwLock<HashMap<Uuid, Extras>>, StoreError> {
+        self.extras
+            .get_or_try_init(|| async {
+                let mut map: HashMap<Uuid, Extras> = HashMap::new();
+                for (id, overrides) in self.store.topic_configs().await? {
+                    map.entry(id).or_default().overrides = overrides;
+                }
+                for (id, partition, replicas) in self.store.assignments().await? {
+                    map.entry(id)
+                        .or_default()
+                        .assignments
+                        .insert(partition, replicas);
+                }
+                Ok(RwLock::new(map))
+            })
+            .await
+    }
+
+    /// The configs set on topic `id` and kept by this broker (empty if none).
+    pub(crate) async fn overrides(&self, id: Uuid) -> Result<Overrides, StoreError> {
+        let map = self.extras().await?.read();
+        Ok(map
+            .get(&id)
+            .map(|e| e.overrides.clone())
+            .unwrap_or_default())
     }
 
     /// Records the configs set on topic `id` (all of them: this replaces what was kept).
-    pub(crate) fn set_overrides(&self, id: Uuid, overrides: Overrides) {
-        let mut map = self.overrides.write();
-        if overrides.is_empty() {
-            map.remove(&id);
-        } else {
-            map.insert(id, overrides);
+    pub(crate) async fn set_overrides(
+        &self,
+        id: Uuid,
+        overrides: Overrides,
+    ) -> Result<(), StoreError> {
+        let extras = self.extras().await?;
+        self.store.set_topic_configs(id, &overrides).await?;
+        extras.write().entry(id).or_default().overrides = overrides;
+        Ok(())
+    }
+
+    /// Records manual replica assignments of partitions of topic `id`.
+    pub(crate) async fn add_assignments(
+        &self,
+        id: Uuid,
+        assignments: Vec<(i32, Vec<i32>)>,
+    ) -> Result<(), StoreError> {
+        if assignments.is_empty() {
+            return Ok(());
         }
+        let extras = self.extras().await?;
+        self.store.add_assignments(id, &assignments).await?;
+        extras
+            .write()
+            .entry(id)
+            .or_default()
+            .assignments
+            .extend(assignments);
+        Ok(())
+    }
+
+    /// Forgets what is kept for a deleted topic.
+    pub(crate) async fn forget(&self, id: Uuid) -> Result<(), StoreError> {
+        let extras = self.extras().await?;
+        self.store.forget_topic_id(id).await?;
+        extras.write().remove(&id);
+        Ok(())
     }
 
     /// Reloads the list from the coordinator.
@@ -136,8 +213,20 @@ impl Topics {
             loaded_at: Some(Instant::now()),
             ..Snapshot::default()
         };
+        let extras = match self.extras().await {
+            Ok(extras) => Some(extras.read()),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the manual replica assignments");
+                None
+            }
+        };
         for info in list {
-            let topic = Arc::new(Topic::from_info(info));
+            let assignments = extras
+                .as_ref()
+                .and_then(|m| m.get(&info.topic_id))
+                .map(|e| e.assignments.clone())
+                .unwrap_or_default();
+            let topic = Arc::new(Topic::from_info(info, assignments));
             snap.by_name.insert(topic.name.clone(), topic.clone());
             snap.by_id.insert(topic.id, topic.clone());
             snap.ordered.push(topic);
