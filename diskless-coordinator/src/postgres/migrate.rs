@@ -65,6 +65,8 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(6, "0006", "fence_retention_confirm_fences", transactional: true),
     migration!(7, "0007", "set_based_idempotent_commit", transactional: true),
     migration!(8, "0008", "producer_ids", transactional: true),
+    migration!(9, "0009", "lean_batch_writes", transactional: true),
+    migration!(10, "0010", "drop_batches_object_index", transactional: false),
 ];
 
 /// The latest schema version this build knows.
