@@ -419,8 +419,8 @@ fn series_rows(store: &str, n: usize, s: &mut Series, targeted: bool) -> Vec<Row
             Row::new(
                 FIG,
                 format!(
-                    "  raw {n}-row transaction into the coordinator's own tables (4 indexes, 2 \
-                     foreign keys on batches)"
+                    "  raw {n}-row transaction into the coordinator's own tables (batches: 3 \
+                     indexes and an empty partial one, no foreign keys since migration 9)"
                 ),
                 format!("{} / {}", ms(same50), ms(same99)),
             )
