@@ -110,3 +110,12 @@ pub fn fuzz_segment_reader(data: &[u8]) {
         }
     }
 }
+
+/// Target `txn_marker`: parse the input as a transaction marker batch; an accepted input must be
+/// exactly what [`crate::control::end_txn_marker`] builds from the parsed fields.
+pub fn fuzz_txn_marker(data: &[u8]) {
+    if let Ok(parsed) = crate::control::parse_end_txn_marker(data) {
+        let rebuilt = crate::control::end_txn_marker(&parsed.to_batch());
+        assert_eq!(&rebuilt[..], data, "a parsed marker rebuilds to other bytes");
+    }
+}

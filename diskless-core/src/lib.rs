@@ -41,6 +41,7 @@
 pub mod batch;
 pub mod builder;
 pub mod compression;
+pub mod control;
 pub mod fetcher;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use diskless_coordinator::{TimestampType, TopicIdPartition};
-use diskless_core::fuzzing::{fuzz_batch_validator, fuzz_segment_reader};
+use diskless_core::fuzzing::{fuzz_batch_validator, fuzz_segment_reader, fuzz_txn_marker};
 use diskless_core::{Compression, NewRecord, RecordBatch, RecordBatchBuilder, SegmentBuilder};
 
 const NOW: i64 = diskless_core::fuzzing::FUZZ_NOW_MS;
@@ -228,4 +228,55 @@ fn write_seeds() {
     for (name, data) in &segs {
         std::fs::write(dir.join(name), data).unwrap();
     }
+
+    // Transaction marker seeds: markers of both kinds and time types, and broken variants.
+    let marker = |commit: bool, log_append_time: bool| {
+        diskless_core::control::end_txn_marker(&diskless_core::control::MarkerBatch {
+            base_offset: 5,
+            partition_leader_epoch: 2,
+            producer_id: 1_000,
+            producer_epoch: 3,
+            commit,
+            coordinator_epoch: 7,
+            timestamp: NOW,
+            log_append_time,
+        })
+        .to_vec()
+    };
+    let mut markers: Vec<(String, Vec<u8>)> = vec![
+        ("commit".into(), marker(true, false)),
+        ("abort".into(), marker(false, false)),
+        ("commit-log-append-time".into(), marker(true, true)),
+        ("truncated".into(), marker(true, false)[..70].to_vec()),
+        ("empty".into(), Vec::new()),
+    ];
+    let mut bad_type = marker(true, false);
+    bad_type[69] = 2;
+    diskless_core::batch::update_crc(&mut bad_type);
+    markers.push(("bad-type-fixed-crc".into(), bad_type));
+    let mut bad_crc = marker(false, false);
+    bad_crc[77] ^= 1;
+    markers.push(("bad-crc".into(), bad_crc));
+    let mut data_batch = marker(true, false);
+    data_batch[22] = 0x10; // transactional, not control
+    diskless_core::batch::update_crc(&mut data_batch);
+    markers.push(("not-control-fixed-crc".into(), data_batch));
+    let mut long = marker(true, false);
+    long.push(0);
+    markers.push(("trailing-byte".into(), long));
+    markers.push((
+        "sample-batch".into(),
+        sample(Compression::None).as_bytes().to_vec(),
+    ));
+    let dir = corpus_dir("txn_marker");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, data) in &markers {
+        std::fs::write(dir.join(name), data).unwrap();
+    }
+}
+
+#[test]
+fn replay_txn_marker_corpus() {
+    regen_if_asked();
+    replay("txn_marker", fuzz_txn_marker);
 }

@@ -261,3 +261,44 @@ fn their_producer_epochs_are_judged_as_kafka_does() {
         assert_eq!(got, want, "epoch {epoch}");
     }
 }
+
+/// Transaction markers (`diskless_core::control`) decode with kafka-protocol's decoder (which
+/// checks the CRC) as Kafka's control batches: transactional + control, the ControlRecordType key
+/// and the EndTransactionMarker value.
+#[test]
+fn transaction_markers_decode_with_their_decoder() {
+    use diskless_core::control::{MarkerBatch, end_txn_marker};
+    for (commit, lat) in [(true, false), (false, false), (false, true)] {
+        let mut buf = end_txn_marker(&MarkerBatch {
+            base_offset: 77,
+            partition_leader_epoch: 3,
+            producer_id: 4_242,
+            producer_epoch: 6,
+            commit,
+            coordinator_epoch: 11,
+            timestamp: NOW,
+            log_append_time: lat,
+        });
+        let set = RecordBatchDecoder::decode(&mut buf).unwrap();
+        assert_eq!(set.records.len(), 1);
+        let r = &set.records[0];
+        assert!(r.transactional && r.control, "{r:?}");
+        assert_eq!(r.offset, 77);
+        assert_eq!(r.partition_leader_epoch, 3);
+        assert_eq!(
+            (r.producer_id, r.producer_epoch, r.sequence),
+            (4_242, 6, -1)
+        );
+        assert_eq!(r.timestamp, NOW);
+        let want = if lat {
+            KTimestampType::LogAppend
+        } else {
+            KTimestampType::Creation
+        };
+        assert_eq!(r.timestamp_type, want);
+        let kind: &[u8] = if commit { &[0, 0, 0, 1] } else { &[0, 0, 0, 0] };
+        assert_eq!(r.key.as_deref(), Some(kind));
+        assert_eq!(r.value.as_deref(), Some(&[0u8, 0, 0, 0, 0, 11][..]));
+        assert!(r.headers.is_empty());
+    }
+}
