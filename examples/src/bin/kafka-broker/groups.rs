@@ -64,8 +64,13 @@ const INITIAL_REBALANCE_DELAY: Duration = Duration::from_millis(1500);
 /// Session timeouts accepted (Kafka's `group.min/max.session.timeout.ms`).
 const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(1);
 const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-/// How often expired members are looked for.
+/// The longest wait between two looks for expired members; the expiry task wakes at the earliest
+/// session deadline, so a member expires within [`EXPIRY_SLACK`] of its deadline, as Kafka's
+/// heartbeat purgatory expires it at the deadline (clients count on it: librdkafka's admin test
+/// deletes a group one second after its static members' session timeout).
 const EXPIRY_CHECK: Duration = Duration::from_millis(500);
+/// The shortest wait of the expiry task (a deadline already passed is handled on the next wake).
+const EXPIRY_SLACK: Duration = Duration::from_millis(1);
 
 /// Kafka error codes of the group APIs (beyond [`codes`]).
 const NON_EMPTY_GROUP: i16 = 68;
@@ -1348,10 +1353,12 @@ impl GroupCoordinator {
     /// Removes members whose session expired, and pending member ids never used; runs until
     /// aborted.
     pub(crate) async fn run_expiry(self: Arc<Self>) {
+        let mut wake = Instant::now() + EXPIRY_CHECK;
         loop {
-            tokio::time::sleep(EXPIRY_CHECK).await;
+            tokio::time::sleep_until(wake).await;
             let groups: Vec<Arc<Mutex<Group>>> = self.groups.lock().values().cloned().collect();
             let now = Instant::now();
+            let mut next = now + EXPIRY_CHECK;
             for group in groups {
                 let mut g = group.lock();
                 let before = g.pending.len();
@@ -1369,7 +1376,18 @@ impl GroupCoordinator {
                 for id in &expired {
                     self.remove_member(&mut g, id, "session expired: removed");
                 }
+                let deadlines = g
+                    .members
+                    .iter()
+                    .filter(|m| m.join.is_none() && m.sync.is_none())
+                    .map(|m| m.last_seen + m.session_timeout)
+                    .chain(g.pending.values().copied());
+                if let Some(d) = deadlines.min() {
+                    next = next.min(d);
+                }
             }
+            // Just past the earliest deadline (`>` above), never busy-looping.
+            wake = (next + Duration::from_micros(100)).max(now + EXPIRY_SLACK);
         }
     }
 }
