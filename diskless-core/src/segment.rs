@@ -173,9 +173,8 @@ impl Segment {
 /// ```
 #[derive(Debug, Default)]
 pub struct SegmentBuilder {
-    groups: Vec<(TopicIdPartition, Vec<(usize, RecordBatch)>)>,
-    index: HashMap<TopicIdPartition, usize>,
-    batch_count: usize,
+    /// `(insertion index, batch)` per partition.
+    groups: PartitionGroups<(usize, RecordBatch)>,
     size: u64,
 }
 
@@ -190,30 +189,25 @@ impl SegmentBuilder {
 
     /// Add a batch for `partition`; returns its insertion index (0, 1, 2, ...).
     pub fn add(&mut self, partition: TopicIdPartition, batch: RecordBatch) -> usize {
-        let i = self.batch_count;
-        self.batch_count += 1;
+        let i = self.groups.len();
         self.size = self.size.max(SEGMENT_HEADER_LEN) + batch.len() as u64;
-        let g = *self.index.entry(partition).or_insert_with(|| {
-            self.groups.push((partition, Vec::new()));
-            self.groups.len() - 1
-        });
-        self.groups[g].1.push((i, batch));
+        self.groups.push(partition, (i, batch));
         i
     }
 
     /// How many batches were added.
     pub fn batch_count(&self) -> usize {
-        self.batch_count
+        self.groups.len()
     }
 
     /// Whether no batch was added.
     pub fn is_empty(&self) -> bool {
-        self.batch_count == 0
+        self.groups.is_empty()
     }
 
     /// How many partitions the batches belong to.
     pub fn partition_count(&self) -> usize {
-        self.groups.len()
+        self.groups.partition_count()
     }
 
     /// The size of the object [`finish`](Self::finish) would produce, version byte included.
@@ -223,29 +217,162 @@ impl SegmentBuilder {
 
     /// The segment: chunks (version byte, then each batch) and every batch's coordinates.
     pub fn finish(self) -> Segment {
-        let mut chunks = Vec::with_capacity(self.batch_count + 1);
-        chunks.push(Bytes::from_static(&[SEGMENT_VERSION]));
-        let mut batches = Vec::with_capacity(self.batch_count);
-        let mut pos = SEGMENT_HEADER_LEN;
-        for (partition, list) in self.groups {
-            for (insertion_index, batch) in list {
-                let len = batch.len();
-                chunks.push(batch.as_bytes().clone());
-                batches.push(SegmentBatch {
-                    partition,
-                    byte_offset: pos,
-                    byte_size: u32::try_from(len).unwrap_or(u32::MAX),
-                    insertion_index,
-                    batch,
+        let mut batches = Vec::with_capacity(self.groups.len());
+        let (chunks, size) =
+            self.groups
+                .into_segment(|partition, (insertion_index, batch), byte_offset| {
+                    let chunk = batch.as_bytes().clone();
+                    batches.push(SegmentBatch {
+                        partition,
+                        byte_offset,
+                        byte_size: u32::try_from(batch.len()).unwrap_or(u32::MAX),
+                        insertion_index,
+                        batch,
+                    });
+                    chunk
                 });
-                pos += len as u64;
-            }
-        }
         Segment {
             chunks,
-            size: pos,
+            size,
             batches,
         }
+    }
+}
+
+/// Items (batches and whatever goes with them) grouped by partition as a WAL segment lays them
+/// out: partitions in the order of their first item, each partition's items in the order they
+/// were pushed. The one place of that layout, used by [`SegmentBuilder`] and by the writer's
+/// buffer (which groups its batches as they arrive, so that sealing is one pass without a sort
+/// or a lookup).
+#[derive(Debug)]
+pub(crate) struct PartitionGroups<T> {
+    groups: Vec<(TopicIdPartition, Vec<T>)>,
+    index: HashMap<TopicIdPartition, usize, BuildPartitionHasher>,
+    len: usize,
+}
+
+impl<T> Default for PartitionGroups<T> {
+    fn default() -> Self {
+        PartitionGroups {
+            groups: Vec::new(),
+            index: HashMap::default(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> PartitionGroups<T> {
+    /// Adds `item` at the end of `partition`'s group (a new group after the others if the
+    /// partition has none yet).
+    pub(crate) fn push(&mut self, partition: TopicIdPartition, item: T) {
+        self.len += 1;
+        let groups = &mut self.groups;
+        let g = *self.index.entry(partition).or_insert_with(|| {
+            groups.push((partition, Vec::new()));
+            groups.len() - 1
+        });
+        self.groups[g].1.push(item);
+    }
+
+    /// How many items were pushed.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no item was pushed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// How many partitions the items belong to.
+    pub(crate) fn partition_count(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Lays the items out as a segment: the version byte, then, in group order, the chunk `place`
+    /// returns for each item, which it is given with its partition and its byte offset in the
+    /// object. Returns the chunks and the object size.
+    pub(crate) fn into_segment(
+        self,
+        mut place: impl FnMut(TopicIdPartition, T, u64) -> Bytes,
+    ) -> (Vec<Bytes>, u64) {
+        let mut chunks = Vec::with_capacity(self.len + 1);
+        chunks.push(Bytes::from_static(&[SEGMENT_VERSION]));
+        let mut pos = SEGMENT_HEADER_LEN;
+        for (partition, items) in self.groups {
+            for item in items {
+                let chunk = place(partition, item, pos);
+                pos += chunk.len() as u64;
+                chunks.push(chunk);
+            }
+        }
+        (chunks, pos)
+    }
+}
+
+/// The hasher of [`PartitionGroups`]' index: one multiply-fold per word instead of SipHash's
+/// rounds (the lookup is on the produce path, once per batch). Not keyed: the keys are topic ids
+/// the cluster assigned and partition numbers of existing topics, not values a client chooses
+/// freely, and a segment holds a bounded number of partitions.
+#[derive(Debug, Default, Clone, Copy)]
+struct BuildPartitionHasher;
+
+impl std::hash::BuildHasher for BuildPartitionHasher {
+    type Hasher = PartitionHasher;
+
+    fn build_hasher(&self) -> PartitionHasher {
+        PartitionHasher(0)
+    }
+}
+
+/// See [`BuildPartitionHasher`].
+#[derive(Debug)]
+struct PartitionHasher(u64);
+
+impl PartitionHasher {
+    /// Mixes one word in (a folded 64×64→128 multiply, as foldhash and rapidhash do).
+    #[inline]
+    fn mix(&mut self, word: u64) {
+        const K: u64 = 0x9e37_79b9_7f4a_7c15;
+        let m = u128::from(self.0 ^ word) * u128::from(K ^ self.0.rotate_left(23));
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
+    }
+}
+
+impl std::hash::Hasher for PartitionHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.mix(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.mix(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 59));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.mix(u64::from(n));
+    }
+
+    fn write_i32(&mut self, n: i32) {
+        self.write_u32(n as u32);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.mix(n);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.mix(n as u64);
     }
 }
 
@@ -441,6 +568,43 @@ mod tests {
             .record(1, None, Some(v))
             .build()
             .unwrap()
+    }
+
+    #[test]
+    fn partition_groups_keep_first_seen_and_push_order_for_many_partitions() {
+        // Interleaved partitions of three topics (ids differing in one bit, and in the partition
+        // only), pushed in rounds: each group keeps its pushes in order, groups keep first-seen order.
+        let topics = [
+            Uuid::from_u128(1),
+            Uuid::from_u128(3),
+            Uuid::from_u128(1 << 127),
+        ];
+        let mut groups = PartitionGroups::default();
+        let mut first_seen = Vec::new();
+        for round in 0..5u32 {
+            for p in (0..200i32).rev() {
+                let t = topics[(p as usize) % 3];
+                let partition = TopicIdPartition::new(t, p / 3);
+                if round == 0 {
+                    first_seen.push(partition);
+                }
+                groups.push(partition, (partition, round));
+            }
+        }
+        assert_eq!((groups.len(), groups.partition_count()), (1000, 200));
+        let mut seen = Vec::new();
+        let (chunks, size) = groups.into_segment(|partition, (pushed_for, round), offset| {
+            assert_eq!(partition, pushed_for);
+            assert_eq!(offset, 1 + seen.len() as u64 * 2);
+            seen.push((partition, round));
+            Bytes::from_static(b"ab")
+        });
+        assert_eq!((chunks.len(), size), (1001, 2001));
+        let expected: Vec<_> = first_seen
+            .iter()
+            .flat_map(|p| (0..5u32).map(move |r| (*p, r)))
+            .collect();
+        assert_eq!(seen, expected);
     }
 
     #[test]

@@ -462,8 +462,20 @@ impl Validator {
         config: &TopicConfig,
         now_ms: i64,
     ) -> Result<(RecordBatch, ValidatedBatch), ValidationError> {
+        self.validate_produce_records_owned(records.clone(), config, now_ms)
+    }
+
+    /// [`validate_produce_records`](Self::validate_produce_records) of records the caller gives
+    /// up (the writer's path: the batch keeps the records' buffer without a reference-count round
+    /// trip).
+    pub(crate) fn validate_produce_records_owned(
+        &mut self,
+        mut records: Bytes,
+        config: &TopicConfig,
+        now_ms: i64,
+    ) -> Result<(RecordBatch, ValidatedBatch), ValidationError> {
         use ValidationErrorKind as K;
-        let Some((size, magic)) = next_batch(records, 0)? else {
+        let Some((size, magic)) = next_batch(&records, 0)? else {
             return Err(ValidationError::new(
                 K::NoRecordBatch,
                 "produce requests must have at least one complete record batch per partition"
@@ -473,22 +485,22 @@ impl Validator {
         if magic != MAGIC_V2 {
             return Err(BatchError::UnsupportedMagic(magic).into());
         }
-        if next_batch(records, size)?.is_some() {
+        if next_batch(&records, size)?.is_some() {
             return Err(ValidationError::new(
                 K::MoreThanOneBatch,
                 "produce requests are only allowed to contain exactly one record batch per partition"
                     .into(),
             ));
         }
-        let bytes = records.slice(..size);
+        records.truncate(size);
         if size < HEADER_LEN {
             // Kafka's analyzeAndValidateRecords on a v2 batch cut short: the base offset, then the
             // size, then "corrupt" (its CRC check fails below the header size).
-            check_base_offset(read_i64(&bytes, BASE_OFFSET_OFFSET))?;
+            check_base_offset(read_i64(&records, BASE_OFFSET_OFFSET))?;
             check_size(size, i64::from(config.max_message_bytes))?;
             return Err(BatchError::TooShort { size }.into());
         }
-        let batch = RecordBatch::parse(bytes)?;
+        let batch = RecordBatch::parse(records)?;
         let validated = self.validate(&batch, config, now_ms)?;
         Ok((batch, validated))
     }

@@ -193,18 +193,18 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
                 else {
                     continue;
                 };
-                let rejected = || {
+                let rejected = |partition| {
                     PartitionResponse::error(
-                        entry.partition,
+                        partition,
                         result.error,
                         format!("batch rejected by the coordinator: {}", result.error),
                     )
                 };
                 match slot {
                     // The partition's first batch gives the answer's offsets.
-                    Slot::Pending(_) if result.error.is_ok() => {
+                    Slot::Pending(partition) if result.error.is_ok() => {
                         *slot = Slot::Done(PartitionResponse {
-                            partition: entry.partition,
+                            partition: *partition,
                             error: ErrorCode::None,
                             error_message: None,
                             base_offset: result.base_offset,
@@ -213,10 +213,12 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
                             record_errors: Vec::new(),
                         })
                     }
-                    Slot::Pending(_) => *slot = Slot::Done(rejected()),
+                    Slot::Pending(partition) => *slot = Slot::Done(rejected(*partition)),
                     // One batch per partition today (validate_produce_records); kept so that a
                     // partition's answer fails if any of its batches is rejected.
-                    Slot::Done(r) if r.error.is_ok() && !result.error.is_ok() => *r = rejected(),
+                    Slot::Done(r) if r.error.is_ok() && !result.error.is_ok() => {
+                        *r = rejected(r.partition)
+                    }
                     Slot::Done(_) => {}
                 }
             }

@@ -71,7 +71,7 @@ use bytes::Bytes;
 use diskless_cache::LocalCache;
 use diskless_common::metrics as m;
 use diskless_coordinator::{
-    BatchCoordinator, Clock, ErrorCode, NO_TIMESTAMP, TopicConfig, TopicIdPartition,
+    BatchCoordinator, Clock, CommitBatch, ErrorCode, NO_TIMESTAMP, TopicConfig, TopicIdPartition,
 };
 use diskless_storage::{KeySource, ObjectStorage};
 use parking_lot::Mutex;
@@ -89,11 +89,10 @@ mod seal;
 pub use builder::WalWriterBuilder;
 pub use config::{Backpressure, ConfigError, SealPolicy, WalWriterConfig};
 
-use crate::batch::RecordBatch;
-use crate::validate::{ValidatedBatch, Validator};
+use crate::validate::Validator;
 use budget::{Acquired, Budget, refuse};
 use commit::{Slot, Waiter, fill_errors, ready};
-use seal::{Buffer, Entry, Sealed, adaptive_ready, seal_locked};
+use seal::{Buffer, Entry, Sealed, Target, adaptive_ready, seal_locked};
 
 /// One partition of a Produce request.
 #[derive(Clone, Debug)]
@@ -290,8 +289,9 @@ impl Future for PendingProduce {
     }
 }
 
-/// A partition of a request that passed validation: its answer slot, name and batches.
-type ValidPartition = (usize, TopicIdPartition, Vec<(RecordBatch, ValidatedBatch)>);
+/// A partition of a request that passed validation: its answer slot, its batch (the one batch
+/// `validate_produce_records` allows) and what the commit needs of it.
+type ValidPartition = (usize, Bytes, CommitBatch);
 
 struct Shared {
     config: WalWriterConfig,
@@ -491,14 +491,15 @@ impl WalWriter {
         let now_ms = shared.clock.now_ms();
         let mut validator = Validator::default();
         let mut responses = Vec::with_capacity(partitions.len());
-        let mut valid: Vec<ValidPartition> = Vec::new();
+        let mut valid: Vec<ValidPartition> = Vec::with_capacity(partitions.len());
         let mut bytes = 0usize;
         for (slot, p) in partitions.into_iter().enumerate() {
-            match validate_partition(&mut validator, &p, now_ms) {
-                Ok(batches) => {
-                    bytes += batches.iter().map(|(b, _)| b.len()).sum::<usize>();
-                    responses.push(Slot::Pending(p.partition));
-                    valid.push((slot, p.partition, batches));
+            let partition = p.partition;
+            match validate_partition(&mut validator, p, now_ms) {
+                Ok((batch, commit)) => {
+                    bytes += batch.len();
+                    responses.push(Slot::Pending(partition));
+                    valid.push((slot, batch, commit));
                 }
                 Err(response) => responses.push(Slot::Done(*response)),
             }
@@ -540,16 +541,15 @@ impl WalWriter {
             seal_locked(shared, &mut buffer);
         }
         let request = buffer.waiters.len();
-        for (slot, partition, batches) in valid {
-            for (batch, meta) in batches {
-                buffer.entries.push(Entry {
-                    partition,
+        for (slot, batch, commit) in valid {
+            buffer.entries.push(
+                commit.partition,
+                Entry {
+                    commit,
                     batch,
-                    meta,
-                    request,
-                    slot,
-                });
-            }
+                    target: Target { request, slot },
+                },
+            );
         }
         buffer.waiters.push(Waiter {
             tx,
@@ -714,21 +714,28 @@ fn ready_errors(
 
 /// Validates one partition's records: the library's one place for Kafka's produce rules
 /// ([`Validator::validate_produce_records`]: exactly one batch per partition, then every batch
-/// check), plus the refusal of transactional batches. An invalid partition gets its error at once.
+/// check), plus the refusal of transactional batches. An invalid partition gets its error at once;
+/// a valid one gives its batch (the records, without a trailing partial batch) and its commit
+/// coordinates (byte offset 0 until the segment is laid out).
 fn validate_partition(
     validator: &mut Validator,
-    p: &ProducePartition,
+    p: ProducePartition,
     now_ms: i64,
-) -> Result<Vec<(RecordBatch, ValidatedBatch)>, Box<PartitionResponse>> {
-    match validator.validate_produce_records(&p.records, &p.config, now_ms) {
+) -> Result<(Bytes, CommitBatch), Box<PartitionResponse>> {
+    let ProducePartition {
+        partition,
+        config,
+        records,
+    } = p;
+    match validator.validate_produce_records_owned(records, &config, now_ms) {
         Ok((_, meta)) if meta.transactional => Err(Box::new(PartitionResponse::error(
-            p.partition,
+            partition,
             ErrorCode::InvalidRecord,
             "transactional produce is not supported on diskless topics yet",
         ))),
-        Ok(validated) => Ok(vec![validated]),
+        Ok((batch, meta)) => Ok((batch.into_bytes(), meta.commit_batch(partition, 0))),
         Err(e) => {
-            let mut response = PartitionResponse::error(p.partition, e.error_code(), e.to_string());
+            let mut response = PartitionResponse::error(partition, e.error_code(), e.to_string());
             if let Some(index) = e.record_index {
                 response.record_errors.push(ProduceRecordError {
                     // A batch holds at most i32::MAX records (its record count is an i32).

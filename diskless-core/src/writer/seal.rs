@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use diskless_cache::{BlockKey, LocalCache};
 use diskless_common::metrics as m;
-use diskless_coordinator::{CommitFileRequest, ErrorCode, TopicIdPartition};
+use diskless_coordinator::{CommitBatch, CommitFileRequest, ErrorCode};
 use diskless_storage::{ObjectKey, ObjectStorage, StorageError};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -17,30 +17,28 @@ use tracing::{Instrument, debug, field, info_span};
 use super::budget::{GaugeGuard, Held};
 use super::commit::{Waiter, complete_all, fail_sealed};
 use super::{SealPolicy, Shared};
-use crate::batch::RecordBatch;
-use crate::segment::SegmentBuilder;
-use crate::validate::ValidatedBatch;
+use crate::segment::PartitionGroups;
 
-/// A batch waiting in the buffer.
+/// A batch waiting in the buffer: what its commit needs (built at `append`, so validation's
+/// output is not kept; the byte offset is filled in at seal), its bytes, and where its answer goes.
 pub(super) struct Entry {
-    pub(super) partition: TopicIdPartition,
-    pub(super) batch: RecordBatch,
-    pub(super) meta: ValidatedBatch,
-    /// The request (index into `Buffer::requests`) and the partition slot in its answer.
-    pub(super) request: usize,
-    pub(super) slot: usize,
+    pub(super) commit: CommitBatch,
+    pub(super) batch: Bytes,
+    pub(super) target: Target,
 }
 
-/// Where a committed batch's result goes: its partition, request and answer slot.
+/// Where a committed batch's result goes: its request (index into `Buffer::waiters`) and the
+/// partition slot in that request's answer (the slot names the partition).
+#[derive(Clone, Copy)]
 pub(super) struct Target {
-    pub(super) partition: TopicIdPartition,
     pub(super) request: usize,
     pub(super) slot: usize,
 }
 
 #[derive(Default)]
 pub(super) struct Buffer {
-    pub(super) entries: Vec<Entry>,
+    /// The buffered batches, grouped by partition as the segment will lay them out.
+    pub(super) entries: PartitionGroups<Entry>,
     pub(super) waiters: Vec<Waiter>,
     pub(super) bytes: usize,
     pub(super) opened_at: Option<Instant>,
@@ -95,34 +93,22 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
             return;
         }
     };
-    // The batches move into the segment (no copy, no clone); only metadata stays here.
-    let mut builder = SegmentBuilder::new();
-    let mut metas = Vec::with_capacity(entries.len());
-    for entry in entries {
-        builder.add(entry.partition, entry.batch);
-        metas.push((
-            entry.meta,
-            Target {
-                partition: entry.partition,
-                request: entry.request,
-                slot: entry.slot,
-            },
-        ));
-    }
-    let segment = builder.finish();
-    // The segment lists batches grouped by partition; commit them in that order, which keeps each
-    // partition's batches in the order they were appended.
-    let mut metas: Vec<Option<(ValidatedBatch, Target)>> = metas.into_iter().map(Some).collect();
-    let mut targets = Vec::with_capacity(metas.len());
-    let mut batches = Vec::with_capacity(metas.len());
-    for placed in &segment.batches {
-        if let Some((meta, target)) = metas.get_mut(placed.insertion_index).and_then(Option::take) {
-            batches.push(meta.commit_batch(target.partition, placed.byte_offset));
-            targets.push(target);
-        }
-    }
-    let chunks = segment.chunks;
-    let size = segment.size;
+    // The batches move into the segment's chunks (no copy, no clone); their commit coordinates
+    // are listed in the segment's order (grouped by partition), which keeps each partition's
+    // batches in the order they were appended.
+    let mut targets = Vec::with_capacity(entries.len());
+    let mut batches = Vec::with_capacity(entries.len());
+    let (chunks, size) = entries.into_segment(|_, entry, byte_offset| {
+        let Entry {
+            mut commit,
+            batch,
+            target,
+        } = entry;
+        commit.byte_offset = byte_offset;
+        batches.push(commit);
+        targets.push(target);
+        batch
+    });
     span.record("key", field::display(&key));
     span.record("bytes", size);
     span.record("batches", targets.len());
