@@ -5,6 +5,8 @@ Usage:
   report.py excluded  SUITE.exclude [--kind KIND]...   print the excluded test ids (one a line)
   report.py numbers   SUITE.exclude TEST_C SCENARIO [--kind KIND]...
                       librdkafka test numbers to run in SCENARIO, less the tests excluded as KIND
+  report.py subtests  SUITE.exclude                   the subtest runs of `subtests` entries, one a
+                      line: `<test number> <subtest>`
   report.py librdkafka SUITE.exclude RUN_DIR...         check librdkafka test-runner reports
   report.py pytest     SUITE.exclude JUNIT.xml          check a pytest --junitxml report
 
@@ -20,6 +22,9 @@ Kinds:
                needs the suite's own tooling (Kafka's CLI scripts): not run.
   quick        not an exclusion: librdkafka runs the test in quick mode (-Q, only the subtests
                marked quick) because the full test takes too long for CI; it must pass.
+  subtests     the whole test is not run (the reason says why); the first word of the reason is a
+               comma-separated list of its subtests (librdkafka's SUBTESTS=, a substring of the
+               subtest name), each run on its own and reported as `<test>[<subtest>]`: they must pass.
 
 The check fails (exit 1) when a test that is not excluded failed or did not finish, or when the
 report is missing tests (the runner crashed); excluded tests that were run anyway and passed are
@@ -33,7 +38,7 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
-KINDS = ("unsupported", "pending", "client", "quick")
+KINDS = ("unsupported", "pending", "client", "quick", "subtests")
 ANSI = re.compile(r"\x1b(\[[0-9;]*m|\(B)")
 
 
@@ -50,6 +55,8 @@ def read_exclusions(path):
                 sys.exit(f"{path}:{n}: expected `<test id> <{'|'.join(KINDS)}> <reason>`")
             if parts[0] in out:
                 sys.exit(f"{path}:{n}: {parts[0]} listed twice")
+            if parts[1] == "subtests" and not re.fullmatch(r"[A-Za-z0-9_]+(,[A-Za-z0-9_]+)*", parts[2].split()[0]):
+                sys.exit(f"{path}:{n}: a `subtests` entry starts its reason with name,name,...")
             out[parts[0]] = (parts[1], parts[2])
     return out
 
@@ -106,6 +113,24 @@ def librdkafka_results(run_dir):
     its number; a run without a report (the runner was killed) fails every test of its number.
     """
     out = {}
+    # Subtest runs (`subtests` entries): sub-NNNN@SUBTEST, report-NNNN@SUBTEST.json, log-NNNN@SUBTEST.txt;
+    # each is reported as `<test>[<subtest>]`.
+    for marker in sorted(glob.glob(os.path.join(run_dir, "sub-*"))):
+        run = os.path.basename(marker)[len("sub-"):]
+        number, subtest = run.split("@", 1)
+        log_path = os.path.join(run_dir, f"log-{run}.txt")
+        failures = librdkafka_failures(log_path)
+        try:
+            with open(os.path.join(run_dir, f"report-{run}.json"), encoding="utf-8", errors="replace") as f:
+                report = json.loads(f.read(), strict=False)
+        except (OSError, ValueError):
+            out[f"{number}[{subtest}]"] = ("FAILED", 0.0, f"no report: the runner crashed or timed out, see {log_path}")
+            continue
+        for name, t in report.get("tests", {}).items():
+            if name.startswith(number):
+                state = t.get("state", "?")
+                text = failures.get(name, "") if state != "PASSED" else ""
+                out[f"{name}[{subtest}]"] = (state, float(t.get("duration", 0.0)), text)
     for marker in sorted(glob.glob(os.path.join(run_dir, "ran-*"))):
         number = marker.rsplit("-", 1)[1]
         log_path = os.path.join(run_dir, f"log-{number}.txt")
@@ -176,6 +201,8 @@ def excluded_entry(test, exclusions):
         entry = exclusions[test]
         return None if entry[0] == "quick" else entry
     for key, entry in exclusions.items():
+        if entry[0] == "subtests" and test.startswith(key + "["):
+            return None  # a chosen subtest: it must pass
         if entry[0] != "quick" and (test.startswith(key + "::") or test.startswith(key + "[")):
             return entry
     return None
@@ -222,6 +249,12 @@ def main(argv):
         for test, (kind, _) in exclusions.items():
             if not kinds or kind in kinds:
                 print(test)
+        return 0
+    if mode == "subtests":
+        for test, (kind, reason) in exclusions.items():
+            if kind == "subtests":
+                for subtest in reason.split()[0].split(","):
+                    print(test[:4], subtest)
         return 0
     if mode == "numbers":
         test_c, scenario = argv[3], argv[4]
