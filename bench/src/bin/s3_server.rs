@@ -1,0 +1,76 @@
+//! `s3-server`: the testkit's S3 server (s3s + s3s-fs, `diskless_testkit::storage::S3TestServer`)
+//! as a process, for benchmarks with real clients against an S3 HTTP endpoint
+//! (`bench/clients/produce_throughput.py --s3`).
+//!
+//! It prints one line of `KEY=VALUE` pairs on stdout — `AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`,
+//! `AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION`, `AWS_ALLOW_HTTP`, `BUCKET` and `ROOT` (the
+//! directory holding `<bucket>/<key>`, where objects can be counted) — then serves until its stdin
+//! is closed, and removes its data directory on the way out.
+//!
+//! Usage: `cargo run --release -p diskless-bench --bin s3-server` (options: `--threads N`, tokio
+//! worker threads, default 1).
+
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a command-line tool: its endpoint goes to stdout, usage and errors to stderr"
+)]
+
+use std::io::{Read, Write};
+
+use diskless_testkit::storage::S3TestServer;
+
+fn main() {
+    let mut threads = 1usize;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match (arg.as_str(), args.next().map(|v| v.parse::<usize>())) {
+            ("--threads", Some(Ok(n))) if n > 0 => threads = n,
+            _ => {
+                eprintln!("usage: s3-server [--threads N]   (serves until stdin is closed)");
+                std::process::exit(2);
+            }
+        }
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("s3-server: tokio runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    runtime.block_on(async {
+        let server = match S3TestServer::start().await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("s3-server: cannot start: {e}");
+                std::process::exit(1);
+            }
+        };
+        println!(
+            "AWS_ENDPOINT={} AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={} AWS_DEFAULT_REGION={} \
+             AWS_ALLOW_HTTP=true BUCKET={} ROOT={}",
+            server.endpoint(),
+            server.access_key(),
+            server.secret_key(),
+            server.region(),
+            server.bucket(),
+            server.root().display()
+        );
+        let _ = std::io::stdout().flush();
+        // Serve until stdin reaches end of file (the parent closed it or exited).
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let mut sink = [0u8; 256];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+            let _ = tx.send(());
+        });
+        let _ = rx.await;
+        server.shutdown().await;
+    });
+}
