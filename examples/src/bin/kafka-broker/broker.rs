@@ -19,7 +19,7 @@ use diskless_core::lifecycle::{
     CleanerConfig, Lifecycle, LifecycleHandle, ObjectCleaner, OrphanCollector, OrphanConfig,
     ProducerExpirer, ProducerExpiryConfig, RetentionConfig, RetentionEnforcer,
 };
-use diskless_core::{ConfigError, Fetcher, SealPolicy, WalWriter, WalWriterConfig};
+use diskless_core::{ConfigError, Fetcher, WalWriter, WalWriterConfig};
 use diskless_storage::{MeteredStorage, ObjectStorage, ObjectStoreStorage};
 use tokio::sync::watch;
 use tracing::info;
@@ -296,10 +296,8 @@ impl Broker {
             let writer_config = WalWriterConfig::default()
                 .with_broker_id(l.node_id)
                 .with_commit_interval(config.commit_interval)
-                .with_seal_policy(match config.seal_min_interval {
-                    Some(min) => SealPolicy::adaptive(min, 4),
-                    None => SealPolicy::Interval,
-                })
+                .with_seal_policy(config.seal_policy)
+                .with_hedge_uploads_after(config.hedge_uploads_after)
                 .with_buffer_max_bytes(config.buffer_max_bytes)
                 .with_max_pending_bytes(config.buffer_max_bytes.saturating_mul(8).max(64 << 20));
             let writer = WalWriter::builder(storage.clone(), commit_path.clone())
@@ -374,6 +372,8 @@ impl Broker {
             storage = config.storage_url.as_deref().unwrap_or("file://<data-dir>/objects"),
             coordinator = config.coordinator_url.as_deref().unwrap_or("sqlite://<data-dir>/coordinator.db"),
             commit_interval_ms = config.commit_interval.as_millis() as u64,
+            seal_policy = ?config.seal_policy,
+            hedge_uploads_after = ?config.hedge_uploads_after,
             shards = config.shards,
             orphan_collection = orphan_check.is_some(),
             "diskless broker state opened"

@@ -4,6 +4,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use diskless_core::{SealPolicy, WalWriterConfig};
+
 /// `--help` text.
 pub(crate) const USAGE: &str = "\
 usage: kafka-broker [OPTIONS]
@@ -36,8 +38,15 @@ Options:
   --storage-latency-ms P50[:P99]
                             benchmarks only: add a log-normal latency to every storage call (an
                             S3-like store is 100:400)
-  --seal-min-interval-ms MS adaptive sealing (group commit): close a segment as soon as an upload
-                            slot is free, at most once per MS; 0 = fixed interval (default 0)
+  --seal-policy POLICY      when a WAL segment is closed besides a full buffer: `interval` (the
+                            commit interval after its first batch) or `adaptive` (group commit: as
+                            soon as an upload slot is free, at most once per --seal-min-interval-ms)
+                            (default: the library's, WalWriterConfig::default())
+  --seal-min-interval-ms MS adaptive sealing with this least time between two seals (at most
+                            1000/MS PUTs per second per broker); 0 = --seal-policy interval
+  --hedge-uploads-after-ms MS
+                            start a second, identical upload of a segment whose first attempt
+                            has not finished after MS (hedged PUT; default: never)
   --buffer-max-bytes N      WAL buffer size that closes a segment early (default 8388608)
   --cache-max-bytes N       object cache size (default 268435456)
   --retention-check-ms MS   how often retention.ms/retention.bytes are applied and deleted
@@ -91,8 +100,10 @@ pub(crate) struct Config {
     pub storage_url: Option<String>,
     pub coordinator_url: Option<String>,
     pub commit_interval: Duration,
-    /// `SealPolicy::Adaptive`'s minimum interval (`None`: `SealPolicy::Interval`).
-    pub seal_min_interval: Option<Duration>,
+    /// When the writers seal a segment besides a full buffer.
+    pub seal_policy: SealPolicy,
+    /// `WalWriterConfig::hedge_uploads_after` (`None`: never hedge).
+    pub hedge_uploads_after: Option<Duration>,
     /// Added storage latency (p50, p99), for benchmarks.
     pub storage_latency: Option<(Duration, Duration)>,
     pub buffer_max_bytes: usize,
@@ -124,6 +135,35 @@ fn value(
     }
 }
 
+/// Segments an adaptive writer of the example broker may have uploading at once (its
+/// `max_concurrent_uploads`, the library's default).
+const ADAPTIVE_IN_FLIGHT: usize = 4;
+
+/// The seal policy from `--seal-policy` and `--seal-min-interval-ms`: neither is the library's
+/// default; a minimum interval alone means `adaptive` (0: `interval`); `adaptive` alone takes the
+/// library's default adaptive minimum interval (or 50 ms if the library's default is `interval`).
+fn seal_policy(name: Option<&str>, min_interval_ms: Option<u64>) -> Result<SealPolicy, String> {
+    let default = WalWriterConfig::default().seal_policy;
+    let adaptive = |ms: u64| SealPolicy::adaptive(Duration::from_millis(ms), ADAPTIVE_IN_FLIGHT);
+    match (name, min_interval_ms) {
+        (None, None) => Ok(default),
+        (None | Some("interval"), Some(0)) | (Some("interval"), None) => Ok(SealPolicy::Interval),
+        (Some("interval"), Some(_)) => {
+            Err("--seal-min-interval-ms applies to --seal-policy adaptive only".into())
+        }
+        (None | Some("adaptive"), Some(ms)) => Ok(adaptive(ms)),
+        (Some("adaptive"), None) => Ok(match default {
+            SealPolicy::Adaptive { min_interval, .. } => {
+                SealPolicy::adaptive(min_interval, ADAPTIVE_IN_FLIGHT)
+            }
+            _ => adaptive(50),
+        }),
+        (Some(other), _) => Err(format!(
+            "--seal-policy: expected interval or adaptive, not {other:?}"
+        )),
+    }
+}
+
 fn number<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, String> {
     v.parse()
         .map_err(|_| format!("{name}: {v:?} is not a valid number"))
@@ -142,8 +182,10 @@ impl Config {
         let mut storage_url = None;
         let mut coordinator_url = None;
         let mut commit_interval_ms: u64 = 250;
-        let mut seal_min_interval_ms: u64 = 0;
+        let mut seal_policy_name: Option<String> = None;
+        let mut seal_min_interval_ms: Option<u64> = None;
         let mut storage_latency = None;
+        let mut hedge_uploads_after = None;
         let mut buffer_max_bytes: usize = 8 << 20;
         let mut cache_max_bytes: u64 = 256 << 20;
         let mut cluster_id = "diskless-example".to_string();
@@ -188,8 +230,15 @@ impl Config {
                         Duration::from_millis(p99.max(p50)),
                     ));
                 }
+                "--seal-policy" => seal_policy_name = Some(value(&name, inline, &mut args)?),
                 "--seal-min-interval-ms" => {
-                    seal_min_interval_ms = number(&name, &value(&name, inline, &mut args)?)?
+                    seal_min_interval_ms = Some(number(&name, &value(&name, inline, &mut args)?)?)
+                }
+                "--hedge-uploads-after-ms" => {
+                    hedge_uploads_after = Some(Duration::from_millis(number(
+                        &name,
+                        &value(&name, inline, &mut args)?,
+                    )?))
                 }
                 "--buffer-max-bytes" => {
                     buffer_max_bytes = number(&name, &value(&name, inline, &mut args)?)?
@@ -255,6 +304,7 @@ impl Config {
         if buffer_max_bytes == 0 {
             return Err("--buffer-max-bytes must be > 0".into());
         }
+        let seal_policy = seal_policy(seal_policy_name.as_deref(), seal_min_interval_ms)?;
         let addrs: Vec<(String, u16)> = match (listeners, base_port) {
             (Some(_), Some(_)) => return Err("give --listeners or --base-port, not both".into()),
             (Some(list), None) => list
@@ -324,8 +374,8 @@ impl Config {
             storage_url,
             coordinator_url,
             commit_interval: Duration::from_millis(commit_interval_ms),
-            seal_min_interval: (seal_min_interval_ms > 0)
-                .then(|| Duration::from_millis(seal_min_interval_ms)),
+            seal_policy,
+            hedge_uploads_after,
             storage_latency,
             buffer_max_bytes,
             cache_max_bytes,
@@ -375,6 +425,33 @@ mod tests {
         assert_eq!(c.orphan_check, Some(Duration::from_secs(60)));
         assert!(!c.auto_create_topics);
         assert_eq!(c.num_partitions, 1);
+    }
+
+    #[test]
+    fn seal_policy_and_hedging() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.seal_policy, WalWriterConfig::default().seal_policy);
+        assert_eq!(c.hedge_uploads_after, None);
+        let adaptive = |ms| SealPolicy::adaptive(Duration::from_millis(ms), ADAPTIVE_IN_FLIGHT);
+        let c = parse(&[
+            "--seal-min-interval-ms",
+            "20",
+            "--hedge-uploads-after-ms=150",
+        ])
+        .unwrap();
+        assert_eq!(c.seal_policy, adaptive(20));
+        assert_eq!(c.hedge_uploads_after, Some(Duration::from_millis(150)));
+        let c = parse(&["--seal-policy=adaptive", "--seal-min-interval-ms", "30"]).unwrap();
+        assert_eq!(c.seal_policy, adaptive(30));
+        let c = parse(&["--seal-policy", "adaptive"]).unwrap();
+        assert!(matches!(c.seal_policy, SealPolicy::Adaptive { .. }));
+        for interval in [
+            &["--seal-policy", "interval"][..],
+            &["--seal-min-interval-ms", "0"],
+            &["--seal-policy=interval", "--seal-min-interval-ms=0"],
+        ] {
+            assert_eq!(parse(interval).unwrap().seal_policy, SealPolicy::Interval);
+        }
     }
 
     #[test]
@@ -435,6 +512,10 @@ mod tests {
             &["--num-partitions", "0"],
             &["--num-partitions"],
             &["--auto-create-topics=yes"],
+            &["--seal-policy", "fast"],
+            &["--seal-policy", "interval", "--seal-min-interval-ms", "20"],
+            &["--seal-min-interval-ms", "-1"],
+            &["--hedge-uploads-after-ms", "x"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?} accepted");
         }
