@@ -230,8 +230,8 @@ fn heavy_write_and_cold_fetch(quick: bool) -> Vec<Row> {
     })
 }
 
-/// 1,000 appends/s of 1 KiB (segments closed by the 250 ms interval), then idle: counted on the
-/// paused clock.
+/// 1,000 appends/s of 1 KiB (segments closed by the default seal policy), then idle: counted on
+/// the paused clock.
 fn light_write_and_idle(quick: bool) -> Vec<Row> {
     let seconds: u64 = if quick { 2 } else { 30 };
     let idle: u64 = if quick { 10 } else { 600 };
@@ -285,7 +285,10 @@ fn light_write_and_idle(quick: bool) -> Vec<Row> {
             .numbers(&[idle_puts as f64]),
             Row::new(
                 7,
-                "  write cost at 1,000 x 1 KiB appends/s (segments closed by the 250 ms interval)",
+                format!(
+                    "  write cost at 1,000 x 1 KiB appends/s (default seal policy, {:?})",
+                    WalWriterConfig::default().seal_policy
+                ),
                 format!(
                     "{puts_per_gib:.0} PUTs/GiB = {}",
                     dollars(puts_per_gib, PUT_PER_1000)

@@ -15,7 +15,7 @@ use diskless_coordinator::{
     BatchCoordinator, CoordinatorMetrics, CreateTopicRequest, ErrorCode, ManualClock,
     MeteredCoordinator, TopicConfig, TopicIdPartition,
 };
-use diskless_core::{ProducePartition, RecordBatchBuilder, WalWriter, WalWriterConfig};
+use diskless_core::{ProducePartition, RecordBatchBuilder, SealPolicy, WalWriter, WalWriterConfig};
 use diskless_storage::{MeteredStorage, ObjectStorage, ObjectStoreStorage};
 use diskless_testkit::coordinator::{CommitFaults, InMemoryCoordinator};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -116,7 +116,11 @@ async fn run() -> Run {
         .with_clock(clock.clone())
         .with_seed(16)
         // Seals only when told to (flush), so that the segments are exactly the ones below.
-        .with_config(WalWriterConfig::default().with_commit_interval(Duration::from_secs(3600)))
+        .with_config(
+            WalWriterConfig::default()
+                .with_seal_policy(SealPolicy::Interval)
+                .with_commit_interval(Duration::from_secs(3600)),
+        )
         .build()
         .unwrap();
     let request = |i: usize| {

@@ -99,8 +99,12 @@ fn served_batches(p: &FetchedPartition) -> Vec<RecordBatch> {
     batches
 }
 
+/// The fixed 50 ms interval (not the default adaptive policy): requests appended together share
+/// a segment.
 fn small_config() -> WalWriterConfig {
-    WalWriterConfig::default().with_commit_interval(Duration::from_millis(50))
+    WalWriterConfig::default()
+        .with_seal_policy(SealPolicy::Interval)
+        .with_commit_interval(Duration::from_millis(50))
 }
 
 struct Env {
@@ -334,6 +338,7 @@ async fn cost_one_put_per_segment_one_get_per_object_none_when_hot() {
 #[tokio::test(start_paused = true)]
 async fn buffer_closes_by_size_and_by_time() {
     let config = WalWriterConfig::default()
+        .with_seal_policy(SealPolicy::Interval)
         .with_buffer_max_bytes(4096)
         .with_commit_interval(Duration::from_secs(3600));
     let e = env(config, false);
@@ -631,6 +636,7 @@ async fn backpressure_bounds_pending_bytes_while_storage_stalls() {
             WalWriter::builder(faulty.clone(), coordinator.clone())
                 .with_config(
                     WalWriterConfig::default()
+                        .with_seal_policy(SealPolicy::Interval)
                         .with_buffer_max_bytes(16 * 1024)
                         .with_max_pending_bytes(bound)
                         // Many upload slots, so that only the byte bound limits what piles up.

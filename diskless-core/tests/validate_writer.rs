@@ -40,6 +40,7 @@ fn env() -> Env {
     let writer = WalWriter::builder(storage.clone(), coordinator.clone())
         .with_config(
             WalWriterConfig::default()
+                .with_seal_policy(SealPolicy::Interval)
                 .with_commit_interval(Duration::from_secs(3600))
                 .with_buffer_max_bytes(64 << 20),
         )
