@@ -113,33 +113,20 @@ def librdkafka_results(run_dir):
     its number; a run without a report (the runner was killed) fails every test of its number.
     """
     out = {}
-    # Subtest runs (`subtests` entries): sub-NNNN@SUBTEST, report-NNNN@SUBTEST.json, log-NNNN@SUBTEST.txt;
-    # each is reported as `<test>[<subtest>]`.
-    for marker in sorted(glob.glob(os.path.join(run_dir, "sub-*"))):
-        run = os.path.basename(marker)[len("sub-"):]
-        number, subtest = run.split("@", 1)
+    # One runner per test number N: ran-N, report-N.json, log-N.txt; and one per chosen subtest S of a
+    # `subtests` entry: sub-N@S, report-N@S.json, log-N@S.txt, reported as `<test>[S]`.
+    runs = [(m.rsplit("-", 1)[1], "") for m in glob.glob(os.path.join(run_dir, "ran-*"))]
+    runs += [(os.path.basename(m)[len("sub-"):], "sub") for m in glob.glob(os.path.join(run_dir, "sub-*"))]
+    for run, kind in sorted(runs):
+        number, _, subtest = run.partition("@")
+        suffix = f"[{subtest}]" if kind == "sub" else ""
         log_path = os.path.join(run_dir, f"log-{run}.txt")
         failures = librdkafka_failures(log_path)
         try:
             with open(os.path.join(run_dir, f"report-{run}.json"), encoding="utf-8", errors="replace") as f:
                 report = json.loads(f.read(), strict=False)
         except (OSError, ValueError):
-            out[f"{number}[{subtest}]"] = ("FAILED", 0.0, f"no report: the runner crashed or timed out, see {log_path}")
-            continue
-        for name, t in report.get("tests", {}).items():
-            if name.startswith(number):
-                state = t.get("state", "?")
-                text = failures.get(name, "") if state != "PASSED" else ""
-                out[f"{name}[{subtest}]"] = (state, float(t.get("duration", 0.0)), text)
-    for marker in sorted(glob.glob(os.path.join(run_dir, "ran-*"))):
-        number = marker.rsplit("-", 1)[1]
-        log_path = os.path.join(run_dir, f"log-{number}.txt")
-        failures = librdkafka_failures(log_path)
-        try:
-            with open(os.path.join(run_dir, f"report-{number}.json"), encoding="utf-8", errors="replace") as f:
-                report = json.loads(f.read(), strict=False)
-        except (OSError, ValueError):
-            out[number] = ("FAILED", 0.0, f"no report: the runner crashed or timed out, see {log_path}")
+            out[number + suffix] = ("FAILED", 0.0, f"no report: the runner crashed or timed out, see {log_path}")
             continue
         for name, t in report.get("tests", {}).items():
             if not name.startswith(number):
@@ -148,7 +135,7 @@ def librdkafka_results(run_dir):
             text = failures.get(name, "") if state != "PASSED" else ""
             if state == "SKIPPED" and not text:
                 text = t.get("extra", "")
-            out[name] = (state, float(t.get("duration", 0.0)), text)
+            out[name + suffix] = (state, float(t.get("duration", 0.0)), text)
     return out
 
 

@@ -295,20 +295,7 @@ const GROUP_BOUNDS: &[(&str, &str, bool, i64)] = &[
 /// Checks the configs set on a group as Kafka's `GroupConfig.validate` does (known names, types,
 /// validators, the broker's bounds, session timeout above heartbeat interval); their canonical values.
 fn resolve_group(configs: &[(String, String)]) -> Result<Overrides, ApiError> {
-    if let Some((name, _)) = configs
-        .iter()
-        .find(|(n, _)| !GROUP_CONFIGS.iter().any(|d| d.name == n))
-    {
-        return Err(ApiError::invalid_config(format!(
-            "Unknown group config name: {name}"
-        )));
-    }
-    let mut set = Overrides::new();
-    for d in GROUP_CONFIGS {
-        if let Some((_, value)) = configs.iter().rev().find(|(n, _)| n == d.name) {
-            set.insert(d.name.to_string(), canonical(d, value)?);
-        }
-    }
+    let set = canonical_set(GROUP_CONFIGS, "group", configs)?;
     let int = |name: &str| -> i64 {
         set.get(name)
             .map(String::as_str)
@@ -502,6 +489,31 @@ fn canonical(def: &Def, value: &str) -> Result<String, ApiError> {
     }
 }
 
+/// The canonical values of `configs` (name, value; the last of a name wins) against the table `defs`:
+/// an unknown name is `INVALID_CONFIG` ("Unknown {what} config name"), values are checked in the
+/// table's order (Kafka parses in its definition order; ours is by name, close enough).
+fn canonical_set(
+    defs: &[Def],
+    what: &str,
+    configs: &[(String, String)],
+) -> Result<Overrides, ApiError> {
+    if let Some((name, _)) = configs
+        .iter()
+        .find(|(n, _)| !defs.iter().any(|d| d.name == n))
+    {
+        return Err(ApiError::invalid_config(format!(
+            "Unknown {what} config name: {name}"
+        )));
+    }
+    let mut set = Overrides::new();
+    for d in defs {
+        if let Some((_, value)) = configs.iter().rev().find(|(n, _)| n == d.name) {
+            set.insert(d.name.to_string(), canonical(d, value)?);
+        }
+    }
+    Ok(set)
+}
+
 /// Refusals of values a diskless topic cannot honour.
 fn diskless_refusal(name: &str, value: &str) -> Option<ApiError> {
     let message = match name {
@@ -535,18 +547,7 @@ pub(crate) fn resolve(
     base: &TopicConfig,
     configs: &[(String, String)],
 ) -> Result<(Overrides, TopicConfig), ApiError> {
-    if let Some((name, _)) = configs.iter().find(|(n, _)| def(n).is_none()) {
-        return Err(ApiError::invalid_config(format!(
-            "Unknown topic config name: {name}"
-        )));
-    }
-    let mut overrides = Overrides::new();
-    // In the order Kafka parses them (its definition order; ours is by name, close enough).
-    for d in TOPIC_CONFIGS {
-        if let Some((_, value)) = configs.iter().rev().find(|(n, _)| n == d.name) {
-            overrides.insert(d.name.to_string(), canonical(d, value)?);
-        }
-    }
+    let overrides = canonical_set(TOPIC_CONFIGS, "topic", configs)?;
     let long = |name: &str| -> i64 {
         let text = overrides
             .get(name)
