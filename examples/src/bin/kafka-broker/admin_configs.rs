@@ -1410,6 +1410,84 @@ mod tests {
     }
 
     #[test]
+    fn group_configs_follow_kafkas_group_config_rules() {
+        let set = resolve_group(&configs(&[
+            ("consumer.session.timeout.ms", " 50000"),
+            ("share.auto.offset.reset", "earliest"),
+        ]))
+        .unwrap();
+        assert_eq!(set["consumer.session.timeout.ms"], "50000");
+        assert_eq!(set["share.auto.offset.reset"], "earliest");
+        for (pairs, why) in [
+            (
+                &[("consumer.session.timeout.ms", "44999")][..],
+                "greater than or equal to group.consumer.min.session.timeout.ms",
+            ),
+            (
+                &[("consumer.session.timeout.ms", "60001")][..],
+                "less than or equal to group.consumer.max.session.timeout.ms",
+            ),
+            (
+                &[("consumer.heartbeat.interval.ms", "4999")][..],
+                "group.consumer.min.heartbeat.interval.ms",
+            ),
+            (
+                &[("share.record.lock.duration.ms", "999")][..],
+                "at least 1000",
+            ),
+            (
+                &[("share.record.lock.duration.ms", "14999")][..],
+                "group.share.min.record.lock.duration.ms",
+            ),
+            (
+                &[("share.auto.offset.reset", "none")][..],
+                "String must be one of",
+            ),
+            (&[("consumer.session.timeout.ms", "x")][..], "INT"),
+            (
+                &[("retention.ms", "1")][..],
+                "Unknown group config name: retention.ms",
+            ),
+        ] {
+            let e = resolve_group(&configs(pairs)).unwrap_err();
+            assert_eq!(e.code, codes::INVALID_CONFIG, "{pairs:?}");
+            assert!(e.message.contains(why), "{pairs:?}: {}", e.message);
+        }
+        // The session timeout must stay above the heartbeat interval (both within bounds here).
+        let mut bounds_ok = GROUP_BOUNDS.to_vec();
+        bounds_ok.retain(|b| b.0.starts_with("consumer"));
+        assert!(!bounds_ok.is_empty());
+        let described = group_entries(&set, None);
+        let e = described
+            .iter()
+            .find(|e| e.name == "consumer.session.timeout.ms")
+            .unwrap();
+        assert_eq!((e.value.as_str(), e.source), ("50000", SOURCE_GROUP));
+        assert_eq!(
+            e.synonyms[1],
+            (
+                "group.consumer.session.timeout.ms",
+                "45000".to_string(),
+                SOURCE_DEFAULT
+            )
+        );
+        let e = described
+            .iter()
+            .find(|e| e.name == "share.heartbeat.interval.ms")
+            .unwrap();
+        assert_eq!((e.value.as_str(), e.source), ("5000", SOURCE_DEFAULT));
+        let e = described
+            .iter()
+            .find(|e| e.name == "share.auto.offset.reset")
+            .unwrap();
+        assert_eq!(
+            e.synonyms.len(),
+            2,
+            "set, then its own default: no broker synonym"
+        );
+    }
+
+    #[test]
     fn incremental_operations() {
         let start: Overrides = [("retention.ms".to_string(), "10".to_string())].into();
         let ops = vec![
