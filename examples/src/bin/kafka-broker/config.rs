@@ -19,7 +19,9 @@ Options:
                             (default 19092)
   --brokers N               number of logical brokers with --base-port (default 3)
   --listeners LIST          instead of --base-port: comma-separated HOST:PORT, one per broker
-                            (node ids 1, 2, ...)
+                            (node ids 1, 2, ... or from --first-node-id)
+  --first-node-id N         the node id of the first broker (Kafka's node.id; default 1); the
+                            others follow: N, N+1, ...
   --racks LIST              comma-separated rack of each broker (default rack-1, rack-2, ...)
   --advertised-host HOST    host announced in Metadata (default: the listener's host, 127.0.0.1
                             for a wildcard address)
@@ -183,6 +185,7 @@ impl Config {
         let mut coordinator_url = None;
         let mut commit_interval_ms: u64 = 250;
         let mut seal_policy_name: Option<String> = None;
+        let mut first_node_id: i32 = 1;
         let mut seal_min_interval_ms: Option<u64> = None;
         let mut storage_latency = None;
         let mut hedge_uploads_after = None;
@@ -231,6 +234,9 @@ impl Config {
                     ));
                 }
                 "--seal-policy" => seal_policy_name = Some(value(&name, inline, &mut args)?),
+                "--first-node-id" => {
+                    first_node_id = number(&name, &value(&name, inline, &mut args)?)?
+                }
                 "--seal-min-interval-ms" => {
                     seal_min_interval_ms = Some(number(&name, &value(&name, inline, &mut args)?)?)
                 }
@@ -301,6 +307,9 @@ impl Config {
         if commit_interval_ms == 0 {
             return Err("--commit-interval-ms must be > 0".into());
         }
+        if first_node_id < 0 {
+            return Err("--first-node-id must be >= 0 (Kafka's node.id)".into());
+        }
         if buffer_max_bytes == 0 {
             return Err("--buffer-max-bytes must be > 0".into());
         }
@@ -362,7 +371,10 @@ impl Config {
                 None => host,
             };
             out.push(ListenerConfig {
-                node_id: i32::try_from(i + 1).map_err(|_| "too many brokers".to_string())?,
+                node_id: i32::try_from(i)
+                    .ok()
+                    .and_then(|i| first_node_id.checked_add(i))
+                    .ok_or_else(|| "--first-node-id: node ids past i32::MAX".to_string())?,
                 bind,
                 advertised_host,
                 rack,
@@ -425,6 +437,22 @@ mod tests {
         assert_eq!(c.orphan_check, Some(Duration::from_secs(60)));
         assert!(!c.auto_create_topics);
         assert_eq!(c.num_partitions, 1);
+    }
+
+    #[test]
+    fn first_node_id() {
+        let ids = |c: &Config| c.listeners.iter().map(|l| l.node_id).collect::<Vec<_>>();
+        assert_eq!(ids(&parse(&["--brokers", "2"]).unwrap()), [1, 2]);
+        let c = parse(&[
+            "--listeners",
+            "127.0.0.1:1,127.0.0.1:2",
+            "--first-node-id",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(ids(&c), [0, 1]);
+        assert!(parse(&["--first-node-id", "-1"]).is_err());
+        assert!(parse(&["--brokers", "2", "--first-node-id", "2147483647"]).is_err());
     }
 
     #[test]
