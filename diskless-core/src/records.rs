@@ -52,6 +52,20 @@ pub struct RecordError {
 /// Decode a zigzag varint (i32) at `*pos`, advancing it.
 #[inline]
 pub fn read_varint(buf: &[u8], pos: &mut usize) -> Result<i32, RecordErrorKind> {
+    // Most fields of a record (attributes aside: offset delta, key length, header count, small
+    // timestamp deltas) fit in one byte: decode those without the loop.
+    if let Some(&b) = buf.get(*pos)
+        && b & 0x80 == 0
+    {
+        *pos += 1;
+        let raw = u32::from(b);
+        return Ok(((raw >> 1) as i32) ^ -((raw & 1) as i32));
+    }
+    read_varint_long(buf, pos)
+}
+
+/// [`read_varint`] of a varint longer than one byte (or of no byte at all).
+fn read_varint_long(buf: &[u8], pos: &mut usize) -> Result<i32, RecordErrorKind> {
     let mut raw: u32 = 0;
     let mut shift = 0u32;
     loop {
@@ -74,6 +88,19 @@ pub fn read_varint(buf: &[u8], pos: &mut usize) -> Result<i32, RecordErrorKind> 
 /// Decode a zigzag varlong (i64) at `*pos`, advancing it.
 #[inline]
 pub fn read_varlong(buf: &[u8], pos: &mut usize) -> Result<i64, RecordErrorKind> {
+    // One byte: timestamp deltas below 64 ms (every record of a batch stamped within it).
+    if let Some(&b) = buf.get(*pos)
+        && b & 0x80 == 0
+    {
+        *pos += 1;
+        let raw = u64::from(b);
+        return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+    }
+    read_varlong_long(buf, pos)
+}
+
+/// [`read_varlong`] of a varlong longer than one byte (or of no byte at all).
+fn read_varlong_long(buf: &[u8], pos: &mut usize) -> Result<i64, RecordErrorKind> {
     let mut raw: u64 = 0;
     let mut shift = 0u32;
     loop {
@@ -366,6 +393,37 @@ mod tests {
             read_varlong(&[0xff; 11], &mut pos),
             Err(RecordErrorKind::VarintTooLong)
         );
+    }
+
+    #[test]
+    fn one_byte_fast_path_agrees_with_the_loop() {
+        for b in 0u8..=0xff {
+            // At a non-zero position, followed by a byte, so that only one byte may be taken.
+            let buf = [0xaa, b, 0x01];
+            let (mut fast, mut slow) = (1, 1);
+            assert_eq!(
+                read_varint(&buf, &mut fast),
+                read_varint_long(&buf, &mut slow)
+            );
+            assert_eq!(fast, slow);
+            let (mut fast, mut slow) = (1, 1);
+            assert_eq!(
+                read_varlong(&buf, &mut fast),
+                read_varlong_long(&buf, &mut slow)
+            );
+            assert_eq!(fast, slow);
+        }
+        for v in [63i64, -64, 64, -65] {
+            let mut out = Vec::new();
+            write_varlong(&mut out, v);
+            let mut pos = 0;
+            assert_eq!(read_varlong(&out, &mut pos), Ok(v));
+            assert_eq!(pos, out.len());
+        }
+        let mut pos = 0;
+        assert_eq!(read_varint(&[], &mut pos), Err(RecordErrorKind::Truncated));
+        assert_eq!(read_varlong(&[], &mut pos), Err(RecordErrorKind::Truncated));
+        assert_eq!(pos, 0);
     }
 
     fn encode(
