@@ -80,43 +80,14 @@ pub struct CacheStats {
     pub bytes: u64,
 }
 
-impl CacheStats {
-    /// Sets [`hits`](Self::hits).
-    pub fn with_hits(mut self, hits: u64) -> Self {
-        self.hits = hits;
-        self
-    }
-
-    /// Sets [`misses`](Self::misses).
-    pub fn with_misses(mut self, misses: u64) -> Self {
-        self.misses = misses;
-        self
-    }
-
-    /// Sets [`loads`](Self::loads).
-    pub fn with_loads(mut self, loads: u64) -> Self {
-        self.loads = loads;
-        self
-    }
-
-    /// Sets [`inserts`](Self::inserts).
-    pub fn with_inserts(mut self, inserts: u64) -> Self {
-        self.inserts = inserts;
-        self
-    }
-
-    /// Sets [`entries`](Self::entries).
-    pub fn with_entries(mut self, entries: u64) -> Self {
-        self.entries = entries;
-        self
-    }
-
-    /// Sets [`bytes`](Self::bytes).
-    pub fn with_bytes(mut self, bytes: u64) -> Self {
-        self.bytes = bytes;
-        self
-    }
-}
+diskless_common::with_setters!(CacheStats {
+    with_hits => hits: [u64],
+    with_misses => misses: [u64],
+    with_loads => loads: [u64],
+    with_inserts => inserts: [u64],
+    with_entries => entries: [u64],
+    with_bytes => bytes: [u64],
+});
 
 /// A load of one block that failed; shared by every caller that waited on the same load.
 pub type LoadError = Arc<BoxError>;

@@ -67,17 +67,15 @@ pub struct MokaCacheConfig {
     pub time_to_idle: Option<Duration>,
 }
 
+diskless_common::with_setters!(MokaCacheConfig {
+    with_max_bytes => max_bytes: [u64],
+});
+
 impl MokaCacheConfig {
     /// The default [`max_bytes`](Self::max_bytes): 256 MiB.
     pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
     /// The default [`time_to_live`](Self::time_to_live): 5 minutes.
     pub const DEFAULT_TIME_TO_LIVE: Duration = Duration::from_secs(5 * 60);
-
-    /// Sets [`max_bytes`](Self::max_bytes).
-    pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
-        self.max_bytes = max_bytes;
-        self
-    }
 
     /// Sets [`time_to_live`](Self::time_to_live) (a `Duration`, or `None` for no limit).
     pub fn with_time_to_live(mut self, time_to_live: impl Into<Option<Duration>>) -> Self {

@@ -6,32 +6,8 @@
 
 use crate::CoordinatorError;
 
-/// `with_<field>(mut self, value) -> Self` for each listed field of a settings struct, each
-/// documented as setting that field; `into` takes `impl Into<T>`.
-macro_rules! with_setters {
-    ($ty:ident {
-        $($setter:ident => $field:ident: $($into:ident)? [$t:ty]),* $(,)?
-    }) => {
-        impl $ty {
-            $($crate::config::with_setters!(@one $ty $setter $field [$($into)?] $t);)*
-        }
-    };
-    (@one $ty:ident $setter:ident $field:ident [] $t:ty) => {
-        #[doc = concat!("Sets [`", stringify!($ty), "::", stringify!($field), "`].")]
-        pub fn $setter(mut self, value: $t) -> Self {
-            self.$field = value;
-            self
-        }
-    };
-    (@one $ty:ident $setter:ident $field:ident [into] $t:ty) => {
-        #[doc = concat!("Sets [`", stringify!($ty), "::", stringify!($field), "`].")]
-        pub fn $setter(mut self, value: impl Into<$t>) -> Self {
-            self.$field = value.into();
-            self
-        }
-    };
-}
-pub(crate) use with_setters;
+/// The workspace's one setter generator ([`diskless_common::with_setters!`]).
+pub(crate) use diskless_common::with_setters;
 
 /// The error of a settings value that breaks its rule: `field` is the settings struct's field.
 pub(crate) fn invalid(field: &str, reason: impl std::fmt::Display) -> CoordinatorError {

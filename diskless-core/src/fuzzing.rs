@@ -116,6 +116,10 @@ pub fn fuzz_segment_reader(data: &[u8]) {
 pub fn fuzz_txn_marker(data: &[u8]) {
     if let Ok(parsed) = crate::control::parse_end_txn_marker(data) {
         let rebuilt = crate::control::end_txn_marker(&parsed.to_batch());
-        assert_eq!(&rebuilt[..], data, "a parsed marker rebuilds to other bytes");
+        assert_eq!(
+            &rebuilt[..],
+            data,
+            "a parsed marker rebuilds to other bytes"
+        );
     }
 }

@@ -287,13 +287,11 @@ pub struct ValidationOptions {
     pub max_decompressed_bytes: Option<usize>,
 }
 
-impl ValidationOptions {
-    /// Sets [`max_decompressed_bytes`](Self::max_decompressed_bytes).
-    pub fn with_max_decompressed_bytes(mut self, max_decompressed_bytes: Option<usize>) -> Self {
-        self.max_decompressed_bytes = max_decompressed_bytes;
-        self
-    }
+diskless_common::with_setters!(ValidationOptions {
+    with_max_decompressed_bytes => max_decompressed_bytes: [Option<usize>],
+});
 
+impl ValidationOptions {
     /// Checks every setting: the first one out of range, as a [`ConfigError::Invalid`] naming it.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.max_decompressed_bytes == Some(0) {

@@ -40,19 +40,12 @@ impl Default for RangeReadConfig {
     }
 }
 
+diskless_common::with_setters!(RangeReadConfig {
+    with_max_gap => max_gap: [u64],
+    with_concurrency => concurrency: [usize],
+});
+
 impl RangeReadConfig {
-    /// Sets [`max_gap`](Self::max_gap).
-    pub fn with_max_gap(mut self, max_gap: u64) -> Self {
-        self.max_gap = max_gap;
-        self
-    }
-
-    /// Sets [`concurrency`](Self::concurrency).
-    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
-        self.concurrency = concurrency;
-        self
-    }
-
     /// Checks the settings (every `max_gap` is valid; `concurrency` must be at least 1): an
     /// invalid value is a [`StorageError::Config`] naming the field, never clamped.
     /// [`fetch_ranges`] calls it; a component holding a config should call it when built.

@@ -79,46 +79,19 @@ impl Default for RetryConfig {
     }
 }
 
+diskless_common::with_setters!(RetryConfig {
+    with_max_attempts => max_attempts: [u32],
+    with_initial_backoff => initial_backoff: [Duration],
+    with_max_backoff => max_backoff: [Duration],
+    with_multiplier => multiplier: [f64],
+    with_attempt_timeout => attempt_timeout: [Duration],
+    with_deadline => deadline: [Duration],
+});
+
 impl RetryConfig {
     /// No retries: one attempt, with the default timeouts.
     pub fn no_retries() -> Self {
         RetryConfig::default().with_max_attempts(1)
-    }
-
-    /// Sets [`max_attempts`](Self::max_attempts).
-    pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
-        self.max_attempts = max_attempts;
-        self
-    }
-
-    /// Sets [`initial_backoff`](Self::initial_backoff).
-    pub fn with_initial_backoff(mut self, initial_backoff: Duration) -> Self {
-        self.initial_backoff = initial_backoff;
-        self
-    }
-
-    /// Sets [`max_backoff`](Self::max_backoff).
-    pub fn with_max_backoff(mut self, max_backoff: Duration) -> Self {
-        self.max_backoff = max_backoff;
-        self
-    }
-
-    /// Sets [`multiplier`](Self::multiplier).
-    pub fn with_multiplier(mut self, multiplier: f64) -> Self {
-        self.multiplier = multiplier;
-        self
-    }
-
-    /// Sets [`attempt_timeout`](Self::attempt_timeout).
-    pub fn with_attempt_timeout(mut self, attempt_timeout: Duration) -> Self {
-        self.attempt_timeout = attempt_timeout;
-        self
-    }
-
-    /// Sets [`deadline`](Self::deadline).
-    pub fn with_deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = deadline;
-        self
     }
 
     /// Sets [`seed`](Self::seed) (`7` or `Some(7)`; `None` for an entropy seed).

@@ -59,31 +59,14 @@ impl Default for FetcherConfig {
     }
 }
 
+diskless_common::with_setters!(FetcherConfig {
+    with_cache_block_size => cache_block_size: [u64],
+    with_range_read => range_read: [RangeReadConfig],
+    with_max_concurrent_objects => max_concurrent_objects: [usize],
+    with_max_decompressed_bytes => max_decompressed_bytes: [usize],
+});
+
 impl FetcherConfig {
-    /// Sets [`cache_block_size`](Self::cache_block_size).
-    pub fn with_cache_block_size(mut self, cache_block_size: u64) -> Self {
-        self.cache_block_size = cache_block_size;
-        self
-    }
-
-    /// Sets [`range_read`](Self::range_read).
-    pub fn with_range_read(mut self, range_read: RangeReadConfig) -> Self {
-        self.range_read = range_read;
-        self
-    }
-
-    /// Sets [`max_concurrent_objects`](Self::max_concurrent_objects).
-    pub fn with_max_concurrent_objects(mut self, max_concurrent_objects: usize) -> Self {
-        self.max_concurrent_objects = max_concurrent_objects;
-        self
-    }
-
-    /// Sets [`max_decompressed_bytes`](Self::max_decompressed_bytes).
-    pub fn with_max_decompressed_bytes(mut self, max_decompressed_bytes: usize) -> Self {
-        self.max_decompressed_bytes = max_decompressed_bytes;
-        self
-    }
-
     /// Checks every setting: the first one out of range, as a [`ConfigError::Invalid`] naming it.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.cache_block_size == 0 {

@@ -34,25 +34,13 @@ impl Default for CleanerConfig {
     }
 }
 
+diskless_common::with_setters!(CleanerConfig {
+    with_grace => grace: [Duration],
+    with_batch_size => batch_size: [u32],
+    with_max_rounds_per_pass => max_rounds_per_pass: [u32],
+});
+
 impl CleanerConfig {
-    /// Sets [`grace`](Self::grace).
-    pub fn with_grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
-        self
-    }
-
-    /// Sets [`batch_size`](Self::batch_size).
-    pub fn with_batch_size(mut self, batch_size: u32) -> Self {
-        self.batch_size = batch_size;
-        self
-    }
-
-    /// Sets [`max_rounds_per_pass`](Self::max_rounds_per_pass).
-    pub fn with_max_rounds_per_pass(mut self, max_rounds_per_pass: u32) -> Self {
-        self.max_rounds_per_pass = max_rounds_per_pass;
-        self
-    }
-
     /// Checks every setting: the first one out of range, as a [`ConfigError::Invalid`] naming it.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.batch_size == 0 {

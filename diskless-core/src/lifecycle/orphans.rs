@@ -62,6 +62,17 @@ impl Default for OrphanConfig {
     }
 }
 
+diskless_common::with_setters!(OrphanConfig {
+    with_prefix => prefix: into [String],
+    with_max_commit_age => max_commit_age: [Duration],
+    with_recheck_delay => recheck_delay: [Duration],
+    with_known_batch => known_batch: [usize],
+    with_max_listed_per_pass => max_listed_per_pass: [u64],
+    with_max_suspects => max_suspects: [usize],
+    with_max_deletes_per_pass => max_deletes_per_pass: [usize],
+    with_full_sweep_interval => full_sweep_interval: [Duration],
+});
+
 impl OrphanConfig {
     /// The defaults, for objects under `prefix`.
     pub fn new(prefix: impl Into<String>) -> Self {
@@ -75,54 +86,6 @@ impl OrphanConfig {
             max_deletes_per_pass: 10_000,
             full_sweep_interval: Duration::from_secs(24 * 3600),
         }
-    }
-
-    /// Sets [`prefix`](Self::prefix).
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// Sets [`max_commit_age`](Self::max_commit_age).
-    pub fn with_max_commit_age(mut self, max_commit_age: Duration) -> Self {
-        self.max_commit_age = max_commit_age;
-        self
-    }
-
-    /// Sets [`recheck_delay`](Self::recheck_delay).
-    pub fn with_recheck_delay(mut self, recheck_delay: Duration) -> Self {
-        self.recheck_delay = recheck_delay;
-        self
-    }
-
-    /// Sets [`known_batch`](Self::known_batch).
-    pub fn with_known_batch(mut self, known_batch: usize) -> Self {
-        self.known_batch = known_batch;
-        self
-    }
-
-    /// Sets [`max_listed_per_pass`](Self::max_listed_per_pass).
-    pub fn with_max_listed_per_pass(mut self, max_listed_per_pass: u64) -> Self {
-        self.max_listed_per_pass = max_listed_per_pass;
-        self
-    }
-
-    /// Sets [`max_suspects`](Self::max_suspects).
-    pub fn with_max_suspects(mut self, max_suspects: usize) -> Self {
-        self.max_suspects = max_suspects;
-        self
-    }
-
-    /// Sets [`max_deletes_per_pass`](Self::max_deletes_per_pass).
-    pub fn with_max_deletes_per_pass(mut self, max_deletes_per_pass: usize) -> Self {
-        self.max_deletes_per_pass = max_deletes_per_pass;
-        self
-    }
-
-    /// Sets [`full_sweep_interval`](Self::full_sweep_interval).
-    pub fn with_full_sweep_interval(mut self, full_sweep_interval: Duration) -> Self {
-        self.full_sweep_interval = full_sweep_interval;
-        self
     }
 
     /// Checks every setting: the first one out of range, as a [`ConfigError::Invalid`] naming it.

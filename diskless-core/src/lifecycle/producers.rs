@@ -26,19 +26,12 @@ impl Default for ProducerExpiryConfig {
     }
 }
 
+diskless_common::with_setters!(ProducerExpiryConfig {
+    with_max_producers_per_call => max_producers_per_call: [u32],
+    with_max_calls_per_pass => max_calls_per_pass: [u32],
+});
+
 impl ProducerExpiryConfig {
-    /// Sets [`max_producers_per_call`](Self::max_producers_per_call).
-    pub fn with_max_producers_per_call(mut self, max_producers_per_call: u32) -> Self {
-        self.max_producers_per_call = max_producers_per_call;
-        self
-    }
-
-    /// Sets [`max_calls_per_pass`](Self::max_calls_per_pass).
-    pub fn with_max_calls_per_pass(mut self, max_calls_per_pass: u32) -> Self {
-        self.max_calls_per_pass = max_calls_per_pass;
-        self
-    }
-
     /// Checks every setting: the first one out of range, as a [`ConfigError::Invalid`] naming it.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.max_producers_per_call == 0 {

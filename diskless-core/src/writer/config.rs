@@ -204,91 +204,24 @@ impl Default for WalWriterConfig {
 /// arithmetic near `Duration::MAX`.
 const MAX_INTERVAL: Duration = Duration::from_secs(365 * 24 * 3600);
 
+diskless_common::with_setters!(WalWriterConfig {
+    with_broker_id => broker_id: [i32],
+    with_object_prefix => object_prefix: into [String],
+    with_buffer_max_bytes => buffer_max_bytes: [usize],
+    with_commit_interval => commit_interval: [Duration],
+    with_seal_policy => seal_policy: [SealPolicy],
+    with_max_concurrent_uploads => max_concurrent_uploads: [usize],
+    with_max_pending_bytes => max_pending_bytes: [usize],
+    with_max_uncommitted_bytes => max_uncommitted_bytes: [usize],
+    with_backpressure => backpressure: [Backpressure],
+    with_owners => owners: [Vec<ShardId>],
+    with_cache_block_size => cache_block_size: [u64],
+    with_max_concurrent_validations => max_concurrent_validations: [usize],
+    with_hedge_uploads_after => hedge_uploads_after: [Option<Duration>],
+    with_commit_timeout => commit_timeout: [Duration],
+});
+
 impl WalWriterConfig {
-    /// Sets [`broker_id`](Self::broker_id).
-    pub fn with_broker_id(mut self, broker_id: i32) -> Self {
-        self.broker_id = broker_id;
-        self
-    }
-
-    /// Sets [`object_prefix`](Self::object_prefix).
-    pub fn with_object_prefix(mut self, object_prefix: impl Into<String>) -> Self {
-        self.object_prefix = object_prefix.into();
-        self
-    }
-
-    /// Sets [`buffer_max_bytes`](Self::buffer_max_bytes).
-    pub fn with_buffer_max_bytes(mut self, buffer_max_bytes: usize) -> Self {
-        self.buffer_max_bytes = buffer_max_bytes;
-        self
-    }
-
-    /// Sets [`commit_interval`](Self::commit_interval).
-    pub fn with_commit_interval(mut self, commit_interval: Duration) -> Self {
-        self.commit_interval = commit_interval;
-        self
-    }
-
-    /// Sets [`seal_policy`](Self::seal_policy).
-    pub fn with_seal_policy(mut self, seal_policy: SealPolicy) -> Self {
-        self.seal_policy = seal_policy;
-        self
-    }
-
-    /// Sets [`max_concurrent_uploads`](Self::max_concurrent_uploads).
-    pub fn with_max_concurrent_uploads(mut self, max_concurrent_uploads: usize) -> Self {
-        self.max_concurrent_uploads = max_concurrent_uploads;
-        self
-    }
-
-    /// Sets [`max_pending_bytes`](Self::max_pending_bytes).
-    pub fn with_max_pending_bytes(mut self, max_pending_bytes: usize) -> Self {
-        self.max_pending_bytes = max_pending_bytes;
-        self
-    }
-
-    /// Sets [`max_uncommitted_bytes`](Self::max_uncommitted_bytes).
-    pub fn with_max_uncommitted_bytes(mut self, max_uncommitted_bytes: usize) -> Self {
-        self.max_uncommitted_bytes = max_uncommitted_bytes;
-        self
-    }
-
-    /// Sets [`backpressure`](Self::backpressure).
-    pub fn with_backpressure(mut self, backpressure: Backpressure) -> Self {
-        self.backpressure = backpressure;
-        self
-    }
-
-    /// Sets [`owners`](Self::owners).
-    pub fn with_owners(mut self, owners: Vec<ShardId>) -> Self {
-        self.owners = owners;
-        self
-    }
-
-    /// Sets [`cache_block_size`](Self::cache_block_size).
-    pub fn with_cache_block_size(mut self, cache_block_size: u64) -> Self {
-        self.cache_block_size = cache_block_size;
-        self
-    }
-
-    /// Sets [`max_concurrent_validations`](Self::max_concurrent_validations).
-    pub fn with_max_concurrent_validations(mut self, max_concurrent_validations: usize) -> Self {
-        self.max_concurrent_validations = max_concurrent_validations;
-        self
-    }
-
-    /// Sets [`hedge_uploads_after`](Self::hedge_uploads_after).
-    pub fn with_hedge_uploads_after(mut self, hedge_uploads_after: Option<Duration>) -> Self {
-        self.hedge_uploads_after = hedge_uploads_after;
-        self
-    }
-
-    /// Sets [`commit_timeout`](Self::commit_timeout).
-    pub fn with_commit_timeout(mut self, commit_timeout: Duration) -> Self {
-        self.commit_timeout = commit_timeout;
-        self
-    }
-
     /// Checks every setting; the first one out of range is the error. Values are never clamped:
     /// what passes is what the writer uses.
     pub fn validate(&self) -> Result<(), ConfigError> {
