@@ -40,11 +40,26 @@ pub fn fuzz_batch_validator(data: &[u8]) {
             Ok(v) => {
                 assert_eq!(v.byte_size as usize, batch.len());
                 assert_eq!(v.record_count, batch.last_offset_delta() + 1);
+                // Kafka's maxTimestamp correction (CreateTime): a valid batch stays valid.
+                let corrected = batch
+                    .rewrite(&BatchRewrite {
+                        base_offset: 1000,
+                        partition_leader_epoch: 5,
+                        log_append_time: None,
+                        max_timestamp: Some(FUZZ_NOW_MS),
+                    })
+                    .to_record_batch();
+                assert!(
+                    corrected.crc_is_valid(),
+                    "maxTimestamp rewrite broke the CRC"
+                );
+                assert_eq!(corrected.max_timestamp(), FUZZ_NOW_MS);
                 let out = batch
                     .rewrite(&BatchRewrite {
                         base_offset: 1000,
                         partition_leader_epoch: 5,
                         log_append_time: Some(FUZZ_NOW_MS),
+                        max_timestamp: None,
                     })
                     .to_record_batch();
                 assert!(out.crc_is_valid(), "rewrite broke the CRC");

@@ -1,10 +1,16 @@
 //! Fetch-path rewrites of a stored batch: the offsets the coordinator assigned, the partition leader
-//! epoch, and LogAppendTime, without copying the records.
+//! epoch, LogAppendTime, and Kafka's `maxTimestamp`, without copying the records.
 //!
 //! `baseOffset` and `partitionLeaderEpoch` lie before the CRC-covered range (bytes 21..end), so setting
 //! them leaves the CRC valid. LogAppendTime changes the attributes (bit 3) and `maxTimestamp`, both
 //! covered, so the CRC is recomputed: CRC-32C of the new header bytes 21..61, then continued over the
 //! unchanged records with `crc32c_append` — the payload is read once and never copied.
+//!
+//! On a CreateTime topic Kafka's `LogValidator` sets a batch's `maxTimestamp` to the largest record
+//! timestamp (`DefaultRecordBatch.setMaxTimestamp`, which leaves the batch alone when it already
+//! holds that value); the writer stores the batch as sent and the coordinator keeps the records'
+//! maximum, so the fetch path applies the same correction, recomputing the CRC only for a batch whose
+//! producer wrote another value.
 
 use bytes::{Buf, Bytes};
 use diskless_coordinator::{BatchCoordinate, TimestampType};
@@ -23,17 +29,23 @@ pub struct BatchRewrite {
     pub partition_leader_epoch: i32,
     /// For LogAppendTime partitions, the commit time: sets attribute bit 3 and `maxTimestamp`.
     pub log_append_time: Option<i64>,
+    /// For CreateTime partitions, the batch's largest record timestamp: `maxTimestamp` is set to it
+    /// when the stored header holds another value (as Kafka's validator does). Ignored with
+    /// `log_append_time`.
+    pub max_timestamp: Option<i64>,
 }
 
 impl BatchRewrite {
     /// The rewrite that serves a batch the coordinator placed at `coordinate`: its assigned base
-    /// offset, and its commit time as LogAppendTime when the partition uses LogAppendTime.
+    /// offset, its commit time as LogAppendTime when the partition uses LogAppendTime, else its
+    /// records' largest timestamp as `maxTimestamp`.
     pub fn for_coordinate(coordinate: &BatchCoordinate, partition_leader_epoch: i32) -> Self {
+        let log_append_time = coordinate.timestamp_type == TimestampType::LogAppendTime;
         BatchRewrite {
             base_offset: coordinate.base_offset,
             partition_leader_epoch,
-            log_append_time: (coordinate.timestamp_type == TimestampType::LogAppendTime)
-                .then_some(coordinate.log_append_time),
+            log_append_time: log_append_time.then_some(coordinate.log_append_time),
+            max_timestamp: (!log_append_time).then_some(coordinate.max_timestamp),
         }
     }
 }
@@ -102,7 +114,12 @@ impl RewrittenBatch {
 /// use diskless_core::{rewrite_batch, BatchRewrite, RecordBatchBuilder};
 ///
 /// let batch = RecordBatchBuilder::new().record(5, None, Some(b"v")).build().unwrap();
-/// let out = rewrite_batch(&batch, &BatchRewrite { base_offset: 100, partition_leader_epoch: 3, log_append_time: Some(9) });
+/// let out = rewrite_batch(&batch, &BatchRewrite {
+///     base_offset: 100,
+///     partition_leader_epoch: 3,
+///     log_append_time: Some(9),
+///     max_timestamp: None,
+/// });
 /// let served = out.to_record_batch();
 /// assert_eq!((served.base_offset(), served.max_timestamp()), (100, 9));
 /// assert!(served.crc_is_valid());
@@ -122,10 +139,11 @@ pub struct StoredCrcMismatch {
     pub computed: u32,
 }
 
-/// Like [`rewrite_batch`], but when the rewrite recomputes the CRC (LogAppendTime) it first checks
-/// the stored CRC, in the same single pass over the records: a corrupted stored batch is refused
-/// instead of being served with a fresh, valid CRC. Without LogAppendTime the stored CRC is kept, so
-/// the consumer's own check still sees any corruption, and nothing is computed.
+/// Like [`rewrite_batch`], but when the rewrite recomputes the CRC (LogAppendTime, or a corrected
+/// `maxTimestamp`) it first checks the stored CRC, in the same single pass over the records: a
+/// corrupted stored batch is refused instead of being served with a fresh, valid CRC. Otherwise the
+/// stored CRC is kept, so the consumer's own check still sees any corruption, and nothing is
+/// computed.
 pub fn rewrite_batch_verified(
     batch: &RecordBatch,
     rewrite: &BatchRewrite,
@@ -150,7 +168,19 @@ fn rewrite_inner(
         .copy_from_slice(&rewrite.partition_leader_epoch.to_be_bytes());
     let body = batch.records_bytes();
     let mut mismatch = None;
-    if let Some(t) = rewrite.log_append_time {
+    // The header fields to change inside the CRC-covered range, if any: LogAppendTime (bit 3 and
+    // maxTimestamp), or a CreateTime maxTimestamp other than the stored one.
+    let covered_change = match (rewrite.log_append_time, rewrite.max_timestamp) {
+        (Some(t), _) => Some((
+            batch
+                .attributes()
+                .with_timestamp_type(TimestampType::LogAppendTime),
+            t,
+        )),
+        (None, Some(max)) if max != batch.max_timestamp() => Some((batch.attributes(), max)),
+        _ => None,
+    };
+    if let Some((attrs, max)) = covered_change {
         // One pass over the records; the header parts are combined in (crc32c_combine).
         let body_crc = crc32c::crc32c(&body);
         if verify {
@@ -166,11 +196,8 @@ fn rewrite_inner(
                 });
             }
         }
-        let attrs = batch
-            .attributes()
-            .with_timestamp_type(TimestampType::LogAppendTime);
         header[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attrs.0.to_be_bytes());
-        header[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8].copy_from_slice(&t.to_be_bytes());
+        header[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8].copy_from_slice(&max.to_be_bytes());
         let crc = crc32c::crc32c_combine(
             crc32c::crc32c(&header[ATTRIBUTES_OFFSET..]),
             body_crc,
@@ -209,6 +236,7 @@ mod tests {
             base_offset: 1234,
             partition_leader_epoch: 7,
             log_append_time: None,
+            max_timestamp: None,
         });
         assert_eq!(out.len(), b.len());
         // The body is a slice of the original allocation, not a copy.
@@ -245,15 +273,83 @@ mod tests {
         };
         let r = BatchRewrite::for_coordinate(&c, 3);
         assert_eq!(
-            (r.base_offset, r.partition_leader_epoch, r.log_append_time),
-            (40, 3, None)
+            (
+                r.base_offset,
+                r.partition_leader_epoch,
+                r.log_append_time,
+                r.max_timestamp
+            ),
+            (40, 3, None, Some(2))
         );
         c.timestamp_type = TimestampType::LogAppendTime;
         c.log_append_time = 77;
-        assert_eq!(
-            BatchRewrite::for_coordinate(&c, 3).log_append_time,
-            Some(77)
-        );
+        let r = BatchRewrite::for_coordinate(&c, 3);
+        assert_eq!((r.log_append_time, r.max_timestamp), (Some(77), None));
+    }
+
+    /// Kafka's `setMaxTimestamp`: a CreateTime batch's header gets the records' max timestamp; the
+    /// CRC is recomputed only when the value changes, and a corrupted batch is refused then.
+    #[test]
+    fn create_time_max_timestamp_is_corrected_as_kafka_does() {
+        for codec in Compression::ALL {
+            let honest = RecordBatchBuilder::new()
+                .compression(codec)
+                .record(10, None, Some(b"v"))
+                .record(12, None, Some(b"w"))
+                .build()
+                .unwrap();
+            let same = rewrite_batch_verified(
+                &honest,
+                &BatchRewrite {
+                    base_offset: 5,
+                    partition_leader_epoch: 0,
+                    log_append_time: None,
+                    max_timestamp: Some(12),
+                },
+            )
+            .unwrap()
+            .to_record_batch();
+            assert_eq!(same.crc(), honest.crc(), "{codec:?}: nothing to correct");
+            let lying = RecordBatchBuilder::new()
+                .compression(codec)
+                .record(10, None, Some(b"v"))
+                .record(12, None, Some(b"w"))
+                .max_timestamp(i64::MAX)
+                .build()
+                .unwrap();
+            let fixed = rewrite_batch_verified(
+                &lying,
+                &BatchRewrite {
+                    base_offset: 5,
+                    partition_leader_epoch: 0,
+                    log_append_time: None,
+                    max_timestamp: Some(12),
+                },
+            )
+            .unwrap()
+            .to_record_batch();
+            assert!(fixed.crc_is_valid(), "{codec:?}");
+            assert_eq!(fixed.max_timestamp(), 12);
+            assert_eq!(fixed.timestamp_type(), TimestampType::CreateTime);
+            assert_eq!(fixed.records_bytes(), lying.records_bytes());
+            let mut corrupt = lying.as_bytes().to_vec();
+            let last = corrupt.len() - 1;
+            corrupt[last] ^= 0x40;
+            let corrupt = RecordBatch::parse(Bytes::from(corrupt)).unwrap();
+            assert!(
+                rewrite_batch_verified(
+                    &corrupt,
+                    &BatchRewrite {
+                        base_offset: 5,
+                        partition_leader_epoch: 0,
+                        log_append_time: None,
+                        max_timestamp: Some(12),
+                    }
+                )
+                .is_err(),
+                "{codec:?}: a corrupt batch must not get a fresh CRC"
+            );
+        }
     }
 
     #[test]
@@ -269,6 +365,7 @@ mod tests {
                 base_offset: 99,
                 partition_leader_epoch: 0,
                 log_append_time: Some(555),
+                max_timestamp: None,
             });
             let r = out.to_record_batch();
             assert!(r.crc_is_valid(), "{codec:?}");

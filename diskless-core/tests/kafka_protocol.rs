@@ -175,6 +175,7 @@ fn our_rewrites_round_trip_through_their_decoder() {
                 base_offset: 1_000_000,
                 partition_leader_epoch: 12,
                 log_append_time: lat,
+                max_timestamp: None,
             });
             let mut buf = out.to_bytes();
             // Their decoder checks the CRC, so this also proves the CRC is right.

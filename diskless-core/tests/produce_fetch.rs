@@ -768,7 +768,8 @@ async fn corrupted_stored_batches_are_never_served_with_a_valid_crc() {
 }
 
 /// The header's maxTimestamp is not trusted: the coordinator gets the largest record timestamp, so
-/// a bogus header can neither dodge time retention nor skew ListOffsets.
+/// a bogus header can neither dodge time retention nor skew ListOffsets; and the batch is served with
+/// the records' max timestamp in its header (valid CRC), as Kafka's validator stores it.
 #[tokio::test(start_paused = true)]
 async fn header_max_timestamp_is_not_trusted() {
     let e = env(small_config(), false);
@@ -792,6 +793,12 @@ async fn header_max_timestamp_is_not_trusted() {
         .await
         .unwrap();
     assert_eq!(found[0].timestamp, NOW);
+    let fetched = e.fetcher.fetch(&[fetch_req(p, 0)], 1 << 20).await.unwrap();
+    let served = served_batches(&fetched[0]);
+    assert_eq!(served.len(), 1);
+    assert_eq!(served[0].max_timestamp(), NOW);
+    assert!(served[0].crc_is_valid());
+    assert_eq!(served[0].records_bytes(), lying.records_bytes());
     e.writer.close().await;
 }
 

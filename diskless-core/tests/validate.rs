@@ -507,6 +507,7 @@ fn log_append_time_rewrite_keeps_batch_valid() {
                 base_offset: 77,
                 partition_leader_epoch: 2,
                 log_append_time: Some(NOW + 5),
+                max_timestamp: None,
             })
             .to_record_batch();
         assert!(out.crc_is_valid());

@@ -32,7 +32,7 @@ use diskless_cache::LocalCache;
 use diskless_common::metrics as m;
 use diskless_coordinator::{
     BatchCoordinate, BatchCoordinator, CoordinatorError, ErrorCode, FindBatchesRequest,
-    TimestampType, TopicIdPartition,
+    TopicIdPartition,
 };
 use diskless_storage::ObjectStorage;
 
@@ -360,17 +360,12 @@ fn serve_batch(
     leader_epoch: i32,
 ) -> Result<[Bytes; 2], String> {
     let batch = frame_stored_batch(bytes, coordinate)?;
-    let log_append_time = (coordinate.timestamp_type == TimestampType::LogAppendTime)
-        .then_some(coordinate.log_append_time);
-    // With LogAppendTime the CRC is recomputed, so the stored one is checked first (same pass):
-    // corruption must reach the consumer as an error, never behind a fresh valid CRC.
+    // With LogAppendTime, or a maxTimestamp to correct, the CRC is recomputed, so the stored one is
+    // checked first (same pass): corruption must reach the consumer as an error, never behind a
+    // fresh valid CRC.
     rewrite_batch_verified(
         &batch,
-        &BatchRewrite {
-            base_offset: coordinate.base_offset,
-            partition_leader_epoch: leader_epoch,
-            log_append_time,
-        },
+        &BatchRewrite::for_coordinate(coordinate, leader_epoch),
     )
     .map(RewrittenBatch::into_chunks)
     .map_err(|e| {
