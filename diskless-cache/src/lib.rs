@@ -5,6 +5,8 @@
 //! of the cache (the fetcher) and is part of the key, so caches with different block sizes never mix.
 //! [`LocalCache`] is the trait; [`MokaCache`] is the default implementation, bounded by bytes,
 //! with a time-to-live, and with concurrent misses of one block coalesced into one load.
+//! [`DiskCache`] keeps blocks in files on local disk: bounded by bytes (LRU), kept across a
+//! restart, and verified (CRC-32C) on every read.
 //!
 //! # Cancel safety
 //!
@@ -20,8 +22,10 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
+mod disk_cache;
 mod moka_cache;
 
+pub use disk_cache::{DiskCache, DiskCacheConfig, DiskCacheError};
 pub use moka_cache::{ConfigError, MokaCache, MokaCacheConfig};
 
 pub use diskless_common::BoxError;
