@@ -291,6 +291,12 @@ mod tests {
     /// CRC is recomputed only when the value changes, and a corrupted batch is refused then.
     #[test]
     fn create_time_max_timestamp_is_corrected_as_kafka_does() {
+        let fix = BatchRewrite {
+            base_offset: 5,
+            partition_leader_epoch: 0,
+            log_append_time: None,
+            max_timestamp: Some(12),
+        };
         for codec in Compression::ALL {
             let honest = RecordBatchBuilder::new()
                 .compression(codec)
@@ -298,17 +304,9 @@ mod tests {
                 .record(12, None, Some(b"w"))
                 .build()
                 .unwrap();
-            let same = rewrite_batch_verified(
-                &honest,
-                &BatchRewrite {
-                    base_offset: 5,
-                    partition_leader_epoch: 0,
-                    log_append_time: None,
-                    max_timestamp: Some(12),
-                },
-            )
-            .unwrap()
-            .to_record_batch();
+            let same = rewrite_batch_verified(&honest, &fix)
+                .unwrap()
+                .to_record_batch();
             assert_eq!(same.crc(), honest.crc(), "{codec:?}: nothing to correct");
             let lying = RecordBatchBuilder::new()
                 .compression(codec)
@@ -317,17 +315,9 @@ mod tests {
                 .max_timestamp(i64::MAX)
                 .build()
                 .unwrap();
-            let fixed = rewrite_batch_verified(
-                &lying,
-                &BatchRewrite {
-                    base_offset: 5,
-                    partition_leader_epoch: 0,
-                    log_append_time: None,
-                    max_timestamp: Some(12),
-                },
-            )
-            .unwrap()
-            .to_record_batch();
+            let fixed = rewrite_batch_verified(&lying, &fix)
+                .unwrap()
+                .to_record_batch();
             assert!(fixed.crc_is_valid(), "{codec:?}");
             assert_eq!(fixed.max_timestamp(), 12);
             assert_eq!(fixed.timestamp_type(), TimestampType::CreateTime);
@@ -337,16 +327,7 @@ mod tests {
             corrupt[last] ^= 0x40;
             let corrupt = RecordBatch::parse(Bytes::from(corrupt)).unwrap();
             assert!(
-                rewrite_batch_verified(
-                    &corrupt,
-                    &BatchRewrite {
-                        base_offset: 5,
-                        partition_leader_epoch: 0,
-                        log_append_time: None,
-                        max_timestamp: Some(12),
-                    }
-                )
-                .is_err(),
+                rewrite_batch_verified(&corrupt, &fix).is_err(),
                 "{codec:?}: a corrupt batch must not get a fresh CRC"
             );
         }

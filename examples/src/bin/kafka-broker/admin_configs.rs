@@ -1453,10 +1453,8 @@ mod tests {
             assert_eq!(e.code, codes::INVALID_CONFIG, "{pairs:?}");
             assert!(e.message.contains(why), "{pairs:?}: {}", e.message);
         }
-        // The session timeout must stay above the heartbeat interval (both within bounds here).
-        let mut bounds_ok = GROUP_BOUNDS.to_vec();
-        bounds_ok.retain(|b| b.0.starts_with("consumer"));
-        assert!(!bounds_ok.is_empty());
+        // (Kafka's "session timeout above heartbeat interval" rule cannot fail within the broker's
+        // default bounds — sessions start at 45 s, heartbeats end at 15 s — so it is not exercised.)
         let described = group_entries(&set, None);
         let e = described
             .iter()
