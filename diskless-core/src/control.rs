@@ -35,7 +35,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::batch::{
-    ATTRIBUTES_OFFSET, CONTROL_MASK, CRC_OFFSET, HEADER_LEN, LOG_OVERHEAD, MAGIC_V2,
+    ATTRIBUTES_OFFSET, CONTROL_MASK, CRC_OFFSET, HEADER_LEN, LOG_OVERHEAD, MAGIC_V2, RecordBatch,
     TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
 };
 
@@ -178,25 +178,21 @@ pub fn parse_end_txn_marker(b: &[u8]) -> Result<ParsedMarker, MarkerError> {
     if b.len() != MARKER_BATCH_LEN {
         return Err(MarkerError::Length(b.len()));
     }
-    let i16_at = |at: usize| i16::from_be_bytes([b[at], b[at + 1]]);
-    let i32_at = |at: usize| i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    let i64_at = |at: usize| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&b[at..at + 8]);
-        i64::from_be_bytes(a)
-    };
-    if i32_at(8) != (MARKER_BATCH_LEN - LOG_OVERHEAD) as i32 || b[16] as i8 != MAGIC_V2 {
-        return Err(MarkerError::NotAMarker("batch length or magic"));
-    }
-    let crc = u32::from_be_bytes([b[17], b[18], b[19], b[20]]);
-    if crc != crc32c::crc32c(&b[ATTRIBUTES_OFFSET..]) {
+    // The header through the batch view every parser here uses (framing: batch length and magic).
+    let batch = RecordBatch::parse(Bytes::copy_from_slice(b))
+        .map_err(|_| MarkerError::NotAMarker("batch length or magic"))?;
+    if !batch.crc_is_valid() {
         return Err(MarkerError::Crc);
     }
-    let attributes = i16_at(21);
+    let attributes = batch.attributes().0;
     if attributes & !TIMESTAMP_TYPE_MASK != TRANSACTIONAL_MASK | CONTROL_MASK {
         return Err(MarkerError::NotAMarker("attributes"));
     }
-    if i32_at(23) != 0 || i32_at(53) != -1 || i32_at(57) != 1 || i64_at(27) != i64_at(35) {
+    if batch.last_offset_delta() != 0
+        || batch.base_sequence() != -1
+        || batch.records_count() != 1
+        || batch.base_timestamp() != batch.max_timestamp()
+    {
         return Err(MarkerError::NotAMarker("header fields"));
     }
     let record = &b[HEADER_LEN..];
@@ -216,20 +212,20 @@ pub fn parse_end_txn_marker(b: &[u8]) -> Result<ParsedMarker, MarkerError> {
     {
         return Err(MarkerError::NotAMarker("control record"));
     }
-    let commit = match i16_at(HEADER_LEN + 7) {
+    let commit = match i16::from_be_bytes([record[7], record[8]]) {
         CONTROL_TYPE_COMMIT => true,
         CONTROL_TYPE_ABORT => false,
         _ => return Err(MarkerError::NotAMarker("control record type")),
     };
     Ok(ParsedMarker {
-        base_offset: i64_at(0),
-        partition_leader_epoch: i32_at(12),
+        base_offset: batch.base_offset(),
+        partition_leader_epoch: batch.partition_leader_epoch(),
         log_append_time: attributes & TIMESTAMP_TYPE_MASK != 0,
         commit,
-        producer_id: i64_at(43),
-        producer_epoch: i16_at(51),
-        coordinator_epoch: i32_at(HEADER_LEN + 12),
-        timestamp: i64_at(27),
+        producer_id: batch.producer_id(),
+        producer_epoch: batch.producer_epoch(),
+        coordinator_epoch: i32::from_be_bytes([record[12], record[13], record[14], record[15]]),
+        timestamp: batch.base_timestamp(),
     })
 }
 
@@ -237,7 +233,6 @@ pub fn parse_end_txn_marker(b: &[u8]) -> Result<ParsedMarker, MarkerError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::RecordBatch;
 
     fn marker(commit: bool, log_append_time: bool) -> MarkerBatch {
         MarkerBatch {
