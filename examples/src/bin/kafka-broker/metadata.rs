@@ -574,14 +574,8 @@ pub(crate) async fn create_topics(
                     new.overrides,
                 )),
                 Ok(new) => {
-                    let NewTopic {
-                        partitions,
-                        replication,
-                        overrides,
-                        ..
-                    } = &new;
                     let (partitions, replication, overrides) =
-                        (*partitions, *replication, overrides.clone());
+                        (new.partitions, new.replication, new.overrides.clone());
                     create(broker, name, &new).await.map(|id| {
                         info!(topic = %name, %id, partitions, "diskless topic created");
                         (id, partitions, replication, overrides)

@@ -329,14 +329,27 @@ impl Store {
 
     /// Deletes a group: its metadata and every committed offset (DeleteGroups).
     pub(crate) async fn delete_group(&self, group: &str) -> Result<(), StoreError> {
+        self.delete_by_key(
+            &[
+                "DELETE FROM group_metadata WHERE group_id = ?",
+                "DELETE FROM group_members WHERE group_id = ?",
+                "DELETE FROM committed_offsets WHERE group_id = ?",
+            ],
+            group,
+        )
+        .await
+    }
+
+    /// Runs `statements`, each with `key` as its one parameter, in one transaction.
+    async fn delete_by_key(
+        &self,
+        statements: &[&'static str],
+        key: &str,
+    ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await.map_err(sql)?;
-        for statement in [
-            "DELETE FROM group_metadata WHERE group_id = ?",
-            "DELETE FROM group_members WHERE group_id = ?",
-            "DELETE FROM committed_offsets WHERE group_id = ?",
-        ] {
-            sqlx::query(statement)
-                .bind(group)
+        for statement in statements {
+            sqlx::query(*statement)
+                .bind(key)
                 .execute(&mut *tx)
                 .await
                 .map_err(sql)?;
@@ -456,18 +469,14 @@ impl Store {
 
     /// Forgets the kept configs and assignments of a deleted topic.
     pub(crate) async fn forget_topic_id(&self, topic_id: Uuid) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(sql)?;
-        for statement in [
-            "DELETE FROM topic_configs WHERE topic_id = ?",
-            "DELETE FROM partition_assignments WHERE topic_id = ?",
-        ] {
-            sqlx::query(statement)
-                .bind(topic_id.to_string())
-                .execute(&mut *tx)
-                .await
-                .map_err(sql)?;
-        }
-        tx.commit().await.map_err(sql)
+        self.delete_by_key(
+            &[
+                "DELETE FROM topic_configs WHERE topic_id = ?",
+                "DELETE FROM partition_assignments WHERE topic_id = ?",
+            ],
+            &topic_id.to_string(),
+        )
+        .await
     }
 
     /// The configs set on a group.
