@@ -193,7 +193,8 @@ pub struct CommitBatch {
     pub record_count: i32,
     /// The batch's `baseTimestamp` as the producer sent it.
     pub base_timestamp: i64,
-    /// The batch's `maxTimestamp` as the producer sent it.
+    /// The batch's largest record timestamp as validation found it (not the header's `maxTimestamp`,
+    /// which a producer may set to anything; Kafka's validator overwrites the header with it).
     pub max_timestamp: i64,
     /// The timestamp type in the batch's attributes as the producer sent it.
     pub timestamp_type: TimestampType,
@@ -288,7 +289,8 @@ pub struct BatchCoordinate {
     pub last_offset: i64,
     /// The batch's `baseTimestamp` as produced.
     pub base_timestamp: i64,
-    /// The batch's `maxTimestamp` as produced.
+    /// The batch's largest record timestamp (what the writer's validation found; Kafka's validator
+    /// writes it into the header, and the fetch path serves it there for CreateTime batches).
     pub max_timestamp: i64,
     /// The partition's timestamp type when the batch was committed.
     pub timestamp_type: TimestampType,

@@ -207,7 +207,8 @@ pub struct ValidatedBatch {
     pub record_count: i32,
     /// `baseTimestamp` as sent.
     pub base_timestamp: i64,
-    /// `maxTimestamp` as sent (what a consumer of a CreateTime topic sees as the batch's timestamp).
+    /// `maxTimestamp` as sent (not trusted: the coordinator gets `max_record_timestamp`, and the
+    /// fetch path serves that in the header, as Kafka's validator stores it).
     pub max_timestamp: i64,
     /// The largest record timestamp found in the records (-1 when none has one).
     pub max_record_timestamp: i64,
