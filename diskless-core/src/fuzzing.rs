@@ -138,3 +138,37 @@ pub fn fuzz_txn_marker(data: &[u8]) {
         );
     }
 }
+
+/// The coordinate a commit would give `batch` at `base_offset` (tiered segment tests and the
+/// `tiered_segment_reader` target; the one place they construct a
+/// [`diskless_coordinator::BatchCoordinate`]). `max_timestamp` is the records' largest timestamp;
+/// `log_append_time` makes it a LogAppendTime partition's batch.
+pub fn tiered_coordinate(
+    batch: &crate::batch::RecordBatch,
+    base_offset: i64,
+    max_timestamp: i64,
+    log_append_time: Option<i64>,
+) -> diskless_coordinator::BatchCoordinate {
+    use diskless_coordinator::TimestampType;
+    diskless_coordinator::BatchCoordinate {
+        object_key: "wal/object".into(),
+        object_size: batch.len() as u64,
+        byte_offset: 0,
+        byte_size: batch.len() as u32,
+        base_offset,
+        last_offset: base_offset + i64::from(batch.last_offset_delta()),
+        base_timestamp: batch.base_timestamp(),
+        max_timestamp,
+        timestamp_type: if log_append_time.is_some() {
+            TimestampType::LogAppendTime
+        } else {
+            TimestampType::CreateTime
+        },
+        log_append_time: log_append_time.unwrap_or(diskless_coordinator::NO_TIMESTAMP),
+        producer_id: batch.producer_id(),
+        producer_epoch: batch.producer_epoch(),
+        base_sequence: batch.base_sequence(),
+        last_sequence: batch.last_sequence(),
+        control: None,
+    }
+}

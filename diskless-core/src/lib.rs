@@ -11,6 +11,7 @@
 //!   copying the records.
 //! - [`SegmentBuilder`] / [`SegmentReader`] — the WAL segment object.
 //! - [`RecordBatchBuilder`] — build batches for tests, demos and benchmarks.
+//! - [`tiered`] — tiered segment objects (Kafka's segment, index and snapshot files) and their builder.
 //!
 //! And the façade a host broker calls: [`WalWriter`] (the produce path, made by
 //! [`WalWriter::builder`]) and [`Fetcher`] (the consume path). Their settings are rejected, never
@@ -51,6 +52,7 @@ pub mod offsets;
 pub mod records;
 pub mod rewrite;
 pub mod segment;
+pub mod tiered;
 pub mod validate;
 pub mod writer;
 
