@@ -513,6 +513,7 @@ async fn time_finds(
             partition,
             offset: 0,
             max_bytes: 1,
+            isolation: Default::default(),
         };
         let hw = match c.find_batches(&[probe], 1).await {
             Ok(r) => r[0].high_watermark,
@@ -526,6 +527,7 @@ async fn time_finds(
                 partition,
                 offset,
                 max_bytes: BATCH_BYTES,
+                isolation: Default::default(),
             };
             let start = Instant::now();
             let r = match c.find_batches(&[request], BATCH_BYTES).await {

@@ -160,6 +160,7 @@ fn heavy_write_and_cold_fetch(quick: bool) -> Vec<Row> {
                 partition: r.partition,
                 offset: r.fetch_offset,
                 max_bytes: r.partition_max_bytes,
+                isolation: Default::default(),
             })
             .collect();
         let objects: HashSet<String> = match coordinator.find_batches(&find, 64 << 20).await {

@@ -155,6 +155,7 @@ async fn measure(n: usize, lookups: usize, scans: usize) -> Measured {
             .list_offsets(&[ListOffsetsRequest {
                 partition,
                 timestamp,
+                isolation: Default::default(),
             }])
             .await
         {

@@ -86,6 +86,8 @@ pub(crate) fn plain_batch(
         producer_epoch: NO_PRODUCER_EPOCH,
         base_sequence: NO_SEQUENCE,
         last_sequence: NO_SEQUENCE,
+        transactional: false,
+        txn_seq: None,
     }
 }
 

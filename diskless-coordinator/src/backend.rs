@@ -30,6 +30,7 @@ macro_rules! sql_batch_coordinator {
             async fn create_partitions(&self, topic_id: uuid::Uuid, new_total: i32) -> Result<(), $crate::CoordinatorError> { self.write_create_partitions(topic_id, new_total).await }
             async fn alter_topic_config(&self, topic_id: uuid::Uuid, config: $crate::TopicConfig) -> Result<(), $crate::CoordinatorError> { self.write_alter_topic_config(topic_id, config).await }
             async fn list_producers(&self, partition: $crate::TopicIdPartition) -> Result<Vec<$crate::ProducerState>, $crate::CoordinatorError> { self.read_list_producers(partition).await }
+            async fn write_txn_markers(&self, markers: &[$crate::TxnMarker]) -> Result<Vec<$crate::TxnMarkerResult>, $crate::CoordinatorError> { self.write_txn_markers(markers).await }
         }
     };
 }

@@ -24,6 +24,9 @@ pub enum ErrorCode {
     RequestTimedOut = 7,
     /// A batch is larger than `max.message.bytes` (10).
     MessageTooLarge = 10,
+    /// Fewer in-sync replicas than required; Kafka's partition leader also answers it for a
+    /// transaction verification that could not complete, so old clients retry (19).
+    NotEnoughReplicas = 19,
     /// A record's timestamp is out of the accepted range (32).
     InvalidTimestamp = 32,
     /// The topic already exists (36).
@@ -38,12 +41,25 @@ pub enum ErrorCode {
     OutOfOrderSequenceNumber = 45,
     /// The producer's epoch is older than the one the partition knows (47).
     InvalidProducerEpoch = 47,
+    /// The producer attempted a transactional operation in an invalid state: a transactional batch
+    /// outside a transaction the partition knows of, a plain batch during one (48).
+    InvalidTxnState = 48,
+    /// The producer id is not the one the transactional id is mapped to (49).
+    InvalidProducerIdMapping = 49,
+    /// The transaction coordinator is busy completing the producer's previous transaction (51).
+    ConcurrentTransactions = 51,
+    /// A transaction marker came from a transaction coordinator older than the last one seen (52).
+    TransactionCoordinatorFenced = 52,
     /// A storage error on the broker; the client may retry (56).
     KafkaStorageError = 56,
     /// The producer id is not known to the partition (59).
     UnknownProducerId = 59,
     /// A record failed validation (87).
     InvalidRecord = 87,
+    /// A newer producer with the same transactional id has fenced this one (90).
+    ProducerFenced = 90,
+    /// The transaction cannot go on but may be aborted by the producer (120).
+    TransactionAbortable = 120,
 }
 
 impl ErrorCode {
@@ -64,6 +80,8 @@ impl ErrorCode {
             ErrorCode::CorruptMessage
                 | ErrorCode::UnknownTopicOrPartition
                 | ErrorCode::NotLeaderOrFollower
+                | ErrorCode::NotEnoughReplicas
+                | ErrorCode::ConcurrentTransactions
                 | ErrorCode::RequestTimedOut
                 | ErrorCode::OutOfOrderSequenceNumber
                 | ErrorCode::KafkaStorageError
@@ -82,6 +100,7 @@ impl ErrorCode {
             NotLeaderOrFollower,
             RequestTimedOut,
             MessageTooLarge,
+            NotEnoughReplicas,
             InvalidTimestamp,
             TopicAlreadyExists,
             InvalidPartitions,
@@ -89,9 +108,15 @@ impl ErrorCode {
             InvalidRequest,
             OutOfOrderSequenceNumber,
             InvalidProducerEpoch,
+            InvalidTxnState,
+            InvalidProducerIdMapping,
+            ConcurrentTransactions,
+            TransactionCoordinatorFenced,
             KafkaStorageError,
             UnknownProducerId,
             InvalidRecord,
+            ProducerFenced,
+            TransactionAbortable,
         ]
         .into_iter()
         .find(|c| c.code() == code)
@@ -109,6 +134,7 @@ impl std::fmt::Display for ErrorCode {
             ErrorCode::NotLeaderOrFollower => "NOT_LEADER_OR_FOLLOWER",
             ErrorCode::RequestTimedOut => "REQUEST_TIMED_OUT",
             ErrorCode::MessageTooLarge => "MESSAGE_TOO_LARGE",
+            ErrorCode::NotEnoughReplicas => "NOT_ENOUGH_REPLICAS",
             ErrorCode::InvalidTimestamp => "INVALID_TIMESTAMP",
             ErrorCode::TopicAlreadyExists => "TOPIC_ALREADY_EXISTS",
             ErrorCode::InvalidPartitions => "INVALID_PARTITIONS",
@@ -116,9 +142,15 @@ impl std::fmt::Display for ErrorCode {
             ErrorCode::InvalidRequest => "INVALID_REQUEST",
             ErrorCode::OutOfOrderSequenceNumber => "OUT_OF_ORDER_SEQUENCE_NUMBER",
             ErrorCode::InvalidProducerEpoch => "INVALID_PRODUCER_EPOCH",
+            ErrorCode::InvalidTxnState => "INVALID_TXN_STATE",
+            ErrorCode::InvalidProducerIdMapping => "INVALID_PRODUCER_ID_MAPPING",
+            ErrorCode::ConcurrentTransactions => "CONCURRENT_TRANSACTIONS",
+            ErrorCode::TransactionCoordinatorFenced => "TRANSACTION_COORDINATOR_FENCED",
             ErrorCode::KafkaStorageError => "KAFKA_STORAGE_ERROR",
             ErrorCode::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
             ErrorCode::InvalidRecord => "INVALID_RECORD",
+            ErrorCode::ProducerFenced => "PRODUCER_FENCED",
+            ErrorCode::TransactionAbortable => "TRANSACTION_ABORTABLE",
         };
         write!(f, "{name} ({})", self.code())
     }
@@ -133,7 +165,11 @@ mod tests {
         assert_eq!(ErrorCode::CorruptMessage.code(), 2);
         assert_eq!(ErrorCode::InvalidRecord.code(), 87);
         assert_eq!(ErrorCode::OutOfOrderSequenceNumber.code(), 45);
-        for code in -1..=100 {
+        assert_eq!(ErrorCode::InvalidTxnState.code(), 48);
+        assert_eq!(ErrorCode::TransactionCoordinatorFenced.code(), 52);
+        assert_eq!(ErrorCode::ProducerFenced.code(), 90);
+        assert_eq!(ErrorCode::TransactionAbortable.code(), 120);
+        for code in -1..=200 {
             if let Some(c) = ErrorCode::from_code(code) {
                 assert_eq!(c.code(), code);
             }

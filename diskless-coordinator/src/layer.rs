@@ -59,6 +59,7 @@ use crate::{
     DeleteRecordsRequest, DeleteRecordsResponse, FindBatchesRequest, FindBatchesResponse,
     ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectToDelete, ProducerExpiryReport,
     ProducerIdBlock, ProducerState, RetentionReport, TopicConfig, TopicIdPartition, TopicInfo,
+    TxnMarker, TxnMarkerResult,
 };
 
 /// One operation of [`BatchCoordinator`], as a [`CoordinatorLayer`] sees it.
@@ -103,11 +104,13 @@ pub enum CoordinatorOp {
     AlterTopicConfig,
     /// [`BatchCoordinator::list_producers`].
     ListProducers,
+    /// [`BatchCoordinator::write_txn_markers`].
+    WriteTxnMarkers,
 }
 
 impl CoordinatorOp {
     /// Every operation, in the trait's order.
-    pub const ALL: [CoordinatorOp; 19] = [
+    pub const ALL: [CoordinatorOp; 20] = [
         CoordinatorOp::CreateTopic,
         CoordinatorOp::DeleteTopic,
         CoordinatorOp::ListTopics,
@@ -127,6 +130,7 @@ impl CoordinatorOp {
         CoordinatorOp::CreatePartitions,
         CoordinatorOp::AlterTopicConfig,
         CoordinatorOp::ListProducers,
+        CoordinatorOp::WriteTxnMarkers,
     ];
 
     /// The method's name (`"commit_file"`), as used in metric labels and logs.
@@ -151,6 +155,7 @@ impl CoordinatorOp {
             CoordinatorOp::CreatePartitions => "create_partitions",
             CoordinatorOp::AlterTopicConfig => "alter_topic_config",
             CoordinatorOp::ListProducers => "list_producers",
+            CoordinatorOp::WriteTxnMarkers => "write_txn_markers",
         }
     }
 
@@ -371,6 +376,15 @@ pub trait CoordinatorLayer: Send + Sync + Debug {
     ) -> Result<Vec<ProducerState>, CoordinatorError> {
         inner.list_producers(partition).await
     }
+
+    /// [`BatchCoordinator::write_txn_markers`] on `inner`.
+    async fn write_txn_markers(
+        &self,
+        inner: &dyn BatchCoordinator,
+        markers: &[TxnMarker],
+    ) -> Result<Vec<TxnMarkerResult>, CoordinatorError> {
+        inner.write_txn_markers(markers).await
+    }
 }
 
 /// A [`BatchCoordinator`] made of an inner coordinator and a [`CoordinatorLayer`].
@@ -563,6 +577,16 @@ impl<L: CoordinatorLayer> BatchCoordinator for Layered<L> {
         let call = self.layer.list_producers(&*self.inner, partition);
         self.layer.around(CoordinatorOp::ListProducers, call).await
     }
+
+    async fn write_txn_markers(
+        &self,
+        markers: &[TxnMarker],
+    ) -> Result<Vec<TxnMarkerResult>, CoordinatorError> {
+        let call = self.layer.write_txn_markers(&*self.inner, markers);
+        self.layer
+            .around(CoordinatorOp::WriteTxnMarkers, call)
+            .await
+    }
 }
 
 /// The metrics layer: records [`diskless_common::metrics::COORDINATOR_SECONDS`] for every call,
@@ -715,6 +739,12 @@ macro_rules! forward_through_pointer {
                 partition: TopicIdPartition,
             ) -> Result<Vec<ProducerState>, CoordinatorError> {
                 (**self).list_producers(partition).await
+            }
+            async fn write_txn_markers(
+                &self,
+                markers: &[TxnMarker],
+            ) -> Result<Vec<TxnMarkerResult>, CoordinatorError> {
+                (**self).write_txn_markers(markers).await
             }
         }
     };

@@ -41,13 +41,14 @@ pub use error::CoordinatorError;
 pub use error_code::ErrorCode;
 pub use layer::{CoordinatorLayer, CoordinatorMetrics, CoordinatorOp, Layered, MeteredCoordinator};
 pub use types::{
-    BatchCoordinate, CommitBatch, CommitBatchResult, CommitFileRequest, CreateTopicRequest,
-    DeleteRecordsRequest, DeleteRecordsResponse, EARLIEST_TIMESTAMP, FindBatchesRequest,
-    FindBatchesResponse, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse,
-    MAX_PRODUCER_ID_BLOCK, MAX_TIMESTAMP, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
-    NO_TIMESTAMP, ObjectInfo, ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch,
-    ProducerExpiryReport, ProducerIdBlock, ProducerState, RetentionReport, ShardId, TimestampType,
-    TopicConfig, TopicIdPartition, TopicInfo,
+    AbortedTxn, BatchCoordinate, CommitBatch, CommitBatchResult, CommitFileRequest,
+    CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, EARLIEST_TIMESTAMP,
+    EndTxnMarker, FindBatchesRequest, FindBatchesResponse, IsolationLevel, LATEST_TIMESTAMP,
+    ListOffsetsRequest, ListOffsetsResponse, MAX_PRODUCER_ID_BLOCK, MAX_TIMESTAMP,
+    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo, ObjectToDelete,
+    PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport, ProducerIdBlock, ProducerState,
+    RetentionReport, ShardId, TXN_MARKER_SIZE, TimestampType, TopicConfig, TopicIdPartition,
+    TopicInfo, TxnMarker, TxnMarkerResult,
 };
 pub use validate::{
     check_new_partition_count, last_sequence, next_producer_id_block, producer_field_error,
@@ -222,4 +223,29 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
         &self,
         partition: TopicIdPartition,
     ) -> Result<Vec<ProducerState>, CoordinatorError>;
+
+    /// Writes transaction markers (COMMIT/ABORT control batches, KIP-98; the partition leader's
+    /// part of Kafka's WriteTxnMarkers), many partitions at once, in one transaction of this
+    /// coordinator (a `ShardedCoordinator`: one per shard). Returns one result per marker, in
+    /// request order. Per marker, as Kafka's `ProducerAppendInfo.appendEndTxnMarker`:
+    /// - an unknown partition is [`ErrorCode::UnknownTopicOrPartition`];
+    /// - a marker whose [`TxnMarker::txn_seq`] is not above the producer's last ended transaction
+    ///   in the partition is a duplicate: nothing is written, the earlier marker's offset answers;
+    /// - an epoch older than the producer's is [`ErrorCode::InvalidProducerEpoch`], then a
+    ///   coordinator epoch older than the last marker's is
+    ///   [`ErrorCode::TransactionCoordinatorFenced`];
+    /// - otherwise the marker takes the next offset of the partition (one offset, 78 bytes, the
+    ///   coordinator's now as its timestamps, no object), ends the producer's open transaction
+    ///   there if it has one (an ABORT records it among the partition's aborted transactions), and
+    ///   moves the last stable offset. A partition where the producer wrote nothing still gets
+    ///   the marker, as in Kafka.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`BatchCoordinator::commit_file`]: a dropped call may still apply. Retry: markers with a
+    /// `txn_seq` are idempotent.
+    async fn write_txn_markers(
+        &self,
+        markers: &[TxnMarker],
+    ) -> Result<Vec<TxnMarkerResult>, CoordinatorError>;
 }

@@ -222,6 +222,7 @@ pub(crate) fn batch_from_row(
         last_sequence: row.i32_at(at + 11)?,
         object_key: row.string_at(at + 12)?,
         object_size: to_u64(row.i64_at(at + 13)?, "object size")?,
+        control: None,
     })
 }
 

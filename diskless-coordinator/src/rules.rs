@@ -7,8 +7,8 @@
 #![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
 use crate::{
-    BatchCoordinate, CoordinatorError, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesResponse,
-    LATEST_TIMESTAMP, ListOffsetsResponse, MAX_TIMESTAMP, NO_TIMESTAMP,
+    AbortedTxn, BatchCoordinate, CoordinatorError, EARLIEST_TIMESTAMP, ErrorCode,
+    FindBatchesResponse, LATEST_TIMESTAMP, ListOffsetsResponse, MAX_TIMESTAMP, NO_TIMESTAMP,
 };
 use std::collections::HashSet;
 
@@ -87,17 +87,22 @@ impl PartitionFetch<'_> {
             .transpose()
     }
 
-    /// The partition's answer, with its bounds.
+    /// The partition's answer, with its bounds and, for `read_committed`, the aborted
+    /// transactions of its range.
     pub(crate) fn into_response(
         self,
         log_start_offset: i64,
         high_watermark: i64,
+        last_stable_offset: i64,
+        aborted: Option<Vec<AbortedTxn>>,
     ) -> FindBatchesResponse {
         FindBatchesResponse {
             error: ErrorCode::None,
             batches: self.batches,
             log_start_offset,
             high_watermark,
+            last_stable_offset,
+            aborted,
         }
     }
 }
@@ -319,6 +324,7 @@ mod tests {
             producer_epoch: -1,
             base_sequence: -1,
             last_sequence: -1,
+            control: None,
         };
         let mut limits = FetchLimits::new(25);
         let mut p = limits.partition(15);
@@ -331,7 +337,7 @@ mod tests {
             "the first batch of each partition always"
         );
         assert!(!q.take(batch(1, 1)), "over the call's limit");
-        assert_eq!(q.into_response(0, 2).batches.len(), 1);
+        assert_eq!(q.into_response(0, 2, 2, None).batches.len(), 1);
     }
 
     #[test]

@@ -18,6 +18,9 @@ pub const NO_PRODUCER_ID: i64 = -1;
 pub const NO_PRODUCER_EPOCH: i16 = -1;
 /// Sequence number of a non-idempotent producer.
 pub const NO_SEQUENCE: i32 = -1;
+/// The size of a transaction marker's control batch (a 61-byte header and one 17-byte record),
+/// which a marker coordinate counts as its `byte_size`.
+pub const TXN_MARKER_SIZE: u32 = 78;
 /// How many batches per (partition, producer id) Kafka keeps for duplicate detection.
 pub const PRODUCER_BATCH_WINDOW: usize = 5;
 
@@ -64,6 +67,103 @@ impl TimestampType {
     /// The attribute bit 3 value Kafka uses for this type in a record batch.
     pub fn is_log_append_time(self) -> bool {
         self == TimestampType::LogAppendTime
+    }
+}
+
+/// Which records a read may see (Kafka's `IsolationLevel`, KIP-98).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum IsolationLevel {
+    /// Everything up to the high watermark, records of open and aborted transactions included
+    /// (`read_uncommitted`, Kafka's default; wire value 0).
+    #[default]
+    ReadUncommitted,
+    /// Only up to the last stable offset: nothing of a transaction that is still open; aborted
+    /// transactions are reported so the client can skip them (`read_committed`; wire value 1).
+    ReadCommitted,
+}
+
+impl IsolationLevel {
+    /// The level for a Kafka wire value (`0` or `1`), if it is one.
+    pub fn from_kafka(value: i8) -> Option<IsolationLevel> {
+        match value {
+            0 => Some(IsolationLevel::ReadUncommitted),
+            1 => Some(IsolationLevel::ReadCommitted),
+            _ => None,
+        }
+    }
+
+    /// The Kafka wire value.
+    pub fn to_kafka(self) -> i8 {
+        match self {
+            IsolationLevel::ReadUncommitted => 0,
+            IsolationLevel::ReadCommitted => 1,
+        }
+    }
+}
+
+/// What a transaction marker (a COMMIT or ABORT control batch, KIP-98) says. A marker has no bytes
+/// in object storage: the fetch path builds its 78-byte control batch from the coordinate
+/// (`diskless_core::control::end_txn_marker`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EndTxnMarker {
+    /// `true` for COMMIT, `false` for ABORT.
+    pub commit: bool,
+    /// The epoch of the transaction coordinator that wrote it (Kafka's `coordinatorEpoch`).
+    pub coordinator_epoch: i32,
+}
+
+/// An aborted transaction of one partition, as a `read_committed` fetch reports it (Kafka's
+/// `AbortedTxn`): the producer's records in `first_offset..=last_offset` are to be skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AbortedTxn {
+    /// The producer id of the aborted transaction.
+    pub producer_id: i64,
+    /// The offset of the transaction's first batch in the partition.
+    pub first_offset: i64,
+    /// The offset of its ABORT marker.
+    pub last_offset: i64,
+}
+
+/// One transaction marker to write (Kafka's WriteTxnMarkers, one partition of one marker).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TxnMarker {
+    /// The partition the marker is written to.
+    pub partition: TopicIdPartition,
+    /// The producer whose transaction it ends.
+    pub producer_id: i64,
+    /// The producer epoch the marker carries (for a fencing abort, the bumped epoch).
+    pub producer_epoch: i16,
+    /// The transaction coordinator's epoch; a marker with an older one than the partition saw is
+    /// refused with [`ErrorCode::TransactionCoordinatorFenced`].
+    pub coordinator_epoch: i32,
+    /// `true` for COMMIT, `false` for ABORT.
+    pub commit: bool,
+    /// The transaction being ended, numbered as [`CommitBatch::txn_seq`]: markers with a number are
+    /// idempotent (a second marker of the same or an older transaction answers the first one's
+    /// offset). `None` for an operator's abort (Kafka's `Admin.abortTransaction`): never
+    /// deduplicated.
+    pub txn_seq: Option<i64>,
+}
+
+/// The outcome of one [`TxnMarker`], in the same position as the marker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TxnMarkerResult {
+    /// [`ErrorCode::None`] when the marker was written (or was a duplicate), else why not.
+    pub error: ErrorCode,
+    /// The marker's offset (the first marker's for a duplicate); `-1` on error.
+    pub offset: i64,
+    /// Whether the marker repeated one already written for the same transaction.
+    pub duplicate: bool,
+}
+
+impl TxnMarkerResult {
+    /// A refused marker.
+    pub fn error(error: ErrorCode) -> Self {
+        TxnMarkerResult {
+            error,
+            offset: -1,
+            duplicate: false,
+        }
     }
 }
 
@@ -206,6 +306,17 @@ pub struct CommitBatch {
     pub base_sequence: i32,
     /// The last sequence of the batch (with wrap-around at `i32::MAX`), or [`NO_SEQUENCE`].
     pub last_sequence: i32,
+    /// Whether the batch belongs to a transaction (attribute bit 4). Requires a producer id.
+    pub transactional: bool,
+    /// For a transactional batch: the transaction that the host's transaction coordinator verified
+    /// this partition to be part of (Kafka's `VerificationGuard`, KIP-890), a number that grows
+    /// strictly per producer id across its transactions (for transaction version 2 the producer
+    /// epoch, which is bumped per transaction, will do). `None` = not verified: the batch is then
+    /// accepted only inside a transaction the producer already has open in the partition with the
+    /// same epoch. A verified batch starts a transaction only if its number is above that of every
+    /// transaction already ended in the partition, so a batch delayed past its transaction's marker
+    /// can never open a transaction nobody will end. Ignored for other batches.
+    pub txn_seq: Option<i64>,
 }
 
 impl CommitBatch {
@@ -270,6 +381,8 @@ pub struct FindBatchesRequest {
     pub offset: i64,
     /// The partition's byte limit (at least one batch is returned whatever its size).
     pub max_bytes: u32,
+    /// `ReadCommitted` stops at the last stable offset and reports aborted transactions.
+    pub isolation: IsolationLevel,
 }
 
 /// Where one committed batch lives and what offsets it was given.
@@ -304,9 +417,52 @@ pub struct BatchCoordinate {
     pub base_sequence: i32,
     /// The last sequence.
     pub last_sequence: i32,
+    /// `Some` for a transaction marker: a control batch with no bytes in storage (`object_key`
+    /// empty, `object_size` and `byte_offset` 0, `byte_size` 78) that the fetch path builds.
+    pub control: Option<EndTxnMarker>,
 }
 
 impl BatchCoordinate {
+    /// The coordinate of `marker` written at `offset` at time `now` (coordinator clock) in a
+    /// partition whose timestamp type is `timestamp_type`: no object, [`TXN_MARKER_SIZE`] bytes,
+    /// `now` as its timestamps (Kafka stamps a marker with the leader's clock), no sequence.
+    pub fn txn_marker(
+        marker: &TxnMarker,
+        offset: i64,
+        now: i64,
+        timestamp_type: TimestampType,
+    ) -> BatchCoordinate {
+        BatchCoordinate {
+            object_key: String::new(),
+            object_size: 0,
+            byte_offset: 0,
+            byte_size: TXN_MARKER_SIZE,
+            base_offset: offset,
+            last_offset: offset,
+            base_timestamp: now,
+            max_timestamp: now,
+            timestamp_type,
+            log_append_time: if timestamp_type.is_log_append_time() {
+                now
+            } else {
+                NO_TIMESTAMP
+            },
+            producer_id: marker.producer_id,
+            producer_epoch: marker.producer_epoch,
+            base_sequence: NO_SEQUENCE,
+            last_sequence: NO_SEQUENCE,
+            control: Some(EndTxnMarker {
+                commit: marker.commit,
+                coordinator_epoch: marker.coordinator_epoch,
+            }),
+        }
+    }
+
+    /// Whether the coordinate is a transaction marker (see [`BatchCoordinate::control`]).
+    pub fn is_control(&self) -> bool {
+        self.control.is_some()
+    }
+
     /// The number of records in the batch (saturating: a corrupt coordinate cannot overflow).
     pub fn record_count(&self) -> i64 {
         self.last_offset
@@ -335,6 +491,13 @@ pub struct FindBatchesResponse {
     pub log_start_offset: i64,
     /// The partition's high watermark, the offset the next batch will get (`-1` on error).
     pub high_watermark: i64,
+    /// The partition's last stable offset: the first offset of the earliest transaction still
+    /// open (never below the log start), else the high watermark (`-1` on error).
+    pub last_stable_offset: i64,
+    /// For [`IsolationLevel::ReadCommitted`], the aborted transactions that overlap the returned
+    /// batches (Kafka's `TransactionIndex.collectAbortedTxns` for `[offset, end of the last batch]`),
+    /// by ABORT marker offset; `None` for [`IsolationLevel::ReadUncommitted`] and on error.
+    pub aborted: Option<Vec<AbortedTxn>>,
 }
 
 impl FindBatchesResponse {
@@ -345,6 +508,8 @@ impl FindBatchesResponse {
             batches: Vec::new(),
             log_start_offset: -1,
             high_watermark: -1,
+            last_stable_offset: -1,
+            aborted: None,
         }
     }
 }
@@ -356,6 +521,9 @@ pub struct ListOffsetsRequest {
     pub partition: TopicIdPartition,
     /// A timestamp in ms, or [`EARLIEST_TIMESTAMP`], [`LATEST_TIMESTAMP`], [`MAX_TIMESTAMP`].
     pub timestamp: i64,
+    /// `ReadCommitted` answers [`LATEST_TIMESTAMP`] with the last stable offset and finds nothing
+    /// at or above it (Kafka's `lastFetchableOffset`).
+    pub isolation: IsolationLevel,
 }
 
 /// The answer for one partition of a ListOffsets call.
@@ -485,6 +653,38 @@ pub struct ProducerState {
     /// The last [`PRODUCER_BATCH_WINDOW`] batches under that epoch, oldest first.
     pub batches: Vec<ProducerBatch>,
     /// The commit time (coordinator clock, ms) of the producer's last appended batch in the partition
-    /// (duplicates and rejected batches do not refresh it); the producer-id expiration counts from it.
+    /// (duplicates and rejected batches do not refresh it) or of its last transaction marker; the
+    /// producer-id expiration counts from it.
     pub last_append_ms: i64,
+    /// The first offset of the producer's open transaction in the partition, if one is open
+    /// (Kafka's `currentTxnFirstOffset`). A producer with an open transaction never expires.
+    pub current_txn_first_offset: Option<i64>,
+    /// When that transaction started in the partition (coordinator clock, ms), else `-1`.
+    pub current_txn_start_ms: i64,
+    /// The transaction coordinator epoch of the producer's last marker, else `-1`.
+    pub coordinator_epoch: i32,
+    /// The largest [`TxnMarker::txn_seq`] of a marker written for the producer in the partition,
+    /// else `-1`: verified batches of that transaction or older ones can no longer open one.
+    pub last_ended_txn: i64,
+    /// The offset of the producer's last marker in the partition, else `-1` (the answer to a
+    /// repeated marker).
+    pub last_marker_offset: i64,
+}
+
+impl ProducerState {
+    /// The state of a producer first seen with `producer_epoch` at `last_append_ms`: no batches
+    /// kept yet, no transaction open, no marker seen.
+    pub fn new(producer_id: i64, producer_epoch: i16, last_append_ms: i64) -> Self {
+        ProducerState {
+            producer_id,
+            producer_epoch,
+            batches: Vec::new(),
+            last_append_ms,
+            current_txn_first_offset: None,
+            current_txn_start_ms: -1,
+            coordinator_epoch: -1,
+            last_ended_txn: -1,
+            last_marker_offset: -1,
+        }
+    }
 }

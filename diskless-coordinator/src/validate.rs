@@ -176,6 +176,7 @@ impl CommitFileRequest {
 ///     byte_offset: 1, byte_size: 70, record_count: 1, base_timestamp: 0, max_timestamp: 0,
 ///     timestamp_type: TimestampType::CreateTime,
 ///     producer_id: 7, producer_epoch: -2, base_sequence: 0, last_sequence: 0,
+///     transactional: false, txn_seq: None,
 /// };
 /// assert_eq!(producer_field_error(&b), Some(ErrorCode::InvalidProducerEpoch));
 /// b.base_sequence = -1; // the sequence is judged first, as in Kafka

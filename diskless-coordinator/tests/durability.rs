@@ -35,6 +35,8 @@ fn batch(p: i32, records: i32, producer: Option<(i64, i32)>) -> CommitBatch {
         producer_epoch,
         base_sequence,
         last_sequence,
+        transactional: false,
+        txn_seq: None,
     }
 }
 
@@ -395,10 +397,12 @@ async fn a_version_2_database_is_upgraded() {
             ListOffsetsRequest {
                 partition: TopicIdPartition::new(create_time, 0),
                 timestamp: MAX_TIMESTAMP,
+                isolation: Default::default(),
             },
             ListOffsetsRequest {
                 partition: TopicIdPartition::new(append_time, 0),
                 timestamp: MAX_TIMESTAMP,
+                isolation: Default::default(),
             },
         ])
         .await

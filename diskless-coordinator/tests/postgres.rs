@@ -281,6 +281,30 @@ diskless_testkit::coordinator_conformance!(
         Some((Arc::new(coordinator), schema))
     },
     clock = server,
+    // Transactions are not implemented on PostgreSQL yet (issue #14; `write_txn_markers` refuses).
+    skip = [
+        txn_first_batch_needs_verification,
+        txn_continues_without_verification_same_epoch,
+        txn_plain_batch_during_txn_rejected,
+        txn_next_epoch_before_marker_rejected,
+        txn_commit_marker_ends_txn_and_moves_lso,
+        txn_abort_marker_records_aborted_txn,
+        txn_marker_without_data_takes_an_offset,
+        txn_marker_is_idempotent_per_txn_seq,
+        txn_stale_verified_batch_after_marker_rejected,
+        txn_duplicate_after_end_answers_original_offsets,
+        txn_marker_epoch_checks,
+        txn_fence_marker_bumps_epoch_and_rejects_zombie,
+        txn_markers_many_partitions,
+        read_committed_stops_at_lso,
+        read_uncommitted_reports_lso_without_aborted,
+        two_producers_interleaved_lso_is_min,
+        read_committed_aborted_range_semantics,
+        list_offsets_read_committed,
+        delete_records_through_open_txn_clamps_lso,
+        retention_and_expiry_with_transactions,
+        delete_topic_with_open_txn,
+    ],
 );
 
 proptest! {
@@ -572,6 +596,7 @@ async fn postgres_read_pool_separation() {
             .list_offsets(&[ListOffsetsRequest {
                 partition: p,
                 timestamp: LATEST_TIMESTAMP,
+                isolation: Default::default(),
             }])
             .await
             .unwrap();
@@ -1594,16 +1619,19 @@ async fn postgres_stale_replica_rechecks_out_of_range_on_primary() {
                     partition: p,
                     offset: 6,
                     max_bytes: u32::MAX,
+                    isolation: Default::default(),
                 },
                 FindBatchesRequest {
                     partition: TopicIdPartition::new(setup.topic, 7),
                     offset: 0,
                     max_bytes: u32::MAX,
+                    isolation: Default::default(),
                 },
                 FindBatchesRequest {
                     partition: p,
                     offset: 2,
                     max_bytes: u32::MAX,
+                    isolation: Default::default(),
                 },
             ],
             100,
@@ -1624,14 +1652,17 @@ async fn postgres_stale_replica_rechecks_out_of_range_on_primary() {
             ListOffsetsRequest {
                 partition: TopicIdPartition::new(setup.fresh, 0),
                 timestamp: LATEST_TIMESTAMP,
+                isolation: Default::default(),
             },
             ListOffsetsRequest {
                 partition: p,
                 timestamp: START_MS + 50,
+                isolation: Default::default(),
             },
             ListOffsetsRequest {
                 partition: p,
                 timestamp: START_MS + 500,
+                isolation: Default::default(),
             },
         ])
         .await
@@ -1901,6 +1932,7 @@ async fn postgres_list_offsets_by_timestamp_uses_indexes() {
                 .map(|&timestamp| ListOffsetsRequest {
                     partition: odd,
                     timestamp,
+                    isolation: Default::default(),
                 })
                 .collect();
             assert_eq!(
@@ -1944,10 +1976,12 @@ async fn postgres_list_offsets_by_timestamp_uses_indexes() {
         ListOffsetsRequest {
             partition: long,
             timestamp: START_MS + 123_455,
+            isolation: Default::default(),
         },
         ListOffsetsRequest {
             partition: long,
             timestamp: MAX_TIMESTAMP_REQ,
+            isolation: Default::default(),
         },
     ];
     let r = c.list_offsets(&requests).await.unwrap();

@@ -259,6 +259,7 @@ impl Fetcher {
                     EARLIEST_LOCAL_TIMESTAMP | LATEST_TIERED_TIMESTAMP => EARLIEST_TIMESTAMP,
                     t => t,
                 },
+                isolation: Default::default(),
             })
             .collect();
         let answers = self.coordinator.list_offsets(&queries).await?;
@@ -308,6 +309,7 @@ impl Fetcher {
                 partition: requests[l.index].partition,
                 offset: l.offset,
                 max_bytes: 0,
+                isolation: Default::default(),
             })
             .collect();
         let found = self.coordinator.find_batches(&find, 0).await?;
@@ -473,6 +475,7 @@ impl Fetcher {
                         partition: request.partition,
                         offset: next,
                         max_bytes: SCAN_PAGE_BYTES,
+                        isolation: Default::default(),
                     }],
                     SCAN_PAGE_BYTES,
                 )

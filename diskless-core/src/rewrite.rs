@@ -270,6 +270,7 @@ mod tests {
             producer_epoch: -1,
             base_sequence: -1,
             last_sequence: -1,
+            control: None,
         };
         let r = BatchRewrite::for_coordinate(&c, 3);
         assert_eq!(

@@ -266,6 +266,8 @@ impl ValidatedBatch {
             producer_epoch,
             base_sequence,
             last_sequence,
+            transactional: false,
+            txn_seq: None,
         }
     }
 }

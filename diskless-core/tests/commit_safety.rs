@@ -341,6 +341,8 @@ async fn producer_expiry_pass_expires_idle_producers() {
                 producer_epoch: 0,
                 base_sequence: 1,
                 last_sequence: 1,
+                transactional: false,
+                txn_seq: None,
             }],
         })
         .await

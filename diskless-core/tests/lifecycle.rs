@@ -187,6 +187,7 @@ impl Env {
             .list_offsets(&[ListOffsetsRequest {
                 partition: p,
                 timestamp: EARLIEST_TIMESTAMP,
+                isolation: Default::default(),
             }])
             .await
             .unwrap()[0]
@@ -216,6 +217,8 @@ async fn upload(
             producer_epoch: NO_PRODUCER_EPOCH,
             base_sequence: NO_SEQUENCE,
             last_sequence: NO_SEQUENCE,
+            transactional: false,
+            txn_seq: None,
         });
         at += u64::from(*size);
     }
@@ -474,6 +477,7 @@ async fn cleaning_under_faults(seed: u64, rate: f64, ops: Vec<(u8, u8)>) -> (usi
                     .list_offsets(&[ListOffsetsRequest {
                         partition: p,
                         timestamp: LATEST_TIMESTAMP,
+                        isolation: Default::default(),
                     }])
                     .await
                     .unwrap()[0]
@@ -547,6 +551,7 @@ async fn assert_referenced_exist(env: &Env, t: Uuid, partitions: i32) {
                     partition: p,
                     offset: start,
                     max_bytes: u32::MAX,
+                    isolation: Default::default(),
                 }],
                 u32::MAX,
             )

@@ -213,6 +213,8 @@ impl World {
                 producer_epoch: NO_PRODUCER_EPOCH,
                 base_sequence: NO_SEQUENCE,
                 last_sequence: NO_SEQUENCE,
+                transactional: false,
+                txn_seq: None,
             });
             at += u64::from(*size);
         }
@@ -241,6 +243,7 @@ impl World {
                     .list_offsets(&[ListOffsetsRequest {
                         partition,
                         timestamp: EARLIEST_TIMESTAMP,
+                        isolation: Default::default(),
                     }])
                     .await
                     .unwrap()[0]
@@ -249,6 +252,7 @@ impl World {
                     partition,
                     offset: start.max(0),
                     max_bytes: u32::MAX,
+                    isolation: Default::default(),
                 });
             }
         }
@@ -321,6 +325,7 @@ async fn workload(sqlite: bool, seed: u64, delete_failure_rate: f64, ops: Vec<Op
                     .list_offsets(&[ListOffsetsRequest {
                         partition: p,
                         timestamp: LATEST_TIMESTAMP,
+                        isolation: Default::default(),
                     }])
                     .await
                     .unwrap()[0]

@@ -566,6 +566,7 @@ async fn an_unreadable_batch_is_a_storage_error() {
                 partition: p0,
                 offset: 0,
                 max_bytes: 1,
+                isolation: Default::default(),
             }],
             1,
         )

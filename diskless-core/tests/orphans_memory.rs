@@ -329,6 +329,8 @@ async fn populate(
                     producer_epoch: NO_PRODUCER_EPOCH,
                     base_sequence: NO_SEQUENCE,
                     last_sequence: NO_SEQUENCE,
+                    transactional: false,
+                    txn_seq: None,
                 }],
             })
             .await

@@ -789,6 +789,7 @@ async fn header_max_timestamp_is_not_trusted() {
         .list_offsets(&[ListOffsetsRequest {
             partition: p,
             timestamp: MAX_TIMESTAMP,
+            isolation: Default::default(),
         }])
         .await
         .unwrap();
@@ -843,6 +844,7 @@ fn drop_outside_the_runtime_and_concurrent_close() {
             .list_offsets(&[ListOffsetsRequest {
                 partition: p,
                 timestamp: LATEST_TIMESTAMP,
+                isolation: Default::default(),
             }])
             .await
             .unwrap();

@@ -1272,10 +1272,12 @@ impl World {
             ListOffsetsRequest {
                 partition: p,
                 timestamp: EARLIEST_TIMESTAMP,
+                isolation: Default::default(),
             },
             ListOffsetsRequest {
                 partition: p,
                 timestamp: LATEST_TIMESTAMP,
+                isolation: Default::default(),
             },
         ];
         match self.raw.list_offsets(&asks).await.as_deref() {
@@ -1311,6 +1313,7 @@ impl World {
                     partition: p,
                     offset: position,
                     max_bytes: ALL_BYTES,
+                    isolation: Default::default(),
                 };
                 let found = self
                     .raw

@@ -24,6 +24,7 @@ mod migrate;
 mod options;
 mod reads;
 mod topics;
+mod txn;
 
 pub use conn::migrate;
 pub use options::{DEFAULT_SCHEMA, PostgresOptions};
@@ -126,6 +127,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 ///             producer_epoch: NO_PRODUCER_EPOCH,
 ///             base_sequence: NO_SEQUENCE,
 ///             last_sequence: NO_SEQUENCE,
+///             transactional: false,
+///             txn_seq: None,
 ///         }],
 ///     })
 ///     .await?;

@@ -26,8 +26,8 @@ use crate::rows::{
 use crate::rules::{FetchLimits, in_request_order, list_offsets_answer, looks_up_batch};
 use crate::{
     BatchCoordinate, CoordinatorError, ErrorCode, FindBatchesRequest, FindBatchesResponse,
-    ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, ObjectInfo, ProducerBatch,
-    ProducerState, ShardId, TopicIdPartition, TopicInfo,
+    IsolationLevel, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, ObjectInfo,
+    ProducerBatch, ProducerState, ShardId, TopicIdPartition, TopicInfo,
 };
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::{AssertSqlSafe, Postgres, Transaction};
@@ -436,7 +436,14 @@ impl PostgresCoordinator {
                 page = next_page(conn, f.partition_id, from).await?;
                 full = page.len() as i64 == PAGE;
             }
-            responses.push(fetch.into_response(f.log_start_offset, f.high_watermark));
+            // No transactional batch is accepted yet: the last stable offset is the high watermark.
+            let aborted = (request.isolation == IsolationLevel::ReadCommitted).then(Vec::new);
+            responses.push(fetch.into_response(
+                f.log_start_offset,
+                f.high_watermark,
+                f.high_watermark,
+                aborted,
+            ));
         }
         tx.commit().await.map_err(|e| sql_error(e, false))?;
         if let Some(p) = primary {
@@ -665,9 +672,7 @@ fn producer_from_row(r: &PgRow, producer_id: i64) -> Result<ProducerState, Coord
         })
         .collect();
     Ok(ProducerState {
-        last_append_ms: r.i64_at(6)?,
-        producer_id,
-        producer_epoch: r.i16_at(0)?,
         batches,
+        ..ProducerState::new(producer_id, r.i16_at(0)?, r.i64_at(6)?)
     })
 }

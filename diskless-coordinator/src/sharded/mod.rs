@@ -82,7 +82,7 @@ use crate::{
     CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode, FindBatchesRequest,
     FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectToDelete,
     ProducerExpiryReport, ProducerIdBlock, ProducerState, RetentionReport, ShardId, TopicConfig,
-    TopicIdPartition, TopicInfo,
+    TopicIdPartition, TopicInfo, TxnMarker, TxnMarkerResult,
 };
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -747,6 +747,16 @@ impl Routed for DeleteRecordsRequest {
     }
 }
 
+impl Routed for TxnMarker {
+    type Answer = TxnMarkerResult;
+    fn partition(&self) -> TopicIdPartition {
+        self.partition
+    }
+    fn unknown() -> TxnMarkerResult {
+        TxnMarkerResult::error(ErrorCode::UnknownTopicOrPartition)
+    }
+}
+
 /// The report of a budgeted lifecycle pass, as [`ShardedCoordinator::budgeted`] sums them.
 trait BudgetedReport: Default {
     /// What the pass spent of its budget.
@@ -1364,6 +1374,21 @@ impl BatchCoordinator for ShardedCoordinator {
             Some(s) => self.shards[s as usize].list_producers(partition).await,
             None => Err(CoordinatorError::UnknownTopic(partition.to_string())),
         }
+    }
+
+    /// Each shard writes the markers of its partitions in one transaction of its own, the shards
+    /// concurrently. Kafka writes markers partition by partition and its transaction coordinator
+    /// completes a transaction only once every partition has acknowledged, so nothing needs them
+    /// atomic across shards; an error for the call may leave some shards written, and the retry
+    /// is safe because markers with a `txn_seq` are idempotent (as for `delete_records`).
+    async fn write_txn_markers(
+        &self,
+        markers: &[TxnMarker],
+    ) -> Result<Vec<TxnMarkerResult>, CoordinatorError> {
+        self.scatter(markers, |shard, sub| async move {
+            shard.write_txn_markers(&sub).await
+        })
+        .await
     }
 }
 

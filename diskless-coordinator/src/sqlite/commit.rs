@@ -159,10 +159,8 @@ async fn load_producers(
             .ok_or_else(|| corrupt("torn producer batch window"))?;
         if let Some(entry) = producers.get_mut(&key) {
             entry.state = Some(ProducerState {
-                producer_id: key.1,
-                producer_epoch: row.i16_at(2)?,
                 batches,
-                last_append_ms: row.i64_at(4)?,
+                ..ProducerState::new(key.1, row.i16_at(2)?, row.i64_at(4)?)
             });
         }
     }

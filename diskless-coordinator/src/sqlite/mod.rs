@@ -24,6 +24,7 @@ mod reads;
 #[cfg(test)]
 mod tests;
 mod topics;
+mod txn;
 
 pub use conn::migrator;
 pub use options::{SqliteOptions, Synchronous};
@@ -124,6 +125,8 @@ use tokio::sync::Mutex;
 ///             producer_epoch: NO_PRODUCER_EPOCH,
 ///             base_sequence: NO_SEQUENCE,
 ///             last_sequence: NO_SEQUENCE,
+///             transactional: false,
+///             txn_seq: None,
 ///         }],
 ///     })
 ///     .await?;
@@ -133,7 +136,12 @@ use tokio::sync::Mutex;
 /// // A consumer fetches from offset 1: the batch holding it comes back.
 /// let found = coordinator
 ///     .find_batches(
-///         &[FindBatchesRequest { partition, offset: 1, max_bytes: 1 << 20 }],
+///         &[FindBatchesRequest {
+///             partition,
+///             offset: 1,
+///             max_bytes: 1 << 20,
+///             isolation: Default::default(),
+///         }],
 ///         1 << 20,
 ///     )
 ///     .await?;

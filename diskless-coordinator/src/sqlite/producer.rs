@@ -91,10 +91,8 @@ pub(super) fn record(
     now: i64,
 ) {
     let s = state.get_or_insert_with(|| ProducerState {
-        producer_id: batch.producer_id,
-        producer_epoch: batch.producer_epoch,
         batches: Vec::with_capacity(PRODUCER_BATCH_WINDOW),
-        last_append_ms: now,
+        ..ProducerState::new(batch.producer_id, batch.producer_epoch, now)
     });
     s.last_append_ms = now;
     if s.producer_epoch != batch.producer_epoch {

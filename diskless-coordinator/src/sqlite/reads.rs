@@ -13,8 +13,9 @@ use crate::rules::{
     FetchLimits, PartitionFetch, in_request_order, list_offsets_answer, looks_up_batch,
 };
 use crate::{
-    CoordinatorError, ErrorCode, FindBatchesRequest, FindBatchesResponse, ListOffsetsRequest,
-    ListOffsetsResponse, MAX_TIMESTAMP, ObjectInfo, ProducerState, TopicIdPartition, TopicInfo,
+    CoordinatorError, ErrorCode, FindBatchesRequest, FindBatchesResponse, IsolationLevel,
+    ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, ObjectInfo, ProducerState,
+    TopicIdPartition, TopicInfo,
 };
 use sqlx::AssertSqlSafe;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
@@ -134,7 +135,7 @@ async fn fetch_partition(
     conn: &mut SqliteConnection,
     mut fetch: PartitionFetch<'_>,
     partition_id: i64,
-    from: i64,
+    request: &FindBatchesRequest,
     (lso, hwm): (i64, i64),
 ) -> Result<FindBatchesResponse, CoordinatorError> {
     let sql = format!(
@@ -142,7 +143,7 @@ async fn fetch_partition(
          WHERE b.partition_id = ?1 AND b.last_offset >= ?2 ORDER BY b.last_offset LIMIT ?3",
         batch_columns("o")
     );
-    let mut from = from;
+    let mut from = request.offset;
     'pages: while from < hwm {
         let rows = sqlx::query(AssertSqlSafe(sql.clone()))
             .bind(partition_id)
@@ -161,7 +162,9 @@ async fn fetch_partition(
             break;
         }
     }
-    Ok(fetch.into_response(lso, hwm))
+    // No transactional batch is accepted yet: the last stable offset is the high watermark.
+    let aborted = (request.isolation == IsolationLevel::ReadCommitted).then(Vec::new);
+    Ok(fetch.into_response(lso, hwm, hwm, aborted))
 }
 
 impl SqliteCoordinator {
@@ -188,8 +191,7 @@ impl SqliteCoordinator {
                 }
                 Some((partition_id, lso, hwm)) => {
                     let fetch = limits.partition(request.max_bytes);
-                    fetch_partition(&mut tx, fetch, partition_id, request.offset, (lso, hwm))
-                        .await?
+                    fetch_partition(&mut tx, fetch, partition_id, request, (lso, hwm)).await?
                 }
             });
         }
@@ -292,10 +294,8 @@ impl SqliteCoordinator {
 fn producer_from_row(r: &SqliteRow, producer_id: i64) -> Result<ProducerState, CoordinatorError> {
     let window: Vec<u8> = col(r, 1)?;
     Ok(ProducerState {
-        producer_id,
-        producer_epoch: r.i16_at(0)?,
         batches: producer::decode_window(&window)
             .ok_or_else(|| corrupt("torn producer batch window"))?,
-        last_append_ms: r.i64_at(2)?,
+        ..ProducerState::new(producer_id, r.i16_at(0)?, r.i64_at(2)?)
     })
 }

@@ -129,6 +129,8 @@ fn batch(partition: TopicIdPartition, i: u64, max_timestamp: i64) -> CommitBatch
         producer_epoch: NO_PRODUCER_EPOCH,
         base_sequence: NO_SEQUENCE,
         last_sequence: NO_SEQUENCE,
+        transactional: false,
+        txn_seq: None,
     }
 }
 
@@ -138,6 +140,7 @@ async fn list(c: &SqliteCoordinator, partition: TopicIdPartition, timestamp: i64
         .list_offsets(&[ListOffsetsRequest {
             partition,
             timestamp,
+            isolation: Default::default(),
         }])
         .await
         .unwrap();

@@ -25,6 +25,8 @@ pub(crate) fn plain(p: TopicIdPartition, records: i32, size: u32, ts: i64) -> Co
         producer_epoch: NO_PRODUCER_EPOCH,
         base_sequence: NO_SEQUENCE,
         last_sequence: NO_SEQUENCE,
+        transactional: false,
+        txn_seq: None,
     }
 }
 
@@ -74,6 +76,7 @@ pub(crate) async fn try_find_from(
             partition: p,
             offset,
             max_bytes: u32::MAX,
+            isolation: Default::default(),
         }],
         u32::MAX,
     )
@@ -100,6 +103,7 @@ pub(crate) async fn list_offset(
     c.list_offsets(&[ListOffsetsRequest {
         partition: p,
         timestamp,
+        isolation: Default::default(),
     }])
     .await
     .unwrap()

@@ -258,6 +258,7 @@ impl Fetcher {
                 partition: r.partition,
                 offset: r.fetch_offset,
                 max_bytes: r.partition_max_bytes,
+                isolation: Default::default(),
             })
             .collect();
         let found = self

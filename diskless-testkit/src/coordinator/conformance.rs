@@ -35,6 +35,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use uuid::Uuid;
 
+mod txn;
+pub use txn::*;
+
 /// The clock's start time in every harness of the suite (any positive value works), except the
 /// [`CLOCK_SENSITIVE_CASES`] of an implementation with a server clock.
 pub const START_MS: i64 = 1_700_000_000_000;
@@ -64,7 +67,7 @@ pub enum ClockSource {
 
 /// Calls back `$callback! { { $($args)* } case, case [tag], ... }` with every case of the suite,
 /// in the order [`run_all`] runs them: the one list of cases. Tags: `clock_sensitive`
-/// ([`CLOCK_SENSITIVE_CASES`]), `manual_clock` ([`MANUAL_CLOCK_CASES`]).
+/// ([`CLOCK_SENSITIVE_CASES`]), `manual_clock` ([`MANUAL_CLOCK_CASES`]), `txn` ([`TXN_CASES`]).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __coordinator_conformance_cases {
@@ -124,6 +127,27 @@ macro_rules! __coordinator_conformance_cases {
             create_partitions_only_grows,
             alter_topic_config_applies_to_later_calls,
             list_producers_of_a_partition,
+            txn_first_batch_needs_verification [txn],
+            txn_continues_without_verification_same_epoch [txn],
+            txn_plain_batch_during_txn_rejected [txn],
+            txn_next_epoch_before_marker_rejected [txn],
+            txn_commit_marker_ends_txn_and_moves_lso [txn],
+            txn_abort_marker_records_aborted_txn [txn],
+            txn_marker_without_data_takes_an_offset [txn],
+            txn_marker_is_idempotent_per_txn_seq [txn],
+            txn_stale_verified_batch_after_marker_rejected [txn],
+            txn_duplicate_after_end_answers_original_offsets [txn],
+            txn_marker_epoch_checks [txn],
+            txn_fence_marker_bumps_epoch_and_rejects_zombie [txn],
+            txn_markers_many_partitions [txn],
+            read_committed_stops_at_lso [txn],
+            read_uncommitted_reports_lso_without_aborted [txn],
+            two_producers_interleaved_lso_is_min [txn],
+            read_committed_aborted_range_semantics [txn],
+            list_offsets_read_committed [txn],
+            delete_records_through_open_txn_clamps_lso [txn],
+            retention_and_expiry_with_transactions [txn],
+            delete_topic_with_open_txn [txn],
         }
     };
 }
@@ -147,6 +171,9 @@ macro_rules! define_from_cases {
         /// clock.
         pub const MANUAL_CLOCK_CASES: &[&str] =
             names_tagged!(manual_clock [] $($case $([$tag])?),*);
+
+        /// The transaction cases (`write_txn_markers`, transactional batches, `read_committed`).
+        pub const TXN_CASES: &[&str] = names_tagged!(txn [] $($case $([$tag])?),*);
 
         /// Runs every case not named in `skip`, each on a new coordinator from `factory` (see
         /// [`run_all`]): for an implementation that defines something differently on purpose (say
@@ -175,6 +202,9 @@ macro_rules! names_tagged {
     };
     (manual_clock [$($names:tt)*] $case:ident [manual_clock] $(, $($rest:tt)*)?) => {
         names_tagged!(manual_clock [$($names)* stringify!($case),] $($($rest)*)?)
+    };
+    (txn [$($names:tt)*] $case:ident [txn] $(, $($rest:tt)*)?) => {
+        names_tagged!(txn [$($names)* stringify!($case),] $($($rest)*)?)
     };
     ($wanted:ident [$($names:tt)*] $case:ident $([$tag:ident])? $(, $($rest:tt)*)?) => {
         names_tagged!($wanted [$($names)*] $($($rest)*)?)
@@ -350,6 +380,8 @@ fn plain(p: TopicIdPartition, records: i32, size: u32, ts: i64) -> CommitBatch {
         producer_epoch: NO_PRODUCER_EPOCH,
         base_sequence: NO_SEQUENCE,
         last_sequence: NO_SEQUENCE,
+        transactional: false,
+        txn_seq: None,
     }
 }
 
@@ -439,6 +471,7 @@ async fn all_batches(h: &Harness, p: TopicIdPartition) -> (Vec<BatchCoordinate>,
                 partition: p,
                 offset: lso,
                 max_bytes: u32::MAX,
+                isolation: Default::default(),
             }],
             u32::MAX,
         )
@@ -454,6 +487,7 @@ async fn list(h: &Harness, p: TopicIdPartition, timestamp: i64) -> ListOffsetsRe
         .list_offsets(&[ListOffsetsRequest {
             partition: p,
             timestamp,
+            isolation: Default::default(),
         }])
         .await
         .expect("list_offsets")
@@ -676,6 +710,7 @@ pub async fn delete_topic(h: Harness) {
                 partition: tp(gone, 0),
                 offset: 0,
                 max_bytes: 1000,
+                isolation: Default::default(),
             }],
             1000,
         )
@@ -1401,6 +1436,7 @@ pub async fn find_batches_byte_limits(h: Harness) {
                     partition,
                     offset,
                     max_bytes,
+                    isolation: Default::default(),
                 })
                 .collect();
             c.find_batches(&reqs, total)
@@ -1442,6 +1478,7 @@ pub async fn find_batches_offsets_and_errors(h: Harness) {
         partition,
         offset,
         max_bytes: 1000,
+        isolation: Default::default(),
     };
     let r = h
         .coordinator
@@ -2479,14 +2516,20 @@ mod tests {
     /// [`run_all`] and the macro's tests.
     #[test]
     fn the_case_list_names_every_case() {
-        crate::fixture::assert_lists_every_case(
-            CASES,
+        let sources = [
             include_str!("conformance.rs"),
-            &["(h: Harness) {"],
-        );
-        for tagged in CLOCK_SENSITIVE_CASES.iter().chain(MANUAL_CLOCK_CASES) {
+            include_str!("conformance/txn.rs"),
+        ]
+        .concat();
+        crate::fixture::assert_lists_every_case(CASES, &sources, &["(h: Harness) {"]);
+        for tagged in CLOCK_SENSITIVE_CASES
+            .iter()
+            .chain(MANUAL_CLOCK_CASES)
+            .chain(TXN_CASES)
+        {
             assert!(CASES.contains(tagged), "{tagged}");
         }
         assert!(!CLOCK_SENSITIVE_CASES.is_empty() && !MANUAL_CLOCK_CASES.is_empty());
+        assert!(!TXN_CASES.is_empty());
     }
 }

@@ -50,16 +50,50 @@
 //! - **Topic config changes** apply to later calls: a later commit uses the new timestamp type
 //!   (batches already committed keep theirs), later retention passes and producer expiry the new
 //!   limits.
+//!
+//! # Transactions (KIP-98, the partition leader's part; docs/transactions.md)
+//!
+//! - **Order of the checks of a data batch**: producer fields, then duplicate, epoch and sequence
+//!   as for any idempotent batch, then the transaction rules: a transactional batch without a
+//!   producer id is `INVALID_RECORD`; while the producer has a transaction open in the partition a
+//!   transactional batch of the same epoch continues it, one of a higher epoch (the next
+//!   transaction of TV2 before this one's marker arrived) and a plain batch are
+//!   `INVALID_TXN_STATE`; with none open a transactional batch opens one only if it is verified
+//!   (`txn_seq`) for a transaction newer than every one already ended in the partition, else
+//!   `INVALID_TXN_STATE` (Kafka's verification guard, made durable).
+//! - **Markers** (`write_txn_markers`) take one offset each at the high watermark, 78 bytes, no
+//!   object, the coordinator's now as timestamps; a marker with a `txn_seq` not above the
+//!   producer's last ended one is a duplicate answered with the earlier marker's offset; then an
+//!   older producer epoch is `INVALID_PRODUCER_EPOCH` and an older coordinator epoch
+//!   `TRANSACTION_COORDINATOR_FENCED`. A written marker sets the producer's epoch (a new epoch
+//!   clears its batch window, as a new epoch of data does), coordinator epoch, last append time,
+//!   and ends its open transaction if any; an ABORT records `(producer, first offset, marker
+//!   offset)` with the last stable offset right after the abort (the first offset of another
+//!   producer's open transaction, else the marker's offset + 1).
+//! - **Last stable offset** = the smallest first offset of the open transactions, raised to the log
+//!   start offset, or the high watermark when none is open.
+//! - **`read_committed` fetches** return only batches below the last stable offset (none, with an
+//!   empty aborted list, from an offset at or above it) and the aborted transactions that overlap
+//!   `[fetch offset, end of the last returned batch]`, by marker offset, up to and including the
+//!   first whose last stable offset reaches that end (Kafka's `collectAbortedTxns`).
+//! - **`read_committed` ListOffsets**: LATEST answers the last stable offset; a timestamp or
+//!   MAX_TIMESTAMP lookup that finds an offset at or above it answers `-1` (Kafka's
+//!   `lastFetchableOffset`).
+//! - **Retention and DeleteRecords** are bounded by the high watermark as before; they may cut
+//!   into an open transaction (its first offset stays, the last stable offset is then the log
+//!   start); aborted transactions whose marker is below the new log start are dropped. A producer
+//!   with an open transaction never expires.
 
 use diskless_coordinator::{
-    BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest,
-    CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse,
-    EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, FindBatchesResponse, LATEST_TIMESTAMP,
-    ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, NO_TIMESTAMP, ObjectInfo,
-    ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport, ProducerIdBlock,
-    ProducerState, RetentionReport, ShardId, TimestampType, TopicConfig, TopicIdPartition,
-    TopicInfo, check_commit_deadline, check_new_partition_count, fence_expiry_before,
-    next_producer_id_block, object_key_time_ms, producer_field_error,
+    AbortedTxn, BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult,
+    CommitFileRequest, CoordinatorError, CreateTopicRequest, DeleteRecordsRequest,
+    DeleteRecordsResponse, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, FindBatchesResponse,
+    IsolationLevel, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
+    NO_TIMESTAMP, ObjectInfo, ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch,
+    ProducerExpiryReport, ProducerIdBlock, ProducerState, RetentionReport, ShardId, TimestampType,
+    TopicConfig, TopicIdPartition, TopicInfo, TxnMarker, TxnMarkerResult, check_commit_deadline,
+    check_new_partition_count, fence_expiry_before, next_producer_id_block, object_key_time_ms,
+    producer_field_error,
 };
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashSet};
@@ -115,9 +149,50 @@ struct Topic {
 struct Log {
     log_start_offset: i64,
     high_watermark: i64,
-    /// Live batches in offset order.
+    /// Live batches (transaction markers included) in offset order.
     batches: Vec<BatchCoordinate>,
     producers: BTreeMap<i64, ProducerState>,
+    /// Aborted transactions by marker offset, each with the last stable offset right after it.
+    aborted: Vec<(AbortedTxn, i64)>,
+}
+
+impl Log {
+    /// The last stable offset: the first offset of the earliest open transaction, never below the
+    /// log start offset, else the high watermark.
+    fn last_stable_offset(&self) -> i64 {
+        self.producers
+            .values()
+            .filter_map(|p| p.current_txn_first_offset)
+            .min()
+            .map_or(self.high_watermark, |first| {
+                first.max(self.log_start_offset).min(self.high_watermark)
+            })
+    }
+
+    /// The aborted transactions a `read_committed` fetch from `fetch_offset` whose batches end
+    /// before `upper` reports (Kafka's `TransactionIndex.collectAbortedTxns`).
+    fn aborted_between(&self, fetch_offset: i64, upper: i64) -> Vec<AbortedTxn> {
+        let mut out = Vec::new();
+        for (txn, lso_after) in self
+            .aborted
+            .iter()
+            .filter(|(t, _)| t.last_offset >= fetch_offset)
+        {
+            if txn.first_offset < upper {
+                out.push(*txn);
+            }
+            if *lso_after >= upper {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Drops what the log no longer holds after its log start offset moved.
+    fn forget_below_log_start(&mut self) {
+        let start = self.log_start_offset;
+        self.aborted.retain(|(t, _)| t.last_offset >= start);
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -196,6 +271,37 @@ fn check_producer(state: Option<&ProducerState>, batch: &CommitBatch) -> Verdict
     }
 }
 
+/// What the transaction rules say about a batch the idempotent-producer rules would append:
+/// `Ok(true)` when it opens a transaction, `Ok(false)` when it is appended without opening one.
+fn check_txn(state: Option<&ProducerState>, batch: &CommitBatch) -> Result<bool, ErrorCode> {
+    if !batch.transactional {
+        return match state.and_then(|s| s.current_txn_first_offset) {
+            // Kafka's `appendDataBatch`: a plain batch while the producer's transaction is open.
+            Some(_) if batch.is_idempotent() => Err(ErrorCode::InvalidTxnState),
+            _ => Ok(false),
+        };
+    }
+    if !batch.is_idempotent() {
+        return Err(ErrorCode::InvalidRecord);
+    }
+    if let Some(s) = state
+        && s.current_txn_first_offset.is_some()
+    {
+        // Same epoch: the open transaction goes on. A higher one: the producer's next
+        // transaction (TV2 bumps the epoch per transaction) before this one's marker arrived.
+        return if batch.producer_epoch == s.producer_epoch {
+            Ok(false)
+        } else {
+            Err(ErrorCode::InvalidTxnState)
+        };
+    }
+    let last_ended = state.map_or(-1, |s| s.last_ended_txn);
+    match batch.txn_seq {
+        Some(seq) if seq > last_ended => Ok(true),
+        _ => Err(ErrorCode::InvalidTxnState),
+    }
+}
+
 impl State {
     fn log_mut(&mut self, p: TopicIdPartition) -> Option<(&TopicConfig, &mut Log)> {
         let topic = self.topics.get_mut(&p.topic_id)?;
@@ -233,8 +339,11 @@ impl State {
         for batch in log.batches.drain(..n) {
             log.log_start_offset = log.log_start_offset.max(batch.last_offset + 1);
             bytes += u64::from(batch.byte_size);
-            Self::release(objects, &batch.object_key, u64::from(batch.byte_size), now);
+            if !batch.is_control() {
+                Self::release(objects, &batch.object_key, u64::from(batch.byte_size), now);
+            }
         }
+        log.forget_below_log_start();
         bytes
     }
 }
@@ -316,7 +425,7 @@ impl BatchCoordinator for InMemoryCoordinator {
             .remove(&topic_id)
             .ok_or_else(|| CoordinatorError::UnknownTopic(topic_id.to_string()))?;
         for log in topic.partitions {
-            for batch in log.batches {
+            for batch in log.batches.into_iter().filter(|b| !b.is_control()) {
                 State::release(
                     &mut state.objects,
                     &batch.object_key,
@@ -373,6 +482,10 @@ impl BatchCoordinator for InMemoryCoordinator {
                 continue;
             }
             let idempotent = batch.is_idempotent();
+            if batch.transactional && !idempotent {
+                results.push(CommitBatchResult::error(ErrorCode::InvalidRecord));
+                continue;
+            }
             if idempotent {
                 match check_producer(log.producers.get(&batch.producer_id), batch) {
                     Verdict::Reject(code) => {
@@ -392,6 +505,13 @@ impl BatchCoordinator for InMemoryCoordinator {
                     Verdict::Append => {}
                 }
             }
+            let opens_txn = match check_txn(log.producers.get(&batch.producer_id), batch) {
+                Ok(opens) => opens,
+                Err(code) => {
+                    results.push(CommitBatchResult::error(code));
+                    continue;
+                }
+            };
             let base_offset = log.high_watermark;
             let last_offset = base_offset + i64::from(batch.record_count) - 1;
             let log_append_time = match timestamp_type {
@@ -414,19 +534,18 @@ impl BatchCoordinator for InMemoryCoordinator {
                 producer_epoch: batch.producer_epoch,
                 base_sequence: batch.base_sequence,
                 last_sequence: batch.last_sequence,
+                control: None,
             });
             live_bytes += u64::from(batch.byte_size);
             if idempotent {
-                let producer =
-                    log.producers
-                        .entry(batch.producer_id)
-                        .or_insert_with(|| ProducerState {
-                            producer_id: batch.producer_id,
-                            producer_epoch: batch.producer_epoch,
-                            batches: Vec::new(),
-                            last_append_ms: now,
-                        });
+                let producer = log.producers.entry(batch.producer_id).or_insert_with(|| {
+                    ProducerState::new(batch.producer_id, batch.producer_epoch, now)
+                });
                 producer.last_append_ms = now;
+                if opens_txn {
+                    producer.current_txn_first_offset = Some(base_offset);
+                    producer.current_txn_start_ms = now;
+                }
                 if producer.producer_epoch != batch.producer_epoch {
                     // A new epoch starts a new window.
                     producer.producer_epoch = batch.producer_epoch;
@@ -479,6 +598,8 @@ impl BatchCoordinator for InMemoryCoordinator {
                 batches: Vec::new(),
                 log_start_offset: -1,
                 high_watermark: -1,
+                last_stable_offset: -1,
+                aborted: None,
             };
             let Some(log) = state.log(request.partition) else {
                 responses.push(error(ErrorCode::UnknownTopicOrPartition));
@@ -488,12 +609,21 @@ impl BatchCoordinator for InMemoryCoordinator {
                 responses.push(error(ErrorCode::OffsetOutOfRange));
                 continue;
             }
+            let lso = log.last_stable_offset();
+            let committed = request.isolation == IsolationLevel::ReadCommitted;
+            // What the read may see: up to the high watermark, or the last stable offset (nothing
+            // from an offset at or above it, even when the log start raised it into a batch).
+            let end = match committed {
+                true if request.offset >= lso => i64::MIN,
+                true => lso,
+                false => log.high_watermark,
+            };
             let mut batches: Vec<BatchCoordinate> = Vec::new();
             let mut partition_bytes: u64 = 0;
             for batch in log
                 .batches
                 .iter()
-                .filter(|b| b.last_offset >= request.offset)
+                .filter(|b| b.last_offset >= request.offset && b.base_offset < end)
             {
                 let size = u64::from(batch.byte_size);
                 let fits = partition_bytes + size <= u64::from(request.max_bytes)
@@ -505,11 +635,17 @@ impl BatchCoordinator for InMemoryCoordinator {
                 total += size;
                 batches.push(batch.clone());
             }
+            let aborted = committed.then(|| match batches.last() {
+                Some(last) => log.aborted_between(request.offset, last.last_offset + 1),
+                None => Vec::new(),
+            });
             responses.push(FindBatchesResponse {
                 error: ErrorCode::None,
                 batches,
                 log_start_offset: log.log_start_offset,
                 high_watermark: log.high_watermark,
+                last_stable_offset: lso,
+                aborted,
             });
         }
         Ok(responses)
@@ -538,9 +674,21 @@ impl BatchCoordinator for InMemoryCoordinator {
                     b.effective_max_timestamp(),
                 )
             };
+            // Kafka's `lastFetchableOffset`: nothing at or above it is found.
+            let fetchable = match request.isolation {
+                IsolationLevel::ReadCommitted => log.last_stable_offset(),
+                IsolationLevel::ReadUncommitted => log.high_watermark,
+            };
+            let found = |b: &BatchCoordinate| {
+                if b.base_offset.max(log.log_start_offset) >= fetchable {
+                    answer(ErrorCode::None, -1, NO_TIMESTAMP)
+                } else {
+                    found(b)
+                }
+            };
             let response = match request.timestamp {
                 EARLIEST_TIMESTAMP => answer(ErrorCode::None, log.log_start_offset, NO_TIMESTAMP),
-                LATEST_TIMESTAMP => answer(ErrorCode::None, log.high_watermark, NO_TIMESTAMP),
+                LATEST_TIMESTAMP => answer(ErrorCode::None, fetchable, NO_TIMESTAMP),
                 MAX_TIMESTAMP => {
                     let mut best: Option<&BatchCoordinate> = None;
                     for b in &log.batches {
@@ -607,6 +755,7 @@ impl BatchCoordinator for InMemoryCoordinator {
                     .count();
                 State::delete_prefix(&mut state.objects, log, n, now);
                 log.log_start_offset = target;
+                log.forget_below_log_start();
             }
             responses.push(DeleteRecordsResponse {
                 error: ErrorCode::None,
@@ -734,7 +883,11 @@ impl BatchCoordinator for InMemoryCoordinator {
                 let expired: Vec<i64> = log
                     .producers
                     .values()
-                    .filter(|p| now.saturating_sub(p.last_append_ms) >= expiration)
+                    .filter(|p| {
+                        // Kafka's `isProducerExpired`: never while a transaction is open.
+                        p.current_txn_first_offset.is_none()
+                            && now.saturating_sub(p.last_append_ms) >= expiration
+                    })
                     .map(|p| p.producer_id)
                     .collect();
                 for id in expired {
@@ -834,6 +987,88 @@ impl BatchCoordinator for InMemoryCoordinator {
             .log(partition)
             .ok_or_else(|| CoordinatorError::UnknownTopic(partition.to_string()))?;
         Ok(log.producers.values().cloned().collect())
+    }
+
+    async fn write_txn_markers(
+        &self,
+        markers: &[TxnMarker],
+    ) -> Result<Vec<TxnMarkerResult>, CoordinatorError> {
+        let mut state = self.state.lock();
+        let now = self.clock.now_ms();
+        let mut results = Vec::with_capacity(markers.len());
+        for marker in markers {
+            let Some((config, log)) = state.log_mut(marker.partition) else {
+                results.push(TxnMarkerResult::error(ErrorCode::UnknownTopicOrPartition));
+                continue;
+            };
+            let timestamp_type = config.timestamp_type;
+            if let Some(s) = log.producers.get(&marker.producer_id) {
+                if marker.txn_seq.is_some_and(|seq| seq <= s.last_ended_txn) {
+                    results.push(TxnMarkerResult {
+                        error: ErrorCode::None,
+                        offset: s.last_marker_offset,
+                        duplicate: true,
+                    });
+                    continue;
+                }
+                if marker.producer_epoch < s.producer_epoch {
+                    results.push(TxnMarkerResult::error(ErrorCode::InvalidProducerEpoch));
+                    continue;
+                }
+                if marker.coordinator_epoch < s.coordinator_epoch {
+                    results.push(TxnMarkerResult::error(
+                        ErrorCode::TransactionCoordinatorFenced,
+                    ));
+                    continue;
+                }
+            }
+            let offset = log.high_watermark;
+            log.high_watermark = offset + 1;
+            log.batches.push(BatchCoordinate::txn_marker(
+                marker,
+                offset,
+                now,
+                timestamp_type,
+            ));
+            // The first offset of another producer's open transaction: the last stable offset right
+            // after an abort (Kafka's `ProducerStateManager.lastStableOffset`).
+            let others_first = log
+                .producers
+                .values()
+                .filter(|p| p.producer_id != marker.producer_id)
+                .filter_map(|p| p.current_txn_first_offset)
+                .min();
+            let producer = log.producers.entry(marker.producer_id).or_insert_with(|| {
+                ProducerState::new(marker.producer_id, marker.producer_epoch, now)
+            });
+            if producer.producer_epoch != marker.producer_epoch {
+                producer.producer_epoch = marker.producer_epoch;
+                producer.batches.clear();
+            }
+            producer.last_append_ms = now;
+            producer.coordinator_epoch = marker.coordinator_epoch;
+            producer.last_marker_offset = offset;
+            if let Some(seq) = marker.txn_seq {
+                producer.last_ended_txn = producer.last_ended_txn.max(seq);
+            }
+            producer.current_txn_start_ms = -1;
+            if let Some(first) = producer.current_txn_first_offset.take()
+                && !marker.commit
+            {
+                let txn = AbortedTxn {
+                    producer_id: marker.producer_id,
+                    first_offset: first,
+                    last_offset: offset,
+                };
+                log.aborted.push((txn, others_first.unwrap_or(offset + 1)));
+            }
+            results.push(TxnMarkerResult {
+                error: ErrorCode::None,
+                offset,
+                duplicate: false,
+            });
+        }
+        Ok(results)
     }
 }
 

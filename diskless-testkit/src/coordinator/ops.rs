@@ -532,10 +532,12 @@ impl Driver<'_> {
                 ListOffsetsRequest {
                     partition: p,
                     timestamp: EARLIEST_TIMESTAMP,
+                    isolation: Default::default(),
                 },
                 ListOffsetsRequest {
                     partition: p,
                     timestamp: LATEST_TIMESTAMP,
+                    isolation: Default::default(),
                 },
             ])
             .await
@@ -680,6 +682,8 @@ impl Driver<'_> {
                 producer_epoch,
                 base_sequence,
                 last_sequence,
+                transactional: false,
+                txn_seq: None,
             });
             at += u64::from(spec.size);
         }
@@ -841,6 +845,7 @@ impl Driver<'_> {
                         partition: p,
                         offset: self.resolve_offset(p, *offset).await,
                         max_bytes: *max_bytes,
+                        isolation: Default::default(),
                     });
                 }
                 let r = real.find_batches(&reqs, *fetch_max_bytes).await;
@@ -917,6 +922,7 @@ impl Driver<'_> {
                 let req = [ListOffsetsRequest {
                     partition: TopicIdPartition::new(slot_topic_id(*slot), *partition),
                     timestamp,
+                    isolation: Default::default(),
                 }];
                 let r = real.list_offsets(&req).await;
                 let m = model.list_offsets(&req).await;
@@ -944,6 +950,7 @@ impl Driver<'_> {
                     partition: p,
                     offset: lso,
                     max_bytes: u32::MAX,
+                    isolation: Default::default(),
                 }];
                 assert_same(
                     step,
@@ -956,6 +963,7 @@ impl Driver<'_> {
                     list_reqs.push(ListOffsetsRequest {
                         partition: p,
                         timestamp,
+                        isolation: Default::default(),
                     });
                 }
                 assert_same(
