@@ -14,5 +14,6 @@
 pub mod cache;
 pub mod coordinator;
 pub mod fixture;
+pub mod kafka_segment;
 pub mod keys;
 pub mod storage;

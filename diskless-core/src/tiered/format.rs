@@ -738,12 +738,7 @@ impl SegmentIndexer {
         if ts <= self.time_last.timestamp {
             return Ok(());
         }
-        let full = if skip_full_check {
-            self.time_entries() >= self.time_max_entries
-        } else {
-            self.time_index_full()
-        };
-        if full {
+        if !skip_full_check && self.time_index_full() {
             return Err(FormatError::IndexFull {
                 section: Section::TimeIndex,
             });
@@ -759,10 +754,13 @@ impl SegmentIndexer {
     }
 
     /// Close the segment: the final `maybeAppend(..., skipFullCheck = true)` of `recover()` /
-    /// `onBecomeInactiveSegment`. With a `segment.index.bytes` below 12 the time index has no slot
-    /// at all and stays empty (Kafka cannot write that entry either).
+    /// `onBecomeInactiveSegment`. The entry is written even with a `segment.index.bytes` below 12,
+    /// where Kafka's preallocated file has no slot for it (its append would fail): the time index
+    /// always holds the segment's max timestamp, and a Kafka reader sizes an existing file by its
+    /// length.
     pub fn finish(mut self) -> BuiltIndexes {
-        // The only error is "no slot", which leaves the index as it is.
+        // Without the full check the only error is a relative offset out of range, which every
+        // fed batch passed already.
         let _ = self.maybe_append_time(true);
         BuiltIndexes {
             offset_index: self.offset_index.freeze(),
@@ -1451,10 +1449,11 @@ mod tests {
                 }
             ]
         );
-        // Below 12 bytes the time index has no slot at all.
+        // Below 12 bytes the time index has no slot, but the roll entry is written anyway.
         let mut ix = SegmentIndexer::new(0, 0, 8);
         ix.append_batch(0, 5, 70).unwrap();
-        assert!(ix.finish().time_index.is_empty());
+        assert!(ix.time_index_full());
+        assert_eq!(ix.finish().time_index.len(), 12);
         // Relative offsets must fit an i32.
         let mut ix = SegmentIndexer::new(0, 0, 36);
         assert!(ix.append_batch(i64::from(i32::MAX) + 1, 1, 70).is_err());
