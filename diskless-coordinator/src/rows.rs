@@ -3,8 +3,8 @@
 //! decodes a column) is behind [`SqlRow`]; the column lists and their decoding are written once.
 
 use crate::{
-    BatchCoordinate, CoordinatorError, CreateTopicRequest, ObjectInfo, ObjectToDelete, ShardId,
-    TimestampType, TopicConfig, TopicInfo,
+    BatchCoordinate, CoordinatorError, CreateTopicRequest, EndTxnMarker, ObjectInfo,
+    ObjectToDelete, ShardId, TimestampType, TopicConfig, TopicInfo,
 };
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
@@ -193,16 +193,52 @@ pub(crate) fn topic_from_row(row: &impl SqlRow) -> Result<TopicInfo, Coordinator
     })
 }
 
-/// The 14 columns [`batch_from_row`] decodes; batch columns from `b`, object columns from `o`.
+/// The 16 columns [`batch_from_row`] decodes; batch columns from `b`, object columns from `o`. A
+/// transaction marker has no object (`object_id` NULL, read with a `LEFT JOIN`): its object key
+/// reads as `''` and its object size as 0.
 pub(crate) fn batch_columns(o: &str) -> String {
     format!(
         "b.base_offset, b.last_offset, b.byte_offset, b.byte_size, b.base_timestamp, \
          b.max_timestamp, b.timestamp_type, b.log_append_time, b.producer_id, b.producer_epoch, \
-         b.base_sequence, b.last_sequence, {o}.object_key, {o}.object_size"
+         b.base_sequence, b.last_sequence, COALESCE({o}.object_key, ''), \
+         COALESCE({o}.object_size, 0), b.control_type, b.coordinator_epoch"
     )
 }
 
-/// Decodes the 14 columns of [`batch_columns`] starting at `at`.
+/// The stored `control_type` of a data batch.
+pub(crate) const CONTROL_NONE: i16 = -1;
+/// The stored `control_type` of an ABORT marker.
+pub(crate) const CONTROL_ABORT: i16 = 0;
+/// The stored `control_type` of a COMMIT marker.
+pub(crate) const CONTROL_COMMIT: i16 = 1;
+
+/// The stored `control_type` of a batch whose [`BatchCoordinate::control`] is `control`.
+pub(crate) fn control_type_code(control: Option<EndTxnMarker>) -> i16 {
+    match control {
+        None => CONTROL_NONE,
+        Some(EndTxnMarker { commit: false, .. }) => CONTROL_ABORT,
+        Some(EndTxnMarker { commit: true, .. }) => CONTROL_COMMIT,
+    }
+}
+
+/// The [`BatchCoordinate::control`] of a stored `control_type` and `coordinator_epoch`.
+pub(crate) fn control_of(
+    control_type: i16,
+    coordinator_epoch: i32,
+) -> Result<Option<EndTxnMarker>, CoordinatorError> {
+    let commit = match control_type {
+        CONTROL_NONE => return Ok(None),
+        CONTROL_ABORT => false,
+        CONTROL_COMMIT => true,
+        other => return Err(corrupt(format!("unknown control type {other}"))),
+    };
+    Ok(Some(EndTxnMarker {
+        commit,
+        coordinator_epoch,
+    }))
+}
+
+/// Decodes the 16 columns of [`batch_columns`] starting at `at`.
 pub(crate) fn batch_from_row(
     row: &impl SqlRow,
     at: usize,
@@ -222,7 +258,7 @@ pub(crate) fn batch_from_row(
         last_sequence: row.i32_at(at + 11)?,
         object_key: row.string_at(at + 12)?,
         object_size: to_u64(row.i64_at(at + 13)?, "object size")?,
-        control: None,
+        control: control_of(row.i16_at(at + 14)?, row.i32_at(at + 15)?)?,
     })
 }
 

@@ -123,32 +123,8 @@ coordinator_conformance!(
 coordinator_conformance!(
     three_sqlite_shards,
     async |clock| Arc::new(router(sqlite_shards(&clock, 3).await, &clock).await),
-    // And the transaction cases until SQLite implements them (issue #14).
-    skip = [
-        object_live_bytes_and_marking,
-        producer_expiry_cap_and_order,
-        txn_first_batch_needs_verification,
-        txn_continues_without_verification_same_epoch,
-        txn_plain_batch_during_txn_rejected,
-        txn_next_epoch_before_marker_rejected,
-        txn_commit_marker_ends_txn_and_moves_lso,
-        txn_abort_marker_records_aborted_txn,
-        txn_marker_without_data_takes_an_offset,
-        txn_marker_is_idempotent_per_txn_seq,
-        txn_stale_verified_batch_after_marker_rejected,
-        txn_duplicate_after_end_answers_original_offsets,
-        txn_marker_epoch_checks,
-        txn_fence_marker_bumps_epoch_and_rejects_zombie,
-        txn_markers_many_partitions,
-        read_committed_stops_at_lso,
-        read_uncommitted_reports_lso_without_aborted,
-        two_producers_interleaved_lso_is_min,
-        read_committed_aborted_range_semantics,
-        list_offsets_read_committed,
-        delete_records_through_open_txn_clamps_lso,
-        retention_and_expiry_with_transactions,
-        delete_topic_with_open_txn,
-    ],
+    // As `three_model_shards`.
+    skip = [object_live_bytes_and_marking, producer_expiry_cap_and_order],
 );
 
 // ---------------------------------------------------------------------------------------------

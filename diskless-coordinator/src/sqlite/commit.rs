@@ -4,9 +4,9 @@
 //! the producer states and the partitions are written back in multi-row statements.
 
 use super::conn::{at_commit, not_applied};
-use super::producer::{self, Decision};
+use super::producer::{self, Decision, STATE_COLUMNS};
 use super::{SqliteCoordinator, encode_owners, execute_rows, fetch_pairs};
-use crate::rows::{SqlRow, corrupt, parse_topic_id, topic_key, ts_type, ts_type_code};
+use crate::rows::{SqlRow, parse_topic_id, topic_key, ts_type, ts_type_code};
 use crate::{
     CommitBatch, CommitBatchResult, CommitFileRequest, CoordinatorError, ErrorCode, NO_TIMESTAMP,
     ProducerBatch, ProducerState, TimestampType, TopicIdPartition, check_commit_deadline,
@@ -15,16 +15,17 @@ use crate::{
 use sqlx::sqlite::SqliteConnection;
 use std::collections::{HashMap, HashSet};
 
-/// A partition as a commit sees it.
-struct CommitPartition {
-    partition_id: i64,
-    log_start_offset: i64,
-    high_watermark: i64,
-    byte_size: i64,
+/// A partition as a commit (or a marker) sees it.
+pub(super) struct CommitPartition {
+    pub(super) partition_id: i64,
+    pub(super) log_start_offset: i64,
+    pub(super) high_watermark: i64,
+    pub(super) byte_size: i64,
     /// The running max of the effective max timestamps of all batches appended so far.
-    max_timestamp_so_far: i64,
-    timestamp_type: TimestampType,
-    touched: bool,
+    pub(super) max_timestamp_so_far: i64,
+    pub(super) timestamp_type: TimestampType,
+    /// Whether it grew (to be written back).
+    pub(super) touched: bool,
 }
 
 /// A batch a commit appends.
@@ -39,10 +40,13 @@ struct AppendedBatch<'a> {
     batch: &'a CommitBatch,
 }
 
-/// A producer's state as a commit sees it.
-struct CommitProducer {
-    state: Option<ProducerState>,
-    touched: bool,
+/// A producer's state as a commit (or a marker) sees it.
+#[derive(Default)]
+pub(super) struct CommitProducer {
+    /// The state, `None` when the producer has none in the partition.
+    pub(super) state: Option<ProducerState>,
+    /// Whether it changed (to be written back).
+    pub(super) touched: bool,
 }
 
 /// What a commit decided in memory: one result per batch, the batches to append and the bytes
@@ -53,8 +57,10 @@ struct Decided<'a> {
     live_bytes: i64,
 }
 
-type Partitions = HashMap<TopicIdPartition, CommitPartition>;
-type Producers = HashMap<(i64, i64), CommitProducer>;
+/// The partitions a call touches, by partition.
+pub(super) type Partitions = HashMap<TopicIdPartition, CommitPartition>;
+/// The producer states a call touches, by (partition id, producer id).
+pub(super) type Producers = HashMap<(i64, i64), CommitProducer>;
 
 impl SqliteCoordinator {
     pub(super) async fn write_commit_file(
@@ -78,8 +84,17 @@ impl SqliteCoordinator {
         if fenced.is_some() {
             return Err(CoordinatorError::ObjectFenced(request.object_key));
         }
-        let mut partitions = load_partitions(&mut tx, &request).await?;
-        let mut producers = load_producers(&mut tx, &request, &partitions).await?;
+        let mut partitions =
+            load_partitions(&mut tx, request.batches.iter().map(|b| b.partition)).await?;
+        let mut seen = HashSet::new();
+        let wanted: Vec<(i64, i64)> = request
+            .batches
+            .iter()
+            .filter(|b| b.is_idempotent())
+            .filter_map(|b| Some((partitions.get(&b.partition)?.partition_id, b.producer_id)))
+            .filter(|key| seen.insert(*key))
+            .collect();
+        let mut producers = load_producers(&mut tx, &wanted).await?;
         let decided = decide(&request, &mut partitions, &mut producers, now);
         // A key is committed once: the object row is the guard.
         let Some(object_id) = insert_object(&mut tx, &request, decided.live_bytes, now).await?
@@ -93,17 +108,16 @@ impl SqliteCoordinator {
     }
 }
 
-/// Every partition the request touches, in one statement per [`CHUNK`] partitions.
-async fn load_partitions(
+/// Every partition of `touched` that exists, in one statement per [`CHUNK`] partitions.
+pub(super) async fn load_partitions(
     conn: &mut SqliteConnection,
-    request: &CommitFileRequest,
+    touched: impl IntoIterator<Item = TopicIdPartition>,
 ) -> Result<Partitions, CoordinatorError> {
     let mut seen = HashSet::new();
-    let wanted: Vec<(String, i32)> = request
-        .batches
-        .iter()
-        .filter(|b| b.partition.partition >= 0 && seen.insert(b.partition))
-        .map(|b| (topic_key(b.partition.topic_id), b.partition.partition))
+    let wanted: Vec<(String, i32)> = touched
+        .into_iter()
+        .filter(|p| p.partition >= 0 && seen.insert(*p))
+        .map(|p| (topic_key(p.topic_id), p.partition))
         .collect();
     let sql = "SELECT p.topic_id, p.partition, p.partition_id, p.log_start_offset, \
          p.high_watermark, p.byte_size, t.timestamp_type, p.max_timestamp_so_far \
@@ -126,42 +140,24 @@ async fn load_partitions(
     Ok(partitions)
 }
 
-/// Every producer state the request's idempotent batches touch, likewise.
-async fn load_producers(
+/// The producer states of `(partition id, producer id)`s (distinct), in one statement per
+/// [`CHUNK`] keys: an entry for each key, with no state when the producer has none there.
+pub(super) async fn load_producers(
     conn: &mut SqliteConnection,
-    request: &CommitFileRequest,
-    partitions: &Partitions,
+    wanted: &[(i64, i64)],
 ) -> Result<Producers, CoordinatorError> {
-    let mut seen = HashSet::new();
-    let wanted: Vec<(i64, i64)> = request
-        .batches
-        .iter()
-        .filter(|b| b.is_idempotent())
-        .filter_map(|b| Some((partitions.get(&b.partition)?.partition_id, b.producer_id)))
-        .filter(|key| seen.insert(*key))
-        .collect();
     let mut producers: Producers = wanted
         .iter()
-        .map(|k| {
-            let empty = CommitProducer {
-                state: None,
-                touched: false,
-            };
-            (*k, empty)
-        })
+        .map(|k| (*k, CommitProducer::default()))
         .collect();
-    let sql = "SELECT partition_id, producer_id, producer_epoch, batch_window, last_append_ms \
-         FROM producer_state WHERE (partition_id, producer_id) IN (VALUES {values})";
-    for row in fetch_pairs(conn, sql, &wanted).await? {
+    let sql = format!(
+        "SELECT partition_id, producer_id, {STATE_COLUMNS} \
+         FROM producer_state WHERE (partition_id, producer_id) IN (VALUES {{values}})"
+    );
+    for row in fetch_pairs(conn, &sql, wanted).await? {
         let key = (row.i64_at(0)?, row.i64_at(1)?);
-        let window: Vec<u8> = crate::rows::col(&row, 3)?;
-        let batches = producer::decode_window(&window)
-            .ok_or_else(|| corrupt("torn producer batch window"))?;
         if let Some(entry) = producers.get_mut(&key) {
-            entry.state = Some(ProducerState {
-                batches,
-                ..ProducerState::new(key.1, row.i16_at(2)?, row.i64_at(4)?)
-            });
+            entry.state = Some(producer::state_from_row(&row, 2, key.1)?);
         }
     }
     Ok(producers)
@@ -192,6 +188,14 @@ fn decide<'a>(
             decided.results.push(CommitBatchResult::error(code));
             continue;
         }
+        // A transactional batch needs a producer id (the model checks this first; the
+        // idempotent rules below do not apply to a batch without one anyway).
+        if batch.transactional && !batch.is_idempotent() {
+            decided
+                .results
+                .push(CommitBatchResult::error(ErrorCode::InvalidRecord));
+            continue;
+        }
         let producer = if batch.is_idempotent() {
             producers.get_mut(&(part.partition_id, batch.producer_id))
         } else {
@@ -216,6 +220,15 @@ fn decide<'a>(
                 }
             }
         }
+        // The transaction rules, after duplicate, epoch and sequence (as Kafka orders them).
+        let opens_txn =
+            match producer::check_txn(producer.as_ref().and_then(|p| p.state.as_ref()), batch) {
+                Ok(opens) => opens,
+                Err(code) => {
+                    decided.results.push(CommitBatchResult::error(code));
+                    continue;
+                }
+            };
         let base_offset = part.high_watermark;
         let last_offset = base_offset + i64::from(batch.record_count) - 1;
         let (log_append_time, effective_max_timestamp) = match part.timestamp_type {
@@ -239,6 +252,7 @@ fn decide<'a>(
                     log_append_time,
                 },
                 now,
+                opens_txn,
             );
             producer.touched = true;
         }
@@ -322,7 +336,7 @@ async fn insert_batches(
 }
 
 /// The producer states that changed, and the partitions that grew.
-async fn write_back(
+pub(super) async fn write_back(
     conn: &mut SqliteConnection,
     producers: &Producers,
     partitions: &Partitions,
@@ -332,25 +346,7 @@ async fn write_back(
         .filter(|(_, p)| p.touched)
         .filter_map(|(k, p)| p.state.as_ref().map(|s| (*k, s)))
         .collect();
-    let sql = "INSERT INTO producer_state (partition_id, producer_id, producer_epoch, \
-         batch_window, last_append_ms) VALUES {values} \
-         ON CONFLICT (partition_id, producer_id) DO UPDATE SET \
-         producer_epoch = excluded.producer_epoch, batch_window = excluded.batch_window, \
-         last_append_ms = excluded.last_append_ms";
-    execute_rows(
-        conn,
-        sql,
-        5,
-        &changed,
-        |q, ((partition_id, producer_id), state)| {
-            q.bind(*partition_id)
-                .bind(*producer_id)
-                .bind(state.producer_epoch)
-                .bind(producer::encode_window(&state.batches))
-                .bind(state.last_append_ms)
-        },
-    )
-    .await?;
+    producer::upsert_states(conn, &changed).await?;
     let grown: Vec<&CommitPartition> = partitions.values().filter(|p| p.touched).collect();
     let sql = "UPDATE partitions SET high_watermark = v.column2, byte_size = v.column3, \
          max_timestamp_so_far = v.column4 \

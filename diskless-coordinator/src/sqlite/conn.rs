@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, MutexGuard};
 
 /// The embedded migrations: (version, description, SQL).
-const MIGRATIONS: [(i64, &str, &str); 5] = [
+const MIGRATIONS: [(i64, &str, &str); 6] = [
     (
         1,
         "initial",
@@ -43,6 +43,11 @@ const MIGRATIONS: [(i64, &str, &str); 5] = [
         5,
         "producer ids",
         include_str!("../../migrations/sqlite/0005_producer_ids.sql"),
+    ),
+    (
+        6,
+        "transactions",
+        include_str!("../../migrations/sqlite/0006_transactions.sql"),
     ),
 ];
 

@@ -18,12 +18,12 @@ use std::sync::atomic::Ordering;
 
 /// Retention: the next page of up to `?3` of a partition's oldest batches, after last offset `?2`,
 /// with the time retention ages each by (its effective max timestamp, or its object's commit time
-/// when it has no timestamp). An index range of the primary key and one primary-key probe of
-/// `objects` per row.
+/// when it has no timestamp; a transaction marker, which has no object, always has one). An index
+/// range of the primary key and one primary-key probe of `objects` per row.
 pub(super) const RETENTION_BATCHES: &str = "SELECT b.last_offset, b.byte_size, \
      CASE WHEN b.effective_max_timestamp >= 0 THEN b.effective_max_timestamp \
-     ELSE o.committed_at END \
-     FROM batches b JOIN objects o ON o.object_id = b.object_id \
+     ELSE COALESCE(o.committed_at, -1) END \
+     FROM batches b LEFT JOIN objects o ON o.object_id = b.object_id \
      WHERE b.partition_id = ?1 AND b.last_offset > ?2 ORDER BY b.last_offset LIMIT ?3";
 
 /// Retention: the next page of up to `?4` partitions, after (`?1`, `?2`) in (topic id, partition)
@@ -40,8 +40,8 @@ pub(super) const RETENTION_CANDIDATES: &str = "SELECT p.partition_id, p.topic_id
      FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
      WHERE (p.topic_id, p.partition) > (?1, ?2) AND p.byte_size > 0 \
      AND ((t.retention_ms >= 0 AND ?3 - (SELECT CASE WHEN b.effective_max_timestamp >= 0 \
-           THEN b.effective_max_timestamp ELSE (SELECT o.committed_at FROM objects o \
-           WHERE o.object_id = b.object_id) END \
+           THEN b.effective_max_timestamp ELSE COALESCE((SELECT o.committed_at FROM objects o \
+           WHERE o.object_id = b.object_id), -1) END \
            FROM batches b WHERE b.partition_id = p.partition_id \
            ORDER BY b.last_offset LIMIT 1) > t.retention_ms) \
        OR (t.retention_bytes >= 0 AND p.byte_size - (SELECT b.byte_size FROM batches b \
@@ -54,16 +54,20 @@ const RETENTION_CANDIDATE_PAGE: i64 = 64;
 
 /// Producer expiry: up to `?2` expired (partition, producer id) states at time `?1`, in (topic id,
 /// partition, producer id) order: partitions in the order of their unique index, each one's states
-/// in primary-key order, stopping at the limit.
+/// in primary-key order, stopping at the limit. A producer with an open transaction never expires
+/// (Kafka's `isProducerExpired`).
 pub(super) const EXPIRED_PRODUCERS: &str = "SELECT s.partition_id, s.producer_id \
      FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
      JOIN producer_state s ON s.partition_id = p.partition_id \
      WHERE ?1 - s.last_append_ms >= t.producer_id_expiration_ms \
+     AND s.txn_first_offset IS NULL \
      ORDER BY p.topic_id, p.partition, s.producer_id LIMIT ?2";
 
 /// The statement taking the bytes of the batches `batches` (a `SELECT object_id, SUM(byte_size)
 /// AS bytes FROM batches ... GROUP BY object_id`) off their objects' live bytes, marking objects
-/// left with none at the time bound as `now` (a parameter such as `?3`).
+/// left with none at the time bound as `now` (a parameter such as `?3`). Transaction markers have
+/// no object (`object_id` NULL): their group matches no object and releases nothing (`batches`
+/// leaves them out anyway).
 pub(super) fn release_objects_sql(batches: &str, now: &str) -> String {
     format!(
         "UPDATE objects SET live_bytes = MAX(live_bytes - v.bytes, 0), \
@@ -74,8 +78,10 @@ pub(super) fn release_objects_sql(batches: &str, now: &str) -> String {
 }
 
 /// Takes the bytes of the batches of `partition_id` below `below` off their objects' live bytes,
-/// marking objects left with none; then deletes those batches and moves the partition's log start
-/// offset to `below` (never back) and its size down. Returns (count, bytes).
+/// marking objects left with none (markers release nothing: they have no object); then deletes
+/// those batches (markers included) and the aborted transactions whose marker went, and moves the
+/// partition's log start offset to `below` (never back) and its size down (a marker's 78 bytes
+/// included). Returns (count, bytes).
 async fn delete_batches_below(
     conn: &mut SqliteConnection,
     partition_id: i64,
@@ -95,7 +101,8 @@ async fn delete_batches_below(
     if count > 0 {
         let release = release_objects_sql(
             "SELECT object_id, SUM(byte_size) AS bytes FROM batches \
-             WHERE partition_id = ?1 AND last_offset < ?2 GROUP BY object_id",
+             WHERE partition_id = ?1 AND last_offset < ?2 AND object_id IS NOT NULL \
+             GROUP BY object_id",
             "?3",
         );
         sqlx::query(AssertSqlSafe(release))
@@ -105,12 +112,19 @@ async fn delete_batches_below(
             .execute(&mut *conn)
             .await
             .map_err(not_applied)?;
-        sqlx::query("DELETE FROM batches WHERE partition_id = ?1 AND last_offset < ?2")
-            .bind(partition_id)
-            .bind(below)
-            .execute(&mut *conn)
-            .await
-            .map_err(not_applied)?;
+        for sql in [
+            "DELETE FROM batches WHERE partition_id = ?1 AND last_offset < ?2",
+            // The log start never goes back and earlier rows went with earlier moves: the rows
+            // below `below` are those below the new log start.
+            "DELETE FROM aborted_txns WHERE partition_id = ?1 AND last_offset < ?2",
+        ] {
+            sqlx::query(sql)
+                .bind(partition_id)
+                .bind(below)
+                .execute(&mut *conn)
+                .await
+                .map_err(not_applied)?;
+        }
     }
     sqlx::query(
         "UPDATE partitions SET log_start_offset = MAX(log_start_offset, ?2), \

@@ -7,9 +7,12 @@
 //!   database error means for a call;
 //! - `topics.rs`: `create_topic`, `delete_topic`, `create_partitions`, `alter_topic_config`,
 //!   `allocate_producer_ids` (a counter row, migration 5);
-//! - `commit.rs`: `commit_file`, with `producer.rs` (the idempotent-producer rules);
-//! - `reads.rs`: `find_batches`, `list_offsets`, `list_topics`, `list_producers` and the other
-//!   queries;
+//! - `commit.rs`: `commit_file`, with `producer.rs` (the idempotent-producer and transaction
+//!   rules, the producer-state rows);
+//! - `txn.rs`: `write_txn_markers` (transaction markers: marker rows without an object, producer
+//!   states, aborted transactions; migration 6);
+//! - `reads.rs`: `find_batches` (with `read_committed`: the last stable offset and the aborted
+//!   transactions), `list_offsets`, `list_topics`, `list_producers` and the other queries;
 //! - `lifecycle.rs`: DeleteRecords, retention, producer expiry, object deletion and orphan fences.
 //!
 //! Each [`BatchCoordinator`] method `x` is `write_x` (one `BEGIN IMMEDIATE` transaction on the
@@ -62,6 +65,11 @@ use tokio::sync::Mutex;
 ///   are serialized by the single writer: never do both succeed. `confirm_deleted` fences every key
 ///   it forgets (with a v7 time) in its own transaction, so a deleted object's key is never
 ///   committed again.
+/// - **Transactions** (KIP-98, the partition leader's part): a marker is a batch row with no
+///   object; a producer's open transaction is its state's first offset, and the last stable offset
+///   is one probe of a partial index holding only open transactions; aborted transactions are rows
+///   by marker offset, which a `read_committed` fetch reads as one primary-key range (Kafka's
+///   `collectAbortedTxns`). Markers are written in one write transaction like a commit.
 /// - **ListOffsets by timestamp** costs one index probe whatever the partition's size: each batch
 ///   row keeps the running max of the partition's effective max timestamps, indexed with the
 ///   partition and offset; MAX_TIMESTAMP is one probe of a (partition, timestamp) index. Only a

@@ -1,6 +1,71 @@
-//! Idempotent-producer rules and the compact encoding of a producer's batch window.
+//! Idempotent-producer and transaction rules, and the compact encoding of a producer's batch
+//! window.
 
-use crate::{CommitBatch, ErrorCode, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerState};
+use super::execute_rows;
+use crate::rows::{SqlRow, col, corrupt};
+use crate::{
+    CommitBatch, CoordinatorError, ErrorCode, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerState,
+};
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+
+/// The columns of a `producer_state` row that [`state_from_row`] decodes, in its order.
+pub(super) const STATE_COLUMNS: &str = "producer_epoch, batch_window, last_append_ms, \
+     txn_first_offset, txn_start_ms, coordinator_epoch, last_ended_txn, last_marker_offset";
+
+/// The state of producer `producer_id` from the [`STATE_COLUMNS`] of `row` starting at `at`.
+pub(super) fn state_from_row(
+    row: &SqliteRow,
+    at: usize,
+    producer_id: i64,
+) -> Result<ProducerState, CoordinatorError> {
+    let window: Vec<u8> = col(row, at + 1)?;
+    Ok(ProducerState {
+        producer_id,
+        producer_epoch: row.i16_at(at)?,
+        batches: decode_window(&window).ok_or_else(|| corrupt("torn producer batch window"))?,
+        last_append_ms: row.i64_at(at + 2)?,
+        current_txn_first_offset: row.opt_i64_at(at + 3)?,
+        current_txn_start_ms: row.i64_at(at + 4)?,
+        coordinator_epoch: row.i32_at(at + 5)?,
+        last_ended_txn: row.i64_at(at + 6)?,
+        last_marker_offset: row.i64_at(at + 7)?,
+    })
+}
+
+/// Writes the states of `(partition id, producer id)`s whole (inserted or replaced), in multi-row
+/// upserts.
+pub(super) async fn upsert_states(
+    conn: &mut SqliteConnection,
+    states: &[((i64, i64), &ProducerState)],
+) -> Result<(), CoordinatorError> {
+    let sql = format!(
+        "INSERT INTO producer_state (partition_id, producer_id, {STATE_COLUMNS}) VALUES {{values}} \
+         ON CONFLICT (partition_id, producer_id) DO UPDATE SET \
+         producer_epoch = excluded.producer_epoch, batch_window = excluded.batch_window, \
+         last_append_ms = excluded.last_append_ms, txn_first_offset = excluded.txn_first_offset, \
+         txn_start_ms = excluded.txn_start_ms, coordinator_epoch = excluded.coordinator_epoch, \
+         last_ended_txn = excluded.last_ended_txn, last_marker_offset = excluded.last_marker_offset"
+    );
+    execute_rows(
+        conn,
+        &sql,
+        10,
+        states,
+        |q, ((partition_id, producer_id), s)| {
+            q.bind(*partition_id)
+                .bind(*producer_id)
+                .bind(s.producer_epoch)
+                .bind(encode_window(&s.batches))
+                .bind(s.last_append_ms)
+                .bind(s.current_txn_first_offset)
+                .bind(s.current_txn_start_ms)
+                .bind(s.coordinator_epoch)
+                .bind(s.last_ended_txn)
+                .bind(s.last_marker_offset)
+        },
+    )
+    .await
+}
 
 /// Bytes per window entry: base seq i32, last seq i32, base offset i64, last offset i64, log append
 /// time i64, little endian.
@@ -82,19 +147,65 @@ pub(super) fn decide(state: Option<&ProducerState>, batch: &CommitBatch) -> Deci
     }
 }
 
+/// The transaction rules of a batch the idempotent-producer rules would append (docs/transactions.md
+/// §2.3, the reference model's order): `Ok(true)` when it opens a transaction, `Ok(false)` when it
+/// is appended without opening one, else why it is refused. `state` is the producer's state before
+/// the batch.
+pub(super) fn check_txn(
+    state: Option<&ProducerState>,
+    batch: &CommitBatch,
+) -> Result<bool, ErrorCode> {
+    let open = state.and_then(|s| s.current_txn_first_offset).is_some();
+    if !batch.transactional {
+        // Kafka's `appendDataBatch`: a plain batch while the producer's transaction is open.
+        return if open && batch.is_idempotent() {
+            Err(ErrorCode::InvalidTxnState)
+        } else {
+            Ok(false)
+        };
+    }
+    if !batch.is_idempotent() {
+        return Err(ErrorCode::InvalidRecord);
+    }
+    if let Some(s) = state
+        && open
+    {
+        // Same epoch: the open transaction goes on. A higher one: the producer's next transaction
+        // (TV2 bumps the epoch per transaction) before this one's marker arrived.
+        return if batch.producer_epoch == s.producer_epoch {
+            Ok(false)
+        } else {
+            Err(ErrorCode::InvalidTxnState)
+        };
+    }
+    // Opening one needs the host's verification, for a transaction newer than every one a marker
+    // already ended here (a stale verified batch cannot reopen it).
+    let last_ended = state.map_or(-1, |s| s.last_ended_txn);
+    match batch.txn_seq {
+        Some(seq) if seq > last_ended => Ok(true),
+        _ => Err(ErrorCode::InvalidTxnState),
+    }
+}
+
 /// Records an appended batch, committed at `now`, in the producer's state (a new epoch starts a new
-/// window; the last append time is refreshed).
+/// window; the last append time is refreshed); `opens_txn`: the batch opens a transaction at its
+/// base offset.
 pub(super) fn record(
     state: &mut Option<ProducerState>,
     batch: &CommitBatch,
     appended: ProducerBatch,
     now: i64,
+    opens_txn: bool,
 ) {
     let s = state.get_or_insert_with(|| ProducerState {
         batches: Vec::with_capacity(PRODUCER_BATCH_WINDOW),
         ..ProducerState::new(batch.producer_id, batch.producer_epoch, now)
     });
     s.last_append_ms = now;
+    if opens_txn {
+        s.current_txn_first_offset = Some(appended.base_offset);
+        s.current_txn_start_ms = now;
+    }
     if s.producer_epoch != batch.producer_epoch {
         s.producer_epoch = batch.producer_epoch;
         s.batches.clear();

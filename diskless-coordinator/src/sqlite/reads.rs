@@ -3,22 +3,22 @@
 //! it reads twice).
 
 use super::conn::not_applied;
-use super::producer;
+use super::producer::{STATE_COLUMNS, state_from_row};
 use super::{CHUNK, SqliteCoordinator, decode_owners};
 use crate::rows::{
-    OBJECT_INFO, SqlRow, TOPIC_COLUMNS, batch_columns, batch_from_row, col, corrupt,
-    object_info_from_row, topic_from_row, topic_key,
+    OBJECT_INFO, SqlRow, TOPIC_COLUMNS, batch_columns, batch_from_row, object_info_from_row,
+    topic_from_row, topic_key,
 };
 use crate::rules::{
     FetchLimits, PartitionFetch, in_request_order, list_offsets_answer, looks_up_batch,
 };
 use crate::{
-    CoordinatorError, ErrorCode, FindBatchesRequest, FindBatchesResponse, IsolationLevel,
-    ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, ObjectInfo, ProducerState,
-    TopicIdPartition, TopicInfo,
+    AbortedTxn, CoordinatorError, ErrorCode, FindBatchesRequest, FindBatchesResponse,
+    IsolationLevel, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, ObjectInfo,
+    ProducerState, TopicIdPartition, TopicInfo,
 };
 use sqlx::AssertSqlSafe;
-use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::sqlite::SqliteConnection;
 use std::collections::HashSet;
 
 /// ListOffsets by timestamp, step 1: one probe of the index `batches_timestamp_so_far`. The
@@ -48,6 +48,23 @@ pub(super) const TIMESTAMP_SCAN: &str = "SELECT base_offset, effective_max_times
 pub(super) const MAX_TIMESTAMP_LOOKUP: &str = "SELECT base_offset, effective_max_timestamp \
      FROM batches WHERE partition_id = ?1 ORDER BY effective_max_timestamp DESC, last_offset LIMIT 1";
 
+/// The smallest first offset of partition `?1`'s open transactions (NULL when none is open): one
+/// probe of the partial index `producer_state_open_txn`, which holds only open transactions.
+pub(super) const OPEN_TXN_FIRST: &str = "SELECT MIN(txn_first_offset) FROM producer_state \
+     WHERE partition_id = ?1 AND txn_first_offset IS NOT NULL";
+
+/// The aborted transactions a `read_committed` fetch of partition `?1` from offset `?2` whose
+/// batches end before `?3` reports, by marker offset (Kafka's `TransactionIndex.collectAbortedTxns`):
+/// those whose marker is at or after the fetch offset and whose first offset is before the end, up
+/// to and including the first whose last stable offset after the abort reaches the end. Two ranges
+/// of the primary key: the stop row's, then the answer's.
+pub(super) const ABORTED_BETWEEN: &str = "SELECT producer_id, first_offset, last_offset \
+     FROM aborted_txns WHERE partition_id = ?1 AND last_offset >= ?2 AND first_offset < ?3 \
+     AND last_offset <= COALESCE((SELECT last_offset FROM aborted_txns \
+         WHERE partition_id = ?1 AND last_offset >= ?2 AND lso_at_abort >= ?3 \
+         ORDER BY last_offset LIMIT 1), 9223372036854775807) \
+     ORDER BY last_offset";
+
 const SELECT_PARTITION: &str = "SELECT p.partition_id, p.log_start_offset, p.high_watermark, \
      p.byte_size, t.timestamp_type FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
      WHERE p.topic_id = ?1 AND p.partition = ?2";
@@ -68,6 +85,49 @@ pub(super) async fn partition_bounds(
         .map_err(not_applied)?;
     row.map(|r| Ok((r.i64_at(0)?, r.i64_at(1)?, r.i64_at(2)?)))
         .transpose()
+}
+
+/// The last stable offset of partition `partition_id` with bounds `log_start` and `hwm`: the first
+/// offset of its earliest open transaction, raised to the log start (DeleteRecords and retention
+/// may cut into an open transaction), else the high watermark.
+pub(super) async fn last_stable_offset(
+    conn: &mut SqliteConnection,
+    partition_id: i64,
+    log_start: i64,
+    hwm: i64,
+) -> Result<i64, CoordinatorError> {
+    let first: Option<i64> = sqlx::query_scalar(OPEN_TXN_FIRST)
+        .bind(partition_id)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(not_applied)?;
+    Ok(first.map_or(hwm, |f| f.max(log_start).min(hwm)))
+}
+
+/// [`ABORTED_BETWEEN`]: the aborted transactions of partition `partition_id` a `read_committed`
+/// fetch from `offset` whose batches end before `upper` reports.
+async fn aborted_between(
+    conn: &mut SqliteConnection,
+    partition_id: i64,
+    offset: i64,
+    upper: i64,
+) -> Result<Vec<AbortedTxn>, CoordinatorError> {
+    let rows = sqlx::query(ABORTED_BETWEEN)
+        .bind(partition_id)
+        .bind(offset)
+        .bind(upper)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(not_applied)?;
+    rows.iter()
+        .map(|r| {
+            Ok(AbortedTxn {
+                producer_id: r.i64_at(0)?,
+                first_offset: r.i64_at(1)?,
+                last_offset: r.i64_at(2)?,
+            })
+        })
+        .collect()
 }
 
 /// Which of `keys` name a committed object, in [`CHUNK`]s of keys per statement.
@@ -130,21 +190,33 @@ async fn timestamp_lookup(
 }
 
 /// The batches of a partition's `find_batches` answer, from `request.offset` (in range) up to the
-/// high watermark `hwm`, read [`PAGE`] at a time while the limits take them.
+/// high watermark `hwm` (`read_uncommitted`) or the batches below the last stable offset `lso`
+/// (`read_committed`: none from an offset at or above it, even when the log start raised it into a
+/// batch), read [`PAGE`] at a time while the limits take them; for `read_committed`, with the
+/// aborted transactions of the returned range.
 async fn fetch_partition(
     conn: &mut SqliteConnection,
     mut fetch: PartitionFetch<'_>,
     partition_id: i64,
     request: &FindBatchesRequest,
-    (lso, hwm): (i64, i64),
+    (log_start, hwm): (i64, i64),
 ) -> Result<FindBatchesResponse, CoordinatorError> {
+    let lso = last_stable_offset(conn, partition_id, log_start, hwm).await?;
+    let committed = request.isolation == IsolationLevel::ReadCommitted;
+    // Batches whose base offset is below `end` are returned.
+    let end = match committed {
+        true if request.offset >= lso => i64::MIN,
+        true => lso,
+        false => hwm,
+    };
+    // Markers have no object: a left join (their object key reads as '').
     let sql = format!(
-        "SELECT {} FROM batches b JOIN objects o ON o.object_id = b.object_id \
+        "SELECT {} FROM batches b LEFT JOIN objects o ON o.object_id = b.object_id \
          WHERE b.partition_id = ?1 AND b.last_offset >= ?2 ORDER BY b.last_offset LIMIT ?3",
         batch_columns("o")
     );
     let mut from = request.offset;
-    'pages: while from < hwm {
+    'pages: while from < hwm && request.offset < end {
         let rows = sqlx::query(AssertSqlSafe(sql.clone()))
             .bind(partition_id)
             .bind(from)
@@ -153,7 +225,8 @@ async fn fetch_partition(
             .await
             .map_err(not_applied)?;
         for row in &rows {
-            if !fetch.take(batch_from_row(row, 0)?) {
+            let batch = batch_from_row(row, 0)?;
+            if batch.base_offset >= end || !fetch.take(batch) {
                 break 'pages;
             }
             from = fetch.next_offset()?.unwrap_or(from);
@@ -162,9 +235,14 @@ async fn fetch_partition(
             break;
         }
     }
-    // No transactional batch is accepted yet: the last stable offset is the high watermark.
-    let aborted = (request.isolation == IsolationLevel::ReadCommitted).then(Vec::new);
-    Ok(fetch.into_response(lso, hwm, hwm, aborted))
+    let aborted = match (committed, fetch.next_offset()?) {
+        (false, _) => None,
+        (true, None) => Some(Vec::new()),
+        (true, Some(upper)) => {
+            Some(aborted_between(conn, partition_id, request.offset, upper).await?)
+        }
+    };
+    Ok(fetch.into_response(log_start, hwm, lso, aborted))
 }
 
 impl SqliteCoordinator {
@@ -186,12 +264,13 @@ impl SqliteCoordinator {
         for request in requests {
             responses.push(match partition_bounds(&mut tx, request.partition).await? {
                 None => FindBatchesResponse::error(ErrorCode::UnknownTopicOrPartition),
-                Some((_, lso, hwm)) if request.offset < lso || request.offset > hwm => {
+                Some((_, log_start, hwm)) if request.offset < log_start || request.offset > hwm => {
                     FindBatchesResponse::error(ErrorCode::OffsetOutOfRange)
                 }
-                Some((partition_id, lso, hwm)) => {
+                Some((partition_id, log_start, hwm)) => {
                     let fetch = limits.partition(request.max_bytes);
-                    fetch_partition(&mut tx, fetch, partition_id, request, (lso, hwm)).await?
+                    let bounds = (log_start, hwm);
+                    fetch_partition(&mut tx, fetch, partition_id, request, bounds).await?
                 }
             });
         }
@@ -218,7 +297,18 @@ impl SqliteCoordinator {
             };
             responses.push(match bounds {
                 None => ListOffsetsResponse::error(ErrorCode::UnknownTopicOrPartition),
-                Some((_, lso, hwm)) => list_offsets_answer(request.timestamp, lso, hwm, hit),
+                Some((id, log_start, hwm)) => {
+                    // Kafka's `lastFetchableOffset`: LATEST answers it, and nothing at or above
+                    // it is found.
+                    let fetchable = match request.isolation {
+                        IsolationLevel::ReadCommitted => {
+                            last_stable_offset(&mut tx, id, log_start, hwm).await?
+                        }
+                        IsolationLevel::ReadUncommitted => hwm,
+                    };
+                    let hit = hit.filter(|(offset, _)| (*offset).max(log_start) < fetchable);
+                    list_offsets_answer(request.timestamp, log_start, fetchable, hit)
+                }
             });
         }
         tx.commit().await.map_err(not_applied)?;
@@ -255,17 +345,18 @@ impl SqliteCoordinator {
         let Some((partition_id, ..)) = partition_bounds(&mut tx, partition).await? else {
             return Err(CoordinatorError::UnknownTopic(partition.to_string()));
         };
-        let rows = sqlx::query(
-            "SELECT producer_epoch, batch_window, last_append_ms, producer_id FROM producer_state \
-             WHERE partition_id = ?1 ORDER BY producer_id",
-        )
-        .bind(partition_id)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(not_applied)?;
+        let sql = format!(
+            "SELECT producer_id, {STATE_COLUMNS} FROM producer_state \
+             WHERE partition_id = ?1 ORDER BY producer_id"
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(partition_id)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(not_applied)?;
         tx.commit().await.map_err(not_applied)?;
         rows.iter()
-            .map(|r| producer_from_row(r, r.i64_at(3)?))
+            .map(|r| state_from_row(r, 1, r.i64_at(0)?))
             .collect()
     }
 
@@ -274,11 +365,12 @@ impl SqliteCoordinator {
         partition: TopicIdPartition,
         producer_id: i64,
     ) -> Result<Option<ProducerState>, CoordinatorError> {
-        let query = sqlx::query(
-            "SELECT s.producer_epoch, s.batch_window, s.last_append_ms FROM producer_state s \
+        let sql = format!(
+            "SELECT {STATE_COLUMNS} FROM producer_state s \
              JOIN partitions p ON p.partition_id = s.partition_id \
-             WHERE p.topic_id = ?1 AND p.partition = ?2 AND s.producer_id = ?3",
+             WHERE p.topic_id = ?1 AND p.partition = ?2 AND s.producer_id = ?3"
         );
+        let query = sqlx::query(AssertSqlSafe(sql));
         let query = query
             .bind(topic_key(partition.topic_id))
             .bind(partition.partition)
@@ -286,16 +378,6 @@ impl SqliteCoordinator {
         let Some(r) = self.read_row(query).await? else {
             return Ok(None);
         };
-        producer_from_row(&r, producer_id).map(Some)
+        state_from_row(&r, 0, producer_id).map(Some)
     }
-}
-
-/// A producer's state from a row of (epoch, batch window, last append time).
-fn producer_from_row(r: &SqliteRow, producer_id: i64) -> Result<ProducerState, CoordinatorError> {
-    let window: Vec<u8> = col(r, 1)?;
-    Ok(ProducerState {
-        batches: producer::decode_window(&window)
-            .ok_or_else(|| corrupt("torn producer batch window"))?,
-        ..ProducerState::new(producer_id, r.i16_at(0)?, r.i64_at(2)?)
-    })
 }

@@ -73,10 +73,11 @@ impl SqliteCoordinator {
         if !topic_exists(&mut tx, "topic_id", &id).await? {
             return Err(CoordinatorError::UnknownTopic(id));
         }
-        // The topic's batches come off their objects' live bytes first.
+        // The topic's batches come off their objects' live bytes first (markers have none).
         let release = release_objects_sql(
             "SELECT object_id, SUM(byte_size) AS bytes FROM batches WHERE partition_id IN \
-             (SELECT partition_id FROM partitions WHERE topic_id = ?1) GROUP BY object_id",
+             (SELECT partition_id FROM partitions WHERE topic_id = ?1) \
+             AND object_id IS NOT NULL GROUP BY object_id",
             "?2",
         );
         sqlx::query(AssertSqlSafe(release))
@@ -89,6 +90,8 @@ impl SqliteCoordinator {
             "DELETE FROM batches WHERE partition_id IN \
              (SELECT partition_id FROM partitions WHERE topic_id = ?1)",
             "DELETE FROM producer_state WHERE partition_id IN \
+             (SELECT partition_id FROM partitions WHERE topic_id = ?1)",
+            "DELETE FROM aborted_txns WHERE partition_id IN \
              (SELECT partition_id FROM partitions WHERE topic_id = ?1)",
             "DELETE FROM partitions WHERE topic_id = ?1",
             "DELETE FROM topics WHERE topic_id = ?1",
