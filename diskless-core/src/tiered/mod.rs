@@ -1,7 +1,7 @@
 //! Tiered segments (issue #15, KIP-1163 "Moving to Tiered Storage"): the WAL batches of a partition
 //! consolidated into one immutable object holding Kafka's segment files, byte for byte.
 //!
-//! - [`format`] — the sections of a segment object (`.log`, `.index`, `.timeindex`, `.txnindex`,
+//! - [`format`](mod@format) — the sections of a segment object (`.log`, `.index`, `.timeindex`, `.txnindex`,
 //!   producer `.snapshot`, leader-epoch checkpoint) and its trailer, their parsers and Kafka's
 //!   lookups; [`SegmentIndexer`] is `LogSegment.recover`'s index state machine.
 //! - [`builder`] — [`TieredSegmentBuilder`]: stored WAL batches and their coordinates in, a
