@@ -148,6 +148,7 @@ fn produce_rate(batches: &[Bytes], count: usize, null_store: bool) -> f64 {
                             ),
                             config: config.clone(),
                             records,
+                            txn_seq: None,
                         }
                     })
                     .collect()

@@ -54,7 +54,7 @@ pub(crate) fn run(quick: bool) -> Vec<Row> {
                 .map(|p| ProducePartition {
                     partition: TopicIdPartition::new(topic, p as i32),
                     config: config.clone(),
-                    records: batches[(i * PARTITIONS + p) % batches.len()].clone(),
+                    records: batches[(i * PARTITIONS + p) % batches.len()].clone(), txn_seq: None,
                 })
                 .collect();
             pending.push(writer.append(partitions).await);
@@ -81,7 +81,7 @@ pub(crate) fn run(quick: bool) -> Vec<Row> {
                     partition: TopicIdPartition::new(topic, p as i32),
                     fetch_offset: offsets[p],
                     partition_max_bytes: PARTITION_MAX_BYTES,
-                    leader_epoch: 0,
+                    leader_epoch: 0, isolation: Default::default(),
                 })
                 .collect();
             let answers = match fetcher.fetch(&requests, FETCH_MAX_BYTES).await {

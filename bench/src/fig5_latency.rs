@@ -157,6 +157,7 @@ fn scenario(s: &Scenario, seconds: u64) -> Vec<Row> {
                 partition,
                 config: config.clone(),
                 records: batches[i as usize % batches.len()].clone(),
+                txn_seq: None,
             }];
             let writer = sim.writer.clone();
             tasks.push(tokio::spawn(async move {

@@ -94,6 +94,7 @@ fn scenario(
                             partition: TopicIdPartition::new(topic, ((i + j) % PARTITIONS) as i32),
                             config: config.clone(),
                             records: batches[(i + j) % batches.len()].clone(),
+                            txn_seq: None,
                         })
                         .collect();
                     i += producers;

@@ -74,6 +74,7 @@ async fn produce_all(
                     partition: TopicIdPartition::new(topic, ((i + j) % PARTITIONS) as i32),
                     config: config.clone(),
                     records,
+                    txn_seq: None,
                 }
             })
             .collect();
@@ -152,6 +153,7 @@ fn heavy_write_and_cold_fetch(quick: bool) -> Vec<Row> {
                 fetch_offset: 0,
                 partition_max_bytes: 1 << 20,
                 leader_epoch: 0,
+                isolation: Default::default(),
             })
             .collect();
         let find: Vec<FindBatchesRequest> = requests
@@ -259,6 +261,7 @@ fn light_write_and_idle(quick: bool) -> Vec<Row> {
                 partition: TopicIdPartition::new(topic, (i % PARTITIONS as u64) as i32),
                 config: config.clone(),
                 records,
+                txn_seq: None,
             }];
             let w = w.clone();
             tasks.push(tokio::spawn(async move { w.produce(request).await }));

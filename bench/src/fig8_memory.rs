@@ -145,6 +145,7 @@ pub(crate) fn child(bound: u64) {
                             config: config.clone(),
                             // A fresh allocation per batch, as a network layer would make.
                             records: Bytes::copy_from_slice(&template),
+                            txn_seq: None,
                         })
                         .collect();
                     i += PRODUCERS;

@@ -28,8 +28,9 @@
 
 use bytes::Bytes;
 use diskless_coordinator::{
-    BatchCoordinate, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, ListOffsetsRequest,
-    MAX_TIMESTAMP, NO_TIMESTAMP, TimestampType, TopicIdPartition,
+    BatchCoordinate, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, FindBatchesResponse,
+    IsolationLevel, ListOffsetsRequest, MAX_TIMESTAMP, NO_TIMESTAMP, TimestampType,
+    TopicIdPartition,
 };
 use tracing::warn;
 
@@ -79,6 +80,9 @@ pub struct ListOffsetsPartition {
     /// own: pass the epoch the host announces in Metadata for the partition (as for
     /// [`crate::FetchPartition::leader_epoch`]).
     pub leader_epoch: i32,
+    /// The request's `isolation_level` (ListOffsets v2+): `ReadCommitted` answers LATEST with the
+    /// last stable offset and finds no record at or above it (Kafka's `lastFetchableOffset`).
+    pub isolation: IsolationLevel,
 }
 
 /// The answer for one partition of a ListOffsets request, in request order.
@@ -259,7 +263,7 @@ impl Fetcher {
                     EARLIEST_LOCAL_TIMESTAMP | LATEST_TIERED_TIMESTAMP => EARLIEST_TIMESTAMP,
                     t => t,
                 },
-                isolation: Default::default(),
+                isolation: requests[i].isolation,
             })
             .collect();
         let answers = self.coordinator.list_offsets(&queries).await?;
@@ -309,7 +313,7 @@ impl Fetcher {
                 partition: requests[l.index].partition,
                 offset: l.offset,
                 max_bytes: 0,
-                isolation: Default::default(),
+                isolation: requests[l.index].isolation,
             })
             .collect();
         let found = self.coordinator.find_batches(&find, 0).await?;
@@ -349,7 +353,7 @@ impl Fetcher {
                 continue;
             }
             let lso = response.log_start_offset;
-            if batch.timestamp_type == TimestampType::LogAppendTime {
+            if needs_no_read(&batch) {
                 let step = self.log_append_time_step(request, lookup, &batch, lso);
                 self.finish(requests, lookup, step, &mut out[..], &mut restart)
                     .await?;
@@ -416,8 +420,8 @@ impl Fetcher {
         Ok(())
     }
 
-    /// A LogAppendTime batch needs no read: every record has the batch's commit time, so the first
-    /// record at or after the log start offset is the answer if the commit time matches.
+    /// A LogAppendTime batch or a transaction marker needs no read: every record has the batch's
+    /// time, so the first record at or after the log start offset is the answer if it matches.
     fn log_append_time_step(
         &self,
         request: &ListOffsetsPartition,
@@ -475,7 +479,7 @@ impl Fetcher {
                         partition: request.partition,
                         offset: next,
                         max_bytes: SCAN_PAGE_BYTES,
-                        isolation: Default::default(),
+                        isolation: request.isolation,
                     }],
                     SCAN_PAGE_BYTES,
                 )
@@ -502,7 +506,7 @@ impl Fetcher {
                 if batch.effective_max_timestamp() < target {
                     continue;
                 }
-                let record = if batch.timestamp_type == TimestampType::LogAppendTime {
+                let record = if needs_no_read(batch) {
                     Ok(log_append_time_record(batch, lso, Search::AtLeast(target)))
                 } else {
                     match self.read_batches(vec![(0usize, batch)]).await.0.remove(&0) {
@@ -526,10 +530,18 @@ impl Fetcher {
                 }
             }
             match last.and_then(|l| l.checked_add(1)) {
-                Some(after) if after < response.high_watermark => next = after,
+                Some(after) if after < readable_end(request.isolation, &response) => next = after,
                 _ => return Ok(Step::Done(ListedOffset::new(request, -1, NO_TIMESTAMP))),
             }
         }
+    }
+}
+
+/// Where a lookup's reads end: the high watermark, or the last stable offset for `read_committed`.
+fn readable_end(isolation: IsolationLevel, response: &FindBatchesResponse) -> i64 {
+    match isolation {
+        IsolationLevel::ReadCommitted => response.last_stable_offset,
+        IsolationLevel::ReadUncommitted => response.high_watermark,
     }
 }
 
@@ -541,14 +553,21 @@ fn storage_error(request: &ListOffsetsPartition, message: String) -> Step {
     ))
 }
 
-/// The answer from a LogAppendTime batch without reading it: its first record at or after the log
-/// start offset, with the commit time, if the commit time matches the search.
+/// Whether a batch's record timestamps are known without reading it: a LogAppendTime batch (every
+/// record has the commit time) or a transaction marker (no stored bytes; its one record has the
+/// batch's time, as Kafka's `FileRecords.searchForTimestamp` sees control batches).
+fn needs_no_read(batch: &BatchCoordinate) -> bool {
+    batch.timestamp_type == TimestampType::LogAppendTime || batch.is_control()
+}
+
+/// The answer from a batch of [`needs_no_read`] without reading it: its first record at or after the
+/// log start offset, with the batch's time, if that time matches the search.
 fn log_append_time_record(
     batch: &BatchCoordinate,
     log_start_offset: i64,
     search: Search,
 ) -> Option<(i64, i64)> {
-    let timestamp = batch.log_append_time;
+    let timestamp = batch.effective_max_timestamp();
     let first = batch.base_offset.max(log_start_offset);
     if first > batch.last_offset {
         return None;

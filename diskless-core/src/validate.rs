@@ -90,6 +90,9 @@ pub enum ValidationErrorKind {
     ControlBatch,
     /// `producerId >= 0` with `baseSequence < 0`.
     InvalidSequence,
+    /// A transactional batch without a producer id (Kafka would store it without producer state;
+    /// diskless-rs refuses it, since no transaction could ever end it).
+    TransactionalWithoutProducerId,
     /// A client sent `baseOffset != 0`.
     NonZeroBaseOffset,
     /// Compression codec id 5..7.
@@ -150,6 +153,7 @@ impl ValidationErrorKind {
             | InconsistentCount
             | ControlBatch
             | InvalidSequence
+            | TransactionalWithoutProducerId
             | NonZeroBaseOffset
             | UnknownCompression(_)
             | Decompression(_)
@@ -266,7 +270,7 @@ impl ValidatedBatch {
             producer_epoch,
             base_sequence,
             last_sequence,
-            transactional: false,
+            transactional: self.transactional,
             txn_seq: None,
         }
     }
@@ -596,6 +600,12 @@ impl Validator {
                 return Err(ValidationError::new(
                     K::ControlBatch,
                     "clients are not allowed to write control records".into(),
+                ));
+            }
+            if attributes.is_transactional() && !batch.has_producer_id() {
+                return Err(ValidationError::new(
+                    K::TransactionalWithoutProducerId,
+                    "transactional records must have a producer id".into(),
                 ));
             }
             if batch.has_producer_id() && batch.base_sequence() < 0 {

@@ -107,6 +107,7 @@ impl Env {
                 partition: self.partition,
                 config: Arc::new(self.config.clone()),
                 records,
+                txn_seq: None,
             }])
             .await;
         tokio::spawn(pending)
@@ -143,6 +144,7 @@ impl Env {
                     fetch_offset: 0,
                     partition_max_bytes: 1 << 20,
                     leader_epoch: 0,
+                    isolation: Default::default(),
                 }],
                 1 << 20,
             )

@@ -82,6 +82,7 @@ fn child(dir: &Path) -> ! {
                             partition: TopicIdPartition::new(TOPIC, p),
                             config: config.clone(),
                             records: batch.into_bytes(),
+                            txn_seq: None,
                         }])
                         .await;
                     assert_eq!(answer[0].error, ErrorCode::None);
@@ -150,6 +151,7 @@ fn acknowledged_produces_survive_a_kill() {
                             fetch_offset: offset,
                             partition_max_bytes: 1 << 20,
                             leader_epoch: 0,
+                            isolation: Default::default(),
                         }],
                         1 << 20,
                     )

@@ -1599,6 +1599,7 @@ async fn a_fetch_racing_with_a_deletion_gets_a_retriable_error_not_bytes() {
                 fetch_offset: 0,
                 partition_max_bytes: 1 << 20,
                 leader_epoch: 0,
+                isolation: Default::default(),
             }],
             1 << 20,
         )

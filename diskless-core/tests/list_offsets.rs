@@ -109,6 +109,7 @@ impl Env {
                 partition: *partition,
                 config: config.clone(),
                 records: b.build().unwrap().into_bytes(),
+                txn_seq: None,
             });
         }
         let answers = self.writer.produce(requests).await;
@@ -152,6 +153,7 @@ fn query(partition: TopicIdPartition, timestamp: i64) -> ListOffsetsPartition {
         partition,
         timestamp,
         leader_epoch: EPOCH,
+        isolation: Default::default(),
     }
 }
 

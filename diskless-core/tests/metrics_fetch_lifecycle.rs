@@ -190,6 +190,7 @@ fn from_start(partition_max_bytes: u32) -> [FetchPartition; 1] {
         fetch_offset: 0,
         partition_max_bytes,
         leader_epoch: 0,
+        isolation: Default::default(),
     }]
 }
 

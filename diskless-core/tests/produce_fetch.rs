@@ -71,6 +71,7 @@ fn produce(partition: TopicIdPartition, config: &TopicConfig, b: &RecordBatch) -
         partition,
         config: Arc::new(config.clone()),
         records: b.as_bytes().clone(),
+        txn_seq: None,
     }
 }
 
@@ -80,6 +81,7 @@ fn fetch_req(partition: TopicIdPartition, offset: i64) -> FetchPartition {
         fetch_offset: offset,
         partition_max_bytes: 1 << 20,
         leader_epoch: 0,
+        isolation: Default::default(),
     }
 }
 
@@ -239,11 +241,13 @@ async fn invalid_partitions_fail_at_once_and_valid_ones_go_on() {
                 partition: TopicIdPartition::new(t, 1),
                 config: Arc::new(config.clone()),
                 records: Bytes::from(corrupt),
+                txn_seq: None,
             },
             ProducePartition {
                 partition: TopicIdPartition::new(t, 2),
                 config: Arc::new(config.clone()),
                 records: Bytes::from_static(b"garbage"),
+                txn_seq: None,
             },
         ])
         .await;
@@ -260,7 +264,8 @@ async fn invalid_partitions_fail_at_once_and_valid_ones_go_on() {
         .await;
     assert_eq!(answers[0].error, ErrorCode::UnknownTopicOrPartition);
 
-    // Transactional produce is refused clearly.
+    // A transactional batch the host did not verify for a transaction opens none: the
+    // coordinator answers INVALID_TXN_STATE (produce_fetch_txn.rs has the transaction paths).
     let txn = RecordBatchBuilder::new()
         .producer(1, 0, 0)
         .transactional(true)
@@ -271,7 +276,7 @@ async fn invalid_partitions_fail_at_once_and_valid_ones_go_on() {
         .writer
         .produce(vec![produce(TopicIdPartition::new(t, 0), &config, &txn)])
         .await;
-    assert_eq!(answers[0].error, ErrorCode::InvalidRecord);
+    assert_eq!(answers[0].error, ErrorCode::InvalidTxnState);
     e.writer.close().await;
 }
 

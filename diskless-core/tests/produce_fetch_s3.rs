@@ -64,6 +64,7 @@ async fn produce_and_fetch_over_s3_http() {
                     partition: TopicIdPartition::new(topic_id, p),
                     config: config.clone(),
                     records: batch.into_bytes(),
+                    txn_seq: None,
                 }
             })
             .collect();
@@ -93,6 +94,7 @@ async fn produce_and_fetch_over_s3_http() {
             fetch_offset: 0,
             partition_max_bytes: 1 << 20,
             leader_epoch: 0,
+            isolation: Default::default(),
         })
         .collect();
     let gets_before = storage.counters().snapshot().get_requests;

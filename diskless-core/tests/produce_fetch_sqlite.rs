@@ -53,6 +53,7 @@ async fn read_all(fetcher: &Fetcher, p: TopicIdPartition) -> Vec<RecordBatch> {
                     fetch_offset: offset,
                     partition_max_bytes: 64 * 1024,
                     leader_epoch: 0,
+                    isolation: Default::default(),
                 }],
                 64 * 1024,
             )
@@ -126,6 +127,7 @@ async fn writers_on_sqlite_and_local_files_then_restart() {
                             partition: TopicIdPartition::new(topic_id, p),
                             config: config.clone(),
                             records: batch.into_bytes(),
+                            txn_seq: None,
                         }
                     })
                     .collect();

@@ -78,6 +78,7 @@ impl Env {
                 partition: self.partition,
                 config: Arc::new(self.config.clone()),
                 records: records(),
+                txn_seq: None,
             }])
             .await;
         tokio::spawn(async move {

@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failed step is a failed test.
 
 use bytes::Bytes;
-use diskless_coordinator::{ErrorCode, TimestampType, TopicConfig};
+use diskless_coordinator::{ErrorCode, TimestampType, TopicConfig, TopicIdPartition};
 use diskless_core::batch::{CONTROL_MASK, HEADER_LEN, MAGIC_OFFSET, update_crc};
 use diskless_core::validate::validate_produce_records;
 use diskless_core::{
@@ -145,6 +145,30 @@ fn client_control_batch_is_rejected() {
     // A stored control batch (e.g. a transaction marker) is fine for the fetch-path check.
     verify_stored_batch(&b).unwrap();
     assert_ne!(b.attributes().0 & CONTROL_MASK, 0);
+}
+
+/// A transactional batch needs a producer id (a transaction is the producer's): refused with
+/// INVALID_RECORD; with one it passes and says it is transactional.
+#[test]
+fn transactional_without_producer_id_is_rejected() {
+    let b = kafka_like(Compression::None)
+        .transactional(true)
+        .build()
+        .unwrap();
+    let e = check(&b).unwrap_err();
+    assert_eq!(e.error_code(), ErrorCode::InvalidRecord);
+    assert_eq!(e.kind, K::TransactionalWithoutProducerId);
+    let b = kafka_like(Compression::None)
+        .producer(3, 0, 0)
+        .transactional(true)
+        .build()
+        .unwrap();
+    let v = check(&b).unwrap();
+    assert!(v.transactional);
+    assert!(
+        v.commit_batch(TopicIdPartition::new(uuid::Uuid::from_u128(1), 0), 1)
+            .transactional
+    );
 }
 
 #[test]

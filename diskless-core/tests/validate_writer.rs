@@ -85,6 +85,7 @@ fn part(partition: TopicIdPartition, records: Bytes) -> ProducePartition {
         partition,
         config: Arc::new(TopicConfig::default()),
         records,
+        txn_seq: None,
     }
 }
 
@@ -106,6 +107,7 @@ async fn fetched(e: &Env, partition: TopicIdPartition) -> Vec<RecordBatch> {
                 fetch_offset: 0,
                 partition_max_bytes: 1 << 20,
                 leader_epoch: 0,
+                isolation: Default::default(),
             }],
             1 << 20,
         )

@@ -706,6 +706,7 @@ impl World {
             partition: spec.partition,
             config: spec.config.clone(),
             records,
+            txn_seq: None,
         };
         tokio::spawn(async move {
             let answers = node.writer.produce(vec![partition]).await;
@@ -771,6 +772,7 @@ impl World {
                 fetch_offset: position,
                 partition_max_bytes: max_bytes,
                 leader_epoch: LEADER_EPOCH,
+                isolation: Default::default(),
             };
             let answer = match node
                 .fetcher
@@ -807,6 +809,7 @@ impl World {
                             partition,
                             timestamp: EARLIEST_TIMESTAMP,
                             leader_epoch: LEADER_EPOCH,
+                            isolation: Default::default(),
                         }])
                         .await;
                     let start = match listed.as_deref() {
@@ -1469,6 +1472,7 @@ impl World {
                     fetch_offset: position,
                     partition_max_bytes: ALL_BYTES,
                     leader_epoch: LEADER_EPOCH,
+                    isolation: Default::default(),
                 };
                 let answer = fetcher.fetch(&[request], ALL_BYTES).await.map_err(|e| {
                     (

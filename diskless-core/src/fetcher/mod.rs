@@ -31,12 +31,13 @@ use bytes::{Bytes, BytesMut};
 use diskless_cache::LocalCache;
 use diskless_common::metrics as m;
 use diskless_coordinator::{
-    BatchCoordinate, BatchCoordinator, CoordinatorError, ErrorCode, FindBatchesRequest,
-    TopicIdPartition,
+    AbortedTxn, BatchCoordinate, BatchCoordinator, CoordinatorError, EndTxnMarker, ErrorCode,
+    FindBatchesRequest, IsolationLevel, TopicIdPartition,
 };
 use diskless_storage::ObjectStorage;
 
-use crate::batch::RecordBatch;
+use crate::batch::{HEADER_LEN, RecordBatch};
+use crate::control;
 use crate::rewrite::{BatchRewrite, RewrittenBatch, rewrite_batch_verified};
 
 /// One partition of a Fetch request.
@@ -51,6 +52,9 @@ pub struct FetchPartition {
     /// Written into each served batch's `partitionLeaderEpoch`. A diskless partition has no leader
     /// epoch of its own: pass the epoch the host announces in Metadata for the partition (or 0).
     pub leader_epoch: i32,
+    /// The request's `isolation_level`: `ReadCommitted` reads stop at the last stable offset and
+    /// report the aborted transactions of what they return.
+    pub isolation: IsolationLevel,
 }
 
 /// The answer for one partition of a Fetch request.
@@ -68,6 +72,12 @@ pub struct FetchedPartition {
     pub high_watermark: i64,
     /// The partition's log start offset (`-1` on error).
     pub log_start_offset: i64,
+    /// The partition's last stable offset (`-1` on error): the response's `last_stable_offset`.
+    pub last_stable_offset: i64,
+    /// For a `ReadCommitted` fetch, the aborted transactions that overlap the records returned
+    /// (Kafka's `abortedTransactions`: a consumer drops those producers' records from each first
+    /// offset up to the ABORT marker); `None` for `ReadUncommitted` and on error.
+    pub aborted_transactions: Option<Vec<AbortedTxn>>,
     /// The records, as chunks: their concatenation is the response's `records` field.
     pub records: Vec<Bytes>,
 }
@@ -154,6 +164,7 @@ impl Fetcher {
     ///             fetch_offset: 0,
     ///             partition_max_bytes: 1 << 20,
     ///             leader_epoch: 0,
+    ///             isolation: Default::default(),
     ///         }],
     ///         50 << 20,
     ///     )
@@ -258,7 +269,7 @@ impl Fetcher {
                 partition: r.partition,
                 offset: r.fetch_offset,
                 max_bytes: r.partition_max_bytes,
-                isolation: Default::default(),
+                isolation: r.isolation,
             })
             .collect();
         let found = self
@@ -302,11 +313,12 @@ impl Fetcher {
             selected.push(batches);
         }
 
-        // Read every selected batch, grouped by object.
+        // Read every selected batch, grouped by object; transaction markers have no stored bytes.
         let wanted: Vec<(Slot, &BatchCoordinate)> = selected
             .iter()
             .enumerate()
             .flat_map(|(pi, batches)| batches.iter().enumerate().map(move |(bi, b)| ((pi, bi), b)))
+            .filter(|(_, b)| !b.is_control())
             .collect();
         let (mut bytes_of, read) = self.read_batches(wanted).await;
         *stats = read;
@@ -322,22 +334,34 @@ impl Fetcher {
                 error_message: None,
                 high_watermark: response.high_watermark,
                 log_start_offset: response.log_start_offset,
+                last_stable_offset: response.last_stable_offset,
+                aborted_transactions: None,
                 records: Vec::with_capacity(batches.len() * 2),
             };
             if !response.error.is_ok() {
                 answer.high_watermark = -1;
                 answer.log_start_offset = -1;
+                answer.last_stable_offset = -1;
                 out.push(answer);
                 continue;
             }
+            // The end of what is served: the aborted transactions are cut to it.
+            let mut served_end: Option<i64> = None;
             for (bi, coordinate) in batches.iter().enumerate() {
-                let served = match bytes_of.remove(&(pi, bi)) {
-                    Some(Ok(bytes)) => serve_batch(bytes, coordinate, request.leader_epoch),
-                    Some(Err(e)) => Err(e),
-                    None => Err("batch bytes missing".to_string()),
+                let served = if let Some(marker) = coordinate.control {
+                    Ok(serve_marker(coordinate, marker, request.leader_epoch))
+                } else {
+                    match bytes_of.remove(&(pi, bi)) {
+                        Some(Ok(bytes)) => serve_batch(bytes, coordinate, request.leader_epoch),
+                        Some(Err(e)) => Err(e),
+                        None => Err("batch bytes missing".to_string()),
+                    }
                 };
                 match served {
-                    Ok(chunks) => answer.records.extend(chunks),
+                    Ok(chunks) => {
+                        answer.records.extend(chunks);
+                        served_end = coordinate.last_offset.checked_add(1);
+                    }
                     Err(e) => {
                         // Serve what precedes the failure; fail the partition if nothing does.
                         if answer.records.is_empty() {
@@ -348,10 +372,50 @@ impl Fetcher {
                     }
                 }
             }
+            if request.isolation == IsolationLevel::ReadCommitted && answer.error.is_ok() {
+                answer.aborted_transactions = Some(served_aborted(
+                    response.aborted.unwrap_or_default(),
+                    served_end,
+                ));
+            }
             out.push(answer);
         }
         Ok(out)
     }
+}
+
+/// The aborted transactions of a `read_committed` answer, cut to the records served (`end`: the
+/// offset after the last served batch; `None` when nothing was served). The coordinator collected
+/// them for the batches it found (Kafka's `collectAbortedTxns` up to their end); the fetch may serve
+/// fewer (its own byte limits, a storage error), and Kafka's rule for the shorter range keeps exactly
+/// the entries that start before it: an entry after the coordinator's stop entry never does.
+fn served_aborted(aborted: Vec<AbortedTxn>, end: Option<i64>) -> Vec<AbortedTxn> {
+    match end {
+        Some(end) => aborted
+            .into_iter()
+            .filter(|a| a.first_offset < end)
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+/// A transaction marker's control batch, built from its coordinate (it has no stored bytes).
+fn serve_marker(
+    coordinate: &BatchCoordinate,
+    marker: EndTxnMarker,
+    leader_epoch: i32,
+) -> [Bytes; 2] {
+    let bytes = control::end_txn_marker(&control::MarkerBatch {
+        base_offset: coordinate.base_offset,
+        partition_leader_epoch: leader_epoch,
+        producer_id: coordinate.producer_id,
+        producer_epoch: coordinate.producer_epoch,
+        commit: marker.commit,
+        coordinator_epoch: marker.coordinator_epoch,
+        timestamp: coordinate.effective_max_timestamp(),
+        log_append_time: coordinate.timestamp_type.is_log_append_time(),
+    });
+    [bytes.slice(..HEADER_LEN), bytes.slice(HEADER_LEN..)]
 }
 
 /// Checks that stored bytes are the batch the coordinates describe, and injects the assigned offsets.

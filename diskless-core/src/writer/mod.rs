@@ -104,16 +104,28 @@ pub struct ProducePartition {
     /// The partition's `records` field: exactly one record batch (Produce v3+; anything else is
     /// answered `INVALID_RECORD`, and a partial trailing batch is dropped, as Kafka does).
     pub records: Bytes,
+    /// For a transactional batch: the transaction the host's transaction coordinator verified this
+    /// partition to be part of (see [`diskless_coordinator::CommitBatch::txn_seq`]); `None` when
+    /// not verified (the batch is then accepted only inside a transaction the producer already
+    /// has open in the partition). Ignored for other batches.
+    pub txn_seq: Option<i64>,
 }
 
 impl ProducePartition {
-    /// One partition's records, to be validated under `config`.
+    /// One partition's records, to be validated under `config` (not verified for a transaction).
     pub fn new(partition: TopicIdPartition, config: Arc<TopicConfig>, records: Bytes) -> Self {
         ProducePartition {
             partition,
             config,
             records,
+            txn_seq: None,
         }
+    }
+
+    /// The same partition, verified for transaction `txn_seq`.
+    pub fn with_txn_seq(mut self, txn_seq: i64) -> Self {
+        self.txn_seq = Some(txn_seq);
+        self
     }
 }
 
@@ -714,7 +726,7 @@ fn ready_errors(
 
 /// Validates one partition's records: the library's one place for Kafka's produce rules
 /// ([`Validator::validate_produce_records`]: exactly one batch per partition, then every batch
-/// check), plus the refusal of transactional batches. An invalid partition gets its error at once;
+/// check). The transaction rules are the coordinator's, at the commit. An invalid partition gets its error at once;
 /// a valid one gives its batch (the records, without a trailing partial batch) and its commit
 /// coordinates (byte offset 0 until the segment is laid out).
 fn validate_partition(
@@ -726,14 +738,16 @@ fn validate_partition(
         partition,
         config,
         records,
+        txn_seq,
     } = p;
     match validator.validate_produce_records_owned(records, &config, now_ms) {
-        Ok((_, meta)) if meta.transactional => Err(Box::new(PartitionResponse::error(
-            partition,
-            ErrorCode::InvalidRecord,
-            "transactional produce is not supported on diskless topics yet",
-        ))),
-        Ok((batch, meta)) => Ok((batch.into_bytes(), meta.commit_batch(partition, 0))),
+        Ok((batch, meta)) => {
+            let mut commit = meta.commit_batch(partition, 0);
+            if commit.transactional {
+                commit.txn_seq = txn_seq;
+            }
+            Ok((batch.into_bytes(), commit))
+        }
         Err(e) => {
             let mut response = PartitionResponse::error(partition, e.error_code(), e.to_string());
             if let Some(index) = e.record_index {

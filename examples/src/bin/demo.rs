@@ -223,6 +223,7 @@ async fn run(args: Args) -> Result<bool, Error> {
                         partition: TopicIdPartition::new(topic_id, p),
                         config: config.clone(),
                         records: batch.into_bytes(),
+                        txn_seq: None,
                     });
                 }
                 let sent: Vec<Bytes> = parts.iter().map(|p| p.records.clone()).collect();
@@ -277,6 +278,7 @@ async fn run(args: Args) -> Result<bool, Error> {
                 fetch_offset: offset,
                 partition_max_bytes: 1 << 20,
                 leader_epoch: 0,
+                isolation: Default::default(),
             })
             .collect();
         let answers = fetcher.fetch(&requests, 50 << 20).await?;

@@ -5,9 +5,9 @@
 //! ([`crate::fetch_session`]), topic ids from version 13. It long-polls as Kafka does: while fewer
 //! than `min_bytes` are available, no read failed and `max_wait_ms` has not passed, it waits for a
 //! commit of any broker of the process (or re-checks every [`POLL_INTERVAL`], for writers in other
-//! processes sharing the coordinator) and fetches again. There are no transactions on diskless
-//! topics yet, so `read_committed` and `read_uncommitted` read the same records and the last stable
-//! offset is the high watermark.
+//! processes sharing the coordinator) and fetches again. `read_committed` fetches stop at the last
+//! stable offset and carry the aborted transactions of what they return (the library's
+//! `Fetcher`); transaction markers are served as Kafka's control batches.
 //!
 //! ListOffsets goes through the shared `Fetcher` too (`Fetcher::list_offsets`: record-level
 //! answers, reading the one batch a timestamp falls in); DeleteRecords moves log start offsets in
@@ -20,19 +20,21 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use diskless_coordinator::{
-    CoordinatorError, DeleteRecordsRequest as CoordDeleteRecords, TopicIdPartition,
+    CoordinatorError, DeleteRecordsRequest as CoordDeleteRecords, IsolationLevel, TopicIdPartition,
 };
 use diskless_core::{FetchPartition, ListOffsetsPartition, list_offsets_min_version};
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{
     DeleteRecordsRequest, DeleteRecordsResponse, FetchRequest, FetchResponse, ListOffsetsRequest,
-    ListOffsetsResponse, TopicName,
+    ListOffsetsResponse, ProducerId, TopicName,
 };
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -196,6 +198,7 @@ pub(crate) async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest
                     fetch_offset: asked.fetch_offset,
                     partition_max_bytes: u32::try_from(asked.max_bytes).unwrap_or(0),
                     leader_epoch: 0,
+                    isolation: isolation(request.isolation_level),
                 });
                 Slot::Fetch(wanted.len() - 1)
             }
@@ -264,8 +267,18 @@ pub(crate) async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest
                 (None, Some(f)) => {
                     p.error_code = f.error.code();
                     p.high_watermark = f.high_watermark;
-                    p.last_stable_offset = f.high_watermark;
+                    p.last_stable_offset = f.last_stable_offset;
                     p.log_start_offset = f.log_start_offset;
+                    p.aborted_transactions = f.aborted_transactions.as_ref().map(|list| {
+                        list.iter()
+                            .map(|a| {
+                                let mut t = AbortedTransaction::default();
+                                t.producer_id = ProducerId(a.producer_id);
+                                t.first_offset = a.first_offset;
+                                t
+                            })
+                            .collect()
+                    });
                     p.records = Some(f.records_bytes());
                 }
             },
@@ -457,6 +470,7 @@ pub(crate) async fn list_offsets(
                     timestamp: p.timestamp,
                     // The epoch Fetch writes into served batches (see `fetch`).
                     leader_epoch: 0,
+                    isolation: isolation(request.isolation_level),
                 });
             }
         }
@@ -575,4 +589,11 @@ pub(crate) async fn delete_records(
         response.topics.push(topic);
     }
     response
+}
+
+/// A request's `isolation_level` (Fetch v4+, ListOffsets v2+; 0 before): 1 is `read_committed`.
+/// Kafka fails a request with another value as a whole (`IsolationLevel.forId` throws); a client
+/// never sends one, and it is read as `read_uncommitted` here.
+fn isolation(level: i8) -> IsolationLevel {
+    IsolationLevel::from_kafka(level).unwrap_or_default()
 }

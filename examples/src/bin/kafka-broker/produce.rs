@@ -4,8 +4,9 @@
 //! request came to (any broker accepts any diskless partition). `acks=0` gets no response; `acks=1`
 //! and `acks=-1` are both answered once the WAL segment is committed — a diskless topic has no
 //! follower to wait for. Idempotent producers get their producer id from a durable allocator; the
-//! coordinator checks their sequences. Transactions are not supported yet: a transactional
-//! InitProducerId gets `INVALID_REQUEST`, and transactional batches are refused by the writer.
+//! coordinator checks their sequences. This broker has no transaction coordinator yet: a
+//! transactional InitProducerId gets `INVALID_REQUEST`, so no partition is ever verified for a
+//! transaction, and the batch coordinator refuses transactional batches (`INVALID_TXN_STATE`).
 
 use std::sync::Arc;
 
@@ -77,6 +78,7 @@ pub(crate) async fn produce(
                         partition: TopicIdPartition::new(t.id, p.index),
                         config: t.config.clone(),
                         records,
+                        txn_seq: None,
                     });
                     Slot::Writer(partitions.len() - 1)
                 }
