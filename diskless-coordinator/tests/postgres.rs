@@ -281,30 +281,6 @@ diskless_testkit::coordinator_conformance!(
         Some((Arc::new(coordinator), schema))
     },
     clock = server,
-    // Transactions are not implemented on PostgreSQL yet (issue #14; `write_txn_markers` refuses).
-    skip = [
-        txn_first_batch_needs_verification,
-        txn_continues_without_verification_same_epoch,
-        txn_plain_batch_during_txn_rejected,
-        txn_next_epoch_before_marker_rejected,
-        txn_commit_marker_ends_txn_and_moves_lso,
-        txn_abort_marker_records_aborted_txn,
-        txn_marker_without_data_takes_an_offset,
-        txn_marker_is_idempotent_per_txn_seq,
-        txn_stale_verified_batch_after_marker_rejected,
-        txn_duplicate_after_end_answers_original_offsets,
-        txn_marker_epoch_checks,
-        txn_fence_marker_bumps_epoch_and_rejects_zombie,
-        txn_markers_many_partitions,
-        read_committed_stops_at_lso,
-        read_uncommitted_reports_lso_without_aborted,
-        two_producers_interleaved_lso_is_min,
-        read_committed_aborted_range_semantics,
-        list_offsets_read_committed,
-        delete_records_through_open_txn_clamps_lso,
-        retention_and_expiry_with_transactions,
-        delete_topic_with_open_txn,
-    ],
 );
 
 proptest! {
@@ -647,8 +623,8 @@ async fn postgres_migrations() {
         applied += r.await.unwrap().unwrap();
     }
     assert_eq!(
-        applied, 10,
-        "exactly one concurrent migrator applied each of the 10 migrations"
+        applied, 12,
+        "exactly one concurrent migrator applied each of the 12 migrations"
     );
     assert_eq!(migrate(&options).await.unwrap(), 0);
 
@@ -677,6 +653,8 @@ async fn postgres_migrations() {
             (8, "producer_ids".to_string()),
             (9, "lean_batch_writes".to_string()),
             (10, "drop_batches_object_index".to_string()),
+            (11, "transactions".to_string()),
+            (12, "open_txn_index".to_string()),
         ]
     );
     sqlx::query("UPDATE schema_migrations SET checksum = 'edited'")

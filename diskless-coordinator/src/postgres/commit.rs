@@ -1,6 +1,7 @@
 //! `commit_file`: one round trip, a call of the server-side function `commit_file` (PL/pgSQL, from
 //! the migrations) with the batches as arrays; the function registers the object, checks the
-//! commit point once its locks are held, and decides and appends every batch.
+//! commit point once its locks are held, and decides and appends every batch (the idempotent
+//! producer's rules, then the transaction rules: migration 11).
 
 use super::PostgresCoordinator;
 use super::conn::Attempt;
@@ -9,7 +10,8 @@ use crate::{CommitBatchResult, CommitFileRequest, CoordinatorError, ErrorCode};
 
 const CALL_COMMIT_FILE: &str = "SELECT r_batch_index, r_error_code, r_base_offset, \
      r_log_append_time, r_log_start_offset, r_duplicate FROM commit_file($1, $2, $3, $4, $5, \
-     $6::text[]::uuid[], $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)";
+     $6::text[]::uuid[], $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, \
+     $21)";
 
 /// SQLSTATE of `check_commit_point` (migration 5): the commit deadline passed.
 const DEADLINE_EXCEEDED: &str = "DL001";
@@ -49,6 +51,9 @@ struct BatchArrays {
     last_seqs: Vec<i32>,
     /// What the producer controls, judged per batch here ([`crate::producer_field_error`]; 0: fine).
     field_errors: Vec<i16>,
+    transactional: Vec<bool>,
+    /// The transaction the host verified the batch for (`None`: unverified).
+    txn_seqs: Vec<Option<i64>>,
 }
 
 impl BatchArrays {
@@ -70,6 +75,8 @@ impl BatchArrays {
             a.epochs.push(b.producer_epoch);
             a.base_seqs.push(b.base_sequence);
             a.last_seqs.push(b.last_sequence);
+            a.transactional.push(b.transactional);
+            a.txn_seqs.push(b.txn_seq);
         }
         a
     }
@@ -116,6 +123,8 @@ impl PostgresCoordinator {
             .bind(crate::object_key_time_ms(&request.object_key))
             .bind(crate::max_age_ms(self.options.max_commit_age))
             .bind(&a.field_errors)
+            .bind(&a.transactional)
+            .bind(&a.txn_seqs)
             .fetch_all(&mut *conn)
             .await
             .map_err(|e| commit_point_error(e, &request.object_key))?;

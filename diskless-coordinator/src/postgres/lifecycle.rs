@@ -51,7 +51,9 @@ fn resume_after(after: &Option<(String, i32)>) -> (&'static str, Option<&str>, O
 }
 
 /// Deletes the batches of the partitions `partition_ids` below `below`, adding the released bytes
-/// per object to `released`; returns the number of batches and bytes deleted.
+/// per object to `released`; returns the number of batches and bytes deleted. Transaction markers
+/// (no object) count among the batches and bytes deleted (their bytes are in the partition's
+/// size) but release no object's bytes.
 pub(super) async fn delete_batches_below(
     conn: &mut PgConnection,
     partition_ids: &[i64],
@@ -70,16 +72,19 @@ pub(super) async fn delete_batches_below(
     .map_err(Attempt::before)?;
     let (mut count, mut bytes) = (0u64, 0i64);
     for row in &rows {
-        let (object_id, n, b) = (row.i64_at(0)?, row.i64_at(1)?, row.i64_at(2)?);
+        let (object_id, n, b) = (row.opt_i64_at(0)?, row.i64_at(1)?, row.i64_at(2)?);
         count += to_u64(n, "batch count")?;
         bytes += b;
-        *released.entry(object_id).or_default() += b;
+        if let Some(object_id) = object_id {
+            *released.entry(object_id).or_default() += b;
+        }
     }
     Ok((count, bytes))
 }
 
 /// [`delete_batches_below`] for one partition, then moves its log start offset to `below` (never
-/// back) and its size down. Returns the number of batches and bytes deleted.
+/// back) and its size down, and forgets the aborted transactions whose marker is below the new
+/// log start. Returns the number of batches and bytes deleted.
 async fn trim_below(
     conn: &mut PgConnection,
     partition_id: i64,
@@ -88,8 +93,10 @@ async fn trim_below(
 ) -> Result<(u64, i64), Attempt> {
     let (count, bytes) = delete_batches_below(conn, &[partition_id], below, released).await?;
     sqlx::query(
-        "UPDATE partitions SET log_start_offset = greatest(log_start_offset, $2), \
-         byte_size = byte_size - $3 WHERE partition_id = $1",
+        "WITH pa AS (UPDATE partitions SET log_start_offset = greatest(log_start_offset, $2), \
+         byte_size = byte_size - $3 WHERE partition_id = $1 RETURNING log_start_offset) \
+         DELETE FROM aborted_txns a USING pa \
+         WHERE a.partition_id = $1 AND a.last_offset < pa.log_start_offset",
     )
     .bind(partition_id)
     .bind(below)
@@ -204,8 +211,8 @@ async fn trim_partition(
 }
 
 /// Producer expiry of one locked partition: deletes its states expired at `now` (their last
-/// append at least `expiration` ms before), in producer id order, at most `budget`. Returns how
-/// many.
+/// append at least `expiration` ms before, and no transaction open: Kafka's `isProducerExpired`),
+/// in producer id order, at most `budget`. Returns how many.
 async fn expire_partition(
     conn: &mut PgConnection,
     partition_id: i64,
@@ -217,6 +224,7 @@ async fn expire_partition(
         "WITH gone AS (DELETE FROM producer_state s WHERE s.partition_id = $1 \
          AND s.producer_id IN (SELECT v.producer_id FROM producer_state v \
          WHERE v.partition_id = $1 AND $2 - v.last_append_ms >= $3 \
+         AND v.txn_first_offset IS NULL \
          ORDER BY v.producer_id LIMIT $4) RETURNING 1) \
          SELECT count(*) FROM gone",
     )
@@ -241,7 +249,7 @@ enum Pass {
 impl Pass {
     /// The condition on a partition `pa` (joined with its topic `t`) that the pass may change at
     /// time `$1`. Retention: over its size limit, or with a first batch older than retention.ms.
-    /// Producer expiry: with a producer state expired.
+    /// Producer expiry: with a producer state expired (none with an open transaction expires).
     fn candidates(self) -> String {
         match self {
             Pass::Retention => format!(
@@ -256,7 +264,8 @@ impl Pass {
             ),
             Pass::ProducerExpiry => "EXISTS (SELECT 1 FROM producer_state s \
                  WHERE s.partition_id = pa.partition_id \
-                 AND $1 - s.last_append_ms >= t.producer_id_expiration_ms)"
+                 AND $1 - s.last_append_ms >= t.producer_id_expiration_ms \
+                 AND s.txn_first_offset IS NULL)"
                 .to_string(),
         }
     }

@@ -67,6 +67,8 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(8, "0008", "producer_ids", transactional: true),
     migration!(9, "0009", "lean_batch_writes", transactional: true),
     migration!(10, "0010", "drop_batches_object_index", transactional: false),
+    migration!(11, "0011", "transactions", transactional: true),
+    migration!(12, "0012", "open_txn_index", transactional: false),
 ];
 
 /// The latest schema version this build knows.

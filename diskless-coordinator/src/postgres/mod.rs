@@ -9,8 +9,10 @@
 //! - `topics.rs`: `create_topic`, `delete_topic`, `create_partitions`, `alter_topic_config`,
 //!   `allocate_producer_ids` (one `UPDATE ... RETURNING` of a counter row, migration 8);
 //! - `commit.rs`: `commit_file` (one call of the server-side function);
-//! - `reads.rs`: `find_batches`, `list_offsets`, `list_topics` (on a replica when configured)
-//!   and the queries that read the primary (`list_producers` among them);
+//! - `txn.rs`: `write_txn_markers` (one call of the server-side function, migration 11);
+//! - `reads.rs`: `find_batches`, `list_offsets` (both with the last stable offset and
+//!   `read_committed`), `list_topics` (on a replica when configured) and the queries that read
+//!   the primary (`list_producers` among them);
 //! - `lifecycle.rs`: DeleteRecords, retention, producer expiry, object deletion and orphan fences.
 //!
 //! Each [`BatchCoordinator`] method `x` is `write_x` or `read_x` in one of those files; a write
@@ -42,7 +44,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 ///   server-side function `commit_file` (PL/pgSQL, created by the migrations) taking the batches as
 ///   arrays. It registers the object and appends every batch in one implicit transaction, applying
 ///   offsets, LogAppendTime (the coordinator clock's time, passed in: the injected [`Clock`] stays
-///   the source of time) and the idempotent-producer rules, and returns one row per batch.
+///   the source of time), the idempotent-producer rules and the transaction rules, and returns one
+///   row per batch.
+/// - **Transactions** (KIP-98, the partition leader's part): a transactional batch opens or
+///   continues its producer's transaction in the partition, decided in the commit function;
+///   [`BatchCoordinator::write_txn_markers`] is one call of the server-side function
+///   `write_txn_markers`, which locks partitions in the same order as commits (they cannot
+///   deadlock) and appends marker rows without object, ending transactions and recording aborted
+///   ones. The last stable offset is not stored: it is computed when read, from the open
+///   transactions' first offsets (one probe of a partial index).
 /// - **Correct under concurrency without SERIALIZABLE**: a commit locks the rows of the partitions it
 ///   touches `FOR UPDATE`, in (topic id, partition) order, under READ COMMITTED; every other writer
 ///   (DeleteRecords, retention, topic deletion) locks partitions in the same order and the objects it

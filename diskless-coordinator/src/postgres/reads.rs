@@ -25,9 +25,9 @@ use crate::rows::{
 };
 use crate::rules::{FetchLimits, in_request_order, list_offsets_answer, looks_up_batch};
 use crate::{
-    BatchCoordinate, CoordinatorError, ErrorCode, FindBatchesRequest, FindBatchesResponse,
-    IsolationLevel, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP, ObjectInfo,
-    ProducerBatch, ProducerState, ShardId, TopicIdPartition, TopicInfo,
+    AbortedTxn, BatchCoordinate, CoordinatorError, ErrorCode, FindBatchesRequest,
+    FindBatchesResponse, IsolationLevel, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
+    ObjectInfo, ProducerBatch, ProducerState, ShardId, TopicIdPartition, TopicInfo,
 };
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::{AssertSqlSafe, Postgres, Transaction};
@@ -99,12 +99,21 @@ enum Source {
     Primary,
 }
 
-/// A partition as one snapshot sees it: its id, bounds and the first page of batches from the
-/// fetch offset (empty when the offset is out of range).
+/// The last stable offset of partition row `pa`: the smallest first offset of its open
+/// transactions (one probe of the partial index `producer_state_open_txn`, migration 12), raised
+/// to the log start offset, never above the high watermark; the high watermark when none is open.
+const LAST_STABLE_OFFSET: &str = "least(pa.high_watermark, greatest(pa.log_start_offset, \
+     coalesce((SELECT min(s.txn_first_offset) FROM producer_state s \
+     WHERE s.partition_id = pa.partition_id AND s.txn_first_offset IS NOT NULL), \
+     pa.high_watermark)))";
+
+/// A partition as one snapshot sees it: its id, bounds, last stable offset and the first page of
+/// batches from the fetch offset (empty when the offset is out of range).
 struct Found {
     partition_id: i64,
     log_start_offset: i64,
     high_watermark: i64,
+    last_stable_offset: i64,
     first_page: Vec<BatchCoordinate>,
 }
 
@@ -114,13 +123,29 @@ impl Found {
     }
 }
 
-/// One ListOffsets partition as one snapshot sees it: bounds and the batch found (base offset,
-/// timestamp) for a timestamp or MAX_TIMESTAMP lookup.
+/// One ListOffsets partition as one snapshot sees it: bounds, last stable offset and the batch
+/// found (base offset, timestamp) for a timestamp or MAX_TIMESTAMP lookup.
 #[derive(Clone, Copy)]
 struct Listed {
     log_start_offset: i64,
     high_watermark: i64,
+    last_stable_offset: i64,
     hit: Option<(i64, i64)>,
+}
+
+impl Listed {
+    /// The answer to `request`: under `read_committed` nothing at or above the last stable
+    /// offset is found and LATEST is the last stable offset (Kafka's `lastFetchableOffset`).
+    fn answer(&self, request: &ListOffsetsRequest) -> ListOffsetsResponse {
+        let fetchable = match request.isolation {
+            IsolationLevel::ReadCommitted => self.last_stable_offset,
+            IsolationLevel::ReadUncommitted => self.high_watermark,
+        };
+        let hit = self
+            .hit
+            .filter(|(offset, _)| (*offset).max(self.log_start_offset) < fetchable);
+        list_offsets_answer(request.timestamp, self.log_start_offset, fetchable, hit)
+    }
 }
 
 /// A stored owner shard id.
@@ -141,22 +166,35 @@ fn slot<'a, T>(
         .ok_or_else(|| corrupt(format!("{what} row for request {position}")))
 }
 
-/// Bounds and first page of every request (by position; `None`: unknown partition).
+/// Bounds and first page of every request (by position; `None`: unknown partition). A
+/// `read_committed` page holds only batches below the last stable offset (none from an offset at
+/// or above it). Whenever the fetch offset is below the last stable offset, the last stable offset
+/// is a batch boundary (the first offset of an open transaction's first batch, or the high
+/// watermark; the log start offset only when it is at or above the fetch offset), so a batch
+/// starts below it exactly when it ends below it: the bound is on `last_offset`, where the
+/// primary key's range scan stops.
 async fn find_first_pages(
     conn: &mut PgConnection,
     requests: &[&FindBatchesRequest],
 ) -> Result<Vec<Option<Found>>, CoordinatorError> {
     let (topic_ids, partitions) = partition_arrays(requests.iter().map(|r| r.partition));
     let offsets: Vec<i64> = requests.iter().map(|r| r.offset).collect();
+    let committed: Vec<bool> = requests
+        .iter()
+        .map(|r| r.isolation == IsolationLevel::ReadCommitted)
+        .collect();
     let rows = sqlx::query(AssertSqlSafe(format!(
-        "SELECT u.i::integer, pa.partition_id, pa.log_start_offset, pa.high_watermark, \
-         b.present, {cols} FROM unnest($1::text[]::uuid[], $2::integer[], $3::bigint[]) \
-         WITH ORDINALITY AS u(t, p, off, i) \
+        "SELECT u.i::integer, pa.partition_id, pa.log_start_offset, pa.high_watermark, l.lso, \
+         b.present, {cols} \
+         FROM unnest($1::text[]::uuid[], $2::integer[], $3::bigint[], $4::boolean[]) \
+         WITH ORDINALITY AS u(t, p, off, rc, i) \
          JOIN partitions pa ON pa.topic_id = u.t AND pa.partition = u.p \
+         CROSS JOIN LATERAL (SELECT {LAST_STABLE_OFFSET} AS lso) l \
          LEFT JOIN LATERAL (SELECT true AS present, b.*, o.object_key, o.object_size \
-             FROM batches b JOIN objects o ON o.object_id = b.object_id \
+             FROM batches b LEFT JOIN objects o ON o.object_id = b.object_id \
              WHERE b.partition_id = pa.partition_id AND b.last_offset >= u.off \
              AND u.off >= pa.log_start_offset AND u.off <= pa.high_watermark \
+             AND (NOT u.rc OR b.last_offset < l.lso) \
              ORDER BY b.last_offset LIMIT {FIRST_PAGE}) b ON true \
          ORDER BY u.i, b.last_offset",
         cols = batch_columns("b")
@@ -164,6 +202,7 @@ async fn find_first_pages(
     .bind(&topic_ids)
     .bind(&partitions)
     .bind(&offsets)
+    .bind(&committed)
     .fetch_all(&mut *conn)
     .await
     .map_err(|e| sql_error(e, false))?;
@@ -175,37 +214,75 @@ async fn find_first_pages(
                 partition_id: row.i64_at(1)?,
                 log_start_offset: row.i64_at(2)?,
                 high_watermark: row.i64_at(3)?,
+                last_stable_offset: row.i64_at(4)?,
                 first_page: Vec::new(),
             });
         }
-        if col::<_, Option<bool>>(row, 4)?.unwrap_or(false)
+        if col::<_, Option<bool>>(row, 5)?.unwrap_or(false)
             && let Some(f) = slot.as_mut()
         {
-            f.first_page.push(batch_from_row(row, 5)?);
+            f.first_page.push(batch_from_row(row, 6)?);
         }
     }
     Ok(found)
 }
 
-/// The next page of a partition's batches, from `from` on.
+/// The next page of a partition's batches, from `from` on, ending below `below`.
 async fn next_page(
     conn: &mut PgConnection,
     partition_id: i64,
     from: i64,
+    below: i64,
 ) -> Result<Vec<BatchCoordinate>, CoordinatorError> {
     let rows = sqlx::query(AssertSqlSafe(format!(
-        "SELECT {cols} FROM batches b JOIN objects o ON o.object_id = b.object_id \
-         WHERE b.partition_id = $1 AND b.last_offset >= $2 \
+        "SELECT {cols} FROM batches b LEFT JOIN objects o ON o.object_id = b.object_id \
+         WHERE b.partition_id = $1 AND b.last_offset >= $2 AND b.last_offset < $4 \
          ORDER BY b.last_offset LIMIT $3",
         cols = batch_columns("o")
     )))
     .bind(partition_id)
     .bind(from)
     .bind(PAGE)
+    .bind(below)
     .fetch_all(&mut *conn)
     .await
     .map_err(|e| sql_error(e, false))?;
     rows.iter().map(|r| batch_from_row(r, 0)).collect()
+}
+
+/// The aborted transactions a `read_committed` fetch from `offset` whose batches end before
+/// `upper` reports (Kafka's `TransactionIndex.collectAbortedTxns`): those whose marker is at or
+/// after `offset` and whose first offset is below `upper`, in marker order, up to and including
+/// the first whose last stable offset after the abort reaches `upper`.
+async fn aborted_between(
+    conn: &mut PgConnection,
+    partition_id: i64,
+    offset: i64,
+    upper: i64,
+) -> Result<Vec<AbortedTxn>, CoordinatorError> {
+    let rows = sqlx::query(
+        "SELECT a.producer_id, a.first_offset, a.last_offset FROM aborted_txns a \
+         WHERE a.partition_id = $1 AND a.last_offset >= $2 AND a.first_offset < $3 \
+         AND a.last_offset <= coalesce((SELECT min(s.last_offset) FROM aborted_txns s \
+             WHERE s.partition_id = $1 AND s.last_offset >= $2 AND s.lso_at_abort >= $3), \
+             9223372036854775807) \
+         ORDER BY a.last_offset",
+    )
+    .bind(partition_id)
+    .bind(offset)
+    .bind(upper)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|e| sql_error(e, false))?;
+    rows.iter()
+        .map(|r| {
+            Ok(AbortedTxn {
+                producer_id: r.i64_at(0)?,
+                first_offset: r.i64_at(1)?,
+                last_offset: r.i64_at(2)?,
+            })
+        })
+        .collect()
 }
 
 /// The ListOffsets lookup of every request (by position; `None`: unknown partition), in one
@@ -246,6 +323,7 @@ async fn list_offsets_lookup(
         *slot = Some(Listed {
             log_start_offset: row.i64_at(1)?,
             high_watermark: row.i64_at(2)?,
+            last_stable_offset: row.i64_at(5)?,
             hit,
         });
     }
@@ -256,8 +334,8 @@ async fn list_offsets_lookup(
 fn list_offsets_sql() -> String {
     let ts = EFFECTIVE_TS;
     format!(
-        "SELECT u.i::integer, pa.log_start_offset, pa.high_watermark, x.base_offset, x.ts \
-         FROM unnest($1::text[]::uuid[], $2::integer[], $3::bigint[]) \
+        "SELECT u.i::integer, pa.log_start_offset, pa.high_watermark, x.base_offset, x.ts, \
+         {LAST_STABLE_OFFSET} FROM unnest($1::text[]::uuid[], $2::integer[], $3::bigint[]) \
          WITH ORDINALITY AS u(t, p, target, i) \
          JOIN partitions pa ON pa.topic_id = u.t AND pa.partition = u.p \
          LEFT JOIN LATERAL ( \
@@ -419,6 +497,13 @@ impl PostgresCoordinator {
                 (true, None) => return Err(corrupt("no primary transaction")),
                 (false, _) => &mut tx,
             };
+            let committed = request.isolation == IsolationLevel::ReadCommitted;
+            // What the read may see (see find_first_pages).
+            let below = if committed {
+                f.last_stable_offset
+            } else {
+                i64::MAX
+            };
             let mut fetch = limits.partition(request.max_bytes);
             let mut full = f.first_page.len() as i64 == FIRST_PAGE;
             let mut page = f.first_page;
@@ -433,15 +518,20 @@ impl PostgresCoordinator {
                 let Some(from) = fetch.next_offset()?.filter(|_| full && took) else {
                     break;
                 };
-                page = next_page(conn, f.partition_id, from).await?;
+                page = next_page(conn, f.partition_id, from, below).await?;
                 full = page.len() as i64 == PAGE;
             }
-            // No transactional batch is accepted yet: the last stable offset is the high watermark.
-            let aborted = (request.isolation == IsolationLevel::ReadCommitted).then(Vec::new);
+            let aborted = match (committed, fetch.next_offset()?) {
+                (false, _) => None,
+                (true, None) => Some(Vec::new()),
+                (true, Some(upper)) => {
+                    Some(aborted_between(conn, f.partition_id, request.offset, upper).await?)
+                }
+            };
             responses.push(fetch.into_response(
                 f.log_start_offset,
                 f.high_watermark,
-                f.high_watermark,
+                f.last_stable_offset,
                 aborted,
             ));
         }
@@ -497,12 +587,7 @@ impl PostgresCoordinator {
             .zip(listed)
             .map(|(request, listed)| match listed {
                 None => ListOffsetsResponse::error(ErrorCode::UnknownTopicOrPartition),
-                Some(l) => list_offsets_answer(
-                    request.timestamp,
-                    l.log_start_offset,
-                    l.high_watermark,
-                    l.hit,
-                ),
+                Some(l) => l.answer(request),
             })
             .collect())
     }
@@ -598,8 +683,9 @@ impl PostgresCoordinator {
         self.check_open()?;
         let row = sqlx::query(
             "SELECT s.producer_epoch, s.base_sequences, s.last_sequences, s.base_offsets, \
-             s.last_offsets, s.log_append_times, s.last_append_ms FROM producer_state s \
-             JOIN partitions pa ON pa.partition_id = s.partition_id \
+             s.last_offsets, s.log_append_times, s.last_append_ms, s.txn_first_offset, \
+             s.txn_start_ms, s.coordinator_epoch, s.last_ended_txn, s.last_marker_offset \
+             FROM producer_state s JOIN partitions pa ON pa.partition_id = s.partition_id \
              WHERE pa.topic_id = $1::uuid AND pa.partition = $2 AND s.producer_id = $3",
         )
         .bind(topic_key(partition.topic_id))
@@ -620,8 +706,9 @@ impl PostgresCoordinator {
         self.check_open()?;
         let rows = sqlx::query(
             "SELECT s.producer_epoch, s.base_sequences, s.last_sequences, s.base_offsets, \
-             s.last_offsets, s.log_append_times, s.last_append_ms, s.producer_id \
-             FROM partitions pa LEFT JOIN producer_state s ON s.partition_id = pa.partition_id \
+             s.last_offsets, s.log_append_times, s.last_append_ms, s.txn_first_offset, \
+             s.txn_start_ms, s.coordinator_epoch, s.last_ended_txn, s.last_marker_offset, \
+             s.producer_id FROM partitions pa LEFT JOIN producer_state s ON s.partition_id = pa.partition_id \
              WHERE pa.topic_id = $1::uuid AND pa.partition = $2 ORDER BY s.producer_id",
         )
         .bind(topic_key(partition.topic_id))
@@ -634,7 +721,7 @@ impl PostgresCoordinator {
         }
         let mut producers = Vec::with_capacity(rows.len());
         for r in &rows {
-            if let Some(producer_id) = col::<_, Option<i64>>(r, 7)? {
+            if let Some(producer_id) = col::<_, Option<i64>>(r, 12)? {
                 producers.push(producer_from_row(r, producer_id)?);
             }
         }
@@ -643,7 +730,8 @@ impl PostgresCoordinator {
 }
 
 /// A producer's state from the columns (epoch, base sequences, last sequences, base offsets, last
-/// offsets, log append times, last append time).
+/// offsets, log append times, last append time, then its transaction: first offset, start time,
+/// coordinator epoch, last ended transaction, last marker offset).
 fn producer_from_row(r: &PgRow, producer_id: i64) -> Result<ProducerState, CoordinatorError> {
     let base_sequences: Vec<i32> = col(r, 1)?;
     let last_sequences: Vec<i32> = col(r, 2)?;
@@ -673,6 +761,11 @@ fn producer_from_row(r: &PgRow, producer_id: i64) -> Result<ProducerState, Coord
         .collect();
     Ok(ProducerState {
         batches,
+        current_txn_first_offset: r.opt_i64_at(7)?,
+        current_txn_start_ms: r.i64_at(8)?,
+        coordinator_epoch: r.i32_at(9)?,
+        last_ended_txn: r.i64_at(10)?,
+        last_marker_offset: r.i64_at(11)?,
         ..ProducerState::new(producer_id, r.i16_at(0)?, r.i64_at(6)?)
     })
 }

@@ -51,7 +51,8 @@ impl PostgresCoordinator {
     }
 
     /// One attempt of `delete_topic` at coordinator time `now`: the topic row, then its partitions
-    /// (in partition order) are locked, their batches deleted and their objects released.
+    /// (in partition order) are locked, their batches (transaction markers included) deleted and
+    /// their objects released, their producer states and aborted transactions deleted.
     async fn try_delete_topic(&self, topic_id: Uuid, now: i64) -> Result<(), Attempt> {
         let id = topic_key(topic_id);
         let mut tx = self.write.begin().await.map_err(Attempt::before)?;
@@ -76,6 +77,8 @@ impl PostgresCoordinator {
         release_objects(&mut tx, &released, now).await?;
         for sql in [
             "DELETE FROM producer_state WHERE partition_id IN \
+             (SELECT partition_id FROM partitions WHERE topic_id = $1::uuid)",
+            "DELETE FROM aborted_txns WHERE partition_id IN \
              (SELECT partition_id FROM partitions WHERE topic_id = $1::uuid)",
             "DELETE FROM partitions WHERE topic_id = $1::uuid",
             "DELETE FROM topics WHERE topic_id = $1::uuid",
