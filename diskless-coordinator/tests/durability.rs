@@ -580,3 +580,329 @@ async fn producer_ids_start_above_the_existing_producer_states() {
     let fresh = reopen(&dir.path().join("new.db"), ManualClock::new(1_000)).await;
     assert_eq!(fresh.allocate_producer_ids(1).await.unwrap().first, 0);
 }
+
+/// A transactional batch of `p` for producer `pid` (epoch 0) from sequence `seq`, verified for
+/// transaction `txn_seq` when given.
+fn txn_batch(p: i32, records: i32, pid: i64, seq: i32, txn_seq: Option<i64>) -> CommitBatch {
+    CommitBatch {
+        transactional: true,
+        txn_seq,
+        ..batch(p, records, Some((pid, seq)))
+    }
+}
+
+/// A marker of producer `pid` (epoch 0, coordinator epoch 0) ending its transaction `txn_seq`.
+fn marker(p: i32, pid: i64, commit: bool, txn_seq: i64) -> TxnMarker {
+    TxnMarker {
+        partition: TopicIdPartition::new(TOPIC, p),
+        producer_id: pid,
+        producer_epoch: 0,
+        coordinator_epoch: 0,
+        commit,
+        txn_seq: Some(txn_seq),
+    }
+}
+
+/// A `read_committed` fetch of partition `p` of the test topic from `offset`.
+async fn committed_from(c: &SqliteCoordinator, p: i32, offset: i64) -> FindBatchesResponse {
+    c.find_batches(
+        &[FindBatchesRequest {
+            partition: TopicIdPartition::new(TOPIC, p),
+            offset,
+            max_bytes: u32::MAX,
+            isolation: IsolationLevel::ReadCommitted,
+        }],
+        u32::MAX,
+    )
+    .await
+    .unwrap()
+    .remove(0)
+}
+
+/// A database written before migration 6 (schema version 5) is upgraded on open: the rebuilt
+/// batches table keeps every batch (fetched with its object, no control), ListOffsets by timestamp
+/// answers from the recreated indexes, producer states keep their window and get no transaction;
+/// then transactions work on it (a verified batch opens one, an ABORT marker records it, the
+/// object of the old batches is released by DeleteRecords), and a reopen changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_5_database_is_upgraded() {
+    use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v5.db");
+    // Three batches of 2 records of producer 7 (sequences 0..=5) in object wal/old, CreateTime,
+    // effective max timestamps 10, 30, 20 (running max 10, 30, 30).
+    let timestamps = [10i64, 30, 20];
+    {
+        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .connect()
+            .await
+            .unwrap();
+        let all = diskless_coordinator::sqlite::migrator();
+        let v5 = sqlx::migrate::Migrator::with_migrations(all.iter().take(5).cloned().collect());
+        v5.run(&mut conn).await.unwrap();
+        let mut tx = conn.begin().await.unwrap();
+        let mut sql = vec![
+            format!(
+                "INSERT INTO topics VALUES ('{TOPIC}', 'durable', 2, 0, -1, -1, 1048588, \
+                 9223372036854775807, 9223372036854775807, 86400000)"
+            ),
+            format!("INSERT INTO partitions VALUES (1, '{TOPIC}', 0, 0, 6, 150, 30)"),
+            format!("INSERT INTO partitions VALUES (2, '{TOPIC}', 1, 0, 0, 0, -1)"),
+            "INSERT INTO objects VALUES (1, 'wal/old', 1, 151, 150, '0', 5, NULL)".into(),
+        ];
+        let mut so_far = -1;
+        let mut window = Vec::new();
+        for (i, ts) in timestamps.iter().enumerate() {
+            let base = 2 * i as i64;
+            so_far = so_far.max(*ts);
+            sql.push(format!(
+                "INSERT INTO batches VALUES (1, {}, {base}, 1, {}, 50, {ts}, {ts}, 0, -1, 7, 0, \
+                 {base}, {}, {ts}, {so_far})",
+                base + 1,
+                1 + 50 * base / 2,
+                base + 1
+            ));
+            window.extend_from_slice(&(base as i32).to_le_bytes());
+            window.extend_from_slice(&(base as i32 + 1).to_le_bytes());
+            window.extend_from_slice(&base.to_le_bytes());
+            window.extend_from_slice(&(base + 1).to_le_bytes());
+            window.extend_from_slice(&(-1i64).to_le_bytes());
+        }
+        for s in sql {
+            sqlx::query(AssertSqlSafe(s))
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
+        sqlx::query("INSERT INTO producer_state VALUES (1, 7, 0, ?1, 900)")
+            .bind(window)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        conn.close().await.unwrap();
+    }
+
+    let clock = ManualClock::new(1_000);
+    let c = reopen(&path, clock.clone()).await;
+    let p0 = TopicIdPartition::new(TOPIC, 0);
+    let old = find_from(&c, p0, 0).await;
+    assert_eq!(
+        (
+            old.log_start_offset,
+            old.high_watermark,
+            old.last_stable_offset
+        ),
+        (0, 6, 6)
+    );
+    assert_eq!(old.batches.len(), 3);
+    for (i, b) in old.batches.iter().enumerate() {
+        assert_eq!(
+            (
+                b.base_offset,
+                b.object_key.as_str(),
+                b.object_size,
+                b.control
+            ),
+            (2 * i as i64, "wal/old", 151, None)
+        );
+        assert_eq!(b.byte_offset, 1 + 50 * i as u64);
+        assert_eq!(b.effective_max_timestamp(), timestamps[i]);
+    }
+    let read_committed = committed_from(&c, 0, 0).await;
+    assert_eq!(read_committed.batches, old.batches);
+    assert_eq!(read_committed.aborted, Some(vec![]));
+    for (target, expected) in [(5, (0, 10)), (25, (2, 30)), (31, (-1, NO_TIMESTAMP))] {
+        let r = list_offset(&c, p0, target).await;
+        assert_eq!((r.offset, r.timestamp), expected, "target {target}");
+    }
+    let max = list_offset(&c, p0, MAX_TIMESTAMP).await;
+    assert_eq!((max.offset, max.timestamp), (2, 30));
+    let state = c.producer_state(p0, 7).await.unwrap().unwrap();
+    assert_eq!(state.batches.len(), 3);
+    assert_eq!(
+        state,
+        ProducerState {
+            batches: state.batches.clone(),
+            ..ProducerState::new(7, 0, 900)
+        },
+        "no transaction, no marker"
+    );
+
+    // The old producer goes on (its window survived the upgrade); a duplicate is recognized.
+    let r = c
+        .commit_file(file(
+            "wal/new-0".into(),
+            vec![batch(0, 2, Some((7, 6))), batch(0, 2, Some((7, 4)))],
+        ))
+        .await
+        .unwrap();
+    assert_eq!((r[0].error, r[0].base_offset), (ErrorCode::None, 6));
+    assert_eq!((r[1].base_offset, r[1].duplicate), (4, true));
+    // A transaction opens, is aborted, and is reported to read_committed fetches.
+    let r = c
+        .commit_file(file(
+            "wal/new-1".into(),
+            vec![txn_batch(0, 2, 8, 0, Some(1))],
+        ))
+        .await
+        .unwrap();
+    assert_eq!((r[0].error, r[0].base_offset), (ErrorCode::None, 8));
+    assert_eq!(committed_from(&c, 0, 0).await.last_stable_offset, 8);
+    let m = c
+        .write_txn_markers(&[marker(0, 8, false, 1)])
+        .await
+        .unwrap();
+    assert_eq!((m[0].error, m[0].offset), (ErrorCode::None, 10));
+    let after = committed_from(&c, 0, 0).await;
+    assert_eq!(after.last_stable_offset, 11);
+    assert_eq!(
+        after.aborted,
+        Some(vec![AbortedTxn {
+            producer_id: 8,
+            first_offset: 8,
+            last_offset: 10
+        }])
+    );
+    assert_eq!(
+        after.batches.last().unwrap().control.map(|c| c.commit),
+        Some(false)
+    );
+    // The upgraded rows release their object like any other; the marker releases nothing.
+    let r = c
+        .delete_records(&[DeleteRecordsRequest {
+            partition: p0,
+            offset: 6,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(r[0].low_watermark, 6);
+    let info = c.object_info("wal/old").await.unwrap().unwrap();
+    assert_eq!(
+        (info.live_bytes, info.marked_for_deletion_at),
+        (0, Some(1_000))
+    );
+    let before = format!("{:?}", committed_from(&c, 0, 6).await);
+    c.close().await;
+
+    // The schema is whole: the batch indexes of migrations 2 and 3 are back, nothing dangles.
+    {
+        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .connect()
+            .await
+            .unwrap();
+        let indexes: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'batches' \
+             AND sql IS NOT NULL ORDER BY name",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(
+            indexes,
+            [
+                "batches_max_timestamp",
+                "batches_object",
+                "batches_timestamp_so_far"
+            ]
+        );
+        let violations = sqlx::query("PRAGMA foreign_key_check")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        assert!(violations.is_empty());
+        let integrity: String = sqlx::query_scalar("PRAGMA integrity_check")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(integrity, "ok");
+        conn.close().await.unwrap();
+    }
+
+    // Reopening an upgraded database applies nothing again and changes nothing.
+    let c = reopen(&path, clock.clone()).await;
+    assert_eq!(format!("{:?}", committed_from(&c, 0, 6).await), before);
+}
+
+/// Open transactions, aborted transactions and the markers' dedupe state are durable: after a
+/// reopen the last stable offset still stops at the open transaction, the abort is still reported,
+/// a repeated marker is still answered with the first one's offset, and the open transaction goes
+/// on and ends as if nothing happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("txn.db");
+    let clock = ManualClock::new(1_000_000);
+    let c = reopen(&path, clock.clone()).await;
+    create_topic(&c).await;
+    // Producer 1 aborts 0..=1 (marker 2); producer 2 opens at 3 and is still open.
+    let r = c
+        .commit_file(file("wal/0".into(), vec![txn_batch(0, 2, 1, 0, Some(1))]))
+        .await
+        .unwrap();
+    assert_eq!(r[0].base_offset, 0);
+    let m = c
+        .write_txn_markers(&[marker(0, 1, false, 1)])
+        .await
+        .unwrap();
+    assert_eq!(m[0].offset, 2);
+    clock.advance(5);
+    let r = c
+        .commit_file(file("wal/1".into(), vec![txn_batch(0, 1, 2, 0, Some(1))]))
+        .await
+        .unwrap();
+    assert_eq!(r[0].base_offset, 3);
+    let before = format!("{:?}", committed_from(&c, 0, 0).await);
+    let open = c
+        .producer_state(TopicIdPartition::new(TOPIC, 0), 2)
+        .await
+        .unwrap();
+    // Dropped without close.
+    drop(c);
+
+    let c = reopen(&path, clock.clone()).await;
+    let r = committed_from(&c, 0, 0).await;
+    assert_eq!(format!("{r:?}"), before);
+    assert_eq!(r.last_stable_offset, 3);
+    assert_eq!(
+        r.aborted,
+        Some(vec![AbortedTxn {
+            producer_id: 1,
+            first_offset: 0,
+            last_offset: 2
+        }])
+    );
+    let state = c
+        .producer_state(TopicIdPartition::new(TOPIC, 0), 2)
+        .await
+        .unwrap();
+    assert_eq!(state, open);
+    assert_eq!(
+        state.map(|s| (s.current_txn_first_offset, s.current_txn_start_ms)),
+        Some((Some(3), 1_000_005))
+    );
+    // Producer 1's marker, repeated: the first one's offset.
+    let m = c
+        .write_txn_markers(&[marker(0, 1, false, 1)])
+        .await
+        .unwrap();
+    assert_eq!((m[0].offset, m[0].duplicate), (2, true));
+    // Producer 2 goes on without verification, and commits.
+    let r = c
+        .commit_file(file("wal/2".into(), vec![txn_batch(0, 1, 2, 1, None)]))
+        .await
+        .unwrap();
+    assert_eq!((r[0].error, r[0].base_offset), (ErrorCode::None, 4));
+    let m = c.write_txn_markers(&[marker(0, 2, true, 1)]).await.unwrap();
+    assert_eq!((m[0].error, m[0].offset), (ErrorCode::None, 5));
+    let r = committed_from(&c, 0, 3).await;
+    assert_eq!(r.last_stable_offset, 6);
+    assert_eq!(
+        r.batches.iter().map(|b| b.base_offset).collect::<Vec<_>>(),
+        [3, 4, 5]
+    );
+    assert_eq!(r.aborted, Some(vec![]));
+}

@@ -4,7 +4,9 @@
 
 use super::SqliteCoordinator;
 use super::lifecycle::{EXPIRED_PRODUCERS, RETENTION_BATCHES, RETENTION_CANDIDATES};
-use super::reads::{MAX_TIMESTAMP_LOOKUP, TIMESTAMP_CANDIDATE, TIMESTAMP_SCAN};
+use super::reads::{
+    ABORTED_BETWEEN, MAX_TIMESTAMP_LOOKUP, OPEN_TXN_FIRST, TIMESTAMP_CANDIDATE, TIMESTAMP_SCAN,
+};
 use crate::{
     BatchCoordinator, CommitBatch, CommitFileRequest, CreateTopicRequest, DeleteRecordsRequest,
     ErrorCode, ListOffsetsRequest, MAX_TIMESTAMP, ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
@@ -114,6 +116,42 @@ async fn lifecycle_queries_are_index_ranges() {
     // Producer expiry walks partitions in index order (no sort), stopping at its limit.
     let p = plan(&c, EXPIRED_PRODUCERS).await;
     assert!(p.iter().all(|s| !s.contains("TEMP B-TREE")), "{p:?}");
+}
+
+/// The transaction reads are bounded index probes: the last stable offset is one probe of the
+/// partial index of open transactions (not a walk of the partition's producer states, which
+/// include every idempotent producer that ever wrote there); the aborted transactions of a fetch
+/// are primary-key ranges from the fetch offset (the stop row, then the answer bounded by it),
+/// never a scan of the partition's aborted transactions from its start.
+#[tokio::test]
+async fn transaction_reads_probe_their_indexes() {
+    let c = SqliteCoordinator::in_memory(ManualClock::new(0))
+        .await
+        .unwrap();
+    let p = plan(&c, OPEN_TXN_FIRST).await;
+    assert!(is_search_only(&p), "{p:?}");
+    assert!(
+        p[0].contains("USING COVERING INDEX producer_state_open_txn (partition_id=?"),
+        "{p:?}"
+    );
+    // Without the partial index's condition the same query walks every producer state.
+    let all = "SELECT MIN(txn_first_offset) FROM producer_state WHERE partition_id = ?1";
+    assert!(
+        !plan(&c, all).await[0].contains("producer_state_open_txn"),
+        "the check above tells the two apart"
+    );
+    let p = accesses(&plan(&c, ABORTED_BETWEEN).await);
+    assert!(is_search_only(&p), "{p:?}");
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(
+        p.iter()
+            .all(|s| s.contains("USING PRIMARY KEY (partition_id=? AND last_offset>?")),
+        "{p:?}"
+    );
+    assert!(
+        p[0].contains("last_offset>? AND last_offset<?)"),
+        "the stop row bounds the answer's range: {p:?}"
+    );
 }
 
 fn batch(partition: TopicIdPartition, i: u64, max_timestamp: i64) -> CommitBatch {
