@@ -64,7 +64,7 @@ mod tests {
         let mut runner = TestRunner::deterministic();
         let strategy = ops::ops_strategy(40);
         let mut total = ops::OpStats::default();
-        for _ in 0..64 {
+        for _ in 0..128 {
             let ops = strategy.new_tree(&mut runner).unwrap().current();
             let s = rt.block_on(ops::check_against_model(harness(), &ops));
             total.appended += s.appended;
@@ -78,6 +78,12 @@ mod tests {
             total.objects_collected += s.objects_collected;
             total.partitions_added += s.partitions_added;
             total.configs_altered += s.configs_altered;
+            total.txn_appended += s.txn_appended;
+            total.invalid_txn_state += s.invalid_txn_state;
+            total.markers_written += s.markers_written;
+            total.markers_repeated += s.markers_repeated;
+            total.markers_refused += s.markers_refused;
+            total.aborted_reported += s.aborted_reported;
         }
         let s = &total;
         for (name, n) in [
@@ -92,6 +98,12 @@ mod tests {
             ("objects_collected", s.objects_collected),
             ("partitions_added", s.partitions_added),
             ("configs_altered", s.configs_altered),
+            ("txn_appended", s.txn_appended),
+            ("invalid_txn_state", s.invalid_txn_state),
+            ("markers_written", s.markers_written),
+            ("markers_repeated", s.markers_repeated),
+            ("markers_refused", s.markers_refused),
+            ("aborted_reported", s.aborted_reported),
         ] {
             assert!(n >= 5, "generators rarely reach {name}: {total:?}");
         }

@@ -4,7 +4,9 @@
 //! random batches over a few partitions and producers (in-sequence batches, duplicates, gaps, epoch
 //! bumps and fenced epochs, sequences near `i32::MAX`, unknown partitions), DeleteRecords, clock
 //! advances with retention passes, garbage collection of objects, CreatePartitions, topic config
-//! changes, producer-id blocks, and queries.
+//! changes, producer-id blocks, transactions (transactional batches verified for the producer's
+//! current transaction, unverified or stale; COMMIT/ABORT markers with current, bumped or older
+//! epochs, fenced coordinator epochs and repeated markers), and queries under both isolation levels.
 //! [`check_against_model`] applies each op to an implementation and to the [`InMemoryCoordinator`]
 //! and asserts equal results and, after every op, equal observable state.
 //!
@@ -16,9 +18,9 @@ use super::InMemoryCoordinator;
 use super::conformance::Harness;
 use diskless_coordinator::{
     BatchCoordinator, Clock, CommitBatch, CommitFileRequest, CoordinatorError, CreateTopicRequest,
-    DeleteRecordsRequest, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, LATEST_TIMESTAMP,
-    ListOffsetsRequest, MAX_TIMESTAMP, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
-    ProducerIdBlock, TimestampType, TopicConfig, TopicIdPartition,
+    DeleteRecordsRequest, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, IsolationLevel,
+    LATEST_TIMESTAMP, ListOffsetsRequest, MAX_TIMESTAMP, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+    NO_SEQUENCE, ProducerIdBlock, TimestampType, TopicConfig, TopicIdPartition, TxnMarker,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -75,6 +77,31 @@ pub enum KeyChoice {
     ReuseFenced,
 }
 
+/// Whether a generated idempotent batch is transactional, and how it is verified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnChoice {
+    /// Not transactional.
+    Plain,
+    /// Transactional, verified for the producer's current transaction.
+    Verified,
+    /// Transactional, not verified (accepted only inside an open transaction of the same epoch).
+    Unverified,
+    /// Transactional, verified for the producer's previous transaction (already ended, or never
+    /// begun here): the race the verification number closes.
+    Stale,
+}
+
+/// Which transaction a generated marker says it ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerSeqChoice {
+    /// The producer's current transaction (the driver then moves on to the next one).
+    Current,
+    /// The previous one again (a repeated marker).
+    Previous,
+    /// None: an operator's abort, never deduplicated.
+    Operator,
+}
+
 /// The producer side of a generated batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProducerSpec {
@@ -84,6 +111,8 @@ pub struct ProducerSpec {
     pub epoch: EpochChoice,
     /// The sequence choice.
     pub seq: SeqChoice,
+    /// Transactional or not.
+    pub txn: TxnChoice,
 }
 
 /// A generated batch.
@@ -183,6 +212,24 @@ pub enum Op {
         partitions: Vec<(usize, i32, OffsetChoice, u32)>,
         /// The total limit.
         fetch_max_bytes: u32,
+        /// `read_committed` (else `read_uncommitted`).
+        read_committed: bool,
+    },
+    /// Transaction markers of one producer on up to a few partitions, in one call.
+    WriteMarkers {
+        /// The producer id, 0..PRODUCERS.
+        producer_id: i64,
+        /// (slot, partition) per marker (may repeat, may not exist).
+        partitions: Vec<(usize, i32)>,
+        /// COMMIT or ABORT.
+        commit: bool,
+        /// The marker's producer epoch relative to the producer's (`Invalid` is read as `Same`).
+        epoch: EpochChoice,
+        /// Added to the driver's coordinator epoch for this call: `-1` is a fenced coordinator,
+        /// `1` a new one (kept for later calls).
+        coordinator_epoch_delta: i32,
+        /// Which transaction it ends.
+        seq: MarkerSeqChoice,
     },
     /// CreatePartitions: grow the topic of a slot to `new_total` partitions (refused unless it
     /// has fewer).
@@ -220,7 +267,17 @@ pub enum Op {
         relative: Option<i64>,
         /// -1, -2 or -3.
         special: i64,
+        /// `read_committed` (else `read_uncommitted`).
+        read_committed: bool,
     },
+}
+
+fn isolation(read_committed: bool) -> IsolationLevel {
+    if read_committed {
+        IsolationLevel::ReadCommitted
+    } else {
+        IsolationLevel::ReadUncommitted
+    }
 }
 
 fn producer_strategy() -> impl Strategy<Value = Option<ProducerSpec>> {
@@ -239,14 +296,60 @@ fn producer_strategy() -> impl Strategy<Value = Option<ProducerSpec>> {
             .prop_map(SeqChoice::Exact),
         1 => Just(SeqChoice::Negative),
     ];
+    let txn = prop_oneof![
+        6 => Just(TxnChoice::Plain),
+        4 => Just(TxnChoice::Verified),
+        2 => Just(TxnChoice::Unverified),
+        1 => Just(TxnChoice::Stale),
+    ];
     prop_oneof![
         1 => Just(None),
-        2 => (0..PRODUCERS, epoch, seq).prop_map(|(producer_id, epoch, seq)| Some(ProducerSpec {
-            producer_id,
-            epoch,
-            seq
-        })),
+        2 => (0..PRODUCERS, epoch, seq, txn).prop_map(|(producer_id, epoch, seq, txn)| {
+            Some(ProducerSpec {
+                producer_id,
+                epoch,
+                seq,
+                txn,
+            })
+        }),
     ]
+}
+
+fn markers_strategy() -> impl Strategy<Value = Op> {
+    (
+        0..PRODUCERS,
+        prop::collection::vec(
+            (
+                prop_oneof![4 => 0..2usize, 1 => 0..TOPIC_SLOTS],
+                prop_oneof![10 => 0..PARTITIONS, 1 => Just(PARTITIONS)],
+            ),
+            0..4,
+        ),
+        any::<bool>(),
+        prop_oneof![
+            6 => Just(EpochChoice::Same),
+            2 => Just(EpochChoice::Bump),
+            2 => Just(EpochChoice::Older),
+        ],
+        prop_oneof![6 => Just(0i32), 2 => Just(-1), 1 => Just(1)],
+        prop_oneof![
+            8 => Just(MarkerSeqChoice::Current),
+            2 => Just(MarkerSeqChoice::Previous),
+            1 => Just(MarkerSeqChoice::Operator),
+        ],
+    )
+        .prop_map(
+            |(producer_id, partitions, commit, epoch, coordinator_epoch_delta, seq)| {
+                Op::WriteMarkers {
+                    producer_id,
+                    partitions,
+                    commit,
+                    epoch,
+                    coordinator_epoch_delta,
+                    seq,
+                }
+            },
+        )
 }
 
 fn batch_strategy() -> impl Strategy<Value = BatchSpec> {
@@ -332,7 +435,7 @@ fn alter_strategy() -> impl Strategy<Value = Op> {
 /// One random op.
 pub fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
-        1 => (0..TOPIC_SLOTS, 1..=PARTITIONS + 1)
+        2 => (0..TOPIC_SLOTS, 1..=PARTITIONS + 1)
             .prop_map(|(slot, new_total)| Op::CreatePartitions { slot, new_total }),
         1 => alter_strategy(),
         1 => prop_oneof![10 => 1u32..2_000, 1 => Just(0)]
@@ -355,27 +458,35 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|(slot, partition, offset)| Op::DeleteRecords { slot, partition, offset }),
         2 => prop_oneof![Just(1i64), Just(500), Just(3_000)].prop_map(Op::AdvanceClock),
         2 => (0u32..6).prop_map(|max_batches| Op::EnforceRetention { max_batches }),
-        1 => (prop_oneof![Just(0i64), Just(1_000)], 0u32..4)
+        2 => (prop_oneof![Just(0i64), Just(1_000)], 0u32..4)
             .prop_map(|(age, limit)| Op::CollectGarbage { age, limit }),
         2 => (
             prop::collection::vec(
                 (0..TOPIC_SLOTS, 0..=PARTITIONS, offset_strategy(), 1u32..800),
                 1..3
             ),
-            1u32..1_500
+            1u32..1_500,
+            any::<bool>()
         )
-            .prop_map(|(partitions, fetch_max_bytes)| Op::Find { partitions, fetch_max_bytes }),
+            .prop_map(|(partitions, fetch_max_bytes, read_committed)| Op::Find {
+                partitions,
+                fetch_max_bytes,
+                read_committed
+            }),
+        3 => markers_strategy(),
         2 => (
             0..TOPIC_SLOTS,
             0..PARTITIONS,
             prop::option::weighted(0.6, -6_000i64..2_000),
-            prop_oneof![Just(LATEST_TIMESTAMP), Just(EARLIEST_TIMESTAMP), Just(MAX_TIMESTAMP)]
+            prop_oneof![Just(LATEST_TIMESTAMP), Just(EARLIEST_TIMESTAMP), Just(MAX_TIMESTAMP)],
+            any::<bool>()
         )
-            .prop_map(|(slot, partition, relative, special)| Op::ListOffsets {
+            .prop_map(|(slot, partition, relative, special, read_committed)| Op::ListOffsets {
                 slot,
                 partition,
                 relative,
-                special
+                special,
+                read_committed
             }),
     ]
 }
@@ -497,6 +608,18 @@ pub struct OpStats {
     pub partitions_added: u64,
     /// Topic configs replaced.
     pub configs_altered: u64,
+    /// Transactional batches appended.
+    pub txn_appended: u64,
+    /// Batches rejected with INVALID_TXN_STATE.
+    pub invalid_txn_state: u64,
+    /// Markers written.
+    pub markers_written: u64,
+    /// Markers answered as repeats of an earlier one.
+    pub markers_repeated: u64,
+    /// Markers refused (older producer epoch, fenced coordinator epoch).
+    pub markers_refused: u64,
+    /// Aborted transactions reported by `read_committed` fetches of the state checks.
+    pub aborted_reported: u64,
 }
 
 /// Producer sequence bookkeeping while resolving one file.
@@ -522,6 +645,12 @@ struct Driver<'a> {
     sent: HashMap<(TopicIdPartition, i64), Vec<SentBatch>>,
     /// The producer-id blocks the implementation handed out.
     blocks: Vec<(u32, ProducerIdBlock)>,
+    /// Per producer id, the number of its current transaction (the host's `txn_seq`; from 1).
+    txn_seq: HashMap<i64, i64>,
+    /// The transaction coordinator's epoch markers are written with.
+    coordinator_epoch: i32,
+    /// How many aborted transactions `read_committed` state checks saw (for [`OpStats`]).
+    aborted_seen: std::cell::Cell<u64>,
 }
 
 impl Driver<'_> {
@@ -571,6 +700,18 @@ impl Driver<'_> {
         let mut at = 1u64;
         for spec in batches {
             let partition = TopicIdPartition::new(slot_topic_id(spec.slot), spec.partition);
+            let (transactional, txn_seq) = match spec.producer.as_ref().map(|ps| ps.txn) {
+                None | Some(TxnChoice::Plain) => (false, None),
+                Some(choice) => {
+                    let pid = spec.producer.as_ref().map_or(0, |ps| ps.producer_id);
+                    let current = self.txn_seq.get(&pid).copied().unwrap_or(1);
+                    match choice {
+                        TxnChoice::Verified => (true, Some(current)),
+                        TxnChoice::Stale => (true, Some(current - 1)),
+                        _ => (true, None),
+                    }
+                }
+            };
             let (producer_id, producer_epoch, base_sequence, last_sequence, record_count) =
                 match &spec.producer {
                     None => (
@@ -682,8 +823,8 @@ impl Driver<'_> {
                 producer_epoch,
                 base_sequence,
                 last_sequence,
-                transactional: false,
-                txn_seq: None,
+                transactional,
+                txn_seq,
             });
             at += u64::from(spec.size);
         }
@@ -750,6 +891,8 @@ impl Driver<'_> {
             }
             Op::Commit { batches, key } => {
                 let req = self.resolve_commit(batches, *key).await;
+                let transactional: Vec<bool> =
+                    req.batches.iter().map(|b| b.transactional).collect();
                 let r = self.real.commit_file(req.clone()).await;
                 let m = self.model.commit_file(req).await;
                 match &m {
@@ -760,11 +903,17 @@ impl Driver<'_> {
                 match assert_same(step, op, "commit_file", r, m) {
                     None => self.stats.failed_calls += 1,
                     Some(results) => {
+                        for (r, txn) in results.iter().zip(&transactional) {
+                            if *txn && r.error.is_ok() && !r.duplicate {
+                                self.stats.txn_appended += 1;
+                            }
+                        }
                         for r in results {
                             let s = &mut self.stats;
                             match r.error {
                                 ErrorCode::None if r.duplicate => s.duplicates += 1,
                                 ErrorCode::None => s.appended += 1,
+                                ErrorCode::InvalidTxnState => s.invalid_txn_state += 1,
                                 ErrorCode::OutOfOrderSequenceNumber => s.out_of_order += 1,
                                 ErrorCode::InvalidProducerEpoch => s.fenced += 1,
                                 ErrorCode::InvalidRecord => s.invalid_producer_fields += 1,
@@ -837,6 +986,7 @@ impl Driver<'_> {
             Op::Find {
                 partitions,
                 fetch_max_bytes,
+                read_committed,
             } => {
                 let mut reqs = Vec::new();
                 for (slot, partition, offset, max_bytes) in partitions {
@@ -845,7 +995,7 @@ impl Driver<'_> {
                         partition: p,
                         offset: self.resolve_offset(p, *offset).await,
                         max_bytes: *max_bytes,
-                        isolation: Default::default(),
+                        isolation: isolation(*read_committed),
                     });
                 }
                 let r = real.find_batches(&reqs, *fetch_max_bytes).await;
@@ -917,16 +1067,72 @@ impl Driver<'_> {
                 partition,
                 relative,
                 special,
+                read_committed,
             } => {
                 let timestamp = relative.map_or(*special, |d| self.harness.clock.now_ms() + d);
                 let req = [ListOffsetsRequest {
                     partition: TopicIdPartition::new(slot_topic_id(*slot), *partition),
                     timestamp,
-                    isolation: Default::default(),
+                    isolation: isolation(*read_committed),
                 }];
                 let r = real.list_offsets(&req).await;
                 let m = model.list_offsets(&req).await;
                 assert_same(step, op, "list_offsets", r, m);
+            }
+            Op::WriteMarkers {
+                producer_id,
+                partitions,
+                commit,
+                epoch,
+                coordinator_epoch_delta,
+                seq,
+            } => {
+                let current = self.txn_seq.get(producer_id).copied().unwrap_or(1);
+                let txn_seq = match seq {
+                    MarkerSeqChoice::Current => Some(current),
+                    MarkerSeqChoice::Previous => Some(current - 1),
+                    MarkerSeqChoice::Operator => None,
+                };
+                let coordinator_epoch = self.coordinator_epoch + coordinator_epoch_delta;
+                let mut markers = Vec::with_capacity(partitions.len());
+                for (slot, partition) in partitions {
+                    let p = TopicIdPartition::new(slot_topic_id(*slot), *partition);
+                    let state = model.producer_state(p, *producer_id).await.ok().flatten();
+                    let cur_epoch = state.map_or(2, |s| s.producer_epoch);
+                    let producer_epoch = match epoch {
+                        EpochChoice::Bump => cur_epoch.saturating_add(1),
+                        EpochChoice::Older => cur_epoch.saturating_sub(1).max(0),
+                        EpochChoice::Same | EpochChoice::Invalid => cur_epoch,
+                    };
+                    markers.push(TxnMarker {
+                        partition: p,
+                        producer_id: *producer_id,
+                        producer_epoch,
+                        coordinator_epoch,
+                        commit: *commit,
+                        txn_seq,
+                    });
+                }
+                let r = real.write_txn_markers(&markers).await;
+                let m = model.write_txn_markers(&markers).await;
+                if let Some(results) = assert_same(step, op, "write_txn_markers", r, m) {
+                    for r in results {
+                        let s = &mut self.stats;
+                        match r.error {
+                            ErrorCode::None if r.duplicate => s.markers_repeated += 1,
+                            ErrorCode::None => s.markers_written += 1,
+                            ErrorCode::InvalidProducerEpoch
+                            | ErrorCode::TransactionCoordinatorFenced => s.markers_refused += 1,
+                            _ => {}
+                        }
+                    }
+                }
+                if *coordinator_epoch_delta > 0 {
+                    self.coordinator_epoch = coordinator_epoch;
+                }
+                if *seq == MarkerSeqChoice::Current {
+                    self.txn_seq.insert(*producer_id, current + 1);
+                }
             }
         }
     }
@@ -959,12 +1165,34 @@ impl Driver<'_> {
                     real.find_batches(&find, u32::MAX).await,
                     model.find_batches(&find, u32::MAX).await,
                 );
+                let committed = [FindBatchesRequest {
+                    isolation: IsolationLevel::ReadCommitted,
+                    ..find[0].clone()
+                }];
+                if let Some(answer) = assert_same(
+                    step,
+                    op,
+                    &format!("state: committed batches of {p}"),
+                    real.find_batches(&committed, u32::MAX).await,
+                    model.find_batches(&committed, u32::MAX).await,
+                ) {
+                    let seen: usize = answer
+                        .iter()
+                        .map(|a| a.aborted.as_ref().map_or(0, Vec::len))
+                        .sum();
+                    self.aborted_seen.set(self.aborted_seen.get() + seen as u64);
+                }
                 for timestamp in [EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP] {
-                    list_reqs.push(ListOffsetsRequest {
-                        partition: p,
-                        timestamp,
-                        isolation: Default::default(),
-                    });
+                    for isolation in [
+                        IsolationLevel::ReadUncommitted,
+                        IsolationLevel::ReadCommitted,
+                    ] {
+                        list_reqs.push(ListOffsetsRequest {
+                            partition: p,
+                            timestamp,
+                            isolation,
+                        });
+                    }
                 }
                 assert_same(
                     step,
@@ -1035,10 +1263,14 @@ pub async fn check_against_model(harness: Harness, ops: &[Op]) -> OpStats {
         stats: OpStats::default(),
         sent: HashMap::new(),
         blocks: Vec::new(),
+        txn_seq: HashMap::new(),
+        coordinator_epoch: 0,
+        aborted_seen: std::cell::Cell::new(0),
     };
     for (step, op) in ops.iter().enumerate() {
         driver.apply(step, op).await;
         driver.compare_state(step, op).await;
     }
+    driver.stats.aborted_reported = driver.aborted_seen.get();
     driver.stats
 }
