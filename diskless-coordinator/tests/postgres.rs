@@ -16,7 +16,7 @@ use diskless_coordinator::postgres::{PostgresCoordinator, PostgresOptions, migra
 use diskless_coordinator::{
     BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest, CoordinatorError,
     EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest,
-    ManualClock, SystemClock, TimestampType, TopicConfig, TopicIdPartition,
+    ManualClock, SystemClock, TimestampType, TopicConfig, TopicIdPartition, TxnMarker,
 };
 use diskless_testkit::coordinator::InMemoryCoordinator;
 use diskless_testkit::coordinator::conformance::{self, Harness, START_MS};
@@ -427,6 +427,208 @@ async fn postgres_concurrent_writers() {
         c.conflict_retries(),
         0,
         "the fixed lock order avoids deadlocks"
+    );
+    c.close().await;
+}
+
+/// Transactional producers commit a batch to every partition (in varying orders inside a file)
+/// and end each transaction with markers for every partition (in another order), while plain
+/// writers commit to the same partitions, for about 3 seconds. Markers lock partitions in the
+/// commits' order, so nothing deadlocks or needs a conflict retry and every call succeeds.
+/// Afterwards every partition's offsets are gap-free and unique (markers included), each marker
+/// is where its call answered, the aborted transactions are exactly the aborts' (producer, first
+/// offset, marker offset), and no transaction is left open (the last stable offset is the high
+/// watermark).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_markers_and_commits_concurrently() {
+    let Some(schema) = test_schema() else { return };
+    const TXN_PRODUCERS: i64 = 4;
+    const PLAIN_WRITERS: i64 = 2;
+    const PARTITIONS: i32 = 4;
+    let clock = ManualClock::new(START_MS);
+    let options = schema
+        .options()
+        .with_max_connections((TXN_PRODUCERS + PLAIN_WRITERS) as u32);
+    let c = connect(options, clock).await;
+    let topic = create_topic(&c, PARTITIONS).await;
+    let tp = move |p: i32| TopicIdPartition::new(topic, p);
+    // The partitions from a random one, going around in either direction.
+    let order = |rng: u64| -> Vec<i32> {
+        let start = (rng >> 33) as i32 % PARTITIONS;
+        let step = if (rng >> 50) & 1 == 0 {
+            1
+        } else {
+            PARTITIONS - 1
+        };
+        (0..PARTITIONS)
+            .map(|k| (start + k * step) % PARTITIONS)
+            .collect()
+    };
+    let next = |rng: u64| {
+        rng.wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407)
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut txn_tasks = Vec::new();
+    for w in 0..TXN_PRODUCERS {
+        let c = c.clone();
+        txn_tasks.push(tokio::spawn(async move {
+            let pid = 2000 + w;
+            let mut next_seq = [0i32; PARTITIONS as usize];
+            // Per partition, each transaction: (first offset, marker offset, commit).
+            let mut txns: HashMap<i32, Vec<(i64, i64, bool)>> = HashMap::new();
+            let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (w as u64).wrapping_mul(0x2545_f491);
+            let mut round = 0i64;
+            while Instant::now() < deadline {
+                round += 1;
+                rng = next(rng);
+                let partitions = order(rng);
+                let batches: Vec<CommitBatch> = partitions
+                    .iter()
+                    .map(|&p| {
+                        let seq = next_seq[p as usize];
+                        next_seq[p as usize] += 1;
+                        CommitBatch {
+                            transactional: true,
+                            txn_seq: Some(round),
+                            ..idempotent(tp(p), pid, 0, seq, 1)
+                        }
+                    })
+                    .collect();
+                let results = c
+                    .commit_file(request(&format!("wal/txn-{w}/{round:06}"), batches))
+                    .await
+                    .unwrap_or_else(|e| panic!("producer {pid} round {round}: {e}"));
+                let mut first = HashMap::new();
+                for (r, p) in results.iter().zip(&partitions) {
+                    assert_eq!(r.error, ErrorCode::None, "producer {pid}: {r:?}");
+                    assert!(!r.duplicate, "producer {pid}: {r:?}");
+                    first.insert(*p, r.base_offset);
+                }
+                let commit = (rng >> 20) & 1 == 0;
+                let markers: Vec<TxnMarker> = order(next(rng))
+                    .into_iter()
+                    .map(|p| TxnMarker {
+                        partition: tp(p),
+                        producer_id: pid,
+                        producer_epoch: 0,
+                        coordinator_epoch: 0,
+                        commit,
+                        txn_seq: Some(round),
+                    })
+                    .collect();
+                let written = c
+                    .write_txn_markers(&markers)
+                    .await
+                    .unwrap_or_else(|e| panic!("producer {pid} markers {round}: {e}"));
+                for (r, m) in written.iter().zip(&markers) {
+                    assert_eq!(r.error, ErrorCode::None, "producer {pid}: {r:?}");
+                    assert!(!r.duplicate, "producer {pid}: {r:?}");
+                    let p = m.partition.partition;
+                    txns.entry(p)
+                        .or_default()
+                        .push((first[&p], r.offset, commit));
+                }
+            }
+            (pid, txns, round)
+        }));
+    }
+    let mut plain_tasks = Vec::new();
+    for w in 0..PLAIN_WRITERS {
+        let c = c.clone();
+        plain_tasks.push(tokio::spawn(async move {
+            let mut rng = 0x2545_f491_4f6c_dd1du64 ^ (w as u64);
+            let mut file = 0u64;
+            while Instant::now() < deadline {
+                file += 1;
+                rng = next(rng);
+                let batches: Vec<CommitBatch> =
+                    order(rng).into_iter().map(|p| plain(tp(p), 2)).collect();
+                let results = c
+                    .commit_file(request(&format!("wal/plain-{w}/{file:06}"), batches))
+                    .await
+                    .unwrap_or_else(|e| panic!("writer {w} file {file}: {e}"));
+                assert!(results.iter().all(|r| r.error == ErrorCode::None));
+            }
+            file
+        }));
+    }
+    let mut by_producer = Vec::new();
+    for t in txn_tasks {
+        by_producer.push(
+            tokio::time::timeout(Duration::from_secs(120), t)
+                .await
+                .expect("a producer hung (deadlock?)")
+                .expect("a producer failed"),
+        );
+    }
+    for t in plain_tasks {
+        let files = tokio::time::timeout(Duration::from_secs(120), t)
+            .await
+            .expect("a writer hung (deadlock?)")
+            .expect("a writer failed");
+        assert!(files > 0);
+    }
+    let rounds: i64 = by_producer.iter().map(|(_, _, r)| r).sum();
+    assert!(
+        rounds >= TXN_PRODUCERS,
+        "every producer ended a transaction"
+    );
+
+    let mut conn = side_connection(&schema, "-inspector").await;
+    for p in 0..PARTITIONS {
+        let found = find_from(c.as_ref(), tp(p), 0).await;
+        assert_eq!(found.error, ErrorCode::None);
+        assert_eq!(
+            found.last_stable_offset, found.high_watermark,
+            "partition {p}: no transaction left open"
+        );
+        let mut next_offset = 0;
+        for b in &found.batches {
+            assert_eq!(
+                b.base_offset, next_offset,
+                "partition {p}: gap or overlap at {b:?}"
+            );
+            next_offset = b.last_offset + 1;
+        }
+        assert_eq!(next_offset, found.high_watermark, "partition {p}");
+        let markers = found.batches.iter().filter(|b| b.is_control()).count() as i64;
+        assert_eq!(markers, rounds, "partition {p}: one marker per transaction");
+        let mut expected_aborted = Vec::new();
+        for (pid, txns, _) in &by_producer {
+            for &(first, marker, commit) in txns.get(&p).into_iter().flatten() {
+                let b = found
+                    .batches
+                    .iter()
+                    .find(|b| b.base_offset == marker)
+                    .expect("the marker");
+                assert_eq!(
+                    (b.producer_id, b.control.map(|m| m.commit)),
+                    (*pid, Some(commit)),
+                    "partition {p}: {b:?}"
+                );
+                if !commit {
+                    expected_aborted.push((*pid, first, marker));
+                }
+            }
+        }
+        expected_aborted.sort_by_key(|(_, _, marker)| *marker);
+        let aborted: Vec<(i64, i64, i64)> = sqlx::query_as(
+            "SELECT a.producer_id, a.first_offset, a.last_offset FROM aborted_txns a \
+             JOIN partitions pa ON pa.partition_id = a.partition_id \
+             WHERE pa.topic_id = $1::uuid AND pa.partition = $2 ORDER BY a.last_offset",
+        )
+        .bind(topic.hyphenated().to_string())
+        .bind(p)
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(aborted, expected_aborted, "partition {p}");
+    }
+    assert_eq!(
+        c.conflict_retries(),
+        0,
+        "markers and commits lock in one order: no deadlock"
     );
     c.close().await;
 }
@@ -1161,10 +1363,14 @@ async fn postgres_concurrent_writers_and_deleters() {
 
 /// Batches have no foreign keys (migration 9): the writers keep them pointing at live rows. Writers
 /// commit plain and idempotent batches to a long-lived topic and to a topic that is deleted and
-/// recreated under them, while DeleteRecords and retention release objects and a cleaner confirms
-/// released objects deleted. Afterwards no batch refers to a missing partition or object, no
-/// producer state to a missing partition, and object live bytes match their batches. The check
-/// itself is shown to see a dangling row.
+/// recreated under them, a transactional producer opens transactions in both and ends them with
+/// markers (COMMIT and ABORT in turn), while DeleteRecords and retention release objects (and
+/// delete markers) and a cleaner confirms released objects deleted. Afterwards no batch refers to
+/// a missing partition or object, no producer state to a missing partition, object live bytes
+/// match their batches, a batch has no object exactly when it is a marker, every aborted
+/// transaction's ABORT marker is still there (aborted transactions go with their marker and their
+/// topic), and partition sizes match their batches. The check itself is shown to see a dangling
+/// row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_no_dangling_rows() {
     let Some(schema) = test_schema() else { return };
@@ -1218,6 +1424,69 @@ async fn postgres_no_dangling_rows() {
                 }
             }
             file
+        }));
+    }
+    {
+        let (c, churn) = (c.clone(), churn.clone());
+        tasks.push(tokio::spawn(async move {
+            let pid = 100;
+            let mut seqs: HashMap<TopicIdPartition, i32> = HashMap::new();
+            let (mut round, mut aborts) = (0i64, 0u64);
+            while Instant::now() < deadline {
+                round += 1;
+                let doomed = *churn.lock().unwrap();
+                let partition = (round % i64::from(PARTITIONS)) as i32;
+                let ps = [
+                    TopicIdPartition::new(stable, partition),
+                    TopicIdPartition::new(doomed, partition),
+                ];
+                let batches: Vec<CommitBatch> = ps
+                    .iter()
+                    .map(|&p| CommitBatch {
+                        transactional: true,
+                        txn_seq: Some(round),
+                        ..idempotent(p, pid, 0, seqs.get(&p).copied().unwrap_or(0), 2)
+                    })
+                    .collect();
+                let r = c
+                    .commit_file(request(&format!("wal/txn/{round}"), batches.clone()))
+                    .await
+                    .unwrap();
+                for (b, r) in batches.iter().zip(&r) {
+                    match r.error {
+                        ErrorCode::None => {
+                            seqs.insert(b.partition, b.last_sequence + 1);
+                        }
+                        ErrorCode::UnknownTopicOrPartition => {
+                            assert_eq!(b.partition.topic_id, doomed, "{r:?}");
+                        }
+                        e => panic!("batch {b:?}: {e:?}"),
+                    }
+                }
+                let commit = round % 2 == 0;
+                let markers: Vec<TxnMarker> = ps
+                    .iter()
+                    .map(|&p| TxnMarker {
+                        partition: p,
+                        producer_id: pid,
+                        producer_epoch: 0,
+                        coordinator_epoch: 0,
+                        commit,
+                        txn_seq: Some(round),
+                    })
+                    .collect();
+                let written = c.write_txn_markers(&markers).await.unwrap();
+                for (m, r) in markers.iter().zip(&written) {
+                    match r.error {
+                        ErrorCode::None => aborts += u64::from(!commit),
+                        ErrorCode::UnknownTopicOrPartition => {
+                            assert_eq!(m.partition.topic_id, doomed, "{r:?}");
+                        }
+                        e => panic!("marker {m:?}: {e:?}"),
+                    }
+                }
+            }
+            aborts
         }));
     }
     {
@@ -1289,19 +1558,25 @@ async fn postgres_no_dangling_rows() {
     const DANGLING: &str = "SELECT \
          (SELECT count(*) FROM batches b WHERE NOT EXISTS \
              (SELECT 1 FROM partitions pa WHERE pa.partition_id = b.partition_id)), \
-         (SELECT count(*) FROM batches b WHERE NOT EXISTS \
+         (SELECT count(*) FROM batches b WHERE b.object_id IS NOT NULL AND NOT EXISTS \
              (SELECT 1 FROM objects o WHERE o.object_id = b.object_id)), \
          (SELECT count(*) FROM producer_state s WHERE NOT EXISTS \
              (SELECT 1 FROM partitions pa WHERE pa.partition_id = s.partition_id)), \
          (SELECT count(*) FROM objects o WHERE o.live_bytes <> coalesce((SELECT \
              sum(b.byte_size) FROM batches b WHERE b.object_id = o.object_id), 0) \
-             OR (o.live_bytes = 0) <> (o.marked_for_deletion_at IS NOT NULL))";
-    let dangling: (i64, i64, i64, i64) =
+             OR (o.live_bytes = 0) <> (o.marked_for_deletion_at IS NOT NULL)), \
+         (SELECT count(*) FROM batches b WHERE (b.object_id IS NULL) <> (b.control_type <> -1)), \
+         (SELECT count(*) FROM aborted_txns a WHERE NOT EXISTS (SELECT 1 FROM batches b \
+             WHERE b.partition_id = a.partition_id AND b.last_offset = a.last_offset \
+             AND b.control_type = 0 AND b.producer_id = a.producer_id)), \
+         (SELECT count(*) FROM partitions pa WHERE pa.byte_size <> coalesce((SELECT \
+             sum(b.byte_size) FROM batches b WHERE b.partition_id = pa.partition_id), 0))";
+    let dangling: (i64, i64, i64, i64, i64, i64, i64) =
         sqlx::query_as(DANGLING).fetch_one(&mut conn).await.unwrap();
     assert_eq!(
         dangling,
-        (0, 0, 0, 0),
-        "(batches without partition, batches without object, producer states without partition, objects whose live bytes or mark disagree with their batches)"
+        (0, 0, 0, 0, 0, 0, 0),
+        "(batches without partition, batches without object, producer states without partition, objects whose live bytes or mark disagree with their batches, markers with an object or data batches without, aborted transactions without their marker, partitions whose size disagrees with their batches)"
     );
     let batches: i64 = sqlx::query_scalar("SELECT count(*) FROM batches")
         .fetch_one(&mut conn)
@@ -1318,9 +1593,16 @@ async fn postgres_no_dangling_rows() {
     .execute(&mut conn)
     .await
     .unwrap();
-    let dangling: (i64, i64, i64, i64) =
+    // And an aborted transaction without its marker.
+    sqlx::query(
+        "INSERT INTO aborted_txns SELECT partition_id, -5, -6, 1, -4 FROM partitions LIMIT 1",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let dangling: (i64, i64, i64, i64, i64, i64, i64) =
         sqlx::query_as(DANGLING).fetch_one(&mut conn).await.unwrap();
-    assert_eq!((dangling.0, dangling.1), (1, 1));
+    assert_eq!((dangling.0, dangling.1, dangling.5), (1, 1, 1));
     c.close().await;
 }
 
