@@ -369,3 +369,15 @@ async fn marker_on_log_append_time_topic() {
     assert_eq!(f.aborted_transactions, Some(vec![aborted(7, 0, 1)]));
     e.writer.close().await;
 }
+
+// SQLite works on blocking threads: a paused clock would let the writer's commit timeout fire
+// while a query runs, so these run on the real clock (the coordinator still reads a ManualClock).
+#[tokio::test]
+async fn commit_abort_and_isolation_sqlite() {
+    commit_abort_and_isolation(true).await;
+}
+
+#[tokio::test]
+async fn list_offsets_isolation_sqlite() {
+    list_offsets_isolation(true).await;
+}
