@@ -212,15 +212,6 @@ pub(crate) const CONTROL_ABORT: i16 = 0;
 /// The stored `control_type` of a COMMIT marker.
 pub(crate) const CONTROL_COMMIT: i16 = 1;
 
-/// The stored `control_type` of a batch whose [`BatchCoordinate::control`] is `control`.
-pub(crate) fn control_type_code(control: Option<EndTxnMarker>) -> i16 {
-    match control {
-        None => CONTROL_NONE,
-        Some(EndTxnMarker { commit: false, .. }) => CONTROL_ABORT,
-        Some(EndTxnMarker { commit: true, .. }) => CONTROL_COMMIT,
-    }
-}
-
 /// The [`BatchCoordinate::control`] of a stored `control_type` and `coordinator_epoch`.
 pub(crate) fn control_of(
     control_type: i16,

@@ -1,7 +1,9 @@
 //! `commit_file`: one write transaction of a fixed handful of statements whatever the batch count.
 //! The commit point (deadline and fences) first; then every touched partition and producer state
-//! is read at once, every batch is decided in memory in request order, and the object, the batches,
-//! the producer states and the partitions are written back in multi-row statements.
+//! is read at once, every batch is decided in memory in request order (producer fields, then the
+//! idempotent-producer rules, then the transaction rules: `producer.rs`), and the object, the
+//! batches, the producer states (with their open transactions: the last stable offset is read
+//! from them) and the partitions are written back in multi-row statements.
 
 use super::conn::{at_commit, not_applied};
 use super::producer::{self, Decision, STATE_COLUMNS};

@@ -9,7 +9,7 @@ use super::commit::{Partitions, Producers, load_partitions, load_producers, writ
 use super::conn::{at_commit, not_applied};
 use super::producer::{STATE_COLUMNS, state_from_row};
 use super::{CHUNK, SqliteCoordinator, execute_rows};
-use crate::rows::{SqlRow, control_type_code, ts_type_code};
+use crate::rows::{CONTROL_ABORT, CONTROL_COMMIT, SqlRow, ts_type_code};
 use crate::{
     BatchCoordinate, CoordinatorError, ErrorCode, ProducerState, TXN_MARKER_SIZE, TxnMarker,
     TxnMarkerResult,
@@ -234,7 +234,11 @@ async fn insert_markers(
             .bind(c.last_sequence)
             .bind(c.effective_max_timestamp())
             .bind(m.max_timestamp_so_far)
-            .bind(control_type_code(c.control))
+            .bind(if c.control.is_some_and(|m| m.commit) {
+                CONTROL_COMMIT
+            } else {
+                CONTROL_ABORT
+            })
             .bind(c.control.map_or(-1, |m| m.coordinator_epoch))
     })
     .await
