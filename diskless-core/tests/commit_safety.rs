@@ -198,6 +198,85 @@ async fn a_stalled_commit_cannot_land_on_a_collected_object() {
     e.writer.close().await;
 }
 
+/// The transaction guard (issue #14, enforced inside the commit by the coordinator's transaction
+/// rules: `check_txn` in the model, `sqlite/commit.rs`, PostgreSQL's commit function): a
+/// transactional batch verified for transaction 1 stalls after every broker-side check; meanwhile
+/// the transaction coordinator aborts transaction 1 and its marker is written to the partition.
+/// When the stalled commit lands, it must not open a transaction nobody will ever end (the last
+/// stable offset would stay behind it forever and every `read_committed` consumer would hang): it
+/// is refused with INVALID_TXN_STATE, the partition stays stable, and the producer's next
+/// transaction is accepted.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_transactional_commit_cannot_reopen_an_ended_transaction() {
+    let e = env(Duration::from_secs(3600)).await;
+    let txn_records = |seq: i32, value: &str| {
+        RecordBatchBuilder::new()
+            .producer(7, 0, seq)
+            .transactional(true)
+            .record(real_now_ms(), None, Some(value.as_bytes()))
+            .build()
+            .unwrap()
+            .as_bytes()
+            .clone()
+    };
+    let produce = |records: Bytes, txn_seq: i64| {
+        e.writer.append(vec![
+            ProducePartition::new(e.partition, Arc::new(e.config.clone()), records)
+                .with_txn_seq(txn_seq),
+        ])
+    };
+    e.faulty.stall_commits();
+    let stalled = tokio::spawn(produce(txn_records(0, "late"), 1).await);
+    e.wait_stalled(1).await;
+
+    let marker = e
+        .model
+        .write_txn_markers(&[TxnMarker {
+            partition: e.partition,
+            producer_id: 7,
+            producer_epoch: 0,
+            coordinator_epoch: 0,
+            commit: false,
+            txn_seq: Some(1),
+        }])
+        .await
+        .unwrap();
+    assert_eq!((marker[0].error, marker[0].offset), (ErrorCode::None, 0));
+
+    e.faulty.release_commits();
+    let answer = stalled.await.unwrap();
+    assert_eq!(answer[0].error, ErrorCode::InvalidTxnState, "{answer:?}");
+    let state = e
+        .model
+        .producer_state(e.partition, 7)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        state.current_txn_first_offset, None,
+        "no transaction left open"
+    );
+    let read = |fetch_offset| FetchPartition {
+        partition: e.partition,
+        fetch_offset,
+        partition_max_bytes: 1 << 20,
+        leader_epoch: 0,
+        isolation: IsolationLevel::ReadCommitted,
+    };
+    let fetched = e.fetcher.fetch(&[read(0)], 1 << 20).await.unwrap();
+    assert_eq!(
+        (fetched[0].high_watermark, fetched[0].last_stable_offset),
+        (1, 1),
+        "the partition is stable: only the marker"
+    );
+
+    // The producer's next transaction (verified for 2) opens and is read once committed.
+    let next = produce(txn_records(0, "next"), 2).await.await;
+    assert_eq!((next[0].error, next[0].base_offset), (ErrorCode::None, 1));
+    e.check_readable(2).await;
+    e.writer.close().await;
+}
+
 /// Even a collector configured against the rules (no candidate age, no recheck delay) cannot make a
 /// late commit land on a deleted object: it deletes only keys the coordinator fenced, and the
 /// coordinator refuses a fenced key's commit. Before fences, the stalled commit landed and was
