@@ -708,7 +708,8 @@ impl PostgresCoordinator {
             "SELECT s.producer_epoch, s.base_sequences, s.last_sequences, s.base_offsets, \
              s.last_offsets, s.log_append_times, s.last_append_ms, s.txn_first_offset, \
              s.txn_start_ms, s.coordinator_epoch, s.last_ended_txn, s.last_marker_offset, \
-             s.producer_id FROM partitions pa LEFT JOIN producer_state s ON s.partition_id = pa.partition_id \
+             s.producer_id \
+             FROM partitions pa LEFT JOIN producer_state s ON s.partition_id = pa.partition_id \
              WHERE pa.topic_id = $1::uuid AND pa.partition = $2 ORDER BY s.producer_id",
         )
         .bind(topic_key(partition.topic_id))
