@@ -40,6 +40,8 @@ pub(crate) struct Broker {
     pub fetcher: Fetcher,
     pub topics: Topics,
     pub groups: Arc<GroupCoordinator>,
+    /// The transaction coordinator (transactional ids, their state in `store`).
+    pub txns: Arc<crate::txn::TxnCoordinator>,
     pub store: Store,
     /// Producer ids, in blocks from the coordinator.
     pub producer_ids: crate::produce::ProducerIds,
@@ -388,6 +390,7 @@ impl Broker {
             fetcher,
             topics,
             groups: GroupCoordinator::new(),
+            txns: crate::txn::TxnCoordinator::new(),
             store,
             producer_ids: crate::produce::ProducerIds::default(),
             commits: watch::channel(0).0,

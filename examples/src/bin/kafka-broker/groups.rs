@@ -1194,6 +1194,31 @@ impl GroupCoordinator {
         member_id: &str,
         instance_id: Option<&str>,
     ) -> i16 {
+        self.validate_commit_of(group_id, generation, member_id, instance_id, false)
+    }
+
+    /// Whether a TxnOffsetCommit of this member may be stored: as [`Self::validate_commit`],
+    /// except (Kafka's `isTransactional`) that a commit without member and generation is accepted
+    /// whatever the group's state (older TxnOffsetCommit versions carry neither) and a rebalance
+    /// in progress does not refuse it.
+    pub(crate) fn validate_txn_commit(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> i16 {
+        self.validate_commit_of(group_id, generation, member_id, instance_id, true)
+    }
+
+    fn validate_commit_of(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+        transactional: bool,
+    ) -> i16 {
         let group = match self.existing(group_id) {
             Some(g) => g,
             None if generation < 0 => self.group(group_id),
@@ -1213,7 +1238,7 @@ impl GroupCoordinator {
             if generation != g.generation {
                 return codes::ILLEGAL_GENERATION;
             }
-        } else if g.state != State::Empty {
+        } else if g.state != State::Empty && !transactional {
             // Only members commit for a group with members.
             return codes::UNKNOWN_MEMBER_ID;
         }
@@ -1222,7 +1247,7 @@ impl GroupCoordinator {
             m.last_seen = Instant::now();
         }
         match state {
-            State::CompletingRebalance => codes::REBALANCE_IN_PROGRESS,
+            State::CompletingRebalance if !transactional => codes::REBALANCE_IN_PROGRESS,
             _ => codes::NONE,
         }
     }
@@ -1509,7 +1534,8 @@ fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }
 
-/// FindCoordinator: the broker that answers for a group (any broker of the process would).
+/// FindCoordinator: the broker that answers for a group (key type 0) or a transactional id (key
+/// type 1); any broker of the process would, as both coordinators are the process's.
 pub(crate) async fn find_coordinator(
     broker: &Arc<Broker>,
     ctx: &Ctx,
@@ -1523,9 +1549,9 @@ pub(crate) async fn find_coordinator(
     let mut answers = Vec::with_capacity(keys.len());
     for key in keys {
         let mut c = Coordinator::default();
-        if request.key_type != 0 {
+        if request.key_type != 0 && request.key_type != 1 {
             c.error_code = codes::INVALID_REQUEST;
-            c.error_message = Some(s("transactions are not supported on diskless topics yet"));
+            c.error_message = Some(s("unknown coordinator key type"));
             c.node_id = BrokerId(-1);
             c.port = -1;
         } else {

@@ -25,7 +25,9 @@
 //! (Produce, InitProducerId with producer-id blocks), [`fetch`] and [`fetch_session`] (Fetch with
 //! KIP-227 sessions, ListOffsets, DeleteRecords), [`groups`] (the classic group protocol, static
 //! membership, ListGroups/DescribeGroups/DeleteGroups), [`offsets`] (OffsetCommit, OffsetFetch,
-//! OffsetDelete), [`store`] (committed offsets and group metadata in SQLite), [`metrics`]
+//! OffsetDelete), [`txn`] (the transaction coordinator: InitProducerId with a transactional id,
+//! AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn, timeouts, Describe/ListTransactions),
+//! [`store`] (committed offsets, group metadata and transactions in SQLite), [`metrics`]
 //! (`--metrics-addr`), `alloc_guard` (malformed array lengths must not abort the process).
 
 mod admin_configs;
@@ -50,6 +52,7 @@ mod produce;
 mod server;
 mod store;
 mod topics;
+mod txn;
 
 /// A fresh random id (topic ids, consumer group member ids): unique, not reproducible — this is
 /// an application, not library code, so it draws from the OS's entropy (UUID v4 layout).

@@ -1,5 +1,7 @@
 //! OffsetCommit, OffsetFetch and OffsetDelete: committed consumer-group offsets, stored durably in
-//! the broker store (`broker.db` in the data directory), so they survive a restart.
+//! the broker store (`broker.db` in the data directory), so they survive a restart. Offsets of a
+//! transaction (TxnOffsetCommit, [`crate::txn`]) are pending until it ends; an OffsetFetch with
+//! `require_stable` (v7, KIP-447) answers `UNSTABLE_OFFSET_COMMIT` for partitions that have some.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -144,9 +146,33 @@ pub(crate) async fn offset_fetch(
             return response;
         }
     };
-    let partition = |index: i32, found: Option<&CommittedOffset>| {
+    let unstable = if ctx.version >= 7 && request.require_stable {
+        match broker
+            .store
+            .pending_partitions(request.group_id.as_str())
+            .await
+        {
+            Ok(u) => u,
+            Err(e) => {
+                warn!(group = %request.group_id.as_str(), error = %e, "cannot read pending offsets");
+                response.error_code = codes::COORDINATOR_NOT_AVAILABLE;
+                return response;
+            }
+        }
+    } else {
+        Default::default()
+    };
+    let partition = |topic: &str, index: i32, found: Option<&CommittedOffset>| {
         let mut p = OffsetFetchResponsePartition::default();
         p.partition_index = index;
+        if unstable.contains(&(topic.to_string(), index)) {
+            // Kafka's answer: no offset, the error, the client retries.
+            p.committed_offset = -1;
+            p.committed_leader_epoch = -1;
+            p.metadata = Some(StrBytes::default());
+            p.error_code = crate::txn::UNSTABLE_OFFSET_COMMIT;
+            return p;
+        }
         p.committed_offset = found.map_or(-1, |c| c.offset);
         if ctx.version >= 5 {
             p.committed_leader_epoch = found.map_or(-1, |c| c.leader_epoch);
@@ -167,7 +193,13 @@ pub(crate) async fn offset_fetch(
                 t.partitions = topic
                     .partition_indexes
                     .iter()
-                    .map(|&i| partition(i, by_key.get(&(topic.name.as_str(), i)).copied()))
+                    .map(|&i| {
+                        partition(
+                            topic.name.as_str(),
+                            i,
+                            by_key.get(&(topic.name.as_str(), i)).copied(),
+                        )
+                    })
                     .collect();
                 t.name = topic.name;
                 response.topics.push(t);
@@ -187,7 +219,7 @@ pub(crate) async fn offset_fetch(
                 t.name = TopicName(StrBytes::from_string(name));
                 t.partitions = list
                     .into_iter()
-                    .map(|c| partition(c.partition, Some(c)))
+                    .map(|c| partition(&c.topic, c.partition, Some(c)))
                     .collect();
                 response.topics.push(t);
             }

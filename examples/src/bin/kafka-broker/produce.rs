@@ -4,9 +4,14 @@
 //! request came to (any broker accepts any diskless partition). `acks=0` gets no response; `acks=1`
 //! and `acks=-1` are both answered once the WAL segment is committed — a diskless topic has no
 //! follower to wait for. Idempotent producers get their producer id from a durable allocator; the
-//! coordinator checks their sequences. This broker has no transaction coordinator yet: a
-//! transactional InitProducerId gets `INVALID_REQUEST`, so no partition is ever verified for a
-//! transaction, and the batch coordinator refuses transactional batches (`INVALID_TXN_STATE`).
+//! coordinator checks their sequences. A transactional InitProducerId goes to the transaction
+//! coordinator ([`crate::txn`]). A transactional batch is verified against it before it enters the
+//! writer (KIP-890 part 1's server-side verification, as Kafka's `AddPartitionsToTxnManager`): the
+//! request must carry a `transactional_id` (else `TRANSACTIONAL_ID_AUTHORIZATION_FAILED` for the
+//! whole request), the batch's producer id and epoch must be the transactional id's, and the
+//! partition must be in its ongoing transaction (else `INVALID_TXN_STATE`, `TRANSACTION_ABORTABLE`
+//! from v11; `INVALID_PRODUCER_EPOCH` for a stale epoch); a verified batch carries the
+//! transaction's number to the batch coordinator ([`ProducePartition::with_txn_seq`]).
 
 use std::sync::Arc;
 
@@ -47,6 +52,22 @@ pub(crate) async fn produce(
     let mut layout: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Slot)>)> = Vec::new();
     let mut partitions = Vec::new();
     let valid_acks = (-1..=1).contains(&request.acks);
+    let tid = request
+        .transactional_id
+        .as_ref()
+        .map(|t| t.as_str().to_string());
+    // Kafka's `KafkaApis.handleProduceRequest`: transactional records without a transactional id
+    // fail the whole request.
+    let unauthorized = tid.is_none()
+        && request
+            .topic_data
+            .iter()
+            .flat_map(|t| &t.partition_data)
+            .any(|p| {
+                p.records
+                    .as_ref()
+                    .is_some_and(|r| txn_producer(r).is_some())
+            });
     for topic in request.topic_data {
         let found = if valid_acks {
             broker.topics.by_name(topic.name.as_str()).await
@@ -59,6 +80,10 @@ pub(crate) async fn produce(
                 _ if !valid_acks => Slot::Error(
                     INVALID_REQUIRED_ACKS,
                     format!("acks={} is not one of 0, 1, -1", request.acks),
+                ),
+                _ if unauthorized => Slot::Error(
+                    crate::txn::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "transactional records without a transactional id".into(),
                 ),
                 (Err(e), _) => Slot::Error(e.error_code().code(), e.to_string()),
                 (Ok(None), _) => Slot::Error(
@@ -74,13 +99,35 @@ pub(crate) async fn produce(
                     "no records in the request".into(),
                 ),
                 (Ok(Some(t)), Some(records)) => {
-                    partitions.push(ProducePartition {
-                        partition: TopicIdPartition::new(t.id, p.index),
-                        config: t.config.clone(),
-                        records,
-                        txn_seq: None,
-                    });
-                    Slot::Writer(partitions.len() - 1)
+                    let partition = TopicIdPartition::new(t.id, p.index);
+                    let verified = match (txn_producer(&records), &tid) {
+                        (Some((producer_id, epoch)), Some(tid)) => broker
+                            .txns
+                            .verify(tid, producer_id, epoch, partition, ctx.version)
+                            .await
+                            .map(Some),
+                        _ => Ok(None),
+                    };
+                    match verified {
+                        Ok(txn_seq) => {
+                            let mut produce =
+                                ProducePartition::new(partition, t.config.clone(), records);
+                            if let Some(seq) = txn_seq {
+                                produce = produce.with_txn_seq(seq);
+                            }
+                            partitions.push(produce);
+                            Slot::Writer(partitions.len() - 1)
+                        }
+                        Err(code) => Slot::Error(
+                            code,
+                            format!(
+                                "{}-{} was not verified in the transaction of {:?}",
+                                t.name,
+                                p.index,
+                                tid.as_deref().unwrap_or("")
+                            ),
+                        ),
+                    }
                 }
             };
             slots.push((p.index, slot));
@@ -125,6 +172,14 @@ pub(crate) async fn produce(
         encode_response(&ctx, ctx.version, &response).map(Some)
     });
     Ok(Some(task))
+}
+
+/// The producer id and epoch of a transactional record batch (`None`: not a v2 batch, or not
+/// transactional; the writer validates the rest).
+fn txn_producer(records: &bytes::Bytes) -> Option<(i64, i16)> {
+    let batch = diskless_core::RecordBatch::parse(records.clone()).ok()?;
+    (batch.attributes().is_transactional() && !batch.attributes().is_control())
+        .then(|| (batch.producer_id(), batch.producer_epoch()))
 }
 
 /// The first failed partition of a request, for the acks=0 close.
@@ -206,22 +261,17 @@ fn build_response(
     response
 }
 
-/// InitProducerId for idempotent producers: a fresh producer id from the durable allocator.
+/// InitProducerId: for idempotent producers a fresh producer id from the durable allocator; with
+/// a transactional id, the transaction coordinator's answer.
 pub(crate) async fn init_producer_id(
     broker: &Arc<Broker>,
     ctx: &Ctx,
     request: InitProducerIdRequest,
 ) -> InitProducerIdResponse {
-    let mut response = InitProducerIdResponse::default();
-    if request.transactional_id.is_some() {
-        warn!(
-            client = %ctx.client_id,
-            peer = %ctx.peer,
-            "InitProducerId with a transactional id: transactions are not supported on diskless topics yet"
-        );
-        response.error_code = codes::INVALID_REQUEST;
-        return response;
+    if let Some(tid) = request.transactional_id.clone() {
+        return crate::txn::init_producer_id(broker, ctx, request, tid.as_str()).await;
     }
+    let mut response = InitProducerIdResponse::default();
     // As Kafka's TransactionCoordinator: without a transactional id, a request always gets a new
     // producer id at epoch 0, whatever id and epoch it names (KIP-360's epoch bump of a
     // non-transactional producer is answered with a fresh id). Bumping the named id's epoch

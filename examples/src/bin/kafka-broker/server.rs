@@ -69,6 +69,10 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
         .load(&broker.store)
         .await
         .map_err(|code| format!("cannot load the consumer groups from broker.db (error {code})"))?;
+    // Transactions as they were: those being ended are completed, ongoing ones time out.
+    crate::txn::load(&broker)
+        .await
+        .map_err(|e| format!("cannot load the transactions from broker.db: {e}"))?;
     broker.create_startup_topics(&config.create_topics).await?;
     let mut listeners = Vec::new();
     for l in &config.listeners {
@@ -85,6 +89,7 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
         listeners.push((l.node_id, listener));
     }
     let groups_task = tokio::spawn(broker.groups.clone().run_expiry());
+    let txn_task = tokio::spawn(crate::txn::run_sweeper(broker.clone()));
     let accept_tasks: Vec<_> = listeners
         .into_iter()
         .map(|(node, listener)| tokio::spawn(accept_loop(node, listener, broker.clone())))
@@ -99,6 +104,7 @@ pub(crate) async fn run(config: Config) -> Result<(), String> {
         t.abort();
     }
     groups_task.abort();
+    txn_task.abort();
     broker.close().await;
     if let Some(task) = metrics_task {
         task.abort();
@@ -437,6 +443,30 @@ async fn dispatch(
         ApiKey::CreatePartitions => spawn!(
             decode!(kafka_protocol::messages::CreatePartitionsRequest),
             crate::admin_partitions::create_partitions
+        ),
+        ApiKey::AddPartitionsToTxn => spawn!(
+            decode!(kafka_protocol::messages::AddPartitionsToTxnRequest),
+            crate::txn::add_partitions_to_txn
+        ),
+        ApiKey::AddOffsetsToTxn => spawn!(
+            decode!(kafka_protocol::messages::AddOffsetsToTxnRequest),
+            crate::txn::add_offsets_to_txn
+        ),
+        ApiKey::EndTxn => spawn!(
+            decode!(kafka_protocol::messages::EndTxnRequest),
+            crate::txn::end_txn
+        ),
+        ApiKey::TxnOffsetCommit => spawn!(
+            decode!(kafka_protocol::messages::TxnOffsetCommitRequest),
+            crate::txn::txn_offset_commit
+        ),
+        ApiKey::DescribeTransactions => spawn!(
+            decode!(kafka_protocol::messages::DescribeTransactionsRequest),
+            crate::txn::describe_transactions
+        ),
+        ApiKey::ListTransactions => spawn!(
+            decode!(kafka_protocol::messages::ListTransactionsRequest),
+            crate::txn::list_transactions
         ),
         ApiKey::DescribeTopicPartitions => spawn!(
             decode!(kafka_protocol::messages::DescribeTopicPartitionsRequest),

@@ -8,19 +8,26 @@
 //! - topic configs that are not part of the coordinator's `TopicConfig` (Kafka's other topic
 //!   configs, accepted and kept without effect), per topic id, and manual replica assignments of
 //!   partitions (CreateTopics / CreatePartitions), which Metadata reports;
-//! - group configs (Kafka's `GroupConfig`, set with IncrementalAlterConfigs on a GROUP resource).
+//! - group configs (Kafka's `GroupConfig`, set with IncrementalAlterConfigs on a GROUP resource);
+//! - the transaction coordinator's state (what Kafka writes to `__transaction_state`): one row per
+//!   transactional id with its partitions and groups, the coordinator epoch of this process, and
+//!   the transactional offsets pending until their transaction ends (see [`crate::txn`]).
 //!
 //! (A production broker keeps these in its own replicated stores; the coordinator of diskless topics
 //! does not own them.)
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use sqlx::Row;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use uuid::Uuid;
+
+use crate::txn::{TxnMeta, TxnState};
 
 /// Configs by name (canonical values).
 pub(crate) type Configs = BTreeMap<String, String>;
@@ -67,6 +74,10 @@ pub(crate) struct MemberRecord {
 #[derive(Clone, Debug)]
 pub(crate) struct Store {
     pool: SqlitePool,
+    /// The order of offset writes (Kafka's offsets-log position): a committed row and a pending
+    /// transactional row each get the next number, so that a transaction's commit installs its
+    /// offset only over an older non-transactional one (Kafka's `CommitRecordMetadataAndOffset.olderThan`).
+    write_seq: Arc<AtomicI64>,
 }
 
 /// A failure of the store's database.
@@ -150,10 +161,80 @@ impl Store {
                 value TEXT NOT NULL,
                 PRIMARY KEY (group_id, name)
             )",
+            "CREATE TABLE IF NOT EXISTS transactions (
+                transactional_id TEXT PRIMARY KEY,
+                producer_id INTEGER NOT NULL,
+                prev_producer_id INTEGER NOT NULL,
+                producer_epoch INTEGER NOT NULL,
+                last_producer_epoch INTEGER NOT NULL,
+                timeout_ms INTEGER NOT NULL,
+                state TEXT NOT NULL,
+                txn_seq INTEGER NOT NULL,
+                start_ms INTEGER NOT NULL,
+                last_update_ms INTEGER NOT NULL,
+                coordinator_epoch INTEGER NOT NULL
+            )",
+            "CREATE TABLE IF NOT EXISTS transaction_partitions (
+                transactional_id TEXT NOT NULL,
+                topic_id TEXT NOT NULL,
+                topic TEXT NOT NULL,
+                partition INTEGER NOT NULL,
+                PRIMARY KEY (transactional_id, topic_id, partition)
+            )",
+            "CREATE TABLE IF NOT EXISTS transaction_groups (
+                transactional_id TEXT NOT NULL,
+                group_id TEXT NOT NULL,
+                PRIMARY KEY (transactional_id, group_id)
+            )",
+            "CREATE TABLE IF NOT EXISTS pending_txn_offsets (
+                group_id TEXT NOT NULL,
+                topic TEXT NOT NULL,
+                partition INTEGER NOT NULL,
+                producer_id INTEGER NOT NULL,
+                committed_offset INTEGER NOT NULL,
+                leader_epoch INTEGER NOT NULL,
+                metadata TEXT,
+                commit_time_ms INTEGER NOT NULL,
+                write_seq INTEGER NOT NULL,
+                PRIMARY KEY (group_id, topic, partition, producer_id)
+            )",
+            "CREATE TABLE IF NOT EXISTS txn_coordinator (
+                id INTEGER PRIMARY KEY CHECK (id = 0),
+                coordinator_epoch INTEGER NOT NULL
+            )",
         ] {
             sqlx::query(statement).execute(&pool).await.map_err(sql)?;
         }
-        Ok(Store { pool })
+        // Databases from before transactions: committed offsets gain their write order.
+        let has_write_seq: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pragma_table_info('committed_offsets') WHERE name = 'write_seq'",
+        )
+        .fetch_one(&pool)
+        .await
+        .map_err(sql)?;
+        if has_write_seq == 0 {
+            sqlx::query(
+                "ALTER TABLE committed_offsets ADD COLUMN write_seq INTEGER NOT NULL DEFAULT 0",
+            )
+            .execute(&pool)
+            .await
+            .map_err(sql)?;
+        }
+        let last_seq: i64 = sqlx::query_scalar(
+            "SELECT MAX(COALESCE((SELECT MAX(write_seq) FROM committed_offsets), 0),
+                        COALESCE((SELECT MAX(write_seq) FROM pending_txn_offsets), 0))",
+        )
+        .fetch_one(&pool)
+        .await
+        .map_err(sql)?;
+        Ok(Store {
+            pool,
+            write_seq: Arc::new(AtomicI64::new(last_seq)),
+        })
+    }
+
+    fn next_write_seq(&self) -> i64 {
+        self.write_seq.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Stores offsets of a group atomically.
@@ -167,13 +248,15 @@ impl Store {
         for o in offsets {
             sqlx::query(
                 "INSERT INTO committed_offsets
-                   (group_id, topic, partition, committed_offset, leader_epoch, metadata, commit_time_ms)
-                 VALUES (?, ?, ?, ?, ?, ?, ?)
+                   (group_id, topic, partition, committed_offset, leader_epoch, metadata,
+                    commit_time_ms, write_seq)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                  ON CONFLICT (group_id, topic, partition) DO UPDATE SET
                    committed_offset = excluded.committed_offset,
                    leader_epoch = excluded.leader_epoch,
                    metadata = excluded.metadata,
-                   commit_time_ms = excluded.commit_time_ms",
+                   commit_time_ms = excluded.commit_time_ms,
+                   write_seq = excluded.write_seq",
             )
             .bind(group)
             .bind(&o.topic)
@@ -182,6 +265,7 @@ impl Store {
             .bind(o.leader_epoch)
             .bind(o.metadata.as_deref())
             .bind(now_ms)
+            .bind(self.next_write_seq())
             .execute(&mut *tx)
             .await
             .map_err(sql)?;
@@ -334,6 +418,7 @@ impl Store {
                 "DELETE FROM group_metadata WHERE group_id = ?",
                 "DELETE FROM group_members WHERE group_id = ?",
                 "DELETE FROM committed_offsets WHERE group_id = ?",
+                "DELETE FROM pending_txn_offsets WHERE group_id = ?",
             ],
             group,
         )
@@ -380,12 +465,14 @@ impl Store {
 
     /// Forgets the committed offsets of a deleted topic.
     pub(crate) async fn delete_topic(&self, topic: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM committed_offsets WHERE topic = ?")
-            .bind(topic)
-            .execute(&self.pool)
-            .await
-            .map_err(sql)?;
-        Ok(())
+        self.delete_by_key(
+            &[
+                "DELETE FROM committed_offsets WHERE topic = ?",
+                "DELETE FROM pending_txn_offsets WHERE topic = ?",
+            ],
+            topic,
+        )
+        .await
     }
 
     /// Every topic's kept configs (topic id → name → value).
@@ -528,10 +615,250 @@ impl Store {
         tx.commit().await.map_err(sql)
     }
 
+    /// The transaction coordinator's epoch for this process: one more than the last process's
+    /// (stored before it is used, so markers of an earlier process are older).
+    pub(crate) async fn bump_coordinator_epoch(&self) -> Result<i32, StoreError> {
+        sqlx::query(
+            "INSERT INTO txn_coordinator (id, coordinator_epoch) VALUES (0, 0)
+             ON CONFLICT (id) DO UPDATE SET coordinator_epoch = coordinator_epoch + 1",
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(sql)?;
+        sqlx::query_scalar("SELECT coordinator_epoch FROM txn_coordinator WHERE id = 0")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(sql)
+    }
+
+    /// Every stored transactional id with its partitions and groups.
+    pub(crate) async fn load_txns(&self) -> Result<Vec<TxnMeta>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT transactional_id, producer_id, prev_producer_id, producer_epoch,
+                    last_producer_epoch, timeout_ms, state, txn_seq, start_ms, last_update_ms,
+                    coordinator_epoch
+             FROM transactions ORDER BY transactional_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let state: String = r.try_get(6).map_err(sql)?;
+            let state = TxnState::parse(&state)
+                .ok_or_else(|| StoreError(format!("transactions: unknown state {state:?}")))?;
+            out.push(TxnMeta {
+                transactional_id: r.try_get(0).map_err(sql)?,
+                producer_id: r.try_get(1).map_err(sql)?,
+                prev_producer_id: r.try_get(2).map_err(sql)?,
+                producer_epoch: r.try_get(3).map_err(sql)?,
+                last_producer_epoch: r.try_get(4).map_err(sql)?,
+                timeout_ms: r.try_get(5).map_err(sql)?,
+                state,
+                txn_seq: r.try_get(7).map_err(sql)?,
+                start_ms: r.try_get(8).map_err(sql)?,
+                last_update_ms: r.try_get(9).map_err(sql)?,
+                coordinator_epoch: r.try_get(10).map_err(sql)?,
+                partitions: BTreeMap::new(),
+                groups: Default::default(),
+            });
+        }
+        let rows = sqlx::query(
+            "SELECT transactional_id, topic_id, topic, partition FROM transaction_partitions",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql)?;
+        for r in &rows {
+            let tid: String = r.try_get(0).map_err(sql)?;
+            let topic_id: String = r.try_get(1).map_err(sql)?;
+            let topic_id = Uuid::parse_str(&topic_id).map_err(|_| {
+                StoreError(format!("transaction_partitions: bad topic id {topic_id}"))
+            })?;
+            if let Some(t) = out.iter_mut().find(|t| t.transactional_id == tid) {
+                t.partitions.insert(
+                    (topic_id, r.try_get(3).map_err(sql)?),
+                    r.try_get(2).map_err(sql)?,
+                );
+            }
+        }
+        let rows = sqlx::query("SELECT transactional_id, group_id FROM transaction_groups")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql)?;
+        for r in &rows {
+            let tid: String = r.try_get(0).map_err(sql)?;
+            if let Some(t) = out.iter_mut().find(|t| t.transactional_id == tid) {
+                t.groups.insert(r.try_get(1).map_err(sql)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Replaces the stored state of a transactional id (Kafka's transaction log record).
+    pub(crate) async fn save_txn(&self, meta: &TxnMeta) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(sql)?;
+        save_txn_in(&mut tx, meta).await?;
+        tx.commit().await.map_err(sql)
+    }
+
+    /// Transactional offsets of producer `producer_id`, pending until its transaction ends.
+    pub(crate) async fn add_pending_offsets(
+        &self,
+        group: &str,
+        producer_id: i64,
+        offsets: &[CommittedOffset],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(sql)?;
+        for o in offsets {
+            sqlx::query(
+                "INSERT OR REPLACE INTO pending_txn_offsets
+                   (group_id, topic, partition, producer_id, committed_offset, leader_epoch,
+                    metadata, commit_time_ms, write_seq)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(group)
+            .bind(&o.topic)
+            .bind(o.partition)
+            .bind(producer_id)
+            .bind(o.offset)
+            .bind(o.leader_epoch)
+            .bind(o.metadata.as_deref())
+            .bind(now_ms)
+            .bind(self.next_write_seq())
+            .execute(&mut *tx)
+            .await
+            .map_err(sql)?;
+        }
+        tx.commit().await.map_err(sql)
+    }
+
+    /// The partitions of a group with transactional offsets pending (OffsetFetch `require_stable`).
+    pub(crate) async fn pending_partitions(
+        &self,
+        group: &str,
+    ) -> Result<HashSet<(String, i32)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT topic, partition FROM pending_txn_offsets WHERE group_id = ?",
+        )
+        .bind(group)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql)?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0).map_err(sql)?, r.try_get(1).map_err(sql)?)))
+            .collect()
+    }
+
+    /// Ends the transactional offsets of `producer_id` in `groups` and stores `meta` (its
+    /// Complete* state), in one transaction: on commit each pending offset replaces the committed
+    /// one unless that was written later (Kafka's `completePendingTxnOffsetCommit`); on abort they
+    /// are dropped. Repeating it changes nothing.
+    pub(crate) async fn complete_txn(
+        &self,
+        meta: &TxnMeta,
+        producer_id: i64,
+        groups: &[String],
+        commit: bool,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(sql)?;
+        for group in groups {
+            if commit {
+                sqlx::query(
+                    "INSERT INTO committed_offsets
+                       (group_id, topic, partition, committed_offset, leader_epoch, metadata,
+                        commit_time_ms, write_seq)
+                     SELECT group_id, topic, partition, committed_offset, leader_epoch, metadata,
+                            commit_time_ms, write_seq
+                     FROM pending_txn_offsets WHERE group_id = ? AND producer_id = ?
+                     ON CONFLICT (group_id, topic, partition) DO UPDATE SET
+                       committed_offset = excluded.committed_offset,
+                       leader_epoch = excluded.leader_epoch,
+                       metadata = excluded.metadata,
+                       commit_time_ms = excluded.commit_time_ms,
+                       write_seq = excluded.write_seq
+                     WHERE excluded.write_seq > committed_offsets.write_seq",
+                )
+                .bind(group)
+                .bind(producer_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql)?;
+            }
+            sqlx::query("DELETE FROM pending_txn_offsets WHERE group_id = ? AND producer_id = ?")
+                .bind(group)
+                .bind(producer_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql)?;
+        }
+        save_txn_in(&mut tx, meta).await?;
+        tx.commit().await.map_err(sql)
+    }
+
     /// Closes the database.
     pub(crate) async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// Writes `meta` (row, partitions, groups) inside `tx`.
+async fn save_txn_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    meta: &TxnMeta,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT OR REPLACE INTO transactions
+           (transactional_id, producer_id, prev_producer_id, producer_epoch, last_producer_epoch,
+            timeout_ms, state, txn_seq, start_ms, last_update_ms, coordinator_epoch)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&meta.transactional_id)
+    .bind(meta.producer_id)
+    .bind(meta.prev_producer_id)
+    .bind(meta.producer_epoch)
+    .bind(meta.last_producer_epoch)
+    .bind(meta.timeout_ms)
+    .bind(meta.state.name())
+    .bind(meta.txn_seq)
+    .bind(meta.start_ms)
+    .bind(meta.last_update_ms)
+    .bind(meta.coordinator_epoch)
+    .execute(&mut **tx)
+    .await
+    .map_err(sql)?;
+    for table in ["transaction_partitions", "transaction_groups"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM {table} WHERE transactional_id = ?"
+        )))
+        .bind(&meta.transactional_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(sql)?;
+    }
+    for ((topic_id, partition), topic) in &meta.partitions {
+        sqlx::query(
+            "INSERT INTO transaction_partitions (transactional_id, topic_id, topic, partition)
+             VALUES (?, ?, ?, ?)",
+        )
+        .bind(&meta.transactional_id)
+        .bind(topic_id.to_string())
+        .bind(topic)
+        .bind(partition)
+        .execute(&mut **tx)
+        .await
+        .map_err(sql)?;
+    }
+    for group in &meta.groups {
+        sqlx::query("INSERT INTO transaction_groups (transactional_id, group_id) VALUES (?, ?)")
+            .bind(&meta.transactional_id)
+            .bind(group)
+            .execute(&mut **tx)
+            .await
+            .map_err(sql)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -627,5 +954,80 @@ mod tests {
             .await
             .unwrap();
         assert!(store.load_groups().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn transactions_survive_a_reopen_and_their_offsets_install_only_over_older_commits() {
+        use crate::txn::{TxnMeta, TxnState};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker.db");
+        let store = Store::open(&path).await.unwrap();
+        assert_eq!(store.bump_coordinator_epoch().await.unwrap(), 0);
+        let mut meta = TxnMeta {
+            transactional_id: "tx".into(),
+            producer_id: 7,
+            prev_producer_id: -1,
+            producer_epoch: 2,
+            last_producer_epoch: -1,
+            timeout_ms: 60_000,
+            state: TxnState::PrepareCommit,
+            txn_seq: 4,
+            start_ms: 100,
+            last_update_ms: 200,
+            coordinator_epoch: 0,
+            partitions: [((Uuid::from_u128(9), 1), "t".to_string())]
+                .into_iter()
+                .collect(),
+            groups: ["g".to_string()].into_iter().collect(),
+        };
+        store.save_txn(&meta).await.unwrap();
+        let offset = |partition: i32, offset: i64| CommittedOffset {
+            topic: "t".into(),
+            partition,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        };
+        // Partition 0: the transaction's offset is older than a plain commit that follows it.
+        // Partition 1: a plain commit before the transaction's offset.
+        store.commit("g", &[offset(1, 5)], 1).await.unwrap();
+        store
+            .add_pending_offsets("g", 7, &[offset(0, 10), offset(1, 11)], 2)
+            .await
+            .unwrap();
+        store.commit("g", &[offset(0, 3)], 3).await.unwrap();
+        let pending = store.pending_partitions("g").await.unwrap();
+        assert_eq!(pending.len(), 2);
+        store.close().await;
+        drop(store);
+
+        let store = Store::open(&path).await.unwrap();
+        assert_eq!(store.bump_coordinator_epoch().await.unwrap(), 1);
+        assert_eq!(store.load_txns().await.unwrap(), vec![meta.clone()]);
+        meta.state = TxnState::CompleteCommit;
+        meta.partitions.clear();
+        meta.groups.clear();
+        store
+            .complete_txn(&meta, 7, &["g".to_string()], true)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.fetch("g").await.unwrap(),
+            vec![offset(0, 3), offset(1, 11)],
+            "a later plain commit wins over the transaction's, an earlier one does not"
+        );
+        assert!(store.pending_partitions("g").await.unwrap().is_empty());
+        assert_eq!(store.load_txns().await.unwrap(), vec![meta.clone()]);
+        // An aborted transaction's offsets are dropped.
+        store
+            .add_pending_offsets("g", 7, &[offset(1, 99)], 4)
+            .await
+            .unwrap();
+        store
+            .complete_txn(&meta, 7, &["g".to_string()], false)
+            .await
+            .unwrap();
+        assert_eq!(store.fetch("g").await.unwrap()[1], offset(1, 11));
+        assert!(store.pending_partitions("g").await.unwrap().is_empty());
     }
 }

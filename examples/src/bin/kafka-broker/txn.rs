@@ -1,0 +1,1547 @@
+//! The transaction coordinator (KIP-98, transaction version 1: the classic flow librdkafka and
+//! `kafka-clients` without KIP-890 part 2 speak): InitProducerId with a transactional id,
+//! AddPartitionsToTxn (v0-3), AddOffsetsToTxn, TxnOffsetCommit, EndTxn (v0-4), the verification of
+//! transactional Produce batches, transaction timeouts, DescribeTransactions and ListTransactions.
+//!
+//! The rules are Kafka's `TransactionCoordinator` / `TransactionMetadata` (docs/transactions.md
+//! §1.4): one [`TxnMeta`] per transactional id, moved through the states of [`TxnState`] by the
+//! pure `*_step` functions below (unit-tested as tables), each new state written to `broker.db`
+//! ([`crate::store`]) before it is acted on or answered — the equivalent of Kafka's append to
+//! `__transaction_state`.
+//!
+//! The partition leader's part is the batch coordinator's: markers go straight to
+//! [`diskless_coordinator::BatchCoordinator::write_txn_markers`] (no WriteTxnMarkers round trip).
+//! Every entry into `Ongoing` takes the next *transaction number* (`txn_seq`) of the transactional
+//! id; a Produce batch verified to be in the ongoing transaction carries it
+//! ([`diskless_core::ProducePartition::with_txn_seq`]) and so do the transaction's markers, which
+//! makes markers idempotent and stops a late batch of an ended transaction from opening a new one.
+//!
+//! EndTxn: `Ongoing` → `Prepare{Commit,Abort}` (durable) → markers on every partition (retried
+//! with backoff until written, the partition dropped if its topic is gone) → the group offsets of
+//! the transaction installed (commit) or dropped (abort) together with `Complete{Commit,Abort}` in
+//! one SQLite transaction. The answer is sent once the markers are written, or after
+//! [`END_WAIT`] with the outcome already decided (the `Prepare*` row), as Kafka answers once its
+//! prepare record is durable. A restarted broker completes every `Prepare*` transaction it finds
+//! and the timeout sweeper aborts every `Ongoing` one whose timeout (counted from its persisted
+//! start) has passed, so no transaction is left hanging. The coordinator epoch is bumped on every
+//! start; markers carry it.
+//!
+//! Transactions belong to this process (as consumer groups do): several broker processes on one
+//! PostgreSQL coordinator would each coordinate the transactional ids their clients bring.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
+
+use diskless_coordinator::{ErrorCode, TopicIdPartition, TxnMarker};
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    EndTxnRequest, EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ListTransactionsRequest, ListTransactionsResponse, ProducerId, TopicName,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse, describe_transactions_response,
+    list_transactions_response,
+};
+use kafka_protocol::protocol::StrBytes;
+use tokio::sync::Mutex as AsyncMutex;
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use crate::broker::Broker;
+use crate::codes;
+use crate::server::Ctx;
+use crate::store::CommittedOffset;
+
+/// Kafka's `transaction.max.timeout.ms` default: a longer `transaction.timeout.ms` is refused.
+pub(crate) const MAX_TRANSACTION_TIMEOUT_MS: i32 = 900_000;
+/// How often Ongoing transactions are checked against their timeout (Kafka's
+/// `transaction.abort.timed.out.transaction.cleanup.interval.ms` is 10 s; an in-memory scan is
+/// cheap, and a short interval keeps a timed-out transaction's partitions unstable for less time).
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// How long EndTxn waits for the markers before answering (the outcome is durable already).
+const END_WAIT: Duration = Duration::from_secs(5);
+/// Longest pause between two attempts at writing markers.
+const MAX_MARKER_BACKOFF: Duration = Duration::from_secs(5);
+
+const NO_EPOCH: i16 = -1;
+const NO_PRODUCER_ID: i64 = -1;
+
+const NOT_ENOUGH_REPLICAS: i16 = 19;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const INVALID_TXN_STATE: i16 = 48;
+const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+const CONCURRENT_TRANSACTIONS: i16 = 51;
+/// Kafka's `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`: a Produce with transactional batches but no
+/// transactional id.
+pub(crate) const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+const OPERATION_NOT_ATTEMPTED: i16 = 55;
+/// Kafka's `UNSTABLE_OFFSET_COMMIT` (OffsetFetch `require_stable`).
+pub(crate) const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+const PRODUCER_FENCED: i16 = 90;
+const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
+const TRANSACTION_ABORTABLE: i16 = 120;
+const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+/// Kafka's `offset.metadata.max.bytes`.
+const MAX_METADATA: usize = 4096;
+
+/// The states of a transactional id (Kafka's `TransactionState`, with its names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum TxnState {
+    Empty,
+    Ongoing,
+    PrepareCommit,
+    PrepareAbort,
+    CompleteCommit,
+    CompleteAbort,
+    /// Kafka's pending state while it fences an ongoing transaction; here the fence and the
+    /// abort are one step (`PrepareAbort` with the bumped epoch), so it is never stored.
+    PrepareEpochFence,
+    /// Kafka's state of an expired transactional id; expired ids are deleted here instead.
+    Dead,
+}
+
+const ALL_STATES: [TxnState; 8] = [
+    TxnState::Empty,
+    TxnState::Ongoing,
+    TxnState::PrepareCommit,
+    TxnState::PrepareAbort,
+    TxnState::CompleteCommit,
+    TxnState::CompleteAbort,
+    TxnState::PrepareEpochFence,
+    TxnState::Dead,
+];
+
+impl TxnState {
+    /// Kafka's name of the state (DescribeTransactions, ListTransactions, the store).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            TxnState::Empty => "Empty",
+            TxnState::Ongoing => "Ongoing",
+            TxnState::PrepareCommit => "PrepareCommit",
+            TxnState::PrepareAbort => "PrepareAbort",
+            TxnState::CompleteCommit => "CompleteCommit",
+            TxnState::CompleteAbort => "CompleteAbort",
+            TxnState::PrepareEpochFence => "PrepareEpochFence",
+            TxnState::Dead => "Dead",
+        }
+    }
+
+    /// The state named `name` (as [`TxnState::name`]).
+    pub(crate) fn parse(name: &str) -> Option<TxnState> {
+        ALL_STATES.into_iter().find(|s| s.name() == name)
+    }
+
+    fn is_prepare(self) -> bool {
+        matches!(self, TxnState::PrepareCommit | TxnState::PrepareAbort)
+    }
+}
+
+/// A partition of a transaction: (topic id, partition) → topic name.
+pub(crate) type TxnPartitions = BTreeMap<(Uuid, i32), String>;
+
+/// One transactional id's state (Kafka's `TransactionMetadata`; a row of `transactions`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TxnMeta {
+    pub transactional_id: String,
+    /// `-1` until the first InitProducerId is stored.
+    pub producer_id: i64,
+    /// The producer id before the last rotation (epoch exhaustion), else `-1`.
+    pub prev_producer_id: i64,
+    pub producer_epoch: i16,
+    /// The epoch before the last bump when the client named its expected epoch (KIP-360 retries).
+    pub last_producer_epoch: i16,
+    pub timeout_ms: i32,
+    pub state: TxnState,
+    /// The number of the current (or last) transaction: incremented on every entry into Ongoing.
+    pub txn_seq: i64,
+    /// When the current transaction started (entry into Ongoing), ms since the epoch.
+    pub start_ms: i64,
+    pub last_update_ms: i64,
+    /// The coordinator epoch of the process that last wrote the row.
+    pub coordinator_epoch: i32,
+    pub partitions: TxnPartitions,
+    pub groups: BTreeSet<String>,
+}
+
+impl TxnMeta {
+    /// A transactional id seen for the first time, with its new producer id (epoch -1: the first
+    /// InitProducerId bumps it to 0).
+    fn fresh(tid: &str, producer_id: i64, timeout_ms: i32, now: i64, epoch: i32) -> TxnMeta {
+        TxnMeta {
+            transactional_id: tid.to_string(),
+            producer_id,
+            prev_producer_id: NO_PRODUCER_ID,
+            producer_epoch: NO_EPOCH,
+            last_producer_epoch: NO_EPOCH,
+            timeout_ms,
+            state: TxnState::Empty,
+            txn_seq: 0,
+            start_ms: -1,
+            last_update_ms: now,
+            coordinator_epoch: epoch,
+            partitions: TxnPartitions::new(),
+            groups: BTreeSet::new(),
+        }
+    }
+
+    /// A not yet initialized entry (no InitProducerId stored).
+    fn placeholder(tid: &str) -> TxnMeta {
+        TxnMeta::fresh(tid, NO_PRODUCER_ID, 0, 0, 0)
+    }
+
+    fn is_initialized(&self) -> bool {
+        self.producer_id >= 0
+    }
+}
+
+/// Kafka's `TransactionMetadata.isEpochExhausted`.
+fn epoch_exhausted(epoch: i16) -> bool {
+    epoch >= i16::MAX - 1
+}
+
+/// What InitProducerId does to a transactional id.
+#[derive(Debug, PartialEq, Eq)]
+enum InitStep {
+    /// Store this and answer its producer id and epoch.
+    Ready(TxnMeta),
+    /// Store this (`PrepareAbort` with the bumped epoch), abort, answer CONCURRENT_TRANSACTIONS.
+    Fence(TxnMeta),
+}
+
+/// Kafka's `prepareInitProducerIdTransit` on an initialized transactional id. `fresh_pid` is a
+/// new producer id, needed when the epoch is exhausted (see [`needs_new_producer_id`]).
+fn init_step(
+    meta: &TxnMeta,
+    expected: Option<(i64, i16)>,
+    timeout_ms: i32,
+    now: i64,
+    fresh_pid: Option<i64>,
+    coordinator_epoch: i32,
+) -> Result<InitStep, i16> {
+    if let Some((pid, epoch)) = expected {
+        // `isValidProducerId`.
+        let valid = meta.producer_epoch == NO_EPOCH
+            || pid == meta.producer_id
+            || (pid == meta.prev_producer_id && epoch_exhausted(epoch));
+        if !valid {
+            return Err(PRODUCER_FENCED);
+        }
+    }
+    match meta.state {
+        TxnState::PrepareCommit
+        | TxnState::PrepareAbort
+        | TxnState::PrepareEpochFence
+        | TxnState::Dead => Err(CONCURRENT_TRANSACTIONS),
+        TxnState::Ongoing => Ok(InitStep::Fence(fence_step(meta, now, coordinator_epoch))),
+        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
+            let mut next = meta.clone();
+            if epoch_exhausted(meta.producer_epoch) {
+                // `prepareProducerIdRotation`.
+                let Some(pid) = fresh_pid else {
+                    return Err(codes::COORDINATOR_NOT_AVAILABLE);
+                };
+                next.prev_producer_id = meta.producer_id;
+                next.producer_id = pid;
+                next.producer_epoch = 0;
+                next.last_producer_epoch = if expected.is_some() {
+                    meta.producer_epoch
+                } else {
+                    NO_EPOCH
+                };
+            } else {
+                // `prepareIncrementProducerEpoch`.
+                let bumped = meta.producer_epoch + 1;
+                match expected.map(|(_, e)| e) {
+                    None => {
+                        next.producer_epoch = bumped;
+                        next.last_producer_epoch = NO_EPOCH;
+                    }
+                    // No current epoch: a new id; else the producer continues after an error.
+                    Some(e) if meta.producer_epoch == NO_EPOCH || e == meta.producer_epoch => {
+                        next.producer_epoch = bumped;
+                        next.last_producer_epoch = meta.producer_epoch;
+                    }
+                    // A retry of a bump whose answer was lost: the same epoch again.
+                    Some(e) if e == meta.last_producer_epoch => {}
+                    Some(_) => return Err(PRODUCER_FENCED),
+                }
+            }
+            next.timeout_ms = timeout_ms;
+            next.state = TxnState::Empty;
+            next.partitions.clear();
+            next.groups.clear();
+            next.last_update_ms = now;
+            next.coordinator_epoch = coordinator_epoch;
+            Ok(InitStep::Ready(next))
+        }
+    }
+}
+
+/// Whether InitProducerId on `meta` rotates to a new producer id (so one must be allocated).
+fn needs_new_producer_id(meta: &TxnMeta) -> bool {
+    meta.is_initialized()
+        && epoch_exhausted(meta.producer_epoch)
+        && matches!(
+            meta.state,
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+        )
+}
+
+/// Kafka's `prepareFenceProducerEpoch` followed by the abort: `PrepareAbort` with the epoch bumped
+/// (kept at `i16::MAX`), so the fenced producer's epoch is stale everywhere, markers included.
+fn fence_step(meta: &TxnMeta, now: i64, coordinator_epoch: i32) -> TxnMeta {
+    let mut next = meta.clone();
+    if meta.producer_epoch < i16::MAX {
+        next.producer_epoch = meta.producer_epoch + 1;
+    }
+    next.last_producer_epoch = NO_EPOCH;
+    next.state = TxnState::PrepareAbort;
+    next.last_update_ms = now;
+    next.coordinator_epoch = coordinator_epoch;
+    next
+}
+
+/// The checks every client call about an ongoing transaction starts with: producer id, then
+/// epoch (`PRODUCER_FENCED`).
+fn check_producer(meta: &TxnMeta, producer_id: i64, epoch: i16) -> Result<(), i16> {
+    if !meta.is_initialized() || meta.producer_id != producer_id {
+        return Err(INVALID_PRODUCER_ID_MAPPING);
+    }
+    if meta.producer_epoch != epoch {
+        return Err(PRODUCER_FENCED);
+    }
+    Ok(())
+}
+
+/// Kafka's `handleAddPartitionsToTransaction` (AddPartitionsToTxn v0-3 and AddOffsetsToTxn, whose
+/// group stands for its `__consumer_offsets` partition): `None` when everything is in already.
+fn add_step(
+    meta: &TxnMeta,
+    producer_id: i64,
+    epoch: i16,
+    partitions: &TxnPartitions,
+    groups: &[String],
+    now: i64,
+    coordinator_epoch: i32,
+) -> Result<Option<TxnMeta>, i16> {
+    check_producer(meta, producer_id, epoch)?;
+    match meta.state {
+        TxnState::PrepareCommit
+        | TxnState::PrepareAbort
+        | TxnState::PrepareEpochFence
+        | TxnState::Dead => return Err(CONCURRENT_TRANSACTIONS),
+        TxnState::Ongoing
+            if partitions.keys().all(|k| meta.partitions.contains_key(k))
+                && groups.iter().all(|g| meta.groups.contains(g)) =>
+        {
+            return Ok(None);
+        }
+        _ => {}
+    }
+    let mut next = meta.clone();
+    if meta.state != TxnState::Ongoing {
+        next.state = TxnState::Ongoing;
+        next.start_ms = now;
+        next.txn_seq = meta.txn_seq + 1;
+        next.partitions.clear();
+        next.groups.clear();
+    }
+    next.partitions
+        .extend(partitions.iter().map(|(k, v)| (*k, v.clone())));
+    next.groups.extend(groups.iter().cloned());
+    next.last_update_ms = now;
+    next.coordinator_epoch = coordinator_epoch;
+    Ok(Some(next))
+}
+
+/// Kafka's TV1 `endTransaction` from a client: `None` when it repeats a completed EndTxn.
+fn end_step(
+    meta: &TxnMeta,
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+    now: i64,
+    coordinator_epoch: i32,
+) -> Result<Option<TxnMeta>, i16> {
+    check_producer(meta, producer_id, epoch)?;
+    match (meta.state, commit) {
+        (TxnState::Ongoing, _) => {
+            let mut next = meta.clone();
+            next.state = if commit {
+                TxnState::PrepareCommit
+            } else {
+                TxnState::PrepareAbort
+            };
+            next.last_update_ms = now;
+            next.coordinator_epoch = coordinator_epoch;
+            Ok(Some(next))
+        }
+        (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => Ok(None),
+        (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+            Err(CONCURRENT_TRANSACTIONS)
+        }
+        (TxnState::PrepareEpochFence | TxnState::Dead, _) => Err(CONCURRENT_TRANSACTIONS),
+        _ => Err(INVALID_TXN_STATE),
+    }
+}
+
+/// `Prepare*` → `Complete*` once every marker is written: the transaction's partitions and
+/// groups are forgotten.
+fn complete_step(meta: &TxnMeta, now: i64) -> TxnMeta {
+    let mut next = meta.clone();
+    next.state = if meta.state == TxnState::PrepareCommit {
+        TxnState::CompleteCommit
+    } else {
+        TxnState::CompleteAbort
+    };
+    next.partitions.clear();
+    next.groups.clear();
+    next.last_update_ms = now;
+    next
+}
+
+/// The produce-side verification of a transactional batch (Kafka's `verifyTransaction` through
+/// `AddPartitionsToTxnManager` and `ReplicaManager`'s mapping): the transaction number to write
+/// with, or the Produce error code for `version`.
+fn verify_step(
+    meta: &TxnMeta,
+    producer_id: i64,
+    epoch: i16,
+    partition: (Uuid, i32),
+    version: i16,
+) -> Result<i64, i16> {
+    match check_producer(meta, producer_id, epoch) {
+        Err(PRODUCER_FENCED) => return Err(INVALID_PRODUCER_EPOCH),
+        Err(code) => return Err(code),
+        Ok(()) => {}
+    }
+    match meta.state {
+        // CONCURRENT_TRANSACTIONS, which old clients retry as NOT_ENOUGH_REPLICAS.
+        TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence => {
+            Err(NOT_ENOUGH_REPLICAS)
+        }
+        TxnState::Ongoing if meta.partitions.contains_key(&partition) => Ok(meta.txn_seq),
+        // TRANSACTION_ABORTABLE, INVALID_TXN_STATE for clients before Produce v11.
+        _ if version >= 11 => Err(TRANSACTION_ABORTABLE),
+        _ => Err(INVALID_TXN_STATE),
+    }
+}
+
+/// TxnOffsetCommit's transaction checks (v0-3: the group must have been added with
+/// AddOffsetsToTxn).
+fn offsets_step(
+    meta: &TxnMeta,
+    producer_id: i64,
+    epoch: i16,
+    group: &str,
+    version: i16,
+) -> Result<(), i16> {
+    match check_producer(meta, producer_id, epoch) {
+        Err(PRODUCER_FENCED) => return Err(INVALID_PRODUCER_EPOCH),
+        Err(code) => return Err(code),
+        Ok(()) => {}
+    }
+    match meta.state {
+        TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence => {
+            Err(CONCURRENT_TRANSACTIONS)
+        }
+        TxnState::Ongoing if meta.groups.contains(group) => Ok(()),
+        _ if version >= 4 => Err(TRANSACTION_ABORTABLE),
+        _ => Err(INVALID_TXN_STATE),
+    }
+}
+
+/// PRODUCER_FENCED for clients that know it; INVALID_PRODUCER_EPOCH below `min_version`
+/// (Kafka's `KafkaApis` mapping).
+fn fenced_for(code: i16, version: i16, min_version: i16) -> i16 {
+    if code == PRODUCER_FENCED && version < min_version {
+        INVALID_PRODUCER_EPOCH
+    } else {
+        code
+    }
+}
+
+type Entry = Arc<AsyncMutex<TxnMeta>>;
+
+/// Every transactional id of this process.
+#[derive(Debug, Default)]
+pub(crate) struct TxnCoordinator {
+    txns: parking_lot::Mutex<HashMap<String, Entry>>,
+    /// This process's coordinator epoch (bumped in `broker.db` at start).
+    coordinator_epoch: AtomicI32,
+}
+
+impl TxnCoordinator {
+    pub(crate) fn new() -> Arc<TxnCoordinator> {
+        Arc::new(TxnCoordinator::default())
+    }
+
+    fn get(&self, tid: &str) -> Option<Entry> {
+        self.txns.lock().get(tid).cloned()
+    }
+
+    fn get_or_create(&self, tid: &str) -> Entry {
+        self.txns
+            .lock()
+            .entry(tid.to_string())
+            .or_insert_with(|| Arc::new(AsyncMutex::new(TxnMeta::placeholder(tid))))
+            .clone()
+    }
+
+    fn entries(&self) -> Vec<Entry> {
+        self.txns.lock().values().cloned().collect()
+    }
+
+    fn epoch(&self) -> i32 {
+        self.coordinator_epoch.load(Ordering::Relaxed)
+    }
+
+    /// Verifies a transactional Produce batch of `producer_id`/`epoch` to `partition`: the
+    /// transaction number to write it with, or the Produce error code.
+    pub(crate) async fn verify(
+        &self,
+        tid: &str,
+        producer_id: i64,
+        epoch: i16,
+        partition: TopicIdPartition,
+        version: i16,
+    ) -> Result<i64, i16> {
+        let Some(entry) = self.get(tid) else {
+            return Err(INVALID_PRODUCER_ID_MAPPING);
+        };
+        let meta = entry.lock().await;
+        verify_step(
+            &meta,
+            producer_id,
+            epoch,
+            (partition.topic_id, partition.partition),
+            version,
+        )
+    }
+}
+
+/// Loads the transactions of `broker.db` (bumping the coordinator epoch) and finishes every
+/// transaction that was being ended when the last process stopped. Ongoing ones are left to the
+/// timeout sweeper.
+pub(crate) async fn load(broker: &Arc<Broker>) -> Result<(), String> {
+    let epoch = broker
+        .store
+        .bump_coordinator_epoch()
+        .await
+        .map_err(|e| e.to_string())?;
+    broker
+        .txns
+        .coordinator_epoch
+        .store(epoch, Ordering::Relaxed);
+    let loaded = broker.store.load_txns().await.map_err(|e| e.to_string())?;
+    let mut resume = Vec::new();
+    {
+        let mut txns = broker.txns.txns.lock();
+        for meta in loaded {
+            let prepare = meta.state.is_prepare();
+            let entry = Arc::new(AsyncMutex::new(meta.clone()));
+            txns.insert(meta.transactional_id.clone(), entry.clone());
+            if prepare {
+                resume.push((meta, entry));
+            }
+        }
+    }
+    info!(
+        coordinator_epoch = epoch,
+        transactional_ids = broker.txns.txns.lock().len(),
+        resumed = resume.len(),
+        "transaction coordinator loaded"
+    );
+    for (meta, entry) in resume {
+        info!(transactional_id = %meta.transactional_id, state = meta.state.name(), "completing a transaction of the previous process");
+        tokio::spawn(complete(broker.clone(), entry));
+    }
+    Ok(())
+}
+
+/// Aborts, every [`SWEEP_INTERVAL`], the Ongoing transactions past their timeout (Kafka's
+/// `abortTimedOutTransactions`: the producer is fenced, epoch + 1).
+pub(crate) async fn run_sweeper(broker: Arc<Broker>) {
+    let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for entry in broker.txns.entries() {
+            let mut meta = entry.lock().await;
+            let now = broker.clock.now_ms();
+            if meta.state != TxnState::Ongoing
+                || meta.start_ms.saturating_add(i64::from(meta.timeout_ms)) >= now
+            {
+                continue;
+            }
+            let next = fence_step(&meta, now, broker.txns.epoch());
+            if let Err(e) = broker.store.save_txn(&next).await {
+                warn!(transactional_id = %meta.transactional_id, error = %e, "cannot store the abort of a timed-out transaction");
+                continue;
+            }
+            info!(
+                transactional_id = %meta.transactional_id,
+                producer_id = meta.producer_id,
+                timeout_ms = meta.timeout_ms,
+                "transaction timed out: aborting it and fencing its producer"
+            );
+            *meta = next;
+            drop(meta);
+            tokio::spawn(complete(broker.clone(), entry.clone()));
+        }
+    }
+}
+
+/// Writes the markers of a `Prepare*` transaction, then completes its offsets and stores
+/// `Complete*`. Idempotent (markers by transaction number, offsets by deleting pending rows).
+async fn complete(broker: Arc<Broker>, entry: Entry) {
+    let snapshot = entry.lock().await.clone();
+    if !snapshot.state.is_prepare() {
+        return;
+    }
+    let commit = snapshot.state == TxnState::PrepareCommit;
+    write_markers(&broker, &snapshot, commit).await;
+    // Wake the long-polling read_committed fetches: the last stable offset moved.
+    broker.commits.send_modify(|n| *n = n.wrapping_add(1));
+    let groups: Vec<String> = snapshot.groups.iter().cloned().collect();
+    let mut backoff = Duration::from_millis(50);
+    let mut meta = entry.lock().await;
+    if meta.state != snapshot.state || meta.txn_seq != snapshot.txn_seq {
+        return;
+    }
+    let next = complete_step(&meta, broker.clock.now_ms());
+    loop {
+        match broker
+            .store
+            .complete_txn(&next, snapshot.producer_id, &groups, commit)
+            .await
+        {
+            Ok(()) => break,
+            Err(e) => {
+                warn!(transactional_id = %snapshot.transactional_id, error = %e, "cannot store the end of a transaction; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_MARKER_BACKOFF);
+            }
+        }
+    }
+    debug!(
+        transactional_id = %snapshot.transactional_id,
+        producer_id = snapshot.producer_id,
+        txn_seq = snapshot.txn_seq,
+        commit,
+        partitions = snapshot.partitions.len(),
+        "transaction completed"
+    );
+    *meta = next;
+}
+
+/// Writes one marker per partition of the transaction, retrying what failed for a retriable
+/// reason until every partition is done or dropped.
+async fn write_markers(broker: &Broker, meta: &TxnMeta, commit: bool) {
+    let mut remaining: Vec<TxnMarker> = meta
+        .partitions
+        .keys()
+        .map(|&(topic_id, partition)| TxnMarker {
+            partition: TopicIdPartition::new(topic_id, partition),
+            producer_id: meta.producer_id,
+            producer_epoch: meta.producer_epoch,
+            coordinator_epoch: broker.txns.epoch(),
+            commit,
+            txn_seq: Some(meta.txn_seq),
+        })
+        .collect();
+    let mut backoff = Duration::from_millis(50);
+    while !remaining.is_empty() {
+        match broker.coordinator.write_txn_markers(&remaining).await {
+            Ok(results) if results.len() == remaining.len() => {
+                let mut retry = Vec::new();
+                for (marker, result) in remaining.iter().zip(results) {
+                    match result.error {
+                        ErrorCode::None => {}
+                        ErrorCode::UnknownTopicOrPartition => {
+                            debug!(partition = %marker.partition, "marker dropped: the topic is gone");
+                        }
+                        ErrorCode::InvalidProducerEpoch
+                        | ErrorCode::TransactionCoordinatorFenced => {
+                            warn!(transactional_id = %meta.transactional_id, partition = %marker.partition, error = ?result.error, "marker refused: the transaction was superseded");
+                        }
+                        other => {
+                            debug!(partition = %marker.partition, error = ?other, "marker not written; retrying");
+                            retry.push(*marker);
+                        }
+                    }
+                }
+                remaining = retry;
+            }
+            Ok(results) => {
+                warn!(
+                    markers = remaining.len(),
+                    results = results.len(),
+                    "the coordinator answered a different number of markers; retrying"
+                );
+            }
+            Err(e) => {
+                warn!(transactional_id = %meta.transactional_id, error = %e, "cannot write transaction markers; retrying");
+            }
+        }
+        if !remaining.is_empty() {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_MARKER_BACKOFF);
+        }
+    }
+}
+
+/// Starts the completion of a `Prepare*` transaction and waits up to [`END_WAIT`] for it.
+async fn complete_and_wait(broker: &Arc<Broker>, entry: Entry) {
+    let task = tokio::spawn(complete(broker.clone(), entry));
+    let _ = tokio::time::timeout(END_WAIT, task).await;
+}
+
+fn expected_producer(producer_id: i64, epoch: i16) -> Option<(i64, i16)> {
+    (producer_id != NO_PRODUCER_ID || epoch != NO_EPOCH).then_some((producer_id, epoch))
+}
+
+/// InitProducerId with a transactional id (v0-4).
+pub(crate) async fn init_producer_id(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    request: InitProducerIdRequest,
+    tid: &str,
+) -> InitProducerIdResponse {
+    let mut response = InitProducerIdResponse::default();
+    let code = init(broker, ctx, &request, tid).await;
+    match code {
+        Ok((pid, epoch)) => {
+            response.producer_id = ProducerId(pid);
+            response.producer_epoch = epoch;
+        }
+        Err(code) => {
+            response.error_code = fenced_for(code, ctx.version, 4);
+            response.producer_id = ProducerId(NO_PRODUCER_ID);
+            response.producer_epoch = NO_EPOCH;
+        }
+    }
+    response
+}
+
+async fn init(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    request: &InitProducerIdRequest,
+    tid: &str,
+) -> Result<(i64, i16), i16> {
+    if tid.is_empty() {
+        return Err(codes::INVALID_REQUEST);
+    }
+    let timeout_ms = request.transaction_timeout_ms;
+    if timeout_ms <= 0 || timeout_ms > MAX_TRANSACTION_TIMEOUT_MS {
+        return Err(INVALID_TRANSACTION_TIMEOUT);
+    }
+    let expected = if ctx.version >= 3 {
+        expected_producer(request.producer_id.0, request.producer_epoch)
+    } else {
+        None
+    };
+    let entry = broker.txns.get_or_create(tid);
+    let mut meta = entry.lock().await;
+    let now = broker.clock.now_ms();
+    let epoch = broker.txns.epoch();
+    let base = if meta.is_initialized() {
+        meta.clone()
+    } else {
+        TxnMeta::fresh(tid, new_producer_id(broker).await?, timeout_ms, now, epoch)
+    };
+    let fresh = if needs_new_producer_id(&base) {
+        Some(new_producer_id(broker).await?)
+    } else {
+        None
+    };
+    let step = init_step(&base, expected, timeout_ms, now, fresh, epoch)?;
+    let next = match &step {
+        InitStep::Ready(next) | InitStep::Fence(next) => next.clone(),
+    };
+    if let Err(e) = broker.store.save_txn(&next).await {
+        warn!(transactional_id = %tid, error = %e, "cannot store a transactional id");
+        return Err(codes::COORDINATOR_NOT_AVAILABLE);
+    }
+    *meta = next.clone();
+    drop(meta);
+    match step {
+        InitStep::Ready(_) => {
+            debug!(transactional_id = %tid, producer_id = next.producer_id, epoch = next.producer_epoch, "transactional producer initialized");
+            Ok((next.producer_id, next.producer_epoch))
+        }
+        InitStep::Fence(_) => {
+            info!(transactional_id = %tid, producer_id = next.producer_id, "InitProducerId fences the ongoing transaction of an older producer: aborting it");
+            complete_and_wait(broker, entry).await;
+            Err(CONCURRENT_TRANSACTIONS)
+        }
+    }
+}
+
+async fn new_producer_id(broker: &Broker) -> Result<i64, i16> {
+    broker
+        .producer_ids
+        .next(broker.coordinator.as_ref())
+        .await
+        .map_err(|e| {
+            warn!(error = %e, "cannot allocate a producer id");
+            codes::COORDINATOR_NOT_AVAILABLE
+        })
+}
+
+/// Applies [`add_step`] under the transactional id's lock and stores the result.
+async fn add_to_txn(
+    broker: &Broker,
+    tid: &str,
+    producer_id: i64,
+    epoch: i16,
+    partitions: &TxnPartitions,
+    groups: &[String],
+) -> Result<(), i16> {
+    if tid.is_empty() {
+        return Err(codes::INVALID_REQUEST);
+    }
+    let Some(entry) = broker.txns.get(tid) else {
+        return Err(INVALID_PRODUCER_ID_MAPPING);
+    };
+    let mut meta = entry.lock().await;
+    let now = broker.clock.now_ms();
+    let Some(next) = add_step(
+        &meta,
+        producer_id,
+        epoch,
+        partitions,
+        groups,
+        now,
+        broker.txns.epoch(),
+    )?
+    else {
+        return Ok(());
+    };
+    if let Err(e) = broker.store.save_txn(&next).await {
+        warn!(transactional_id = %tid, error = %e, "cannot store a transaction's partitions");
+        return Err(codes::COORDINATOR_NOT_AVAILABLE);
+    }
+    *meta = next;
+    Ok(())
+}
+
+/// AddPartitionsToTxn v0-3. Unknown topics or partitions answer UNKNOWN_TOPIC_OR_PARTITION and
+/// the others OPERATION_NOT_ATTEMPTED (Kafka's `handleAddPartitionsToTxnRequest`).
+pub(crate) async fn add_partitions_to_txn(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    request: AddPartitionsToTxnRequest,
+) -> AddPartitionsToTxnResponse {
+    let tid = request.v3_and_below_transactional_id.as_str().to_string();
+    let mut layout: Vec<(TopicName, Vec<(i32, bool)>)> = Vec::new();
+    let mut partitions = TxnPartitions::new();
+    let mut lookup_error = None;
+    for topic in request.v3_and_below_topics {
+        let found = broker.topics.by_name(topic.name.as_str()).await;
+        let mut parts = Vec::with_capacity(topic.partitions.len());
+        for p in topic.partitions {
+            let known = match &found {
+                Ok(Some(t)) if t.has_partition(p) => {
+                    partitions.insert((t.id, p), t.name.clone());
+                    true
+                }
+                Ok(_) => false,
+                Err(e) => {
+                    lookup_error = Some(e.error_code().code());
+                    false
+                }
+            };
+            parts.push((p, known));
+        }
+        layout.push((topic.name, parts));
+    }
+    let all_known = layout.iter().all(|(_, ps)| ps.iter().all(|(_, k)| *k));
+    let result = match lookup_error {
+        Some(code) => Err(code),
+        None if all_known => add_to_txn(
+            broker,
+            &tid,
+            request.v3_and_below_producer_id.0,
+            request.v3_and_below_producer_epoch,
+            &partitions,
+            &[],
+        )
+        .await
+        .map_err(|code| fenced_for(code, ctx.version, 2)),
+        None => Ok(()),
+    };
+    let mut response = AddPartitionsToTxnResponse::default();
+    for (name, parts) in layout {
+        let mut t = AddPartitionsToTxnTopicResult::default();
+        t.name = name;
+        t.results_by_partition = parts
+            .into_iter()
+            .map(|(index, known)| {
+                let mut r = AddPartitionsToTxnPartitionResult::default();
+                r.partition_index = index;
+                r.partition_error_code = match (&result, all_known, known) {
+                    (Err(code), _, _) => *code,
+                    (Ok(()), true, _) => codes::NONE,
+                    (Ok(()), false, false) => codes::UNKNOWN_TOPIC_OR_PARTITION,
+                    (Ok(()), false, true) => OPERATION_NOT_ATTEMPTED,
+                };
+                r
+            })
+            .collect();
+        response.results_by_topic_v3_and_below.push(t);
+    }
+    response
+}
+
+/// AddOffsetsToTxn: the group joins the transaction (Kafka adds its `__consumer_offsets`
+/// partition).
+pub(crate) async fn add_offsets_to_txn(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    request: AddOffsetsToTxnRequest,
+) -> AddOffsetsToTxnResponse {
+    let mut response = AddOffsetsToTxnResponse::default();
+    let group = request.group_id.as_str().to_string();
+    if group.is_empty() {
+        response.error_code = codes::INVALID_GROUP_ID;
+        return response;
+    }
+    response.error_code = match add_to_txn(
+        broker,
+        request.transactional_id.as_str(),
+        request.producer_id.0,
+        request.producer_epoch,
+        &TxnPartitions::new(),
+        &[group],
+    )
+    .await
+    {
+        Ok(()) => codes::NONE,
+        Err(code) => fenced_for(code, ctx.version, 2),
+    };
+    response
+}
+
+/// EndTxn v0-4 (transaction version 1).
+pub(crate) async fn end_txn(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    request: EndTxnRequest,
+) -> EndTxnResponse {
+    let mut response = EndTxnResponse::default();
+    response.producer_id = ProducerId(NO_PRODUCER_ID);
+    response.producer_epoch = NO_EPOCH;
+    response.error_code = match end(broker, &request).await {
+        Ok(()) => codes::NONE,
+        Err(code) => fenced_for(code, ctx.version, 2),
+    };
+    response
+}
+
+async fn end(broker: &Arc<Broker>, request: &EndTxnRequest) -> Result<(), i16> {
+    let tid = request.transactional_id.as_str();
+    if tid.is_empty() {
+        return Err(codes::INVALID_REQUEST);
+    }
+    let Some(entry) = broker.txns.get(tid) else {
+        return Err(INVALID_PRODUCER_ID_MAPPING);
+    };
+    let mut meta = entry.lock().await;
+    let Some(next) = end_step(
+        &meta,
+        request.producer_id.0,
+        request.producer_epoch,
+        request.committed,
+        broker.clock.now_ms(),
+        broker.txns.epoch(),
+    )?
+    else {
+        return Ok(());
+    };
+    if let Err(e) = broker.store.save_txn(&next).await {
+        warn!(transactional_id = %tid, error = %e, "cannot store the end of a transaction");
+        return Err(codes::COORDINATOR_NOT_AVAILABLE);
+    }
+    debug!(transactional_id = %tid, state = next.state.name(), partitions = next.partitions.len(), "transaction ending");
+    *meta = next;
+    drop(meta);
+    complete_and_wait(broker, entry).await;
+    Ok(())
+}
+
+/// TxnOffsetCommit v0-3: the offsets are pending for the producer until its transaction ends.
+pub(crate) async fn txn_offset_commit(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    request: TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    let group = request.group_id.as_str().to_string();
+    let tid = request.transactional_id.as_str();
+    let entry = broker.txns.get(tid);
+    // The transactional id's lock is held until the offsets are stored, so an EndTxn cannot
+    // complete the transaction in between.
+    let meta = match &entry {
+        Some(e) => Some(e.lock().await),
+        None => None,
+    };
+    let mut error = match &meta {
+        None => INVALID_PRODUCER_ID_MAPPING,
+        Some(meta) => match offsets_step(
+            meta,
+            request.producer_id.0,
+            request.producer_epoch,
+            &group,
+            ctx.version,
+        ) {
+            Ok(()) => codes::NONE,
+            Err(code) => code,
+        },
+    };
+    if error == codes::NONE {
+        error = match broker.groups.load(&broker.store).await {
+            Err(code) => code,
+            Ok(()) => {
+                let (generation, member, instance) = if ctx.version >= 3 {
+                    (
+                        request.generation_id,
+                        request.member_id.as_str().to_string(),
+                        request
+                            .group_instance_id
+                            .as_ref()
+                            .map(|s| s.as_str().to_string()),
+                    )
+                } else {
+                    (-1, String::new(), None)
+                };
+                broker
+                    .groups
+                    .validate_txn_commit(&group, generation, &member, instance.as_deref())
+            }
+        };
+    }
+    let mut layout: Vec<(TopicName, Vec<(i32, i16)>)> = Vec::new();
+    let mut to_store = Vec::new();
+    for topic in request.topics {
+        let found = if error == codes::NONE {
+            broker.topics.by_name(topic.name.as_str()).await
+        } else {
+            Ok(None)
+        };
+        let mut parts = Vec::new();
+        for p in topic.partitions {
+            let code = if error != codes::NONE {
+                error
+            } else {
+                match &found {
+                    Err(e) => e.error_code().code(),
+                    Ok(Some(t)) if t.has_partition(p.partition_index) => {
+                        let metadata = p.committed_metadata.map(|m| m.as_str().to_string());
+                        if metadata.as_ref().is_some_and(|m| m.len() > MAX_METADATA) {
+                            OFFSET_METADATA_TOO_LARGE
+                        } else {
+                            to_store.push(CommittedOffset {
+                                topic: t.name.clone(),
+                                partition: p.partition_index,
+                                offset: p.committed_offset,
+                                leader_epoch: if ctx.version >= 2 {
+                                    p.committed_leader_epoch
+                                } else {
+                                    -1
+                                },
+                                metadata,
+                            });
+                            codes::NONE
+                        }
+                    }
+                    Ok(_) => codes::UNKNOWN_TOPIC_OR_PARTITION,
+                }
+            };
+            parts.push((p.partition_index, code));
+        }
+        layout.push((topic.name, parts));
+    }
+    let stored = if to_store.is_empty() {
+        Ok(())
+    } else {
+        broker
+            .store
+            .add_pending_offsets(
+                &group,
+                request.producer_id.0,
+                &to_store,
+                broker.clock.now_ms(),
+            )
+            .await
+    };
+    drop(meta);
+    if let Err(e) = &stored {
+        warn!(group = %group, error = %e, "cannot store transactional offsets");
+    }
+    let mut response = TxnOffsetCommitResponse::default();
+    for (name, parts) in layout {
+        let mut topic = TxnOffsetCommitResponseTopic::default();
+        topic.name = name;
+        topic.partitions = parts
+            .into_iter()
+            .map(|(index, code)| {
+                let mut p = TxnOffsetCommitResponsePartition::default();
+                p.partition_index = index;
+                p.error_code = if code == codes::NONE && stored.is_err() {
+                    codes::COORDINATOR_NOT_AVAILABLE
+                } else {
+                    code
+                };
+                p
+            })
+            .collect();
+        response.topics.push(topic);
+    }
+    response
+}
+
+/// DescribeTransactions v0.
+pub(crate) async fn describe_transactions(
+    broker: &Arc<Broker>,
+    _ctx: &Ctx,
+    request: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
+    let mut response = DescribeTransactionsResponse::default();
+    for tid in request.transactional_ids {
+        let mut s = describe_transactions_response::TransactionState::default();
+        let meta = match broker.txns.get(tid.as_str()) {
+            Some(entry) => Some(entry.lock().await.clone()),
+            None => None,
+        };
+        match meta.filter(TxnMeta::is_initialized) {
+            None => {
+                s.error_code = TRANSACTIONAL_ID_NOT_FOUND;
+                s.transaction_state = StrBytes::from_static_str("");
+                s.producer_id = ProducerId(NO_PRODUCER_ID);
+                s.producer_epoch = NO_EPOCH;
+                s.transaction_start_time_ms = -1;
+            }
+            Some(m) => {
+                s.transaction_state = StrBytes::from_static_str(m.state.name());
+                s.transaction_timeout_ms = m.timeout_ms;
+                s.transaction_start_time_ms = if m.state == TxnState::Empty {
+                    -1
+                } else {
+                    m.start_ms
+                };
+                s.producer_id = ProducerId(m.producer_id);
+                s.producer_epoch = m.producer_epoch;
+                let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+                for ((_, partition), topic) in &m.partitions {
+                    by_topic.entry(topic).or_default().push(*partition);
+                }
+                s.topics = by_topic
+                    .into_iter()
+                    .map(|(topic, partitions)| {
+                        let mut t = describe_transactions_response::TopicData::default();
+                        t.topic = TopicName(StrBytes::from_string(topic.to_string()));
+                        t.partitions = partitions;
+                        t
+                    })
+                    .collect();
+            }
+        }
+        s.transactional_id = tid;
+        response.transaction_states.push(s);
+    }
+    response
+}
+
+/// ListTransactions v0-1 (state, producer id and, v1, duration filters).
+pub(crate) async fn list_transactions(
+    broker: &Arc<Broker>,
+    ctx: &Ctx,
+    request: ListTransactionsRequest,
+) -> ListTransactionsResponse {
+    let mut response = ListTransactionsResponse::default();
+    let mut states = Vec::new();
+    for name in &request.state_filters {
+        match TxnState::parse(name.as_str()) {
+            Some(s) => states.push(s),
+            None => response.unknown_state_filters.push(name.clone()),
+        }
+    }
+    if !response.unknown_state_filters.is_empty() && states.is_empty() {
+        return response;
+    }
+    let pids: Vec<i64> = request.producer_id_filters.iter().map(|p| p.0).collect();
+    let duration = if ctx.version >= 1 {
+        request.duration_filter
+    } else {
+        -1
+    };
+    let now = broker.clock.now_ms();
+    let mut listed = Vec::new();
+    for entry in broker.txns.entries() {
+        let m = entry.lock().await.clone();
+        if !m.is_initialized()
+            || (!states.is_empty() && !states.contains(&m.state))
+            || (!pids.is_empty() && !pids.contains(&m.producer_id))
+            || (duration >= 0 && (m.state != TxnState::Ongoing || now - m.start_ms < duration))
+        {
+            continue;
+        }
+        let mut s = list_transactions_response::TransactionState::default();
+        s.transactional_id = kafka_protocol::messages::TransactionalId(StrBytes::from_string(
+            m.transactional_id.clone(),
+        ));
+        s.producer_id = ProducerId(m.producer_id);
+        s.transaction_state = StrBytes::from_static_str(m.state.name());
+        listed.push(s);
+    }
+    listed.sort_by(|a, b| a.transactional_id.as_str().cmp(b.transactional_id.as_str()));
+    response.transaction_states = listed;
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_000;
+    const CE: i32 = 3;
+
+    fn meta(state: TxnState, pid: i64, epoch: i16) -> TxnMeta {
+        let mut m = TxnMeta::fresh("t", pid, 60_000, 0, 1);
+        m.state = state;
+        m.producer_epoch = epoch;
+        m.txn_seq = 7;
+        m
+    }
+
+    fn tp(p: i32) -> TxnPartitions {
+        [((Uuid::from_u128(1), p), "topic".to_string())]
+            .into_iter()
+            .collect()
+    }
+
+    fn ready(r: Result<InitStep, i16>) -> TxnMeta {
+        match r {
+            Ok(InitStep::Ready(m)) => m,
+            other => panic!("expected Ready, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn state_names_round_trip() {
+        for s in ALL_STATES {
+            assert_eq!(TxnState::parse(s.name()), Some(s));
+        }
+        assert_eq!(TxnState::parse("ongoing"), None);
+    }
+
+    #[test]
+    fn init_of_a_new_id_gives_epoch_zero_and_each_init_bumps() {
+        let fresh = TxnMeta::fresh("t", 10, 60_000, 0, 1);
+        let m = ready(init_step(&fresh, None, 30_000, NOW, None, CE));
+        assert_eq!((m.producer_id, m.producer_epoch), (10, 0));
+        assert_eq!(
+            (m.state, m.timeout_ms, m.coordinator_epoch),
+            (TxnState::Empty, 30_000, CE)
+        );
+        for state in [
+            TxnState::Empty,
+            TxnState::CompleteCommit,
+            TxnState::CompleteAbort,
+        ] {
+            let mut before = meta(state, 10, 4);
+            before.partitions = tp(0);
+            before.groups.insert("g".into());
+            let m = ready(init_step(&before, None, 30_000, NOW, None, CE));
+            assert_eq!(
+                (m.producer_id, m.producer_epoch, m.last_producer_epoch),
+                (10, 5, -1)
+            );
+            assert_eq!(m.state, TxnState::Empty);
+            assert!(m.partitions.is_empty() && m.groups.is_empty());
+            assert_eq!(m.txn_seq, 7, "InitProducerId starts no transaction");
+        }
+    }
+
+    #[test]
+    fn init_with_an_expected_epoch_follows_kip_360() {
+        let m = meta(TxnState::CompleteAbort, 10, 4);
+        // The current epoch: bumped, the old one remembered for a retry.
+        let bumped = ready(init_step(&m, Some((10, 4)), 1, NOW, None, CE));
+        assert_eq!((bumped.producer_epoch, bumped.last_producer_epoch), (5, 4));
+        // The retry of that bump (its answer lost): the same epoch again, no second bump.
+        let again = ready(init_step(&bumped, Some((10, 4)), 1, NOW, None, CE));
+        assert_eq!(again.producer_epoch, 5);
+        // Another epoch: fenced; another producer id: fenced.
+        assert_eq!(
+            init_step(&bumped, Some((10, 3)), 1, NOW, None, CE),
+            Err(PRODUCER_FENCED)
+        );
+        assert_eq!(
+            init_step(&bumped, Some((11, 5)), 1, NOW, None, CE),
+            Err(PRODUCER_FENCED)
+        );
+        // A just-created id accepts any expectation (a producer moving to a transactional id).
+        let fresh = TxnMeta::fresh("t", 10, 1, 0, 1);
+        assert_eq!(
+            ready(init_step(&fresh, Some((99, 3)), 1, NOW, None, CE)).producer_epoch,
+            0
+        );
+    }
+
+    #[test]
+    fn init_rotates_the_producer_id_when_the_epoch_is_exhausted() {
+        let m = meta(TxnState::CompleteCommit, 10, i16::MAX - 1);
+        assert!(needs_new_producer_id(&m));
+        assert!(!needs_new_producer_id(&meta(
+            TxnState::CompleteCommit,
+            10,
+            5
+        )));
+        let r = ready(init_step(
+            &m,
+            Some((10, i16::MAX - 1)),
+            1,
+            NOW,
+            Some(20),
+            CE,
+        ));
+        assert_eq!(
+            (r.producer_id, r.prev_producer_id, r.producer_epoch),
+            (20, 10, 0)
+        );
+        assert_eq!(r.last_producer_epoch, i16::MAX - 1);
+        // A retry naming the previous id with the exhausted epoch is valid and not bumped again.
+        let retry = ready(init_step(&r, Some((10, i16::MAX - 1)), 1, NOW, None, CE));
+        assert_eq!((retry.producer_id, retry.producer_epoch), (20, 0));
+        // Without a fresh id nothing is answered.
+        assert_eq!(
+            init_step(&m, None, 1, NOW, None, CE),
+            Err(codes::COORDINATOR_NOT_AVAILABLE)
+        );
+    }
+
+    #[test]
+    fn init_fences_an_ongoing_transaction_and_waits_out_a_prepared_one() {
+        let mut m = meta(TxnState::Ongoing, 10, 4);
+        m.partitions = tp(1);
+        match init_step(&m, None, 1, NOW, None, CE) {
+            Ok(InitStep::Fence(f)) => {
+                assert_eq!(
+                    (f.state, f.producer_epoch, f.txn_seq),
+                    (TxnState::PrepareAbort, 5, 7)
+                );
+                assert_eq!(
+                    f.partitions, m.partitions,
+                    "the abort's markers go to every partition"
+                );
+                assert_eq!(f.coordinator_epoch, CE);
+            }
+            other => panic!("{other:?}"),
+        }
+        for s in [
+            TxnState::PrepareCommit,
+            TxnState::PrepareAbort,
+            TxnState::PrepareEpochFence,
+        ] {
+            assert_eq!(
+                init_step(&meta(s, 10, 4), None, 1, NOW, None, CE),
+                Err(CONCURRENT_TRANSACTIONS)
+            );
+        }
+    }
+
+    #[test]
+    fn add_partitions_table() {
+        let empty = meta(TxnState::Empty, 10, 2);
+        let next = add_step(&empty, 10, 2, &tp(0), &[], NOW, CE)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (next.state, next.txn_seq, next.start_ms),
+            (TxnState::Ongoing, 8, NOW)
+        );
+        // Everything in already: nothing to store.
+        assert_eq!(add_step(&next, 10, 2, &tp(0), &[], NOW + 1, CE), Ok(None));
+        // More partitions and a group: same transaction, same number, same start.
+        let more = add_step(&next, 10, 2, &tp(1), &["g".to_string()], NOW + 5, CE)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (more.txn_seq, more.start_ms, more.partitions.len()),
+            (8, NOW, 2)
+        );
+        assert!(more.groups.contains("g"));
+        // A completed transaction's next one gets the next number.
+        let done = complete_step(
+            &end_step(&more, 10, 2, true, NOW, CE).unwrap().unwrap(),
+            NOW,
+        );
+        assert_eq!(done.state, TxnState::CompleteCommit);
+        assert!(done.partitions.is_empty() && done.groups.is_empty());
+        let second = add_step(&done, 10, 2, &tp(2), &[], NOW + 9, CE)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (second.txn_seq, second.start_ms, second.partitions.len()),
+            (9, NOW + 9, 1)
+        );
+        // Errors.
+        assert_eq!(
+            add_step(&empty, 11, 2, &tp(0), &[], NOW, CE),
+            Err(INVALID_PRODUCER_ID_MAPPING)
+        );
+        assert_eq!(
+            add_step(&empty, 10, 1, &tp(0), &[], NOW, CE),
+            Err(PRODUCER_FENCED)
+        );
+        let placeholder = TxnMeta::placeholder("t");
+        assert_eq!(
+            add_step(&placeholder, -1, -1, &tp(0), &[], NOW, CE),
+            Err(INVALID_PRODUCER_ID_MAPPING)
+        );
+        for s in [TxnState::PrepareCommit, TxnState::PrepareAbort] {
+            assert_eq!(
+                add_step(&meta(s, 10, 2), 10, 2, &tp(0), &[], NOW, CE),
+                Err(CONCURRENT_TRANSACTIONS)
+            );
+        }
+    }
+
+    #[test]
+    fn end_txn_table_tv1() {
+        use TxnState::*;
+        let cases = [
+            (Ongoing, true, Ok(Some(PrepareCommit))),
+            (Ongoing, false, Ok(Some(PrepareAbort))),
+            (CompleteCommit, true, Ok(None)),
+            (CompleteAbort, false, Ok(None)),
+            (CompleteCommit, false, Err(INVALID_TXN_STATE)),
+            (CompleteAbort, true, Err(INVALID_TXN_STATE)),
+            (PrepareCommit, true, Err(CONCURRENT_TRANSACTIONS)),
+            (PrepareAbort, false, Err(CONCURRENT_TRANSACTIONS)),
+            (PrepareCommit, false, Err(INVALID_TXN_STATE)),
+            (PrepareAbort, true, Err(INVALID_TXN_STATE)),
+            (Empty, true, Err(INVALID_TXN_STATE)),
+            (Empty, false, Err(INVALID_TXN_STATE)),
+        ];
+        for (state, commit, want) in cases {
+            let got =
+                end_step(&meta(state, 10, 2), 10, 2, commit, NOW, CE).map(|m| m.map(|m| m.state));
+            assert_eq!(got, want, "{state:?} commit={commit}");
+        }
+        let ongoing = meta(Ongoing, 10, 2);
+        assert_eq!(
+            end_step(&ongoing, 10, 1, true, NOW, CE),
+            Err(PRODUCER_FENCED)
+        );
+        assert_eq!(
+            end_step(&ongoing, 10, 3, true, NOW, CE),
+            Err(PRODUCER_FENCED)
+        );
+        assert_eq!(
+            end_step(&ongoing, 9, 2, true, NOW, CE),
+            Err(INVALID_PRODUCER_ID_MAPPING)
+        );
+        // Below v2, PRODUCER_FENCED is INVALID_PRODUCER_EPOCH.
+        assert_eq!(fenced_for(PRODUCER_FENCED, 1, 2), INVALID_PRODUCER_EPOCH);
+        assert_eq!(fenced_for(PRODUCER_FENCED, 2, 2), PRODUCER_FENCED);
+        assert_eq!(fenced_for(INVALID_TXN_STATE, 0, 2), INVALID_TXN_STATE);
+    }
+
+    #[test]
+    fn a_timed_out_transaction_is_fenced_then_aborted() {
+        let mut m = meta(TxnState::Ongoing, 10, 2);
+        m.partitions = tp(0);
+        let fenced = fence_step(&m, NOW, CE);
+        assert_eq!(
+            (fenced.state, fenced.producer_epoch),
+            (TxnState::PrepareAbort, 3)
+        );
+        // The old producer's calls are fenced from now on.
+        assert_eq!(
+            end_step(&fenced, 10, 2, true, NOW, CE),
+            Err(PRODUCER_FENCED)
+        );
+        assert_eq!(
+            verify_step(&fenced, 10, 2, (Uuid::from_u128(1), 0), 9),
+            Err(INVALID_PRODUCER_EPOCH)
+        );
+        let done = complete_step(&fenced, NOW);
+        assert_eq!(done.state, TxnState::CompleteAbort);
+        assert_eq!(
+            add_step(&done, 10, 2, &tp(0), &[], NOW, CE),
+            Err(PRODUCER_FENCED)
+        );
+        // The epoch never overflows.
+        let max = meta(TxnState::Ongoing, 10, i16::MAX);
+        assert_eq!(fence_step(&max, NOW, CE).producer_epoch, i16::MAX);
+    }
+
+    #[test]
+    fn produce_verification_table() {
+        let topic = Uuid::from_u128(1);
+        let mut m = meta(TxnState::Ongoing, 10, 2);
+        m.partitions = tp(0);
+        assert_eq!(verify_step(&m, 10, 2, (topic, 0), 9), Ok(7));
+        // Not added: INVALID_TXN_STATE up to v10, TRANSACTION_ABORTABLE from v11.
+        assert_eq!(
+            verify_step(&m, 10, 2, (topic, 1), 10),
+            Err(INVALID_TXN_STATE)
+        );
+        assert_eq!(
+            verify_step(&m, 10, 2, (topic, 1), 11),
+            Err(TRANSACTION_ABORTABLE)
+        );
+        assert_eq!(
+            verify_step(&m, 10, 1, (topic, 0), 9),
+            Err(INVALID_PRODUCER_EPOCH)
+        );
+        assert_eq!(
+            verify_step(&m, 11, 2, (topic, 0), 9),
+            Err(INVALID_PRODUCER_ID_MAPPING)
+        );
+        // No transaction ongoing.
+        let mut done = m.clone();
+        done.state = TxnState::CompleteCommit;
+        assert_eq!(
+            verify_step(&done, 10, 2, (topic, 0), 9),
+            Err(INVALID_TXN_STATE)
+        );
+        // Being ended: retriable for old clients.
+        let mut prepare = m.clone();
+        prepare.state = TxnState::PrepareCommit;
+        assert_eq!(
+            verify_step(&prepare, 10, 2, (topic, 0), 9),
+            Err(NOT_ENOUGH_REPLICAS)
+        );
+    }
+
+    #[test]
+    fn txn_offset_commit_needs_the_group_in_the_transaction() {
+        let mut m = meta(TxnState::Ongoing, 10, 2);
+        assert_eq!(offsets_step(&m, 10, 2, "g", 3), Err(INVALID_TXN_STATE));
+        assert_eq!(offsets_step(&m, 10, 2, "g", 4), Err(TRANSACTION_ABORTABLE));
+        m.groups.insert("g".into());
+        assert_eq!(offsets_step(&m, 10, 2, "g", 3), Ok(()));
+        assert_eq!(offsets_step(&m, 10, 3, "g", 3), Err(INVALID_PRODUCER_EPOCH));
+        assert_eq!(
+            offsets_step(&m, 11, 2, "g", 3),
+            Err(INVALID_PRODUCER_ID_MAPPING)
+        );
+        m.state = TxnState::PrepareCommit;
+        assert_eq!(
+            offsets_step(&m, 10, 2, "g", 3),
+            Err(CONCURRENT_TRANSACTIONS)
+        );
+    }
+}
