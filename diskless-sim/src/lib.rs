@@ -24,6 +24,18 @@
 //!   first sends a copy with a broken CRC, which must be refused.
 //! - **Consumers** (one per partition): fetch from the offset they track through a random
 //!   broker, jump to the log start (ListOffsets EARLIEST) on `OFFSET_OUT_OF_RANGE`.
+//! - **Transactions** (issue #14): 1–3 transactional producers, TV1-like (one epoch across
+//!   transactions) or TV2-like (an epoch bump per transaction), each transaction writing 1–3
+//!   rounds of batches to 2–3 partitions and committing or aborting at random (aborting, and
+//!   taking a new epoch, when a batch was not acknowledged); now and then a producer abandons its
+//!   transaction and restarts later, and a zombie of it sends batches of the old transaction
+//!   with the old epoch, verified or not. A fake transaction coordinator issues transaction
+//!   numbers (`txn_seq`), verifies partitions, bumps epochs, aborts (and fences) transactions
+//!   open past its timeout, and writes markers until done through refused, lost and stalled
+//!   `write_txn_markers` calls (a stalled call lands when released). A `read_committed` consumer
+//!   per partition applies Kafka's client algorithm (aborted list per fetch, skip a producer's
+//!   transactional batches from its aborted transaction's first offset to its ABORT marker, skip
+//!   control batches).
 //! - **Lifecycle workers** on their own schedules and settings, aggressive ones included (an
 //!   orphan collector with a candidate age and recheck delay of a few milliseconds): retention,
 //!   the object cleaner, the orphan collector (its host restarts now and then, losing its state),
@@ -67,6 +79,17 @@
 //!    delivery ends; `close()` returns within that bound, for crashed and live brokers.
 //! 5. [`CONSUMER`]: a consumer never sees a batch twice or out of order; each idempotent
 //!    producer's batches are read in the order it sent them.
+//! 6. [`NO_DIRTY_READ`]: a `read_committed` consumer never returns a batch of an aborted or
+//!    undecided transaction.
+//! 7. [`NO_LOST_COMMIT`]: it never skips a batch of a committed transaction, and once every
+//!    transaction ended it has returned every acknowledged batch of every committed transaction
+//!    exactly once, in order (unless retention or DeleteRecords removed it first).
+//! 8. [`LSO`]: the last stable offset never goes back, stays within the log start and the high
+//!    watermark, bounds `read_committed` answers, and equals the high watermark once the quiet
+//!    phase's transactions ended (the coordinator's timeout aborts those left open).
+//! 9. [`ATOMIC`]: every marker served is the one the transaction coordinator wrote at its offset,
+//!    of the type it decided; no transaction is returned in one partition and skipped in another;
+//!    no marker the transaction coordinator writes is refused.
 //!
 //! # Determinism
 //!
@@ -82,7 +105,8 @@
 //! PostgreSQL (it needs a server; its concurrency has its own tests), real HTTP stores, several
 //! threads (one runtime thread: interleavings at await points only), a coordinator crash or
 //! restart, the host broker (network layer, metadata, leader epochs), multi-partition produce
-//! requests, transactions, consumer groups, and ListOffsets by timestamp.
+//! requests, consumer groups, transactional offset commits, a transaction coordinator's own
+//! durability (its restarts and coordinator epochs), and ListOffsets by timestamp.
 //!
 //! # Running
 //!
@@ -108,7 +132,10 @@ pub use blocking::{BlockingCoordinator, block_on};
 pub use cache::SimCache;
 pub use clock::{SIM_EPOCH_MS, SimClock};
 pub use flaky::{FlakyRates, FlakyStore};
-pub use oracle::{ACKED_READABLE, BOUNDS, CONSUMER, OBJECTS, OFFSETS, SETUP};
+pub use oracle::{
+    ACKED_READABLE, ATOMIC, BOUNDS, CONSUMER, LSO, NO_DIRTY_READ, NO_LOST_COMMIT, OBJECTS, OFFSETS,
+    SETUP,
+};
 pub use sync::Stall;
 pub use trace::fnv1a;
 pub use wrappers::{CommitStalls, FaultyCommits};
@@ -384,6 +411,22 @@ pub struct SimStats {
     pub producers_expired: u64,
     /// Periodic checks passed.
     pub checks: u64,
+    /// Transactions the transaction coordinator committed.
+    pub txns_committed: u64,
+    /// Transactions it aborted (asked to, fenced, or timed out).
+    pub txns_aborted: u64,
+    /// Of those, aborted by the transaction timeout.
+    pub txn_timeouts: u64,
+    /// Transactions their producer abandoned (it restarted later).
+    pub txns_abandoned: u64,
+    /// Markers written (duplicates apart).
+    pub markers_written: u64,
+    /// Batches zombies (fenced producer instances) sent.
+    pub zombie_batches: u64,
+    /// Batches `read_committed` consumers returned.
+    pub rc_returned: u64,
+    /// Batches `read_committed` consumers skipped as aborted.
+    pub rc_skipped: u64,
 }
 
 /// A run that held every invariant.
@@ -410,8 +453,9 @@ pub struct Violation {
     pub seed: u64,
     /// The variant (or label).
     pub variant: String,
-    /// Which invariant ([`ACKED_READABLE`], [`OFFSETS`], [`OBJECTS`], [`BOUNDS`], [`CONSUMER`]; or
-    /// [`SETUP`] when the run could not start).
+    /// Which invariant ([`ACKED_READABLE`], [`OFFSETS`], [`OBJECTS`], [`BOUNDS`], [`CONSUMER`],
+    /// [`NO_DIRTY_READ`], [`NO_LOST_COMMIT`], [`LSO`], [`ATOMIC`]; or [`SETUP`] when the run could
+    /// not start).
     pub invariant: &'static str,
     /// What was seen.
     pub message: String,

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use diskless_coordinator::TopicIdPartition;
 use diskless_core::compression::decompress;
+use diskless_core::control::parse_end_txn_marker;
 use diskless_core::{RecordBatch, RecordIter};
 
 /// Invariant 1: every acknowledged batch is readable at its offset, byte for byte; an idempotent
@@ -21,6 +22,21 @@ pub const OBJECTS: &str = "objects";
 pub const BOUNDS: &str = "bounds";
 /// Invariant 5: a consumer never sees a batch twice or out of order.
 pub const CONSUMER: &str = "consumer";
+/// Invariant 6: a `read_committed` consumer never returns a record of an aborted transaction or
+/// of one not yet decided.
+pub const NO_DIRTY_READ: &str = "no-dirty-read";
+/// Invariant 7: every acknowledged batch of a committed transaction is returned to the
+/// `read_committed` consumer of its partition exactly once (unless retention or DeleteRecords
+/// removed it first), never skipped as aborted.
+pub const NO_LOST_COMMIT: &str = "no-lost-commit";
+/// Invariant 8: the last stable offset never goes back, stays within the log start and the high
+/// watermark, bounds what `read_committed` fetches return, and reaches the high watermark once
+/// every transaction ended (none hangs).
+pub const LSO: &str = "lso";
+/// Invariant 9: a transaction has one outcome in every partition: its markers are of the type the
+/// transaction coordinator decided, and no reader returns it in one partition and skips it as
+/// aborted in another.
+pub const ATOMIC: &str = "atomic";
 /// Not an invariant: the run could not be set up (a component failed to build).
 pub const SETUP: &str = "setup";
 
@@ -29,6 +45,42 @@ pub(crate) type Fail = (&'static str, String);
 
 /// A logical batch: (producer index, batch number of that producer).
 pub(crate) type BatchId = (u32, u32);
+
+/// A transaction: (producer id, transaction number issued by the transaction coordinator).
+pub(crate) type TxnKey = (i64, i64);
+
+/// The id [`Seen`] records for a marker (no producer has this index).
+const MARKER_ID: BatchId = (u32::MAX, 0);
+
+/// What the simulation knows of one transaction.
+#[derive(Debug, Default)]
+pub(crate) struct TxnInfo {
+    /// The transaction coordinator's decision (`Some(true)`: commit), taken before any marker.
+    pub(crate) outcome: Option<bool>,
+    /// Every marker written.
+    pub(crate) done: bool,
+    /// Partitions where a `read_committed` consumer returned its batches / skipped them as
+    /// aborted.
+    delivered_in: BTreeSet<TopicIdPartition>,
+    skipped_in: BTreeSet<TopicIdPartition>,
+}
+
+/// A marker the transaction coordinator wrote (its answer named the offset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MarkerInfo {
+    pub(crate) producer_id: i64,
+    pub(crate) producer_epoch: i16,
+    pub(crate) commit: bool,
+}
+
+/// The `read_committed` consumer of a partition: what it returned, and the ranges it jumped over
+/// (`OFFSET_OUT_OF_RANGE`: retention or DeleteRecords took them).
+#[derive(Debug, Default)]
+struct RcView {
+    delivered: BTreeMap<BatchId, i64>,
+    jumps: Vec<(i64, i64)>,
+    caught_up: bool,
+}
 
 /// The record values of batch `id`: `p<producer>.b<batch>.r<index>;` and padding.
 pub(crate) fn record_value(id: BatchId, index: usize, pad: usize) -> Vec<u8> {
@@ -88,6 +140,8 @@ pub(crate) struct Sent {
     pub(crate) acked: Option<(i64, i64)>,
     /// Base offsets it was seen at.
     pub(crate) seen_at: BTreeSet<i64>,
+    /// The transaction it belongs to (a transactional batch).
+    pub(crate) txn: Option<TxnKey>,
 }
 
 /// A batch seen at an offset.
@@ -108,6 +162,11 @@ struct Part {
     acked_end: i64,
     seen: BTreeMap<i64, Seen>,
     acks: BTreeMap<i64, BatchId>,
+    /// The largest last stable offset observed.
+    stable: i64,
+    /// Markers by offset: written (from the coordinator's answers) and served.
+    markers: BTreeMap<i64, MarkerInfo>,
+    served_markers: BTreeMap<i64, MarkerInfo>,
 }
 
 /// Checks one reader's view of a partition: contiguous offsets, and each idempotent producer's
@@ -147,6 +206,8 @@ impl ReadOrder {
 pub(crate) struct Oracle {
     pub(crate) sent: BTreeMap<BatchId, Sent>,
     parts: BTreeMap<TopicIdPartition, Part>,
+    pub(crate) txns: BTreeMap<TxnKey, TxnInfo>,
+    rc: BTreeMap<TopicIdPartition, RcView>,
 }
 
 /// Byte ranges of a v2 batch header (the base offset is 0..8, the CRC 17..21).
@@ -169,6 +230,7 @@ impl Oracle {
     pub(crate) fn remove_topic(&mut self, topic: uuid::Uuid) {
         self.parts.retain(|p, _| p.topic_id != topic);
         self.sent.retain(|_, s| s.partition.topic_id != topic);
+        self.rc.retain(|p, _| p.topic_id != topic);
     }
 
     /// The high watermark and log start offset any answer obtained from now on must reach.
@@ -412,6 +474,12 @@ impl Oracle {
                         ),
                     ));
                 }
+                if part.markers.contains_key(&base) {
+                    return Err((
+                        OFFSETS,
+                        format!("{at}: holds {id:?} but a marker was written there"),
+                    ));
+                }
                 if let Some(acked) = part.acks.get(&base)
                     && *acked != id
                 {
@@ -454,6 +522,324 @@ impl Oracle {
                         ACKED_READABLE,
                         format!(
                             "partition {p}: batch {id:?} acknowledged at {base} is not in the log (log start {lso})"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(checked)
+    }
+
+    /// The largest last stable offset observed in `p` (a floor for answers obtained from now on).
+    pub(crate) fn stable_floor(&self, p: TopicIdPartition) -> i64 {
+        self.parts.get(&p).map_or(0, |s| s.stable.max(s.lso))
+    }
+
+    /// A last stable offset read (with the high watermark and log start of the same answer) after
+    /// `floor` was taken.
+    pub(crate) fn observe_stable(
+        &mut self,
+        p: TopicIdPartition,
+        stable: i64,
+        hw: i64,
+        log_start: i64,
+        floor: i64,
+        source: &str,
+    ) -> Result<(), Fail> {
+        let Some(s) = self.parts.get_mut(&p) else {
+            return Ok(());
+        };
+        if stable < floor || stable > hw || stable < log_start {
+            return Err((
+                LSO,
+                format!(
+                    "{source}: partition {p} last stable offset {stable} (log start {log_start}, high watermark {hw}) after {floor} was observed"
+                ),
+            ));
+        }
+        s.stable = s.stable.max(stable);
+        Ok(())
+    }
+
+    /// The transaction coordinator decided `t`.
+    pub(crate) fn decide(&mut self, t: TxnKey, commit: bool) -> Result<(), Fail> {
+        let info = self.txns.entry(t).or_default();
+        match info.outcome {
+            Some(o) if o != commit => Err((
+                ATOMIC,
+                format!("transaction {t:?} decided twice, differently"),
+            )),
+            _ => {
+                info.outcome = Some(commit);
+                Ok(())
+            }
+        }
+    }
+
+    /// The coordinator answered that `marker` is at `offset` of `p`.
+    pub(crate) fn marker_written(
+        &mut self,
+        p: TopicIdPartition,
+        offset: i64,
+        marker: MarkerInfo,
+    ) -> Result<(), Fail> {
+        let Some(part) = self.parts.get_mut(&p) else {
+            return Ok(());
+        };
+        if let Some(prev) = part.markers.insert(offset, marker)
+            && prev != marker
+        {
+            return Err((
+                OFFSETS,
+                format!(
+                    "partition {p}: offset {offset} answered for marker {prev:?} and {marker:?}"
+                ),
+            ));
+        }
+        if let Some(seen) = part.seen.get(&offset)
+            && seen.id != MARKER_ID
+        {
+            return Err((
+                OFFSETS,
+                format!(
+                    "partition {p}: marker {marker:?} answered at {offset}, which holds batch {:?}",
+                    seen.id
+                ),
+            ));
+        }
+        if let Some(id) = part.acks.get(&offset) {
+            return Err((
+                OFFSETS,
+                format!(
+                    "partition {p}: marker {marker:?} answered at {offset}, acknowledged to {id:?}"
+                ),
+            ));
+        }
+        if let Some(served) = part.served_markers.get(&offset)
+            && *served != marker
+        {
+            return Err((
+                ATOMIC,
+                format!(
+                    "partition {p}: the marker at {offset} was served as {served:?}, the coordinator wrote {marker:?}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A control batch served at its offset in `p`: a well-formed marker with the partition leader
+    /// epoch asked for, at an offset no data batch holds, the marker the coordinator wrote there.
+    pub(crate) fn served_marker(
+        &mut self,
+        p: TopicIdPartition,
+        batch: &RecordBatch,
+        leader_epoch: i32,
+        source: &str,
+    ) -> Result<MarkerInfo, Fail> {
+        let base = batch.base_offset();
+        let at = format!("{source}: partition {p} offset {base}");
+        let parsed = parse_end_txn_marker(batch.as_bytes())
+            .map_err(|e| (ACKED_READABLE, format!("{at}: control batch: {e}")))?;
+        if parsed.partition_leader_epoch != leader_epoch {
+            return Err((
+                ACKED_READABLE,
+                format!("{at}: marker's partition leader epoch not the one asked for"),
+            ));
+        }
+        let marker = MarkerInfo {
+            producer_id: parsed.producer_id,
+            producer_epoch: parsed.producer_epoch,
+            commit: parsed.commit,
+        };
+        let Some(part) = self.parts.get_mut(&p) else {
+            return Ok(marker);
+        };
+        if let Some(written) = part.markers.get(&base)
+            && *written != marker
+        {
+            return Err((
+                ATOMIC,
+                format!("{at}: marker served as {marker:?}, the coordinator wrote {written:?}"),
+            ));
+        }
+        if let Some(id) = part.acks.get(&base) {
+            return Err((
+                OFFSETS,
+                format!("{at}: a marker where batch {id:?} was acknowledged"),
+            ));
+        }
+        let seen = Seen {
+            id: MARKER_ID,
+            last: base,
+            max_timestamp: parsed.timestamp,
+        };
+        match part.seen.get(&base) {
+            Some(prev) if *prev != seen => {
+                return Err((
+                    OFFSETS,
+                    format!("{at}: now marker {marker:?}, earlier {prev:?}: the offset was reused"),
+                ));
+            }
+            Some(_) => {}
+            None => {
+                if let Some((b, prev)) = part.seen.range(..base).next_back()
+                    && prev.last >= base
+                {
+                    return Err((
+                        OFFSETS,
+                        format!(
+                            "{at}: a marker inside the batch {:?} seen at {b}..={}",
+                            prev.id, prev.last
+                        ),
+                    ));
+                }
+                part.seen.insert(base, seen);
+            }
+        }
+        if let Some(prev) = part.served_markers.insert(base, marker)
+            && prev != marker
+        {
+            return Err((
+                ATOMIC,
+                format!("{at}: marker served as {prev:?} and {marker:?}"),
+            ));
+        }
+        Ok(marker)
+    }
+
+    /// The `read_committed` consumer of `p` returned batch `id` (served at `base`).
+    pub(crate) fn rc_returned(
+        &mut self,
+        p: TopicIdPartition,
+        id: BatchId,
+        base: i64,
+    ) -> Result<(), Fail> {
+        let txn = self.sent.get(&id).and_then(|s| s.txn);
+        if let Some(t) = txn {
+            let info = self.txns.entry(t).or_default();
+            if info.outcome != Some(true) {
+                let state = match info.outcome {
+                    Some(_) => "aborted",
+                    None => "undecided",
+                };
+                return Err((
+                    NO_DIRTY_READ,
+                    format!(
+                        "read_committed consumer of {p} returned batch {id:?} at {base} of the {state} transaction {t:?}"
+                    ),
+                ));
+            }
+            info.delivered_in.insert(p);
+            if let Some(other) = info.skipped_in.iter().next() {
+                return Err((
+                    ATOMIC,
+                    format!(
+                        "transaction {t:?} returned in {p} (batch {id:?} at {base}) but skipped as aborted in {other}"
+                    ),
+                ));
+            }
+            let view = self.rc.entry(p).or_default();
+            if let Some(prev) = view.delivered.insert(id, base) {
+                return Err((
+                    NO_LOST_COMMIT,
+                    format!(
+                        "read_committed consumer of {p} returned batch {id:?} at {prev} and again at {base}"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The `read_committed` consumer of `p` skipped batch `id` (at `base`) as aborted.
+    pub(crate) fn rc_skipped(
+        &mut self,
+        p: TopicIdPartition,
+        id: BatchId,
+        base: i64,
+    ) -> Result<(), Fail> {
+        let Some(t) = self.sent.get(&id).and_then(|s| s.txn) else {
+            return Err((
+                NO_LOST_COMMIT,
+                format!(
+                    "read_committed consumer of {p} skipped batch {id:?} at {base}, not transactional"
+                ),
+            ));
+        };
+        let info = self.txns.entry(t).or_default();
+        if info.outcome != Some(false) {
+            return Err((
+                NO_LOST_COMMIT,
+                format!(
+                    "read_committed consumer of {p} skipped batch {id:?} at {base} as aborted; transaction {t:?} is {:?} (Some(true): committed)",
+                    info.outcome
+                ),
+            ));
+        }
+        info.skipped_in.insert(p);
+        if let Some(other) = info.delivered_in.iter().next() {
+            return Err((
+                ATOMIC,
+                format!("transaction {t:?} skipped as aborted in {p} but returned in {other}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `read_committed` consumer of `p` jumped from `from` to the log start `to`.
+    pub(crate) fn rc_jumped(&mut self, p: TopicIdPartition, from: i64, to: i64) {
+        self.rc.entry(p).or_default().jumps.push((from, to));
+    }
+
+    /// The `read_committed` consumer of `p` caught up with the end of the log.
+    pub(crate) fn rc_caught_up(&mut self, p: TopicIdPartition) {
+        self.rc.entry(p).or_default().caught_up = true;
+    }
+
+    /// After every transaction ended and the `read_committed` consumers caught up: each of them
+    /// returned every acknowledged batch of every committed transaction of its partition that was
+    /// not removed before it got there. Returns how many batches were checked.
+    pub(crate) fn committed_returned(&self) -> Result<usize, Fail> {
+        let mut checked = 0;
+        for (id, sent) in &self.sent {
+            let (Some(t), Some((base, _))) = (sent.txn, sent.acked) else {
+                continue;
+            };
+            if self.txns.get(&t).and_then(|i| i.outcome) != Some(true) {
+                continue;
+            }
+            let p = sent.partition;
+            let Some(view) = self.rc.get(&p).filter(|v| v.caught_up) else {
+                return Err((
+                    NO_LOST_COMMIT,
+                    format!(
+                        "no read_committed consumer of {p} caught up (batch {id:?} of committed {t:?})"
+                    ),
+                ));
+            };
+            if view
+                .jumps
+                .iter()
+                .any(|(from, to)| *from <= base && base < *to)
+            {
+                continue;
+            }
+            match view.delivered.get(id) {
+                Some(at) if *at == base => checked += 1,
+                Some(at) => {
+                    return Err((
+                        NO_LOST_COMMIT,
+                        format!(
+                            "batch {id:?} of committed {t:?} acknowledged at {base}, returned at {at} in {p}"
+                        ),
+                    ));
+                }
+                None => {
+                    return Err((
+                        NO_LOST_COMMIT,
+                        format!(
+                            "batch {id:?} of committed {t:?} acknowledged at {base} in {p} never returned to its read_committed consumer"
                         ),
                     ));
                 }

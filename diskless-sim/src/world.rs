@@ -31,8 +31,8 @@ use uuid::Uuid;
 use crate::cache::SimCache;
 use crate::clock::SimClock;
 use crate::oracle::{
-    ACKED_READABLE, BOUNDS, BatchId, CONSUMER, Fail, OBJECTS, OFFSETS, Oracle, ReadOrder, SETUP,
-    Sent, record_value,
+    ACKED_READABLE, BOUNDS, BatchId, CONSUMER, Fail, LSO, OBJECTS, OFFSETS, Oracle, ReadOrder,
+    SETUP, Sent, record_value,
 };
 use crate::params::{PREFIX, Params, TopicPlan, rng_for};
 use crate::sync::{Flag, Stall};
@@ -58,6 +58,8 @@ macro_rules! ev {
         $world.event(format_args!($($arg)*))
     };
 }
+
+mod txn;
 
 /// One broker incarnation.
 struct Node {
@@ -142,6 +144,9 @@ pub(crate) struct World {
     closes: Mutex<Vec<JoinHandle<()>>>,
     /// The components' own faults stop here.
     calm_hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// The fake transaction coordinator and the run's transaction settings.
+    tc: Mutex<txn::Tc>,
+    txn: txn::TxnParams,
 }
 
 impl World {
@@ -422,6 +427,11 @@ impl World {
             self.consumers.lock().push(tokio::spawn(async move {
                 world.consumer(partition, index).await
             }));
+            let world = self.clone();
+            let index = self.next_consumer.fetch_add(1, Ordering::SeqCst);
+            self.consumers.lock().push(tokio::spawn(async move {
+                world.rc_consumer(partition, index).await
+            }));
         }
     }
 
@@ -485,6 +495,7 @@ impl World {
                     log_append_time: spec.config.timestamp_type == TimestampType::LogAppendTime,
                     acked: None,
                     seen_at: BTreeSet::new(),
+                    txn: None,
                 },
             );
             self.stat(|s| s.batches_sent += 1);
@@ -492,7 +503,7 @@ impl World {
                 self.send_corrupt(&spec, &mut rng, &bytes).await;
             }
             let delivery = self
-                .deliver(&spec, &mut rng, id, bytes, epoch, sequence)
+                .deliver(&spec, &mut rng, id, bytes, epoch, sequence, None)
                 .await;
             match delivery {
                 Delivery::Acked => {
@@ -529,7 +540,7 @@ impl World {
         if let Some(last) = corrupt.last_mut() {
             *last ^= 0x5a;
         }
-        let answer = self.submit(&node, spec, Bytes::from(corrupt));
+        let answer = self.submit(&node, spec, Bytes::from(corrupt), None);
         let answer = tokio::select! {
             biased;
             a = answer => a.ok().flatten(),
@@ -558,7 +569,9 @@ impl World {
     }
 
     /// Sends one batch until it is acknowledged, fails for good, or its delivery timeout passes;
-    /// after a timeout or a disconnection the next attempt goes to another broker.
+    /// after a timeout or a disconnection the next attempt goes to another broker. A transactional
+    /// batch carries the transaction it was verified for (`txn_seq`) on every attempt.
+    #[allow(clippy::too_many_arguments)]
     async fn deliver(
         self: &Arc<Self>,
         spec: &ProducerSpec,
@@ -567,6 +580,7 @@ impl World {
         bytes: Bytes,
         epoch: i16,
         sequence: i32,
+        txn_seq: Option<i64>,
     ) -> Delivery {
         let started = Instant::now();
         let mut avoid = None;
@@ -595,7 +609,7 @@ impl World {
             };
             attempt += 1;
             self.stat(|s| s.produce_requests += 1);
-            let answer = self.submit(&node, spec, bytes.clone());
+            let answer = self.submit(&node, spec, bytes.clone(), txn_seq);
             let wait = self
                 .p
                 .request_timeout
@@ -685,6 +699,7 @@ impl World {
         node: &Arc<Node>,
         spec: &ProducerSpec,
         records: Bytes,
+        txn_seq: Option<i64>,
     ) -> oneshot::Receiver<Option<PartitionResponse>> {
         let (tx, rx) = oneshot::channel();
         let request = self.next_request.fetch_add(1, Ordering::SeqCst);
@@ -706,7 +721,7 @@ impl World {
             partition: spec.partition,
             config: spec.config.clone(),
             records,
-            txn_seq: None,
+            txn_seq,
         };
         tokio::spawn(async move {
             let answers = node.writer.produce(vec![partition]).await;
@@ -765,7 +780,10 @@ impl World {
             let Some(node) = self.pick_node(&mut rng, None) else {
                 continue;
             };
-            let floors = self.oracle.lock().floors(partition);
+            let (floors, stable_floor) = {
+                let oracle = self.oracle.lock();
+                (oracle.floors(partition), oracle.stable_floor(partition))
+            };
             self.stat(|s| s.fetches += 1);
             let request = FetchPartition {
                 partition,
@@ -843,6 +861,16 @@ impl World {
                 floors,
                 "fetch",
             );
+            let observed = observed.and_then(|()| {
+                self.oracle.lock().observe_stable(
+                    partition,
+                    answer.last_stable_offset,
+                    answer.high_watermark,
+                    answer.log_start_offset,
+                    stable_floor,
+                    "fetch",
+                )
+            });
             if let Err(f) = observed {
                 self.fail(f);
                 return;
@@ -902,8 +930,12 @@ impl World {
             ));
         }
         let mut oracle = self.oracle.lock();
-        let id = oracle.served(partition, batch, LEADER_EPOCH, "consumer")?;
-        order.check(&oracle, id, CONSUMER)?;
+        if batch.attributes().is_control() {
+            oracle.served_marker(partition, batch, LEADER_EPOCH, "consumer")?;
+        } else {
+            let id = oracle.served(partition, batch, LEADER_EPOCH, "consumer")?;
+            order.check(&oracle, id, CONSUMER)?;
+        }
         drop(oracle);
         *position = last + 1;
         *jumped = false;
@@ -1126,6 +1158,43 @@ impl World {
                     );
                     self.stat(|s| s.faults += 1);
                 }
+                8 if f.commits_refused || f.commits_lost || f.commit_stalls => {
+                    let (c, name) = target(&mut rng);
+                    match rng.u8(0..3) {
+                        0 if f.commits_refused => {
+                            let n = rng.u32(1..=3);
+                            ev!(self, "fault: next {n} marker calls refused at {name}");
+                            c.fail_next_markers(n);
+                        }
+                        1 if f.commits_lost => {
+                            let n = rng.u32(1..=3);
+                            ev!(
+                                self,
+                                "fault: next {n} marker calls applied with the answer lost at {name}"
+                            );
+                            c.lose_next_markers(n);
+                        }
+                        2 if f.commit_stalls => {
+                            let d = Duration::from_millis(
+                                rng.u64(100..=self.p.max_commit_stall.as_millis() as u64),
+                            );
+                            ev!(
+                                self,
+                                "fault: marker calls stalled at {name} for {} ms",
+                                d.as_millis()
+                            );
+                            c.stall_markers();
+                            let world = self.clone();
+                            tokio::spawn(async move {
+                                sleep(d).await;
+                                c.release_markers();
+                                ev!(world, "fault: marker calls released at {name}");
+                            });
+                        }
+                        _ => continue,
+                    }
+                    self.stat(|s| s.faults += 1);
+                }
                 _ => {}
             }
         }
@@ -1158,6 +1227,9 @@ impl World {
             c.fail_next_commits(0);
             c.lose_next_commits(0);
             c.release_commits();
+            c.fail_next_markers(0);
+            c.lose_next_markers(0);
+            c.release_markers();
         }
         for id in 0..self.slots.len() {
             self.restart(id);
@@ -1344,7 +1416,10 @@ impl World {
                             ),
                         ));
                     }
-                    out.insert(b.object_key.clone(), p);
+                    // A marker has no object.
+                    if !b.is_control() {
+                        out.insert(b.object_key.clone(), p);
+                    }
                     position = b.last_offset + 1;
                 }
             }
@@ -1518,6 +1593,11 @@ impl World {
                     }
                     first = false;
                     let mut oracle = self.oracle.lock();
+                    if batch.attributes().is_control() {
+                        oracle.served_marker(p, &batch, LEADER_EPOCH, "final scan")?;
+                        position = last + 1;
+                        continue;
+                    }
                     let id = oracle.served(p, &batch, LEADER_EPOCH, "final scan")?;
                     order.check(&oracle, id, ACKED_READABLE)?;
                     scanned.insert(base, id);
@@ -1630,6 +1710,8 @@ pub(crate) async fn simulate(
         consumers: Mutex::new(Vec::new()),
         closes: Mutex::new(Vec::new()),
         calm_hook: Mutex::new(components.calm),
+        tc: Mutex::new(txn::Tc::default()),
+        txn: txn::TxnParams::derive(config.seed),
         clock,
         p,
         config,
@@ -1694,6 +1776,15 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
     for id in topic_ids {
         world.start_clients(id);
     }
+    for _ in 0..world.txn.producers {
+        let index = world.next_producer.fetch_add(1, Ordering::SeqCst);
+        let pid = world.next_producer_id.fetch_add(1, Ordering::SeqCst);
+        let tv2 = world.rng("txn-kind", u64::from(index)).f64() < world.txn.tv2_share;
+        let w = world.clone();
+        world.producers.lock().push(tokio::spawn(async move {
+            w.txn_producer(index, pid, tv2).await
+        }));
+    }
     let mut background = vec![
         tokio::spawn(world.clone().faults_loop()),
         tokio::spawn(world.clone().delete_records_loop()),
@@ -1702,6 +1793,7 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
         tokio::spawn(world.clone().orphan_loop()),
         tokio::spawn(world.clone().expiry_loop()),
         tokio::spawn(world.clone().checker_loop()),
+        tokio::spawn(world.clone().tc_sweeper()),
     ];
     if p.delete_topic {
         background.push(tokio::spawn(world.clone().delete_topic_once()));
@@ -1748,6 +1840,20 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
     if world.failed() {
         return Ok(());
     }
+    // Every transaction ended (the coordinator's timeout aborts those their producers left), and
+    // the read_committed consumers returned every committed batch.
+    if !world.tc_idle() {
+        return Err((
+            LSO,
+            "transactions still open or ending after the consumers caught up".to_string(),
+        ));
+    }
+    world.check_stable_at_end().await?;
+    let checked = world.oracle.lock().committed_returned()?;
+    ev!(
+        world,
+        "read_committed: {checked} committed batches returned"
+    );
 
     // Liveness: every orphan and dead object goes, once the collector's and cleaner's delays
     // have passed (and, for shards, the release of owners that never applied).

@@ -5,17 +5,17 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use diskless_coordinator::{
     BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest, CoordinatorError,
-    CoordinatorLayer, CoordinatorOp, Layered,
+    CoordinatorLayer, CoordinatorOp, Layered, TxnMarker, TxnMarkerResult,
 };
 use diskless_storage::{ObjectKey, ObjectMeta, ObjectStorage, StorageError};
-use diskless_testkit::coordinator::{CommitFaults, FaultyCoordinator};
+use diskless_testkit::coordinator::{CommitFaults, FaultyCoordinator, InjectedCommitFault};
 use diskless_testkit::storage::FaultyStorage;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -318,7 +318,8 @@ impl CoordinatorLayer for GatedCoordinator {
 }
 
 /// Commit faults on a coordinator: refused and applied-with-the-answer-lost commits from the
-/// testkit's [`FaultyCoordinator`], and stalls of its own (deterministic, see [`Stall`]).
+/// testkit's [`FaultyCoordinator`], and stalls of its own (deterministic, see [`Stall`]); the same
+/// three faults for transaction markers (`write_txn_markers`), with controls of their own.
 ///
 /// A commit started while stalled waits before anything else, in a task of its own, as a commit
 /// stuck on its way to the coordinator: a caller that gives up (the writer's commit timeout
@@ -331,6 +332,15 @@ pub type FaultyCommits = Layered<CommitStalls>;
 pub struct CommitStalls {
     faulty: Arc<FaultyCoordinator>,
     stall: Arc<Stall>,
+    fail_markers: AtomicU32,
+    lose_markers: AtomicU32,
+    marker_stall: Arc<Stall>,
+}
+
+/// Takes one from a countdown, if it is above zero.
+fn take_one(n: &AtomicU32) -> bool {
+    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
+        .is_ok()
 }
 
 impl CommitStalls {
@@ -343,6 +353,9 @@ impl CommitStalls {
             CommitStalls {
                 faulty,
                 stall: Arc::new(Stall::default()),
+                fail_markers: AtomicU32::new(0),
+                lose_markers: AtomicU32::new(0),
+                marker_stall: Arc::new(Stall::default()),
             },
         ))
     }
@@ -371,6 +384,27 @@ impl CommitStalls {
     pub fn stalled_commits(&self) -> usize {
         self.stall.waiting()
     }
+
+    /// The next `n` `write_txn_markers` calls fail without being applied.
+    pub fn fail_next_markers(&self, n: u32) {
+        self.fail_markers.store(n, Ordering::SeqCst);
+    }
+
+    /// The next `n` `write_txn_markers` calls are applied, then report an unknown outcome.
+    pub fn lose_next_markers(&self, n: u32) {
+        self.lose_markers.store(n, Ordering::SeqCst);
+    }
+
+    /// `write_txn_markers` calls wait until [`CommitStalls::release_markers`] (a call whose caller
+    /// gives up still lands once released).
+    pub fn stall_markers(&self) {
+        self.marker_stall.stall();
+    }
+
+    /// Lets stalled marker calls go on.
+    pub fn release_markers(&self) {
+        self.marker_stall.release();
+    }
 }
 
 #[async_trait]
@@ -392,5 +426,36 @@ impl CoordinatorLayer for CommitStalls {
         });
         call.await
             .map_err(|e| CoordinatorError::OutcomeUnknown(Box::new(e)))?
+    }
+
+    async fn write_txn_markers(
+        &self,
+        inner: &dyn BatchCoordinator,
+        markers: &[TxnMarker],
+    ) -> Result<Vec<TxnMarkerResult>, CoordinatorError> {
+        if take_one(&self.fail_markers) {
+            return Err(CoordinatorError::Unavailable(Box::new(
+                InjectedCommitFault::NotApplied,
+            )));
+        }
+        let lose = take_one(&self.lose_markers);
+        let result = if self.marker_stall.is_on() {
+            let (faulty, stall) = (self.faulty.clone(), self.marker_stall.clone());
+            let markers = markers.to_vec();
+            let call = tokio::spawn(async move {
+                stall.pass().await;
+                faulty.write_txn_markers(&markers).await
+            });
+            call.await
+                .map_err(|e| CoordinatorError::OutcomeUnknown(Box::new(e)))?
+        } else {
+            inner.write_txn_markers(markers).await
+        };
+        match result {
+            Ok(_) if lose => Err(CoordinatorError::OutcomeUnknown(Box::new(
+                InjectedCommitFault::AnswerLost,
+            ))),
+            other => other,
+        }
     }
 }
