@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use diskless_coordinator::{
-    BatchCoordinator, CoordinatorError, CoordinatorLayer, FindBatchesRequest, FindBatchesResponse,
-    Layered, object_key_time_ms,
+    BatchCoordinator, CommitBatchResult, CommitFileRequest, CoordinatorError, CoordinatorLayer,
+    FindBatchesRequest, FindBatchesResponse, IsolationLevel, Layered, TxnMarker, TxnMarkerResult,
+    object_key_time_ms,
 };
 use diskless_sim::{Components, SimConfig, Variant, Violation, run_with};
 use diskless_storage::ObjectStoreStorage;
@@ -23,6 +24,16 @@ enum Bug {
     NoFence,
     /// `find_batches` leaves out the second batch it found: readers see a gap.
     SkipsABatch,
+    /// `read_committed` reads are answered as `read_uncommitted` ones (past the last stable
+    /// offset, with an empty aborted list).
+    IgnoresIsolation,
+    /// `read_committed` reads are answered without their aborted transactions.
+    DropsAborted,
+    /// ABORT markers of odd partitions are written as COMMIT markers.
+    CommitsAborts,
+    /// The verification guard is lost: every transactional batch claims the newest transaction
+    /// (a stale batch landing after its transaction's marker opens a new one).
+    NoTxnSeqGuard,
 }
 
 /// The reference model with one defect: a layer that changes only the operations with the bug.
@@ -39,15 +50,71 @@ impl CoordinatorLayer for Mutant {
         requests: &[FindBatchesRequest],
         fetch_max_bytes: u32,
     ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        if let Bug::IgnoresIsolation = self.bug {
+            let uncommitted: Vec<FindBatchesRequest> = requests
+                .iter()
+                .map(|r| FindBatchesRequest {
+                    isolation: IsolationLevel::ReadUncommitted,
+                    ..r.clone()
+                })
+                .collect();
+            let mut found = inner.find_batches(&uncommitted, fetch_max_bytes).await?;
+            for (answer, request) in found.iter_mut().zip(requests) {
+                if request.isolation == IsolationLevel::ReadCommitted && answer.error.is_ok() {
+                    answer.last_stable_offset = answer.high_watermark;
+                    answer.aborted = Some(Vec::new());
+                }
+            }
+            return Ok(found);
+        }
         let mut found = inner.find_batches(requests, fetch_max_bytes).await?;
-        if let Bug::SkipsABatch = self.bug {
-            for answer in &mut found {
-                if answer.batches.len() > 2 {
+        for answer in &mut found {
+            match self.bug {
+                Bug::SkipsABatch if answer.batches.len() > 2 => {
                     answer.batches.remove(1);
                 }
+                Bug::DropsAborted => {
+                    if let Some(aborted) = &mut answer.aborted {
+                        aborted.clear();
+                    }
+                }
+                _ => {}
             }
         }
         Ok(found)
+    }
+
+    async fn write_txn_markers(
+        &self,
+        inner: &dyn BatchCoordinator,
+        markers: &[TxnMarker],
+    ) -> Result<Vec<TxnMarkerResult>, CoordinatorError> {
+        if let Bug::CommitsAborts = self.bug {
+            let flipped: Vec<TxnMarker> = markers
+                .iter()
+                .map(|m| TxnMarker {
+                    commit: m.commit || m.partition.partition % 2 == 1,
+                    ..*m
+                })
+                .collect();
+            return inner.write_txn_markers(&flipped).await;
+        }
+        inner.write_txn_markers(markers).await
+    }
+
+    async fn commit_file(
+        &self,
+        inner: &dyn BatchCoordinator,
+        mut request: CommitFileRequest,
+    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
+        if let Bug::NoTxnSeqGuard = self.bug {
+            for batch in &mut request.batches {
+                if batch.transactional {
+                    batch.txn_seq = Some(i64::MAX);
+                }
+            }
+        }
+        inner.commit_file(request).await
     }
 
     async fn fence_orphans(
@@ -64,7 +131,7 @@ impl CoordinatorLayer for Mutant {
                     .cloned()
                     .collect())
             }
-            Bug::SkipsABatch => inner.fence_orphans(object_keys).await,
+            _ => inner.fence_orphans(object_keys).await,
         }
     }
 }
@@ -105,6 +172,43 @@ fn a_coordinator_that_skips_a_batch_is_caught() {
     let v = first_violation(Bug::SkipsABatch, 5).expect("no violation in 5 seeds");
     assert!(
         [diskless_sim::OFFSETS, diskless_sim::CONSUMER].contains(&v.invariant),
+        "{v}"
+    );
+}
+
+#[test]
+fn read_committed_answered_as_read_uncommitted_is_caught() {
+    let v = first_violation(Bug::IgnoresIsolation, 5).expect("no violation in 5 seeds");
+    assert_eq!(v.invariant, diskless_sim::NO_DIRTY_READ, "{v}");
+}
+
+#[test]
+fn read_committed_without_the_aborted_list_is_caught() {
+    let v = first_violation(Bug::DropsAborted, 5).expect("no violation in 5 seeds");
+    assert_eq!(v.invariant, diskless_sim::NO_DIRTY_READ, "{v}");
+}
+
+#[test]
+fn abort_markers_written_as_commits_are_caught() {
+    let v = first_violation(Bug::CommitsAborts, 5).expect("no violation in 5 seeds");
+    assert!(
+        [diskless_sim::NO_DIRTY_READ, diskless_sim::ATOMIC].contains(&v.invariant),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_lost_verification_guard_is_caught() {
+    // A stale batch must land after its transaction's markers (a commit stalled longer than the
+    // producer's delivery timeout and the transaction's end): rarer than the other defects.
+    let v = first_violation(Bug::NoTxnSeqGuard, 30).expect("no violation in 30 seeds");
+    assert!(
+        [
+            diskless_sim::LSO,
+            diskless_sim::NO_DIRTY_READ,
+            diskless_sim::ATOMIC
+        ]
+        .contains(&v.invariant),
         "{v}"
     );
 }
