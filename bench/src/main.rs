@@ -16,6 +16,7 @@
 )]
 
 mod fig10_scale;
+mod fig11_transactions;
 mod fig1_produce;
 mod fig2_sqlite;
 mod fig3_postgres;
@@ -35,7 +36,7 @@ use std::time::Instant;
 type Figure = fn(bool) -> Vec<report::Row>;
 
 fn usage() -> ! {
-    eprintln!("usage: diskless-bench [--quick] [--only N[,N...]]   (N in 1..=10)");
+    eprintln!("usage: diskless-bench [--quick] [--only N[,N...]]   (N in 1..=11)");
     std::process::exit(2);
 }
 
@@ -60,7 +61,7 @@ fn main() {
                 let figures: Result<Vec<u8>, _> =
                     list.split(',').map(|s| s.trim().parse()).collect();
                 match figures {
-                    Ok(f) if f.iter().all(|n| (1..=10).contains(n)) => only = Some(f),
+                    Ok(f) if f.iter().all(|n| (1..=11).contains(n)) => only = Some(f),
                     _ => usage(),
                 }
             }
@@ -68,7 +69,7 @@ fn main() {
         }
     }
     let wanted = |n: u8| only.as_ref().is_none_or(|o| o.contains(&n));
-    let figures: [(u8, Figure); 10] = [
+    let figures: [(u8, Figure); 11] = [
         (1, fig1_produce::run),
         (2, fig2_sqlite::run),
         (3, fig3_postgres::run),
@@ -79,6 +80,7 @@ fn main() {
         (8, fig8_memory::run),
         (9, fig9_timestamp_lookup::run),
         (10, fig10_scale::run),
+        (11, fig11_transactions::run),
     ];
     println!(
         "diskless-bench {} mode, {} build",

@@ -37,7 +37,7 @@ impl Status {
 /// One line of the table.
 #[derive(Clone, Debug)]
 pub(crate) struct Row {
-    /// The figure number of the issue (1..=10).
+    /// The figure number (1..=11).
     pub figure: u8,
     /// What is measured.
     pub what: String,
