@@ -147,6 +147,8 @@ pub(crate) struct World {
     /// The fake transaction coordinator and the run's transaction settings.
     tc: Mutex<txn::Tc>,
     txn: txn::TxnParams,
+    /// Every producer has returned (nothing is produced any more).
+    producers_done: Flag,
 }
 
 impl World {
@@ -1712,6 +1714,7 @@ pub(crate) async fn simulate(
         calm_hook: Mutex::new(components.calm),
         tc: Mutex::new(txn::Tc::default()),
         txn: txn::TxnParams::derive(config.seed),
+        producers_done: Flag::default(),
         clock,
         p,
         config,
@@ -1823,6 +1826,7 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
             format!("producers still delivering {deadline:?} after the produce phase ended"),
         ));
     }
+    world.producers_done.set();
     // Consumers catch up.
     let consumers = std::mem::take(&mut *world.consumers.lock());
     if tokio::time::timeout(

@@ -701,18 +701,16 @@ impl World {
         let mut jumped = true;
         let mut order = ReadOrder::default();
         let (mut last_hw, mut last_stable) = (-1i64, -1i64);
+        let mut last_final = false;
         let max_bytes = rng.u32(200..=20_000);
         loop {
             if self.failed() || self.phase() == super::DONE || !self.topic_live(partition.topic_id)
             {
                 return;
             }
-            if self.phase() == QUIET
-                && last_hw >= 0
-                && position >= last_hw
-                && last_stable == last_hw
-                && self.tc_idle()
-            {
+            // Caught up: an answer to a fetch sent once nothing could be appended any more
+            // (every producer returned, every transaction ended) showed the end of the log.
+            if last_final && position >= last_hw && last_stable == last_hw {
                 ev!(
                     self,
                     "read_committed consumer of {partition} caught up at {position}"
@@ -731,6 +729,7 @@ impl World {
                 let oracle = self.oracle.lock();
                 (oracle.floors(partition), oracle.stable_floor(partition))
             };
+            let is_final = self.producers_done.is_set() && self.tc_idle();
             self.stat(|s| s.fetches += 1);
             let request = FetchPartition {
                 partition,
@@ -829,7 +828,8 @@ impl World {
                 ));
                 return;
             };
-            (last_hw, last_stable) = (answer.high_watermark, answer.last_stable_offset);
+            (last_hw, last_stable, last_final) =
+                (answer.high_watermark, answer.last_stable_offset, is_final);
             let batches = match split_batches(answer.records_bytes()) {
                 Ok(b) => b,
                 Err(e) => {
