@@ -11,7 +11,7 @@ use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::SystemTime;
 use tokio::sync::watch;
 
@@ -187,6 +187,12 @@ struct Inner {
     counters: Counters,
     /// Distinguishes the temporary files of concurrent writes.
     tmp_seq: AtomicU64,
+    /// Whether blocks dropped other than by `invalidate_object` are logged in `dropped` (for a
+    /// [`crate::TwoTierCache`], whose memory tier holds only blocks this tier holds).
+    track_dropped: AtomicBool,
+    /// Keys of blocks dropped (evicted, failed verification, gone) since the last
+    /// [`DiskCache::take_dropped`].
+    dropped: Mutex<Vec<BlockKey>>,
 }
 
 #[derive(Default)]
@@ -472,8 +478,18 @@ impl Inner {
             let Some(victim) = state.lru_victim() else {
                 break;
             };
-            state.remove(victim);
+            self.unindex(state, victim);
             remove_file(&self.path(victim));
+        }
+    }
+
+    /// Unindexes `id` because its block is dropped (not invalidated), logging the key when
+    /// [`DiskCache::track_dropped`] asked for it.
+    fn unindex(&self, state: &mut State, id: u128) {
+        if let Some(entry) = state.remove(id)
+            && self.track_dropped.load(Ordering::Relaxed)
+        {
+            self.dropped.lock().push(entry.key);
         }
     }
 
@@ -495,7 +511,7 @@ impl Inner {
                 // Deleted behind the index's back (or by a concurrent eviction): unindex it.
                 let mut state = self.state.lock();
                 if state.find(key).is_some_and(|(_, g)| g == generation) {
-                    state.remove(id);
+                    self.unindex(&mut state, id);
                 }
                 return None;
             }
@@ -511,7 +527,7 @@ impl Inner {
         let mut state = self.state.lock();
         // Only if no write replaced the file since it was read (writes rename under the lock).
         if state.find(key).is_some_and(|(_, g)| g == generation) {
-            state.remove(id);
+            self.unindex(&mut state, id);
             remove_file(&path);
         }
         None
@@ -526,7 +542,7 @@ impl Inner {
             // Not cached; an older version of the block must not be served either.
             let mut state = self.state.lock();
             if state.find(&key).is_some() {
-                state.remove(id);
+                self.unindex(&mut state, id);
                 remove_file(&path);
             }
             return;
@@ -545,7 +561,11 @@ impl Inner {
         let mut state = self.state.lock();
         // The file in place (this key's older version, or another key's with the same hash) is
         // replaced by the rename.
-        state.remove(id);
+        if state.entries.get(&id).is_some_and(|e| e.key != key) {
+            self.unindex(&mut state, id);
+        } else {
+            state.remove(id);
+        }
         self.make_room(&mut state, len);
         match fs::rename(&tmp, &path) {
             Ok(()) => state.add(id, key, len),
@@ -641,6 +661,8 @@ impl DiskCache {
             state: Mutex::new(State::default()),
             counters: Counters::default(),
             tmp_seq: AtomicU64::new(0),
+            track_dropped: AtomicBool::new(false),
+            dropped: Mutex::new(Vec::new()),
         });
         let scanning = Arc::clone(&inner);
         let scanned = tokio::task::spawn_blocking(move || scanning.scan())
@@ -673,8 +695,25 @@ impl DiskCache {
             .load(Ordering::Relaxed)
     }
 
+    /// From now on, keeps the keys of blocks dropped other than by
+    /// [`LocalCache::invalidate_object`] (evicted by the byte bound, failed verification, found
+    /// gone) until [`DiskCache::take_dropped`] takes them.
+    pub(crate) fn track_dropped(&self) {
+        self.inner.track_dropped.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether `key`'s block is indexed (without reading or verifying it).
+    pub(crate) fn lookup_indexed(&self, key: &BlockKey) -> bool {
+        self.inner.state.lock().find(key).is_some()
+    }
+
+    /// The keys logged since the last call (see [`DiskCache::track_dropped`]).
+    pub(crate) fn take_dropped(&self) -> Vec<BlockKey> {
+        std::mem::take(&mut *self.inner.dropped.lock())
+    }
+
     /// The verified block of `key`, without counting a hit or a miss.
-    async fn lookup(&self, key: &BlockKey) -> Option<Bytes> {
+    pub(crate) async fn lookup(&self, key: &BlockKey) -> Option<Bytes> {
         let (id, generation) = self.inner.state.lock().find(key)?;
         let inner = Arc::clone(&self.inner);
         let key = key.clone();
@@ -688,7 +727,7 @@ impl DiskCache {
     }
 
     /// Writes a block (to the end, even if the caller is dropped).
-    async fn store(&self, key: BlockKey, block: Bytes) {
+    pub(crate) async fn store(&self, key: BlockKey, block: Bytes) {
         let inner = Arc::clone(&self.inner);
         if let Err(error) = tokio::task::spawn_blocking(move || inner.write_block(key, block)).await
         {

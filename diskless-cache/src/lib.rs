@@ -6,7 +6,8 @@
 //! [`LocalCache`] is the trait; [`MokaCache`] is the default implementation, bounded by bytes,
 //! with a time-to-live, and with concurrent misses of one block coalesced into one load.
 //! [`DiskCache`] keeps blocks in files on local disk: bounded by bytes (LRU), kept across a
-//! restart, and verified (CRC-32C) on every read.
+//! restart, and verified (CRC-32C) on every read. [`TwoTierCache`] puts a `MokaCache` in front of a
+//! `DiskCache`: hot blocks in memory, the working set on disk.
 //!
 //! # Cancel safety
 //!
@@ -24,9 +25,11 @@ use std::sync::Arc;
 
 mod disk_cache;
 mod moka_cache;
+mod two_tier;
 
 pub use disk_cache::{DiskCache, DiskCacheConfig, DiskCacheError};
 pub use moka_cache::{ConfigError, MokaCache, MokaCacheConfig};
+pub use two_tier::TwoTierCache;
 
 pub use diskless_common::BoxError;
 

@@ -290,6 +290,38 @@ impl MokaCache {
         self.cache.run_pending_tasks().await;
     }
 
+    /// Drops one block (its key stays in the object index until the next sweep or invalidation,
+    /// which the index's invariant allows).
+    pub(crate) async fn invalidate_block(&self, key: &BlockKey) {
+        self.cache.invalidate(key).await;
+    }
+
+    /// The block, if cached, without counting (for [`crate::TwoTierCache`], which counts).
+    pub(crate) async fn lookup(&self, key: &BlockKey) -> Option<Bytes> {
+        self.cache.get(key).await
+    }
+
+    /// Caches a block without counting.
+    pub(crate) async fn put(&self, key: BlockKey, block: Bytes) {
+        let _index = IndexOnDrop::new(self, &key);
+        self.cache.insert(key, block).await;
+    }
+
+    /// [`LocalCache::get_or_load`]'s single flight without counting: concurrent callers of one
+    /// key share one run of `load`, whose block is cached.
+    pub(crate) async fn load_uncounted(
+        &self,
+        key: BlockKey,
+        load: BoxFuture<'static, Result<Bytes, BoxError>>,
+    ) -> Result<Bytes, LoadError> {
+        let mut index = IndexOnDrop::new(self, &key);
+        let loaded = self.cache.try_get_with(key, load).await;
+        if loaded.is_err() {
+            index.disarm();
+        }
+        loaded
+    }
+
     /// Records that `key` may be cached. Called only once its moka insert has returned or was
     /// cancelled (see [`IndexOnDrop`]), never before it started.
     fn index_add(&self, key: BlockKey) {
