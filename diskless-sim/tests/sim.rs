@@ -1,6 +1,7 @@
 //! The simulation in CI, replays and soaks. See the crate docs for what is simulated.
 //!
-//! CI runs the seeds below (about a minute in a debug build on two cores). A soak:
+//! CI runs the seeds below (about two minutes in a debug build on two cores, transactions
+//! included). A soak:
 //! `DISKLESS_SIM_SEEDS=1000 DISKLESS_SIM_START_SEED=5000 DISKLESS_SIM_VARIANT=sharded
 //! DISKLESS_SIM_KEEP_GOING=1 cargo test --release -p diskless-sim --test sim sharded -- --nocapture`
 //! (`KEEP_GOING` lists every failing seed instead of stopping at the first;
