@@ -58,8 +58,9 @@ use crate::{
     BatchCoordinator, CommitBatchResult, CommitFileRequest, CoordinatorError, CreateTopicRequest,
     DeleteRecordsRequest, DeleteRecordsResponse, FindBatchesRequest, FindBatchesResponse,
     ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectToDelete, ProducerExpiryReport,
-    ProducerIdBlock, ProducerState, RetentionReport, TopicConfig, TopicIdPartition, TopicInfo,
-    TxnMarker, TxnMarkerResult,
+    ProducerIdBlock, ProducerState, RegisterSegmentOutcome, RegisterSegmentRequest,
+    RetentionReport, SegmentPlan, SegmentPlanRequest, TieredSegment, TieringCandidate, TopicConfig,
+    TopicIdPartition, TopicInfo, TxnMarker, TxnMarkerResult,
 };
 
 /// One operation of [`BatchCoordinator`], as a [`CoordinatorLayer`] sees it.
@@ -106,11 +107,19 @@ pub enum CoordinatorOp {
     ListProducers,
     /// [`BatchCoordinator::write_txn_markers`].
     WriteTxnMarkers,
+    /// [`BatchCoordinator::tiering_candidates`].
+    TieringCandidates,
+    /// [`BatchCoordinator::segment_plan`].
+    SegmentPlan,
+    /// [`BatchCoordinator::register_segment`].
+    RegisterSegment,
+    /// [`BatchCoordinator::list_tiered_segments`].
+    ListTieredSegments,
 }
 
 impl CoordinatorOp {
     /// Every operation, in the trait's order.
-    pub const ALL: [CoordinatorOp; 20] = [
+    pub const ALL: [CoordinatorOp; 24] = [
         CoordinatorOp::CreateTopic,
         CoordinatorOp::DeleteTopic,
         CoordinatorOp::ListTopics,
@@ -131,6 +140,10 @@ impl CoordinatorOp {
         CoordinatorOp::AlterTopicConfig,
         CoordinatorOp::ListProducers,
         CoordinatorOp::WriteTxnMarkers,
+        CoordinatorOp::TieringCandidates,
+        CoordinatorOp::SegmentPlan,
+        CoordinatorOp::RegisterSegment,
+        CoordinatorOp::ListTieredSegments,
     ];
 
     /// The method's name (`"commit_file"`), as used in metric labels and logs.
@@ -156,6 +169,10 @@ impl CoordinatorOp {
             CoordinatorOp::AlterTopicConfig => "alter_topic_config",
             CoordinatorOp::ListProducers => "list_producers",
             CoordinatorOp::WriteTxnMarkers => "write_txn_markers",
+            CoordinatorOp::TieringCandidates => "tiering_candidates",
+            CoordinatorOp::SegmentPlan => "segment_plan",
+            CoordinatorOp::RegisterSegment => "register_segment",
+            CoordinatorOp::ListTieredSegments => "list_tiered_segments",
         }
     }
 
@@ -172,6 +189,9 @@ impl CoordinatorOp {
                 | CoordinatorOp::ObjectInfo
                 | CoordinatorOp::ProducerState
                 | CoordinatorOp::ListProducers
+                | CoordinatorOp::TieringCandidates
+                | CoordinatorOp::SegmentPlan
+                | CoordinatorOp::ListTieredSegments
         )
     }
 }
@@ -385,6 +405,51 @@ pub trait CoordinatorLayer: Send + Sync + Debug {
     ) -> Result<Vec<TxnMarkerResult>, CoordinatorError> {
         inner.write_txn_markers(markers).await
     }
+
+    /// [`BatchCoordinator::tiering_candidates`] on `inner`.
+    async fn tiering_candidates(
+        &self,
+        inner: &dyn BatchCoordinator,
+        now_ms: i64,
+        min_age_ms: i64,
+        after: Option<TopicIdPartition>,
+        limit: u32,
+    ) -> Result<Vec<TieringCandidate>, CoordinatorError> {
+        inner
+            .tiering_candidates(now_ms, min_age_ms, after, limit)
+            .await
+    }
+
+    /// [`BatchCoordinator::segment_plan`] on `inner`.
+    async fn segment_plan(
+        &self,
+        inner: &dyn BatchCoordinator,
+        request: &SegmentPlanRequest,
+    ) -> Result<SegmentPlan, CoordinatorError> {
+        inner.segment_plan(request).await
+    }
+
+    /// [`BatchCoordinator::register_segment`] on `inner`.
+    async fn register_segment(
+        &self,
+        inner: &dyn BatchCoordinator,
+        request: RegisterSegmentRequest,
+    ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
+        inner.register_segment(request).await
+    }
+
+    /// [`BatchCoordinator::list_tiered_segments`] on `inner`.
+    async fn list_tiered_segments(
+        &self,
+        inner: &dyn BatchCoordinator,
+        partition: TopicIdPartition,
+        from_offset: i64,
+        limit: u32,
+    ) -> Result<Vec<TieredSegment>, CoordinatorError> {
+        inner
+            .list_tiered_segments(partition, from_offset, limit)
+            .await
+    }
 }
 
 /// A [`BatchCoordinator`] made of an inner coordinator and a [`CoordinatorLayer`].
@@ -587,6 +652,53 @@ impl<L: CoordinatorLayer> BatchCoordinator for Layered<L> {
             .around(CoordinatorOp::WriteTxnMarkers, call)
             .await
     }
+
+    async fn tiering_candidates(
+        &self,
+        now_ms: i64,
+        min_age_ms: i64,
+        after: Option<TopicIdPartition>,
+        limit: u32,
+    ) -> Result<Vec<TieringCandidate>, CoordinatorError> {
+        let call = self
+            .layer
+            .tiering_candidates(&*self.inner, now_ms, min_age_ms, after, limit);
+        self.layer
+            .around(CoordinatorOp::TieringCandidates, call)
+            .await
+    }
+
+    async fn segment_plan(
+        &self,
+        request: &SegmentPlanRequest,
+    ) -> Result<SegmentPlan, CoordinatorError> {
+        let call = self.layer.segment_plan(&*self.inner, request);
+        self.layer.around(CoordinatorOp::SegmentPlan, call).await
+    }
+
+    async fn register_segment(
+        &self,
+        request: RegisterSegmentRequest,
+    ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
+        let call = self.layer.register_segment(&*self.inner, request);
+        self.layer
+            .around(CoordinatorOp::RegisterSegment, call)
+            .await
+    }
+
+    async fn list_tiered_segments(
+        &self,
+        partition: TopicIdPartition,
+        from_offset: i64,
+        limit: u32,
+    ) -> Result<Vec<TieredSegment>, CoordinatorError> {
+        let call = self
+            .layer
+            .list_tiered_segments(&*self.inner, partition, from_offset, limit);
+        self.layer
+            .around(CoordinatorOp::ListTieredSegments, call)
+            .await
+    }
 }
 
 /// The metrics layer: records [`diskless_common::metrics::COORDINATOR_SECONDS`] for every call,
@@ -745,6 +857,39 @@ macro_rules! forward_through_pointer {
                 markers: &[TxnMarker],
             ) -> Result<Vec<TxnMarkerResult>, CoordinatorError> {
                 (**self).write_txn_markers(markers).await
+            }
+            async fn tiering_candidates(
+                &self,
+                now_ms: i64,
+                min_age_ms: i64,
+                after: Option<TopicIdPartition>,
+                limit: u32,
+            ) -> Result<Vec<TieringCandidate>, CoordinatorError> {
+                (**self)
+                    .tiering_candidates(now_ms, min_age_ms, after, limit)
+                    .await
+            }
+            async fn segment_plan(
+                &self,
+                request: &SegmentPlanRequest,
+            ) -> Result<SegmentPlan, CoordinatorError> {
+                (**self).segment_plan(request).await
+            }
+            async fn register_segment(
+                &self,
+                request: RegisterSegmentRequest,
+            ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
+                (**self).register_segment(request).await
+            }
+            async fn list_tiered_segments(
+                &self,
+                partition: TopicIdPartition,
+                from_offset: i64,
+                limit: u32,
+            ) -> Result<Vec<TieredSegment>, CoordinatorError> {
+                (**self)
+                    .list_tiered_segments(partition, from_offset, limit)
+                    .await
             }
         }
     };

@@ -45,9 +45,11 @@ pub use types::{
     CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, EARLIEST_TIMESTAMP,
     EndTxnMarker, FindBatchesRequest, FindBatchesResponse, IsolationLevel, LATEST_TIMESTAMP,
     ListOffsetsRequest, ListOffsetsResponse, MAX_PRODUCER_ID_BLOCK, MAX_TIMESTAMP,
-    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo, ObjectToDelete,
-    PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport, ProducerIdBlock, ProducerState,
-    RetentionReport, ShardId, TXN_MARKER_SIZE, TimestampType, TopicConfig, TopicIdPartition,
+    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo, ObjectKind,
+    ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport, ProducerIdBlock,
+    ProducerState, RegisterSegmentOutcome, RegisterSegmentRequest, RetentionReport,
+    SEGMENT_TRAILER_LEN, SegmentLayoutSizes, SegmentPlan, SegmentPlanRequest, ShardId,
+    TXN_MARKER_SIZE, TieredSegment, TieringCandidate, TimestampType, TopicConfig, TopicIdPartition,
     TopicInfo, TxnMarker, TxnMarkerResult,
 };
 pub use validate::{
@@ -99,9 +101,11 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
         request: CommitFileRequest,
     ) -> Result<Vec<CommitBatchResult>, CoordinatorError>;
 
-    /// Finds the batches to read for a fetch, for many partitions at once. Per partition the batch
-    /// containing the offset comes first and is always included; more follow while the partition's
-    /// bytes stay within its `max_bytes` and the total within `fetch_max_bytes`.
+    /// Finds the batches to read for a fetch, for many partitions at once. Per partition the
+    /// tiered segment or WAL batch containing the offset comes first and is always included (a
+    /// segment counting its whole `.log`); more follow — further segments, then WAL batches once
+    /// the segments reach the first offset not tiered — while the partition's bytes stay within
+    /// its `max_bytes` and the total within `fetch_max_bytes`.
     async fn find_batches(
         &self,
         requests: &[FindBatchesRequest],
@@ -124,7 +128,8 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
     /// deleting at most `max_batches` batches in this pass; a pass stops walking partitions as soon as
     /// its budget is spent ([`RetentionReport::more`]). A batch without any timestamp (effective max
     /// timestamp `< 0`) is aged by its commit time, as Kafka ages a segment without timestamps by its
-    /// modification time.
+    /// modification time. Tiered segments come first, whole: each is one item of the budget,
+    /// aged by [`TieredSegment::retention_ts`] and sized by its `.log`.
     async fn enforce_retention(
         &self,
         max_batches: u32,
@@ -248,4 +253,63 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
         &self,
         markers: &[TxnMarker],
     ) -> Result<Vec<TxnMarkerResult>, CoordinatorError>;
+
+    /// The partitions due for consolidation into tiered segments (KIP-1163), in ascending
+    /// (topic id, partition) order after `after` (exclusive; `None`: from the first), at most
+    /// `limit`. A partition is listed when its first WAL batch is below the last stable offset
+    /// and was committed before `now_ms − min_age_ms`, and either its WAL batches hold at least
+    /// `segment.bytes` or that first batch was committed at least `segment.ms` before `now_ms`
+    /// (coordinator clock). A coordinator that does not implement tiered storage refuses with
+    /// [`CoordinatorError::InvalidRequest`] (as every tiering method).
+    async fn tiering_candidates(
+        &self,
+        now_ms: i64,
+        min_age_ms: i64,
+        after: Option<TopicIdPartition>,
+        limit: u32,
+    ) -> Result<Vec<TieringCandidate>, CoordinatorError>;
+
+    /// The batches of a partition's next tiered segment (see [`SegmentPlan::batches`]), with what
+    /// the segment builder needs besides them. Reads only.
+    async fn segment_plan(
+        &self,
+        request: &SegmentPlanRequest,
+    ) -> Result<SegmentPlan, CoordinatorError>;
+
+    /// Registers an uploaded tiered segment and, in the same transaction, deletes the WAL batches
+    /// it covers (their objects' live bytes drop, marking those with none left), the aborted
+    /// transactions whose marker it covers, and moves the partition's first offset not tiered
+    /// past it. The partition's size and bounds do not change: the same bytes moved tier.
+    ///
+    /// In order, with the state locked: a request that contradicts itself (empty key, `base >
+    /// end`, no batch, `layout.log ≠ batch_bytes`, an object smaller than its sections) is
+    /// [`CoordinatorError::InvalidRequest`]; the key's commit deadline and fence are checked as
+    /// for [`BatchCoordinator::commit_file`] ([`CoordinatorError::DeadlineExceeded`],
+    /// [`CoordinatorError::ObjectFenced`]); a key already registered as this very segment is
+    /// [`RegisterSegmentOutcome::AlreadyRegistered`], any other known key
+    /// [`CoordinatorError::ObjectAlreadyCommitted`]; then
+    /// [`RegisterSegmentOutcome::UnknownPartition`]; then the range must be exactly the
+    /// partition's first WAL batches — the first batch starts at `base_offset`, a batch ends at
+    /// `end_offset`, `batch_count` batches of `batch_bytes` bytes lie in between, and
+    /// `end_offset` is below the last stable offset — else [`RegisterSegmentOutcome::Stale`].
+    /// Nothing is applied unless the answer is `Registered`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`BatchCoordinator::commit_file`]: a dropped call may still apply. Retry it (idempotent
+    /// on the key) or fence the key.
+    async fn register_segment(
+        &self,
+        request: RegisterSegmentRequest,
+    ) -> Result<RegisterSegmentOutcome, CoordinatorError>;
+
+    /// The registered tiered segments of `partition` whose end offset is at least `from_offset`,
+    /// in offset order, at most `limit`. An unknown partition is
+    /// [`CoordinatorError::UnknownTopic`].
+    async fn list_tiered_segments(
+        &self,
+        partition: TopicIdPartition,
+        from_offset: i64,
+        limit: u32,
+    ) -> Result<Vec<TieredSegment>, CoordinatorError>;
 }

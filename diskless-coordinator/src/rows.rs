@@ -3,7 +3,7 @@
 //! decodes a column) is behind [`SqlRow`]; the column lists and their decoding are written once.
 
 use crate::{
-    BatchCoordinate, CoordinatorError, CreateTopicRequest, EndTxnMarker, ObjectInfo,
+    BatchCoordinate, CoordinatorError, CreateTopicRequest, EndTxnMarker, ObjectInfo, ObjectKind,
     ObjectToDelete, ShardId, TimestampType, TopicConfig, TopicInfo,
 };
 use sqlx::query::Query;
@@ -189,6 +189,9 @@ pub(crate) fn topic_from_row(row: &impl SqlRow) -> Result<TopicInfo, Coordinator
             message_timestamp_before_max_ms: row.i64_at(7)?,
             message_timestamp_after_max_ms: row.i64_at(8)?,
             producer_id_expiration_ms: row.i64_at(9)?,
+            // Not stored yet: the SQL coordinators refuse any other value of the tiered-storage
+            // fields (`TopicConfig::has_default_tiering`) until they implement tiered storage.
+            ..TopicConfig::default()
         },
     })
 }
@@ -277,6 +280,8 @@ pub(crate) fn object_to_delete_from_row(
         object_key: row.string_at(0)?,
         marked_for_deletion_at: row.i64_at(1)?,
         object_size: to_u64(row.i64_at(2)?, "object size")?,
+        // The SQL coordinators hold WAL objects only, until they implement tiered storage.
+        kind: ObjectKind::Wal,
     })
 }
 
@@ -299,5 +304,6 @@ pub(crate) fn object_info_from_row(
         owners,
         committed_at: row.i64_at(4)?,
         marked_for_deletion_at: row.opt_i64_at(5)?,
+        kind: ObjectKind::Wal,
     })
 }

@@ -98,6 +98,8 @@ impl PartitionFetch<'_> {
     ) -> FindBatchesResponse {
         FindBatchesResponse {
             error: ErrorCode::None,
+            // The SQL coordinators have no tiered segments yet.
+            segments: Vec::new(),
             batches: self.batches,
             log_start_offset,
             high_watermark,

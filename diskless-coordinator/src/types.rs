@@ -194,6 +194,34 @@ pub struct TopicConfig {
     /// as a broker setting; a host passes its broker value here when it creates a topic. At least 1.
     /// Default one day.
     pub producer_id_expiration_ms: i64,
+    /// `segment.bytes`: the largest `.log` of a tiered segment; a partition whose WAL batches
+    /// reach it is due for consolidation. At least 14 (Kafka's bound), at most `i32::MAX`.
+    /// Default 1 GiB.
+    pub segment_bytes: i32,
+    /// `segment.ms`: a partition whose oldest WAL batch was committed this long ago (coordinator
+    /// clock; Kafka rolls by the first batch's producer timestamp) is due for consolidation. At
+    /// least 1. Default 7 days.
+    pub segment_ms: i64,
+    /// `index.interval.bytes`: the `.log` bytes between two offset-index entries of a tiered
+    /// segment. At least 0. Default 4096.
+    pub index_interval_bytes: i32,
+    /// `segment.index.bytes`: the largest offset index of a tiered segment (which bounds its
+    /// batch count). At least 4 (Kafka's bound); below 24 a segment holds one batch. Default
+    /// 10 MiB.
+    pub segment_index_bytes: i32,
+}
+
+impl TopicConfig {
+    /// Whether the tiered-storage fields (`segment_bytes`, `segment_ms`, `index_interval_bytes`,
+    /// `segment_index_bytes`) all have their default values: a coordinator that does not
+    /// implement tiered storage yet accepts only such configurations.
+    pub fn has_default_tiering(&self) -> bool {
+        let d = TopicConfig::default();
+        self.segment_bytes == d.segment_bytes
+            && self.segment_ms == d.segment_ms
+            && self.index_interval_bytes == d.index_interval_bytes
+            && self.segment_index_bytes == d.segment_index_bytes
+    }
 }
 
 impl Default for TopicConfig {
@@ -206,6 +234,10 @@ impl Default for TopicConfig {
             message_timestamp_before_max_ms: i64::MAX,
             message_timestamp_after_max_ms: 60 * 60 * 1000,
             producer_id_expiration_ms: 24 * 60 * 60 * 1000,
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 60 * 60 * 1000,
+            index_interval_bytes: 4096,
+            segment_index_bytes: 10 * 1024 * 1024,
         }
     }
 }
@@ -218,6 +250,10 @@ crate::config::with_setters!(TopicConfig {
     with_message_timestamp_before_max_ms => message_timestamp_before_max_ms: [i64],
     with_message_timestamp_after_max_ms => message_timestamp_after_max_ms: [i64],
     with_producer_id_expiration_ms => producer_id_expiration_ms: [i64],
+    with_segment_bytes => segment_bytes: [i32],
+    with_segment_ms => segment_ms: [i64],
+    with_index_interval_bytes => index_interval_bytes: [i32],
+    with_segment_index_bytes => segment_index_bytes: [i32],
 });
 
 /// The most producer ids one [`crate::BatchCoordinator::allocate_producer_ids`] call hands out.
@@ -485,7 +521,12 @@ impl BatchCoordinate {
 pub struct FindBatchesResponse {
     /// [`ErrorCode::None`], [`ErrorCode::UnknownTopicOrPartition`] or [`ErrorCode::OffsetOutOfRange`].
     pub error: ErrorCode,
-    /// The batches from the one containing the fetch offset onwards, in offset order.
+    /// The tiered segments to read first, in offset order: the one containing the fetch offset
+    /// (counted whole against the byte limits) and those following it while the limits allow.
+    /// Empty when the fetch offset is not tiered.
+    pub segments: Vec<TieredSegment>,
+    /// The WAL batches, in offset order: from the one containing the fetch offset, or, after
+    /// segments that reach the first offset not tiered, from there on while the limits allow.
     pub batches: Vec<BatchCoordinate>,
     /// The partition's log start offset (`-1` on error).
     pub log_start_offset: i64,
@@ -505,6 +546,7 @@ impl FindBatchesResponse {
     pub fn error(error: ErrorCode) -> Self {
         FindBatchesResponse {
             error,
+            segments: Vec::new(),
             batches: Vec::new(),
             log_start_offset: -1,
             high_watermark: -1,
@@ -579,12 +621,14 @@ impl DeleteRecordsResponse {
 /// What one retention pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RetentionReport {
-    /// Batches logically deleted.
+    /// WAL batches logically deleted.
     pub batches_deleted: u64,
-    /// Bytes of those batches.
+    /// Bytes of those batches and of the deleted segments' `.log` sections.
     pub bytes_deleted: u64,
-    /// Whether the pass stopped because it spent its whole budget (`batches_deleted == max_batches`,
-    /// `max_batches > 0`): run another pass. The next pass may find nothing; a pass never looks
+    /// Tiered segments deleted (each counts as one item of the pass's budget).
+    pub segments_deleted: u64,
+    /// Whether the pass stopped because it spent its whole budget (`batches_deleted +
+    /// segments_deleted == max_batches`, `max_batches > 0`): run another pass. The next pass may find nothing; a pass never looks
     /// further once its budget is spent, so that it holds its locks for bounded work.
     pub more: bool,
 }
@@ -607,6 +651,8 @@ pub struct ObjectToDelete {
     pub marked_for_deletion_at: i64,
     /// The object's size.
     pub object_size: u64,
+    /// What the object holds.
+    pub kind: ObjectKind,
 }
 
 /// What the coordinator knows of one object.
@@ -626,6 +672,20 @@ pub struct ObjectInfo {
     pub committed_at: i64,
     /// When it was marked for deletion, if it was.
     pub marked_for_deletion_at: Option<i64>,
+    /// What the object holds.
+    pub kind: ObjectKind,
+}
+
+/// What an object the coordinator tracks holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    /// A WAL segment: batches of any partitions, committed by
+    /// [`crate::BatchCoordinator::commit_file`].
+    #[default]
+    Wal,
+    /// A tiered segment: one partition's consolidated batches as a Kafka log segment,
+    /// registered by [`crate::BatchCoordinator::register_segment`].
+    TieredSegment,
 }
 
 /// One of the batches kept per (partition, producer id) for duplicate detection.
@@ -687,4 +747,193 @@ impl ProducerState {
             last_marker_offset: -1,
         }
     }
+}
+
+/// The length of a tiered segment object's trailer, after its sections
+/// (`diskless_core::tiered::format::TRAILER_LEN`).
+pub const SEGMENT_TRAILER_LEN: u64 = 80;
+
+/// The sizes of a tiered segment object's sections (the `.log` at byte 0, then `.index`,
+/// `.timeindex`, `.txnindex`, the producer snapshot and the leader-epoch checkpoint, then the
+/// [`SEGMENT_TRAILER_LEN`]-byte trailer), as the coordinator stores them so that reads never need
+/// the trailer. The same fields as `diskless_core::tiered::format::SegmentLayout`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SegmentLayoutSizes {
+    /// `.log` bytes (at most `i32::MAX`): the segment's batches, back to back.
+    pub log: u64,
+    /// `.index` bytes.
+    pub offset_index: u32,
+    /// `.timeindex` bytes.
+    pub time_index: u32,
+    /// `.txnindex` bytes (0: no aborted transaction).
+    pub txn_index: u32,
+    /// Producer-state snapshot bytes.
+    pub producer_snapshot: u32,
+    /// `leader-epoch-checkpoint` bytes.
+    pub leader_epochs: u32,
+}
+
+impl SegmentLayoutSizes {
+    /// The size of the object these sections make, trailer included (saturating).
+    pub fn object_size(&self) -> u64 {
+        [
+            u64::from(self.offset_index),
+            u64::from(self.time_index),
+            u64::from(self.txn_index),
+            u64::from(self.producer_snapshot),
+            u64::from(self.leader_epochs),
+            SEGMENT_TRAILER_LEN,
+        ]
+        .iter()
+        .fold(self.log, |a, s| a.saturating_add(*s))
+    }
+}
+
+/// A registered tiered segment of one partition (KIP-405's `COPY_SEGMENT_FINISHED`): a Kafka log
+/// segment in one immutable object holding the partition's batches `base_offset..=end_offset`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TieredSegment {
+    /// The object holding the segment.
+    pub object_key: String,
+    /// The object's size ([`SegmentLayoutSizes::object_size`] of `layout`, or more).
+    pub object_size: u64,
+    /// Its sections' sizes.
+    pub layout: SegmentLayoutSizes,
+    /// The offset of its first batch's first record.
+    pub base_offset: i64,
+    /// The offset of its last batch's last record.
+    pub end_offset: i64,
+    /// The largest effective max timestamp of its batches (log append time for LogAppendTime
+    /// batches), [`NO_TIMESTAMP`] when none has one (KIP-405's `maxTimestampMs`).
+    pub max_timestamp: i64,
+    /// The last offset of the earliest batch holding `max_timestamp` (the time index's last
+    /// entry).
+    pub max_timestamp_offset: i64,
+    /// The time retention ages the segment by: the largest over its batches of their effective
+    /// max timestamp, or their commit time for a batch without one.
+    pub retention_ts: i64,
+    /// How many batches it holds (transaction markers included).
+    pub batch_count: u32,
+    /// When it was registered (coordinator clock, ms).
+    pub registered_at: i64,
+}
+
+/// A partition due for consolidation, as [`crate::BatchCoordinator::tiering_candidates`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TieringCandidate {
+    /// The partition.
+    pub partition: TopicIdPartition,
+    /// Its topic's configuration (`segment.bytes` and the index settings size the segment).
+    pub config: TopicConfig,
+    /// The bytes of its WAL batches (transaction markers count [`TXN_MARKER_SIZE`] each).
+    pub wal_bytes: i64,
+    /// When its oldest WAL batch was committed (coordinator clock, ms).
+    pub oldest_wal_commit_ms: i64,
+    /// The first offset not in a tiered segment (0 when nothing was ever tiered).
+    pub tiered_next_offset: i64,
+}
+
+/// A request for the batches of the next segment of one partition
+/// ([`crate::BatchCoordinator::segment_plan`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentPlanRequest {
+    /// The partition.
+    pub partition: TopicIdPartition,
+    /// The most `.log` bytes the segment may hold (the first batch is planned whatever its
+    /// size).
+    pub max_bytes: u64,
+    /// The most batches the segment may hold (the first batch is planned whatever this is).
+    pub max_batches: u32,
+    /// Only batches committed before this time (coordinator clock, ms) are planned.
+    pub committed_before_ms: i64,
+}
+
+/// The batches of a partition's next tiered segment, and what the builder needs besides them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentPlan {
+    /// [`ErrorCode::None`] or [`ErrorCode::UnknownTopicOrPartition`].
+    pub error: ErrorCode,
+    /// From the partition's first WAL batch, the batches (transaction markers included) below the
+    /// last stable offset and committed before the request's bound, in offset order, up to the
+    /// request's limits and `end − base ≤ i32::MAX`; at least one when the first batch
+    /// qualifies, none when it does not.
+    pub batches: Vec<BatchCoordinate>,
+    /// The partition's last registered segment, if any (the producer snapshot carries on from
+    /// it).
+    pub previous: Option<TieredSegment>,
+    /// The partition's log start offset (`-1` on error).
+    pub log_start_offset: i64,
+    /// The partition's high watermark (`-1` on error).
+    pub high_watermark: i64,
+    /// The aborted transactions whose ABORT marker is among `batches` (the segment's
+    /// `.txnindex`), by marker offset.
+    pub aborted: Vec<AbortedTxn>,
+}
+
+impl SegmentPlan {
+    /// The plan for a partition that could not be read (no batches, bounds `-1`).
+    pub fn error(error: ErrorCode) -> Self {
+        SegmentPlan {
+            error,
+            batches: Vec::new(),
+            previous: None,
+            log_start_offset: -1,
+            high_watermark: -1,
+            aborted: Vec::new(),
+        }
+    }
+}
+
+/// A request to register an uploaded tiered segment and drop the batches it covers
+/// ([`crate::BatchCoordinator::register_segment`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegisterSegmentRequest {
+    /// The partition.
+    pub partition: TopicIdPartition,
+    /// The key the segment object was uploaded under (a fresh UUID v7 key: the commit deadline
+    /// and the orphan fences apply as for [`crate::BatchCoordinator::commit_file`]).
+    pub object_key: String,
+    /// The object's size, at least [`SegmentLayoutSizes::object_size`] of `layout`.
+    pub object_size: u64,
+    /// The broker that uploaded it.
+    pub uploader_broker_id: i32,
+    /// Its sections' sizes; `layout.log` must equal `batch_bytes`.
+    pub layout: SegmentLayoutSizes,
+    /// The base offset of its first batch: the partition's first WAL batch.
+    pub base_offset: i64,
+    /// The last offset of its last batch.
+    pub end_offset: i64,
+    /// How many batches it holds.
+    pub batch_count: u32,
+    /// The bytes of those batches.
+    pub batch_bytes: u64,
+    /// See [`TieredSegment::max_timestamp`].
+    pub max_timestamp: i64,
+    /// See [`TieredSegment::max_timestamp_offset`].
+    pub max_timestamp_offset: i64,
+    /// The shard registering it, its owner list (a `ShardedCoordinator` sets it to the
+    /// partition's shard).
+    pub owner: ShardId,
+}
+
+/// What [`crate::BatchCoordinator::register_segment`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RegisterSegmentOutcome {
+    /// Registered: the covered batches are gone from the partition's WAL batches.
+    Registered {
+        /// How many WAL objects this registration released the last live bytes of, as the
+        /// coordinator that registered it counts them (they are now marked for deletion there).
+        /// A shard of a `ShardedCoordinator` counts its own part of an object shared with other
+        /// shards, which may still hold it: a figure for metrics, not a deletion promise
+        /// (`objects_to_delete` decides that).
+        released_objects: u32,
+    },
+    /// The key was already registered as this segment (a retry): nothing applied again.
+    AlreadyRegistered,
+    /// The range is no longer the partition's first WAL batches as the request describes them
+    /// (retention, DeleteRecords or another segment took some, or the request's counts do not
+    /// match, or it reaches the last stable offset): nothing applied.
+    Stale,
+    /// No such partition: nothing applied.
+    UnknownPartition,
 }

@@ -4,7 +4,7 @@
 
 use crate::{
     CommitBatch, CommitFileRequest, CoordinatorError, CreateTopicRequest, ErrorCode,
-    MAX_PRODUCER_ID_BLOCK, ProducerIdBlock, TopicConfig,
+    MAX_PRODUCER_ID_BLOCK, ProducerIdBlock, RegisterSegmentRequest, TopicConfig,
 };
 
 /// The last sequence of a batch of `record_count` records starting at `base_sequence`, with Kafka's
@@ -42,7 +42,9 @@ impl CreateTopicRequest {
 
 impl TopicConfig {
     /// Checks every value against Kafka's range: retention.ms and retention.bytes at least `-1`,
-    /// max.message.bytes and the timestamp bounds at least 0, producer.id.expiration.ms at least 1.
+    /// max.message.bytes and the timestamp bounds at least 0, producer.id.expiration.ms at least 1,
+    /// segment.bytes at least 14, segment.ms at least 1, index.interval.bytes at least 0,
+    /// segment.index.bytes at least 4.
     /// Errors are [`CoordinatorError::InvalidRequest`]; values are never adjusted.
     pub fn validate(&self) -> Result<(), CoordinatorError> {
         let bad = |m: &str| Err(CoordinatorError::InvalidRequest(m.to_string()));
@@ -57,6 +59,48 @@ impl TopicConfig {
         }
         if self.producer_id_expiration_ms < 1 {
             return bad("producer.id.expiration.ms must be >= 1");
+        }
+        if self.segment_bytes < 14 {
+            return bad("segment.bytes must be >= 14");
+        }
+        if self.segment_ms < 1 {
+            return bad("segment.ms must be >= 1");
+        }
+        if self.index_interval_bytes < 0 {
+            return bad("index.interval.bytes must be >= 0");
+        }
+        if self.segment_index_bytes < 4 {
+            return bad("segment.index.bytes must be >= 4");
+        }
+        Ok(())
+    }
+}
+
+impl RegisterSegmentRequest {
+    /// Checks that the request does not contradict itself: a non-empty key, `0 <= base_offset <=
+    /// end_offset`, at least one batch, `layout.log == batch_bytes <= i32::MAX` (Kafka's `int`
+    /// positions), and an object no smaller than its sections and trailer. Errors are
+    /// [`CoordinatorError::InvalidRequest`]. Whether the range matches the partition is the
+    /// coordinator's check ([`crate::RegisterSegmentOutcome::Stale`]).
+    pub fn validate(&self) -> Result<(), CoordinatorError> {
+        let bad = |m: &str| Err(CoordinatorError::InvalidRequest(m.to_string()));
+        if self.object_key.is_empty() {
+            return bad("a segment needs an object key");
+        }
+        if self.base_offset < 0 || self.end_offset < self.base_offset {
+            return bad("a segment's offsets must satisfy 0 <= base_offset <= end_offset");
+        }
+        if self.batch_count == 0 {
+            return bad("a segment holds at least one batch");
+        }
+        if self.layout.log != self.batch_bytes {
+            return bad("a segment's .log size must equal its batch bytes");
+        }
+        if self.batch_bytes > i32::MAX as u64 {
+            return bad("a segment's .log size must be at most i32::MAX");
+        }
+        if self.object_size < self.layout.object_size() {
+            return bad("a segment object is smaller than its sections and trailer");
         }
         Ok(())
     }

@@ -123,8 +123,35 @@ coordinator_conformance!(
 coordinator_conformance!(
     three_sqlite_shards,
     async |clock| Arc::new(router(sqlite_shards(&clock, 3).await, &clock).await),
-    // As `three_model_shards`.
-    skip = [object_live_bytes_and_marking, producer_expiry_cap_and_order],
+    // As `three_model_shards`; and the tiered-segment cases, which the SQLite shards refuse: not
+    // implemented yet (issue #15 step 3/5).
+    skip = [
+        object_live_bytes_and_marking,
+        producer_expiry_cap_and_order,
+        tiered_topic_config_is_kept,
+        tiering_candidates_by_bytes_and_age,
+        segment_plan_prefix_below_bounds,
+        register_segment_moves_range_to_tier,
+        register_segment_is_idempotent_on_key,
+        register_segment_stale_after_retention,
+        register_segment_stale_after_delete_records,
+        register_segment_stale_after_other_segment,
+        register_segment_refused_when_fenced,
+        register_segment_refused_past_deadline,
+        register_segment_range_checks,
+        find_batches_across_tiers,
+        list_offsets_across_tiers,
+        retention_by_time_deletes_whole_segments,
+        retention_by_size_counts_segments,
+        delete_records_inside_segment_keeps_it,
+        delete_records_past_segment_deletes_it,
+        delete_topic_releases_segments,
+        segment_objects_in_object_lifecycle,
+        fence_orphans_leaves_registered_segment_alone,
+        retention_budget_counts_segments,
+        shared_wal_object_released_by_two_partitions,
+        tiered_segments_with_transactions,
+    ],
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1064,4 +1091,99 @@ async fn a_config_change_reaches_every_shard() {
         r.alter_topic_config(Uuid::from_u128(12345), config).await,
         Err(CoordinatorError::UnknownTopic(_))
     ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tiered segments (issue #15)
+
+/// Candidates come from every shard, each partition from its own shard; a registration goes to
+/// the partition's shard, whose id becomes the segment object's one owner whatever the request
+/// said.
+#[tokio::test]
+async fn tiering_is_routed_to_the_partition_shard() {
+    let clock = ManualClock::new(START_MS);
+    let shards = model_shards(&clock, 3);
+    let r = router(shards.clone(), &clock).await;
+    let t = create(&r, 1, 3, TopicConfig::default().with_segment_ms(1)).await;
+    let wal = v7_key(START_MS);
+    r.commit_file(ten_bytes_each(
+        &wal,
+        (0..3).map(|i| TopicIdPartition::new(t, i)),
+    ))
+    .await
+    .unwrap();
+    clock.advance(1);
+    let candidates = r
+        .tiering_candidates(START_MS + 1, 0, None, 10)
+        .await
+        .unwrap();
+    let listed: Vec<TopicIdPartition> = candidates.iter().map(|c| c.partition).collect();
+    assert_eq!(
+        listed,
+        (0..3)
+            .map(|i| TopicIdPartition::new(t, i))
+            .collect::<Vec<_>>()
+    );
+    for shard in 0..3 {
+        let own = shards[shard as usize]
+            .tiering_candidates(START_MS + 1, 0, None, 10)
+            .await
+            .unwrap();
+        assert_eq!(own.len(), 1, "shard {shard} lists its own partition only");
+        assert_eq!(r.shard_of(own[0].partition), Some(shard));
+    }
+    let p = partition_on(&r, t, 2);
+    let plan = r
+        .segment_plan(&SegmentPlanRequest {
+            partition: p,
+            max_bytes: u64::MAX,
+            max_batches: 10,
+            committed_before_ms: START_MS + 1,
+        })
+        .await
+        .unwrap();
+    assert_eq!(plan.batches.len(), 1);
+    let key = v7_key(START_MS + 1).replacen("wal/", "tiered/", 1);
+    let layout = SegmentLayoutSizes {
+        log: 10,
+        ..Default::default()
+    };
+    let outcome = r
+        .register_segment(RegisterSegmentRequest {
+            partition: p,
+            object_key: key.clone(),
+            object_size: layout.object_size(),
+            uploader_broker_id: 1,
+            layout,
+            base_offset: 0,
+            end_offset: 0,
+            batch_count: 1,
+            batch_bytes: 10,
+            max_timestamp: START_MS,
+            max_timestamp_offset: 0,
+            owner: 0,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(outcome, RegisterSegmentOutcome::Registered { .. }));
+    assert_eq!(r.object_info(&key).await.unwrap().unwrap().owners, vec![2]);
+    for shard in [0, 1] {
+        assert!(shards[shard].object_info(&key).await.unwrap().is_none());
+    }
+    assert_eq!(
+        shards[2]
+            .list_tiered_segments(p, 0, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(r.list_tiered_segments(p, 0, 10).await.unwrap().len(), 1);
+    // The WAL object is still held by the other two shards.
+    assert_eq!(r.object_info(&wal).await.unwrap().unwrap().live_bytes, 20);
+    let after = r
+        .tiering_candidates(START_MS + 1, 0, None, 10)
+        .await
+        .unwrap();
+    assert!(after.iter().all(|c| c.partition != p));
 }

@@ -408,6 +408,7 @@ impl PostgresCoordinator {
         Ok(RetentionReport {
             batches_deleted: batches,
             bytes_deleted: to_u64(bytes, "deleted bytes")?,
+            segments_deleted: 0,
             more: max_batches > 0 && batches == u64::from(max_batches),
         })
     }

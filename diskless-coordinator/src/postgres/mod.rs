@@ -25,6 +25,7 @@ mod lifecycle;
 mod migrate;
 mod options;
 mod reads;
+mod tiering;
 mod topics;
 mod txn;
 

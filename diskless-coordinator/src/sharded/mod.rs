@@ -80,9 +80,11 @@ use crate::rules::in_request_order;
 use crate::{
     BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest, CoordinatorError,
     CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode, FindBatchesRequest,
-    FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectToDelete,
-    ProducerExpiryReport, ProducerIdBlock, ProducerState, RetentionReport, ShardId, TopicConfig,
-    TopicIdPartition, TopicInfo, TxnMarker, TxnMarkerResult,
+    FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectKind,
+    ObjectToDelete, ProducerExpiryReport, ProducerIdBlock, ProducerState, RegisterSegmentOutcome,
+    RegisterSegmentRequest, RetentionReport, SegmentPlan, SegmentPlanRequest, ShardId,
+    TieredSegment, TieringCandidate, TopicConfig, TopicIdPartition, TopicInfo, TxnMarker,
+    TxnMarkerResult,
 };
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -769,11 +771,12 @@ trait BudgetedReport: Default {
 
 impl BudgetedReport for RetentionReport {
     fn spent(&self) -> u64 {
-        self.batches_deleted
+        self.batches_deleted + self.segments_deleted
     }
     fn add(&mut self, other: Self) {
         self.batches_deleted += other.batches_deleted;
         self.bytes_deleted += other.bytes_deleted;
+        self.segments_deleted += other.segments_deleted;
     }
     fn set_more(&mut self, more: bool) {
         self.more = more;
@@ -1069,11 +1072,11 @@ impl BatchCoordinator for ShardedCoordinator {
                         ));
                     }
                     for r in run {
-                        total += r
-                            .batches
-                            .iter()
-                            .map(|b| u64::from(b.byte_size))
-                            .sum::<u64>();
+                        total += r.segments.iter().map(|s| s.layout.log).sum::<u64>()
+                            + r.batches
+                                .iter()
+                                .map(|b| u64::from(b.byte_size))
+                                .sum::<u64>();
                         responses.push(r);
                     }
                 }
@@ -1147,20 +1150,21 @@ impl BatchCoordinator for ShardedCoordinator {
             )
             .await;
             let mut complete = Vec::with_capacity(lists.len());
-            // key -> (shard -> marked at), and the size.
-            let mut marked: BTreeMap<String, (BTreeMap<ShardId, i64>, u64)> = BTreeMap::new();
+            // key -> (shard -> marked at), the size and the kind.
+            let mut marked: BTreeMap<String, (BTreeMap<ShardId, i64>, u64, ObjectKind)> =
+                BTreeMap::new();
             for (shard, list) in lists.into_iter().enumerate() {
                 let list = list?;
                 complete.push(list.len() < page as usize);
                 for o in list {
                     let entry = marked
                         .entry(o.object_key)
-                        .or_insert_with(|| (BTreeMap::new(), o.object_size));
+                        .or_insert_with(|| (BTreeMap::new(), o.object_size, o.kind));
                     entry.0.insert(shard as ShardId, o.marked_for_deletion_at);
                 }
             }
             let mut out = Vec::new();
-            for (key, (listed, object_size)) in marked {
+            for (key, (listed, object_size, kind)) in marked {
                 let Some(owners) = self.owners_of(&key, &listed).await? else {
                     continue; // confirmed in the meantime
                 };
@@ -1175,6 +1179,7 @@ impl BatchCoordinator for ShardedCoordinator {
                         object_key: key,
                         marked_for_deletion_at: at,
                         object_size,
+                        kind,
                     });
                 }
             }
@@ -1389,6 +1394,88 @@ impl BatchCoordinator for ShardedCoordinator {
             shard.write_txn_markers(&sub).await
         })
         .await
+    }
+
+    /// Every shard's candidates, each shard listing only the partitions placed on it (only the
+    /// owning shard has WAL batches of a partition), merged in (topic id, partition) order and
+    /// cut at `limit`: the same page one coordinator would answer.
+    async fn tiering_candidates(
+        &self,
+        now_ms: i64,
+        min_age_ms: i64,
+        after: Option<TopicIdPartition>,
+        limit: u32,
+    ) -> Result<Vec<TieringCandidate>, CoordinatorError> {
+        let answers = join_all(
+            self.shards
+                .iter()
+                .map(|s| s.tiering_candidates(now_ms, min_age_ms, after, limit)),
+        )
+        .await;
+        let mut merged = Vec::new();
+        for (shard, answer) in answers.into_iter().enumerate() {
+            let shard = shard as ShardId;
+            merged.extend(
+                answer?
+                    .into_iter()
+                    .filter(|c| self.shard_of(c.partition) == Some(shard)),
+            );
+        }
+        merged.sort_by_key(|c| c.partition);
+        merged.truncate(limit as usize);
+        Ok(merged)
+    }
+
+    async fn segment_plan(
+        &self,
+        request: &SegmentPlanRequest,
+    ) -> Result<SegmentPlan, CoordinatorError> {
+        self.refresh_for(std::iter::once(request.partition)).await;
+        match self.shard_of(request.partition) {
+            Some(s) => self.shards[s as usize].segment_plan(request).await,
+            None => Ok(SegmentPlan::error(ErrorCode::UnknownTopicOrPartition)),
+        }
+    }
+
+    /// On the partition's shard, which becomes the segment object's one owner (the request's
+    /// owner is replaced, as `commit_file` replaces owner lists).
+    async fn register_segment(
+        &self,
+        mut request: RegisterSegmentRequest,
+    ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
+        // The shard's checks in the shard's order: an invalid or expired request is refused
+        // whatever its partition (the shard checks the deadline again, under its lock).
+        request.validate()?;
+        crate::check_commit_deadline(
+            &request.object_key,
+            self.clock.now_ms(),
+            self.config.max_commit_age,
+        )?;
+        self.refresh_for(std::iter::once(request.partition)).await;
+        match self.shard_of(request.partition) {
+            Some(s) => {
+                request.owner = s;
+                self.shards[s as usize].register_segment(request).await
+            }
+            None => Ok(RegisterSegmentOutcome::UnknownPartition),
+        }
+    }
+
+    async fn list_tiered_segments(
+        &self,
+        partition: TopicIdPartition,
+        from_offset: i64,
+        limit: u32,
+    ) -> Result<Vec<TieredSegment>, CoordinatorError> {
+        self.refresh_for(std::iter::once(partition)).await;
+        match self.shard_of(partition) {
+            Some(s) => {
+                self.shards[s as usize]
+                    .list_tiered_segments(partition, from_offset, limit)
+                    .await
+            }
+            None => Err(CoordinatorError::UnknownTopic(partition.to_string())),
+        }
     }
 }
 

@@ -26,6 +26,7 @@ mod producer;
 mod reads;
 #[cfg(test)]
 mod tests;
+mod tiering;
 mod topics;
 mod txn;
 

@@ -35,7 +35,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use uuid::Uuid;
 
+mod tiered;
 mod txn;
+pub use tiered::*;
 pub use txn::*;
 
 /// The clock's start time in every harness of the suite (any positive value works), except the
@@ -67,7 +69,8 @@ pub enum ClockSource {
 
 /// Calls back `$callback! { { $($args)* } case, case [tag], ... }` with every case of the suite,
 /// in the order [`run_all`] runs them: the one list of cases. Tags: `clock_sensitive`
-/// ([`CLOCK_SENSITIVE_CASES`]), `manual_clock` ([`MANUAL_CLOCK_CASES`]), `txn` ([`TXN_CASES`]).
+/// ([`CLOCK_SENSITIVE_CASES`]), `manual_clock` ([`MANUAL_CLOCK_CASES`]), `txn` ([`TXN_CASES`]),
+/// `tiered` ([`TIERED_CASES`]).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __coordinator_conformance_cases {
@@ -148,6 +151,29 @@ macro_rules! __coordinator_conformance_cases {
             delete_records_through_open_txn_clamps_lso [txn],
             retention_and_expiry_with_transactions [txn],
             delete_topic_with_open_txn [txn],
+            tiered_topic_config_is_kept [tiered],
+            tiering_candidates_by_bytes_and_age [tiered],
+            segment_plan_prefix_below_bounds [tiered],
+            register_segment_moves_range_to_tier [tiered],
+            register_segment_is_idempotent_on_key [tiered],
+            register_segment_stale_after_retention [tiered],
+            register_segment_stale_after_delete_records [tiered],
+            register_segment_stale_after_other_segment [tiered],
+            register_segment_refused_when_fenced [tiered],
+            register_segment_refused_past_deadline [tiered],
+            register_segment_range_checks [tiered],
+            find_batches_across_tiers [tiered],
+            list_offsets_across_tiers [tiered],
+            retention_by_time_deletes_whole_segments [tiered],
+            retention_by_size_counts_segments [tiered],
+            delete_records_inside_segment_keeps_it [tiered],
+            delete_records_past_segment_deletes_it [tiered],
+            delete_topic_releases_segments [tiered],
+            segment_objects_in_object_lifecycle [tiered],
+            fence_orphans_leaves_registered_segment_alone [tiered],
+            retention_budget_counts_segments [tiered],
+            shared_wal_object_released_by_two_partitions [tiered],
+            tiered_segments_with_transactions [tiered],
         }
     };
 }
@@ -174,6 +200,12 @@ macro_rules! define_from_cases {
 
         /// The transaction cases (`write_txn_markers`, transactional batches, `read_committed`).
         pub const TXN_CASES: &[&str] = names_tagged!(txn [] $($case $([$tag])?),*);
+
+        /// The tiered-segment cases (`tiering_candidates`, `segment_plan`, `register_segment`,
+        /// `list_tiered_segments`, and fetch, ListOffsets, retention and object lifecycle across
+        /// tiers; issue #15). An implementation that does not implement tiered storage yet skips
+        /// them (say so next to its skip list).
+        pub const TIERED_CASES: &[&str] = names_tagged!(tiered [] $($case $([$tag])?),*);
 
         /// Runs every case not named in `skip`, each on a new coordinator from `factory` (see
         /// [`run_all`]): for an implementation that defines something differently on purpose (say
@@ -205,6 +237,9 @@ macro_rules! names_tagged {
     };
     (txn [$($names:tt)*] $case:ident [txn] $(, $($rest:tt)*)?) => {
         names_tagged!(txn [$($names)* stringify!($case),] $($($rest)*)?)
+    };
+    (tiered [$($names:tt)*] $case:ident [tiered] $(, $($rest:tt)*)?) => {
+        names_tagged!(tiered [$($names)* stringify!($case),] $($($rest)*)?)
     };
     ($wanted:ident [$($names:tt)*] $case:ident $([$tag:ident])? $(, $($rest:tt)*)?) => {
         names_tagged!($wanted [$($names)*] $($($rest)*)?)
@@ -582,6 +617,8 @@ pub async fn create_and_list_topics(h: Harness) {
         message_timestamp_before_max_ms: 10,
         message_timestamp_after_max_ms: 20,
         producer_id_expiration_ms: 30,
+        // The tiered-storage fields are listed by `tiered_topic_config_is_kept`.
+        ..TopicConfig::default()
     };
     let b = topic_with(&h, "bbb", 3, config.clone()).await;
     let a = topic_with(&h, "aaa", 1, TopicConfig::default()).await;
@@ -2400,6 +2437,8 @@ pub async fn alter_topic_config_applies_to_later_calls(h: Harness) {
         message_timestamp_before_max_ms: 10,
         message_timestamp_after_max_ms: 20,
         producer_id_expiration_ms: 2_000,
+        // The tiered-storage fields are altered by `tiered_topic_config_is_kept`.
+        ..TopicConfig::default()
     };
     c.alter_topic_config(t, config.clone()).await.unwrap();
     let topics = c.list_topics().await.unwrap();
@@ -2519,6 +2558,7 @@ mod tests {
         let sources = [
             include_str!("conformance.rs"),
             include_str!("conformance/txn.rs"),
+            include_str!("conformance/tiered.rs"),
         ]
         .concat();
         crate::fixture::assert_lists_every_case(CASES, &sources, &["(h: Harness) {"]);
@@ -2526,10 +2566,11 @@ mod tests {
             .iter()
             .chain(MANUAL_CLOCK_CASES)
             .chain(TXN_CASES)
+            .chain(TIERED_CASES)
         {
             assert!(CASES.contains(tagged), "{tagged}");
         }
         assert!(!CLOCK_SENSITIVE_CASES.is_empty() && !MANUAL_CLOCK_CASES.is_empty());
-        assert!(!TXN_CASES.is_empty());
+        assert!(!TXN_CASES.is_empty() && !TIERED_CASES.is_empty());
     }
 }

@@ -83,23 +83,78 @@
 //!   into an open transaction (its first offset stays, the last stable offset is then the log
 //!   start); aborted transactions whose marker is below the new log start are dropped. A producer
 //!   with an open transaction never expires.
+//!
+//! # Tiered segments (issue #15, docs/tiered-consolidation.md §0 and §2.4)
+//!
+//! - **A partition's log** is its registered segments (`Log::tiered`, offset order) followed by
+//!   its WAL batches; `tiered_next_offset` is the first offset no segment ever covered. Segments
+//!   are only ever added at the front of the WAL batches and removed as a prefix, so the two
+//!   never overlap.
+//! - **Commit time** of a WAL batch is its object's commit time; of a transaction marker (no
+//!   object) the time it was written (its timestamp).
+//! - **Candidates** (`tiering_candidates`): partitions whose first WAL batch is below the last
+//!   stable offset and committed before `now − min_age`, and whose WAL bytes (markers count 78)
+//!   reach `segment.bytes` or whose first WAL batch was committed `segment.ms` or more before
+//!   `now` (the coordinator's commit time, not Kafka's producer-timestamp roll clock); in
+//!   (topic id, partition) order after the cursor, at most `limit`.
+//! - **Plan** (`segment_plan`): from the first WAL batch, batches below the last stable offset
+//!   and committed before the bound, stopping at the first that is not; the limits
+//!   (`max_bytes`, `max_batches`, `end − base ≤ i32::MAX`) bind from the second batch on, so a
+//!   plan has at least one batch whenever the first qualifies. Its `aborted` are the aborted
+//!   transactions whose marker it holds; `previous` is the last registered segment.
+//! - **Registration** (`register_segment`), all under the one state mutex: request validation
+//!   (`RegisterSegmentRequest::validate`), then the commit deadline and fence of the key, then
+//!   idempotency (the same key, partition and range: `AlreadyRegistered`; any other known key:
+//!   `ObjectAlreadyCommitted`), then the partition, then the range must be exactly the first
+//!   WAL batches as counted (base, an end at a batch boundary, count, bytes) and below the last
+//!   stable offset, else `Stale` with nothing applied. Applying: the covered batches go (their
+//!   objects' live bytes drop; objects reaching 0 are marked, counted in `released_objects`),
+//!   the aborted transactions whose marker is covered go, `tiered_next_offset` moves to `end + 1`,
+//!   and the segment's object is registered (kind tiered segment, live bytes = `.log` size,
+//!   owners `[owner]`). The segment's `retention_ts` is the largest retention time of its
+//!   batches (effective max timestamp, or commit time without one). Bounds, sizes and
+//!   producer states do not change.
+//! - **Retention** runs over one prefix: segments (aged by `retention_ts`, sized by `.log`)
+//!   then WAL batches; time first, then size on what is left; batches are reached only when
+//!   every segment before them goes. A deleted segment releases its object's live bytes (it is
+//!   then marked) and moves the log start past its end. Each segment counts one unit of the
+//!   pass's budget (`segments_deleted`); `bytes_deleted` counts segments' `.log` bytes too.
+//! - **DeleteRecords** deletes the segments that end below the target; a segment straddling it
+//!   stays whole (reads skip below the log start). **delete_topic** releases every segment.
+//! - **Fetch** (`find_batches`): segments and WAL batches form one sequence of items; the item
+//!   containing the offset is always taken (a segment counts its whole `.log`), the next ones
+//!   while the KIP-74 limits allow; a segment that does not fit ends the answer. A
+//!   `read_committed` answer's aborted list holds the WAL tier's aborted transactions only: those
+//!   whose marker is in a segment are in its `.txnindex`.
+//! - **ListOffsets**: a timestamp or MAX_TIMESTAMP lookup looks at segments (their max
+//!   timestamp) before batches and answers a segment's base offset (raised to the log start)
+//!   with its max timestamp: the host finds the record in the segment. `-4` answers
+//!   `max(log start, tiered_next_offset)`, `-5` answers `tiered_next_offset − 1` (`-1` when
+//!   nothing was tiered).
 
 use diskless_coordinator::{
     AbortedTxn, BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult,
     CommitFileRequest, CoordinatorError, CreateTopicRequest, DeleteRecordsRequest,
     DeleteRecordsResponse, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, FindBatchesResponse,
     IsolationLevel, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
-    NO_TIMESTAMP, ObjectInfo, ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch,
-    ProducerExpiryReport, ProducerIdBlock, ProducerState, RetentionReport, ShardId, TimestampType,
-    TopicConfig, TopicIdPartition, TopicInfo, TxnMarker, TxnMarkerResult, check_commit_deadline,
-    check_new_partition_count, fence_expiry_before, next_producer_id_block, object_key_time_ms,
-    producer_field_error,
+    NO_TIMESTAMP, ObjectInfo, ObjectKind, ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch,
+    ProducerExpiryReport, ProducerIdBlock, ProducerState, RegisterSegmentOutcome,
+    RegisterSegmentRequest, RetentionReport, SegmentPlan, SegmentPlanRequest, ShardId,
+    TieredSegment, TieringCandidate, TimestampType, TopicConfig, TopicIdPartition, TopicInfo,
+    TxnMarker, TxnMarkerResult, check_commit_deadline, check_new_partition_count,
+    fence_expiry_before, next_producer_id_block, object_key_time_ms, producer_field_error,
 };
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
+
+/// ListOffsets `-4` (KIP-405's `EARLIEST_LOCAL_TIMESTAMP`; the host's constant is
+/// `diskless_core::EARLIEST_LOCAL_TIMESTAMP`).
+const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+/// ListOffsets `-5` (KIP-1005's `LATEST_TIERED_TIMESTAMP`; `diskless_core::LATEST_TIERED_TIMESTAMP`).
+const LATEST_TIERED_TIMESTAMP: i64 = -5;
 
 /// The in-memory reference [`BatchCoordinator`]. See the [module docs](self) for the decisions it
 /// embodies.
@@ -154,6 +209,11 @@ struct Log {
     producers: BTreeMap<i64, ProducerState>,
     /// Aborted transactions by marker offset, each with the last stable offset right after it.
     aborted: Vec<(AbortedTxn, i64)>,
+    /// Registered tiered segments in offset order, all below `tiered_next_offset` and below the
+    /// live `batches`.
+    tiered: Vec<TieredSegment>,
+    /// The first offset no segment ever covered (0 when nothing was tiered).
+    tiered_next_offset: i64,
 }
 
 impl Log {
@@ -203,6 +263,10 @@ struct Object {
     owners: Vec<ShardId>,
     committed_at: i64,
     marked_for_deletion_at: Option<i64>,
+    kind: ObjectKind,
+    /// For a tiered segment: its partition and offset range (what a retried registration must
+    /// repeat to be `AlreadyRegistered`).
+    segment: Option<(TopicIdPartition, i64, i64)>,
 }
 
 impl InMemoryCoordinator {
@@ -328,6 +392,25 @@ impl State {
         }
     }
 
+    /// Deletes the first `n` tiered segments of a log, moving its log start offset past them and
+    /// releasing their objects (a segment's object holds its `.log` as live bytes); the `.log`
+    /// bytes deleted.
+    fn delete_segments(
+        objects: &mut BTreeMap<String, Object>,
+        log: &mut Log,
+        n: usize,
+        now: i64,
+    ) -> u64 {
+        let mut bytes = 0;
+        for segment in log.tiered.drain(..n) {
+            log.log_start_offset = log.log_start_offset.max(segment.end_offset + 1);
+            bytes += segment.layout.log;
+            Self::release(objects, &segment.object_key, segment.layout.log, now);
+        }
+        log.forget_below_log_start();
+        bytes
+    }
+
     /// Deletes the first `n` batches of a log, moving its log start offset past them.
     fn delete_prefix(
         objects: &mut BTreeMap<String, Object>,
@@ -348,12 +431,11 @@ impl State {
     }
 }
 
-/// The time retention ages a batch by: its effective max timestamp, or its commit time (its object's)
-/// when it has no timestamp.
-fn retention_time(objects: &BTreeMap<String, Object>, batch: &BatchCoordinate) -> i64 {
-    let t = batch.effective_max_timestamp();
-    if t >= 0 {
-        return t;
+/// When a batch was committed (coordinator clock): its object's commit time, or for a transaction
+/// marker (no object) the time it was written, which is its timestamp.
+fn commit_time(objects: &BTreeMap<String, Object>, batch: &BatchCoordinate) -> i64 {
+    if batch.is_control() {
+        return batch.base_timestamp;
     }
     // A live batch's object is always registered (objects go only when confirmed deleted, after
     // their live bytes reached 0).
@@ -362,34 +444,58 @@ fn retention_time(objects: &BTreeMap<String, Object>, batch: &BatchCoordinate) -
         .map_or(NO_TIMESTAMP, |o| o.committed_at)
 }
 
-/// How many leading batches retention would delete from `log` right now.
+/// The time retention ages a batch by: its effective max timestamp, or its commit time when it has
+/// no timestamp.
+fn retention_time(objects: &BTreeMap<String, Object>, batch: &BatchCoordinate) -> i64 {
+    let t = batch.effective_max_timestamp();
+    if t >= 0 {
+        return t;
+    }
+    commit_time(objects, batch)
+}
+
+/// How many leading segments and then leading WAL batches retention would delete from `log`
+/// right now: one prefix over segments then batches, by time, then by size on what is left.
 fn retention_count(
     objects: &BTreeMap<String, Object>,
     config: &TopicConfig,
     log: &Log,
     now: i64,
-) -> usize {
-    let mut n = 0;
+) -> (usize, usize) {
+    let (mut s, mut n) = (0, 0);
+    let segments = log.tiered.len();
     if config.retention_ms >= 0 {
-        while n < log.batches.len()
+        while s < segments && now.saturating_sub(log.tiered[s].retention_ts) > config.retention_ms {
+            s += 1;
+        }
+        // Batches only once every segment before them goes: one prefix.
+        while s == segments
+            && n < log.batches.len()
             && now.saturating_sub(retention_time(objects, &log.batches[n])) > config.retention_ms
         {
             n += 1;
         }
     }
     if config.retention_bytes >= 0 {
-        let mut remaining: i64 = log.batches[n..]
+        let mut remaining: i64 = log.tiered[s..]
             .iter()
-            .map(|b| i64::from(b.byte_size))
+            .map(|t| t.layout.log as i64)
+            .chain(log.batches[n..].iter().map(|b| i64::from(b.byte_size)))
             .sum();
-        while n < log.batches.len()
+        while s < segments && remaining - log.tiered[s].layout.log as i64 >= config.retention_bytes
+        {
+            remaining -= log.tiered[s].layout.log as i64;
+            s += 1;
+        }
+        while s == segments
+            && n < log.batches.len()
             && remaining - i64::from(log.batches[n].byte_size) >= config.retention_bytes
         {
             remaining -= i64::from(log.batches[n].byte_size);
             n += 1;
         }
     }
-    n
+    (s, n)
 }
 
 #[async_trait::async_trait]
@@ -425,6 +531,14 @@ impl BatchCoordinator for InMemoryCoordinator {
             .remove(&topic_id)
             .ok_or_else(|| CoordinatorError::UnknownTopic(topic_id.to_string()))?;
         for log in topic.partitions {
+            for segment in log.tiered {
+                State::release(
+                    &mut state.objects,
+                    &segment.object_key,
+                    segment.layout.log,
+                    now,
+                );
+            }
             for batch in log.batches.into_iter().filter(|b| !b.is_control()) {
                 State::release(
                     &mut state.objects,
@@ -579,6 +693,8 @@ impl BatchCoordinator for InMemoryCoordinator {
                 owners: request.owners,
                 committed_at: now,
                 marked_for_deletion_at: (live_bytes == 0).then_some(now),
+                kind: ObjectKind::Wal,
+                segment: None,
             },
         );
         Ok(results)
@@ -593,14 +709,7 @@ impl BatchCoordinator for InMemoryCoordinator {
         let mut total: u64 = 0;
         let mut responses = Vec::with_capacity(requests.len());
         for request in requests {
-            let error = |code| FindBatchesResponse {
-                error: code,
-                batches: Vec::new(),
-                log_start_offset: -1,
-                high_watermark: -1,
-                last_stable_offset: -1,
-                aborted: None,
-            };
+            let error = FindBatchesResponse::error;
             let Some(log) = state.log(request.partition) else {
                 responses.push(error(ErrorCode::UnknownTopicOrPartition));
                 continue;
@@ -618,29 +727,61 @@ impl BatchCoordinator for InMemoryCoordinator {
                 true => lso,
                 false => log.high_watermark,
             };
+            // One sequence of items, segments (each counted by its whole `.log`) then WAL batches:
+            // the first is always taken, the others while the limits allow; a segment that does
+            // not fit ends the answer, so WAL batches follow only segments that reach them.
+            let mut segments: Vec<TieredSegment> = Vec::new();
             let mut batches: Vec<BatchCoordinate> = Vec::new();
             let mut partition_bytes: u64 = 0;
-            for batch in log
-                .batches
-                .iter()
-                .filter(|b| b.last_offset >= request.offset && b.base_offset < end)
-            {
-                let size = u64::from(batch.byte_size);
-                let fits = partition_bytes + size <= u64::from(request.max_bytes)
+            let mut taken = 0usize;
+            let mut fits = |size: u64, taken: &mut usize| {
+                let ok = partition_bytes + size <= u64::from(request.max_bytes)
                     && total + size <= u64::from(fetch_max_bytes);
-                if !batches.is_empty() && !fits {
-                    break;
+                if *taken > 0 && !ok {
+                    return false;
                 }
                 partition_bytes += size;
                 total += size;
-                batches.push(batch.clone());
+                *taken += 1;
+                true
+            };
+            let mut complete = true;
+            for segment in log
+                .tiered
+                .iter()
+                .filter(|s| s.end_offset >= request.offset && s.base_offset < end)
+            {
+                if !fits(segment.layout.log, &mut taken) {
+                    complete = false;
+                    break;
+                }
+                segments.push(segment.clone());
             }
-            let aborted = committed.then(|| match batches.last() {
-                Some(last) => log.aborted_between(request.offset, last.last_offset + 1),
+            if complete {
+                for batch in log
+                    .batches
+                    .iter()
+                    .filter(|b| b.last_offset >= request.offset && b.base_offset < end)
+                {
+                    if !fits(u64::from(batch.byte_size), &mut taken) {
+                        break;
+                    }
+                    batches.push(batch.clone());
+                }
+            }
+            let last_end = batches
+                .last()
+                .map(|b| b.last_offset)
+                .or_else(|| segments.last().map(|s| s.end_offset));
+            // Aborted transactions whose marker is in a segment are in its `.txnindex` (their rows
+            // went with the segment's registration): only the WAL tier's rows are reported.
+            let aborted = committed.then(|| match last_end {
+                Some(last) => log.aborted_between(request.offset, last + 1),
                 None => Vec::new(),
             });
             responses.push(FindBatchesResponse {
                 error: ErrorCode::None,
+                segments,
                 batches,
                 log_start_offset: log.log_start_offset,
                 high_watermark: log.high_watermark,
@@ -667,45 +808,56 @@ impl BatchCoordinator for InMemoryCoordinator {
                 responses.push(answer(ErrorCode::UnknownTopicOrPartition, -1, NO_TIMESTAMP));
                 continue;
             };
-            let found = |b: &BatchCoordinate| {
-                answer(
-                    ErrorCode::None,
-                    b.base_offset.max(log.log_start_offset),
-                    b.effective_max_timestamp(),
-                )
-            };
             // Kafka's `lastFetchableOffset`: nothing at or above it is found.
             let fetchable = match request.isolation {
                 IsolationLevel::ReadCommitted => log.last_stable_offset(),
                 IsolationLevel::ReadUncommitted => log.high_watermark,
             };
-            let found = |b: &BatchCoordinate| {
-                if b.base_offset.max(log.log_start_offset) >= fetchable {
+            // Segments and batches as one sequence of (base offset, max timestamp) items, in
+            // offset order: a segment answers its base offset (raised to the log start) and its
+            // max timestamp; the host finds the record inside it (the segment's time index).
+            let items = || {
+                log.tiered
+                    .iter()
+                    .map(|s| (s.base_offset, s.max_timestamp))
+                    .chain(
+                        log.batches
+                            .iter()
+                            .map(|b| (b.base_offset, b.effective_max_timestamp())),
+                    )
+            };
+            let found = |(base, ts): (i64, i64)| {
+                let offset = base.max(log.log_start_offset);
+                if offset >= fetchable {
                     answer(ErrorCode::None, -1, NO_TIMESTAMP)
                 } else {
-                    found(b)
+                    answer(ErrorCode::None, offset, ts)
                 }
             };
             let response = match request.timestamp {
                 EARLIEST_TIMESTAMP => answer(ErrorCode::None, log.log_start_offset, NO_TIMESTAMP),
                 LATEST_TIMESTAMP => answer(ErrorCode::None, fetchable, NO_TIMESTAMP),
+                EARLIEST_LOCAL_TIMESTAMP => answer(
+                    ErrorCode::None,
+                    log.log_start_offset.max(log.tiered_next_offset),
+                    NO_TIMESTAMP,
+                ),
+                LATEST_TIERED_TIMESTAMP => {
+                    answer(ErrorCode::None, log.tiered_next_offset - 1, NO_TIMESTAMP)
+                }
                 MAX_TIMESTAMP => {
-                    let mut best: Option<&BatchCoordinate> = None;
-                    for b in &log.batches {
-                        // Strictly greater: the earliest batch wins ties.
-                        if best.is_none_or(|x| {
-                            b.effective_max_timestamp() > x.effective_max_timestamp()
-                        }) {
-                            best = Some(b);
+                    let mut best: Option<(i64, i64)> = None;
+                    for item in items() {
+                        // Strictly greater: the earliest item wins ties.
+                        if best.is_none_or(|x| item.1 > x.1) {
+                            best = Some(item);
                         }
                     }
                     best.map_or(answer(ErrorCode::None, -1, NO_TIMESTAMP), found)
                 }
                 t if t < 0 => answer(ErrorCode::InvalidRequest, -1, NO_TIMESTAMP),
-                t => log
-                    .batches
-                    .iter()
-                    .find(|b| b.effective_max_timestamp() >= t)
+                t => items()
+                    .find(|(_, ts)| *ts >= t)
                     .map_or(answer(ErrorCode::None, -1, NO_TIMESTAMP), found),
             };
             responses.push(response);
@@ -748,6 +900,14 @@ impl BatchCoordinator for InMemoryCoordinator {
                 continue;
             }
             if target > log.log_start_offset {
+                // Whole segments below the target go; one straddling it stays (reads skip below
+                // the log start).
+                let s = log
+                    .tiered
+                    .iter()
+                    .take_while(|t| t.end_offset < target)
+                    .count();
+                State::delete_segments(&mut state.objects, log, s, now);
                 let n = log
                     .batches
                     .iter()
@@ -780,8 +940,20 @@ impl BatchCoordinator for InMemoryCoordinator {
                     // Stop as soon as the budget is spent: no further partition is examined.
                     break 'topics;
                 }
-                let n = retention_count(&state.objects, &topic.config, log, now) as u64;
-                let take = n.min(budget);
+                let (s, n) = retention_count(&state.objects, &topic.config, log, now);
+                // Segments first: batches are reached only once every due segment went.
+                let take = (s as u64).min(budget);
+                if take > 0 {
+                    let bytes = State::delete_segments(&mut state.objects, log, take as usize, now);
+                    report.segments_deleted += take;
+                    report.bytes_deleted += bytes;
+                    budget -= take;
+                }
+                let take = if take == s as u64 {
+                    (n as u64).min(budget)
+                } else {
+                    0
+                };
                 if take > 0 {
                     let bytes = State::delete_prefix(&mut state.objects, log, take as usize, now);
                     report.batches_deleted += take;
@@ -790,7 +962,8 @@ impl BatchCoordinator for InMemoryCoordinator {
                 }
             }
         }
-        report.more = max_batches > 0 && report.batches_deleted == u64::from(max_batches);
+        report.more = max_batches > 0
+            && report.batches_deleted + report.segments_deleted == u64::from(max_batches);
         Ok(report)
     }
 
@@ -809,6 +982,7 @@ impl BatchCoordinator for InMemoryCoordinator {
                     object_key: key.clone(),
                     marked_for_deletion_at: at,
                     object_size: o.object_size,
+                    kind: o.kind,
                 })
             })
             .collect();
@@ -923,6 +1097,7 @@ impl BatchCoordinator for InMemoryCoordinator {
             owners: o.owners.clone(),
             committed_at: o.committed_at,
             marked_for_deletion_at: o.marked_for_deletion_at,
+            kind: o.kind,
         }))
     }
 
@@ -1069,6 +1244,232 @@ impl BatchCoordinator for InMemoryCoordinator {
             });
         }
         Ok(results)
+    }
+
+    async fn tiering_candidates(
+        &self,
+        now_ms: i64,
+        min_age_ms: i64,
+        after: Option<TopicIdPartition>,
+        limit: u32,
+    ) -> Result<Vec<TieringCandidate>, CoordinatorError> {
+        let state = self.state.lock();
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        let committed_before = now_ms.saturating_sub(min_age_ms);
+        // BTreeMaps iterate topics by id and partitions by index: (topic id, partition) order.
+        for (topic_id, topic) in &state.topics {
+            for (index, log) in topic.partitions.iter().enumerate() {
+                let partition = TopicIdPartition::new(*topic_id, index as i32);
+                if after.is_some_and(|a| partition <= a) {
+                    continue;
+                }
+                let Some(first) = log.batches.first() else {
+                    continue;
+                };
+                let first_commit = commit_time(&state.objects, first);
+                // Something can be consolidated: the first WAL batch is stable and old enough.
+                if first.last_offset >= log.last_stable_offset() || first_commit >= committed_before
+                {
+                    continue;
+                }
+                let wal_bytes: i64 = log.batches.iter().map(|b| i64::from(b.byte_size)).sum();
+                let due = wal_bytes >= i64::from(topic.config.segment_bytes)
+                    || now_ms.saturating_sub(first_commit) >= topic.config.segment_ms;
+                if !due {
+                    continue;
+                }
+                out.push(TieringCandidate {
+                    partition,
+                    config: topic.config.clone(),
+                    wal_bytes,
+                    oldest_wal_commit_ms: first_commit,
+                    tiered_next_offset: log.tiered_next_offset,
+                });
+                if out.len() == limit as usize {
+                    return Ok(out);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn segment_plan(
+        &self,
+        request: &SegmentPlanRequest,
+    ) -> Result<SegmentPlan, CoordinatorError> {
+        let state = self.state.lock();
+        let Some(log) = state.log(request.partition) else {
+            return Ok(SegmentPlan::error(ErrorCode::UnknownTopicOrPartition));
+        };
+        let lso = log.last_stable_offset();
+        let mut batches: Vec<BatchCoordinate> = Vec::new();
+        let mut bytes: u64 = 0;
+        for batch in &log.batches {
+            if batch.last_offset >= lso
+                || commit_time(&state.objects, batch) >= request.committed_before_ms
+            {
+                break;
+            }
+            let size = u64::from(batch.byte_size);
+            if let Some(first) = batches.first() {
+                // The limits bind from the second batch on; offsets relative to the segment's
+                // base must fit Kafka's `int` index entries.
+                if bytes + size > request.max_bytes
+                    || batches.len() >= request.max_batches as usize
+                    || batch.last_offset - first.base_offset > i64::from(i32::MAX)
+                {
+                    break;
+                }
+            }
+            bytes += size;
+            batches.push(batch.clone());
+        }
+        let aborted = match (batches.first(), batches.last()) {
+            (Some(first), Some(last)) => log
+                .aborted
+                .iter()
+                .map(|(t, _)| *t)
+                .filter(|t| t.last_offset >= first.base_offset && t.last_offset <= last.last_offset)
+                .collect(),
+            _ => Vec::new(),
+        };
+        Ok(SegmentPlan {
+            error: ErrorCode::None,
+            batches,
+            previous: log.tiered.last().cloned(),
+            log_start_offset: log.log_start_offset,
+            high_watermark: log.high_watermark,
+            aborted,
+        })
+    }
+
+    async fn register_segment(
+        &self,
+        request: RegisterSegmentRequest,
+    ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
+        request.validate()?;
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        // The commit point, as for `commit_file`: the clock read with the state held, nothing
+        // applied past the deadline or for a fenced key.
+        let now = self.clock.now_ms();
+        check_commit_deadline(&request.object_key, now, self.max_commit_age)?;
+        if state.fences.contains_key(&request.object_key) {
+            return Err(CoordinatorError::ObjectFenced(request.object_key));
+        }
+        if let Some(known) = state.objects.get(&request.object_key) {
+            let this = (request.partition, request.base_offset, request.end_offset);
+            return match known.segment {
+                Some(segment) if segment == this => Ok(RegisterSegmentOutcome::AlreadyRegistered),
+                _ => Err(CoordinatorError::ObjectAlreadyCommitted(request.object_key)),
+            };
+        }
+        let Some(log) = state.log(request.partition) else {
+            return Ok(RegisterSegmentOutcome::UnknownPartition);
+        };
+        // The range must be exactly the partition's first WAL batches, as the request counts
+        // them, and stable.
+        let Some(first) = log.batches.first() else {
+            return Ok(RegisterSegmentOutcome::Stale);
+        };
+        let Some(n) = log
+            .batches
+            .iter()
+            .position(|b| b.last_offset == request.end_offset)
+            .map(|i| i + 1)
+        else {
+            return Ok(RegisterSegmentOutcome::Stale);
+        };
+        let covered = &log.batches[..n];
+        let bytes: u64 = covered.iter().map(|b| u64::from(b.byte_size)).sum();
+        if first.base_offset != request.base_offset
+            || n != request.batch_count as usize
+            || bytes != request.batch_bytes
+            || request.end_offset >= log.last_stable_offset()
+        {
+            return Ok(RegisterSegmentOutcome::Stale);
+        }
+        let retention_ts = covered
+            .iter()
+            .map(|b| retention_time(&state.objects, b))
+            .max()
+            .unwrap_or(NO_TIMESTAMP);
+        // Now apply, the log borrowed mutably (its topic exists: checked above).
+        let Some((_, log)) = state.log_mut(request.partition) else {
+            return Ok(RegisterSegmentOutcome::UnknownPartition);
+        };
+        let covered: Vec<BatchCoordinate> = log.batches.drain(..n).collect();
+        log.aborted
+            .retain(|(t, _)| t.last_offset > request.end_offset);
+        log.tiered_next_offset = request.end_offset + 1;
+        log.tiered.push(TieredSegment {
+            object_key: request.object_key.clone(),
+            object_size: request.object_size,
+            layout: request.layout,
+            base_offset: request.base_offset,
+            end_offset: request.end_offset,
+            max_timestamp: request.max_timestamp,
+            max_timestamp_offset: request.max_timestamp_offset,
+            retention_ts,
+            batch_count: request.batch_count,
+            registered_at: now,
+        });
+        let mut released_objects = 0;
+        for batch in covered.iter().filter(|b| !b.is_control()) {
+            let was_live = state
+                .objects
+                .get(&batch.object_key)
+                .is_some_and(|o| o.marked_for_deletion_at.is_none());
+            State::release(
+                &mut state.objects,
+                &batch.object_key,
+                u64::from(batch.byte_size),
+                now,
+            );
+            let marked = state
+                .objects
+                .get(&batch.object_key)
+                .is_some_and(|o| o.marked_for_deletion_at.is_some());
+            if was_live && marked {
+                released_objects += 1;
+            }
+        }
+        state.objects.insert(
+            request.object_key,
+            Object {
+                uploader_broker_id: request.uploader_broker_id,
+                object_size: request.object_size,
+                live_bytes: request.layout.log,
+                owners: vec![request.owner],
+                committed_at: now,
+                marked_for_deletion_at: None,
+                kind: ObjectKind::TieredSegment,
+                segment: Some((request.partition, request.base_offset, request.end_offset)),
+            },
+        );
+        Ok(RegisterSegmentOutcome::Registered { released_objects })
+    }
+
+    async fn list_tiered_segments(
+        &self,
+        partition: TopicIdPartition,
+        from_offset: i64,
+        limit: u32,
+    ) -> Result<Vec<TieredSegment>, CoordinatorError> {
+        let state = self.state.lock();
+        let log = state
+            .log(partition)
+            .ok_or_else(|| CoordinatorError::UnknownTopic(partition.to_string()))?;
+        Ok(log
+            .tiered
+            .iter()
+            .filter(|s| s.end_offset >= from_offset)
+            .take(limit as usize)
+            .cloned()
+            .collect())
     }
 }
 
