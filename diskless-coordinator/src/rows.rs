@@ -4,7 +4,8 @@
 
 use crate::{
     BatchCoordinate, CoordinatorError, CreateTopicRequest, EndTxnMarker, ObjectInfo, ObjectKind,
-    ObjectToDelete, ShardId, TimestampType, TopicConfig, TopicInfo,
+    ObjectToDelete, SegmentLayoutSizes, ShardId, TieredSegment, TimestampType, TopicConfig,
+    TopicInfo,
 };
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
@@ -189,8 +190,9 @@ pub(crate) fn topic_from_row(row: &impl SqlRow) -> Result<TopicInfo, Coordinator
             message_timestamp_before_max_ms: row.i64_at(7)?,
             message_timestamp_after_max_ms: row.i64_at(8)?,
             producer_id_expiration_ms: row.i64_at(9)?,
-            // Not stored yet: the SQL coordinators refuse any other value of the tiered-storage
-            // fields (`TopicConfig::has_default_tiering`) until they implement tiered storage.
+            // Read by `tiering_from_row` where stored (SQLite); PostgreSQL refuses any other value
+            // of the tiered-storage fields (`TopicConfig::has_default_tiering`) until it
+            // implements tiered storage.
             ..TopicConfig::default()
         },
     })
@@ -280,7 +282,8 @@ pub(crate) fn object_to_delete_from_row(
         object_key: row.string_at(0)?,
         marked_for_deletion_at: row.i64_at(1)?,
         object_size: to_u64(row.i64_at(2)?, "object size")?,
-        // The SQL coordinators hold WAL objects only, until they implement tiered storage.
+        // What PostgreSQL holds until it implements tiered storage; SQLite reads its `kind`
+        // column over this.
         kind: ObjectKind::Wal,
     })
 }
@@ -305,5 +308,106 @@ pub(crate) fn object_info_from_row(
         committed_at: row.i64_at(4)?,
         marked_for_deletion_at: row.opt_i64_at(5)?,
         kind: ObjectKind::Wal,
+    })
+}
+
+/// The columns of a topic's tiered-storage settings (for a backend that stores them), in the
+/// order [`tiering_from_row`] reads them and [`bind_topic_tiering`] binds them.
+pub(crate) const TOPIC_TIERING_COLUMNS: &str =
+    "segment_bytes, segment_ms, index_interval_bytes, segment_index_bytes";
+
+/// The `SET` list of [`TOPIC_TIERING_COLUMNS`] with parameters `{mark}{first}` onwards, bound by
+/// [`bind_topic_tiering`].
+pub(crate) fn topic_tiering_set(mark: char, first: usize) -> String {
+    TOPIC_TIERING_COLUMNS
+        .split(", ")
+        .zip(first..)
+        .map(|(column, n)| format!("{column} = {mark}{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Binds the next four parameters to `config`'s tiered-storage settings, in the order of
+/// [`TOPIC_TIERING_COLUMNS`].
+pub(crate) fn bind_topic_tiering<'q, DB>(
+    q: Query<'q, DB, <DB as Database>::Arguments>,
+    config: &TopicConfig,
+) -> Query<'q, DB, <DB as Database>::Arguments>
+where
+    DB: Database,
+    for<'e> i64: Encode<'e, DB> + Type<DB>,
+    for<'e> i32: Encode<'e, DB> + Type<DB>,
+{
+    q.bind(config.segment_bytes)
+        .bind(config.segment_ms)
+        .bind(config.index_interval_bytes)
+        .bind(config.segment_index_bytes)
+}
+
+/// Sets `config`'s tiered-storage settings from the columns of [`TOPIC_TIERING_COLUMNS`] starting
+/// at `at`.
+pub(crate) fn tiering_from_row(
+    row: &impl SqlRow,
+    at: usize,
+    config: &mut TopicConfig,
+) -> Result<(), CoordinatorError> {
+    config.segment_bytes = row.i32_at(at)?;
+    config.segment_ms = row.i64_at(at + 1)?;
+    config.index_interval_bytes = row.i32_at(at + 2)?;
+    config.segment_index_bytes = row.i32_at(at + 3)?;
+    Ok(())
+}
+
+/// The stored `kind` of an object: 0 a WAL object, 1 a tiered segment.
+pub(crate) fn object_kind_code(kind: ObjectKind) -> i16 {
+    match kind {
+        ObjectKind::Wal => 0,
+        ObjectKind::TieredSegment => 1,
+    }
+}
+
+/// The [`ObjectKind`] of a stored code.
+pub(crate) fn object_kind(code: i16) -> Result<ObjectKind, CoordinatorError> {
+    match code {
+        0 => Ok(ObjectKind::Wal),
+        1 => Ok(ObjectKind::TieredSegment),
+        other => Err(corrupt(format!("unknown object kind {other}"))),
+    }
+}
+
+/// The 15 columns [`segment_from_row`] decodes: segment columns from `s`, object columns from `o`.
+pub(crate) fn segment_columns(s: &str, o: &str) -> String {
+    format!(
+        "{o}.object_key, {o}.object_size, {s}.log_size, {s}.offset_index_size, \
+         {s}.time_index_size, {s}.txn_index_size, {s}.snapshot_size, {s}.epochs_size, \
+         {s}.base_offset, {s}.end_offset, {s}.max_timestamp, {s}.max_timestamp_offset, \
+         {s}.retention_ts, {s}.batch_count, {s}.registered_at"
+    )
+}
+
+/// Decodes the 15 columns of [`segment_columns`] starting at `at`.
+pub(crate) fn segment_from_row(
+    row: &impl SqlRow,
+    at: usize,
+) -> Result<TieredSegment, CoordinatorError> {
+    let u32_at = |i: usize, what: &str| to_u32(row.i64_at(i)?, what);
+    Ok(TieredSegment {
+        object_key: row.string_at(at)?,
+        object_size: to_u64(row.i64_at(at + 1)?, "object size")?,
+        layout: SegmentLayoutSizes {
+            log: to_u64(row.i64_at(at + 2)?, "segment log size")?,
+            offset_index: u32_at(at + 3, "offset index size")?,
+            time_index: u32_at(at + 4, "time index size")?,
+            txn_index: u32_at(at + 5, "transaction index size")?,
+            producer_snapshot: u32_at(at + 6, "producer snapshot size")?,
+            leader_epochs: u32_at(at + 7, "leader epoch checkpoint size")?,
+        },
+        base_offset: row.i64_at(at + 8)?,
+        end_offset: row.i64_at(at + 9)?,
+        max_timestamp: row.i64_at(at + 10)?,
+        max_timestamp_offset: row.i64_at(at + 11)?,
+        retention_ts: row.i64_at(at + 12)?,
+        batch_count: u32_at(at + 13, "segment batch count")?,
+        registered_at: row.i64_at(at + 14)?,
     })
 }

@@ -9,6 +9,7 @@
 use crate::{
     AbortedTxn, BatchCoordinate, CoordinatorError, EARLIEST_TIMESTAMP, ErrorCode,
     FindBatchesResponse, LATEST_TIMESTAMP, ListOffsetsResponse, MAX_TIMESTAMP, NO_TIMESTAMP,
+    TieredSegment,
 };
 use std::collections::HashSet;
 
@@ -44,44 +45,69 @@ impl FetchLimits {
             limits: self,
             max_bytes: u64::from(max_bytes),
             bytes: 0,
+            segments: Vec::new(),
             batches: Vec::new(),
         }
     }
 }
 
-/// The batches one partition of a `find_batches` call answers with, so far.
+/// The tiered segments and batches one partition of a `find_batches` call answers with, so far:
+/// one sequence of items, segments (each counted by its whole `.log`) then WAL batches.
 #[derive(Debug)]
 pub(crate) struct PartitionFetch<'a> {
     limits: &'a mut FetchLimits,
     max_bytes: u64,
     bytes: u64,
+    segments: Vec<TieredSegment>,
     batches: Vec<BatchCoordinate>,
 }
 
 impl PartitionFetch<'_> {
-    /// Takes the partition's next batch if the limits allow: the first batch always; a later one
-    /// while the partition stays within its `max_bytes` and the call within `fetch_max_bytes`.
-    /// `false` (the batch is dropped) when it does not fit: the partition's answer is complete.
-    pub(crate) fn take(&mut self, batch: BatchCoordinate) -> bool {
-        let size = u64::from(batch.byte_size);
+    /// Counts an item of `size` bytes if the limits allow: the partition's first item always; a
+    /// later one while the partition stays within its `max_bytes` and the call within
+    /// `fetch_max_bytes`.
+    fn fits(&mut self, size: u64) -> bool {
         let fits = self.bytes + size <= self.max_bytes
             && self.limits.total + size <= self.limits.fetch_max_bytes;
-        if !self.batches.is_empty() && !fits {
+        let first = self.batches.is_empty() && self.segments.is_empty();
+        if !first && !fits {
             return false;
         }
         self.bytes += size;
         self.limits.total += size;
+        true
+    }
+
+    /// Takes the partition's next batch if the limits allow (see [`PartitionFetch::fits`]).
+    /// `false` (the batch is dropped) when it does not fit: the partition's answer is complete.
+    pub(crate) fn take(&mut self, batch: BatchCoordinate) -> bool {
+        if !self.fits(u64::from(batch.byte_size)) {
+            return false;
+        }
         self.batches.push(batch);
         true
     }
 
-    /// The offset after the last batch taken, where the next page starts.
+    /// Takes the partition's next tiered segment, counted by its whole `.log` (an upper bound of
+    /// what is read from it), if the limits allow; `false` when it does not fit: the partition's
+    /// answer is complete (no WAL batch follows a segment that was left out).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn take_segment(&mut self, segment: TieredSegment) -> bool {
+        if !self.fits(segment.layout.log) {
+            return false;
+        }
+        self.segments.push(segment);
+        true
+    }
+
+    /// The offset after the last item taken, where the next page starts.
     pub(crate) fn next_offset(&self) -> Result<Option<i64>, CoordinatorError> {
         self.batches
             .last()
-            .map(|b| {
-                b.last_offset
-                    .checked_add(1)
+            .map(|b| b.last_offset)
+            .or_else(|| self.segments.last().map(|s| s.end_offset))
+            .map(|last| {
+                last.checked_add(1)
                     .ok_or_else(|| corrupt("a batch's last offset is i64::MAX"))
             })
             .transpose()
@@ -98,8 +124,7 @@ impl PartitionFetch<'_> {
     ) -> FindBatchesResponse {
         FindBatchesResponse {
             error: ErrorCode::None,
-            // The SQL coordinators have no tiered segments yet.
-            segments: Vec::new(),
+            segments: self.segments,
             batches: self.batches,
             log_start_offset,
             high_watermark,
@@ -137,6 +162,35 @@ pub(crate) fn list_offsets_answer(
             Some((offset, ts)) => answer(ErrorCode::None, offset.max(log_start_offset), ts),
             None => answer(ErrorCode::None, -1, NO_TIMESTAMP),
         },
+    }
+}
+
+/// ListOffsets `-4` (KIP-405's `EARLIEST_LOCAL_TIMESTAMP`).
+const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+/// ListOffsets `-5` (KIP-1005's `LATEST_TIERED_TIMESTAMP`).
+const LATEST_TIERED_TIMESTAMP: i64 = -5;
+
+/// [`list_offsets_answer`] for a coordinator with tiered segments: `-4` answers
+/// `max(log_start_offset, tiered_next_offset)` (the first offset in the WAL tier), `-5`
+/// `tiered_next_offset − 1` (`-1` when nothing was tiered); a `hit` may be a segment's
+/// (base offset, max timestamp).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) fn list_offsets_answer_tiered(
+    timestamp: i64,
+    log_start_offset: i64,
+    high_watermark: i64,
+    tiered_next_offset: i64,
+    hit: Option<(i64, i64)>,
+) -> ListOffsetsResponse {
+    let answer = |offset| ListOffsetsResponse {
+        error: ErrorCode::None,
+        offset,
+        timestamp: NO_TIMESTAMP,
+    };
+    match timestamp {
+        EARLIEST_LOCAL_TIMESTAMP => answer(log_start_offset.max(tiered_next_offset)),
+        LATEST_TIERED_TIMESTAMP => answer(tiered_next_offset - 1),
+        t => list_offsets_answer(t, log_start_offset, high_watermark, hit),
     }
 }
 

@@ -123,35 +123,8 @@ coordinator_conformance!(
 coordinator_conformance!(
     three_sqlite_shards,
     async |clock| Arc::new(router(sqlite_shards(&clock, 3).await, &clock).await),
-    // As `three_model_shards`; and the tiered-segment cases, which the SQLite shards refuse: not
-    // implemented yet (issue #15 step 3/5).
-    skip = [
-        object_live_bytes_and_marking,
-        producer_expiry_cap_and_order,
-        tiered_topic_config_is_kept,
-        tiering_candidates_by_bytes_and_age,
-        segment_plan_prefix_below_bounds,
-        register_segment_moves_range_to_tier,
-        register_segment_is_idempotent_on_key,
-        register_segment_stale_after_retention,
-        register_segment_stale_after_delete_records,
-        register_segment_stale_after_other_segment,
-        register_segment_refused_when_fenced,
-        register_segment_refused_past_deadline,
-        register_segment_range_checks,
-        find_batches_across_tiers,
-        list_offsets_across_tiers,
-        retention_by_time_deletes_whole_segments,
-        retention_by_size_counts_segments,
-        delete_records_inside_segment_keeps_it,
-        delete_records_past_segment_deletes_it,
-        delete_topic_releases_segments,
-        segment_objects_in_object_lifecycle,
-        fence_orphans_leaves_registered_segment_alone,
-        retention_budget_counts_segments,
-        shared_wal_object_released_by_two_partitions,
-        tiered_segments_with_transactions,
-    ],
+    // As `three_model_shards`.
+    skip = [object_live_bytes_and_marking, producer_expiry_cap_and_order],
 );
 
 // ---------------------------------------------------------------------------------------------

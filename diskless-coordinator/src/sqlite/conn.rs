@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, MutexGuard};
 
 /// The embedded migrations: (version, description, SQL).
-const MIGRATIONS: [(i64, &str, &str); 6] = [
+const MIGRATIONS: [(i64, &str, &str); 7] = [
     (
         1,
         "initial",
@@ -48,6 +48,11 @@ const MIGRATIONS: [(i64, &str, &str); 6] = [
         6,
         "transactions",
         include_str!("../../migrations/sqlite/0006_transactions.sql"),
+    ),
+    (
+        7,
+        "tiered segments",
+        include_str!("../../migrations/sqlite/0007_tiered_segments.sql"),
     ),
 ];
 

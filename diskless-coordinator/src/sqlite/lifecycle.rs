@@ -3,9 +3,9 @@
 //! fences. Every write holds the single writer for work bounded by its budget.
 
 use super::conn::{at_commit, not_applied};
-use super::reads::{known_keys, partition_bounds};
+use super::reads::{Bounds, known_keys, partition_bounds};
 use super::{CHUNK, SqliteCoordinator, execute_rows};
-use crate::rows::{OBJECTS_TO_DELETE, SqlRow, object_to_delete_from_row, retention_rows, to_u64};
+use crate::rows::{SqlRow, object_kind, object_to_delete_from_row, retention_rows, to_u64};
 use crate::rules::{RetentionRule, RetentionScan, delete_records_target};
 use crate::{
     CoordinatorError, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode, FENCE_EXPIRY_BATCH,
@@ -26,26 +26,45 @@ pub(super) const RETENTION_BATCHES: &str = "SELECT b.last_offset, b.byte_size, \
      FROM batches b LEFT JOIN objects o ON o.object_id = b.object_id \
      WHERE b.partition_id = ?1 AND b.last_offset > ?2 ORDER BY b.last_offset LIMIT ?3";
 
+/// Retention: the next page of up to `?3` of a partition's oldest tiered segments, after end
+/// offset `?2`, with the time retention ages each by: a range of the primary key. A partition's
+/// segments come before its batches, so a page is read here first and completed from
+/// [`RETENTION_BATCHES`].
+pub(super) const RETENTION_SEGMENTS: &str = "SELECT end_offset, log_size, retention_ts \
+     FROM tiered_segments WHERE partition_id = ?1 AND end_offset > ?2 \
+     ORDER BY end_offset LIMIT ?3";
+
+/// The marked objects older than `?1`, oldest first, at most `?2`:
+/// [`crate::rows::OBJECTS_TO_DELETE`]'s columns, then the object's kind.
+pub(super) const OBJECTS_TO_DELETE_KIND: &str = "SELECT object_key, marked_for_deletion_at, \
+     object_size, kind FROM objects WHERE marked_for_deletion_at IS NOT NULL \
+     AND marked_for_deletion_at < ?1 ORDER BY marked_for_deletion_at, object_key LIMIT ?2";
+
 /// Retention: the next page of up to `?4` partitions, after (`?1`, `?2`) in (topic id, partition)
-/// order, whose FIRST batch retention deletes at time `?3`: older than retention.ms (aged as in
+/// order, whose FIRST item (its first tiered segment, else its first batch) retention deletes at
+/// time `?3`: older than retention.ms (aged as in [`RETENTION_SEGMENTS`] and
 /// [`RETENTION_BATCHES`]), or removable by retention.bytes (what is left without it is still at
 /// least retention.bytes). That is exactly "retention deletes something here" (Kafka 3.x order:
 /// the time-breached prefix, then size on what is left), so every partition returned gives the
 /// pass at least one batch and a pass reads at most its budget of partitions' batches. A range of
 /// the unique index on (topic_id, partition), and per partition with live bytes one or two
-/// primary-key probes of its first batch (no batch row leaves SQLite for a partition with nothing
-/// to delete).
+/// primary-key probes of its first segment and, when it has none, of its first batch (no row
+/// leaves SQLite for a partition with nothing to delete).
 pub(super) const RETENTION_CANDIDATES: &str = "SELECT p.partition_id, p.topic_id, p.partition, \
      p.byte_size, t.retention_ms, t.retention_bytes \
      FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
      WHERE (p.topic_id, p.partition) > (?1, ?2) AND p.byte_size > 0 \
-     AND ((t.retention_ms >= 0 AND ?3 - (SELECT CASE WHEN b.effective_max_timestamp >= 0 \
+     AND ((t.retention_ms >= 0 AND ?3 - COALESCE((SELECT s.retention_ts FROM tiered_segments s \
+           WHERE s.partition_id = p.partition_id ORDER BY s.end_offset LIMIT 1), \
+           (SELECT CASE WHEN b.effective_max_timestamp >= 0 \
            THEN b.effective_max_timestamp ELSE COALESCE((SELECT o.committed_at FROM objects o \
            WHERE o.object_id = b.object_id), -1) END \
            FROM batches b WHERE b.partition_id = p.partition_id \
-           ORDER BY b.last_offset LIMIT 1) > t.retention_ms) \
-       OR (t.retention_bytes >= 0 AND p.byte_size - (SELECT b.byte_size FROM batches b \
-           WHERE b.partition_id = p.partition_id ORDER BY b.last_offset LIMIT 1) \
+           ORDER BY b.last_offset LIMIT 1)) > t.retention_ms) \
+       OR (t.retention_bytes >= 0 AND p.byte_size - COALESCE((SELECT s.log_size \
+           FROM tiered_segments s WHERE s.partition_id = p.partition_id \
+           ORDER BY s.end_offset LIMIT 1), (SELECT b.byte_size FROM batches b \
+           WHERE b.partition_id = p.partition_id ORDER BY b.last_offset LIMIT 1)) \
            >= t.retention_bytes)) \
      ORDER BY p.topic_id, p.partition LIMIT ?4";
 
@@ -139,6 +158,60 @@ async fn delete_batches_below(
     Ok((count, bytes))
 }
 
+/// Deletes the tiered segments of `partition_id` that end below `below`: their objects' live bytes
+/// drop by their `.log` sizes (objects left with none are marked: KIP-405's
+/// DELETE_SEGMENT_STARTED), and the partition's size and tiered bytes drop with them. The log
+/// start offset is moved by [`delete_batches_below`], which always follows. Returns (count,
+/// bytes).
+async fn delete_segments_below(
+    conn: &mut SqliteConnection,
+    partition_id: i64,
+    below: i64,
+    now: i64,
+) -> Result<(i64, i64), CoordinatorError> {
+    let row = sqlx::query(
+        "SELECT COUNT(*), COALESCE(SUM(log_size), 0) FROM tiered_segments \
+         WHERE partition_id = ?1 AND end_offset < ?2",
+    )
+    .bind(partition_id)
+    .bind(below)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(not_applied)?;
+    let (count, bytes) = (row.i64_at(0)?, row.i64_at(1)?);
+    if count == 0 {
+        return Ok((0, 0));
+    }
+    let release = release_objects_sql(
+        "SELECT object_id, SUM(log_size) AS bytes FROM tiered_segments \
+         WHERE partition_id = ?1 AND end_offset < ?2 GROUP BY object_id",
+        "?3",
+    );
+    sqlx::query(AssertSqlSafe(release))
+        .bind(partition_id)
+        .bind(below)
+        .bind(now)
+        .execute(&mut *conn)
+        .await
+        .map_err(not_applied)?;
+    sqlx::query("DELETE FROM tiered_segments WHERE partition_id = ?1 AND end_offset < ?2")
+        .bind(partition_id)
+        .bind(below)
+        .execute(&mut *conn)
+        .await
+        .map_err(not_applied)?;
+    sqlx::query(
+        "UPDATE partitions SET byte_size = byte_size - ?2, tiered_bytes = tiered_bytes - ?2 \
+         WHERE partition_id = ?1",
+    )
+    .bind(partition_id)
+    .bind(bytes)
+    .execute(&mut *conn)
+    .await
+    .map_err(not_applied)?;
+    Ok((count, bytes))
+}
+
 /// Records fences (key, key time), keeping any existing fence of a key (idempotent).
 async fn insert_fences(
     conn: &mut SqliteConnection,
@@ -156,15 +229,21 @@ async fn insert_fences(
 /// `offset` (`-1`: the high watermark).
 async fn delete_records_in(
     conn: &mut SqliteConnection,
-    (partition_id, lso, hwm): (i64, i64, i64),
+    bounds: Bounds,
     offset: i64,
     now: i64,
 ) -> Result<DeleteRecordsResponse, CoordinatorError> {
+    let (partition_id, lso, hwm) = (bounds.id, bounds.log_start, bounds.hwm);
     let target = match delete_records_target(offset, hwm) {
         Ok(target) => target,
         Err(code) => return Ok(DeleteRecordsResponse::error(code)),
     };
     if target > lso {
+        // Whole segments below the target go; one straddling it stays (reads skip below the log
+        // start), and so do the batches after it.
+        if bounds.tiered_next > lso {
+            delete_segments_below(conn, partition_id, target, now).await?;
+        }
         delete_batches_below(conn, partition_id, target, now).await?;
     }
     Ok(DeleteRecordsResponse {
@@ -236,12 +315,16 @@ impl SqliteCoordinator {
                 else {
                     continue;
                 };
+                let (segments, segment_bytes) =
+                    delete_segments_below(&mut tx, partition_id, delete_below, now).await?;
                 let (count, bytes) =
                     delete_batches_below(&mut tx, partition_id, delete_below, now).await?;
+                let segments = to_u64(segments, "deleted segment count")?;
                 let count = to_u64(count, "deleted batch count")?;
+                report.segments_deleted += segments;
                 report.batches_deleted += count;
-                report.bytes_deleted += to_u64(bytes, "deleted bytes")?;
-                budget = budget.saturating_sub(count);
+                report.bytes_deleted += to_u64(bytes + segment_bytes, "deleted bytes")?;
+                budget = budget.saturating_sub(count + segments);
                 if budget == 0 {
                     break 'walk;
                 }
@@ -251,12 +334,12 @@ impl SqliteCoordinator {
             }
         }
         tx.commit().await.map_err(at_commit)?;
-        report.more = report.batches_deleted == u64::from(max_batches);
+        report.more = report.batches_deleted + report.segments_deleted == u64::from(max_batches);
         Ok(report)
     }
 
-    /// Retention of one partition ([`RetentionScan`]): the offset below which its batches go, at
-    /// most `budget` batches; `None` when nothing goes.
+    /// Retention of one partition ([`RetentionScan`]) over its tiered segments then its batches:
+    /// the offset below which they go, at most `budget` of them; `None` when nothing goes.
     async fn retention_end(
         &self,
         conn: &mut SqliteConnection,
@@ -269,17 +352,28 @@ impl SqliteCoordinator {
             .fetch_add(1, Ordering::Relaxed);
         let mut scan = RetentionScan::new(rule, budget);
         while let Some((after, want)) = scan.next_page() {
-            let rows = sqlx::query(RETENTION_BATCHES)
-                .bind(partition_id)
-                .bind(after)
-                .bind(i64::try_from(want).unwrap_or(i64::MAX))
+            let limit = i64::try_from(want).unwrap_or(i64::MAX);
+            let page = |sql, after: i64, limit: i64| {
+                sqlx::query(sql).bind(partition_id).bind(after).bind(limit)
+            };
+            let segments = page(RETENTION_SEGMENTS, after, limit)
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(not_applied)?;
-            self.counters
-                .retention_batches_read
-                .fetch_add(rows.len() as u64, Ordering::Relaxed);
-            scan.feed(&retention_rows(&rows)?, want)?;
+            let mut rows = retention_rows(&segments)?;
+            if (rows.len() as u64) < want {
+                // The page goes on into the batches, which all come after the segments.
+                let after = rows.last().map_or(after, |r| r.0);
+                let batches = page(RETENTION_BATCHES, after, limit - rows.len() as i64)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(not_applied)?;
+                self.counters
+                    .retention_batches_read
+                    .fetch_add(batches.len() as u64, Ordering::Relaxed);
+                rows.extend(retention_rows(&batches)?);
+            }
+            scan.feed(&rows, want)?;
         }
         Ok(scan.delete_below())
     }
@@ -289,11 +383,17 @@ impl SqliteCoordinator {
         marked_before_ms: i64,
         limit: u32,
     ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
-        let query = sqlx::query(OBJECTS_TO_DELETE)
+        let query = sqlx::query(OBJECTS_TO_DELETE_KIND)
             .bind(marked_before_ms)
             .bind(i64::from(limit));
         let rows = self.read_rows(query).await?;
-        rows.iter().map(object_to_delete_from_row).collect()
+        rows.iter()
+            .map(|r| {
+                let mut object = object_to_delete_from_row(r)?;
+                object.kind = object_kind(r.i16_at(3)?)?;
+                Ok(object)
+            })
+            .collect()
     }
 
     pub(super) async fn write_confirm_deleted(

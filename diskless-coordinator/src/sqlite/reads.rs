@@ -6,11 +6,12 @@ use super::conn::not_applied;
 use super::producer::{STATE_COLUMNS, state_from_row};
 use super::{CHUNK, SqliteCoordinator, decode_owners};
 use crate::rows::{
-    OBJECT_INFO, SqlRow, TOPIC_COLUMNS, batch_columns, batch_from_row, object_info_from_row,
+    SqlRow, TOPIC_COLUMNS, TOPIC_TIERING_COLUMNS, batch_columns, batch_from_row,
+    object_info_from_row, object_kind, segment_columns, segment_from_row, tiering_from_row,
     topic_from_row, topic_key,
 };
 use crate::rules::{
-    FetchLimits, PartitionFetch, in_request_order, list_offsets_answer, looks_up_batch,
+    FetchLimits, PartitionFetch, in_request_order, list_offsets_answer_tiered, looks_up_batch,
 };
 use crate::{
     AbortedTxn, CoordinatorError, ErrorCode, FindBatchesRequest, FindBatchesResponse,
@@ -65,26 +66,78 @@ pub(super) const ABORTED_BETWEEN: &str = "SELECT producer_id, first_offset, last
          ORDER BY last_offset LIMIT 1), 9223372036854775807) \
      ORDER BY last_offset";
 
+/// ListOffsets by timestamp in the tiered segments, step 1: as [`TIMESTAMP_CANDIDATE`], one probe
+/// of the index `tiered_timestamp_so_far` (the segments' running max is monotonic in offset order
+/// too).
+pub(super) const SEGMENT_TIMESTAMP_CANDIDATE: &str = "SELECT base_offset, end_offset, \
+     max_timestamp FROM tiered_segments WHERE partition_id = ?1 AND max_timestamp_so_far >= ?2 \
+     ORDER BY max_timestamp_so_far, end_offset LIMIT 1";
+
+/// ListOffsets by timestamp in the tiered segments, step 2, as [`TIMESTAMP_SCAN`]: the first
+/// segment after the candidate (`?2`, its end offset) whose max timestamp reaches `?3`.
+pub(super) const SEGMENT_TIMESTAMP_SCAN: &str = "SELECT base_offset, max_timestamp \
+     FROM tiered_segments WHERE partition_id = ?1 AND end_offset > ?2 AND max_timestamp >= ?3 \
+     ORDER BY end_offset LIMIT 1";
+
+/// MAX_TIMESTAMP in the tiered segments: the earliest segment holding the largest max timestamp,
+/// one probe of the index `tiered_max_timestamp`.
+pub(super) const SEGMENT_MAX_TIMESTAMP: &str = "SELECT base_offset, max_timestamp \
+     FROM tiered_segments WHERE partition_id = ?1 ORDER BY max_timestamp DESC, end_offset LIMIT 1";
+
+/// The segments of partition `?1` from the one holding offset `?2` on, at most `?3`, with their
+/// objects: a range of the primary key and one primary-key probe of `objects` per segment.
+pub(super) fn segments_from() -> String {
+    format!(
+        "SELECT {} FROM tiered_segments s JOIN objects o ON o.object_id = s.object_id \
+         WHERE s.partition_id = ?1 AND s.end_offset >= ?2 ORDER BY s.end_offset LIMIT ?3",
+        segment_columns("s", "o")
+    )
+}
+
+/// What is known of the object with key `?1`: [`crate::rows::OBJECT_INFO`]'s columns, then its
+/// kind.
+const OBJECT_INFO_KIND: &str = "SELECT uploader_broker_id, object_size, live_bytes, owners, \
+     committed_at, marked_for_deletion_at, kind FROM objects WHERE object_key = ?1";
+
 const SELECT_PARTITION: &str = "SELECT p.partition_id, p.log_start_offset, p.high_watermark, \
-     p.byte_size, t.timestamp_type FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
-     WHERE p.topic_id = ?1 AND p.partition = ?2";
+     p.tiered_next_offset FROM partitions p WHERE p.topic_id = ?1 AND p.partition = ?2";
 
 /// Batches read per round trip while filling a partition's `find_batches` answer.
 const PAGE: i64 = 128;
 
-/// (partition_id, log start offset, high watermark) of a partition, if it exists.
+/// What most calls read of a partition first.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Bounds {
+    /// The internal partition id.
+    pub(super) id: i64,
+    /// The log start offset.
+    pub(super) log_start: i64,
+    /// The high watermark.
+    pub(super) hwm: i64,
+    /// The first offset no tiered segment ever covered.
+    pub(super) tiered_next: i64,
+}
+
+/// The bounds of a partition, if it exists.
 pub(super) async fn partition_bounds(
     conn: &mut SqliteConnection,
     p: TopicIdPartition,
-) -> Result<Option<(i64, i64, i64)>, CoordinatorError> {
+) -> Result<Option<Bounds>, CoordinatorError> {
     let row = sqlx::query(SELECT_PARTITION)
         .bind(topic_key(p.topic_id))
         .bind(p.partition)
         .fetch_optional(&mut *conn)
         .await
         .map_err(not_applied)?;
-    row.map(|r| Ok((r.i64_at(0)?, r.i64_at(1)?, r.i64_at(2)?)))
-        .transpose()
+    row.map(|r| {
+        Ok(Bounds {
+            id: r.i64_at(0)?,
+            log_start: r.i64_at(1)?,
+            hwm: r.i64_at(2)?,
+            tiered_next: r.i64_at(3)?,
+        })
+    })
+    .transpose()
 }
 
 /// The last stable offset of partition `partition_id` with bounds `log_start` and `hwm`: the first
@@ -173,7 +226,31 @@ async fn timestamp_lookup(
     partition_id: i64,
     t: i64,
 ) -> Result<Option<(i64, i64)>, CoordinatorError> {
-    let candidate = sqlx::query(TIMESTAMP_CANDIDATE)
+    timestamp_lookup_in(conn, (TIMESTAMP_CANDIDATE, TIMESTAMP_SCAN), partition_id, t).await
+}
+
+/// The first live item of a partition whose max timestamp reaches `t`, in the tiered segments
+/// then in the batches (segments come first in offset order).
+async fn tiered_timestamp_lookup(
+    conn: &mut SqliteConnection,
+    partition_id: i64,
+    t: i64,
+) -> Result<Option<(i64, i64)>, CoordinatorError> {
+    let queries = (SEGMENT_TIMESTAMP_CANDIDATE, SEGMENT_TIMESTAMP_SCAN);
+    match timestamp_lookup_in(conn, queries, partition_id, t).await? {
+        Some(hit) => Ok(Some(hit)),
+        None => timestamp_lookup(conn, partition_id, t).await,
+    }
+}
+
+/// [`timestamp_lookup`] with the (candidate, scan) queries of batches or segments.
+async fn timestamp_lookup_in(
+    conn: &mut SqliteConnection,
+    (candidate_sql, scan_sql): (&'static str, &'static str),
+    partition_id: i64,
+    t: i64,
+) -> Result<Option<(i64, i64)>, CoordinatorError> {
+    let candidate = sqlx::query(candidate_sql)
         .bind(partition_id)
         .bind(t)
         .fetch_optional(&mut *conn)
@@ -186,7 +263,22 @@ async fn timestamp_lookup(
     if ts >= t {
         return Ok(Some((base, ts)));
     }
-    probe(conn, TIMESTAMP_SCAN, partition_id, &[last, t]).await
+    probe(conn, scan_sql, partition_id, &[last, t]).await
+}
+
+/// MAX_TIMESTAMP over the tiered segments then the batches: the earliest item holding the
+/// largest max timestamp (a segment wins a tie: it comes first).
+async fn max_timestamp_lookup(
+    conn: &mut SqliteConnection,
+    partition_id: i64,
+) -> Result<Option<(i64, i64)>, CoordinatorError> {
+    let segment = probe(conn, SEGMENT_MAX_TIMESTAMP, partition_id, &[]).await?;
+    let batch = probe(conn, MAX_TIMESTAMP_LOOKUP, partition_id, &[]).await?;
+    Ok(match (segment, batch) {
+        (Some(s), Some(b)) if b.1 > s.1 => Some(b),
+        (Some(s), _) => Some(s),
+        (None, b) => b,
+    })
 }
 
 /// The batches of a partition's `find_batches` answer, from `request.offset` (in range) up to the
@@ -197,10 +289,15 @@ async fn timestamp_lookup(
 async fn fetch_partition(
     conn: &mut SqliteConnection,
     mut fetch: PartitionFetch<'_>,
-    partition_id: i64,
     request: &FindBatchesRequest,
-    (log_start, hwm): (i64, i64),
+    bounds: Bounds,
 ) -> Result<FindBatchesResponse, CoordinatorError> {
+    let Bounds {
+        id: partition_id,
+        log_start,
+        hwm,
+        tiered_next,
+    } = bounds;
     let lso = last_stable_offset(conn, partition_id, log_start, hwm).await?;
     let committed = request.isolation == IsolationLevel::ReadCommitted;
     // Batches whose base offset is below `end` are returned.
@@ -216,7 +313,37 @@ async fn fetch_partition(
         batch_columns("o")
     );
     let mut from = request.offset;
-    'pages: while from < hwm && request.offset < end {
+    // The tiered segments first (only when the offset is below the WAL tier): the one holding the
+    // offset always, the next ones while the limits take them; WAL batches follow only segments
+    // that reach them (a segment left out ends the answer).
+    let mut complete = true;
+    if request.offset < tiered_next && request.offset < end {
+        let sql = segments_from();
+        'segments: loop {
+            let rows = sqlx::query(AssertSqlSafe(sql.clone()))
+                .bind(partition_id)
+                .bind(from)
+                .bind(PAGE)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(not_applied)?;
+            for row in &rows {
+                let segment = segment_from_row(row, 0)?;
+                if segment.base_offset >= end {
+                    break 'segments;
+                }
+                if !fetch.take_segment(segment) {
+                    complete = false;
+                    break 'segments;
+                }
+                from = fetch.next_offset()?.unwrap_or(from);
+            }
+            if (rows.len() as i64) < PAGE {
+                break;
+            }
+        }
+    }
+    'pages: while complete && from < hwm && request.offset < end {
         let rows = sqlx::query(AssertSqlSafe(sql.clone()))
             .bind(partition_id)
             .bind(from)
@@ -245,11 +372,22 @@ async fn fetch_partition(
     Ok(fetch.into_response(log_start, hwm, lso, aborted))
 }
 
+/// A topic row: the topic id, [`TOPIC_COLUMNS`], then [`TOPIC_TIERING_COLUMNS`].
+pub(super) fn topic_with_tiering_from_row(
+    row: &sqlx::sqlite::SqliteRow,
+) -> Result<TopicInfo, CoordinatorError> {
+    let mut topic = topic_from_row(row)?;
+    tiering_from_row(row, 10, &mut topic.config)?;
+    Ok(topic)
+}
+
 impl SqliteCoordinator {
     pub(super) async fn read_list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
-        let sql = format!("SELECT topic_id, {TOPIC_COLUMNS} FROM topics ORDER BY name");
+        let sql = format!(
+            "SELECT topic_id, {TOPIC_COLUMNS}, {TOPIC_TIERING_COLUMNS} FROM topics ORDER BY name"
+        );
         let rows = self.read_rows(sqlx::query(AssertSqlSafe(sql))).await?;
-        rows.iter().map(topic_from_row).collect()
+        rows.iter().map(topic_with_tiering_from_row).collect()
     }
 
     pub(super) async fn read_find_batches(
@@ -264,13 +402,12 @@ impl SqliteCoordinator {
         for request in requests {
             responses.push(match partition_bounds(&mut tx, request.partition).await? {
                 None => FindBatchesResponse::error(ErrorCode::UnknownTopicOrPartition),
-                Some((_, log_start, hwm)) if request.offset < log_start || request.offset > hwm => {
+                Some(b) if request.offset < b.log_start || request.offset > b.hwm => {
                     FindBatchesResponse::error(ErrorCode::OffsetOutOfRange)
                 }
-                Some((partition_id, log_start, hwm)) => {
+                Some(bounds) => {
                     let fetch = limits.partition(request.max_bytes);
-                    let bounds = (log_start, hwm);
-                    fetch_partition(&mut tx, fetch, partition_id, request, bounds).await?
+                    fetch_partition(&mut tx, fetch, request, bounds).await?
                 }
             });
         }
@@ -290,14 +427,17 @@ impl SqliteCoordinator {
             let hit = match (bounds, request.timestamp) {
                 (None, _) => None,
                 (_, t) if !looks_up_batch(t) => None,
-                (Some((id, ..)), MAX_TIMESTAMP) => {
-                    probe(&mut tx, MAX_TIMESTAMP_LOOKUP, id, &[]).await?
-                }
-                (Some((id, ..)), t) => timestamp_lookup(&mut tx, id, t).await?,
+                (Some(b), MAX_TIMESTAMP) => max_timestamp_lookup(&mut tx, b.id).await?,
+                (Some(b), t) => tiered_timestamp_lookup(&mut tx, b.id, t).await?,
             };
             responses.push(match bounds {
                 None => ListOffsetsResponse::error(ErrorCode::UnknownTopicOrPartition),
-                Some((id, log_start, hwm)) => {
+                Some(Bounds {
+                    id,
+                    log_start,
+                    hwm,
+                    tiered_next,
+                }) => {
                     // Kafka's `lastFetchableOffset`: LATEST answers it, and nothing at or above
                     // it is found.
                     let fetchable = match request.isolation {
@@ -307,7 +447,8 @@ impl SqliteCoordinator {
                         IsolationLevel::ReadUncommitted => hwm,
                     };
                     let hit = hit.filter(|(offset, _)| (*offset).max(log_start) < fetchable);
-                    list_offsets_answer(request.timestamp, log_start, fetchable, hit)
+                    let t = request.timestamp;
+                    list_offsets_answer_tiered(t, log_start, fetchable, tiered_next, hit)
                 }
             });
         }
@@ -328,12 +469,14 @@ impl SqliteCoordinator {
         &self,
         object_key: &str,
     ) -> Result<Option<ObjectInfo>, CoordinatorError> {
-        let query = sqlx::query(OBJECT_INFO).bind(object_key);
+        let query = sqlx::query(OBJECT_INFO_KIND).bind(object_key);
         let Some(r) = self.read_row(query).await? else {
             return Ok(None);
         };
         let owners = decode_owners(&r.string_at(3)?)?;
-        object_info_from_row(&r, object_key, owners).map(Some)
+        let mut info = object_info_from_row(&r, object_key, owners)?;
+        info.kind = object_kind(r.i16_at(6)?)?;
+        Ok(Some(info))
     }
 
     pub(super) async fn read_list_producers(
@@ -342,7 +485,10 @@ impl SqliteCoordinator {
     ) -> Result<Vec<ProducerState>, CoordinatorError> {
         let mut reader = self.read().await?;
         let mut tx = reader.begin().await?;
-        let Some((partition_id, ..)) = partition_bounds(&mut tx, partition).await? else {
+        let Some(Bounds {
+            id: partition_id, ..
+        }) = partition_bounds(&mut tx, partition).await?
+        else {
             return Err(CoordinatorError::UnknownTopic(partition.to_string()));
         };
         let sql = format!(

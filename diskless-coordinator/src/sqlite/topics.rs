@@ -4,7 +4,8 @@ use super::SqliteCoordinator;
 use super::conn::{at_commit, not_applied};
 use super::lifecycle::release_objects_sql;
 use crate::rows::{
-    TOPIC_COLUMNS, bind_topic, bind_topic_config, corrupt, topic_config_set, topic_key,
+    TOPIC_COLUMNS, TOPIC_TIERING_COLUMNS, bind_topic, bind_topic_config, bind_topic_tiering,
+    corrupt, topic_config_set, topic_key, topic_tiering_set,
 };
 use crate::{
     CoordinatorError, CreateTopicRequest, ProducerIdBlock, TopicConfig, check_new_partition_count,
@@ -45,10 +46,10 @@ impl SqliteCoordinator {
             return Err(CoordinatorError::TopicAlreadyExists(request.name));
         }
         let insert = sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO topics (topic_id, {TOPIC_COLUMNS}) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+            "INSERT INTO topics (topic_id, {TOPIC_COLUMNS}, {TOPIC_TIERING_COLUMNS}) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
         )));
-        bind_topic(insert, &request)
+        bind_topic_tiering(bind_topic(insert, &request), &request.config)
             .execute(&mut *tx)
             .await
             .map_err(not_applied)?;
@@ -80,13 +81,23 @@ impl SqliteCoordinator {
              AND object_id IS NOT NULL GROUP BY object_id",
             "?2",
         );
-        sqlx::query(AssertSqlSafe(release))
-            .bind(&id)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(not_applied)?;
+        // And its tiered segments off theirs (a segment's object holds its `.log` as live bytes).
+        let release_segments = release_objects_sql(
+            "SELECT object_id, SUM(log_size) AS bytes FROM tiered_segments WHERE partition_id IN \
+             (SELECT partition_id FROM partitions WHERE topic_id = ?1) GROUP BY object_id",
+            "?2",
+        );
+        for release in [release, release_segments] {
+            sqlx::query(AssertSqlSafe(release))
+                .bind(&id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(not_applied)?;
+        }
         for sql in [
+            "DELETE FROM tiered_segments WHERE partition_id IN \
+             (SELECT partition_id FROM partitions WHERE topic_id = ?1)",
             "DELETE FROM batches WHERE partition_id IN \
              (SELECT partition_id FROM partitions WHERE topic_id = ?1)",
             "DELETE FROM producer_state WHERE partition_id IN \
@@ -156,10 +167,12 @@ impl SqliteCoordinator {
         let mut tx = writer.begin().await?;
         let id = topic_key(topic_id);
         let update = sqlx::query(AssertSqlSafe(format!(
-            "UPDATE topics SET {} WHERE topic_id = ?1",
-            topic_config_set('?')
+            "UPDATE topics SET {}, {} WHERE topic_id = ?1",
+            topic_config_set('?'),
+            topic_tiering_set('?', 9)
         )));
-        let updated = bind_topic_config(update.bind(&id), &config)
+        let updated = bind_topic_config(update.bind(&id), &config);
+        let updated = bind_topic_tiering(updated, &config)
             .execute(&mut *tx)
             .await
             .map_err(not_applied)?;
