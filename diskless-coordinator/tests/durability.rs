@@ -906,3 +906,189 @@ async fn transactions_survive_a_reopen() {
     );
     assert_eq!(r.aborted, Some(vec![]));
 }
+
+/// A database written before migration 7 (schema version 6) is upgraded on open: topics get
+/// Kafka's default segment settings, objects are WAL objects, partitions have nothing tiered
+/// (`-5` answers -1, `-4` the log start); then tiering works on the old rows (a candidate by
+/// `segment.ms` after a config change, a plan from the first batch below the last stable
+/// offset, a registration covering an upgraded marker and its aborted transaction that releases
+/// the old object), fetches and ListOffsets cross the tiers, and a reopen changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_6_database_is_upgraded() {
+    use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v6.db");
+    const NOW: i64 = 1_700_000_000_000;
+    {
+        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .connect()
+            .await
+            .unwrap();
+        let all = diskless_coordinator::sqlite::migrator();
+        let v6 = sqlx::migrate::Migrator::with_migrations(all.iter().take(6).cloned().collect());
+        v6.run(&mut conn).await.unwrap();
+        let mut tx = conn.begin().await.unwrap();
+        // Partition 0: batches 0..=1 (ts 10) and 2..=2 (ts 30, producer 7's transaction) in
+        // wal/old, then producer 7's ABORT marker at offset 3 (no object) and its aborted row.
+        let sql = [
+            format!(
+                "INSERT INTO topics VALUES ('{TOPIC}', 'durable', 1, 0, -1, -1, 1048588, \
+                 9223372036854775807, 9223372036854775807, 86400000)"
+            ),
+            format!("INSERT INTO partitions VALUES (1, '{TOPIC}', 0, 0, 4, 178, {NOW})"),
+            format!("INSERT INTO objects VALUES (1, 'wal/old', 1, 101, 100, '0', {NOW}, NULL)"),
+            "INSERT INTO batches (partition_id, last_offset, base_offset, object_id, byte_offset, \
+             byte_size, base_timestamp, max_timestamp, timestamp_type, log_append_time, \
+             producer_id, producer_epoch, base_sequence, last_sequence, \
+             effective_max_timestamp, max_timestamp_so_far) VALUES \
+             (1, 1, 0, 1, 1, 50, 10, 10, 0, -1, -1, -1, -1, -1, 10, 10), \
+             (1, 2, 2, 1, 51, 50, 30, 30, 0, -1, 7, 0, 0, 0, 30, 30)"
+                .into(),
+            format!(
+                "INSERT INTO batches VALUES (1, 3, 3, NULL, 0, 78, {NOW}, {NOW}, 0, -1, 7, 0, \
+                 -1, -1, {NOW}, {NOW}, 0, 0)"
+            ),
+            "INSERT INTO aborted_txns VALUES (1, 3, 2, 7, 4)".into(),
+        ];
+        for s in sql {
+            sqlx::query(AssertSqlSafe(s))
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
+        tx.commit().await.unwrap();
+        conn.close().await.unwrap();
+    }
+
+    let clock = ManualClock::new(NOW + 1_000);
+    let c = reopen(&path, clock.clone()).await;
+    let p0 = TopicIdPartition::new(TOPIC, 0);
+    let topic = c.list_topics().await.unwrap().remove(0);
+    assert_eq!(
+        topic.config.segment_bytes,
+        TopicConfig::default().segment_bytes
+    );
+    assert_eq!(topic.config.segment_ms, TopicConfig::default().segment_ms);
+    assert_eq!(topic.config.index_interval_bytes, 4096);
+    assert_eq!(topic.config.segment_index_bytes, 10 * 1024 * 1024);
+    let info = c.object_info("wal/old").await.unwrap().unwrap();
+    assert_eq!((info.kind, info.live_bytes), (ObjectKind::Wal, 100));
+    assert_eq!(list_offset(&c, p0, -5).await.offset, -1);
+    assert_eq!(list_offset(&c, p0, -4).await.offset, 0);
+    assert!(c.list_tiered_segments(p0, 0, 10).await.unwrap().is_empty());
+    // Not due under the default segment.ms (7 days); due once segment.ms is 1 s.
+    assert!(
+        c.tiering_candidates(NOW + 1_000, 0, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    c.alter_topic_config(TOPIC, topic.config.clone().with_segment_ms(1_000))
+        .await
+        .unwrap();
+    let candidates = c
+        .tiering_candidates(NOW + 1_000, 0, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(candidates.len(), 1);
+    assert_eq!(
+        (
+            candidates[0].partition,
+            candidates[0].wal_bytes,
+            candidates[0].oldest_wal_commit_ms,
+            candidates[0].tiered_next_offset,
+            candidates[0].config.segment_ms
+        ),
+        (p0, 178, NOW, 0, 1_000)
+    );
+    let plan = c
+        .segment_plan(&SegmentPlanRequest {
+            partition: p0,
+            max_bytes: u64::MAX,
+            max_batches: 100,
+            committed_before_ms: NOW + 1_000,
+        })
+        .await
+        .unwrap();
+    let offsets: Vec<(i64, i64)> = plan
+        .batches
+        .iter()
+        .map(|b| (b.base_offset, b.last_offset))
+        .collect();
+    assert_eq!(offsets, vec![(0, 1), (2, 2), (3, 3)]);
+    assert_eq!(plan.batches[2].control.map(|m| m.commit), Some(false));
+    assert_eq!(
+        plan.aborted,
+        vec![AbortedTxn {
+            producer_id: 7,
+            first_offset: 2,
+            last_offset: 3
+        }]
+    );
+    let key = v7_key_with(NOW + 1_000, 9).replacen("wal/", "tiered/", 1);
+    let layout = SegmentLayoutSizes {
+        log: 178,
+        offset_index: 8,
+        time_index: 12,
+        txn_index: 34,
+        producer_snapshot: 50,
+        leader_epochs: 10,
+    };
+    let register = RegisterSegmentRequest {
+        partition: p0,
+        object_key: key.clone(),
+        object_size: layout.object_size(),
+        uploader_broker_id: 1,
+        layout,
+        base_offset: 0,
+        end_offset: 3,
+        batch_count: 3,
+        batch_bytes: 178,
+        max_timestamp: NOW,
+        max_timestamp_offset: 3,
+        owner: 0,
+    };
+    let outcome = c.register_segment(register.clone()).await.unwrap();
+    assert_eq!(
+        outcome,
+        RegisterSegmentOutcome::Registered {
+            released_objects: 1
+        }
+    );
+    assert_eq!(
+        c.register_segment(register).await.unwrap(),
+        RegisterSegmentOutcome::AlreadyRegistered
+    );
+    let info = c.object_info("wal/old").await.unwrap().unwrap();
+    assert_eq!(
+        (info.live_bytes, info.marked_for_deletion_at),
+        (0, Some(NOW + 1_000))
+    );
+    let segment = c.object_info(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (segment.kind, segment.live_bytes),
+        (ObjectKind::TieredSegment, 178)
+    );
+    let tiered = committed_from(&c, 0, 0).await;
+    assert_eq!(tiered.segments.len(), 1);
+    assert_eq!(tiered.segments[0].layout, layout);
+    assert_eq!(tiered.segments[0].retention_ts, NOW);
+    assert!(tiered.batches.is_empty());
+    assert_eq!(
+        tiered.aborted,
+        Some(vec![]),
+        "the aborted row went with the segment"
+    );
+    assert_eq!(list_offset(&c, p0, -5).await.offset, 3);
+    assert_eq!(list_offset(&c, p0, -4).await.offset, 4);
+    let hit = list_offset(&c, p0, 20).await;
+    assert_eq!((hit.offset, hit.timestamp), (0, NOW));
+    let before = format!("{:?}", committed_from(&c, 0, 0).await);
+    c.close().await;
+    let c = reopen(&path, clock).await;
+    assert_eq!(format!("{:?}", committed_from(&c, 0, 0).await), before);
+    assert_eq!(c.list_tiered_segments(p0, 0, 10).await.unwrap().len(), 1);
+    c.close().await;
+}

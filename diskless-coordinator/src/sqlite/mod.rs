@@ -13,7 +13,11 @@
 //!   states, aborted transactions; migration 6);
 //! - `reads.rs`: `find_batches` (with `read_committed`: the last stable offset and the aborted
 //!   transactions), `list_offsets`, `list_topics`, `list_producers` and the other queries;
-//! - `lifecycle.rs`: DeleteRecords, retention, producer expiry, object deletion and orphan fences.
+//! - `lifecycle.rs`: DeleteRecords, retention, producer expiry, object deletion and orphan fences
+//!   (tiered segments included: retention and DeleteRecords delete whole segments first);
+//! - `tiering.rs`: tiered segments (migration 7): `tiering_candidates`, `segment_plan`,
+//!   `register_segment`, `list_tiered_segments`; `find_batches` and `list_offsets` read segments
+//!   before WAL batches.
 //!
 //! Each [`BatchCoordinator`] method `x` is `write_x` (one `BEGIN IMMEDIATE` transaction on the
 //! single writer) or `read_x` (on the read pool) in one of those files.

@@ -3,9 +3,18 @@
 //! like a scan of the live batches.
 
 use super::SqliteCoordinator;
-use super::lifecycle::{EXPIRED_PRODUCERS, RETENTION_BATCHES, RETENTION_CANDIDATES};
+use super::lifecycle::{
+    EXPIRED_PRODUCERS, OBJECTS_TO_DELETE_KIND, RETENTION_BATCHES, RETENTION_CANDIDATES,
+    RETENTION_SEGMENTS,
+};
 use super::reads::{
-    ABORTED_BETWEEN, MAX_TIMESTAMP_LOOKUP, OPEN_TXN_FIRST, TIMESTAMP_CANDIDATE, TIMESTAMP_SCAN,
+    ABORTED_BETWEEN, MAX_TIMESTAMP_LOOKUP, OPEN_TXN_FIRST, SEGMENT_MAX_TIMESTAMP,
+    SEGMENT_TIMESTAMP_CANDIDATE, SEGMENT_TIMESTAMP_SCAN, TIMESTAMP_CANDIDATE, TIMESTAMP_SCAN,
+    segments_from,
+};
+use super::tiering::{
+    ABORTED_IN_RANGE, LAST_SEGMENT_SO_FAR, SEGMENT_RANGE, last_segment_sql, plan_batches_sql,
+    tiering_candidates_sql,
 };
 use crate::{
     BatchCoordinator, CommitBatch, CommitFileRequest, CreateTopicRequest, DeleteRecordsRequest,
@@ -151,6 +160,72 @@ async fn transaction_reads_probe_their_indexes() {
     assert!(
         p[0].contains("last_offset>? AND last_offset<?)"),
         "the stop row bounds the answer's range: {p:?}"
+    );
+}
+
+/// The tiered-segment queries are bounded index probes and ranges: the segment timestamp lookups
+/// probe their indexes like the batch ones, a fetch and retention read primary-key ranges from an
+/// offset, registration's range check is a primary-key range from the partition's first batch
+/// (bounded by its LIMIT), and the candidate query walks partitions in the order of their unique
+/// index (no sort), probing each one's first batch, its object and its open transactions.
+#[tokio::test]
+async fn tiering_queries_are_index_probes() {
+    let c = SqliteCoordinator::in_memory(ManualClock::new(0))
+        .await
+        .unwrap();
+    let p = plan(&c, SEGMENT_TIMESTAMP_CANDIDATE).await;
+    assert!(is_search_only(&p), "{p:?}");
+    assert!(
+        p[0].contains(
+            "USING INDEX tiered_timestamp_so_far (partition_id=? AND max_timestamp_so_far>?)"
+        ),
+        "{p:?}"
+    );
+    let p = plan(&c, SEGMENT_MAX_TIMESTAMP).await;
+    assert!(is_search_only(&p), "{p:?}");
+    assert!(p[0].contains("USING INDEX tiered_max_timestamp"), "{p:?}");
+    for (sql, range) in [
+        (SEGMENT_TIMESTAMP_SCAN, "(partition_id=? AND end_offset>?)"),
+        (RETENTION_SEGMENTS, "(partition_id=? AND end_offset>?)"),
+        (&segments_from(), "(partition_id=? AND end_offset>?)"),
+        (LAST_SEGMENT_SO_FAR, "(partition_id=?)"),
+        (&last_segment_sql(), "(partition_id=?)"),
+        (
+            ABORTED_IN_RANGE,
+            "(partition_id=? AND last_offset>? AND last_offset<?)",
+        ),
+        (&plan_batches_sql(), "(partition_id=? AND last_offset>?)"),
+        (SEGMENT_RANGE, "(partition_id=? AND last_offset<?)"),
+    ] {
+        // SEGMENT_RANGE reads its LIMITed range in a co-routine, whose rows it then scans.
+        let p: Vec<String> = accesses(&plan(&c, sql).await)
+            .into_iter()
+            .filter(|s| !s.starts_with("CO-ROUTINE") && !s.starts_with("SCAN (subquery"))
+            .collect();
+        assert!(is_search_only(&p), "{sql}: {p:?}");
+        assert!(
+            p[0].contains(&format!("USING PRIMARY KEY {range}")),
+            "{sql}: {p:?}"
+        );
+    }
+    // The cleaner's queue with the kind: the partial index, in its order.
+    let p = plan(&c, OBJECTS_TO_DELETE_KIND).await;
+    assert!(is_search_only(&p), "{p:?}");
+    assert!(p[0].contains("USING INDEX objects_marked"), "{p:?}");
+    // Retention's candidates probe the first segment, then the first batch.
+    let p = accesses(&plan(&c, RETENTION_CANDIDATES).await);
+    assert!(is_search_only(&p), "{p:?}");
+    assert!(
+        p.iter()
+            .any(|s| s.starts_with("SEARCH s USING PRIMARY KEY (partition_id=?)")),
+        "{p:?}"
+    );
+    // Candidates: partitions by a range of their unique index, no sort, every access a search.
+    let p = accesses(&plan(&c, &tiering_candidates_sql()).await);
+    assert!(is_search_only(&p), "{p:?}");
+    assert!(
+        p.iter().any(|s| s.contains("((topic_id,partition)>(?,?))")),
+        "{p:?}"
     );
 }
 
