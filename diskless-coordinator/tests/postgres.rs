@@ -271,44 +271,36 @@ fn idempotent(p: TopicIdPartition, pid: i64, epoch: i16, seq: i32, records: i32)
 // `postgres_commit_deadline_is_checked_after_the_locks` (deadline after the locks, fences
 // outliving the deadline) and `postgres_fence_retention_follows_the_largest_commit_age` (fence
 // expiry).
+//
+// A case at `START_MS` whose keys carry UUID v7 times (the tiered cases' segment keys, at the
+// harness clock's now) would find every key far past the server's deadline. Its coordinator
+// gets a `max_commit_age` of the default plus the distance from `START_MS` to the server's
+// clock (`commit_age_for`): the server's deadline then falls where the harness clock's would
+// (within the case's run time), so those cases see the deadline and fences exactly as the model
+// does, `register_segment_refused_past_deadline` included. The clock-sensitive cases (a clock at
+// the real time) keep the default.
 diskless_testkit::coordinator_conformance!(
     postgres_conformance,
     async |clock| {
         let schema = test_schema()?;
-        let coordinator = PostgresCoordinator::connect(schema.options(), clock)
-            .await
-            .unwrap();
+        let options = schema
+            .options()
+            .with_max_commit_age(commit_age_for(clock.now_ms()));
+        let coordinator = PostgresCoordinator::connect(options, clock).await.unwrap();
         Some((Arc::new(coordinator), schema))
     },
     clock = server,
-    // The tiered-segment cases: not implemented yet (issue #15 step 3/5); the PostgreSQL
-    // coordinator refuses the tiering calls (`postgres/tiering.rs`).
-    skip = [
-        tiered_topic_config_is_kept,
-        tiering_candidates_by_bytes_and_age,
-        segment_plan_prefix_below_bounds,
-        register_segment_moves_range_to_tier,
-        register_segment_is_idempotent_on_key,
-        register_segment_stale_after_retention,
-        register_segment_stale_after_delete_records,
-        register_segment_stale_after_other_segment,
-        register_segment_refused_when_fenced,
-        register_segment_refused_past_deadline,
-        register_segment_range_checks,
-        find_batches_across_tiers,
-        list_offsets_across_tiers,
-        retention_by_time_deletes_whole_segments,
-        retention_by_size_counts_segments,
-        delete_records_inside_segment_keeps_it,
-        delete_records_past_segment_deletes_it,
-        delete_topic_releases_segments,
-        segment_objects_in_object_lifecycle,
-        fence_orphans_leaves_registered_segment_alone,
-        retention_budget_counts_segments,
-        shared_wal_object_released_by_two_partitions,
-        tiered_segments_with_transactions,
-    ],
 );
+
+/// The `max_commit_age` that puts the server's commit deadline for a harness clock at `now_ms`
+/// where the harness clock's own would be: the default, plus how far the server's clock is
+/// ahead of the harness's (0 for a clock at the real time).
+fn commit_age_for(now_ms: i64) -> Duration {
+    let ahead = SystemClock.now_ms().saturating_sub(now_ms);
+    // A clock at the real time (read a moment ago) is not shifted.
+    let ahead = if ahead < 60_000 { 0 } else { ahead };
+    diskless_coordinator::DEFAULT_MAX_COMMIT_AGE + Duration::from_millis(ahead as u64)
+}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
@@ -852,8 +844,8 @@ async fn postgres_migrations() {
         applied += r.await.unwrap().unwrap();
     }
     assert_eq!(
-        applied, 12,
-        "exactly one concurrent migrator applied each of the 12 migrations"
+        applied, 13,
+        "exactly one concurrent migrator applied each of the 13 migrations"
     );
     assert_eq!(migrate(&options).await.unwrap(), 0);
 
@@ -884,6 +876,7 @@ async fn postgres_migrations() {
             (10, "drop_batches_object_index".to_string()),
             (11, "transactions".to_string()),
             (12, "open_txn_index".to_string()),
+            (13, "tiered_segments".to_string()),
         ]
     );
     sqlx::query("UPDATE schema_migrations SET checksum = 'edited'")

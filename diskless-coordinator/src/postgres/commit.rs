@@ -20,7 +20,7 @@ const OBJECT_FENCED: &str = "DL002";
 
 /// The commit function's refusals at its commit point (nothing applied) as the coordinator's
 /// errors; any other error as a failed attempt whose statement was sent.
-fn commit_point_error(e: sqlx::Error, key: &str) -> Attempt {
+pub(super) fn commit_point_error(e: sqlx::Error, key: &str) -> Attempt {
     if let sqlx::Error::Database(d) = &e {
         match d.code().as_deref() {
             Some(DEADLINE_EXCEEDED) => {

@@ -5,6 +5,7 @@
 //! spent, so they hold row locks for bounded work.
 
 use super::conn::{Attempt, sql_error};
+use super::reads::object_kind;
 use super::{PostgresCoordinator, partition_arrays};
 use crate::rows::{
     OBJECTS_TO_DELETE, SqlRow, object_to_delete_from_row, parse_topic_id, retention_rows, to_u64,
@@ -82,29 +83,80 @@ pub(super) async fn delete_batches_below(
     Ok((count, bytes))
 }
 
-/// [`delete_batches_below`] for one partition, then moves its log start offset to `below` (never
-/// back) and its size down, and forgets the aborted transactions whose marker is below the new
-/// log start. Returns the number of batches and bytes deleted.
+/// Deletes the tiered segments of the partitions `partition_ids` that end below `below`, adding
+/// their `.log` bytes (their objects' live bytes) per object to `released`; returns the number of
+/// segments and `.log` bytes deleted. The partitions' sizes are the caller's to update.
+pub(super) async fn delete_segments_below(
+    conn: &mut PgConnection,
+    partition_ids: &[i64],
+    below: i64,
+    released: &mut BTreeMap<i64, i64>,
+) -> Result<(u64, i64), Attempt> {
+    let rows = sqlx::query(
+        "WITH d AS (DELETE FROM tiered_segments WHERE partition_id = ANY($1) \
+         AND end_offset < $2 RETURNING object_id, log_size) \
+         SELECT object_id, count(*)::bigint, sum(log_size)::bigint FROM d GROUP BY object_id",
+    )
+    .bind(partition_ids)
+    .bind(below)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(Attempt::before)?;
+    let (mut count, mut bytes) = (0u64, 0i64);
+    for row in &rows {
+        let (object_id, n, b) = (row.i64_at(0)?, row.i64_at(1)?, row.i64_at(2)?);
+        count += to_u64(n, "segment count")?;
+        bytes += b;
+        *released.entry(object_id).or_default() += b;
+    }
+    Ok((count, bytes))
+}
+
+/// What trimming a partition deleted.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Trimmed {
+    /// WAL batches (transaction markers included).
+    pub(super) batches: u64,
+    /// Tiered segments.
+    pub(super) segments: u64,
+    /// Bytes: the batches' and the segments' `.log` sections.
+    pub(super) bytes: i64,
+}
+
+/// [`delete_segments_below`] and [`delete_batches_below`] for one partition, then moves its log
+/// start offset to `below` (never back) and its sizes down, and forgets the aborted transactions
+/// whose marker is below the new log start. A segment straddling `below` stays whole (reads skip
+/// below the log start).
 async fn trim_below(
     conn: &mut PgConnection,
     partition_id: i64,
     below: i64,
     released: &mut BTreeMap<i64, i64>,
-) -> Result<(u64, i64), Attempt> {
-    let (count, bytes) = delete_batches_below(conn, &[partition_id], below, released).await?;
+) -> Result<Trimmed, Attempt> {
+    let (segments, segment_bytes) =
+        delete_segments_below(conn, &[partition_id], below, released).await?;
+    let (batches, batch_bytes) =
+        delete_batches_below(conn, &[partition_id], below, released).await?;
+    let bytes = segment_bytes + batch_bytes;
     sqlx::query(
         "WITH pa AS (UPDATE partitions SET log_start_offset = greatest(log_start_offset, $2), \
-         byte_size = byte_size - $3 WHERE partition_id = $1 RETURNING log_start_offset) \
+         byte_size = byte_size - $3, tiered_bytes = tiered_bytes - $4 \
+         WHERE partition_id = $1 RETURNING log_start_offset) \
          DELETE FROM aborted_txns a USING pa \
          WHERE a.partition_id = $1 AND a.last_offset < pa.log_start_offset",
     )
     .bind(partition_id)
     .bind(below)
     .bind(bytes)
+    .bind(segment_bytes)
     .execute(&mut *conn)
     .await
     .map_err(Attempt::before)?;
-    Ok((count, bytes))
+    Ok(Trimmed {
+        batches,
+        segments,
+        bytes,
+    })
 }
 
 /// Takes released bytes off objects (locking them in object id order), marking those left with no
@@ -178,19 +230,28 @@ async fn lock_partition(
 }
 
 /// Retention of one locked partition: deletes the prefix that retention.ms (then retention.bytes
-/// on what is left) allows under `rule`, at most `budget` batches ([`RetentionScan`]), adding the
-/// released bytes per object to `released`. Returns the number of batches and bytes deleted.
+/// on what is left) allows under `rule`, at most `budget` items ([`RetentionScan`]), adding the
+/// released bytes per object to `released`. The items are the partition's tiered segments (each
+/// aged by its `retention_ts`, sized by its `.log`) then its WAL batches, one sequence in offset
+/// order: each page reads the segments after the cursor, then batches to fill it (two index range
+/// scans).
 async fn trim_partition(
     conn: &mut PgConnection,
     partition_id: i64,
     rule: RetentionRule,
     budget: u64,
     released: &mut BTreeMap<i64, i64>,
-) -> Result<(u64, i64), Attempt> {
+) -> Result<Trimmed, Attempt> {
     let sql = format!(
-        "SELECT b.last_offset, b.byte_size, {ts} FROM batches b \
-         WHERE b.partition_id = $1 AND b.last_offset > $2 \
-         ORDER BY b.last_offset LIMIT $3",
+        "SELECT x.last_offset, x.size, x.ts FROM ( \
+         (SELECT s.end_offset AS last_offset, s.log_size AS size, s.retention_ts AS ts \
+          FROM tiered_segments s WHERE s.partition_id = $1 AND s.end_offset > $2 \
+          ORDER BY s.end_offset LIMIT $3) \
+         UNION ALL \
+         (SELECT b.last_offset, b.byte_size, {ts} FROM batches b \
+          WHERE b.partition_id = $1 AND b.last_offset > $2 \
+          ORDER BY b.last_offset LIMIT $3)) x \
+         ORDER BY x.last_offset LIMIT $3",
         ts = retention_ts()
     );
     let mut scan = RetentionScan::new(rule, budget);
@@ -206,7 +267,7 @@ async fn trim_partition(
     }
     match scan.delete_below() {
         Some(below) => trim_below(conn, partition_id, below, released).await,
-        None => Ok((0, 0)),
+        None => Ok(Trimmed::default()),
     }
 }
 
@@ -252,14 +313,20 @@ impl Pass {
     /// Producer expiry: with a producer state expired (none with an open transaction expires).
     fn candidates(self) -> String {
         match self {
+            // The first item is the first tiered segment when the partition has any (one probe
+            // of the segments' primary key), else its first batch.
             Pass::Retention => format!(
-                "pa.byte_size > 0 \
-                 AND ((t.retention_bytes >= 0 AND EXISTS (SELECT 1 FROM (SELECT b.byte_size \
-                 FROM batches b WHERE b.partition_id = pa.partition_id \
-                 ORDER BY b.last_offset LIMIT 1) f WHERE pa.byte_size - f.byte_size >= t.retention_bytes)) \
-                 OR (t.retention_ms >= 0 AND EXISTS (SELECT 1 FROM (SELECT {ts} AS ts \
-                 FROM batches b WHERE b.partition_id = pa.partition_id \
-                 ORDER BY b.last_offset LIMIT 1) f WHERE $1::numeric - f.ts > t.retention_ms)))",
+                "pa.byte_size > 0 AND (t.retention_bytes >= 0 OR t.retention_ms >= 0) \
+                 AND EXISTS (SELECT 1 FROM ( \
+                 (SELECT 0 AS k, s.log_size AS size, s.retention_ts AS ts \
+                  FROM tiered_segments s WHERE pa.tiered_bytes > 0 \
+                  AND s.partition_id = pa.partition_id ORDER BY s.end_offset LIMIT 1) \
+                 UNION ALL \
+                 (SELECT 1, b.byte_size, {ts} FROM batches b \
+                  WHERE b.partition_id = pa.partition_id ORDER BY b.last_offset LIMIT 1) \
+                 ORDER BY k LIMIT 1) f \
+                 WHERE (t.retention_bytes >= 0 AND pa.byte_size - f.size >= t.retention_bytes) \
+                 OR (t.retention_ms >= 0 AND $1::numeric - f.ts > t.retention_ms))",
                 ts = retention_ts()
             ),
             Pass::ProducerExpiry => "EXISTS (SELECT 1 FROM producer_state s \
@@ -376,6 +443,7 @@ impl PostgresCoordinator {
                 }
             };
             if target > *lso {
+                // Segments ending below the target go; one straddling it stays.
                 trim_below(&mut tx, *partition_id, target, &mut released).await?;
                 *lso = target;
             }
@@ -393,7 +461,10 @@ impl PostgresCoordinator {
         &self,
         max_producers: u32,
     ) -> Result<ProducerExpiryReport, CoordinatorError> {
-        let (expired, _) = self.write_pass(Pass::ProducerExpiry, max_producers).await?;
+        let expired = self
+            .write_pass(Pass::ProducerExpiry, max_producers)
+            .await?
+            .batches;
         Ok(ProducerExpiryReport {
             expired,
             more: max_producers > 0 && expired == u64::from(max_producers),
@@ -404,19 +475,19 @@ impl PostgresCoordinator {
         &self,
         max_batches: u32,
     ) -> Result<RetentionReport, CoordinatorError> {
-        let (batches, bytes) = self.write_pass(Pass::Retention, max_batches).await?;
+        let t = self.write_pass(Pass::Retention, max_batches).await?;
         Ok(RetentionReport {
-            batches_deleted: batches,
-            bytes_deleted: to_u64(bytes, "deleted bytes")?,
-            segments_deleted: 0,
-            more: max_batches > 0 && batches == u64::from(max_batches),
+            batches_deleted: t.batches,
+            bytes_deleted: to_u64(t.bytes, "deleted bytes")?,
+            segments_deleted: t.segments,
+            more: max_batches > 0 && t.batches + t.segments == u64::from(max_batches),
         })
     }
 
     /// A pass (see [`crate::BatchCoordinator::enforce_retention`] and
     /// [`crate::BatchCoordinator::expire_producers`]), retried after conflicts: what it deleted
-    /// (batches or producer states, and bytes).
-    async fn write_pass(&self, pass: Pass, budget: u32) -> Result<(u64, i64), CoordinatorError> {
+    /// (batches, segments and bytes; producer expiry counts its producer states as batches).
+    async fn write_pass(&self, pass: Pass, budget: u32) -> Result<Trimmed, CoordinatorError> {
         self.retrying(|now| self.try_pass(pass, budget, now)).await
     }
 
@@ -426,13 +497,13 @@ impl PostgresCoordinator {
     /// seen and kept), and the walk stops as soon as the budget is spent, so a pass holds its row
     /// locks for work bounded by its budget (plus one page of candidates), whatever the number of
     /// partitions.
-    async fn try_pass(&self, pass: Pass, budget: u32, now: i64) -> Result<(u64, i64), Attempt> {
+    async fn try_pass(&self, pass: Pass, budget: u32, now: i64) -> Result<Trimmed, Attempt> {
         if budget == 0 {
-            return Ok((0, 0));
+            return Ok(Trimmed::default());
         }
         let mut tx = self.write.begin().await.map_err(Attempt::before)?;
         let mut left = u64::from(budget);
-        let mut bytes = 0i64;
+        let mut total = Trimmed::default();
         let mut released = BTreeMap::new();
         let mut walk = CandidateWalk::new(pass);
         'walk: while let Some(page) = walk.next_page(&mut tx, now).await? {
@@ -452,15 +523,19 @@ impl PostgresCoordinator {
                             retention_bytes: p.retention_bytes,
                             now,
                         };
-                        let (count, b) =
-                            trim_partition(&mut tx, partition_id, rule, left, &mut released)
-                                .await?;
-                        bytes += b;
-                        count
+                        let t = trim_partition(&mut tx, partition_id, rule, left, &mut released)
+                            .await?;
+                        total.batches += t.batches;
+                        total.segments += t.segments;
+                        total.bytes += t.bytes;
+                        t.batches + t.segments
                     }
                     (Pass::ProducerExpiry, Some(p)) => {
                         let expiration = p.producer_id_expiration_ms;
-                        expire_partition(&mut tx, partition_id, expiration, left, now).await?
+                        let n =
+                            expire_partition(&mut tx, partition_id, expiration, left, now).await?;
+                        total.batches += n;
+                        n
                     }
                 };
                 left = left.saturating_sub(spent);
@@ -472,7 +547,7 @@ impl PostgresCoordinator {
         }
         release_objects(&mut tx, &released, now).await?;
         tx.commit().await.map_err(Attempt::sent)?;
-        Ok((u64::from(budget) - left, bytes))
+        Ok(total)
     }
 
     /// The marked objects, on the primary (a replica could list an object already forgotten).
@@ -482,13 +557,24 @@ impl PostgresCoordinator {
         limit: u32,
     ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
         self.check_open()?;
-        let rows = sqlx::query(OBJECTS_TO_DELETE)
-            .bind(marked_before_ms)
-            .bind(i64::from(limit))
-            .fetch_all(self.fresh_pool())
-            .await
-            .map_err(|e| sql_error(e, false))?;
-        rows.iter().map(object_to_delete_from_row).collect()
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT x.*, o.kind FROM ({OBJECTS_TO_DELETE}) x \
+             JOIN objects o ON o.object_key = x.object_key \
+             ORDER BY x.marked_for_deletion_at, x.object_key"
+        )))
+        .bind(marked_before_ms)
+        .bind(i64::from(limit))
+        .fetch_all(self.fresh_pool())
+        .await
+        .map_err(|e| sql_error(e, false))?;
+        rows.iter()
+            .map(|r| {
+                Ok(ObjectToDelete {
+                    kind: object_kind(r.i16_at(3)?)?,
+                    ..object_to_delete_from_row(r)?
+                })
+            })
+            .collect()
     }
 
     /// Fence retention and the expiry batch, as the server-side functions take them.

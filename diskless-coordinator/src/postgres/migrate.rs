@@ -69,6 +69,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(10, "0010", "drop_batches_object_index", transactional: false),
     migration!(11, "0011", "transactions", transactional: true),
     migration!(12, "0012", "open_txn_index", transactional: false),
+    migration!(13, "0013", "tiered_segments", transactional: true),
 ];
 
 /// The latest schema version this build knows.

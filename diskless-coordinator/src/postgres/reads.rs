@@ -18,16 +18,19 @@
 
 use super::conn::sql_error;
 use super::lifecycle::EFFECTIVE_TS;
+use super::tiering::segments_from;
+use super::topics::{topic_columns, topic_from_row};
 use super::{PostgresCoordinator, partition_arrays};
 use crate::rows::{
-    OBJECT_INFO, SqlRow, TOPIC_COLUMNS, batch_columns, batch_from_row, col, corrupt,
-    object_info_from_row, topic_from_row, topic_key,
+    OBJECT_INFO, SqlRow, batch_columns, batch_from_row, col, corrupt, object_info_from_row,
+    topic_key,
 };
-use crate::rules::{FetchLimits, in_request_order, list_offsets_answer, looks_up_batch};
+use crate::rules::{in_request_order, list_offsets_answer, looks_up_batch};
 use crate::{
     AbortedTxn, BatchCoordinate, CoordinatorError, ErrorCode, FindBatchesRequest,
     FindBatchesResponse, IsolationLevel, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
-    ObjectInfo, ProducerBatch, ProducerState, ShardId, TopicIdPartition, TopicInfo,
+    NO_TIMESTAMP, ObjectInfo, ObjectKind, ProducerBatch, ProducerState, ShardId, TieredSegment,
+    TopicIdPartition, TopicInfo,
 };
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::{AssertSqlSafe, Postgres, Transaction};
@@ -41,7 +44,7 @@ const FIRST_PAGE: i64 = 64;
 const PAGE: i64 = 512;
 
 /// `BEGIN` of every multi-statement read: one snapshot for the call, also on a hot standby.
-const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+pub(super) const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
 /// The replica's lag bound, in the reading transaction's snapshot: its clock minus the newest
 /// primary heartbeat it holds (ms).
@@ -102,7 +105,7 @@ enum Source {
 /// The last stable offset of partition row `pa`: the smallest first offset of its open
 /// transactions (one probe of the partial index `producer_state_open_txn`, migration 12), raised
 /// to the log start offset, never above the high watermark; the high watermark when none is open.
-const LAST_STABLE_OFFSET: &str = "least(pa.high_watermark, greatest(pa.log_start_offset, \
+pub(super) const LAST_STABLE_OFFSET: &str = "least(pa.high_watermark, greatest(pa.log_start_offset, \
      coalesce((SELECT min(s.txn_first_offset) FROM producer_state s \
      WHERE s.partition_id = pa.partition_id AND s.txn_first_offset IS NOT NULL), \
      pa.high_watermark)))";
@@ -114,6 +117,8 @@ struct Found {
     log_start_offset: i64,
     high_watermark: i64,
     last_stable_offset: i64,
+    /// The first offset no tiered segment ever covered.
+    tiered_next_offset: i64,
     first_page: Vec<BatchCoordinate>,
 }
 
@@ -130,6 +135,7 @@ struct Listed {
     log_start_offset: i64,
     high_watermark: i64,
     last_stable_offset: i64,
+    tiered_next_offset: i64,
     hit: Option<(i64, i64)>,
 }
 
@@ -141,10 +147,102 @@ impl Listed {
             IsolationLevel::ReadCommitted => self.last_stable_offset,
             IsolationLevel::ReadUncommitted => self.high_watermark,
         };
+        let bound = |offset| ListOffsetsResponse {
+            error: ErrorCode::None,
+            offset,
+            timestamp: NO_TIMESTAMP,
+        };
+        match request.timestamp {
+            // KIP-405's EARLIEST_LOCAL: the first offset not tiered (never below the log start).
+            EARLIEST_LOCAL_TIMESTAMP => {
+                return bound(self.log_start_offset.max(self.tiered_next_offset));
+            }
+            // KIP-1005's LATEST_TIERED: the last tiered offset (-1 when nothing was tiered).
+            LATEST_TIERED_TIMESTAMP => return bound(self.tiered_next_offset - 1),
+            _ => {}
+        }
         let hit = self
             .hit
             .filter(|(offset, _)| (*offset).max(self.log_start_offset) < fetchable);
         list_offsets_answer(request.timestamp, self.log_start_offset, fetchable, hit)
+    }
+}
+
+/// ListOffsets `-4` (KIP-405's `EARLIEST_LOCAL_TIMESTAMP`).
+const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+/// ListOffsets `-5` (KIP-1005's `LATEST_TIERED_TIMESTAMP`).
+const LATEST_TIERED_TIMESTAMP: i64 = -5;
+
+/// Tiered segments per partition read by one find_batches query (more pages follow when needed).
+const SEGMENT_PAGE: i64 = 16;
+
+/// KIP-74's byte limits of one `find_batches` call over both tiers, filled partition by
+/// partition in request order: a partition's first item (segment or batch) is always taken, a
+/// later one while the partition stays within its `max_bytes` and the call within
+/// `fetch_max_bytes`; a segment counts its whole `.log`.
+struct CallLimits {
+    fetch_max_bytes: u64,
+    total: u64,
+}
+
+/// What one partition of a `find_batches` call answers with, so far.
+struct PartitionTake<'a> {
+    call: &'a mut CallLimits,
+    max_bytes: u64,
+    bytes: u64,
+    segments: Vec<TieredSegment>,
+    batches: Vec<BatchCoordinate>,
+}
+
+impl PartitionTake<'_> {
+    /// Counts an item of `size` bytes if the limits allow.
+    fn fits(&mut self, size: u64) -> bool {
+        let fits = self.bytes + size <= self.max_bytes
+            && self.call.total + size <= self.call.fetch_max_bytes;
+        if (!self.segments.is_empty() || !self.batches.is_empty()) && !fits {
+            return false;
+        }
+        self.bytes += size;
+        self.call.total += size;
+        true
+    }
+
+    fn take_segment(&mut self, segment: TieredSegment) -> bool {
+        let ok = self.fits(segment.layout.log);
+        if ok {
+            self.segments.push(segment);
+        }
+        ok
+    }
+
+    fn take_batch(&mut self, batch: BatchCoordinate) -> bool {
+        let ok = self.fits(u64::from(batch.byte_size));
+        if ok {
+            self.batches.push(batch);
+        }
+        ok
+    }
+
+    /// The offset after the last item taken.
+    fn next_offset(&self) -> Result<Option<i64>, CoordinatorError> {
+        self.batches
+            .last()
+            .map(|b| b.last_offset)
+            .or_else(|| self.segments.last().map(|s| s.end_offset))
+            .map(|last| {
+                last.checked_add(1)
+                    .ok_or_else(|| corrupt("a last offset is i64::MAX"))
+            })
+            .transpose()
+    }
+}
+
+/// A stored object kind (migration 13: 0 WAL, 1 tiered segment).
+pub(super) fn object_kind(code: i16) -> Result<ObjectKind, CoordinatorError> {
+    match code {
+        0 => Ok(ObjectKind::Wal),
+        1 => Ok(ObjectKind::TieredSegment),
+        other => Err(corrupt(format!("unknown object kind {other}"))),
     }
 }
 
@@ -185,7 +283,7 @@ async fn find_first_pages(
         .collect();
     let rows = sqlx::query(AssertSqlSafe(format!(
         "SELECT u.i::integer, pa.partition_id, pa.log_start_offset, pa.high_watermark, l.lso, \
-         b.present, {cols} \
+         pa.tiered_next_offset, b.present, {cols} \
          FROM unnest($1::text[]::uuid[], $2::integer[], $3::bigint[], $4::boolean[]) \
          WITH ORDINALITY AS u(t, p, off, rc, i) \
          JOIN partitions pa ON pa.topic_id = u.t AND pa.partition = u.p \
@@ -215,13 +313,14 @@ async fn find_first_pages(
                 log_start_offset: row.i64_at(2)?,
                 high_watermark: row.i64_at(3)?,
                 last_stable_offset: row.i64_at(4)?,
+                tiered_next_offset: row.i64_at(5)?,
                 first_page: Vec::new(),
             });
         }
-        if col::<_, Option<bool>>(row, 5)?.unwrap_or(false)
+        if col::<_, Option<bool>>(row, 6)?.unwrap_or(false)
             && let Some(f) = slot.as_mut()
         {
-            f.first_page.push(batch_from_row(row, 6)?);
+            f.first_page.push(batch_from_row(row, 7)?);
         }
     }
     Ok(found)
@@ -324,6 +423,7 @@ async fn list_offsets_lookup(
             log_start_offset: row.i64_at(1)?,
             high_watermark: row.i64_at(2)?,
             last_stable_offset: row.i64_at(5)?,
+            tiered_next_offset: row.i64_at(6)?,
             hit,
         });
     }
@@ -335,11 +435,33 @@ fn list_offsets_sql() -> String {
     let ts = EFFECTIVE_TS;
     format!(
         "SELECT u.i::integer, pa.log_start_offset, pa.high_watermark, x.base_offset, x.ts, \
-         {LAST_STABLE_OFFSET} FROM unnest($1::text[]::uuid[], $2::integer[], $3::bigint[]) \
+         {LAST_STABLE_OFFSET}, pa.tiered_next_offset \
+         FROM unnest($1::text[]::uuid[], $2::integer[], $3::bigint[]) \
          WITH ORDINALITY AS u(t, p, target, i) \
          JOIN partitions pa ON pa.topic_id = u.t AND pa.partition = u.p \
          LEFT JOIN LATERAL ( \
              SELECT y.base_offset, y.ts FROM ( \
+                 (SELECT f.base_offset, f.last_offset, f.ts FROM \
+                     (SELECT s.base_offset, s.end_offset AS last_offset, s.max_timestamp AS ts \
+                      FROM tiered_segments s \
+                      WHERE u.target >= 0 AND pa.tiered_bytes > 0 \
+                      AND s.partition_id = pa.partition_id \
+                      AND s.max_timestamp_so_far >= u.target \
+                      ORDER BY s.max_timestamp_so_far, s.end_offset LIMIT 1) c \
+                  CROSS JOIN LATERAL ( \
+                      SELECT c.base_offset, c.last_offset, c.ts WHERE c.ts >= u.target \
+                      UNION ALL \
+                      (SELECT s.base_offset, s.end_offset, s.max_timestamp FROM tiered_segments s \
+                       WHERE c.ts < u.target AND s.partition_id = pa.partition_id \
+                       AND s.end_offset > c.last_offset AND s.max_timestamp >= u.target \
+                       ORDER BY s.end_offset LIMIT 1) \
+                  ) f) \
+                 UNION ALL \
+                 (SELECT s.base_offset, s.end_offset, s.max_timestamp FROM tiered_segments s \
+                  WHERE u.target = {MAX_TIMESTAMP} AND pa.tiered_bytes > 0 \
+                  AND s.partition_id = pa.partition_id \
+                  ORDER BY s.max_timestamp DESC, s.end_offset LIMIT 1) \
+                 UNION ALL \
                  (SELECT f.base_offset, f.last_offset, f.ts FROM \
                      (SELECT b.base_offset, b.last_offset, {ts} AS ts FROM batches b \
                       WHERE u.target >= 0 AND b.partition_id = pa.partition_id \
@@ -362,7 +484,8 @@ fn list_offsets_sql() -> String {
                  (SELECT b.base_offset, b.last_offset, {ts} FROM batches b \
                   WHERE u.target = {MAX_TIMESTAMP} AND b.partition_id = pa.partition_id \
                   ORDER BY {ts} DESC, b.last_offset LIMIT 1) \
-             ) y ORDER BY y.last_offset LIMIT 1 \
+             ) y ORDER BY (CASE WHEN u.target = {MAX_TIMESTAMP} THEN y.ts END) DESC NULLS LAST, \
+             y.last_offset LIMIT 1 \
          ) x ON true"
     )
 }
@@ -479,7 +602,10 @@ impl PostgresCoordinator {
                 primary = Some(ptx);
             }
         }
-        let mut limits = FetchLimits::new(fetch_max_bytes);
+        let mut limits = CallLimits {
+            fetch_max_bytes: u64::from(fetch_max_bytes),
+            total: 0,
+        };
         let mut responses = Vec::with_capacity(requests.len());
         for (i, request) in requests.iter().enumerate() {
             let Some(f) = found[i].take() else {
@@ -504,13 +630,41 @@ impl PostgresCoordinator {
             } else {
                 i64::MAX
             };
-            let mut fetch = limits.partition(request.max_bytes);
+            let mut fetch = PartitionTake {
+                call: &mut limits,
+                max_bytes: u64::from(request.max_bytes),
+                bytes: 0,
+                segments: Vec::new(),
+                batches: Vec::new(),
+            };
+            // Segments first (one sequence with the batches): the one containing the offset and
+            // those following while the limits allow; a segment that does not fit ends the
+            // answer, so batches follow only segments that reach them. Segments are always below
+            // the last stable offset (a registration ends below it, and it never moves back).
+            let mut complete = true;
+            if request.offset < f.tiered_next_offset && !(committed && request.offset >= below) {
+                let mut from = request.offset;
+                'segments: loop {
+                    let page = segments_from(conn, f.partition_id, from, SEGMENT_PAGE).await?;
+                    let full = page.len() as i64 == SEGMENT_PAGE;
+                    for segment in page {
+                        if !fetch.take_segment(segment) {
+                            complete = false;
+                            break 'segments;
+                        }
+                    }
+                    match fetch.next_offset()? {
+                        Some(next) if full => from = next,
+                        _ => break,
+                    }
+                }
+            }
             let mut full = f.first_page.len() as i64 == FIRST_PAGE;
-            let mut page = f.first_page;
+            let mut page = if complete { f.first_page } else { Vec::new() };
             'pages: loop {
                 let mut took = false;
                 for batch in page {
-                    if !fetch.take(batch) {
+                    if !fetch.take_batch(batch) {
                         break 'pages;
                     }
                     took = true;
@@ -528,12 +682,15 @@ impl PostgresCoordinator {
                     Some(aborted_between(conn, f.partition_id, request.offset, upper).await?)
                 }
             };
-            responses.push(fetch.into_response(
-                f.log_start_offset,
-                f.high_watermark,
-                f.last_stable_offset,
+            responses.push(FindBatchesResponse {
+                error: ErrorCode::None,
+                segments: fetch.segments,
+                batches: fetch.batches,
+                log_start_offset: f.log_start_offset,
+                high_watermark: f.high_watermark,
+                last_stable_offset: f.last_stable_offset,
                 aborted,
-            ));
+            });
         }
         tx.commit().await.map_err(|e| sql_error(e, false))?;
         if let Some(p) = primary {
@@ -616,7 +773,10 @@ impl PostgresCoordinator {
 
     pub(super) async fn read_list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
         self.check_open()?;
-        let sql = format!("SELECT topic_id::text, {TOPIC_COLUMNS} FROM topics ORDER BY name");
+        let sql = format!(
+            "SELECT topic_id::text, {} FROM topics ORDER BY name",
+            topic_columns()
+        );
         let rows = if self.options.read_url.is_none() {
             sqlx::query(AssertSqlSafe(sql))
                 .fetch_all(&self.read)
@@ -661,15 +821,22 @@ impl PostgresCoordinator {
         object_key: &str,
     ) -> Result<Option<ObjectInfo>, CoordinatorError> {
         self.check_open()?;
-        let row = sqlx::query(OBJECT_INFO)
-            .bind(object_key)
-            .fetch_optional(self.fresh_pool())
-            .await
-            .map_err(|e| sql_error(e, false))?;
+        // OBJECT_INFO's columns, then the kind (migration 13).
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT x.*, (SELECT k.kind FROM objects k WHERE k.object_key = $1) \
+             FROM ({OBJECT_INFO}) x"
+        )))
+        .bind(object_key)
+        .fetch_optional(self.fresh_pool())
+        .await
+        .map_err(|e| sql_error(e, false))?;
         row.map(|r| {
             let owners: Vec<i64> = col(&r, 3)?;
             let owners = owners.into_iter().map(shard_id).collect::<Result<_, _>>()?;
-            object_info_from_row(&r, object_key, owners)
+            Ok(ObjectInfo {
+                kind: object_kind(r.i16_at(6)?)?,
+                ..object_info_from_row(&r, object_key, owners)?
+            })
         })
         .transpose()
     }

@@ -2,15 +2,81 @@
 
 use super::PostgresCoordinator;
 use super::conn::{Attempt, sql_error};
+use super::lifecycle::delete_segments_below;
 use super::lifecycle::{delete_batches_below, release_objects};
-use crate::rows::{TOPIC_COLUMNS, bind_topic, bind_topic_config, topic_config_set, topic_key};
+use crate::rows::{SqlRow, parse_topic_id, topic_key, ts_type, ts_type_code};
 use crate::{
-    CoordinatorError, CreateTopicRequest, ProducerIdBlock, TopicConfig, check_new_partition_count,
-    next_producer_id_block, validate_producer_id_count,
+    CoordinatorError, CreateTopicRequest, ProducerIdBlock, TopicConfig, TopicInfo,
+    check_new_partition_count, next_producer_id_block, validate_producer_id_count,
 };
 use sqlx::AssertSqlSafe;
+use sqlx::postgres::{PgArguments, Postgres};
+use sqlx::query::Query;
 use std::collections::BTreeMap;
 use uuid::Uuid;
+
+/// The configuration columns of a PostgreSQL topic row, in the order [`config_from_row`] reads
+/// them (migration 13 added the last four, the tiered-storage settings).
+pub(super) const CONFIG_COLUMNS: &str = "timestamp_type, retention_ms, retention_bytes, \
+     max_message_bytes, message_timestamp_before_max_ms, message_timestamp_after_max_ms, \
+     producer_id_expiration_ms, segment_bytes, segment_ms, index_interval_bytes, \
+     segment_index_bytes";
+
+/// How many columns [`CONFIG_COLUMNS`] lists.
+const CONFIG_COLUMN_COUNT: usize = 11;
+
+/// The columns of a topic row after its id: name, partition count, then [`CONFIG_COLUMNS`].
+pub(super) fn topic_columns() -> String {
+    format!("name, partition_count, {CONFIG_COLUMNS}")
+}
+
+/// Binds `config` as the next [`CONFIG_COLUMN_COUNT`] parameters, in [`CONFIG_COLUMNS`] order.
+fn bind_config<'q>(
+    q: Query<'q, Postgres, PgArguments>,
+    c: &TopicConfig,
+) -> Query<'q, Postgres, PgArguments> {
+    q.bind(ts_type_code(c.timestamp_type))
+        .bind(c.retention_ms)
+        .bind(c.retention_bytes)
+        .bind(c.max_message_bytes)
+        .bind(c.message_timestamp_before_max_ms)
+        .bind(c.message_timestamp_after_max_ms)
+        .bind(c.producer_id_expiration_ms)
+        .bind(c.segment_bytes)
+        .bind(c.segment_ms)
+        .bind(c.index_interval_bytes)
+        .bind(c.segment_index_bytes)
+}
+
+/// A topic configuration from the [`CONFIG_COLUMNS`] of `row` starting at column `at`.
+pub(super) fn config_from_row(
+    row: &impl SqlRow,
+    at: usize,
+) -> Result<TopicConfig, CoordinatorError> {
+    Ok(TopicConfig {
+        timestamp_type: ts_type(row.i16_at(at)?)?,
+        retention_ms: row.i64_at(at + 1)?,
+        retention_bytes: row.i64_at(at + 2)?,
+        max_message_bytes: row.i32_at(at + 3)?,
+        message_timestamp_before_max_ms: row.i64_at(at + 4)?,
+        message_timestamp_after_max_ms: row.i64_at(at + 5)?,
+        producer_id_expiration_ms: row.i64_at(at + 6)?,
+        segment_bytes: row.i32_at(at + 7)?,
+        segment_ms: row.i64_at(at + 8)?,
+        index_interval_bytes: row.i32_at(at + 9)?,
+        segment_index_bytes: row.i32_at(at + 10)?,
+    })
+}
+
+/// A topic from the topic id (text) then [`topic_columns`].
+pub(super) fn topic_from_row(row: &impl SqlRow) -> Result<TopicInfo, CoordinatorError> {
+    Ok(TopicInfo {
+        topic_id: parse_topic_id(&row.string_at(0)?)?,
+        name: row.string_at(1)?,
+        partitions: row.i32_at(2)?,
+        config: config_from_row(row, 3)?,
+    })
+}
 
 impl PostgresCoordinator {
     /// The topic row and its partitions, in one statement (one transaction).
@@ -21,13 +87,25 @@ impl PostgresCoordinator {
         request.validate()?;
         self.check_open()?;
         let id = topic_key(request.topic_id);
+        let values = (1..=3 + CONFIG_COLUMN_COUNT)
+            .map(|n| format!("${n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let insert = sqlx::query(AssertSqlSafe(format!(
-            "WITH t AS (INSERT INTO topics (topic_id, {TOPIC_COLUMNS}) \
-             VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING topic_id) \
+            "WITH t AS (INSERT INTO topics (topic_id, {columns}) \
+             VALUES ({values}) RETURNING topic_id) \
              INSERT INTO partitions (topic_id, partition, log_start_offset, high_watermark, \
-             byte_size) SELECT t.topic_id, g, 0, 0, 0 FROM t, generate_series(0, $3 - 1) AS g"
+             byte_size) SELECT t.topic_id, g, 0, 0, 0 FROM t, generate_series(0, $3 - 1) AS g",
+            columns = topic_columns(),
+            values = values.replacen("$1", "$1::uuid", 1),
         )));
-        let result = bind_topic(insert, &request).execute(&self.write).await;
+        let insert = insert
+            .bind(id.clone())
+            .bind(request.name.clone())
+            .bind(request.partitions);
+        let result = bind_config(insert, &request.config)
+            .execute(&self.write)
+            .await;
         match result {
             Ok(_) => Ok(()),
             Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some("23505") => {
@@ -51,8 +129,8 @@ impl PostgresCoordinator {
     }
 
     /// One attempt of `delete_topic` at coordinator time `now`: the topic row, then its partitions
-    /// (in partition order) are locked, their batches (transaction markers included) deleted and
-    /// their objects released, their producer states and aborted transactions deleted.
+    /// (in partition order) are locked, their batches (transaction markers included) and tiered
+    /// segments deleted and their objects released, their producer states and aborted transactions deleted.
     async fn try_delete_topic(&self, topic_id: Uuid, now: i64) -> Result<(), Attempt> {
         let id = topic_key(topic_id);
         let mut tx = self.write.begin().await.map_err(Attempt::before)?;
@@ -74,6 +152,7 @@ impl PostgresCoordinator {
         .map_err(Attempt::before)?;
         let mut released = BTreeMap::new();
         delete_batches_below(&mut tx, &partition_ids, i64::MAX, &mut released).await?;
+        delete_segments_below(&mut tx, &partition_ids, i64::MAX, &mut released).await?;
         release_objects(&mut tx, &released, now).await?;
         for sql in [
             "DELETE FROM producer_state WHERE partition_id IN \
@@ -144,11 +223,16 @@ impl PostgresCoordinator {
         config.validate()?;
         self.check_open()?;
         let id = topic_key(topic_id);
+        let set = CONFIG_COLUMNS
+            .split(',')
+            .zip(2..)
+            .map(|(column, n)| format!("{} = ${n}", column.trim()))
+            .collect::<Vec<_>>()
+            .join(", ");
         let update = sqlx::query(AssertSqlSafe(format!(
-            "UPDATE topics SET {} WHERE topic_id = $1::uuid",
-            topic_config_set('$')
+            "UPDATE topics SET {set} WHERE topic_id = $1::uuid"
         )));
-        let updated = bind_topic_config(update.bind(&id), &config)
+        let updated = bind_config(update.bind(&id), &config)
             .execute(&self.write)
             .await
             .map_err(autocommit_error)?;
