@@ -14,9 +14,11 @@ mod common;
 use common::{find_from, list_offset, request, try_find_from};
 use diskless_coordinator::postgres::{PostgresCoordinator, PostgresOptions, migrate};
 use diskless_coordinator::{
-    BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest, CoordinatorError,
-    EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest,
-    ManualClock, SystemClock, TimestampType, TopicConfig, TopicIdPartition, TxnMarker,
+    BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest,
+    CoordinatorError, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, LATEST_TIMESTAMP,
+    ListOffsetsRequest, ManualClock, RegisterSegmentOutcome, RegisterSegmentRequest,
+    SegmentLayoutSizes, SegmentPlanRequest, SystemClock, TimestampType, TopicConfig,
+    TopicIdPartition, TxnMarker,
 };
 use diskless_testkit::coordinator::InMemoryCoordinator;
 use diskless_testkit::coordinator::conformance::{self, Harness, START_MS};
@@ -257,6 +259,45 @@ fn idempotent(p: TopicIdPartition, pid: i64, epoch: i16, seq: i32, records: i32)
         base_sequence: seq,
         last_sequence: seq + records - 1,
         ..plain(p, records)
+    }
+}
+
+/// A registration of a segment made of the planned `batches` under `key`, with sizes computed
+/// from them (the `.log` is their bytes; index sizes are made up: the coordinator checks only
+/// the counts and bytes).
+fn segment_request(
+    p: TopicIdPartition,
+    key: &str,
+    batches: &[BatchCoordinate],
+) -> RegisterSegmentRequest {
+    let n = batches.len() as u32;
+    let bytes: u64 = batches.iter().map(|b| u64::from(b.byte_size)).sum();
+    let layout = SegmentLayoutSizes {
+        log: bytes,
+        offset_index: 8 * n,
+        time_index: 12 * n,
+        ..SegmentLayoutSizes::default()
+    };
+    let (mut max_timestamp, mut max_timestamp_offset) = (-1, batches[0].base_offset);
+    for b in batches {
+        if b.effective_max_timestamp() > max_timestamp {
+            max_timestamp = b.effective_max_timestamp();
+            max_timestamp_offset = b.last_offset;
+        }
+    }
+    RegisterSegmentRequest {
+        partition: p,
+        object_key: key.to_string(),
+        object_size: layout.object_size(),
+        uploader_broker_id: 1,
+        layout,
+        base_offset: batches[0].base_offset,
+        end_offset: batches[batches.len() - 1].last_offset,
+        batch_count: n,
+        batch_bytes: bytes,
+        max_timestamp,
+        max_timestamp_offset,
+        owner: 0,
     }
 }
 
@@ -1385,7 +1426,11 @@ async fn postgres_concurrent_writers_and_deleters() {
 /// commit plain and idempotent batches to a long-lived topic and to a topic that is deleted and
 /// recreated under them, a transactional producer opens transactions in both and ends them with
 /// markers (COMMIT and ABORT in turn), while DeleteRecords and retention release objects (and
-/// delete markers) and a cleaner confirms released objects deleted. Afterwards no batch refers to
+/// delete markers), a consolidation worker registers tiered segments of the same partitions
+/// (issue #15) and a cleaner confirms released objects deleted. No deadlock is detected (no call
+/// retried), and afterwards no segment row refers to a missing partition or segment object,
+/// segment objects' live bytes and partitions' tiered bytes match their segments, segments and
+/// WAL batches stay on their side of the tiered offset, and no batch refers to
 /// a missing partition or object, no producer state to a missing partition, object live bytes
 /// match their batches, a batch has no object exactly when it is a marker, every aborted
 /// transaction's ABORT marker is still there (aborted transactions go with their marker and their
@@ -1528,6 +1573,45 @@ async fn postgres_no_dangling_rows() {
         }));
     }
     {
+        // A consolidation worker: candidates, plans and registrations of segments of the same
+        // partitions, against the commits, markers, retention, DeleteRecords, topic deletion and
+        // the cleaner above.
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut registered, mut n) = (0u64, 0u64);
+            // Every first WAL batch is older than segment.ms at this time.
+            let later = START_MS + 8 * 24 * 60 * 60 * 1000;
+            while Instant::now() < deadline {
+                let candidates = c.tiering_candidates(later, 0, None, 100).await.unwrap();
+                for candidate in candidates {
+                    let plan = c
+                        .segment_plan(&SegmentPlanRequest {
+                            partition: candidate.partition,
+                            max_bytes: u64::MAX,
+                            max_batches: 3,
+                            committed_before_ms: i64::MAX,
+                        })
+                        .await
+                        .unwrap();
+                    if plan.batches.is_empty() {
+                        continue;
+                    }
+                    n += 1;
+                    // Keys without a UUID v7 time: the manual clock is far behind the server's.
+                    let key = format!("tiered/d/{n}");
+                    let request = segment_request(candidate.partition, &key, &plan.batches);
+                    match c.register_segment(request).await.unwrap() {
+                        RegisterSegmentOutcome::Registered { .. } => registered += 1,
+                        RegisterSegmentOutcome::Stale
+                        | RegisterSegmentOutcome::UnknownPartition => {}
+                        other => panic!("registering {key}: {other:?}"),
+                    }
+                }
+            }
+            registered
+        }));
+    }
+    {
         let c = c.clone();
         tasks.push(tokio::spawn(async move {
             let mut confirmed = 0;
@@ -1574,7 +1658,37 @@ async fn postgres_no_dangling_rows() {
         counts.iter().all(|n| *n > 0),
         "every task did something: {counts:?}"
     );
+    // The writers lock partitions, then objects, in one global order: no deadlock was detected
+    // (PostgreSQL would have broken it and the call been retried).
+    assert_eq!(c.conflict_retries(), 0);
     let mut conn = side_connection(&schema, "-inspector").await;
+    const DANGLING_TIERED: &str = "SELECT \
+         (SELECT count(*) FROM tiered_segments s WHERE NOT EXISTS \
+             (SELECT 1 FROM partitions pa WHERE pa.partition_id = s.partition_id)), \
+         (SELECT count(*) FROM tiered_segments s WHERE NOT EXISTS \
+             (SELECT 1 FROM objects o WHERE o.object_id = s.object_id AND o.kind = 1)), \
+         (SELECT count(*) FROM objects o WHERE o.kind = 1 AND o.live_bytes <> coalesce((SELECT \
+             sum(s.log_size) FROM tiered_segments s WHERE s.object_id = o.object_id), 0)), \
+         (SELECT count(*) FROM partitions pa WHERE pa.tiered_bytes <> coalesce((SELECT \
+             sum(s.log_size) FROM tiered_segments s WHERE s.partition_id = pa.partition_id), 0)), \
+         (SELECT count(*) FROM batches b JOIN partitions pa ON pa.partition_id = b.partition_id \
+             WHERE b.base_offset < pa.tiered_next_offset), \
+         (SELECT count(*) FROM tiered_segments s JOIN partitions pa \
+             ON pa.partition_id = s.partition_id WHERE s.end_offset >= pa.tiered_next_offset)";
+    let dangling: (i64, i64, i64, i64, i64, i64) = sqlx::query_as(DANGLING_TIERED)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        dangling,
+        (0, 0, 0, 0, 0, 0),
+        "(segments without partition, segments without their segment object, segment objects whose live bytes disagree with their segment, partitions whose tiered bytes disagree with their segments, WAL batches below the tiered offset, segments at or above it)"
+    );
+    let segments: i64 = sqlx::query_scalar("SELECT count(*) FROM objects WHERE kind = 1")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert!(segments > 0, "segments were registered");
     const DANGLING: &str = "SELECT \
          (SELECT count(*) FROM batches b WHERE NOT EXISTS \
              (SELECT 1 FROM partitions pa WHERE pa.partition_id = b.partition_id)), \
@@ -1582,15 +1696,16 @@ async fn postgres_no_dangling_rows() {
              (SELECT 1 FROM objects o WHERE o.object_id = b.object_id)), \
          (SELECT count(*) FROM producer_state s WHERE NOT EXISTS \
              (SELECT 1 FROM partitions pa WHERE pa.partition_id = s.partition_id)), \
-         (SELECT count(*) FROM objects o WHERE o.live_bytes <> coalesce((SELECT \
-             sum(b.byte_size) FROM batches b WHERE b.object_id = o.object_id), 0) \
+         (SELECT count(*) FROM objects o WHERE (o.kind = 0 AND o.live_bytes <> coalesce((SELECT \
+             sum(b.byte_size) FROM batches b WHERE b.object_id = o.object_id), 0)) \
              OR (o.live_bytes = 0) <> (o.marked_for_deletion_at IS NOT NULL)), \
          (SELECT count(*) FROM batches b WHERE (b.object_id IS NULL) <> (b.control_type <> -1)), \
          (SELECT count(*) FROM aborted_txns a WHERE NOT EXISTS (SELECT 1 FROM batches b \
              WHERE b.partition_id = a.partition_id AND b.last_offset = a.last_offset \
              AND b.control_type = 0 AND b.producer_id = a.producer_id)), \
          (SELECT count(*) FROM partitions pa WHERE pa.byte_size <> coalesce((SELECT \
-             sum(b.byte_size) FROM batches b WHERE b.partition_id = pa.partition_id), 0))";
+             sum(b.byte_size) FROM batches b WHERE b.partition_id = pa.partition_id), 0) \
+             + pa.tiered_bytes)";
     let dangling: (i64, i64, i64, i64, i64, i64, i64) =
         sqlx::query_as(DANGLING).fetch_one(&mut conn).await.unwrap();
     assert_eq!(
@@ -1623,6 +1738,21 @@ async fn postgres_no_dangling_rows() {
     let dangling: (i64, i64, i64, i64, i64, i64, i64) =
         sqlx::query_as(DANGLING).fetch_one(&mut conn).await.unwrap();
     assert_eq!((dangling.0, dangling.1, dangling.5), (1, 1, 1));
+    // And a segment row of a deleted partition and object.
+    sqlx::query(
+        "INSERT INTO tiered_segments SELECT -1, s.end_offset, s.base_offset, -1, s.log_size, \
+         s.offset_index_size, s.time_index_size, s.txn_index_size, s.snapshot_size, \
+         s.epochs_size, s.batch_count, s.max_timestamp, s.max_timestamp_offset, \
+         s.max_timestamp_so_far, s.retention_ts, s.registered_at FROM tiered_segments s LIMIT 1",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let dangling: (i64, i64, i64, i64, i64, i64) = sqlx::query_as(DANGLING_TIERED)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((dangling.0, dangling.1), (1, 1));
     c.close().await;
 }
 
