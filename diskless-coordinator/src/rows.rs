@@ -270,6 +270,8 @@ pub(crate) fn retention_rows(
 
 /// The marked objects older than `$1`, oldest first, at most `$2` (SQLite reads `$n` as `?n`):
 /// the columns [`object_to_delete_from_row`] reads.
+// SQLite reads the kind too (its own query); PostgreSQL uses this one.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) const OBJECTS_TO_DELETE: &str = "SELECT object_key, marked_for_deletion_at, \
      object_size FROM objects WHERE marked_for_deletion_at IS NOT NULL \
      AND marked_for_deletion_at < $1 ORDER BY marked_for_deletion_at, object_key LIMIT $2";
@@ -290,6 +292,8 @@ pub(crate) fn object_to_delete_from_row(
 
 /// What is known of the object with key `$1`: the columns [`object_info_from_row`] reads (the
 /// owners column, 3, is read by each backend: its type differs).
+// SQLite reads the kind too (its own query); PostgreSQL uses this one.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) const OBJECT_INFO: &str = "SELECT uploader_broker_id, object_size, live_bytes, owners, \
      committed_at, marked_for_deletion_at FROM objects WHERE object_key = $1";
 
@@ -313,11 +317,13 @@ pub(crate) fn object_info_from_row(
 
 /// The columns of a topic's tiered-storage settings (for a backend that stores them), in the
 /// order [`tiering_from_row`] reads them and [`bind_topic_tiering`] binds them.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) const TOPIC_TIERING_COLUMNS: &str =
     "segment_bytes, segment_ms, index_interval_bytes, segment_index_bytes";
 
 /// The `SET` list of [`TOPIC_TIERING_COLUMNS`] with parameters `{mark}{first}` onwards, bound by
 /// [`bind_topic_tiering`].
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn topic_tiering_set(mark: char, first: usize) -> String {
     TOPIC_TIERING_COLUMNS
         .split(", ")
@@ -329,6 +335,7 @@ pub(crate) fn topic_tiering_set(mark: char, first: usize) -> String {
 
 /// Binds the next four parameters to `config`'s tiered-storage settings, in the order of
 /// [`TOPIC_TIERING_COLUMNS`].
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn bind_topic_tiering<'q, DB>(
     q: Query<'q, DB, <DB as Database>::Arguments>,
     config: &TopicConfig,
@@ -346,6 +353,7 @@ where
 
 /// Sets `config`'s tiered-storage settings from the columns of [`TOPIC_TIERING_COLUMNS`] starting
 /// at `at`.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn tiering_from_row(
     row: &impl SqlRow,
     at: usize,
@@ -359,6 +367,7 @@ pub(crate) fn tiering_from_row(
 }
 
 /// The stored `kind` of an object: 0 a WAL object, 1 a tiered segment.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn object_kind_code(kind: ObjectKind) -> i16 {
     match kind {
         ObjectKind::Wal => 0,
@@ -367,6 +376,7 @@ pub(crate) fn object_kind_code(kind: ObjectKind) -> i16 {
 }
 
 /// The [`ObjectKind`] of a stored code.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn object_kind(code: i16) -> Result<ObjectKind, CoordinatorError> {
     match code {
         0 => Ok(ObjectKind::Wal),
@@ -376,6 +386,7 @@ pub(crate) fn object_kind(code: i16) -> Result<ObjectKind, CoordinatorError> {
 }
 
 /// The 15 columns [`segment_from_row`] decodes: segment columns from `s`, object columns from `o`.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn segment_columns(s: &str, o: &str) -> String {
     format!(
         "{o}.object_key, {o}.object_size, {s}.log_size, {s}.offset_index_size, \
@@ -386,6 +397,7 @@ pub(crate) fn segment_columns(s: &str, o: &str) -> String {
 }
 
 /// Decodes the 15 columns of [`segment_columns`] starting at `at`.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn segment_from_row(
     row: &impl SqlRow,
     at: usize,
