@@ -13,9 +13,9 @@
 //! DescribeProducers (`KafkaApis.handleDescribeProducersRequest`, `ReplicaManager.activeProducerState`):
 //! the idempotent producers the coordinator keeps for each partition (`list_producers`). An invalid
 //! topic name is `INVALID_TOPIC_EXCEPTION`, an unknown topic or partition
-//! `UNKNOWN_TOPIC_OR_PARTITION`. There are no transactions on diskless topics, so
-//! `coordinator_epoch` and `current_txn_start_offset` are -1, as Kafka answers for a producer
-//! outside a transaction. `last_timestamp` is the last batch's log append time for a LogAppendTime
+//! `UNKNOWN_TOPIC_OR_PARTITION`. `coordinator_epoch` is the epoch of the producer's last
+//! transaction marker in the partition and `current_txn_start_offset` the first offset of its open
+//! transaction there; both -1 when there is none, as Kafka answers. `last_timestamp` is the last batch's log append time for a LogAppendTime
 //! topic; for CreateTime the coordinator does not keep the batch's max timestamp, so it is the
 //! batch's commit time (Kafka answers the batch's max producer timestamp).
 
@@ -184,8 +184,9 @@ pub(crate) async fn describe_producers(
                                         }
                                         _ => s.last_append_ms,
                                     };
-                                    out.coordinator_epoch = -1;
-                                    out.current_txn_start_offset = -1;
+                                    out.coordinator_epoch = s.coordinator_epoch;
+                                    out.current_txn_start_offset =
+                                        s.current_txn_first_offset.unwrap_or(-1);
                                     out
                                 })
                                 .collect();
