@@ -13,7 +13,11 @@
 //! - `reads.rs`: `find_batches`, `list_offsets` (both with the last stable offset and
 //!   `read_committed`), `list_topics` (on a replica when configured) and the queries that read
 //!   the primary (`list_producers` among them);
-//! - `lifecycle.rs`: DeleteRecords, retention, producer expiry, object deletion and orphan fences.
+//! - `lifecycle.rs`: DeleteRecords, retention, producer expiry, object deletion and orphan fences
+//!   (over both tiers: segments go as a prefix before WAL batches);
+//! - `tiering.rs`: tiered segments (issue #15, migration 13): `tiering_candidates`,
+//!   `segment_plan`, `register_segment` (one call of the server-side function at the commit
+//!   point), `list_tiered_segments`.
 //!
 //! Each [`BatchCoordinator`] method `x` is `write_x` or `read_x` in one of those files; a write
 //! runs its attempts (`try_x`, one transaction each) through `PostgresCoordinator::retrying`, which
