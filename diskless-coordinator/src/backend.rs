@@ -2,65 +2,16 @@
 //! inherent `write_x` (a write: one transaction, or attempts of one) or `read_x` (a query), in the
 //! backend's file for that part (`topics.rs`, `commit.rs`, `reads.rs`, `lifecycle.rs`,
 //! `tiering.rs`). The mapping is written once, here, for both.
-//!
-//! Tiered storage (issue #15) is implemented by SQLite (`sqlite/tiering.rs`, migration 7), whose
-//! topic table stores the tiered-storage fields: it uses the macro's `stores_tiering_config` form.
-//! PostgreSQL does not implement it yet: its `tiering.rs` refuses the four tiering calls, and the
-//! default form of the macro refuses topic configurations unless their tiered-storage fields have
-//! the default values ([`refuse_tiering_config`]), since its topic table does not store those
-//! fields yet (a value that would be silently dropped is refused instead).
-
-use crate::{CoordinatorError, TopicConfig};
-
-/// The refusal of a tiering call by a coordinator that does not implement tiered storage yet.
-// Unused once every SQL backend implements tiered storage (PostgreSQL's step 5); kept for a
-// backend that does not yet.
-#[allow(dead_code)]
-pub(crate) fn tiering_not_implemented() -> CoordinatorError {
-    CoordinatorError::InvalidRequest(
-        "tiered storage is not implemented by this coordinator yet".into(),
-    )
-}
-
-/// Accepts any topic configuration: for a backend whose topic table stores the tiered-storage
-/// fields (the configuration is validated by the backend's write).
-pub(crate) fn accept_tiering_config(_config: &TopicConfig) -> Result<(), CoordinatorError> {
-    Ok(())
-}
-
-/// Refuses a topic configuration whose tiered-storage fields are not the defaults
-/// ([`TopicConfig::has_default_tiering`]): the SQL topic tables cannot store them yet.
-// Used by the macro's default form only (see `tiering_not_implemented`).
-#[allow(dead_code)]
-pub(crate) fn refuse_tiering_config(config: &TopicConfig) -> Result<(), CoordinatorError> {
-    if config.has_default_tiering() {
-        Ok(())
-    } else {
-        Err(CoordinatorError::InvalidRequest(
-            "segment.bytes, segment.ms, index.interval.bytes and segment.index.bytes other than \
-             the defaults need tiered storage, which is not implemented by this coordinator yet"
-                .into(),
-        ))
-    }
-}
 
 /// `impl BatchCoordinator for $ty` (with the given docs) by the backend's `write_*`/`read_*`
-/// methods. The default form refuses topic configurations with non-default tiered-storage fields
-/// ([`refuse_tiering_config`]); `stores_tiering_config;` before the docs accepts them (the
-/// backend stores them).
+/// methods.
 #[rustfmt::skip]
 macro_rules! sql_batch_coordinator {
-    (stores_tiering_config; $(#[$attr:meta])* $ty:ty) => {
-        $crate::backend::sql_batch_coordinator!(@impl accept_tiering_config; $(#[$attr])* $ty);
-    };
     ($(#[$attr:meta])* $ty:ty) => {
-        $crate::backend::sql_batch_coordinator!(@impl refuse_tiering_config; $(#[$attr])* $ty);
-    };
-    (@impl $check:ident; $(#[$attr:meta])* $ty:ty) => {
         $(#[$attr])*
         #[async_trait::async_trait]
         impl $crate::BatchCoordinator for $ty {
-            async fn create_topic(&self, request: $crate::CreateTopicRequest) -> Result<(), $crate::CoordinatorError> { $crate::backend::$check(&request.config)?; self.write_create_topic(request).await }
+            async fn create_topic(&self, request: $crate::CreateTopicRequest) -> Result<(), $crate::CoordinatorError> { self.write_create_topic(request).await }
             async fn delete_topic(&self, topic_id: uuid::Uuid) -> Result<(), $crate::CoordinatorError> { self.write_delete_topic(topic_id).await }
             async fn list_topics(&self) -> Result<Vec<$crate::TopicInfo>, $crate::CoordinatorError> { self.read_list_topics().await }
             async fn commit_file(&self, request: $crate::CommitFileRequest) -> Result<Vec<$crate::CommitBatchResult>, $crate::CoordinatorError> { self.write_commit_file(request).await }
@@ -77,7 +28,7 @@ macro_rules! sql_batch_coordinator {
             async fn producer_state(&self, partition: $crate::TopicIdPartition, producer_id: i64) -> Result<Option<$crate::ProducerState>, $crate::CoordinatorError> { self.read_producer_state(partition, producer_id).await }
             async fn allocate_producer_ids(&self, count: u32) -> Result<$crate::ProducerIdBlock, $crate::CoordinatorError> { self.write_allocate_producer_ids(count).await }
             async fn create_partitions(&self, topic_id: uuid::Uuid, new_total: i32) -> Result<(), $crate::CoordinatorError> { self.write_create_partitions(topic_id, new_total).await }
-            async fn alter_topic_config(&self, topic_id: uuid::Uuid, config: $crate::TopicConfig) -> Result<(), $crate::CoordinatorError> { $crate::backend::$check(&config)?; self.write_alter_topic_config(topic_id, config).await }
+            async fn alter_topic_config(&self, topic_id: uuid::Uuid, config: $crate::TopicConfig) -> Result<(), $crate::CoordinatorError> { self.write_alter_topic_config(topic_id, config).await }
             async fn list_producers(&self, partition: $crate::TopicIdPartition) -> Result<Vec<$crate::ProducerState>, $crate::CoordinatorError> { self.read_list_producers(partition).await }
             async fn write_txn_markers(&self, markers: &[$crate::TxnMarker]) -> Result<Vec<$crate::TxnMarkerResult>, $crate::CoordinatorError> { self.write_txn_markers(markers).await }
             async fn tiering_candidates(&self, now_ms: i64, min_age_ms: i64, after: Option<$crate::TopicIdPartition>, limit: u32) -> Result<Vec<$crate::TieringCandidate>, $crate::CoordinatorError> { self.read_tiering_candidates(now_ms, min_age_ms, after, limit).await }

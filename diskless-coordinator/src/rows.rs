@@ -190,9 +190,7 @@ pub(crate) fn topic_from_row(row: &impl SqlRow) -> Result<TopicInfo, Coordinator
             message_timestamp_before_max_ms: row.i64_at(7)?,
             message_timestamp_after_max_ms: row.i64_at(8)?,
             producer_id_expiration_ms: row.i64_at(9)?,
-            // Read by `tiering_from_row` where stored (SQLite); PostgreSQL refuses any other value
-            // of the tiered-storage fields (`TopicConfig::has_default_tiering`) until it
-            // implements tiered storage.
+            // The tiered-storage fields are read by each backend's own topic query.
             ..TopicConfig::default()
         },
     })

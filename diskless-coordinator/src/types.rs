@@ -211,19 +211,6 @@ pub struct TopicConfig {
     pub segment_index_bytes: i32,
 }
 
-impl TopicConfig {
-    /// Whether the tiered-storage fields (`segment_bytes`, `segment_ms`, `index_interval_bytes`,
-    /// `segment_index_bytes`) all have their default values: a coordinator that does not
-    /// implement tiered storage yet accepts only such configurations.
-    pub fn has_default_tiering(&self) -> bool {
-        let d = TopicConfig::default();
-        self.segment_bytes == d.segment_bytes
-            && self.segment_ms == d.segment_ms
-            && self.index_interval_bytes == d.index_interval_bytes
-            && self.segment_index_bytes == d.segment_index_bytes
-    }
-}
-
 impl Default for TopicConfig {
     fn default() -> Self {
         TopicConfig {

@@ -243,7 +243,6 @@ fn partition_arrays(partitions: impl Iterator<Item = TopicIdPartition>) -> (Vec<
 }
 
 crate::backend::sql_batch_coordinator! {
-    stores_tiering_config;
     /// Writes are attempts retried after a conflict ([`PostgresOptions::max_conflict_retries`]);
     /// reads run on one snapshot.
     ///

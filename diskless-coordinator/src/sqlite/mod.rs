@@ -301,7 +301,6 @@ fn decode_owners(s: &str) -> Result<Vec<ShardId>, CoordinatorError> {
 }
 
 crate::backend::sql_batch_coordinator! {
-    stores_tiering_config;
     /// Each call is one transaction: a write on the single writer (`BEGIN IMMEDIATE`, under the
     /// writer mutex), a query on a read connection.
     ///
