@@ -301,6 +301,231 @@ mod by_hand {
         )
     }
 
+    fn connect(port: u16) -> Client {
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        Client { stream, id: 0 }
+    }
+
+    fn create_topic(c: &mut Client, name: &str, partitions: i32) {
+        let mut topic = CreatableTopic::default();
+        topic.name = TopicName(s(name));
+        topic.num_partitions = partitions;
+        topic.replication_factor = -1;
+        let mut create = CreateTopicsRequest::default();
+        create.topics = vec![topic];
+        create.timeout_ms = 30_000;
+        let created: CreateTopicsResponse = c.call(5, &create);
+        assert_eq!(created.topics[0].error_code, NONE);
+    }
+
+    /// (finalized transaction.version, EndTxn max, Produce max) from ApiVersions v3.
+    fn features(c: &mut Client) -> (i16, i16, i16) {
+        let mut r = ApiVersionsRequest::default();
+        r.client_software_name = s("txn-test");
+        r.client_software_version = s("1");
+        let a: ApiVersionsResponse = c.call(3, &r);
+        assert_eq!(a.error_code, NONE);
+        let finalized = a
+            .finalized_features
+            .iter()
+            .find(|f| f.name.as_str() == "transaction.version")
+            .map_or(0, |f| f.max_version_level);
+        let supported = a
+            .supported_features
+            .iter()
+            .find(|f| f.name.as_str() == "transaction.version")
+            .map(|f| (f.min_version, f.max_version));
+        assert_eq!(supported, Some((0, 2)));
+        let max = |key: ApiKey| {
+            a.api_keys
+                .iter()
+                .find(|k| k.api_key == key as i16)
+                .map_or(-1, |k| k.max_version)
+        };
+        (finalized, max(ApiKey::EndTxn), max(ApiKey::Produce))
+    }
+
+    /// A transactional batch of one record sent with Produce v12 (transaction version 2: no
+    /// AddPartitionsToTxn before it).
+    fn produce_v12(c: &mut Client, tid: &str, pid: i64, epoch: i16, partition: i32) -> i16 {
+        let batch = RecordBatchBuilder::new()
+            .producer(pid, epoch, 0)
+            .transactional(true)
+            .record(1_700_000_000_000, None, Some(b"v2"))
+            .build()
+            .unwrap();
+        let mut p = PartitionProduceData::default();
+        p.index = partition;
+        p.records = Some(Bytes::copy_from_slice(batch.as_bytes()));
+        let mut t = TopicProduceData::default();
+        t.name = TopicName(s("t2"));
+        t.partition_data = vec![p];
+        let mut r = ProduceRequest::default();
+        r.transactional_id = Some(TransactionalId(s(tid)));
+        r.acks = -1;
+        r.timeout_ms = 30_000;
+        r.topic_data = vec![t];
+        let a: ProduceResponse = c.call(12, &r);
+        a.responses[0].partition_responses[0].error_code
+    }
+
+    /// EndTxn v5: (error, producer id, epoch of the next transaction).
+    fn end_v5(c: &mut Client, tid: &str, pid: i64, epoch: i16, commit: bool) -> (i16, i64, i16) {
+        let mut r = EndTxnRequest::default();
+        r.transactional_id = TransactionalId(s(tid));
+        r.producer_id = ProducerId(pid);
+        r.producer_epoch = epoch;
+        r.committed = commit;
+        let a: EndTxnResponse = c.call(5, &r);
+        (a.error_code, a.producer_id.0, a.producer_epoch)
+    }
+
+    /// What a read_committed fetch saw: the batches as (base offset, is control, producer epoch),
+    /// the last stable offset, the aborted transactions as (producer id, first offset).
+    type CommittedRead = (Vec<(i64, bool, i16)>, i64, Vec<(i64, i64)>);
+
+    /// A read_committed Fetch v12 of t2-`partition` from 0.
+    fn fetch_committed(c: &mut Client, partition: i32) -> CommittedRead {
+        let mut p = kafka_protocol::messages::fetch_request::FetchPartition::default();
+        p.partition = partition;
+        p.fetch_offset = 0;
+        p.partition_max_bytes = 1 << 20;
+        p.current_leader_epoch = -1;
+        p.last_fetched_epoch = -1;
+        p.log_start_offset = -1;
+        let mut t = kafka_protocol::messages::fetch_request::FetchTopic::default();
+        t.topic = TopicName(s("t2"));
+        t.partitions = vec![p];
+        let mut r = FetchRequest::default();
+        r.replica_id = BrokerId(-1);
+        r.max_wait_ms = 0;
+        r.min_bytes = 0;
+        r.max_bytes = 1 << 20;
+        r.isolation_level = 1;
+        r.session_epoch = -1;
+        r.topics = vec![t];
+        let a: FetchResponse = c.call(12, &r);
+        let pd = &a.responses[0].partitions[0];
+        assert_eq!(pd.error_code, NONE);
+        let records = pd.records.clone().unwrap_or_default();
+        let batches = diskless_core::split_batches(records)
+            .unwrap()
+            .iter()
+            .map(|b| {
+                assert!(b.crc_is_valid());
+                (
+                    b.base_offset(),
+                    b.attributes().is_control(),
+                    b.producer_epoch(),
+                )
+            })
+            .collect();
+        let aborted = pd
+            .aborted_transactions
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .map(|a| (a.producer_id.0, a.first_offset))
+            .collect();
+        (batches, pd.last_stable_offset, aborted)
+    }
+
+    /// Transaction version 2 (KIP-890 part 2), as a Kafka 4 client speaks it when the broker
+    /// finalizes `transaction.version` 2: partitions join with Produce v12, the group with
+    /// TxnOffsetCommit v5, and every EndTxn v5 bumps the epoch (markers carry the new one) and
+    /// answers it; retries are recognised; the old epoch is fenced. With `--transaction-version 1`
+    /// the broker finalizes 1 and advertises only the classic versions.
+    #[test]
+    fn transaction_version_2_bumps_the_epoch_and_adds_partitions_implicitly() {
+        let dir = tempfile::tempdir().unwrap();
+        let ports = free_ports(1);
+        let broker = Broker::start(&dir.path().join("data"), &ports, 1, &[]);
+        let mut c = connect(ports[0]);
+        assert_eq!(features(&mut c), (2, 5, 12));
+        create_topic(&mut c, "t2", 2);
+        let mut r = InitProducerIdRequest::default();
+        r.transactional_id = Some(TransactionalId(s("tv2")));
+        r.transaction_timeout_ms = 60_000;
+        r.producer_id = ProducerId(-1);
+        r.producer_epoch = -1;
+        let a: InitProducerIdResponse = c.call(5, &r);
+        assert_eq!((a.error_code, a.producer_epoch), (NONE, 0));
+        let pid = a.producer_id.0;
+
+        // Transaction 1 at epoch 0: t2-0 joins with the produce, the group with the offsets.
+        assert_eq!(produce_v12(&mut c, "tv2", pid, 0, 0), NONE);
+        let (_, state, partitions) = describe(&mut c, "tv2");
+        assert_eq!((state.as_str(), partitions), ("Ongoing", vec![0]));
+        let mut p = TxnOffsetCommitRequestPartition::default();
+        p.partition_index = 0;
+        p.committed_offset = 1;
+        let mut t = TxnOffsetCommitRequestTopic::default();
+        t.name = TopicName(s("t2"));
+        t.partitions = vec![p];
+        let mut offsets = TxnOffsetCommitRequest::default();
+        offsets.transactional_id = TransactionalId(s("tv2"));
+        offsets.group_id = GroupId(s("g2"));
+        offsets.producer_id = ProducerId(pid);
+        offsets.producer_epoch = 0;
+        offsets.generation_id = -1;
+        offsets.member_id = s("");
+        offsets.topics = vec![t];
+        let committed: TxnOffsetCommitResponse = c.call(5, &offsets);
+        assert_eq!(committed.topics[0].partitions[0].error_code, NONE);
+        assert_eq!(end_v5(&mut c, "tv2", pid, 0, true), (NONE, pid, 1));
+        // The client's retry of that EndTxn (its answer lost) gets the same answer.
+        assert_eq!(end_v5(&mut c, "tv2", pid, 0, true), (NONE, pid, 1));
+
+        // Transaction 2 at epoch 1 on t2-1, aborted; the old epoch is fenced.
+        assert_eq!(
+            produce_v12(&mut c, "tv2", pid, 0, 1),
+            INVALID_PRODUCER_EPOCH
+        );
+        assert_eq!(produce_v12(&mut c, "tv2", pid, 1, 1), NONE);
+        assert_eq!(end_v5(&mut c, "tv2", pid, 0, false).0, PRODUCER_FENCED);
+        assert_eq!(end_v5(&mut c, "tv2", pid, 1, false), (NONE, pid, 2));
+        // An abort with nothing open still bumps (the client's recovery after an error).
+        assert_eq!(end_v5(&mut c, "tv2", pid, 2, false), (NONE, pid, 3));
+        assert_eq!(end_v5(&mut c, "tv2", pid, 3, true).0, INVALID_TXN_STATE);
+
+        // read_committed: the commit marker carries the bumped epoch; the abort is reported.
+        assert_eq!(
+            fetch_committed(&mut c, 0),
+            (vec![(0, false, 0), (1, true, 1)], 2, vec![])
+        );
+        assert_eq!(
+            fetch_committed(&mut c, 1),
+            (vec![(0, false, 1), (1, true, 2)], 2, vec![(pid, 0)])
+        );
+        let mut t = OffsetFetchRequestTopic::default();
+        t.name = TopicName(s("t2"));
+        t.partition_indexes = vec![0];
+        let mut fetch = OffsetFetchRequest::default();
+        fetch.group_id = GroupId(s("g2"));
+        fetch.topics = Some(vec![t]);
+        fetch.require_stable = true;
+        let fetched: OffsetFetchResponse = c.call(7, &fetch);
+        let p = &fetched.topics[0].partitions[0];
+        assert_eq!((p.error_code, p.committed_offset), (NONE, 1));
+        drop(c);
+        broker.stop();
+
+        // The classic flow only: transaction.version 1 finalized, no v5/v12.
+        let broker = Broker::start(
+            &dir.path().join("data"),
+            &ports,
+            2,
+            &["--transaction-version", "1"],
+        );
+        let mut c = connect(ports[0]);
+        assert_eq!(features(&mut c), (1, 4, 11));
+        drop(c);
+        broker.stop();
+    }
+
     #[test]
     fn transaction_coordinator_error_codes_and_pending_offsets_follow_kafka() {
         let dir = tempfile::tempdir().unwrap();

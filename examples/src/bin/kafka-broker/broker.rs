@@ -47,6 +47,8 @@ pub(crate) struct Broker {
     pub producer_ids: crate::produce::ProducerIds,
     /// Bumped after every successful produce: wakes long-polling fetches.
     pub commits: watch::Sender<u64>,
+    /// The finalized `transaction.version` feature (1 or 2, `--transaction-version`).
+    pub transaction_version: i16,
     /// The router when the coordinator is sharded (`--shards N > 1`).
     pub sharded: Option<Arc<ShardedCoordinator>>,
     /// The produce-gateway leaders of the current placements (sharded only), rebuilt when they change.
@@ -394,6 +396,7 @@ impl Broker {
             store,
             producer_ids: crate::produce::ProducerIds::default(),
             commits: watch::channel(0).0,
+            transaction_version: config.transaction_version,
             sharded,
             gateways: parking_lot::Mutex::new(None),
             sqlite,

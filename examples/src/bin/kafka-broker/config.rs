@@ -64,6 +64,9 @@ Options:
   --num-partitions N        Kafka's num.partitions: partitions of an automatically created topic
                             and of CreateTopics with num_partitions=-1 (default 1)
   --cluster-id ID           cluster id announced in Metadata (default diskless-example)
+  --transaction-version N   the finalized transaction.version feature (KIP-890): 2 (default:
+                            clients that know it bump the epoch per transaction and add
+                            partitions implicitly) or 1 (the classic flow only)
   --metrics-addr HOST:PORT  serve the library's metrics in Prometheus text format at
                             http://HOST:PORT/metrics (default: off)
   -h, --help                this text
@@ -124,6 +127,8 @@ pub(crate) struct Config {
     pub auto_create_topics: bool,
     /// `num.partitions`.
     pub num_partitions: i32,
+    /// The finalized `transaction.version` feature this cluster announces (1 or 2; KIP-890).
+    pub transaction_version: i16,
 }
 
 fn value(
@@ -199,6 +204,7 @@ impl Config {
         let mut metrics_addr = None;
         let mut auto_create_topics = false;
         let mut num_partitions: i32 = 1;
+        let mut transaction_version: i16 = 2;
         while let Some(arg) = args.next() {
             let (name, inline) = match arg.split_once('=') {
                 Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
@@ -236,6 +242,12 @@ impl Config {
                 "--seal-policy" => seal_policy_name = Some(value(&name, inline, &mut args)?),
                 "--first-node-id" => {
                     first_node_id = number(&name, &value(&name, inline, &mut args)?)?
+                }
+                "--transaction-version" => {
+                    transaction_version = number(&name, &value(&name, inline, &mut args)?)?;
+                    if !(1..=2).contains(&transaction_version) {
+                        return Err("--transaction-version must be 1 or 2".into());
+                    }
                 }
                 "--seal-min-interval-ms" => {
                     seal_min_interval_ms = Some(number(&name, &value(&name, inline, &mut args)?)?)
@@ -399,6 +411,7 @@ impl Config {
             metrics_addr,
             auto_create_topics,
             num_partitions,
+            transaction_version,
         })))
     }
 

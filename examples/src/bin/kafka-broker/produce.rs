@@ -101,6 +101,20 @@ pub(crate) async fn produce(
                 (Ok(Some(t)), Some(records)) => {
                     let partition = TopicIdPartition::new(t.id, p.index);
                     let verified = match (txn_producer(&records), &tid) {
+                        // Transaction version 2 (Produce v12): the partition joins implicitly.
+                        (Some((producer_id, epoch)), Some(tid)) if ctx.version >= 12 => {
+                            crate::txn::TxnCoordinator::add_and_verify(
+                                broker,
+                                tid,
+                                producer_id,
+                                epoch,
+                                partition,
+                                &t.name,
+                                ctx.version,
+                            )
+                            .await
+                            .map(Some)
+                        }
                         (Some((producer_id, epoch)), Some(tid)) => broker
                             .txns
                             .verify(tid, producer_id, epoch, partition, ctx.version)

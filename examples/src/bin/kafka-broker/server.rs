@@ -317,7 +317,7 @@ async fn dispatch(
     let api_key = peek.get_i16();
     let version = peek.get_i16();
     let correlation_id = peek.get_i32();
-    let Some((api, min, max)) = api_versions::supported(api_key) else {
+    let Some((api, min, max)) = api_versions::supported(api_key, broker.transaction_version) else {
         return Err(format!(
             "unsupported request: API key {api_key} (version {version}) is not served by this broker"
         ));
@@ -336,7 +336,7 @@ async fn dispatch(
             return Ok(Some(ready(encode_response(
                 &ctx,
                 0,
-                &api_versions::unsupported(),
+                &api_versions::unsupported(broker.transaction_version),
             ))));
         }
         return Err(format!(
@@ -379,7 +379,7 @@ async fn dispatch(
             Ok(Some(ready(encode_response(
                 &ctx,
                 version,
-                &api_versions::handle(&ctx, request),
+                &api_versions::handle(&ctx, request, broker.transaction_version),
             ))))
         }
         ApiKey::Produce => {

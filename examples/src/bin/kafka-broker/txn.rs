@@ -393,6 +393,84 @@ fn end_step(
     }
 }
 
+/// What EndTxn v5 (transaction version 2) does.
+#[derive(Debug, PartialEq, Eq)]
+enum EndV2 {
+    /// Store this `Prepare*` (the epoch bumped) and end the transaction.
+    Prepare(TxnMeta),
+    /// A retry of an EndTxn already done (or being done): answer the current producer id and epoch.
+    Repeat,
+}
+
+/// Kafka's `endTransaction` for transaction version 2 (`TransactionCoordinator`, the TV2 table):
+/// every transaction's end bumps the producer epoch (the markers carry the new epoch, so a late
+/// batch or marker of the old epoch is fenced everywhere), and the answer gives the client the
+/// epoch of its next transaction. A retry is recognised by the request's epoch being the previous
+/// one. An ABORT with no transaction open (Empty, Complete*) still bumps the epoch (Kafka: the
+/// client aborts after an error it cannot tell apart).
+///
+/// Producer-id rotation when the epoch runs out (Kafka's `nextProducerId`) is not done here: at
+/// the last epoch the request is fenced and the client's next InitProducerId rotates the id.
+fn end_step_v2(
+    meta: &TxnMeta,
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+    now: i64,
+    coordinator_epoch: i32,
+) -> Result<EndV2, i16> {
+    if !meta.is_initialized() || meta.producer_id != producer_id {
+        return Err(INVALID_PRODUCER_ID_MAPPING);
+    }
+    let retry = meta.last_producer_epoch != NO_EPOCH
+        && epoch == meta.last_producer_epoch
+        && meta.producer_epoch == epoch.wrapping_add(1);
+    // Kafka's TV2 `isValidEpoch`: the same epoch means the next EndTxn, so a retry is accepted
+    // only where one can happen (the transaction being or having been ended).
+    let valid = match meta.state {
+        TxnState::Ongoing | TxnState::Empty | TxnState::Dead | TxnState::PrepareEpochFence => {
+            epoch == meta.producer_epoch
+        }
+        TxnState::PrepareCommit | TxnState::PrepareAbort => retry,
+        TxnState::CompleteCommit | TxnState::CompleteAbort => retry || epoch == meta.producer_epoch,
+    };
+    if !valid {
+        return Err(PRODUCER_FENCED);
+    }
+    let bump = |state: TxnState, clear: bool| -> Result<EndV2, i16> {
+        if epoch_exhausted(meta.producer_epoch) {
+            return Err(PRODUCER_FENCED);
+        }
+        let mut next = meta.clone();
+        next.last_producer_epoch = meta.producer_epoch;
+        next.producer_epoch = meta.producer_epoch + 1;
+        next.state = state;
+        next.last_update_ms = now;
+        next.coordinator_epoch = coordinator_epoch;
+        if clear {
+            // An abort without a transaction: a new, empty one is aborted (no markers).
+            next.partitions.clear();
+            next.groups.clear();
+        }
+        Ok(EndV2::Prepare(next))
+    };
+    match (meta.state, commit) {
+        (TxnState::Ongoing, true) => bump(TxnState::PrepareCommit, false),
+        (TxnState::Ongoing, false) => bump(TxnState::PrepareAbort, false),
+        (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if retry => {
+            Ok(EndV2::Repeat)
+        }
+        (TxnState::CompleteCommit | TxnState::CompleteAbort | TxnState::Empty, false) if !retry => {
+            bump(TxnState::PrepareAbort, true)
+        }
+        (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+            Err(CONCURRENT_TRANSACTIONS)
+        }
+        (TxnState::PrepareEpochFence | TxnState::Dead, _) => Err(CONCURRENT_TRANSACTIONS),
+        _ => Err(INVALID_TXN_STATE),
+    }
+}
+
 /// `Prepare*` → `Complete*` once every marker is written: the transaction's partitions and
 /// groups are forgotten.
 fn complete_step(meta: &TxnMeta, now: i64) -> TxnMeta {
@@ -502,6 +580,37 @@ impl TxnCoordinator {
 
     fn epoch(&self) -> i32 {
         self.coordinator_epoch.load(Ordering::Relaxed)
+    }
+
+    /// Produce v12 (transaction version 2): the partition joins the producer's transaction (one
+    /// is started if none is open, as AddPartitionsToTxn does), then the batch is verified.
+    pub(crate) async fn add_and_verify(
+        broker: &Broker,
+        tid: &str,
+        producer_id: i64,
+        epoch: i16,
+        partition: TopicIdPartition,
+        topic_name: &str,
+        version: i16,
+    ) -> Result<i64, i16> {
+        let mut partitions = TxnPartitions::new();
+        partitions.insert(
+            (partition.topic_id, partition.partition),
+            topic_name.to_string(),
+        );
+        match add_to_txn(broker, tid, producer_id, epoch, &partitions, &[]).await {
+            Ok(()) => {}
+            // As Kafka's `AddPartitionsToTxnManager` maps them for Produce.
+            Err(PRODUCER_FENCED) => return Err(INVALID_PRODUCER_EPOCH),
+            Err(CONCURRENT_TRANSACTIONS) | Err(codes::COORDINATOR_NOT_AVAILABLE) => {
+                return Err(NOT_ENOUGH_REPLICAS);
+            }
+            Err(code) => return Err(code),
+        }
+        broker
+            .txns
+            .verify(tid, producer_id, epoch, partition, version)
+            .await
     }
 
     /// Verifies a transactional Produce batch of `producer_id`/`epoch` to `partition`: the
@@ -932,7 +1041,8 @@ pub(crate) async fn add_offsets_to_txn(
     response
 }
 
-/// EndTxn v0-4 (transaction version 1).
+/// EndTxn: v0-4 transaction version 1, v5 transaction version 2 (the epoch is bumped per
+/// transaction and answered, see [`end_step_v2`]).
 pub(crate) async fn end_txn(
     broker: &Arc<Broker>,
     ctx: &Ctx,
@@ -941,11 +1051,55 @@ pub(crate) async fn end_txn(
     let mut response = EndTxnResponse::default();
     response.producer_id = ProducerId(NO_PRODUCER_ID);
     response.producer_epoch = NO_EPOCH;
-    response.error_code = match end(broker, &request).await {
-        Ok(()) => codes::NONE,
-        Err(code) => fenced_for(code, ctx.version, 2),
+    let outcome = if ctx.version >= 5 {
+        end_v2(broker, &request).await
+    } else {
+        end(broker, &request).await.map(|()| None)
     };
+    match outcome {
+        Ok(answer) => {
+            response.error_code = codes::NONE;
+            if let Some((pid, epoch)) = answer {
+                response.producer_id = ProducerId(pid);
+                response.producer_epoch = epoch;
+            }
+        }
+        Err(code) => response.error_code = fenced_for(code, ctx.version, 2),
+    }
     response
+}
+
+/// EndTxn v5: the producer id and epoch of the client's next transaction.
+async fn end_v2(broker: &Arc<Broker>, request: &EndTxnRequest) -> Result<Option<(i64, i16)>, i16> {
+    let tid = request.transactional_id.as_str();
+    if tid.is_empty() {
+        return Err(codes::INVALID_REQUEST);
+    }
+    let Some(entry) = broker.txns.get(tid) else {
+        return Err(INVALID_PRODUCER_ID_MAPPING);
+    };
+    let mut meta = entry.lock().await;
+    let next = match end_step_v2(
+        &meta,
+        request.producer_id.0,
+        request.producer_epoch,
+        request.committed,
+        broker.clock.now_ms(),
+        broker.txns.epoch(),
+    )? {
+        EndV2::Repeat => return Ok(Some((meta.producer_id, meta.producer_epoch))),
+        EndV2::Prepare(next) => next,
+    };
+    if let Err(e) = broker.store.save_txn(&next).await {
+        warn!(transactional_id = %tid, error = %e, "cannot store the end of a transaction");
+        return Err(codes::COORDINATOR_NOT_AVAILABLE);
+    }
+    debug!(transactional_id = %tid, state = next.state.name(), epoch = next.producer_epoch, partitions = next.partitions.len(), "transaction ending (transaction version 2)");
+    let answer = (next.producer_id, next.producer_epoch);
+    *meta = next;
+    drop(meta);
+    complete_and_wait(broker, entry).await;
+    Ok(Some(answer))
 }
 
 async fn end(broker: &Arc<Broker>, request: &EndTxnRequest) -> Result<(), i16> {
@@ -987,6 +1141,20 @@ pub(crate) async fn txn_offset_commit(
 ) -> TxnOffsetCommitResponse {
     let group = request.group_id.as_str().to_string();
     let tid = request.transactional_id.as_str();
+    // Transaction version 2 (v5): the group joins the transaction here (no AddOffsetsToTxn).
+    let implicit = if ctx.version >= 5 && !group.is_empty() {
+        add_to_txn(
+            broker,
+            tid,
+            request.producer_id.0,
+            request.producer_epoch,
+            &TxnPartitions::new(),
+            std::slice::from_ref(&group),
+        )
+        .await
+    } else {
+        Ok(())
+    };
     let entry = broker.txns.get(tid);
     // The transactional id's lock is held until the offsets are stored, so an EndTxn cannot
     // complete the transaction in between.
@@ -994,9 +1162,12 @@ pub(crate) async fn txn_offset_commit(
         Some(e) => Some(e.lock().await),
         None => None,
     };
-    let mut error = match &meta {
-        None => INVALID_PRODUCER_ID_MAPPING,
-        Some(meta) => match offsets_step(
+    let mut error = match (&meta, implicit) {
+        // As the offsets check maps it (a fenced producer gets INVALID_PRODUCER_EPOCH here).
+        (_, Err(PRODUCER_FENCED)) => INVALID_PRODUCER_EPOCH,
+        (_, Err(code)) => code,
+        (None, Ok(())) => INVALID_PRODUCER_ID_MAPPING,
+        (Some(meta), Ok(())) => match offsets_step(
             meta,
             request.producer_id.0,
             request.producer_epoch,
@@ -1456,6 +1627,77 @@ mod tests {
         assert_eq!(fenced_for(PRODUCER_FENCED, 1, 2), INVALID_PRODUCER_EPOCH);
         assert_eq!(fenced_for(PRODUCER_FENCED, 2, 2), PRODUCER_FENCED);
         assert_eq!(fenced_for(INVALID_TXN_STATE, 0, 2), INVALID_TXN_STATE);
+    }
+
+    /// EndTxn v5 (transaction version 2): every end bumps the epoch; a retry carries the previous
+    /// epoch and is answered without a second end; an abort with nothing open still bumps.
+    #[test]
+    fn end_txn_table_tv2() {
+        use TxnState::*;
+        let prepared = |r: Result<EndV2, i16>| match r {
+            Ok(EndV2::Prepare(m)) => Ok(Some((m.state, m.producer_epoch, m.last_producer_epoch))),
+            Ok(EndV2::Repeat) => Ok(None),
+            Err(code) => Err(code),
+        };
+        // A first end: Prepare* with epoch + 1, the old one kept to recognise a retry.
+        let ongoing = meta(Ongoing, 10, 2);
+        assert_eq!(
+            prepared(end_step_v2(&ongoing, 10, 2, true, NOW, CE)),
+            Ok(Some((PrepareCommit, 3, 2)))
+        );
+        assert_eq!(
+            prepared(end_step_v2(&ongoing, 10, 2, false, NOW, CE)),
+            Ok(Some((PrepareAbort, 3, 2)))
+        );
+        // After it completed (epoch 3, last 2): the retry with epoch 2 is answered as done.
+        let mut done = meta(CompleteCommit, 10, 3);
+        done.last_producer_epoch = 2;
+        assert_eq!(prepared(end_step_v2(&done, 10, 2, true, NOW, CE)), Ok(None));
+        // The retry of the other outcome is wrong.
+        assert_eq!(
+            prepared(end_step_v2(&done, 10, 2, false, NOW, CE)),
+            Err(INVALID_TXN_STATE)
+        );
+        // A new abort at the current epoch with nothing open: an empty transaction aborted, bumped.
+        assert_eq!(
+            prepared(end_step_v2(&done, 10, 3, false, NOW, CE)),
+            Ok(Some((PrepareAbort, 4, 3)))
+        );
+        assert_eq!(
+            prepared(end_step_v2(&meta(Empty, 10, 0), 10, 0, false, NOW, CE)),
+            Ok(Some((PrepareAbort, 1, 0)))
+        );
+        // A commit with nothing open.
+        assert_eq!(
+            prepared(end_step_v2(&done, 10, 3, true, NOW, CE)),
+            Err(INVALID_TXN_STATE)
+        );
+        // A retry while the markers are being written.
+        let mut preparing = meta(PrepareCommit, 10, 3);
+        preparing.last_producer_epoch = 2;
+        assert_eq!(
+            prepared(end_step_v2(&preparing, 10, 2, true, NOW, CE)),
+            Err(CONCURRENT_TRANSACTIONS)
+        );
+        // Stale or future epochs, another producer id.
+        assert_eq!(
+            prepared(end_step_v2(&done, 10, 1, true, NOW, CE)),
+            Err(PRODUCER_FENCED)
+        );
+        assert_eq!(
+            prepared(end_step_v2(&done, 10, 5, true, NOW, CE)),
+            Err(PRODUCER_FENCED)
+        );
+        assert_eq!(
+            prepared(end_step_v2(&done, 11, 3, true, NOW, CE)),
+            Err(INVALID_PRODUCER_ID_MAPPING)
+        );
+        // The last epoch cannot be bumped: fenced (the client re-initializes, rotating the id).
+        let last = meta(Ongoing, 10, i16::MAX - 1);
+        assert_eq!(
+            prepared(end_step_v2(&last, 10, i16::MAX - 1, true, NOW, CE)),
+            Err(PRODUCER_FENCED)
+        );
     }
 
     #[test]
