@@ -172,7 +172,8 @@ impl Store {
                 txn_seq INTEGER NOT NULL,
                 start_ms INTEGER NOT NULL,
                 last_update_ms INTEGER NOT NULL,
-                coordinator_epoch INTEGER NOT NULL
+                coordinator_epoch INTEGER NOT NULL,
+                next_producer_id INTEGER NOT NULL DEFAULT -1
             )",
             "CREATE TABLE IF NOT EXISTS transaction_partitions (
                 transactional_id TEXT NOT NULL,
@@ -215,6 +216,21 @@ impl Store {
         if has_write_seq == 0 {
             sqlx::query(
                 "ALTER TABLE committed_offsets ADD COLUMN write_seq INTEGER NOT NULL DEFAULT 0",
+            )
+            .execute(&pool)
+            .await
+            .map_err(sql)?;
+        }
+        // Transaction tables from before transaction version 2's producer-id rotation.
+        let has_next_pid: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pragma_table_info('transactions') WHERE name = 'next_producer_id'",
+        )
+        .fetch_one(&pool)
+        .await
+        .map_err(sql)?;
+        if has_next_pid == 0 {
+            sqlx::query(
+                "ALTER TABLE transactions ADD COLUMN next_producer_id INTEGER NOT NULL DEFAULT -1",
             )
             .execute(&pool)
             .await
@@ -636,7 +652,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT transactional_id, producer_id, prev_producer_id, producer_epoch,
                     last_producer_epoch, timeout_ms, state, txn_seq, start_ms, last_update_ms,
-                    coordinator_epoch
+                    coordinator_epoch, next_producer_id
              FROM transactions ORDER BY transactional_id",
         )
         .fetch_all(&self.pool)
@@ -659,6 +675,7 @@ impl Store {
                 start_ms: r.try_get(8).map_err(sql)?,
                 last_update_ms: r.try_get(9).map_err(sql)?,
                 coordinator_epoch: r.try_get(10).map_err(sql)?,
+                next_producer_id: r.try_get(11).map_err(sql)?,
                 partitions: BTreeMap::new(),
                 groups: Default::default(),
             });
@@ -811,8 +828,9 @@ async fn save_txn_in(
     sqlx::query(
         "INSERT OR REPLACE INTO transactions
            (transactional_id, producer_id, prev_producer_id, producer_epoch, last_producer_epoch,
-            timeout_ms, state, txn_seq, start_ms, last_update_ms, coordinator_epoch)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            timeout_ms, state, txn_seq, start_ms, last_update_ms, coordinator_epoch,
+            next_producer_id)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&meta.transactional_id)
     .bind(meta.producer_id)
@@ -825,6 +843,7 @@ async fn save_txn_in(
     .bind(meta.start_ms)
     .bind(meta.last_update_ms)
     .bind(meta.coordinator_epoch)
+    .bind(meta.next_producer_id)
     .execute(&mut **tx)
     .await
     .map_err(sql)?;
@@ -975,6 +994,7 @@ mod tests {
             start_ms: 100,
             last_update_ms: 200,
             coordinator_epoch: 0,
+            next_producer_id: 12,
             partitions: [((Uuid::from_u128(9), 1), "t".to_string())]
                 .into_iter()
                 .collect(),

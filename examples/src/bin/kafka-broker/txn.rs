@@ -167,6 +167,10 @@ pub(crate) struct TxnMeta {
     pub last_update_ms: i64,
     /// The coordinator epoch of the process that last wrote the row.
     pub coordinator_epoch: i32,
+    /// Transaction version 2: the producer id the transaction being ended hands over to (its epoch
+    /// ran out), taken at `Prepare*` and switched to at `Complete*` (Kafka's `nextProducerId`);
+    /// else `-1`.
+    pub next_producer_id: i64,
     pub partitions: TxnPartitions,
     pub groups: BTreeSet<String>,
 }
@@ -187,6 +191,7 @@ impl TxnMeta {
             start_ms: -1,
             last_update_ms: now,
             coordinator_epoch: epoch,
+            next_producer_id: NO_PRODUCER_ID,
             partitions: TxnPartitions::new(),
             groups: BTreeSet::new(),
         }
@@ -409,8 +414,8 @@ enum EndV2 {
 /// one. An ABORT with no transaction open (Empty, Complete*) still bumps the epoch (Kafka: the
 /// client aborts after an error it cannot tell apart).
 ///
-/// Producer-id rotation when the epoch runs out (Kafka's `nextProducerId`) is not done here: at
-/// the last epoch the request is fenced and the client's next InitProducerId rotates the id.
+/// When the epoch runs out (at `i16::MAX - 1` the end bumps to the last epoch), the transaction
+/// hands over to a new producer id (Kafka's `nextProducerId`), answered with epoch 0.
 fn end_step_v2(
     meta: &TxnMeta,
     producer_id: i64,
@@ -418,13 +423,21 @@ fn end_step_v2(
     commit: bool,
     now: i64,
     coordinator_epoch: i32,
+    fresh_pid: Option<i64>,
 ) -> Result<EndV2, i16> {
-    if !meta.is_initialized() || meta.producer_id != producer_id {
+    // Kafka's `retryOnOverflow`: the retry of the end that rotated the producer id.
+    let retry_on_overflow = meta.is_initialized()
+        && producer_id == meta.prev_producer_id
+        && producer_id != NO_PRODUCER_ID
+        && epoch == i16::MAX - 1
+        && meta.producer_epoch == 0;
+    if !meta.is_initialized() || (meta.producer_id != producer_id && !retry_on_overflow) {
         return Err(INVALID_PRODUCER_ID_MAPPING);
     }
-    let retry = meta.last_producer_epoch != NO_EPOCH
-        && epoch == meta.last_producer_epoch
-        && meta.producer_epoch == epoch.wrapping_add(1);
+    let retry = retry_on_overflow
+        || (meta.last_producer_epoch != NO_EPOCH
+            && epoch == meta.last_producer_epoch
+            && meta.producer_epoch == epoch.wrapping_add(1));
     // Kafka's TV2 `isValidEpoch`: the same epoch means the next EndTxn, so a retry is accepted
     // only where one can happen (the transaction being or having been ended).
     let valid = match meta.state {
@@ -438,10 +451,18 @@ fn end_step_v2(
         return Err(PRODUCER_FENCED);
     }
     let bump = |state: TxnState, clear: bool| -> Result<EndV2, i16> {
-        if epoch_exhausted(meta.producer_epoch) {
-            return Err(PRODUCER_FENCED);
-        }
         let mut next = meta.clone();
+        if epoch_exhausted(meta.producer_epoch) {
+            // The markers take the last epoch; the client's next transaction a new producer id
+            // (switched to at `Complete*`).
+            if meta.producer_epoch == i16::MAX {
+                return Err(PRODUCER_FENCED);
+            }
+            let Some(pid) = fresh_pid else {
+                return Err(codes::COORDINATOR_NOT_AVAILABLE);
+            };
+            next.next_producer_id = pid;
+        }
         next.last_producer_epoch = meta.producer_epoch;
         next.producer_epoch = meta.producer_epoch + 1;
         next.state = state;
@@ -475,6 +496,14 @@ fn end_step_v2(
 /// groups are forgotten.
 fn complete_step(meta: &TxnMeta, now: i64) -> TxnMeta {
     let mut next = meta.clone();
+    if meta.next_producer_id != NO_PRODUCER_ID {
+        // Transaction version 2's rotation (Kafka's `prepareComplete`).
+        next.prev_producer_id = meta.producer_id;
+        next.producer_id = meta.next_producer_id;
+        next.producer_epoch = 0;
+        next.last_producer_epoch = NO_EPOCH;
+        next.next_producer_id = NO_PRODUCER_ID;
+    }
     next.state = if meta.state == TxnState::PrepareCommit {
         TxnState::CompleteCommit
     } else {
@@ -1079,6 +1108,11 @@ async fn end_v2(broker: &Arc<Broker>, request: &EndTxnRequest) -> Result<Option<
         return Err(INVALID_PRODUCER_ID_MAPPING);
     };
     let mut meta = entry.lock().await;
+    let fresh = if meta.is_initialized() && epoch_exhausted(meta.producer_epoch) {
+        Some(new_producer_id(broker).await?)
+    } else {
+        None
+    };
     let next = match end_step_v2(
         &meta,
         request.producer_id.0,
@@ -1086,6 +1120,7 @@ async fn end_v2(broker: &Arc<Broker>, request: &EndTxnRequest) -> Result<Option<
         request.committed,
         broker.clock.now_ms(),
         broker.txns.epoch(),
+        fresh,
     )? {
         EndV2::Repeat => return Ok(Some((meta.producer_id, meta.producer_epoch))),
         EndV2::Prepare(next) => next,
@@ -1095,7 +1130,11 @@ async fn end_v2(broker: &Arc<Broker>, request: &EndTxnRequest) -> Result<Option<
         return Err(codes::COORDINATOR_NOT_AVAILABLE);
     }
     debug!(transactional_id = %tid, state = next.state.name(), epoch = next.producer_epoch, partitions = next.partitions.len(), "transaction ending (transaction version 2)");
-    let answer = (next.producer_id, next.producer_epoch);
+    let answer = if next.next_producer_id != NO_PRODUCER_ID {
+        (next.next_producer_id, 0)
+    } else {
+        (next.producer_id, next.producer_epoch)
+    };
     *meta = next;
     drop(meta);
     complete_and_wait(broker, entry).await;
@@ -1642,61 +1681,112 @@ mod tests {
         // A first end: Prepare* with epoch + 1, the old one kept to recognise a retry.
         let ongoing = meta(Ongoing, 10, 2);
         assert_eq!(
-            prepared(end_step_v2(&ongoing, 10, 2, true, NOW, CE)),
+            prepared(end_step_v2(&ongoing, 10, 2, true, NOW, CE, None)),
             Ok(Some((PrepareCommit, 3, 2)))
         );
         assert_eq!(
-            prepared(end_step_v2(&ongoing, 10, 2, false, NOW, CE)),
+            prepared(end_step_v2(&ongoing, 10, 2, false, NOW, CE, None)),
             Ok(Some((PrepareAbort, 3, 2)))
         );
         // After it completed (epoch 3, last 2): the retry with epoch 2 is answered as done.
         let mut done = meta(CompleteCommit, 10, 3);
         done.last_producer_epoch = 2;
-        assert_eq!(prepared(end_step_v2(&done, 10, 2, true, NOW, CE)), Ok(None));
+        assert_eq!(
+            prepared(end_step_v2(&done, 10, 2, true, NOW, CE, None)),
+            Ok(None)
+        );
         // The retry of the other outcome is wrong.
         assert_eq!(
-            prepared(end_step_v2(&done, 10, 2, false, NOW, CE)),
+            prepared(end_step_v2(&done, 10, 2, false, NOW, CE, None)),
             Err(INVALID_TXN_STATE)
         );
         // A new abort at the current epoch with nothing open: an empty transaction aborted, bumped.
         assert_eq!(
-            prepared(end_step_v2(&done, 10, 3, false, NOW, CE)),
+            prepared(end_step_v2(&done, 10, 3, false, NOW, CE, None)),
             Ok(Some((PrepareAbort, 4, 3)))
         );
         assert_eq!(
-            prepared(end_step_v2(&meta(Empty, 10, 0), 10, 0, false, NOW, CE)),
+            prepared(end_step_v2(
+                &meta(Empty, 10, 0),
+                10,
+                0,
+                false,
+                NOW,
+                CE,
+                None
+            )),
             Ok(Some((PrepareAbort, 1, 0)))
         );
         // A commit with nothing open.
         assert_eq!(
-            prepared(end_step_v2(&done, 10, 3, true, NOW, CE)),
+            prepared(end_step_v2(&done, 10, 3, true, NOW, CE, None)),
             Err(INVALID_TXN_STATE)
         );
         // A retry while the markers are being written.
         let mut preparing = meta(PrepareCommit, 10, 3);
         preparing.last_producer_epoch = 2;
         assert_eq!(
-            prepared(end_step_v2(&preparing, 10, 2, true, NOW, CE)),
+            prepared(end_step_v2(&preparing, 10, 2, true, NOW, CE, None)),
             Err(CONCURRENT_TRANSACTIONS)
         );
         // Stale or future epochs, another producer id.
         assert_eq!(
-            prepared(end_step_v2(&done, 10, 1, true, NOW, CE)),
+            prepared(end_step_v2(&done, 10, 1, true, NOW, CE, None)),
             Err(PRODUCER_FENCED)
         );
         assert_eq!(
-            prepared(end_step_v2(&done, 10, 5, true, NOW, CE)),
+            prepared(end_step_v2(&done, 10, 5, true, NOW, CE, None)),
             Err(PRODUCER_FENCED)
         );
         assert_eq!(
-            prepared(end_step_v2(&done, 11, 3, true, NOW, CE)),
+            prepared(end_step_v2(&done, 11, 3, true, NOW, CE, None)),
             Err(INVALID_PRODUCER_ID_MAPPING)
         );
-        // The last epoch cannot be bumped: fenced (the client re-initializes, rotating the id).
+        // The epoch runs out: the markers take the last epoch, the transaction hands over to a
+        // new producer id (answered with epoch 0), and the retry of that end is recognised.
         let last = meta(Ongoing, 10, i16::MAX - 1);
         assert_eq!(
-            prepared(end_step_v2(&last, 10, i16::MAX - 1, true, NOW, CE)),
-            Err(PRODUCER_FENCED)
+            prepared(end_step_v2(&last, 10, i16::MAX - 1, true, NOW, CE, None)),
+            Err(codes::COORDINATOR_NOT_AVAILABLE),
+            "no producer id to hand over to"
+        );
+        let Ok(EndV2::Prepare(ending)) =
+            end_step_v2(&last, 10, i16::MAX - 1, true, NOW, CE, Some(99))
+        else {
+            panic!("the end must be prepared");
+        };
+        assert_eq!(
+            (
+                ending.state,
+                ending.producer_id,
+                ending.producer_epoch,
+                ending.next_producer_id
+            ),
+            (PrepareCommit, 10, i16::MAX, 99)
+        );
+        let rotated = complete_step(&ending, NOW);
+        assert_eq!(
+            (
+                rotated.state,
+                rotated.producer_id,
+                rotated.producer_epoch,
+                rotated.prev_producer_id
+            ),
+            (CompleteCommit, 99, 0, 10)
+        );
+        assert_eq!(rotated.next_producer_id, NO_PRODUCER_ID);
+        assert_eq!(
+            prepared(end_step_v2(&rotated, 10, i16::MAX - 1, true, NOW, CE, None)),
+            Ok(None),
+            "the retry with the old producer id"
+        );
+        assert_eq!(
+            prepared(end_step_v2(&rotated, 10, 0, true, NOW, CE, None)),
+            Err(INVALID_PRODUCER_ID_MAPPING)
+        );
+        assert_eq!(
+            prepared(end_step_v2(&rotated, 99, 0, false, NOW, CE, None)),
+            Ok(Some((PrepareAbort, 1, 0)))
         );
     }
 
