@@ -31,6 +31,35 @@ use crate::store::CommittedOffset;
 const MAX_METADATA: usize = 4096;
 const OFFSET_METADATA_TOO_LARGE: i16 = 12;
 
+/// One partition of an OffsetCommit or TxnOffsetCommit whose group passed its checks: the offset
+/// to store, or the partition's error code (the topic lookup failed, an unknown topic or
+/// partition, metadata over `offset.metadata.max.bytes`).
+pub(crate) fn offset_to_store(
+    found: &Result<Option<Arc<crate::topics::Topic>>, diskless_coordinator::CoordinatorError>,
+    partition: i32,
+    offset: i64,
+    leader_epoch: i32,
+    metadata: Option<StrBytes>,
+) -> Result<CommittedOffset, i16> {
+    match found {
+        Err(e) => Err(e.error_code().code()),
+        Ok(Some(t)) if t.has_partition(partition) => {
+            let metadata = metadata.map(|m| m.as_str().to_string());
+            if metadata.as_ref().is_some_and(|m| m.len() > MAX_METADATA) {
+                return Err(OFFSET_METADATA_TOO_LARGE);
+            }
+            Ok(CommittedOffset {
+                topic: t.name.clone(),
+                partition,
+                offset,
+                leader_epoch,
+                metadata,
+            })
+        }
+        Ok(_) => Err(codes::UNKNOWN_TOPIC_OR_PARTITION),
+    }
+}
+
 /// OffsetCommit.
 pub(crate) async fn offset_commit(
     broker: &Arc<Broker>,
@@ -68,28 +97,23 @@ pub(crate) async fn offset_commit(
             let code = if group_error != codes::NONE {
                 group_error
             } else {
-                match &found {
-                    Err(e) => e.error_code().code(),
-                    Ok(Some(t)) if t.has_partition(p.partition_index) => {
-                        let metadata = p.committed_metadata.map(|m| m.as_str().to_string());
-                        if metadata.as_ref().is_some_and(|m| m.len() > MAX_METADATA) {
-                            OFFSET_METADATA_TOO_LARGE
-                        } else {
-                            to_store.push(CommittedOffset {
-                                topic: t.name.clone(),
-                                partition: p.partition_index,
-                                offset: p.committed_offset,
-                                leader_epoch: if ctx.version >= 6 {
-                                    p.committed_leader_epoch
-                                } else {
-                                    -1
-                                },
-                                metadata,
-                            });
-                            codes::NONE
-                        }
+                let leader_epoch = if ctx.version >= 6 {
+                    p.committed_leader_epoch
+                } else {
+                    -1
+                };
+                match offset_to_store(
+                    &found,
+                    p.partition_index,
+                    p.committed_offset,
+                    leader_epoch,
+                    p.committed_metadata,
+                ) {
+                    Ok(offset) => {
+                        to_store.push(offset);
+                        codes::NONE
                     }
-                    Ok(_) => codes::UNKNOWN_TOPIC_OR_PARTITION,
+                    Err(code) => code,
                 }
             };
             parts.push((p.partition_index, code));

@@ -206,36 +206,22 @@ impl Store {
         ] {
             sqlx::query(statement).execute(&pool).await.map_err(sql)?;
         }
-        // Databases from before transactions: committed offsets gain their write order.
-        let has_write_seq: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM pragma_table_info('committed_offsets') WHERE name = 'write_seq'",
+        // Databases from before transactions: committed offsets gain their write order; and from
+        // before transaction version 2's producer-id rotation.
+        add_column_if_missing(
+            &pool,
+            "committed_offsets",
+            "write_seq",
+            "INTEGER NOT NULL DEFAULT 0",
         )
-        .fetch_one(&pool)
-        .await
-        .map_err(sql)?;
-        if has_write_seq == 0 {
-            sqlx::query(
-                "ALTER TABLE committed_offsets ADD COLUMN write_seq INTEGER NOT NULL DEFAULT 0",
-            )
-            .execute(&pool)
-            .await
-            .map_err(sql)?;
-        }
-        // Transaction tables from before transaction version 2's producer-id rotation.
-        let has_next_pid: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM pragma_table_info('transactions') WHERE name = 'next_producer_id'",
+        .await?;
+        add_column_if_missing(
+            &pool,
+            "transactions",
+            "next_producer_id",
+            "INTEGER NOT NULL DEFAULT -1",
         )
-        .fetch_one(&pool)
-        .await
-        .map_err(sql)?;
-        if has_next_pid == 0 {
-            sqlx::query(
-                "ALTER TABLE transactions ADD COLUMN next_producer_id INTEGER NOT NULL DEFAULT -1",
-            )
-            .execute(&pool)
-            .await
-            .map_err(sql)?;
-        }
+        .await?;
         let last_seq: i64 = sqlx::query_scalar(
             "SELECT MAX(COALESCE((SELECT MAX(write_seq) FROM committed_offsets), 0),
                         COALESCE((SELECT MAX(write_seq) FROM pending_txn_offsets), 0))",
@@ -818,6 +804,31 @@ impl Store {
     pub(crate) async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// Adds `column` (declared `decl`) to `table` of an older database that lacks it.
+async fn add_column_if_missing(
+    pool: &sqlx::SqlitePool,
+    table: &str,
+    column: &str,
+    decl: &str,
+) -> Result<(), StoreError> {
+    let present: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?")
+            .bind(table)
+            .bind(column)
+            .fetch_one(pool)
+            .await
+            .map_err(sql)?;
+    if present == 0 {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE {table} ADD COLUMN {column} {decl}"
+        )))
+        .execute(pool)
+        .await
+        .map_err(sql)?;
+    }
+    Ok(())
 }
 
 /// Writes `meta` (row, partitions, groups) inside `tx`.

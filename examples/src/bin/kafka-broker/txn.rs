@@ -57,7 +57,6 @@ use uuid::Uuid;
 use crate::broker::Broker;
 use crate::codes;
 use crate::server::Ctx;
-use crate::store::CommittedOffset;
 
 /// Kafka's `transaction.max.timeout.ms` default: a longer `transaction.timeout.ms` is refused.
 pub(crate) const MAX_TRANSACTION_TIMEOUT_MS: i32 = 900_000;
@@ -88,9 +87,6 @@ pub(crate) const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 const PRODUCER_FENCED: i16 = 90;
 const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
 const TRANSACTION_ABORTABLE: i16 = 120;
-const OFFSET_METADATA_TOO_LARGE: i16 = 12;
-/// Kafka's `offset.metadata.max.bytes`.
-const MAX_METADATA: usize = 4096;
 
 /// The states of a transactional id (Kafka's `TransactionState`, with its names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1252,28 +1248,23 @@ pub(crate) async fn txn_offset_commit(
             let code = if error != codes::NONE {
                 error
             } else {
-                match &found {
-                    Err(e) => e.error_code().code(),
-                    Ok(Some(t)) if t.has_partition(p.partition_index) => {
-                        let metadata = p.committed_metadata.map(|m| m.as_str().to_string());
-                        if metadata.as_ref().is_some_and(|m| m.len() > MAX_METADATA) {
-                            OFFSET_METADATA_TOO_LARGE
-                        } else {
-                            to_store.push(CommittedOffset {
-                                topic: t.name.clone(),
-                                partition: p.partition_index,
-                                offset: p.committed_offset,
-                                leader_epoch: if ctx.version >= 2 {
-                                    p.committed_leader_epoch
-                                } else {
-                                    -1
-                                },
-                                metadata,
-                            });
-                            codes::NONE
-                        }
+                let leader_epoch = if ctx.version >= 2 {
+                    p.committed_leader_epoch
+                } else {
+                    -1
+                };
+                match crate::offsets::offset_to_store(
+                    &found,
+                    p.partition_index,
+                    p.committed_offset,
+                    leader_epoch,
+                    p.committed_metadata,
+                ) {
+                    Ok(offset) => {
+                        to_store.push(offset);
+                        codes::NONE
                     }
-                    Ok(_) => codes::UNKNOWN_TOPIC_OR_PARTITION,
+                    Err(code) => code,
                 }
             };
             parts.push((p.partition_index, code));
