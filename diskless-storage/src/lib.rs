@@ -11,6 +11,8 @@
 //!   storage; [`CountingStorage`]: request counters around any storage.
 //! - [`ObjectKey`], [`KeySource`]: keys and where their UUIDs come from ([`RandomKeys`],
 //!   [`SeededKeys`]), with the time of an injected [`Clock`].
+//! - [`RemoteStorage`]: where tiered segments are stored (KIP-405's `RemoteStorageManager`);
+//!   [`ObjectRemoteStorage`] stores a segment as one object of an [`ObjectStorage`].
 //!
 //! # Cargo features
 //!
@@ -32,6 +34,7 @@ mod from_url;
 mod key;
 mod metered;
 pub mod ranges;
+mod remote;
 pub mod retry;
 pub mod stats;
 mod store;
@@ -43,6 +46,7 @@ pub use error::{BoxError, StorageError};
 pub use key::{KeySource, MAX_KEY_LEN, ObjectKey, RandomKeys, SeededKeys, validate_prefix};
 pub use metered::MeteredStorage;
 pub use ranges::{RangeReadConfig, ReadPlan, fetch_ranges, plan_ranged_reads};
+pub use remote::{ObjectRemoteStorage, RemoteStorage, Section, SegmentData, SegmentLayout};
 pub use retry::RetryConfig;
 pub use stats::{CountingStorage, RequestCounters, RequestStats};
 pub use store::{ObjectStoreStorage, StorageOptions};
