@@ -64,7 +64,7 @@ mod tests {
         let mut runner = TestRunner::deterministic();
         let strategy = ops::ops_strategy(40);
         let mut total = ops::OpStats::default();
-        for _ in 0..128 {
+        for _ in 0..256 {
             let ops = strategy.new_tree(&mut runner).unwrap().current();
             let s = rt.block_on(ops::check_against_model(harness(), &ops));
             total.appended += s.appended;
@@ -84,6 +84,11 @@ mod tests {
             total.markers_repeated += s.markers_repeated;
             total.markers_refused += s.markers_refused;
             total.aborted_reported += s.aborted_reported;
+            total.segments_registered += s.segments_registered;
+            total.segments_stale += s.segments_stale;
+            total.segments_already_registered += s.segments_already_registered;
+            total.segments_deleted += s.segments_deleted;
+            total.tiering_candidates += s.tiering_candidates;
         }
         let s = &total;
         for (name, n) in [
@@ -104,6 +109,11 @@ mod tests {
             ("markers_repeated", s.markers_repeated),
             ("markers_refused", s.markers_refused),
             ("aborted_reported", s.aborted_reported),
+            ("segments_registered", s.segments_registered),
+            ("segments_stale", s.segments_stale),
+            ("segments_already_registered", s.segments_already_registered),
+            ("segments_deleted", s.segments_deleted),
+            ("tiering_candidates", s.tiering_candidates),
         ] {
             assert!(n >= 5, "generators rarely reach {name}: {total:?}");
         }

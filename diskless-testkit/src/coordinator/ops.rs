@@ -6,7 +6,10 @@
 //! advances with retention passes, garbage collection of objects, CreatePartitions, topic config
 //! changes, producer-id blocks, transactions (transactional batches verified for the producer's
 //! current transaction, unverified or stale; COMMIT/ABORT markers with current, bumped or older
-//! epochs, fenced coordinator epochs and repeated markers), and queries under both isolation levels.
+//! epochs, fenced coordinator epochs and repeated markers), tiered-segment consolidation (plan, a
+//! fake build and registration; stale ranges after DeleteRecords or an earlier segment; retried
+//! registrations; segment listings and tiering candidates), and queries under both isolation
+//! levels.
 //! [`check_against_model`] applies each op to an implementation and to the [`InMemoryCoordinator`]
 //! and asserts equal results and, after every op, equal observable state.
 //!
@@ -20,7 +23,9 @@ use diskless_coordinator::{
     BatchCoordinator, Clock, CommitBatch, CommitFileRequest, CoordinatorError, CreateTopicRequest,
     DeleteRecordsRequest, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, IsolationLevel,
     LATEST_TIMESTAMP, ListOffsetsRequest, MAX_TIMESTAMP, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
-    NO_SEQUENCE, ProducerIdBlock, TimestampType, TopicConfig, TopicIdPartition, TxnMarker,
+    NO_SEQUENCE, NO_TIMESTAMP, ProducerIdBlock, RegisterSegmentOutcome, RegisterSegmentRequest,
+    SegmentLayoutSizes, SegmentPlan, SegmentPlanRequest, TimestampType, TopicConfig,
+    TopicIdPartition, TxnMarker,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -162,6 +167,8 @@ pub enum Op {
         retention_bytes: i64,
         /// producer.id.expiration.ms.
         producer_id_expiration_ms: i64,
+        /// segment.ms (segment.bytes is [`SEGMENT_BYTES`]).
+        segment_ms: i64,
     },
     /// Delete the topic of a slot.
     DeleteTopic {
@@ -270,7 +277,48 @@ pub enum Op {
         /// `read_committed` (else `read_uncommitted`).
         read_committed: bool,
     },
+    /// Plan the next tiered segment of a partition, build a fake segment object from the plan
+    /// (sizes from the planned batches) and register it under a fresh key.
+    Consolidate {
+        /// Slot.
+        slot: usize,
+        /// Partition (may not exist).
+        partition: i32,
+        /// The plan's batch limit (0: the first batch only).
+        max_batches: u32,
+        /// Only batches committed at least this long ago are planned.
+        min_age_ms: i64,
+    },
+    /// Plan a segment of a partition, then make its range stale (DeleteRecords past its first
+    /// batch's first record if `delete_records`, else register the range under another key
+    /// first) and register it: Stale.
+    RegisterStale {
+        /// Slot.
+        slot: usize,
+        /// Partition.
+        partition: i32,
+        /// Move the log start (else consolidate the range first).
+        delete_records: bool,
+    },
+    /// Register the last registered segment again, same key (a retry: AlreadyRegistered while it
+    /// is still there).
+    RegisterTwice,
+    /// List the tiered segments of a partition (all of them, and one from half-way).
+    ListTiered {
+        /// Slot.
+        slot: usize,
+        /// Partition (may not exist).
+        partition: i32,
+    },
+    /// List the partitions due for consolidation, a page of `limit` then the next one.
+    TieringCandidates {
+        /// The page size.
+        limit: u32,
+    },
 }
+
+/// `segment.bytes` of generated topics: small, so that partitions become due by size.
+pub const SEGMENT_BYTES: i32 = 300;
 
 fn isolation(read_committed: bool) -> IsolationLevel {
     if read_committed {
@@ -391,6 +439,11 @@ fn create_strategy() -> impl Strategy<Value = Op> {
         prop_oneof![Just(-1i64), Just(2_000), Just(10_000)],
         prop_oneof![Just(-1i64), Just(0), Just(500), Just(1_500)],
         prop_oneof![Just(86_400_000i64), Just(2_000), Just(6_000)],
+        prop_oneof![
+            Just(1_000i64),
+            Just(5_000),
+            Just(TopicConfig::default().segment_ms)
+        ],
     )
         .prop_map(
             |(
@@ -400,6 +453,7 @@ fn create_strategy() -> impl Strategy<Value = Op> {
                 retention_ms,
                 retention_bytes,
                 producer_id_expiration_ms,
+                segment_ms,
             )| Op::CreateTopic {
                 slot,
                 partitions,
@@ -407,6 +461,7 @@ fn create_strategy() -> impl Strategy<Value = Op> {
                 retention_ms,
                 retention_bytes,
                 producer_id_expiration_ms,
+                segment_ms,
             },
         )
 }
@@ -488,6 +543,28 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
                 special,
                 read_committed
             }),
+        4 => (
+            prop_oneof![4 => 0..2usize, 1 => 0..TOPIC_SLOTS],
+            prop_oneof![10 => 0..PARTITIONS, 1 => Just(PARTITIONS)],
+            0u32..4,
+            prop_oneof![3 => Just(0i64), 1 => Just(1_000)]
+        )
+            .prop_map(|(slot, partition, max_batches, min_age_ms)| Op::Consolidate {
+                slot,
+                partition,
+                max_batches,
+                min_age_ms
+            }),
+        1 => (0..2usize, 0..PARTITIONS, any::<bool>())
+            .prop_map(|(slot, partition, delete_records)| Op::RegisterStale {
+                slot,
+                partition,
+                delete_records
+            }),
+        1 => Just(Op::RegisterTwice),
+        1 => (0..TOPIC_SLOTS, 0..=PARTITIONS)
+            .prop_map(|(slot, partition)| Op::ListTiered { slot, partition }),
+        1 => (1u32..4).prop_map(|limit| Op::TieringCandidates { limit }),
     ]
 }
 
@@ -505,6 +582,7 @@ pub fn ops_strategy(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
                     retention_ms,
                     retention_bytes,
                     producer_id_expiration_ms,
+                    segment_ms,
                     ..
                 } => Op::CreateTopic {
                     slot,
@@ -513,6 +591,7 @@ pub fn ops_strategy(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
                     retention_ms,
                     retention_bytes,
                     producer_id_expiration_ms,
+                    segment_ms,
                 },
                 other => other,
             };
@@ -620,6 +699,16 @@ pub struct OpStats {
     pub markers_refused: u64,
     /// Aborted transactions reported by `read_committed` fetches of the state checks.
     pub aborted_reported: u64,
+    /// Tiered segments registered.
+    pub segments_registered: u64,
+    /// Segment registrations answered Stale.
+    pub segments_stale: u64,
+    /// Segment registrations answered AlreadyRegistered.
+    pub segments_already_registered: u64,
+    /// Tiered segments deleted by retention.
+    pub segments_deleted: u64,
+    /// Partitions listed by `tiering_candidates`.
+    pub tiering_candidates: u64,
 }
 
 /// Producer sequence bookkeeping while resolving one file.
@@ -651,6 +740,8 @@ struct Driver<'a> {
     coordinator_epoch: i32,
     /// How many aborted transactions `read_committed` state checks saw (for [`OpStats`]).
     aborted_seen: std::cell::Cell<u64>,
+    /// The last segment registration answered Registered (for [`Op::RegisterTwice`]).
+    last_segment: Option<RegisterSegmentRequest>,
 }
 
 impl Driver<'_> {
@@ -691,6 +782,97 @@ impl Driver<'_> {
     fn v7_key(&mut self, ms: i64) -> String {
         self.key_counter += 1;
         crate::keys::v7_key_with(ms, self.key_counter)
+    }
+
+    /// The plan of `p`'s next segment on both sides (compared).
+    async fn plan(
+        &self,
+        step: usize,
+        op: &Op,
+        p: TopicIdPartition,
+        max_batches: u32,
+        min_age_ms: i64,
+    ) -> Option<SegmentPlan> {
+        let req = SegmentPlanRequest {
+            partition: p,
+            max_bytes: u64::MAX,
+            max_batches,
+            committed_before_ms: self.harness.clock.now_ms() + 1 - min_age_ms,
+        };
+        let r = self.real.segment_plan(&req).await;
+        let m = self.model.segment_plan(&req).await;
+        assert_same(step, op, "segment_plan", r, m)
+    }
+
+    /// A fake build of a segment of `plan`'s batches under a fresh key (kept in the key list):
+    /// the `.log` is the batches' bytes, the indexes small made-up sizes.
+    fn segment_request(
+        &mut self,
+        p: TopicIdPartition,
+        plan: &SegmentPlan,
+    ) -> RegisterSegmentRequest {
+        let batches = &plan.batches;
+        let n = batches.len() as u32;
+        let bytes: u64 = batches.iter().map(|b| u64::from(b.byte_size)).sum();
+        let layout = SegmentLayoutSizes {
+            log: bytes,
+            offset_index: 8 * n,
+            time_index: 12 * n,
+            txn_index: 12 * plan.aborted.len() as u32,
+            producer_snapshot: 10,
+            leader_epochs: 0,
+        };
+        let mut max_timestamp = NO_TIMESTAMP;
+        let mut max_timestamp_offset = batches.first().map_or(0, |b| b.base_offset);
+        for b in batches {
+            // Strictly greater: the earliest batch holding the max.
+            if b.effective_max_timestamp() > max_timestamp {
+                max_timestamp = b.effective_max_timestamp();
+                max_timestamp_offset = b.last_offset;
+            }
+        }
+        let object_key = self
+            .v7_key(self.harness.clock.now_ms())
+            .replacen("wal/", "tiered/", 1);
+        self.keys.push(object_key.clone());
+        RegisterSegmentRequest {
+            partition: p,
+            object_key,
+            object_size: layout.object_size(),
+            uploader_broker_id: 7,
+            layout,
+            base_offset: batches.first().map_or(0, |b| b.base_offset),
+            end_offset: batches.last().map_or(0, |b| b.last_offset),
+            batch_count: n,
+            batch_bytes: bytes,
+            max_timestamp,
+            max_timestamp_offset,
+            owner: 0,
+        }
+    }
+
+    /// Registers `req` on both sides (compared) and counts the outcome.
+    async fn register(
+        &mut self,
+        step: usize,
+        op: &Op,
+        req: RegisterSegmentRequest,
+    ) -> Option<RegisterSegmentOutcome> {
+        let r = self.real.register_segment(req.clone()).await;
+        let m = self.model.register_segment(req.clone()).await;
+        let outcome = assert_same(step, op, "register_segment", r, m);
+        let s = &mut self.stats;
+        match outcome {
+            Some(RegisterSegmentOutcome::Registered { .. }) => {
+                s.segments_registered += 1;
+                self.last_segment = Some(req);
+            }
+            Some(RegisterSegmentOutcome::Stale) => s.segments_stale += 1,
+            Some(RegisterSegmentOutcome::AlreadyRegistered) => s.segments_already_registered += 1,
+            Some(_) => {}
+            None => s.failed_calls += 1,
+        }
+        outcome
     }
 
     async fn resolve_commit(&mut self, batches: &[BatchSpec], key: KeyChoice) -> CommitFileRequest {
@@ -861,6 +1043,7 @@ impl Driver<'_> {
                 retention_ms,
                 retention_bytes,
                 producer_id_expiration_ms,
+                segment_ms,
             } => {
                 let req = CreateTopicRequest {
                     topic_id: slot_topic_id(*slot),
@@ -875,6 +1058,8 @@ impl Driver<'_> {
                         retention_ms: *retention_ms,
                         retention_bytes: *retention_bytes,
                         producer_id_expiration_ms: *producer_id_expiration_ms,
+                        segment_bytes: SEGMENT_BYTES,
+                        segment_ms: *segment_ms,
                         ..TopicConfig::default()
                     },
                 };
@@ -969,6 +1154,7 @@ impl Driver<'_> {
                 let m = model.enforce_retention(*max_batches).await;
                 if let Some(r) = assert_same(step, op, "enforce_retention", r, m) {
                     self.stats.retention_deleted += r.batches_deleted;
+                    self.stats.segments_deleted += r.segments_deleted;
                 }
             }
             Op::CollectGarbage { age, limit } => {
@@ -1030,6 +1216,8 @@ impl Driver<'_> {
                     retention_ms: *retention_ms,
                     retention_bytes: *retention_bytes,
                     producer_id_expiration_ms: *producer_id_expiration_ms,
+                    segment_bytes: SEGMENT_BYTES,
+                    segment_ms: 3_000,
                     ..TopicConfig::default()
                 };
                 let id = slot_topic_id(*slot);
@@ -1134,6 +1322,77 @@ impl Driver<'_> {
                     self.txn_seq.insert(*producer_id, current + 1);
                 }
             }
+            Op::Consolidate {
+                slot,
+                partition,
+                max_batches,
+                min_age_ms,
+            } => {
+                let p = TopicIdPartition::new(slot_topic_id(*slot), *partition);
+                if let Some(plan) = self.plan(step, op, p, *max_batches, *min_age_ms).await
+                    && !plan.batches.is_empty()
+                {
+                    let req = self.segment_request(p, &plan);
+                    self.register(step, op, req).await;
+                }
+            }
+            Op::RegisterStale {
+                slot,
+                partition,
+                delete_records,
+            } => {
+                let p = TopicIdPartition::new(slot_topic_id(*slot), *partition);
+                if let Some(plan) = self.plan(step, op, p, 2, 0).await
+                    && let Some(first) = plan.batches.first()
+                {
+                    if *delete_records {
+                        let req = [DeleteRecordsRequest {
+                            partition: p,
+                            offset: first.base_offset + 1,
+                        }];
+                        let r = self.real.delete_records(&req).await;
+                        let m = self.model.delete_records(&req).await;
+                        assert_same(step, op, "delete_records", r, m);
+                    } else {
+                        let earlier = self.segment_request(p, &plan);
+                        self.register(step, op, earlier).await;
+                    }
+                    let req = self.segment_request(p, &plan);
+                    self.register(step, op, req).await;
+                }
+            }
+            Op::RegisterTwice => {
+                if let Some(req) = self.last_segment.clone() {
+                    self.register(step, op, req).await;
+                }
+            }
+            Op::ListTiered { slot, partition } => {
+                let p = TopicIdPartition::new(slot_topic_id(*slot), *partition);
+                let r = real.list_tiered_segments(p, 0, u32::MAX).await;
+                let m = model.list_tiered_segments(p, 0, u32::MAX).await;
+                assert_same(step, op, "list_tiered_segments", r, m);
+                let from = self.resolve_offset(p, OffsetChoice::Fraction(50)).await;
+                let r = real.list_tiered_segments(p, from, 1).await;
+                let m = model.list_tiered_segments(p, from, 1).await;
+                assert_same(step, op, "list_tiered_segments from half-way", r, m);
+            }
+            Op::TieringCandidates { limit } => {
+                let now = self.harness.clock.now_ms();
+                let r = real.tiering_candidates(now, 0, None, *limit).await;
+                let m = model.tiering_candidates(now, 0, None, *limit).await;
+                if let Some(page) = assert_same(step, op, "tiering_candidates", r, m) {
+                    self.stats.tiering_candidates += page.len() as u64;
+                    if let Some(last) = page.last() {
+                        let after = Some(last.partition);
+                        let r = real.tiering_candidates(now, 0, after, *limit).await;
+                        let m = model.tiering_candidates(now, 0, after, *limit).await;
+                        if let Some(next) = assert_same(step, op, "tiering_candidates after", r, m)
+                        {
+                            self.stats.tiering_candidates += next.len() as u64;
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -1194,6 +1453,13 @@ impl Driver<'_> {
                         });
                     }
                 }
+                assert_same(
+                    step,
+                    op,
+                    &format!("state: tiered segments of {p}"),
+                    real.list_tiered_segments(p, 0, u32::MAX).await,
+                    model.list_tiered_segments(p, 0, u32::MAX).await,
+                );
                 assert_same(
                     step,
                     op,
@@ -1266,6 +1532,7 @@ pub async fn check_against_model(harness: Harness, ops: &[Op]) -> OpStats {
         txn_seq: HashMap::new(),
         coordinator_epoch: 0,
         aborted_seen: std::cell::Cell::new(0),
+        last_segment: None,
     };
     for (step, op) in ops.iter().enumerate() {
         driver.apply(step, op).await;
