@@ -34,7 +34,7 @@ const OFFSET_METADATA_TOO_LARGE: i16 = 12;
 /// One partition of an OffsetCommit or TxnOffsetCommit whose group passed its checks: the offset
 /// to store, or the partition's error code (the topic lookup failed, an unknown topic or
 /// partition, metadata over `offset.metadata.max.bytes`).
-pub(crate) fn offset_to_store(
+fn offset_to_store(
     found: &Result<Option<Arc<crate::topics::Topic>>, diskless_coordinator::CoordinatorError>,
     partition: i32,
     offset: i64,
@@ -57,6 +57,64 @@ pub(crate) fn offset_to_store(
             })
         }
         Ok(_) => Err(codes::UNKNOWN_TOPIC_OR_PARTITION),
+    }
+}
+
+/// One partition of an OffsetCommit or TxnOffsetCommit request, its leader epoch already read as
+/// the request's version allows.
+pub(crate) struct OffsetToCommit {
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<StrBytes>,
+}
+
+/// The per-topic, per-partition answer codes of a commit request.
+pub(crate) type CommitLayout = Vec<(TopicName, Vec<(i32, i16)>)>;
+
+/// Checks every partition of an OffsetCommit or TxnOffsetCommit: each gets `group_error` when the
+/// group or transaction checks failed, else its own check ([`offset_to_store`]). Returns the codes
+/// and the offsets to store.
+pub(crate) async fn check_offsets(
+    broker: &Broker,
+    group_error: i16,
+    topics: Vec<(TopicName, Vec<OffsetToCommit>)>,
+) -> (CommitLayout, Vec<CommittedOffset>) {
+    let mut layout = Vec::with_capacity(topics.len());
+    let mut to_store = Vec::new();
+    for (name, partitions) in topics {
+        let found = if group_error == codes::NONE {
+            broker.topics.by_name(name.as_str()).await
+        } else {
+            Ok(None)
+        };
+        let mut parts = Vec::with_capacity(partitions.len());
+        for p in partitions {
+            let code = if group_error != codes::NONE {
+                group_error
+            } else {
+                match offset_to_store(&found, p.partition, p.offset, p.leader_epoch, p.metadata) {
+                    Ok(offset) => {
+                        to_store.push(offset);
+                        codes::NONE
+                    }
+                    Err(code) => code,
+                }
+            };
+            parts.push((p.partition, code));
+        }
+        layout.push((name, parts));
+    }
+    (layout, to_store)
+}
+
+/// A partition's answer once the store write is known: an accepted offset that could not be
+/// stored is `COORDINATOR_NOT_AVAILABLE`.
+pub(crate) fn stored_code(code: i16, stored: bool) -> i16 {
+    if code == codes::NONE && !stored {
+        codes::COORDINATOR_NOT_AVAILABLE
+    } else {
+        code
     }
 }
 
@@ -84,42 +142,28 @@ pub(crate) async fn offset_commit(
             instance.as_deref(),
         ),
     };
-    let mut layout: Vec<(TopicName, Vec<(i32, i16)>)> = Vec::new();
-    let mut to_store = Vec::new();
-    for topic in request.topics {
-        let found = if group_error == codes::NONE {
-            broker.topics.by_name(topic.name.as_str()).await
-        } else {
-            Ok(None)
-        };
-        let mut parts = Vec::new();
-        for p in topic.partitions {
-            let code = if group_error != codes::NONE {
-                group_error
-            } else {
-                let leader_epoch = if ctx.version >= 6 {
-                    p.committed_leader_epoch
-                } else {
-                    -1
-                };
-                match offset_to_store(
-                    &found,
-                    p.partition_index,
-                    p.committed_offset,
-                    leader_epoch,
-                    p.committed_metadata,
-                ) {
-                    Ok(offset) => {
-                        to_store.push(offset);
-                        codes::NONE
-                    }
-                    Err(code) => code,
-                }
-            };
-            parts.push((p.partition_index, code));
-        }
-        layout.push((topic.name, parts));
-    }
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| OffsetToCommit {
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: if ctx.version >= 6 {
+                        p.committed_leader_epoch
+                    } else {
+                        -1
+                    },
+                    metadata: p.committed_metadata,
+                })
+                .collect();
+            (t.name, partitions)
+        })
+        .collect();
+    let (layout, to_store) = check_offsets(broker, group_error, topics).await;
     let stored = if to_store.is_empty() {
         Ok(())
     } else {
@@ -140,11 +184,7 @@ pub(crate) async fn offset_commit(
             .map(|(index, code)| {
                 let mut p = OffsetCommitResponsePartition::default();
                 p.partition_index = index;
-                p.error_code = if code == codes::NONE && stored.is_err() {
-                    codes::COORDINATOR_NOT_AVAILABLE
-                } else {
-                    code
-                };
+                p.error_code = stored_code(code, stored.is_ok());
                 p
             })
             .collect();

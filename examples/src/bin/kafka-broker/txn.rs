@@ -56,6 +56,7 @@ use uuid::Uuid;
 
 use crate::broker::Broker;
 use crate::codes;
+use crate::offsets::{OffsetToCommit, check_offsets, stored_code};
 use crate::server::Ctx;
 
 /// Kafka's `transaction.max.timeout.ms` default: a longer `transaction.timeout.ms` is refused.
@@ -1235,42 +1236,28 @@ pub(crate) async fn txn_offset_commit(
             }
         };
     }
-    let mut layout: Vec<(TopicName, Vec<(i32, i16)>)> = Vec::new();
-    let mut to_store = Vec::new();
-    for topic in request.topics {
-        let found = if error == codes::NONE {
-            broker.topics.by_name(topic.name.as_str()).await
-        } else {
-            Ok(None)
-        };
-        let mut parts = Vec::new();
-        for p in topic.partitions {
-            let code = if error != codes::NONE {
-                error
-            } else {
-                let leader_epoch = if ctx.version >= 2 {
-                    p.committed_leader_epoch
-                } else {
-                    -1
-                };
-                match crate::offsets::offset_to_store(
-                    &found,
-                    p.partition_index,
-                    p.committed_offset,
-                    leader_epoch,
-                    p.committed_metadata,
-                ) {
-                    Ok(offset) => {
-                        to_store.push(offset);
-                        codes::NONE
-                    }
-                    Err(code) => code,
-                }
-            };
-            parts.push((p.partition_index, code));
-        }
-        layout.push((topic.name, parts));
-    }
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| OffsetToCommit {
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: if ctx.version >= 2 {
+                        p.committed_leader_epoch
+                    } else {
+                        -1
+                    },
+                    metadata: p.committed_metadata,
+                })
+                .collect();
+            (t.name, partitions)
+        })
+        .collect();
+    let (layout, to_store) = check_offsets(broker, error, topics).await;
     let stored = if to_store.is_empty() {
         Ok(())
     } else {
@@ -1297,11 +1284,7 @@ pub(crate) async fn txn_offset_commit(
             .map(|(index, code)| {
                 let mut p = TxnOffsetCommitResponsePartition::default();
                 p.partition_index = index;
-                p.error_code = if code == codes::NONE && stored.is_err() {
-                    codes::COORDINATOR_NOT_AVAILABLE
-                } else {
-                    code
-                };
+                p.error_code = stored_code(code, stored.is_ok());
                 p
             })
             .collect();
