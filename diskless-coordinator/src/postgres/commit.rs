@@ -135,30 +135,43 @@ impl PostgresCoordinator {
                 CoordinatorError::ObjectAlreadyCommitted(request.object_key.clone()).into(),
             );
         }
-        if rows.len() != n {
-            return Err(corrupt(format!(
-                "commit_file returned {} rows for {n} batches",
-                rows.len()
-            ))
-            .into());
-        }
-        let mut results = Vec::with_capacity(n);
-        for (i, row) in rows.iter().enumerate() {
-            let index = row.i32_at(0)?;
-            if usize::try_from(index).ok() != Some(i + 1) {
-                return Err(corrupt(format!("commit_file row {i} has index {index}")).into());
-            }
-            let code = row.i16_at(1)?;
-            let error = ErrorCode::from_code(code)
-                .ok_or_else(|| corrupt(format!("commit_file returned error code {code}")))?;
-            results.push(CommitBatchResult {
+        Ok(indexed_results(&rows, n, "commit_file", |row, error| {
+            Ok(CommitBatchResult {
                 error,
                 base_offset: row.i64_at(2)?,
                 log_append_time: row.i64_at(3)?,
                 log_start_offset: row.i64_at(4)?,
                 duplicate: col(row, 5)?,
-            });
-        }
-        Ok(results)
+            })
+        })?)
     }
+}
+
+/// The answers of a server-side function that returns one row per request item, in order:
+/// `(index from 1, error code, ...)`; `decode` reads the rest of a row. Fewer or more rows, an
+/// index out of place or an unknown code is a corrupt answer.
+pub(super) fn indexed_results<T>(
+    rows: &[sqlx::postgres::PgRow],
+    n: usize,
+    function: &str,
+    decode: impl Fn(&sqlx::postgres::PgRow, ErrorCode) -> Result<T, CoordinatorError>,
+) -> Result<Vec<T>, CoordinatorError> {
+    if rows.len() != n {
+        return Err(corrupt(format!(
+            "{function} returned {} rows for {n} items",
+            rows.len()
+        )));
+    }
+    let mut results = Vec::with_capacity(n);
+    for (i, row) in rows.iter().enumerate() {
+        let index = row.i32_at(0)?;
+        if usize::try_from(index).ok() != Some(i + 1) {
+            return Err(corrupt(format!("{function} row {i} has index {index}")));
+        }
+        let code = row.i16_at(1)?;
+        let error = ErrorCode::from_code(code)
+            .ok_or_else(|| corrupt(format!("{function} returned error code {code}")))?;
+        results.push(decode(row, error)?);
+    }
+    Ok(results)
 }

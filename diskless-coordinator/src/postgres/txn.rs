@@ -4,9 +4,10 @@
 //! and decides and appends every marker in request order, each seeing the earlier ones.
 
 use super::PostgresCoordinator;
+use super::commit::indexed_results;
 use super::conn::Attempt;
-use crate::rows::{SqlRow, col, corrupt};
-use crate::{CoordinatorError, ErrorCode, TxnMarker, TxnMarkerResult};
+use crate::rows::{SqlRow, col};
+use crate::{CoordinatorError, TxnMarker, TxnMarkerResult};
 
 const CALL_WRITE_TXN_MARKERS: &str = "SELECT r_index, r_error_code, r_offset, r_duplicate \
      FROM write_txn_markers($1, $2::text[]::uuid[], $3, $4, $5, $6, $7, $8)";
@@ -76,28 +77,17 @@ impl PostgresCoordinator {
             .fetch_all(&mut *conn)
             .await
             .map_err(Attempt::sent)?;
-        if rows.len() != n {
-            return Err(corrupt(format!(
-                "write_txn_markers returned {} rows for {n} markers",
-                rows.len()
-            ))
-            .into());
-        }
-        let mut results = Vec::with_capacity(n);
-        for (i, row) in rows.iter().enumerate() {
-            let index = row.i32_at(0)?;
-            if usize::try_from(index).ok() != Some(i + 1) {
-                return Err(corrupt(format!("write_txn_markers row {i} has index {index}")).into());
-            }
-            let code = row.i16_at(1)?;
-            let error = ErrorCode::from_code(code)
-                .ok_or_else(|| corrupt(format!("write_txn_markers returned error code {code}")))?;
-            results.push(TxnMarkerResult {
-                error,
-                offset: row.i64_at(2)?,
-                duplicate: col(row, 3)?,
-            });
-        }
-        Ok(results)
+        Ok(indexed_results(
+            &rows,
+            n,
+            "write_txn_markers",
+            |row, error| {
+                Ok(TxnMarkerResult {
+                    error,
+                    offset: row.i64_at(2)?,
+                    duplicate: col(row, 3)?,
+                })
+            },
+        )?)
     }
 }
