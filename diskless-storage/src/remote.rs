@@ -12,7 +12,7 @@
 //! The section sizes are a [`SegmentLayout`], which the coordinator row carries, so a read never
 //! needs the trailer: [`SegmentLayout::range`] gives the bytes of a section. This crate does not
 //! parse the sections nor the trailer (their formats live in `diskless-core::tiered::format`,
-//! whose `SegmentLayout` has the same fields and ranges); it only stores and reads bytes.
+//! which uses this `SegmentLayout` and [`Section`]); it only stores and reads bytes.
 
 use crate::{ObjectKey, ObjectMeta, ObjectStorage, StorageError};
 use async_trait::async_trait;

@@ -24,8 +24,6 @@
 //!
 //! Every parser here reads stored, untrusted bytes: it returns a [`FormatError`], never panics.
 
-use std::ops::Range;
-
 use bytes::{BufMut, Bytes, BytesMut};
 use diskless_coordinator::TopicIdPartition;
 use uuid::Uuid;
@@ -38,7 +36,7 @@ use crate::batch::{
 /// Kafka's `RecordBatch.NO_TIMESTAMP`.
 pub const NO_TIMESTAMP: i64 = -1;
 /// The trailer's size.
-pub const TRAILER_LEN: usize = 80;
+pub const TRAILER_LEN: usize = SegmentLayout::TRAILER_LEN as usize;
 /// The trailer's first 8 bytes.
 pub const TRAILER_MAGIC: [u8; 8] = *b"DLTSEG01";
 /// The size of one `.index` entry (`OffsetIndex.ENTRY_SIZE`).
@@ -136,78 +134,9 @@ pub enum FormatError {
     },
 }
 
-/// One section of a segment object, in object order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Section {
-    /// The `.log`: record batches.
-    Log,
-    /// The `.index` (offset index).
-    OffsetIndex,
-    /// The `.timeindex`.
-    TimeIndex,
-    /// The `.txnindex` (aborted transactions).
-    TxnIndex,
-    /// The producer-state `.snapshot`.
-    ProducerSnapshot,
-    /// The `leader-epoch-checkpoint`.
-    LeaderEpochs,
-    /// The 80-byte trailer.
-    Trailer,
-}
-
-impl Section {
-    /// Every section, in object order.
-    pub const ALL: [Section; 7] = [
-        Section::Log,
-        Section::OffsetIndex,
-        Section::TimeIndex,
-        Section::TxnIndex,
-        Section::ProducerSnapshot,
-        Section::LeaderEpochs,
-        Section::Trailer,
-    ];
-}
-
-/// The sizes of a segment object's sections; the `.log` starts at byte 0 and the others follow in
-/// [`Section`] order, then the trailer. A plain value: the coordinator row stores the same sizes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct SegmentLayout {
-    /// `.log` bytes (`L`; at most `i32::MAX`, Kafka's `int` positions).
-    pub log: u64,
-    /// `.index` bytes.
-    pub offset_index: u32,
-    /// `.timeindex` bytes.
-    pub time_index: u32,
-    /// `.txnindex` bytes (0: no aborted transaction).
-    pub txn_index: u32,
-    /// `.snapshot` bytes.
-    pub producer_snapshot: u32,
-    /// `leader-epoch-checkpoint` bytes.
-    pub leader_epochs: u32,
-}
-
-impl SegmentLayout {
-    /// The byte range of `section` in the object.
-    pub fn range(&self, section: Section) -> Range<u64> {
-        let sizes = [
-            self.log,
-            u64::from(self.offset_index),
-            u64::from(self.time_index),
-            u64::from(self.txn_index),
-            u64::from(self.producer_snapshot),
-            u64::from(self.leader_epochs),
-            TRAILER_LEN as u64,
-        ];
-        let idx = Section::ALL.iter().position(|s| *s == section).unwrap_or(0);
-        let start: u64 = sizes[..idx].iter().fold(0u64, |a, s| a.saturating_add(*s));
-        start..start.saturating_add(sizes[idx])
-    }
-
-    /// The object's size: all sections and the trailer.
-    pub fn object_size(&self) -> u64 {
-        self.range(Section::Trailer).end
-    }
-}
+/// The sections of a segment object and their sizes are storage's (`RemoteStorage` stores and
+/// reads them): one definition for the writer, the reader and the store.
+pub use diskless_storage::{Section, SegmentLayout};
 
 /// The trailer: what the object holds, so that a stray object describes itself.
 ///
