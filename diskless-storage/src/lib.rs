@@ -87,6 +87,34 @@ pub trait ObjectStorage: Send + Sync + std::fmt::Debug {
     /// [`StorageError::AlreadyExists`].
     async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError>;
 
+    /// Uploads an object whose content arrives as a stream of chunks, in order (a tiered
+    /// segment's `.log`, built while its batches are read): the object exists under `key` only if
+    /// the stream ended without error and the store confirmed the whole object. Returns its size.
+    ///
+    /// Implementations over a store with multipart uploads send parts of about `part_size` bytes
+    /// as the chunks arrive, so memory stays near `part_size` whatever the object's size, and
+    /// abort the upload on any error (a part that the store kept after an abort that failed is
+    /// never visible as an object). Multipart uploads cannot be create-only on every store:
+    /// callers must use a fresh key per attempt (as tiered segments do, with a UUID v7 key that
+    /// only a coordinator registration makes live). A stream that fails ends the upload with its
+    /// error.
+    ///
+    /// The default implementation collects the chunks and calls [`ObjectStorage::upload`]
+    /// (create-only, whole object in memory); wrappers should forward it.
+    async fn upload_stream(
+        &self,
+        key: &ObjectKey,
+        chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        use futures::TryStreamExt;
+        let _ = part_size;
+        let chunks: Vec<Bytes> = chunks.try_collect().await?;
+        let size = chunks.iter().map(|c| c.len() as u64).sum();
+        self.upload(key, &chunks).await?;
+        Ok(size)
+    }
+
     /// Reads `range` of an object. A range that is empty, inverted or reaches past the end of the
     /// object is [`StorageError::InvalidRange`], never a short read.
     async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError>;
@@ -161,6 +189,15 @@ macro_rules! forward_through_pointer {
                 range: Range<u64>,
             ) -> Result<Bytes, StorageError> {
                 (**self).fetch(key, range).await
+            }
+
+            async fn upload_stream(
+                &self,
+                key: &ObjectKey,
+                chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+                part_size: usize,
+            ) -> Result<u64, StorageError> {
+                (**self).upload_stream(key, chunks, part_size).await
             }
 
             async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
