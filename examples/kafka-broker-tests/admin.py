@@ -175,16 +175,28 @@ def create_and_refuse(admin, bootstrap):
         check(entry.value == value, f"{configured}: {name}={entry.value}, expected {value}")
         check(entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
               f"{configured}: {name} source {entry.source}, expected DYNAMIC_TOPIC_CONFIG")
-    for name, value in [("retention.bytes", "-1"), ("segment.ms", "604800000"),
+    for name, value in [("retention.bytes", "-1"), ("index.interval.bytes", "4096"),
                         ("unclean.leader.election.enable", "false"), ("diskless.enable", "true")]:
         entry = described.get(name)
         check(entry is not None and entry.value == value,
               f"{configured}: {name} described as {entry}, expected the default {value}")
         check(entry.source == ConfigSource.DEFAULT_CONFIG.value and entry.is_default,
               f"{configured}: {name} source {entry.source}, expected DEFAULT_CONFIG")
+    # segment.ms: the broker's --segment-ms (10 min), as Kafka describes a log.roll.ms set in
+    # server.properties.
+    ms = described["segment.ms"]
+    check(ms.value == "600000" and ms.source == ConfigSource.STATIC_BROKER_CONFIG.value,
+          f"{configured}: segment.ms described as {ms}, expected the broker's 600000")
+    synonyms = [(s.name, s.value, s.source) for s in ms.synonyms.values()]
+    check(synonyms == [("log.roll.ms", "600000", ConfigSource.STATIC_BROKER_CONFIG.value),
+                       ("log.roll.hours", "168", ConfigSource.DEFAULT_CONFIG.value)],
+          f"segment.ms synonyms {synonyms}")
     seg = described["segment.bytes"]
     synonyms = [(s.name, s.value) for s in seg.synonyms.values()]
-    check(("segment.bytes", "1048576") in synonyms and ("log.segment.bytes", "1073741824") in synonyms,
+    # (confluent-kafka keeps synonyms by name: of log.segment.bytes's static 268435456 and default
+    # 1073741824 one is seen.)
+    check(synonyms[0] == ("segment.bytes", "1048576")
+          and [n for n, _ in synonyms] == ["segment.bytes", "log.segment.bytes"],
           f"segment.bytes synonyms {synonyms}")
     check(len(described) >= 30, f"only {len(described)} topic configs described")
     log(f"{configured}: {len(described)} configs described, sources and synonyms as Kafka's")
@@ -244,6 +256,10 @@ def create_and_refuse(admin, bootstrap):
           f"broker configs: auto.create.topics.enable {bc.get('auto.create.topics.enable')}")
     check(bc["num.partitions"].value == "1" and bc["message.max.bytes"].value == "1048588",
           "broker configs: num.partitions / message.max.bytes")
+    for name, value in [("log.roll.ms", "600000"), ("log.segment.bytes", "268435456")]:
+        check(bc.get(name) is not None and bc[name].value == value
+              and bc[name].source == ConfigSource.STATIC_BROKER_CONFIG.value,
+              f"broker configs: {name} {bc.get(name)}, expected the static {value}")
     check(all(e.is_read_only for e in bc.values()), "broker configs should be read-only")
     log(f"broker 1: {len(bc)} configs described")
     return configured
@@ -324,8 +340,9 @@ def alter(admin, bootstrap, topic):
     check(described["max.message.bytes"].value == "1048588"
           and described["max.message.bytes"].source == ConfigSource.DEFAULT_CONFIG.value,
           f"AlterConfigs did not reset max.message.bytes: {described['max.message.bytes']}")
-    check(described["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value,
-          "AlterConfigs did not reset segment.bytes")
+    check(described["segment.bytes"].value == "268435456"
+          and described["segment.bytes"].source == ConfigSource.STATIC_BROKER_CONFIG.value,
+          f"AlterConfigs did not reset segment.bytes to the broker's: {described['segment.bytes']}")
     log(f"{topic}: AlterConfigs replaced the topic's configs")
 
 
@@ -501,9 +518,11 @@ KEPT_GROUP = "kept-group"
 
 
 def keep(admin):
-    """Before a restart: a topic with kept (no-effect) configs and a manual assignment, a group config."""
+    """Before a restart: a topic with a kept (no-effect) config, applied ones and a manual
+    assignment, a group config."""
     admin.create_topics([NewTopic(KEPT_TOPIC, num_partitions=2, replica_assignment=[[2, 1], [1, 2]],
-                                  config={"segment.bytes": "1048576", "retention.ms": "3600000"})],
+                                  config={"segment.jitter.ms": "1000", "segment.bytes": "1048576",
+                                          "retention.ms": "3600000"})],
                         request_timeout=TIMEOUT_S)[KEPT_TOPIC].result(TIMEOUT_S)
     wait_topic(admin, KEPT_TOPIC, 2)
     res = ConfigResource(ResourceType.GROUP, KEPT_GROUP, incremental_configs=[
@@ -517,7 +536,8 @@ def kept(admin):
     """After a restart: what keep() set is still there."""
     wait_topic(admin, KEPT_TOPIC, 2)
     described = describe_topic(admin, KEPT_TOPIC)
-    for name, value in [("segment.bytes", "1048576"), ("retention.ms", "3600000")]:
+    for name, value in [("segment.jitter.ms", "1000"), ("segment.bytes", "1048576"),
+                        ("retention.ms", "3600000")]:
         e = described[name]
         check(e.value == value and e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
               f"after a restart: {name}={e.value} (source {e.source}), expected {value}")

@@ -3,15 +3,25 @@
 //! them), and DescribeConfigs, IncrementalAlterConfigs and AlterConfigs.
 //!
 //! What a topic config does on a diskless topic:
-//! - **applied** (kept by the coordinator in [`TopicConfig`], enforced by the writer and the
-//!   retention task): `retention.ms`, `retention.bytes`, `max.message.bytes`,
-//!   `message.timestamp.type`, `message.timestamp.before.max.ms`, `message.timestamp.after.max.ms`;
+//! - **applied** (kept by the coordinator in [`TopicConfig`], enforced by the writer, the
+//!   retention task and the tiering worker): `retention.ms`, `retention.bytes`,
+//!   `max.message.bytes`, `message.timestamp.type`, `message.timestamp.before.max.ms`,
+//!   `message.timestamp.after.max.ms`, and the tiered segments' `segment.bytes`, `segment.ms`,
+//!   `index.interval.bytes`, `segment.index.bytes` (issue 15: a partition's WAL batches are
+//!   consolidated into a Kafka log segment once they reach `segment.bytes` or the oldest is
+//!   `segment.ms` old);
 //! - **refused** with `INVALID_CONFIG`: `cleanup.policy` with `compact` (KIP-1150: diskless topics
 //!   are not compacted), `compression.type` other than `producer` (a diskless topic stores batches as
 //!   the producer sent them; the broker does not recompress), `remote.storage.enable=true` (no tiered
 //!   storage), `diskless.enable=false` (every topic of this broker is diskless);
 //! - **accepted and kept** in the broker's store (`broker.db`), without effect: every other config
-//!   Kafka knows (segment, index, flush, compaction, replication and tiered-storage settings).
+//!   Kafka knows (`segment.jitter.ms`, flush, compaction, replication and tiered-storage settings).
+//!
+//! The broker's own defaults for diskless topics differ from Kafka's for two of them: `segment.ms`
+//! and `segment.bytes` come from `--segment-ms` and `--segment-bytes` (10 min and 256 MiB by
+//! default: `segment.ms` bounds how long a batch's coordinator row lives), described as Kafka
+//! describes a `log.roll.ms` / `log.segment.bytes` set in `server.properties`: a
+//! `STATIC_BROKER_CONFIG` synonym ahead of Kafka's default.
 //!
 //! Group resources (`ConfigResource.Type.GROUP`): Kafka 4.0's group configs, checked as Kafka's
 //! `GroupConfig` checks them (names, validators, the broker's min/max bounds), kept in the broker's
@@ -40,7 +50,7 @@ use tracing::info;
 use crate::broker::Broker;
 use crate::codes;
 use crate::server::Ctx;
-use crate::topics::{Overrides, Topic};
+use crate::topics::{Overrides, Topic, TopicDefaults};
 
 /// `ConfigResource.Type.TOPIC`.
 const RESOURCE_TOPIC: i8 = 2;
@@ -165,7 +175,7 @@ const TOPIC_CONFIGS: &[Def] = &[
     def!("flush.ms", Long, LONG_MAX, Check::AtLeast(0), None, Kept),
     def!("follower.replication.throttled.replicas", List, "", Check::Throttled, None, Kept),
     def!("index.interval.bytes", Int, "4096", Check::AtLeast(0),
-         Some(("log.index.interval.bytes", "4096")), Kept),
+         Some(("log.index.interval.bytes", "4096")), Applied),
     def!("leader.replication.throttled.replicas", List, "", Check::Throttled, None, Kept),
     def!("local.retention.bytes", Long, "-2", Check::AtLeast(-2),
          Some(("log.local.retention.bytes", "-2")), Kept),
@@ -193,18 +203,36 @@ const TOPIC_CONFIGS: &[Def] = &[
     def!("remote.storage.enable", Boolean, "false", Check::None, None, Kept),
     def!("retention.bytes", Long, "-1", Check::None, Some(("log.retention.bytes", "-1")), Applied),
     def!("retention.ms", Long, "604800000", Check::AtLeast(-1), None, Applied),
-    def!("segment.bytes", Int, "1073741824", Check::AtLeast(14),
-         Some(("log.segment.bytes", "1073741824")), Kept),
+    // Kafka 4's bound (KIP-1030): at least 1 MiB.
+    def!("segment.bytes", Int, "1073741824", Check::AtLeast(1_048_576),
+         Some(("log.segment.bytes", "1073741824")), Applied),
     def!("segment.index.bytes", Int, "10485760", Check::AtLeast(4),
-         Some(("log.index.size.max.bytes", "10485760")), Kept),
+         Some(("log.index.size.max.bytes", "10485760")), Applied),
     def!("segment.jitter.ms", Long, "0", Check::AtLeast(0), None, Kept),
-    def!("segment.ms", Long, "604800000", Check::AtLeast(1), None, Kept),
+    def!("segment.ms", Long, "604800000", Check::AtLeast(1), Some(("log.roll.hours", "168")),
+         Applied),
     def!("unclean.leader.election.enable", Boolean, "false", Check::None,
          Some(("unclean.leader.election.enable", "false")), Kept),
 ];
 
 fn def(name: &str) -> Option<&'static Def> {
     TOPIC_CONFIGS.iter().find(|d| d.name == name)
+}
+
+/// The broker config this broker sets (a `STATIC_BROKER_CONFIG` in Kafka's terms) that gives
+/// topic config `name` its default, with its value: `log.roll.ms` for `segment.ms`,
+/// `log.segment.bytes` for `segment.bytes` (`--segment-ms`, `--segment-bytes`).
+fn static_broker(name: &str, defaults: &TopicDefaults) -> Option<(&'static str, String)> {
+    match name {
+        "segment.ms" => Some(("log.roll.ms", defaults.segment_ms.to_string())),
+        "segment.bytes" => Some(("log.segment.bytes", defaults.segment_bytes.to_string())),
+        _ => None,
+    }
+}
+
+/// The value of topic config `d` on a topic of this broker that does not set it.
+fn default_value(d: &Def, defaults: &TopicDefaults) -> String {
+    static_broker(d.name, defaults).map_or_else(|| d.default.to_string(), |(_, v)| v)
 }
 
 /// Kafka 4.0's group configs (`GroupConfig`), sorted by name, with their broker synonyms
@@ -542,20 +570,22 @@ fn diskless_refusal(name: &str, value: &str) -> Option<ApiError> {
 
 /// Checks topic configs as Kafka does (known names, values of the right type and range, Kafka's
 /// cross-config rule) and refuses what a diskless topic cannot honour; the canonical values and the
-/// [`TopicConfig`] they make (`base` gives what is not a topic config: the producer-id expiration).
+/// [`TopicConfig`] they make (`base` gives what is not a topic config: the producer-id expiration;
+/// `defaults` the broker's defaults of what is not set).
 pub(crate) fn resolve(
     base: &TopicConfig,
+    defaults: &TopicDefaults,
     configs: &[(String, String)],
 ) -> Result<(Overrides, TopicConfig), ApiError> {
     let overrides = canonical_set(TOPIC_CONFIGS, "topic", configs)?;
     let long = |name: &str| -> i64 {
-        let text = overrides
-            .get(name)
-            .map(String::as_str)
-            .or_else(|| def(name).map(|d| d.default))
-            .unwrap_or("0");
+        let text = match overrides.get(name) {
+            Some(v) => v.clone(),
+            None => def(name).map_or_else(|| "0".to_string(), |d| default_value(d, defaults)),
+        };
         text.parse().unwrap_or(0)
     };
+    let int = |name: &str| i32::try_from(long(name)).unwrap_or(i32::MAX);
     let (min_lag, max_lag) = (long("min.compaction.lag.ms"), long("max.compaction.lag.ms"));
     if min_lag > max_lag {
         return Err(ApiError::invalid_config(format!(
@@ -575,7 +605,11 @@ pub(crate) fn resolve(
     config.retention_ms = long("retention.ms");
     // Kafka reads any negative retention.bytes as "no limit".
     config.retention_bytes = long("retention.bytes").max(-1);
-    config.max_message_bytes = i32::try_from(long("max.message.bytes")).unwrap_or(i32::MAX);
+    config.max_message_bytes = int("max.message.bytes");
+    config.segment_bytes = int("segment.bytes");
+    config.segment_ms = long("segment.ms");
+    config.index_interval_bytes = int("index.interval.bytes");
+    config.segment_index_bytes = int("segment.index.bytes");
     config.message_timestamp_before_max_ms = long("message.timestamp.before.max.ms");
     config.message_timestamp_after_max_ms = long("message.timestamp.after.max.ms");
     if overrides.get("message.timestamp.type").map(String::as_str) == Some("LogAppendTime") {
@@ -592,6 +626,10 @@ fn applied_value(config: &TopicConfig, name: &str) -> Option<String> {
         "max.message.bytes" => config.max_message_bytes.to_string(),
         "message.timestamp.before.max.ms" => config.message_timestamp_before_max_ms.to_string(),
         "message.timestamp.after.max.ms" => config.message_timestamp_after_max_ms.to_string(),
+        "segment.bytes" => config.segment_bytes.to_string(),
+        "segment.ms" => config.segment_ms.to_string(),
+        "index.interval.bytes" => config.index_interval_bytes.to_string(),
+        "segment.index.bytes" => config.segment_index_bytes.to_string(),
         "message.timestamp.type" => match config.timestamp_type {
             TimestampType::CreateTime => "CreateTime".to_string(),
             TimestampType::LogAppendTime => "LogAppendTime".to_string(),
@@ -601,15 +639,20 @@ fn applied_value(config: &TopicConfig, name: &str) -> Option<String> {
 }
 
 /// The configs set on a topic: those kept by this process, with the applied ones as the
-/// coordinator has them (an applied config that differs from Kafka's default counts as set, also
-/// when it was set by another process or before a restart).
-pub(crate) fn current_overrides(config: &TopicConfig, kept: &Overrides) -> Overrides {
+/// coordinator has them (an applied config that differs from this broker's default counts as set,
+/// also when it was set by another process or before a restart — or when the topic was created
+/// while `--segment-ms` / `--segment-bytes` had other values).
+pub(crate) fn current_overrides(
+    config: &TopicConfig,
+    kept: &Overrides,
+    defaults: &TopicDefaults,
+) -> Overrides {
     let mut out = kept.clone();
     for d in TOPIC_CONFIGS.iter().filter(|d| d.effect == Effect::Applied) {
         let Some(value) = applied_value(config, d.name) else {
             continue;
         };
-        if value != d.default || kept.contains_key(d.name) {
+        if value != default_value(d, defaults) || kept.contains_key(d.name) {
             out.insert(d.name.to_string(), value);
         }
     }
@@ -629,8 +672,13 @@ pub(crate) struct Entry {
 }
 
 /// Every topic config of a topic whose set configs are `overrides` (Kafka's `createTopicConfigEntry`),
-/// by name; only `keys` when given.
-pub(crate) fn topic_entries(overrides: &Overrides, keys: Option<&BTreeSet<String>>) -> Vec<Entry> {
+/// by name; only `keys` when given. A config's source is its first synonym's, as in Kafka: the
+/// topic's, else the broker's static setting, else the default.
+pub(crate) fn topic_entries(
+    overrides: &Overrides,
+    defaults: &TopicDefaults,
+    keys: Option<&BTreeSet<String>>,
+) -> Vec<Entry> {
     TOPIC_CONFIGS
         .iter()
         .filter(|d| keys.is_none_or(|k| k.contains(d.name)))
@@ -640,10 +688,20 @@ pub(crate) fn topic_entries(overrides: &Overrides, keys: Option<&BTreeSet<String
             if let Some(v) = set {
                 synonyms.push((d.name, v.clone(), SOURCE_TOPIC));
             }
+            if let Some((broker_name, value)) = static_broker(d.name, defaults) {
+                synonyms.push((broker_name, value, SOURCE_STATIC_BROKER));
+            }
             if let Some((broker_name, broker_default)) = d.broker {
                 synonyms.push((broker_name, broker_default.to_string(), SOURCE_DEFAULT));
             }
             let doc = match (d.effect, d.name) {
+                (
+                    Effect::Applied,
+                    "segment.bytes" | "segment.ms" | "index.interval.bytes" | "segment.index.bytes",
+                ) => {
+                    "Kafka's topic config; applied to the tiered segments this diskless topic's \
+                     batches are consolidated into."
+                }
                 (Effect::Applied, _) => "Kafka's topic config; applied to this diskless topic.",
                 (_, "cleanup.policy") => {
                     "Kafka's topic config; only delete (KIP-1150: no compaction)."
@@ -656,12 +714,8 @@ pub(crate) fn topic_entries(overrides: &Overrides, keys: Option<&BTreeSet<String
             };
             Entry {
                 name: d.name,
-                value: set.cloned().unwrap_or_else(|| d.default.to_string()),
-                source: if set.is_some() {
-                    SOURCE_TOPIC
-                } else {
-                    SOURCE_DEFAULT
-                },
+                value: set.cloned().unwrap_or_else(|| default_value(d, defaults)),
+                source: synonyms.first().map_or(SOURCE_DEFAULT, |s| s.2),
                 kind: d.kind,
                 synonyms,
                 doc: doc.to_string(),
@@ -733,16 +787,45 @@ fn broker_entries(broker: &Broker, node: i32) -> Vec<Entry> {
         Kind::Int,
         SOURCE_DEFAULT,
     );
+    // The broker configs set on the command line (`--segment-ms`, `--segment-bytes`): static,
+    // then Kafka's default of the same setting (log.roll.ms: log.roll.hours) as Kafka lists them.
+    for d in TOPIC_CONFIGS {
+        if let Some((name, value)) = static_broker(d.name, &defaults) {
+            let mut synonyms = vec![(name, value.clone(), SOURCE_STATIC_BROKER)];
+            if let Some((default_name, default)) = d.broker {
+                synonyms.push((default_name, default.to_string(), SOURCE_DEFAULT));
+            }
+            entries.push(Entry {
+                name,
+                value,
+                source: SOURCE_STATIC_BROKER,
+                kind: d.kind,
+                synonyms,
+                doc: "Read-only: set on the example broker's command line.".to_string(),
+            });
+        }
+    }
+    let mut add = |name: &'static str, value: String, kind: Kind, source: i8| {
+        entries.push(Entry {
+            name,
+            value: value.clone(),
+            source,
+            kind,
+            synonyms: vec![(name, value, source)],
+            doc: "Read-only: set on the example broker's command line.".to_string(),
+        });
+    };
     for d in TOPIC_CONFIGS {
         if let Some((name, value)) = d.broker {
-            let kind = if name == "log.cleanup.policy" {
-                Kind::List
-            } else {
-                d.kind
+            let kind = match name {
+                "log.cleanup.policy" => Kind::List,
+                "log.roll.hours" => Kind::Int,
+                _ => d.kind,
             };
             add(name, value.to_string(), kind, SOURCE_DEFAULT);
         }
     }
+    // Sorted by name; of two entries of one name (set, and Kafka's default) the first (set) stays.
     entries.sort_by(|a, b| a.name.cmp(b.name));
     entries.dedup_by(|a, b| a.name == b.name);
     entries
@@ -840,9 +923,10 @@ pub(crate) async fn describe_configs(
             RESOURCE_TOPIC => match invalid_topic_name(&name) {
                 Some(why) => Err(ApiError::new(codes::INVALID_TOPIC_EXCEPTION, why)),
                 None => match broker.topics.by_name(&name).await {
-                    Ok(Some(topic)) => topic_overrides(broker, &topic)
-                        .await
-                        .map(|overrides| (topic_entries(&overrides, keys.as_ref()), false)),
+                    Ok(Some(topic)) => topic_overrides(broker, &topic).await.map(|overrides| {
+                        let defaults = broker.topics.defaults();
+                        (topic_entries(&overrides, &defaults, keys.as_ref()), false)
+                    }),
                     Ok(None) => Err(ApiError::new(codes::UNKNOWN_TOPIC_OR_PARTITION, "")),
                     Err(e) => Err(ApiError::new(e.error_code().code(), e.to_string())),
                 },
@@ -928,7 +1012,11 @@ pub(crate) async fn topic_overrides(broker: &Broker, topic: &Topic) -> Result<Ov
         .overrides(topic.id)
         .await
         .map_err(store_error)?;
-    Ok(current_overrides(&topic.config, &kept))
+    Ok(current_overrides(
+        &topic.config,
+        &kept,
+        &broker.topics.defaults(),
+    ))
 }
 
 /// A failure of the broker's own store, as Kafka reports a storage failure.
@@ -1114,7 +1202,7 @@ async fn alter_resource(
         .as_ref()
         .map(|t| (*t.config).clone())
         .unwrap_or_default();
-    let (overrides, config) = resolve(&base, &wanted)?;
+    let (overrides, config) = resolve(&base, &broker.topics.defaults(), &wanted)?;
     let Some(topic) = topic else {
         return Err(ApiError::new(
             codes::UNKNOWN_TOPIC_OR_PARTITION,
@@ -1315,15 +1403,24 @@ mod tests {
                 d.name
             );
         }
-        let (overrides, config) = resolve(&defaults, &[]).unwrap();
+        let broker = TopicDefaults::default();
+        let (overrides, config) = resolve(&defaults, &broker, &[]).unwrap();
         assert!(overrides.is_empty());
-        assert_eq!(config, defaults);
+        assert_eq!(config, broker.topic_config());
+        assert_eq!(
+            (config.segment_ms, config.segment_bytes),
+            (600_000, 256 << 20),
+            "the broker's own segment defaults"
+        );
+        // What a new topic gets is not described as set.
+        assert!(current_overrides(&config, &Overrides::new(), &broker).is_empty());
     }
 
     #[test]
     fn applied_configs_reach_the_topic_config() {
         let (overrides, c) = resolve(
             &TopicConfig::default(),
+            &TopicDefaults::default(),
             &configs(&[
                 ("retention.ms", "1000"),
                 ("retention.bytes", "-5"),
@@ -1346,6 +1443,124 @@ mod tests {
         assert_eq!(overrides["unclean.leader.election.enable"], "true");
         assert_eq!(overrides["min.cleanable.dirty.ratio"], "1.0");
         assert_eq!(overrides["segment.bytes"], "1048576");
+        assert_eq!(c.segment_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn segment_configs_take_effect_with_kafkas_bounds() {
+        let broker = TopicDefaults {
+            segment_ms: 2000,
+            segment_bytes: 2 << 20,
+            ..TopicDefaults::default()
+        };
+        let (overrides, c) = resolve(
+            &TopicConfig::default(),
+            &broker,
+            &configs(&[
+                ("segment.ms", "1"),
+                ("segment.bytes", "1048576"),
+                ("index.interval.bytes", "0"),
+                ("segment.index.bytes", "4"),
+                ("segment.jitter.ms", "5"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.segment_ms,
+                c.segment_bytes,
+                c.index_interval_bytes,
+                c.segment_index_bytes
+            ),
+            (1, 1 << 20, 0, 4)
+        );
+        assert_eq!(overrides.len(), 5);
+        // Unset: the broker's --segment-ms / --segment-bytes, Kafka's index defaults.
+        let (_, c) = resolve(&TopicConfig::default(), &broker, &[]).unwrap();
+        assert_eq!(
+            (
+                c.segment_ms,
+                c.segment_bytes,
+                c.index_interval_bytes,
+                c.segment_index_bytes
+            ),
+            (2000, 2 << 20, 4096, 10 << 20)
+        );
+        // A topic set to Kafka's own default differs from this broker's: described as set.
+        let kafka = TopicConfig::default();
+        let set = current_overrides(&kafka, &Overrides::new(), &broker);
+        assert_eq!(
+            set.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["segment.bytes", "segment.ms"]
+        );
+        for (name, value, says) in [
+            ("segment.bytes", "1048575", "Value must be at least 1048576"),
+            ("segment.bytes", "14", "Value must be at least 1048576"),
+            ("segment.bytes", "2147483648", "Not a number of type INT"),
+            ("segment.ms", "0", "Value must be at least 1"),
+            ("segment.ms", "1.5", "Not a number of type LONG"),
+            ("index.interval.bytes", "-1", "Value must be at least 0"),
+            ("segment.index.bytes", "3", "Value must be at least 4"),
+        ] {
+            let e =
+                resolve(&TopicConfig::default(), &broker, &configs(&[(name, value)])).unwrap_err();
+            assert_eq!(e.code, codes::INVALID_CONFIG, "{name}={value}");
+            assert!(e.message.contains(says), "{name}={value}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn segment_defaults_are_described_as_static_broker_configs() {
+        let broker = TopicDefaults {
+            segment_ms: 2000,
+            ..TopicDefaults::default()
+        };
+        let entries = topic_entries(&Overrides::new(), &broker, None);
+        let get = |n: &str| entries.iter().find(|e| e.name == n).unwrap();
+        let ms = get("segment.ms");
+        assert_eq!(
+            (ms.value.as_str(), ms.source),
+            ("2000", SOURCE_STATIC_BROKER)
+        );
+        assert_eq!(
+            ms.synonyms,
+            vec![
+                ("log.roll.ms", "2000".to_string(), SOURCE_STATIC_BROKER),
+                ("log.roll.hours", "168".to_string(), SOURCE_DEFAULT),
+            ]
+        );
+        let bytes = get("segment.bytes");
+        assert_eq!(
+            (bytes.value.as_str(), bytes.source),
+            ("268435456", SOURCE_STATIC_BROKER)
+        );
+        assert_eq!(
+            bytes.synonyms,
+            vec![
+                (
+                    "log.segment.bytes",
+                    "268435456".to_string(),
+                    SOURCE_STATIC_BROKER
+                ),
+                (
+                    "log.segment.bytes",
+                    "1073741824".to_string(),
+                    SOURCE_DEFAULT
+                ),
+            ]
+        );
+        let interval = get("index.interval.bytes");
+        assert_eq!(
+            (interval.value.as_str(), interval.source),
+            ("4096", SOURCE_DEFAULT)
+        );
+        // Set on the topic: the topic's value first, then the broker's.
+        let set: Overrides = [("segment.ms".to_string(), "5".to_string())].into();
+        let entries = topic_entries(&set, &broker, None);
+        let ms = entries.iter().find(|e| e.name == "segment.ms").unwrap();
+        assert_eq!((ms.value.as_str(), ms.source), ("5", SOURCE_TOPIC));
+        assert_eq!(ms.synonyms.len(), 3);
+        assert_eq!(ms.synonyms[1].2, SOURCE_STATIC_BROKER);
     }
 
     #[test]
@@ -1380,12 +1595,18 @@ mod tests {
                 "[partitionId]:[brokerId]",
             ),
         ] {
-            let e = resolve(&TopicConfig::default(), &configs(&[(name, value)])).unwrap_err();
+            let e = resolve(
+                &TopicConfig::default(),
+                &TopicDefaults::default(),
+                &configs(&[(name, value)]),
+            )
+            .unwrap_err();
             assert_eq!(e.code, codes::INVALID_CONFIG, "{name}={value}");
             assert!(e.message.contains(says), "{name}={value}: {}", e.message);
         }
         let e = resolve(
             &TopicConfig::default(),
+            &TopicDefaults::default(),
             &configs(&[
                 ("min.compaction.lag.ms", "10"),
                 ("max.compaction.lag.ms", "5"),
@@ -1403,7 +1624,12 @@ mod tests {
             ("diskless.enable", "true"),
         ] {
             assert!(
-                resolve(&TopicConfig::default(), &configs(&[(name, value)])).is_ok(),
+                resolve(
+                    &TopicConfig::default(),
+                    &TopicDefaults::default(),
+                    &configs(&[(name, value)]),
+                )
+                .is_ok(),
                 "{name}={value}"
             );
         }
@@ -1565,14 +1791,18 @@ mod tests {
 
     #[test]
     fn described_sources_and_synonyms() {
+        let broker = TopicDefaults::default();
         let set = current_overrides(
+            // segment.bytes is applied: the coordinator has what was set.
             &TopicConfig {
                 retention_ms: 5,
-                ..TopicConfig::default()
+                segment_bytes: 1 << 20,
+                ..broker.topic_config()
             },
             &[("segment.bytes".to_string(), "1048576".to_string())].into(),
+            &broker,
         );
-        let entries = topic_entries(&set, None);
+        let entries = topic_entries(&set, &broker, None);
         assert_eq!(entries.len(), TOPIC_CONFIGS.len());
         let get = |n: &str| entries.iter().find(|e| e.name == n).unwrap();
         assert_eq!(get("retention.ms").value, "5");
@@ -1584,6 +1814,11 @@ mod tests {
                 ("segment.bytes", "1048576".to_string(), SOURCE_TOPIC),
                 (
                     "log.segment.bytes",
+                    "268435456".to_string(),
+                    SOURCE_STATIC_BROKER
+                ),
+                (
+                    "log.segment.bytes",
                     "1073741824".to_string(),
                     SOURCE_DEFAULT
                 )
@@ -1592,7 +1827,7 @@ mod tests {
         assert_eq!(get("max.message.bytes").source, SOURCE_DEFAULT);
         assert_eq!(get("max.message.bytes").value, "1048588");
         let keys: BTreeSet<String> = ["retention.ms".to_string()].into();
-        assert_eq!(topic_entries(&set, Some(&keys)).len(), 1);
+        assert_eq!(topic_entries(&set, &broker, Some(&keys)).len(), 1);
     }
 
     #[test]

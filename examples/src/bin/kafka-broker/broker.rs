@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
+use diskless_cache::{
+    DiskCache, DiskCacheConfig, LocalCache, MokaCache, MokaCacheConfig, TwoTierCache,
+};
 use diskless_coordinator::postgres::{PostgresCoordinator, PostgresOptions};
 use diskless_coordinator::sharded::{
     FileShardMap, MemoryShardMap, ShardMapStore, ShardedConfig, ShardedCoordinator,
@@ -290,10 +292,23 @@ impl Broker {
         let orphan_check = config.orphan_check.filter(|_| persistent);
         let commit_path: Arc<dyn BatchCoordinator> = coordinator.clone();
 
-        let cache: Arc<dyn LocalCache> = Arc::new(
+        let memory =
             MokaCache::new(MokaCacheConfig::default().with_max_bytes(config.cache_max_bytes))
-                .map_err(|e| format!("cache: {e}"))?,
-        );
+                .map_err(|e| format!("cache: {e}"))?;
+        // `--local-cache-dir`: the memory cache in front of verified blocks on local disk, which
+        // survive a restart (KIP-1163's local segments for reads).
+        let cache: Arc<dyn LocalCache> = match &config.local_cache_dir {
+            Some(dir) => {
+                let dir = absolute(dir)?;
+                let disk = DiskCache::open(
+                    DiskCacheConfig::new(&dir).with_max_bytes(config.local_cache_bytes),
+                )
+                .await
+                .map_err(|e| format!("local cache {}: {e}", dir.display()))?;
+                Arc::new(TwoTierCache::new(memory, disk))
+            }
+            None => Arc::new(memory),
+        };
 
         let mut writers = HashMap::new();
         for l in &config.listeners {
@@ -380,6 +395,9 @@ impl Broker {
             hedge_uploads_after = ?config.hedge_uploads_after,
             shards = config.shards,
             orphan_collection = orphan_check.is_some(),
+            local_cache = ?config.local_cache_dir,
+            segment_ms = config.segment_ms,
+            segment_bytes = config.segment_bytes,
             "diskless broker state opened"
         );
         let topics =
@@ -432,7 +450,7 @@ impl Broker {
                             topic_id,
                             name: name.clone(),
                             partitions: *partitions,
-                            config: diskless_coordinator::TopicConfig::default(),
+                            config: self.topics.defaults().topic_config(),
                         })
                         .await
                         .map_err(|e| format!("cannot create topic {name}: {e}"))?;

@@ -56,6 +56,22 @@ Options:
   --orphan-check-ms MS      how often objects uploaded but never committed are looked for and
                             (at the next check, if still unknown) deleted; 0 = never (default
                             60000; never with a memory:// coordinator)
+  --segment-ms MS           Kafka's log.roll.ms for diskless topics: a partition whose oldest
+                            batch was committed MS ago is consolidated into a tiered segment
+                            (topics' segment.ms default; default 600000 = 10 min)
+  --segment-bytes N         Kafka's log.segment.bytes for diskless topics: the largest tiered
+                            segment, and the WAL bytes that make a partition due (topics'
+                            segment.bytes default; default 268435456 = 256 MiB; at least 1048576).
+                            Both apply to topics created from then on: a topic keeps the values
+                            it was created with (the coordinator stores them)
+  --tiering-interval-ms MS  how often partitions due are consolidated into tiered segments
+                            (issue 15; default 30000; 0 = never). Like orphan collection, never
+                            with a memory:// coordinator
+  --tiering-min-age-ms MS   batches committed less than MS ago stay in the WAL tier (default:
+                            the library's, TieringConfig::default())
+  --local-cache-dir DIR     a second, on-disk tier behind the object cache: verified blocks of
+                            WAL objects and tiered segments kept in DIR across restarts
+  --local-cache-bytes N     the most block bytes --local-cache-dir holds (default 1073741824)
   --create-topic NAME[:N]   create diskless topic NAME with N partitions (default 3) at start
                             unless it exists (repeatable; clients can use CreateTopics too)
   --auto-create-topics      Kafka's auto.create.topics.enable: Metadata for an unknown topic
@@ -129,7 +145,28 @@ pub(crate) struct Config {
     pub num_partitions: i32,
     /// The finalized `transaction.version` feature this cluster announces (1 or 2; KIP-890).
     pub transaction_version: i16,
+    /// `log.roll.ms`: new topics' `segment.ms`.
+    pub segment_ms: i64,
+    /// `log.segment.bytes`: new topics' `segment.bytes`.
+    pub segment_bytes: i32,
+    /// Consolidation interval (`None`: off).
+    #[allow(dead_code)] // Read once the tiering worker is wired.
+    pub tiering_interval: Option<Duration>,
+    /// The tiering worker's least batch age (`None`: the library's default).
+    #[allow(dead_code)] // Read once the tiering worker is wired.
+    pub tiering_min_age: Option<Duration>,
+    /// The on-disk cache tier (`None`: memory only).
+    pub local_cache_dir: Option<PathBuf>,
+    /// Its byte bound.
+    pub local_cache_bytes: u64,
 }
+
+/// `--segment-ms`'s default: 10 minutes (the coordinator's batch rows live about this long).
+pub(crate) const DEFAULT_SEGMENT_MS: i64 = 10 * 60 * 1000;
+/// `--segment-bytes`'s default: 256 MiB.
+pub(crate) const DEFAULT_SEGMENT_BYTES: i32 = 256 << 20;
+/// Kafka's least `segment.bytes` / `log.segment.bytes` (1 MiB since KIP-1030).
+pub(crate) const MIN_SEGMENT_BYTES: i32 = 1 << 20;
 
 fn value(
     name: &str,
@@ -200,6 +237,12 @@ impl Config {
         let mut retention_check_ms: u64 = 30_000;
         let mut orphan_check_ms: u64 = 60_000;
         let mut shards: u32 = 1;
+        let mut segment_ms: i64 = DEFAULT_SEGMENT_MS;
+        let mut segment_bytes: i32 = DEFAULT_SEGMENT_BYTES;
+        let mut tiering_interval_ms: u64 = 30_000;
+        let mut tiering_min_age = None;
+        let mut local_cache_dir = None;
+        let mut local_cache_bytes: u64 = diskless_cache::DiskCacheConfig::DEFAULT_MAX_BYTES;
         let mut create_topics = Vec::new();
         let mut metrics_addr = None;
         let mut auto_create_topics = false;
@@ -296,6 +339,38 @@ impl Config {
                     }
                 }
                 "--shards" => shards = number(&name, &value(&name, inline, &mut args)?)?,
+                "--segment-ms" => {
+                    segment_ms = number(&name, &value(&name, inline, &mut args)?)?;
+                    if segment_ms < 1 {
+                        return Err(format!("{name} must be at least 1 (Kafka's log.roll.ms)"));
+                    }
+                }
+                "--segment-bytes" => {
+                    segment_bytes = number(&name, &value(&name, inline, &mut args)?)?;
+                    if segment_bytes < MIN_SEGMENT_BYTES {
+                        return Err(format!(
+                            "{name} must be at least {MIN_SEGMENT_BYTES} (Kafka's log.segment.bytes)"
+                        ));
+                    }
+                }
+                "--tiering-interval-ms" => {
+                    tiering_interval_ms = number(&name, &value(&name, inline, &mut args)?)?
+                }
+                "--tiering-min-age-ms" => {
+                    tiering_min_age = Some(Duration::from_millis(number(
+                        &name,
+                        &value(&name, inline, &mut args)?,
+                    )?))
+                }
+                "--local-cache-dir" => {
+                    local_cache_dir = Some(PathBuf::from(value(&name, inline, &mut args)?))
+                }
+                "--local-cache-bytes" => {
+                    local_cache_bytes = number(&name, &value(&name, inline, &mut args)?)?;
+                    if local_cache_bytes == 0 {
+                        return Err(format!("{name} must be > 0"));
+                    }
+                }
                 "--create-topic" => {
                     let v = value(&name, inline, &mut args)?;
                     let (topic, partitions) = match v.rsplit_once(':') {
@@ -412,6 +487,13 @@ impl Config {
             auto_create_topics,
             num_partitions,
             transaction_version,
+            segment_ms,
+            segment_bytes,
+            tiering_interval: (tiering_interval_ms > 0)
+                .then(|| Duration::from_millis(tiering_interval_ms)),
+            tiering_min_age,
+            local_cache_dir,
+            local_cache_bytes,
         })))
     }
 
@@ -420,6 +502,8 @@ impl Config {
         crate::topics::TopicDefaults {
             auto_create: self.auto_create_topics,
             num_partitions: self.num_partitions,
+            segment_ms: self.segment_ms,
+            segment_bytes: self.segment_bytes,
         }
     }
 }
@@ -450,6 +534,42 @@ mod tests {
         assert_eq!(c.orphan_check, Some(Duration::from_secs(60)));
         assert!(!c.auto_create_topics);
         assert_eq!(c.num_partitions, 1);
+        assert_eq!(c.segment_ms, 600_000);
+        assert_eq!(c.segment_bytes, 256 << 20);
+        assert_eq!(c.tiering_interval, Some(Duration::from_secs(30)));
+        assert_eq!(c.tiering_min_age, None);
+        assert_eq!(c.local_cache_dir, None);
+        assert_eq!(c.local_cache_bytes, 1 << 30);
+    }
+
+    #[test]
+    fn segments_tiering_and_the_local_cache() {
+        let c = parse(&[
+            "--segment-ms",
+            "2000",
+            "--segment-bytes=1048576",
+            "--tiering-interval-ms",
+            "500",
+            "--tiering-min-age-ms=0",
+            "--local-cache-dir",
+            "/tmp/x",
+            "--local-cache-bytes",
+            "4096",
+        ])
+        .unwrap();
+        assert_eq!((c.segment_ms, c.segment_bytes), (2000, 1 << 20));
+        let d = c.topic_defaults();
+        assert_eq!((d.segment_ms, d.segment_bytes), (2000, 1 << 20));
+        assert_eq!(c.tiering_interval, Some(Duration::from_millis(500)));
+        assert_eq!(c.tiering_min_age, Some(Duration::ZERO));
+        assert_eq!(c.local_cache_dir, Some(PathBuf::from("/tmp/x")));
+        assert_eq!(c.local_cache_bytes, 4096);
+        assert_eq!(
+            parse(&["--tiering-interval-ms", "0"])
+                .unwrap()
+                .tiering_interval,
+            None
+        );
     }
 
     #[test]
@@ -557,6 +677,13 @@ mod tests {
             &["--seal-policy", "interval", "--seal-min-interval-ms", "20"],
             &["--seal-min-interval-ms", "-1"],
             &["--hedge-uploads-after-ms", "x"],
+            &["--segment-ms", "0"],
+            &["--segment-bytes", "1048575"],
+            &["--segment-bytes", "2147483648"],
+            &["--tiering-interval-ms", "-1"],
+            &["--tiering-min-age-ms", "x"],
+            &["--local-cache-bytes", "0"],
+            &["--local-cache-dir"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?} accepted");
         }

@@ -266,7 +266,7 @@ async fn auto_create_topic(broker: &Arc<Broker>, name: &str) -> i16 {
         partitions,
         replication: 1,
         overrides: Default::default(),
-        config: TopicConfig::default(),
+        config: broker.topics.defaults().topic_config(),
         assignments: Vec::new(),
     };
     match create(broker, name, &new).await {
@@ -403,7 +403,9 @@ async fn check_new_topic(
             ))
         })
         .collect();
-    let (overrides, config) = admin_configs::resolve(&TopicConfig::default(), &configs)?;
+    let defaults = broker.topics.defaults();
+    let (overrides, config) =
+        admin_configs::resolve(&defaults.topic_config(), &defaults, &configs)?;
     let default_replication = i16::try_from(broker.cluster.nodes.len()).unwrap_or(i16::MAX);
     let (partitions, replication) = if !topic.assignments.is_empty() {
         if topic.replication_factor != -1 {
@@ -589,7 +591,7 @@ pub(crate) async fn create_topics(
                     result.num_partitions = partitions;
                     result.replication_factor = replication;
                     result.configs = Some(
-                        admin_configs::topic_entries(&overrides, None)
+                        admin_configs::topic_entries(&overrides, &broker.topics.defaults(), None)
                             .into_iter()
                             .map(|e| {
                                 let mut c = CreatableTopicConfigs::default();

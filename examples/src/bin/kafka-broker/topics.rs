@@ -44,13 +44,18 @@ struct Extras {
     assignments: Assignments,
 }
 
-/// The broker settings that shape new topics (Kafka's `auto.create.topics.enable`, `num.partitions`).
+/// The broker settings that shape new topics (Kafka's `auto.create.topics.enable`,
+/// `num.partitions`, `log.roll.ms`, `log.segment.bytes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TopicDefaults {
     /// Metadata for an unknown topic creates it.
     pub auto_create: bool,
     /// Partitions of a topic created automatically or with `num_partitions = -1`.
     pub num_partitions: i32,
+    /// `log.roll.ms`: the `segment.ms` of a topic that does not set it.
+    pub segment_ms: i64,
+    /// `log.segment.bytes`: the `segment.bytes` of a topic that does not set it.
+    pub segment_bytes: i32,
 }
 
 impl Default for TopicDefaults {
@@ -58,6 +63,20 @@ impl Default for TopicDefaults {
         TopicDefaults {
             auto_create: false,
             num_partitions: 1,
+            segment_ms: crate::config::DEFAULT_SEGMENT_MS,
+            segment_bytes: crate::config::DEFAULT_SEGMENT_BYTES,
+        }
+    }
+}
+
+impl TopicDefaults {
+    /// The [`TopicConfig`] of a new topic that sets no config: Kafka's defaults, with this
+    /// broker's `segment.ms` and `segment.bytes`.
+    pub(crate) fn topic_config(&self) -> TopicConfig {
+        TopicConfig {
+            segment_ms: self.segment_ms,
+            segment_bytes: self.segment_bytes,
+            ..TopicConfig::default()
         }
     }
 }
