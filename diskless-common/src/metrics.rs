@@ -23,9 +23,9 @@
 //! | [`FETCH_SECONDS`] | histogram | `outcome` | `Fetcher`: one fetch |
 //! | [`FETCH_BYTES`] | counter | — | `Fetcher`: batch bytes returned |
 //! | [`CACHE_HIT_BYTES`] / [`CACHE_MISS_BYTES`] | counter | — | `Fetcher`: bytes served from the `LocalCache` / read from storage |
-//! | [`STORAGE_REQUESTS`] | counter | `op`, `outcome` | `MeteredStorage`: PUT / GET / DELETE / LIST calls |
+//! | [`STORAGE_REQUESTS`] | counter | `op`, `outcome` | `MeteredStorage`: PUT / streamed PUT (`put_stream`) / GET / DELETE / LIST calls |
 //! | [`STORAGE_SECONDS`] | histogram | `op` | `MeteredStorage`: latency of each call |
-//! | [`STORAGE_BYTES`] | counter | `op` | `MeteredStorage`: bytes uploaded (`put`) and downloaded (`get`) |
+//! | [`STORAGE_BYTES`] | counter | `op` | `MeteredStorage`: bytes uploaded (`put`, `put_stream`) and downloaded (`get`) |
 //! | [`COORDINATOR_SECONDS`] | histogram | `op`, `outcome` | `MeteredCoordinator`: each `BatchCoordinator` call |
 //! | [`LIFECYCLE_PASSES`] | counter | `worker`, `outcome` | lifecycle workers: each pass |
 //! | [`LIFECYCLE_ITEMS`] | counter | `worker` | lifecycle workers: batches, objects, producers or orphans each pass removed |
@@ -77,7 +77,7 @@ pub const CACHE_MISS_BYTES: &str = "diskless_cache_miss_bytes_total";
 pub const STORAGE_REQUESTS: &str = "diskless_storage_requests_total";
 /// Seconds of each object storage call.
 pub const STORAGE_SECONDS: &str = "diskless_storage_seconds";
-/// Bytes moved to (`op="put"`) and from (`op="get"`) object storage.
+/// Bytes moved to (`op="put"`, `op="put_stream"`) and from (`op="get"`) object storage.
 pub const STORAGE_BYTES: &str = "diskless_storage_bytes_total";
 /// Seconds of each coordinator call.
 pub const COORDINATOR_SECONDS: &str = "diskless_coordinator_seconds";

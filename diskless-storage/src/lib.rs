@@ -6,7 +6,8 @@
 //! lists objects by prefix with their size and age.
 //!
 //! - [`ObjectStoreStorage`]: the implementation, with retries, timeouts and request accounting;
-//!   built from a URL ([`ObjectStoreStorage::from_url`]) or an `object_store` store.
+//!   built from a URL ([`ObjectStoreStorage::from_url`]) or an `object_store` store. Large objects
+//!   stream in with [`ObjectStorage::upload_stream`] (a multipart upload).
 //! - [`MeteredStorage`]: the storage-call metrics of [`diskless_common::metrics`] around any
 //!   storage; [`CountingStorage`]: request counters around any storage.
 //! - [`ObjectKey`], [`KeySource`]: keys and where their UUIDs come from ([`RandomKeys`],
@@ -62,6 +63,32 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+/// The smallest part of a multipart upload but the last (S3's limit, also GCS's XML API's):
+/// 5 MiB. [`clamp_part_size`] raises smaller part sizes to it.
+pub const MIN_PART_SIZE: usize = 5 * 1024 * 1024;
+
+/// The largest part of a multipart upload (S3's limit): 5 GiB ([`clamp_part_size`] caps at
+/// `usize::MAX` where that is smaller, on 32-bit targets).
+pub const MAX_PART_SIZE: u64 = 5 * 1024 * 1024 * 1024;
+
+/// The most parts a multipart upload may have (S3's limit): an object streamed with
+/// [`ObjectStorage::upload_stream`] may hold at most `MAX_PARTS × part_size` bytes.
+pub const MAX_PARTS: u64 = 10_000;
+
+/// The part size [`ObjectStorage::upload_stream`] implementations use for a requested
+/// `part_size`: `part_size` within [`MIN_PART_SIZE`] and [`MAX_PART_SIZE`], so that every part but
+/// the last is valid on every store.
+///
+/// ```
+/// use diskless_storage::{MIN_PART_SIZE, clamp_part_size};
+/// assert_eq!(clamp_part_size(0), MIN_PART_SIZE);
+/// assert_eq!(clamp_part_size(8 << 20), 8 << 20);
+/// ```
+pub fn clamp_part_size(part_size: usize) -> usize {
+    let max = usize::try_from(MAX_PART_SIZE).unwrap_or(usize::MAX);
+    part_size.clamp(MIN_PART_SIZE, max)
+}
+
 /// An object as listed by [`ObjectStorage::list`].
 ///
 /// Exhaustive on purpose (like the coordinator trait's request and response types): every
@@ -89,7 +116,8 @@ pub trait ObjectStorage: Send + Sync + std::fmt::Debug {
 
     /// Uploads an object whose content arrives as a stream of chunks, in order (a tiered
     /// segment's `.log`, built while its batches are read): the object exists under `key` only if
-    /// the stream ended without error and the store confirmed the whole object. Returns its size.
+    /// the stream ended without error and the store confirmed the whole object. Returns its size
+    /// (the number of bytes the stream yielded).
     ///
     /// Implementations over a store with multipart uploads send parts of about `part_size` bytes
     /// as the chunks arrive, so memory stays near `part_size` whatever the object's size, and
@@ -98,6 +126,17 @@ pub trait ObjectStorage: Send + Sync + std::fmt::Debug {
     /// callers must use a fresh key per attempt (as tiered segments do, with a UUID v7 key that
     /// only a coordinator registration makes live). A stream that fails ends the upload with its
     /// error.
+    ///
+    /// - `part_size` is a wish: stores take it within their limits ([`clamp_part_size`]: S3's
+    ///   5 MiB minimum part, 5 GiB maximum), so any value is valid.
+    /// - An object of at most `part_size` bytes may be sent as one create-only upload (as
+    ///   [`ObjectStorage::upload`]); only larger ones need a multipart upload.
+    /// - An empty stream uploads an empty object (as `upload(key, &[])`) and returns 0.
+    /// - An error returned after the store received the whole object (a timeout of the request
+    ///   completing it) is ambiguous, as for `upload`: the object may exist. A caller that
+    ///   retries uses a fresh key; the key of the failed attempt is an orphan unless registered.
+    /// - A consumed stream cannot be replayed: no layer retries the call as a whole (requests
+    ///   inside it may be).
     ///
     /// The default implementation collects the chunks and calls [`ObjectStorage::upload`]
     /// (create-only, whole object in memory); wrappers should forward it.

@@ -19,9 +19,11 @@ use std::time::Instant;
 /// |---|---|---|
 /// | [`STORAGE_REQUESTS`](m::STORAGE_REQUESTS) | `op`, `outcome` | 1 |
 /// | [`STORAGE_SECONDS`](m::STORAGE_SECONDS) | `op` | the call's latency |
-/// | [`STORAGE_BYTES`](m::STORAGE_BYTES) | `op` (`put`, `get` only) | bytes uploaded (`put`: the payload, 0 if the upload failed) or returned (`get`: 0 if the fetch failed) |
+/// | [`STORAGE_BYTES`](m::STORAGE_BYTES) | `op` (`put`, `put_stream`, `get` only) | bytes uploaded (`put`: the payload, `put_stream`: the size returned; 0 if the upload failed) or returned (`get`: 0 if the fetch failed) |
 ///
-/// `op` is `put` ([`upload`](ObjectStorage::upload)), `get` ([`fetch`](ObjectStorage::fetch)),
+/// `op` is `put` ([`upload`](ObjectStorage::upload)), `put_stream`
+/// ([`upload_stream`](ObjectStorage::upload_stream): its latency is the whole stream's, paced by
+/// the producer of the chunks, so it is kept apart from `put`), `get` ([`fetch`](ObjectStorage::fetch)),
 /// `delete` ([`delete`](ObjectStorage::delete)) or `list` ([`list`](ObjectStorage::list) and
 /// [`list_with_offset`](ObjectStorage::list_with_offset)); `outcome` is `ok` or `error`.
 ///
@@ -29,7 +31,8 @@ use std::time::Instant;
 ///
 /// - a **call**, not a request to the store: an upload that [`ObjectStoreStorage`] retried three
 ///   times counts one `put` (its attempts are in [`ObjectStoreStorage::counters`]), and its
-///   latency includes the retries. A delete of any number of keys is one `delete`;
+///   latency includes the retries. A streamed upload of any number of parts is one `put_stream`
+///   (its parts are in the counters' `put_parts`). A delete of any number of keys is one `delete`;
 /// - a **listing** is one `list` call whatever its number of pages, recorded when its stream
 ///   ends, or when the stream is dropped after it was first polled (a caller that stops reading
 ///   early still made requests); its latency runs from the first poll, and its outcome is
@@ -81,6 +84,7 @@ impl<S: ObjectStorage> MeteredStorage<S> {
 #[derive(Clone, Copy, Debug)]
 enum Op {
     Put,
+    PutStream,
     Get,
     Delete,
     List,
@@ -90,6 +94,7 @@ impl Op {
     fn name(self) -> &'static str {
         match self {
             Op::Put => "put",
+            Op::PutStream => "put_stream",
             Op::Get => "get",
             Op::Delete => "delete",
             Op::List => "list",
@@ -115,6 +120,19 @@ impl<S: ObjectStorage> ObjectStorage for MeteredStorage<S> {
         let sent = payload.iter().map(|chunk| chunk.len() as u64).sum();
         let bytes = if result.is_ok() { sent } else { 0 };
         record(Op::Put, start, result.is_ok(), Some(bytes));
+        result
+    }
+
+    async fn upload_stream(
+        &self,
+        key: &ObjectKey,
+        chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        let start = Instant::now();
+        let result = self.inner.upload_stream(key, chunks, part_size).await;
+        let bytes = *result.as_ref().unwrap_or(&0);
+        record(Op::PutStream, start, result.is_ok(), Some(bytes));
         result
     }
 

@@ -23,6 +23,7 @@ pub struct RequestCounters {
 struct Counters {
     put_requests: AtomicU64,
     put_bytes: AtomicU64,
+    put_parts: AtomicU64,
     get_requests: AtomicU64,
     get_bytes: AtomicU64,
     delete_requests: AtomicU64,
@@ -37,17 +38,23 @@ struct Counters {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RequestStats {
-    /// PUT requests (upload attempts).
+    /// PUT requests (upload attempts), and the requests of multipart uploads that S3 bills as
+    /// PUTs: one to create the upload, one per part sent (`put_parts`), one to complete it.
     pub put_requests: u64,
-    /// Bytes sent by PUT requests.
+    /// Bytes sent by PUT requests (parts included).
     pub put_bytes: u64,
-    /// GET requests (ranged reads, and reads that verify a retried upload).
+    /// The part uploads among `put_requests` (`UploadPart` on S3). The PUTs per GiB of a
+    /// streamed upload are about `1 GiB / part size + 2`.
+    pub put_parts: u64,
+    /// GET requests (ranged reads, reads that verify a retried upload, and the HEAD that checks
+    /// a multipart upload whose completion failed).
     pub get_requests: u64,
     /// Bytes received by GET requests.
     pub get_bytes: u64,
     /// DELETE requests: one per batch of up to 1000 keys, which is one `DeleteObjects` call on
     /// S3. (Backends without bulk delete — local filesystem, GCS — send one request per key
-    /// inside a batch; see `deleted_keys`.)
+    /// inside a batch; see `deleted_keys`.) The abort of a multipart upload counts one, with no
+    /// key.
     pub delete_requests: u64,
     /// Keys sent in DELETE requests.
     pub deleted_keys: u64,
@@ -65,6 +72,7 @@ impl std::ops::Sub for RequestStats {
         RequestStats {
             put_requests: self.put_requests.saturating_sub(rhs.put_requests),
             put_bytes: self.put_bytes.saturating_sub(rhs.put_bytes),
+            put_parts: self.put_parts.saturating_sub(rhs.put_parts),
             get_requests: self.get_requests.saturating_sub(rhs.get_requests),
             get_bytes: self.get_bytes.saturating_sub(rhs.get_bytes),
             delete_requests: self.delete_requests.saturating_sub(rhs.delete_requests),
@@ -90,6 +98,7 @@ impl RequestCounters {
         RequestStats {
             put_requests: c.put_requests.load(Ordering::Relaxed),
             put_bytes: c.put_bytes.load(Ordering::Relaxed),
+            put_parts: c.put_parts.load(Ordering::Relaxed),
             get_requests: c.get_requests.load(Ordering::Relaxed),
             get_bytes: c.get_bytes.load(Ordering::Relaxed),
             delete_requests: c.delete_requests.load(Ordering::Relaxed),
@@ -103,6 +112,12 @@ impl RequestCounters {
     pub fn record_put(&self, bytes: u64) {
         self.inner.put_requests.fetch_add(1, Ordering::Relaxed);
         self.inner.put_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Counts one part upload of `bytes` bytes: a PUT request that is also a part.
+    pub fn record_put_part(&self, bytes: u64) {
+        self.record_put(bytes);
+        self.inner.put_parts.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one GET request.
@@ -137,6 +152,7 @@ impl RequestCounters {
         for counter in [
             &c.put_requests,
             &c.put_bytes,
+            &c.put_parts,
             &c.get_requests,
             &c.get_bytes,
             &c.delete_requests,
@@ -152,6 +168,13 @@ impl RequestCounters {
 /// Wraps any [`ObjectStorage`] and counts the calls made through it, one request per call
 /// (an upload is one PUT of the payload's size, a fetch one GET, a delete one DELETE per 1000
 /// keys, a list one LIST per page of 1000 objects).
+///
+/// A streamed upload ([`ObjectStorage::upload_stream`]) is counted, when it returns, as
+/// [`crate::ObjectStoreStorage`] sends it, from the bytes the stream yielded `B` and the part size
+/// `P` ([`crate::clamp_part_size`]): a stream that ended with `B <= P` is one PUT of `B` bytes;
+/// else one PUT to create the upload, one part per `P` bytes read (and one for the rest once the
+/// stream ended) and, once the stream ended, one PUT to complete it. An estimate of the requests
+/// (a failed upload may have sent fewer parts), exact for an upload that succeeded.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
@@ -197,6 +220,52 @@ impl<S: ObjectStorage> ObjectStorage for CountingStorage<S> {
         let len: usize = payload.iter().map(Bytes::len).sum();
         self.counters.record_put(len as u64);
         self.inner.upload(key, payload).await
+    }
+
+    async fn upload_stream(
+        &self,
+        key: &ObjectKey,
+        chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        let read = AtomicU64::new(0);
+        let ended = std::sync::atomic::AtomicBool::new(false);
+        let (read_ref, ended_ref) = (&read, &ended);
+        let counted = futures::stream::unfold(chunks, move |mut chunks| async move {
+            match chunks.next().await {
+                Some(item) => {
+                    if let Ok(chunk) = &item {
+                        read_ref.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    }
+                    Some((item, chunks))
+                }
+                None => {
+                    ended_ref.store(true, Ordering::Relaxed);
+                    None
+                }
+            }
+        })
+        .boxed();
+        let result = self.inner.upload_stream(key, counted, part_size).await;
+        let (read, ended) = (read.into_inner(), ended.into_inner());
+        let part = crate::clamp_part_size(part_size) as u64;
+        if read <= part {
+            if ended {
+                self.counters.record_put(read);
+            }
+        } else {
+            self.counters.record_put(0);
+            for _ in 0..read / part {
+                self.counters.record_put_part(part);
+            }
+            if ended {
+                if read % part > 0 {
+                    self.counters.record_put_part(read % part);
+                }
+                self.counters.record_put(0);
+            }
+        }
+        result
     }
 
     async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {

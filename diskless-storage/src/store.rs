@@ -1,4 +1,8 @@
 //! [`ObjectStoreStorage`]: [`ObjectStorage`] over any [`object_store::ObjectStore`].
+//!
+//! Uploads of whole payloads are create-only PUTs; streamed uploads
+//! ([`ObjectStorage::upload_stream`]) larger than a part are `object_store` multipart uploads
+//! (see [`ObjectStoreStorage`] for what each guarantees).
 
 use crate::classify::{map_error, timeout_error};
 use crate::retry::Backoff;
@@ -10,9 +14,14 @@ use crate::{
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
-use futures::stream::BoxStream;
+use futures::future::Either;
+use futures::stream::{BoxStream, FuturesUnordered};
 use object_store::path::Path;
-use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{
+    GetOptions, MultipartUpload, ObjectStore, ObjectStoreExt, PutMode, PutMultipartOptions,
+    PutOptions, PutPayload, UploadPart,
+};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
@@ -25,7 +34,7 @@ use tracing::Instrument;
 pub(crate) const DELETE_BATCH: usize = 1000;
 
 /// Settings of an [`ObjectStoreStorage`].
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct StorageOptions {
     /// Retries, timeouts and deadline of every call (see [`RetryConfig`] for the defaults).
@@ -38,6 +47,20 @@ pub struct StorageOptions {
     /// diskless topics never reuse a key (keys embed a fresh UUID v7), so this is only safe when no
     /// other writer shares the key space.
     pub allow_overwrite_fallback: bool,
+    /// Parts of a streamed upload ([`ObjectStorage::upload_stream`]) sent at once (at least 1;
+    /// default 1). The chunks of the next part are read while they are sent, so an upload holds
+    /// up to `(parts_in_flight + 1) × part size` bytes, plus one chunk.
+    pub parts_in_flight: usize,
+}
+
+impl Default for StorageOptions {
+    fn default() -> Self {
+        StorageOptions {
+            retry: RetryConfig::default(),
+            allow_overwrite_fallback: false,
+            parts_in_flight: 1,
+        }
+    }
 }
 
 impl StorageOptions {
@@ -53,9 +76,21 @@ impl StorageOptions {
         self
     }
 
-    /// Checks the options ([`RetryConfig::validate`]); [`ObjectStoreStorage::with_options`] calls
-    /// it. Invalid values are rejected with [`StorageError::Config`], never clamped.
+    /// Sets [`StorageOptions::parts_in_flight`].
+    pub fn with_parts_in_flight(mut self, parts: usize) -> Self {
+        self.parts_in_flight = parts;
+        self
+    }
+
+    /// Checks the options ([`RetryConfig::validate`], `parts_in_flight` at least 1);
+    /// [`ObjectStoreStorage::with_options`] calls it. Invalid values are rejected with
+    /// [`StorageError::Config`], never clamped.
     pub fn validate(&self) -> Result<(), StorageError> {
+        if self.parts_in_flight == 0 {
+            return Err(StorageError::Config(
+                "parts_in_flight: must be at least 1".to_string(),
+            ));
+        }
         self.retry.validate()
     }
 }
@@ -82,6 +117,32 @@ impl StorageOptions {
 ///   retried: on error the stream yields it and the caller lists again. `list_with_offset` uses
 ///   the store's native `list_with_offset` (S3 `start-after`: the keys at or below the offset are
 ///   not listed at all; in memory and on the local filesystem they are skipped client-side).
+///
+/// - `upload_stream` reads the stream until it holds more than one part
+///   ([`clamp_part_size`](crate::clamp_part_size) of the part size asked): an object of at most
+///   one part (an empty one included) is one `upload` as above, create-only, retried and
+///   verified. A larger one is a multipart upload: created (retried as a PUT), then parts of
+///   exactly the part size (the last one shorter) sent as the chunks arrive, at most
+///   [`StorageOptions::parts_in_flight`] at once, each one request cut at `attempt_timeout`, then
+///   completed (one request, cut at `attempt_timeout`). Parts are not retried (`object_store`'s
+///   `MultipartUpload` cannot resend a part under the same number) and the call has no overall
+///   deadline (the stream's producer sets its pace). On any error — the stream's, a part's, the
+///   completion's, more than [`MAX_PARTS`](crate::MAX_PARTS) parts — the upload is aborted (one
+///   DELETE request, a failure of which is logged) and the error returned; nothing is visible
+///   under the key. If the completion fails with a transient error (e.g. its timeout) and a HEAD
+///   then finds an object of exactly the size sent under the key, the store did complete it
+///   (keys are fresh per attempt) and the call succeeds. A call dropped mid-way does not abort:
+///   on S3 and GCS the parts stay, invisible, until the bucket's lifecycle rule for incomplete
+///   multipart uploads removes them (configure one, e.g. `AbortIncompleteMultipartUpload` after
+///   a day); on the local filesystem the staging file is removed on drop.
+///
+///   **Not create-only**: `object_store` completes multipart uploads unconditionally, so a
+///   multipart upload replaces an object already under the key, on every backend (S3, GCS,
+///   Azure: the completion overwrites; in memory: an insert; local filesystem: a rename over
+///   it). Callers use a fresh key per attempt. On the local filesystem the parts are written to
+///   a staging file next to the object (`<key>#<n>`, never listed), fsynced on completion, then
+///   renamed to the key and the directory fsynced: a completed upload is as durable as `upload`'s;
+///   an aborted or failed one removes the staging file (a crash may leave it, unlisted).
 ///
 /// Create-only on S3 relies on the store honouring `If-None-Match: *` (`object_store`'s default
 /// `S3ConditionalPut::ETagMatch`): AWS S3 does, atomically, since August 2024; GCS and Azure use
@@ -559,6 +620,200 @@ impl ObjectStoreStorage {
     }
 }
 
+/// The multipart half of [`ObjectStorage::upload_stream`] (see [`ObjectStoreStorage`]).
+impl ObjectStoreStorage {
+    /// Creates a multipart upload of `path`: a PUT-class request, retried as one.
+    async fn create_multipart(
+        &self,
+        path: &Path,
+        key: &ObjectKey,
+    ) -> Result<Box<dyn MultipartUpload>, StorageError> {
+        self.retry_loop("upload-create", key.as_str(), |deadline| {
+            let create = async {
+                self.counters.record_put(0);
+                self.store
+                    .put_multipart_opts(path, PutMultipartOptions::default())
+                    .await
+                    .map_err(|e| map_error(e, key.as_str()))
+            };
+            self.timed("upload-create", deadline, create)
+        })
+        .await
+    }
+
+    /// Sends `buffer` and the rest of `chunks` as parts of `upload` and completes it; returns the
+    /// object's size. The caller aborts the upload if this fails.
+    async fn send_parts(
+        &self,
+        upload: &mut Box<dyn MultipartUpload>,
+        path: &Path,
+        key: &ObjectKey,
+        mut buffer: PartBuffer,
+        mut chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        let mut in_flight = FuturesUnordered::new();
+        let (mut size, mut parts, mut ended) = (0u64, 0u64, false);
+        loop {
+            while buffer.len >= part_size || (ended && buffer.len > 0) {
+                while in_flight.len() >= self.options.parts_in_flight {
+                    if let Some(sent) = in_flight.next().await {
+                        sent?;
+                    }
+                }
+                parts += 1;
+                if parts > crate::MAX_PARTS {
+                    return Err(StorageError::Permanent {
+                        source: format!(
+                            "object {key} needs more than {} parts of {part_size} bytes; \
+                             stream it with a larger part size",
+                            crate::MAX_PARTS
+                        )
+                        .into(),
+                    });
+                }
+                let part = buffer.take(part_size);
+                let len: u64 = part.iter().map(|c| c.len() as u64).sum();
+                size += len;
+                self.counters.record_put_part(len);
+                tracing::trace!(part = parts, len, "sending part");
+                let request = upload.put_part(part.into_iter().collect());
+                in_flight.push(self.part_request(request, key));
+            }
+            if ended {
+                break;
+            }
+            // The next chunk, while the parts in flight are sent.
+            let next = if in_flight.is_empty() {
+                chunks.next().await
+            } else {
+                match futures::future::select(chunks.next(), in_flight.next()).await {
+                    Either::Left((next, _)) => next,
+                    Either::Right((sent, _)) => {
+                        if let Some(sent) = sent {
+                            sent?;
+                        }
+                        continue;
+                    }
+                }
+            };
+            match next {
+                Some(chunk) => buffer.push(chunk?),
+                None => ended = true,
+            }
+        }
+        while let Some(sent) = in_flight.next().await {
+            sent?;
+        }
+        self.complete_multipart(upload, path, key, size, parts)
+            .await?;
+        Ok(size)
+    }
+
+    /// One part request, cut at the attempt timeout.
+    fn part_request<'a>(
+        &self,
+        request: UploadPart,
+        key: &'a ObjectKey,
+    ) -> impl Future<Output = Result<(), StorageError>> + Send + 'a {
+        let timeout = self.options.retry.attempt_timeout;
+        async move {
+            match tokio::time::timeout(timeout, request).await {
+                Ok(sent) => sent.map_err(|e| map_error(e, key.as_str())),
+                Err(_) => Err(timeout_error("upload-part", timeout)),
+            }
+        }
+    }
+
+    /// Completes `upload` (one request). After a transient failure, an object of exactly `size`
+    /// bytes under the key is this upload, completed by the store before the failure.
+    async fn complete_multipart(
+        &self,
+        upload: &mut Box<dyn MultipartUpload>,
+        path: &Path,
+        key: &ObjectKey,
+        size: u64,
+        parts: u64,
+    ) -> Result<(), StorageError> {
+        let timeout = self.options.retry.attempt_timeout;
+        self.counters.record_put(0);
+        let error = match tokio::time::timeout(timeout, upload.complete()).await {
+            Ok(Ok(_)) => {
+                tracing::debug!(size, parts, "multipart upload completed");
+                return Ok(());
+            }
+            Ok(Err(e)) => map_error(e, key.as_str()),
+            Err(_) => timeout_error("upload-complete", timeout),
+        };
+        if error.is_transient() {
+            self.counters.record_get();
+            if let Ok(Ok(meta)) = tokio::time::timeout(timeout, self.store.head(path)).await
+                && meta.size == size
+            {
+                tracing::info!(%key, size, %error, "multipart completion failed, but the object landed");
+                return Ok(());
+            }
+        }
+        Err(error)
+    }
+
+    /// Aborts `upload` (one DELETE request); a failure is logged, not returned (the caller
+    /// returns the error that made it abort).
+    async fn abort_multipart(&self, mut upload: Box<dyn MultipartUpload>, key: &ObjectKey) {
+        let timeout = self.options.retry.attempt_timeout;
+        self.counters.record_delete(0);
+        match tokio::time::timeout(timeout, upload.abort()).await {
+            Ok(Ok(())) => tracing::debug!(%key, "multipart upload aborted"),
+            Ok(Err(error)) => tracing::warn!(
+                %key,
+                %error,
+                "could not abort a multipart upload: its parts stay until the store's lifecycle \
+                 rule removes them"
+            ),
+            Err(_) => tracing::warn!(
+                %key,
+                ?timeout,
+                "abort of a multipart upload timed out: its parts may stay until the store's \
+                 lifecycle rule removes them"
+            ),
+        }
+    }
+}
+
+/// The chunks of a streamed upload read and not yet sent.
+#[derive(Debug, Default)]
+struct PartBuffer {
+    chunks: VecDeque<Bytes>,
+    len: usize,
+}
+
+impl PartBuffer {
+    fn push(&mut self, chunk: Bytes) {
+        if !chunk.is_empty() {
+            self.len += chunk.len();
+            self.chunks.push_back(chunk);
+        }
+    }
+
+    /// Takes the first `size` bytes (all of them if fewer), without copying.
+    fn take(&mut self, size: usize) -> Vec<Bytes> {
+        let mut part = Vec::new();
+        let mut wanted = size.min(self.len);
+        self.len -= wanted;
+        while wanted > 0 {
+            let Some(mut chunk) = self.chunks.pop_front() else {
+                break;
+            };
+            if chunk.len() > wanted {
+                self.chunks.push_front(chunk.split_off(wanted));
+            }
+            wanted -= chunk.len();
+            part.push(chunk);
+        }
+        part
+    }
+}
+
 /// The generator of the retry jitter: seeded with the injected seed, else from the OS.
 fn jitter_rng(retry: &RetryConfig) -> parking_lot::Mutex<fastrand::Rng> {
     let seed = retry.seed.unwrap_or_else(diskless_common::entropy_seed);
@@ -641,6 +896,42 @@ impl ObjectStorage for ObjectStoreStorage {
                 }
             })
             .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn upload_stream(
+        &self,
+        key: &ObjectKey,
+        mut chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        let part_size = crate::clamp_part_size(part_size);
+        let span = tracing::debug_span!("upload_stream", %key, part_size);
+        async move {
+            let path = self.path(key.as_str())?;
+            // Up to one part, the object is one create-only upload.
+            let mut buffer = PartBuffer::default();
+            while buffer.len <= part_size {
+                match chunks.next().await {
+                    Some(chunk) => buffer.push(chunk?),
+                    None => {
+                        let payload: Vec<Bytes> = buffer.chunks.into();
+                        self.upload(key, &payload).await?;
+                        return Ok(buffer.len as u64);
+                    }
+                }
+            }
+            let mut upload = self.create_multipart(&path, key).await?;
+            tracing::debug!("multipart upload created");
+            let sent = self
+                .send_parts(&mut upload, &path, key, buffer, chunks, part_size)
+                .await;
+            if sent.is_err() {
+                self.abort_multipart(upload, key).await;
+            }
+            sent
         }
         .instrument(span)
         .await
@@ -767,5 +1058,21 @@ mod tests {
         assert!(!same_content(b"abcde", &p));
         assert!(!same_content(b"abce", &p));
         assert!(same_content(b"", &[]));
+    }
+
+    #[test]
+    fn part_buffer_takes_exact_parts_without_copying() {
+        let mut buffer = PartBuffer::default();
+        for chunk in [&b"abc"[..], b"", b"defgh", b"i"] {
+            buffer.push(Bytes::copy_from_slice(chunk));
+        }
+        assert_eq!(buffer.len, 9);
+        let concat = |part: Vec<Bytes>| part.concat();
+        assert_eq!(concat(buffer.take(4)), b"abcd");
+        assert_eq!(buffer.len, 5);
+        assert_eq!(concat(buffer.take(4)), b"efgh");
+        assert_eq!(concat(buffer.take(4)), b"i");
+        assert_eq!(buffer.len, 0);
+        assert!(buffer.take(4).is_empty());
     }
 }

@@ -5,7 +5,9 @@
 
 use bytes::Bytes;
 use diskless_common::metrics as m;
-use diskless_storage::{MeteredStorage, ObjectKey, ObjectStorage, ObjectStoreStorage};
+use diskless_storage::{
+    MIN_PART_SIZE, MeteredStorage, ObjectKey, ObjectStorage, ObjectStoreStorage, StorageError,
+};
 use futures::{StreamExt, TryStreamExt};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use std::future::Future;
@@ -214,4 +216,41 @@ fn pointers_to_storages_are_storages() {
     assert_eq!(result.unwrap(), "abcde");
     assert_eq!(series, expected("get", m::OK, Some(5)));
     assert!(format!("{shared:?}").contains("MeteredStorage"));
+}
+
+/// A stream of `len` bytes in chunks of 64 KiB.
+fn byte_stream(len: usize) -> futures::stream::BoxStream<'static, Result<Bytes, StorageError>> {
+    let data = Bytes::from(vec![7u8; len]);
+    let chunks: Vec<Result<Bytes, StorageError>> = (0..len)
+        .step_by(64 * 1024)
+        .map(|start| Ok(data.slice(start..len.min(start + 64 * 1024))))
+        .collect();
+    futures::stream::iter(chunks).boxed()
+}
+
+#[test]
+fn a_streamed_upload_emits_one_put_stream_with_its_size_whatever_its_parts() {
+    let (inner, storage) = metered();
+    let len = 2 * MIN_PART_SIZE + 3;
+    let (result, series) =
+        recorded(storage.upload_stream(&key("tiered/a"), byte_stream(len), MIN_PART_SIZE));
+    assert_eq!(result.unwrap(), len as u64);
+    assert_eq!(series, expected("put_stream", m::OK, Some(len as u64)));
+    // The requests are in the storage's counters: create, three parts, complete.
+    let stats = inner.counters().snapshot();
+    assert_eq!((stats.put_requests, stats.put_parts), (5, 3));
+}
+
+#[test]
+fn a_failed_streamed_upload_is_an_error_with_no_bytes() {
+    let (_, storage) = metered();
+    let failing = byte_stream(MIN_PART_SIZE + 1)
+        .chain(futures::stream::once(async {
+            Err(StorageError::Config("producer failed".into()))
+        }))
+        .boxed();
+    let (result, series) =
+        recorded(storage.upload_stream(&key("tiered/b"), failing, MIN_PART_SIZE));
+    assert!(matches!(result, Err(StorageError::Config(_))), "{result:?}");
+    assert_eq!(series, expected("put_stream", m::ERROR, Some(0)));
 }

@@ -1,15 +1,15 @@
-//! Request accounting, ranged reads, URL construction and local durability.
+//! Request accounting, ranged reads, URL construction, local durability and streamed uploads.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use bytes::Bytes;
 use diskless_common::SystemClock;
 use diskless_storage::{
-    CountingStorage, ObjectKey, ObjectStorage, ObjectStoreStorage, RandomKeys, RangeReadConfig,
-    StorageError, fetch_ranges,
+    CountingStorage, MIN_PART_SIZE, ObjectKey, ObjectStorage, ObjectStoreStorage, RandomKeys,
+    RangeReadConfig, StorageError, fetch_ranges,
 };
 use diskless_testkit::storage::S3TestServer;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 fn no_options() -> Vec<(String, String)> {
     vec![]
@@ -260,4 +260,169 @@ async fn local_uploads_are_durable_files_and_survive_reopening() {
             .await
             .is_err()
     );
+}
+
+/// `len` bytes of a pattern, as a stream of `chunk`-byte chunks.
+fn stream_of(
+    data: &Bytes,
+    chunk: usize,
+) -> futures::stream::BoxStream<'static, Result<Bytes, StorageError>> {
+    diskless_testkit::storage::conformance::chunk_stream(data, chunk)
+}
+
+fn pattern(len: usize) -> Bytes {
+    Bytes::from(diskless_testkit::storage::conformance::pattern(len, 42))
+}
+
+/// Every file under `dir`, recursively, relative to it.
+fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut files = vec![];
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let relative = path.strip_prefix(dir).unwrap();
+                files.push(relative.to_string_lossy().into_owned());
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[tokio::test]
+async fn streamed_uploads_count_a_put_per_part_plus_create_and_complete() {
+    let part = MIN_PART_SIZE;
+    let storage = CountingStorage::new(ObjectStoreStorage::in_memory());
+    for (len, puts, parts) in [
+        (0, 1, 0),
+        (part, 1, 0),
+        (part + 1, 4, 2),
+        (3 * part, 5, 3),
+        (3 * part + 5, 6, 4),
+    ] {
+        let before = storage.inner().counters().snapshot();
+        let counted_before = storage.counters().snapshot();
+        let data = pattern(len);
+        let size = storage
+            .upload_stream(&new_key("tiered"), stream_of(&data, 100_000), part)
+            .await
+            .unwrap();
+        assert_eq!(size, len as u64);
+        let sent = storage.inner().counters().snapshot() - before;
+        assert_eq!(
+            (sent.put_requests, sent.put_parts, sent.put_bytes),
+            (puts, parts, len as u64),
+            "{len} bytes"
+        );
+        assert_eq!((sent.get_requests, sent.delete_requests), (0, 0));
+        // The wrapper's estimate is exact for an upload that succeeded.
+        assert_eq!(
+            storage.counters().snapshot() - counted_before,
+            sent,
+            "{len} bytes"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_streamed_upload_of_at_most_one_part_is_create_only() {
+    let storage = ObjectStoreStorage::in_memory();
+    let key = new_key("tiered");
+    let data = pattern(1000);
+    storage
+        .upload_stream(&key, stream_of(&data, 300), MIN_PART_SIZE)
+        .await
+        .unwrap();
+    // The same content again (a retry): fine; other content: refused, the object kept.
+    storage
+        .upload_stream(&key, stream_of(&data, 7), MIN_PART_SIZE)
+        .await
+        .unwrap();
+    let other = pattern(999);
+    let refused = storage
+        .upload_stream(&key, stream_of(&other, 300), MIN_PART_SIZE)
+        .await;
+    assert!(
+        matches!(refused, Err(StorageError::AlreadyExists { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(storage.fetch(&key, 0..1000).await.unwrap(), data);
+}
+
+#[tokio::test]
+async fn local_streamed_uploads_leave_only_the_object_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = ObjectStoreStorage::local_fs(dir.path()).unwrap();
+    let data = pattern(2 * MIN_PART_SIZE + 10);
+    let key = new_key("tiered");
+    let size = storage
+        .upload_stream(&key, stream_of(&data, 1 << 20), MIN_PART_SIZE)
+        .await
+        .unwrap();
+    assert_eq!(size, data.len() as u64);
+    assert_eq!(storage.counters().snapshot().put_parts, 3);
+    assert_eq!(std::fs::read(dir.path().join(key.as_str())).unwrap(), data);
+    assert_eq!(
+        files_under(dir.path()),
+        [key.as_str()],
+        "no staging file left"
+    );
+    // A stream failing after two parts: the staging file is removed, nothing else appears.
+    let failed = new_key("tiered");
+    let failing = stream_of(&data, 1 << 20)
+        .take(11)
+        .chain(futures::stream::once(async {
+            Err(StorageError::Config("producer failed".into()))
+        }))
+        .boxed();
+    let result = storage.upload_stream(&failed, failing, MIN_PART_SIZE).await;
+    assert!(matches!(result, Err(StorageError::Config(_))), "{result:?}");
+    let stats = storage.counters().snapshot();
+    assert_eq!((stats.put_parts, stats.delete_requests), (5, 1));
+    assert_eq!(
+        files_under(dir.path()),
+        [key.as_str()],
+        "no staging file left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_streamed_uploads_are_multipart_and_aborted_uploads_leave_no_parts() {
+    let server = S3TestServer::start().await.unwrap();
+    let storage = server.storage("").unwrap();
+    let data = pattern(2 * MIN_PART_SIZE + 10);
+    let key = new_key("tiered");
+    storage
+        .upload_stream(&key, stream_of(&data, 1 << 20), MIN_PART_SIZE)
+        .await
+        .unwrap();
+    assert_eq!(storage.counters().snapshot().put_parts, 3);
+    let failing = stream_of(&data, 1 << 20)
+        .take(11)
+        .chain(futures::stream::once(async {
+            Err(StorageError::Config("producer failed".into()))
+        }))
+        .boxed();
+    let failed = new_key("tiered");
+    assert!(
+        storage
+            .upload_stream(&failed, failing, MIN_PART_SIZE)
+            .await
+            .is_err()
+    );
+    // The server (s3s-fs) keeps parts as `.upload_id-*` files at its root until completed or
+    // aborted: none is left.
+    let leftovers: Vec<String> = files_under(server.root())
+        .into_iter()
+        .filter(|f| f.contains(".upload_id-"))
+        .collect();
+    assert!(leftovers.is_empty(), "parts left: {leftovers:?}");
+    let listed: Vec<_> = storage.list("tiered").try_collect().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].size, data.len() as u64);
+    server.shutdown().await;
 }

@@ -27,8 +27,11 @@
 use crate::fixture::Fixture;
 use bytes::Bytes;
 use diskless_common::{Clock, SystemClock};
-use diskless_storage::{KeySource, ObjectKey, ObjectMeta, ObjectStorage, RandomKeys, StorageError};
-use futures::TryStreamExt;
+use diskless_storage::{
+    KeySource, MIN_PART_SIZE, ObjectKey, ObjectMeta, ObjectStorage, RandomKeys, StorageError,
+};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -57,6 +60,9 @@ macro_rules! __storage_conformance_cases {
             list_with_offset,
             invalid_keys_rejected,
             large_object,
+            upload_stream_round_trip,
+            upload_stream_empty,
+            upload_stream_failure_leaves_nothing,
             concurrent_uploads [shared],
         }
     };
@@ -561,6 +567,157 @@ pub async fn large_object(storage: &dyn ObjectStorage) {
         "past the end of a large object",
     );
     storage.delete(&[k]).await.expect("delete large");
+}
+
+/// The chunks of `data` (of `chunk` bytes, the last shorter) as the stream of an
+/// [`ObjectStorage::upload_stream`].
+pub fn chunk_stream(data: &Bytes, chunk: usize) -> BoxStream<'static, Result<Bytes, StorageError>> {
+    let chunks: Vec<Result<Bytes, StorageError>> = (0..data.len())
+        .step_by(chunk.max(1))
+        .map(|start| Ok(data.slice(start..data.len().min(start + chunk.max(1)))))
+        .collect();
+    futures::stream::iter(chunks).boxed()
+}
+
+/// Objects streamed with [`ObjectStorage::upload_stream`] read back intact, whatever their size
+/// against the part size (below, at, above one part; three parts) and however they are chunked
+/// (many small chunks, chunks bigger than a part; a part size below the stores' minimum, which
+/// they raise): the size returned and listed is the bytes streamed, and ranges across part
+/// boundaries read back.
+pub async fn upload_stream_round_trip(storage: &dyn ObjectStorage) {
+    let prefix = unique_prefix("stream");
+    let part = MIN_PART_SIZE;
+    let data = Bytes::from(pattern(2 * part + 12_345, 11));
+    let cases = [
+        (1000, 300, part, "below one part"),
+        (part, 64 * 1024 + 3, part, "exactly one part"),
+        (
+            part + 1,
+            1024,
+            1,
+            "one byte above a part, 1 KiB chunks, part size raised from 1",
+        ),
+        (2 * part + 12_345, 64 * 1024 + 3, part, "three parts"),
+        (
+            2 * part + 12_345,
+            part + part / 2 + 7,
+            part,
+            "chunks bigger than a part",
+        ),
+    ];
+    let mut expected = vec![];
+    for (len, chunk, part_size, what) in cases {
+        let k = key(&prefix);
+        let object = data.slice(..len);
+        let size = storage
+            .upload_stream(&k, chunk_stream(&object, chunk), part_size)
+            .await
+            .unwrap_or_else(|e| panic!("upload_stream ({what}): {e}"));
+        assert_eq!(size, len as u64, "size returned ({what})");
+        let whole = storage
+            .fetch(&k, 0..len as u64)
+            .await
+            .unwrap_or_else(|e| panic!("fetch whole ({what}): {e}"));
+        assert!(whole == object, "content differs ({what})");
+        for boundary in [part, 2 * part] {
+            if boundary + 3 <= len {
+                let range = (boundary - 3) as u64..(boundary + 3) as u64;
+                let got = storage
+                    .fetch(&k, range.clone())
+                    .await
+                    .unwrap_or_else(|e| panic!("fetch {range:?} ({what}): {e}"));
+                assert_eq!(
+                    got,
+                    object[boundary - 3..boundary + 3],
+                    "{range:?} ({what})"
+                );
+            }
+        }
+        let last = len as u64 - 1..len as u64;
+        assert_eq!(
+            storage.fetch(&k, last).await.expect("last byte"),
+            object[len - 1..],
+            "last byte ({what})"
+        );
+        assert_invalid_range(
+            storage.fetch(&k, 0..len as u64 + 1).await,
+            "past the end of a streamed object",
+        );
+        expected.push((k, len as u64));
+    }
+    let mut listed: Vec<(ObjectKey, u64)> = storage
+        .list(&prefix)
+        .map_ok(|m| (m.key, m.size))
+        .try_collect()
+        .await
+        .expect("list");
+    listed.sort();
+    expected.sort();
+    assert_eq!(listed, expected, "streamed objects listed with their sizes");
+    let keys: Vec<ObjectKey> = expected.into_iter().map(|(k, _)| k).collect();
+    storage
+        .delete(&keys)
+        .await
+        .expect("delete streamed objects");
+}
+
+/// An empty stream uploads an empty object (as `upload(key, &[])`): size 0 returned and listed.
+pub async fn upload_stream_empty(storage: &dyn ObjectStorage) {
+    let prefix = unique_prefix("stream-empty");
+    let k = key(&prefix);
+    let empty = futures::stream::empty().boxed();
+    let size = storage
+        .upload_stream(&k, empty, MIN_PART_SIZE)
+        .await
+        .expect("upload_stream of an empty stream");
+    assert_eq!(size, 0);
+    let listed: Vec<ObjectMeta> = storage.list(&prefix).try_collect().await.expect("list");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!((&listed[0].key, listed[0].size), (&k, 0));
+    assert_invalid_range(storage.fetch(&k, 0..1).await, "range of an empty object");
+}
+
+/// The error of [`upload_stream_failure_leaves_nothing`]'s failing streams.
+#[derive(Debug, thiserror::Error)]
+#[error("the producer of the chunks failed (conformance)")]
+struct ProducerFailed;
+
+/// A stream that fails (with its own error, returned by the call) before its first chunk,
+/// below one part, or after two parts (a multipart upload under way) leaves no object under
+/// the key: nothing listed, the key not found.
+pub async fn upload_stream_failure_leaves_nothing(storage: &dyn ObjectStorage) {
+    let prefix = unique_prefix("stream-failure");
+    let data = Bytes::from(pattern(2 * MIN_PART_SIZE + 1000, 12));
+    for (after, what) in [
+        (0, "before the first chunk"),
+        (1000, "below one part"),
+        (2 * MIN_PART_SIZE + 500, "after two parts"),
+    ] {
+        let k = key(&prefix);
+        let failing = chunk_stream(&data.slice(..after), 64 * 1024)
+            .chain(futures::stream::once(async {
+                Err(StorageError::Permanent {
+                    source: Box::new(ProducerFailed),
+                })
+            }))
+            .chain(chunk_stream(&data.slice(after..), 64 * 1024))
+            .boxed();
+        match storage.upload_stream(&k, failing, MIN_PART_SIZE).await {
+            Err(StorageError::Permanent { source }) if source.is::<ProducerFailed>() => {}
+            other => panic!("stream failing {what}: expected the stream's error, got {other:?}"),
+        }
+        match storage.fetch(&k, 0..1).await {
+            Err(e) if e.is_not_found() => {}
+            other => {
+                panic!("fetch after a stream failing {what}: expected NotFound, got {other:?}")
+            }
+        }
+    }
+    let listed: Vec<ObjectMeta> = storage.list(&prefix).try_collect().await.expect("list");
+    assert!(
+        listed.is_empty(),
+        "failed streamed uploads left objects: {listed:?}"
+    );
 }
 
 /// [`CONCURRENT_UPLOADS`] uploads at once, each in its own tokio task, all land with their own

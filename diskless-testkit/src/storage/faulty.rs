@@ -28,6 +28,8 @@ pub struct InjectedFault {
 pub enum Op {
     /// `upload`.
     Upload,
+    /// `upload_stream`.
+    UploadStream,
     /// `fetch`.
     Fetch,
     /// `delete`.
@@ -46,6 +48,10 @@ pub enum FaultKind {
     AfterUpload,
     /// The key was made unreadable (see [`FaultyStorage::make_unreadable`]).
     Unreadable,
+    /// The chunk stream of an `upload_stream` failed part-way (see
+    /// [`FaultConfig::mid_stream_failure_rate`] and [`FaultyStorage::fail_next_stream_after`]):
+    /// the inner storage got the error from the stream, as from a failing producer.
+    MidStream,
 }
 
 /// One injected fault or delay, as recorded in [`FaultyStorage::log`].
@@ -121,6 +127,12 @@ pub struct FaultConfig {
     /// Fraction of uploads that land in the inner storage and then report a transient error
     /// (the ambiguous outcome). Drawn after `upload_failure_rate`.
     pub ambiguous_upload_rate: f64,
+    /// Fraction of streamed uploads (`upload_stream`) whose chunk stream fails (transient) after
+    /// it yielded more than one part of bytes (the part size asked, as
+    /// [`diskless_storage::clamp_part_size`] takes it): a multipart upload is then under way and
+    /// must be aborted. Drawn after `upload_failure_rate` and `ambiguous_upload_rate`, which
+    /// apply to streamed uploads too.
+    pub mid_stream_failure_rate: f64,
     /// Fraction of fetches failing.
     pub fetch_failure_rate: f64,
     /// Fraction of deletes failing (as a whole, before reaching the inner storage).
@@ -148,6 +160,12 @@ impl FaultConfig {
     /// Sets [`FaultConfig::ambiguous_upload_rate`].
     pub fn with_ambiguous_upload_rate(mut self, rate: f64) -> Self {
         self.ambiguous_upload_rate = rate;
+        self
+    }
+
+    /// Sets [`FaultConfig::mid_stream_failure_rate`].
+    pub fn with_mid_stream_failure_rate(mut self, rate: f64) -> Self {
+        self.mid_stream_failure_rate = rate;
         self
     }
 
@@ -180,6 +198,7 @@ impl FaultConfig {
         let rates = [
             ("upload_failure_rate", self.upload_failure_rate),
             ("ambiguous_upload_rate", self.ambiguous_upload_rate),
+            ("mid_stream_failure_rate", self.mid_stream_failure_rate),
             ("fetch_failure_rate", self.fetch_failure_rate),
             ("delete_failure_rate", self.delete_failure_rate),
             ("list_failure_rate", self.list_failure_rate),
@@ -203,6 +222,8 @@ enum Unreadable {
 struct State {
     calls: HashMap<(Op, String), u64>,
     unreadable: HashMap<ObjectKey, Unreadable>,
+    /// Set by [`FaultyStorage::fail_next_stream_after`].
+    next_stream_failure: Option<u64>,
     log: Vec<FaultEvent>,
 }
 
@@ -217,8 +238,16 @@ struct State {
 /// - [`FaultyStorage::make_unreadable`] / [`FaultyStorage::make_unreadable_for`]: fetches of a
 ///   key fail (transient) for a number of calls or a time, then succeed again;
 /// - [`FaultyStorage::stall_uploads`] / [`FaultyStorage::release_uploads`]: while stalled,
-///   uploads wait (before reaching the inner storage) until released — for backpressure tests;
-///   [`FaultyStorage::stalled_uploads`] says how many are waiting.
+///   uploads (streamed ones too) wait (before reaching the inner storage) until released — for
+///   backpressure tests; [`FaultyStorage::stalled_uploads`] says how many are waiting;
+/// - [`FaultyStorage::fail_next_stream_after`]: the next streamed upload's chunks fail after a
+///   given number of parts.
+///
+/// Streamed uploads (`upload_stream`, [`Op::UploadStream`]) draw `upload_failure_rate` (fails
+/// before the stream is read), `ambiguous_upload_rate` (the inner storage completes the upload,
+/// then the call fails) and `mid_stream_failure_rate` (the stream fails part-way; the inner
+/// storage must abort), and are never retried by this wrapper (a consumed stream cannot be
+/// replayed).
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
@@ -328,6 +357,16 @@ impl<S: ObjectStorage> FaultyStorage<S> {
         self.stall.send_replace(true);
     }
 
+    /// The chunk stream of the next `upload_stream` call fails (transient, [`FaultKind::MidStream`])
+    /// once it has yielded more than `parts` parts of bytes (the part size asked, as
+    /// [`diskless_storage::clamp_part_size`] takes it): with `parts` ≥ 1 the inner storage has a
+    /// multipart upload under way, with `parts` parts sent or in flight, which it must abort; with
+    /// 0 the stream fails after its first chunk. Takes precedence over the random faults of that
+    /// call.
+    pub fn fail_next_stream_after(&self, parts: u64) {
+        self.state.lock().next_stream_failure = Some(parts);
+    }
+
     /// Lets stalled and future uploads proceed.
     pub fn release_uploads(&self) {
         self.stall.send_replace(false);
@@ -422,12 +461,7 @@ impl<S: ObjectStorage> FaultyStorage<S> {
 #[async_trait::async_trait]
 impl<S: ObjectStorage> ObjectStorage for FaultyStorage<S> {
     async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
-        let mut stall = self.stall.subscribe();
-        if *stall.borrow_and_update() {
-            self.stalled.fetch_add(1, Ordering::SeqCst);
-            let _ = stall.wait_for(|stalled| !*stalled).await;
-            self.stalled.fetch_sub(1, Ordering::SeqCst);
-        }
+        self.pass_stall().await;
         let rates = [
             (self.config.upload_failure_rate, FaultKind::Fail),
             (self.config.ambiguous_upload_rate, FaultKind::AfterUpload),
@@ -439,6 +473,51 @@ impl<S: ObjectStorage> ObjectStorage for FaultyStorage<S> {
             }
             Some(kind) => Err(Self::injected(Op::Upload, kind)),
             None => self.inner.upload(key, payload).await,
+        }
+    }
+
+    async fn upload_stream(
+        &self,
+        key: &ObjectKey,
+        chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        self.pass_stall().await;
+        let forced = self.state.lock().next_stream_failure.take();
+        let fault = match forced {
+            Some(parts) => {
+                self.state.lock().log.push(FaultEvent {
+                    op: Op::UploadStream,
+                    target: key.to_string(),
+                    fault: Some(FaultKind::MidStream),
+                    latency: Duration::ZERO,
+                });
+                Some((FaultKind::MidStream, parts))
+            }
+            None => {
+                let rates = [
+                    (self.config.upload_failure_rate, FaultKind::Fail),
+                    (self.config.ambiguous_upload_rate, FaultKind::AfterUpload),
+                    (self.config.mid_stream_failure_rate, FaultKind::MidStream),
+                ];
+                self.decide(Op::UploadStream, key.to_string(), &rates)
+                    .await
+                    .map(|kind| (kind, 1))
+            }
+        };
+        match fault {
+            None => self.inner.upload_stream(key, chunks, part_size).await,
+            Some((FaultKind::AfterUpload, _)) => {
+                self.inner.upload_stream(key, chunks, part_size).await?;
+                Err(Self::injected(Op::UploadStream, FaultKind::AfterUpload))
+            }
+            Some((FaultKind::MidStream, parts)) => {
+                let limit =
+                    parts.saturating_mul(diskless_storage::clamp_part_size(part_size) as u64);
+                let failing = failing_after(chunks, limit);
+                self.inner.upload_stream(key, failing, part_size).await
+            }
+            Some((kind, _)) => Err(Self::injected(Op::UploadStream, kind)),
         }
     }
 
@@ -481,7 +560,39 @@ impl<S: ObjectStorage> ObjectStorage for FaultyStorage<S> {
     }
 }
 
+/// `chunks`, until it has yielded more than `limit` bytes: then one injected
+/// [`FaultKind::MidStream`] error, and the end.
+fn failing_after(
+    chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+    limit: u64,
+) -> BoxStream<'_, Result<Bytes, StorageError>> {
+    futures::stream::unfold(Some((chunks, 0u64)), move |state| async move {
+        let (mut chunks, passed) = state?;
+        if passed > limit {
+            let error = FaultyStorage::<Arc<dyn ObjectStorage>>::injected(
+                Op::UploadStream,
+                FaultKind::MidStream,
+            );
+            return Some((Err(error), None));
+        }
+        let item = chunks.next().await?;
+        let passed = passed + item.as_ref().map_or(0, |chunk| chunk.len() as u64);
+        Some((item, Some((chunks, passed))))
+    })
+    .boxed()
+}
+
 impl<S: ObjectStorage> FaultyStorage<S> {
+    /// Waits while uploads are stalled (see [`FaultyStorage::stall_uploads`]).
+    async fn pass_stall(&self) {
+        let mut stall = self.stall.subscribe();
+        if *stall.borrow_and_update() {
+            self.stalled.fetch_add(1, Ordering::SeqCst);
+            let _ = stall.wait_for(|stalled| !*stalled).await;
+            self.stalled.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
     /// A listing of `prefix`: the fault decision and latency first, then `inner` unless it
     /// failed.
     fn faulty_list<'a>(
@@ -525,6 +636,7 @@ mod tests {
             seed,
             upload_failure_rate: 0.2,
             ambiguous_upload_rate: 0.2,
+            mid_stream_failure_rate: 0.0,
             fetch_failure_rate: 0.3,
             delete_failure_rate: 0.3,
             list_failure_rate: 0.3,
@@ -699,6 +811,108 @@ mod tests {
             ))
         })
         .await;
+    }
+
+    fn part() -> usize {
+        diskless_storage::MIN_PART_SIZE
+    }
+
+    fn object(len: usize) -> Bytes {
+        Bytes::from(crate::storage::conformance::pattern(len, 3))
+    }
+
+    async fn stream_upload(
+        s: &FaultyStorage<ObjectStoreStorage>,
+        k: &ObjectKey,
+        data: &Bytes,
+    ) -> Result<u64, StorageError> {
+        let chunks = crate::storage::conformance::chunk_stream(data, 256 * 1024);
+        s.upload_stream(k, chunks, part()).await
+    }
+
+    fn source_fault(err: &StorageError) -> Option<InjectedFault> {
+        std::error::Error::source(err)
+            .and_then(|e| e.downcast_ref::<InjectedFault>())
+            .cloned()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stream_faults_fail_before_after_or_midway() {
+        let k = ObjectKey::parse("tiered/s").unwrap();
+        let data = object(2 * part() + 100);
+        let len = data.len() as u64;
+
+        // Before: nothing reaches the inner storage.
+        let s = storage(FaultConfig::default().with_upload_failure_rate(1.0));
+        let err = stream_upload(&s, &k, &data).await.unwrap_err();
+        assert_eq!(
+            source_fault(&err),
+            Some(InjectedFault {
+                op: Op::UploadStream,
+                kind: FaultKind::Fail
+            })
+        );
+        assert!(s.inner().fetch(&k, 0..1).await.unwrap_err().is_not_found());
+
+        // Ambiguous: the object is complete, the call fails.
+        let s = storage(FaultConfig::default().with_ambiguous_upload_rate(1.0));
+        let err = stream_upload(&s, &k, &data).await.unwrap_err();
+        assert!(err.is_transient());
+        assert_eq!(source_fault(&err).unwrap().kind, FaultKind::AfterUpload);
+        assert_eq!(s.inner().fetch(&k, 0..len).await.unwrap(), data);
+
+        // Midway (random): a multipart upload was under way; the inner storage aborted it.
+        let s = storage(FaultConfig::default().with_mid_stream_failure_rate(1.0));
+        let err = stream_upload(&s, &k, &data).await.unwrap_err();
+        assert_eq!(source_fault(&err).unwrap().kind, FaultKind::MidStream);
+        assert!(s.inner().fetch(&k, 0..1).await.unwrap_err().is_not_found());
+        let stats = s.inner().counters().snapshot();
+        assert_eq!(stats.put_parts, 1, "one part sent before the stream failed");
+        assert_eq!(stats.delete_requests, 1, "the upload was aborted");
+        assert_eq!(s.fault_count(FaultKind::MidStream), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_next_stream_fails_after_the_parts_asked_then_streams_pass() {
+        let s = storage(FaultConfig::default());
+        let data = object(3 * part() + 7);
+        for parts in [0u64, 2] {
+            let k = ObjectKey::parse(&format!("tiered/after-{parts}")).unwrap();
+            s.fail_next_stream_after(parts);
+            let before = s.inner().counters().snapshot();
+            let err = stream_upload(&s, &k, &data).await.unwrap_err();
+            assert_eq!(source_fault(&err).unwrap().kind, FaultKind::MidStream);
+            assert!(s.inner().fetch(&k, 0..1).await.unwrap_err().is_not_found());
+            let sent = s.inner().counters().snapshot() - before;
+            assert_eq!(sent.put_parts, parts, "parts sent before the failure");
+        }
+        // One-shot: the next stream passes.
+        let k = ObjectKey::parse("tiered/whole").unwrap();
+        let size = stream_upload(&s, &k, &data).await.unwrap();
+        assert_eq!(size, data.len() as u64);
+        assert_eq!(s.fetch(&k, 0..size).await.unwrap(), data);
+        assert_eq!(s.fault_count(FaultKind::MidStream), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stalled_stream_uploads_wait_for_release() {
+        let s = Arc::new(storage(FaultConfig::default()));
+        s.stall_uploads();
+        let k = ObjectKey::parse("tiered/stalled").unwrap();
+        let data = object(part() + 1);
+        let task = tokio::spawn({
+            let (s, k, data) = (s.clone(), k.clone(), data.clone());
+            async move { stream_upload(&s, &k, &data).await }
+        });
+        while s.stalled_uploads() == 0 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!task.is_finished());
+        assert_eq!(s.inner().counters().snapshot().put_requests, 0);
+        s.release_uploads();
+        assert_eq!(task.await.unwrap().unwrap(), data.len() as u64);
+        assert_eq!(s.fetch(&k, 0..1).await.unwrap(), data[..1]);
     }
 
     #[test]
