@@ -22,6 +22,7 @@
 //! | [`WRITER_SEGMENTS_IN_FLIGHT`] | gauge | — | `WalWriter`: segments sealed and not yet committed |
 //! | [`FETCH_SECONDS`] | histogram | `outcome` | `Fetcher`: one fetch |
 //! | [`FETCH_BYTES`] | counter | — | `Fetcher`: batch bytes returned |
+//! | [`FETCH_TIERED_BYTES`] | counter | — | `Fetcher`: batch bytes returned from tiered segments (a part of [`FETCH_BYTES`]) |
 //! | [`CACHE_HIT_BYTES`] / [`CACHE_MISS_BYTES`] | counter | — | `Fetcher`: bytes served from the `LocalCache` / read from storage |
 //! | [`STORAGE_REQUESTS`] | counter | `op`, `outcome` | `MeteredStorage`: PUT / streamed PUT (`put_stream`) / GET / DELETE / LIST calls |
 //! | [`STORAGE_SECONDS`] | histogram | `op` | `MeteredStorage`: latency of each call |
@@ -69,6 +70,8 @@ pub const WRITER_SEGMENTS_IN_FLIGHT: &str = "diskless_writer_segments_in_flight"
 pub const FETCH_SECONDS: &str = "diskless_fetch_seconds";
 /// Batch bytes returned by fetches.
 pub const FETCH_BYTES: &str = "diskless_fetch_bytes_total";
+/// Batch bytes returned by fetches from tiered segments (a part of [`FETCH_BYTES`]).
+pub const FETCH_TIERED_BYTES: &str = "diskless_fetch_tiered_bytes_total";
 /// Bytes a fetch found in the local cache.
 pub const CACHE_HIT_BYTES: &str = "diskless_cache_hit_bytes_total";
 /// Bytes a fetch had to read from object storage.
@@ -142,6 +145,11 @@ pub fn describe() {
     );
     describe_histogram!(FETCH_SECONDS, Unit::Seconds, "one Fetcher::fetch");
     describe_counter!(FETCH_BYTES, Unit::Bytes, "batch bytes returned by fetches");
+    describe_counter!(
+        FETCH_TIERED_BYTES,
+        Unit::Bytes,
+        "batch bytes returned by fetches from tiered segments"
+    );
     describe_counter!(
         CACHE_HIT_BYTES,
         Unit::Bytes,

@@ -20,9 +20,12 @@
 
 mod config;
 mod read;
+mod tiered;
 
 pub use config::{DEFAULT_CACHE_BLOCK_SIZE, FetcherBuilder, FetcherConfig};
 pub(crate) use read::ReadStats;
+
+use tiered::{Limits, PartitionRead};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,9 +35,10 @@ use diskless_cache::LocalCache;
 use diskless_common::metrics as m;
 use diskless_coordinator::{
     AbortedTxn, BatchCoordinate, BatchCoordinator, CoordinatorError, EndTxnMarker, ErrorCode,
-    FindBatchesRequest, IsolationLevel, TopicIdPartition,
+    FindBatchesRequest, FindBatchesResponse, IsolationLevel, TopicIdPartition,
 };
 use diskless_storage::ObjectStorage;
+use tracing::warn;
 
 use crate::batch::{HEADER_LEN, RecordBatch};
 use crate::control;
@@ -214,7 +218,10 @@ impl Fetcher {
     /// read, as a hit when the cache held its block when the fetch looked, else as a miss (read
     /// from storage by this fetch, or by a concurrent one it waited for; every byte is a miss
     /// without a cache). Hits and misses add up to the batch bytes read, which are the bytes
-    /// returned unless a batch failed its checks. Runs in a `fetch` span (level `DEBUG`).
+    /// returned unless a batch failed its checks; a tiered segment read counts every byte it read
+    /// (its index sections and the `.log` range, which may reach past the last batch served).
+    /// [`FETCH_TIERED_BYTES`](diskless_common::metrics::FETCH_TIERED_BYTES): the part of the
+    /// records returned that came from tiered segments. Runs in a `fetch` span (level `DEBUG`).
     ///
     /// # Cancel safety
     ///
@@ -237,7 +244,10 @@ impl Fetcher {
     ) -> Result<Vec<FetchedPartition>, FetchError> {
         let start = Instant::now();
         let mut stats = ReadStats::default();
-        let result = self.serve(requests, fetch_max_bytes, &mut stats).await;
+        let mut tiered_bytes = 0u64;
+        let result = self
+            .serve(requests, fetch_max_bytes, &mut stats, &mut tiered_bytes)
+            .await;
         let (outcome, returned) = match &result {
             Ok(answers) => (
                 m::OK,
@@ -253,15 +263,18 @@ impl Fetcher {
         metrics::counter!(m::FETCH_BYTES).increment(returned);
         metrics::counter!(m::CACHE_HIT_BYTES).increment(stats.hit_bytes);
         metrics::counter!(m::CACHE_MISS_BYTES).increment(stats.miss_bytes);
+        metrics::counter!(m::FETCH_TIERED_BYTES).increment(tiered_bytes);
         result
     }
 
-    /// [`Self::fetch`] without its metrics; `stats` receives where the bytes read came from.
+    /// [`Self::fetch`] without its metrics; `stats` receives where the bytes read came from,
+    /// `tiered_bytes` the batch bytes taken from tiered segments.
     async fn serve(
         &self,
         requests: &[FetchPartition],
         fetch_max_bytes: u32,
         stats: &mut ReadStats,
+        tiered_bytes: &mut u64,
     ) -> Result<Vec<FetchedPartition>, FetchError> {
         let find: Vec<FindBatchesRequest> = requests
             .iter()
@@ -284,49 +297,44 @@ impl Fetcher {
             )));
         }
 
-        // KIP-74 limits.
-        let mut selected: Vec<Vec<BatchCoordinate>> = Vec::with_capacity(requests.len());
-        let mut total = 0u64;
-        let mut min_one = true;
+        // KIP-74 limits, partition by partition in request order: tiered segments first (read
+        // now: their batch sizes are known only from their bytes), then WAL batches.
+        let mut limits = Limits {
+            total: 0,
+            fetch_max: u64::from(fetch_max_bytes),
+            min_one: true,
+            segments_seen: false,
+        };
+        let mut parts: Vec<PartitionRead> = Vec::with_capacity(requests.len());
         for (request, response) in requests.iter().zip(&found) {
-            let mut batches = Vec::new();
+            let mut part = PartitionRead::new(request.fetch_offset);
             if response.error.is_ok() {
-                let mut bytes = 0u64;
-                for batch in &response.batches {
-                    if batch.last_offset < request.fetch_offset {
-                        continue;
-                    }
-                    let size = u64::from(batch.byte_size);
-                    let fits = bytes + size <= u64::from(request.partition_max_bytes)
-                        && total + size <= u64::from(fetch_max_bytes);
-                    if !(fits || (min_one && batches.is_empty())) {
-                        break;
-                    }
-                    bytes += size;
-                    total += size;
-                    batches.push(batch.clone());
-                }
+                self.select(request, response, &mut limits, &mut part).await;
             }
-            if !batches.is_empty() {
-                min_one = false;
-            }
-            selected.push(batches);
+            stats.add(part.stats);
+            *tiered_bytes += part.tiered_bytes;
+            parts.push(part);
         }
 
         // Read every selected batch, grouped by object; transaction markers have no stored bytes.
-        let wanted: Vec<(Slot, &BatchCoordinate)> = selected
+        let wanted: Vec<(Slot, &BatchCoordinate)> = parts
             .iter()
             .enumerate()
-            .flat_map(|(pi, batches)| batches.iter().enumerate().map(move |(bi, b)| ((pi, bi), b)))
+            .flat_map(|(pi, part)| {
+                part.wal
+                    .iter()
+                    .enumerate()
+                    .map(move |(bi, b)| ((pi, bi), b))
+            })
             .filter(|(_, b)| !b.is_control())
             .collect();
         let (mut bytes_of, read) = self.read_batches(wanted).await;
-        *stats = read;
+        stats.add(read);
 
         // Inject offsets and build the answers.
         let mut out = Vec::with_capacity(requests.len());
-        for (pi, ((request, response), batches)) in
-            requests.iter().zip(found).zip(selected).enumerate()
+        for (pi, ((request, response), mut part)) in
+            requests.iter().zip(found).zip(parts).enumerate()
         {
             let mut answer = FetchedPartition {
                 partition: request.partition,
@@ -336,7 +344,7 @@ impl Fetcher {
                 log_start_offset: response.log_start_offset,
                 last_stable_offset: response.last_stable_offset,
                 aborted_transactions: None,
-                records: Vec::with_capacity(batches.len() * 2),
+                records: std::mem::take(&mut part.records),
             };
             if !response.error.is_ok() {
                 answer.high_watermark = -1;
@@ -346,8 +354,16 @@ impl Fetcher {
                 continue;
             }
             // The end of what is served: the aborted transactions are cut to it.
-            let mut served_end: Option<i64> = None;
-            for (bi, coordinate) in batches.iter().enumerate() {
+            let tiered_end = part.tiered_end();
+            let mut served_end = tiered_end;
+            if let Some(e) = part.error.take() {
+                warn!(partition = %request.partition, error = %e, "reading a tiered segment failed");
+                if answer.records.is_empty() {
+                    answer.error = ErrorCode::KafkaStorageError;
+                    answer.error_message = Some(e);
+                }
+            }
+            for (bi, coordinate) in part.wal.iter().enumerate() {
                 let served = if let Some(marker) = coordinate.control {
                     Ok(serve_marker(coordinate, marker, request.leader_epoch))
                 } else {
@@ -373,15 +389,158 @@ impl Fetcher {
                 }
             }
             if request.isolation == IsolationLevel::ReadCommitted && answer.error.is_ok() {
-                answer.aborted_transactions = Some(served_aborted(
-                    response.aborted.unwrap_or_default(),
-                    served_end,
-                ));
+                let mut from_segments = Vec::new();
+                if let (Some(tiered_end), Some(end)) = (tiered_end, served_end) {
+                    let into_wal = end > tiered_end;
+                    match self.tiered_aborted(request, &part, end, into_wal).await {
+                        Ok(found) => from_segments = found,
+                        Err(e) => {
+                            // Records without their aborted transactions would show aborted
+                            // records as committed: the partition fails instead.
+                            warn!(
+                                partition = %request.partition,
+                                error = %e,
+                                "reading a tiered segment's transaction index failed"
+                            );
+                            answer.error = ErrorCode::KafkaStorageError;
+                            answer.error_message = Some(e);
+                            answer.records.clear();
+                            out.push(answer);
+                            continue;
+                        }
+                    }
+                }
+                let mut wal_rows = response.aborted.unwrap_or_default();
+                wal_rows.append(&mut part.wal_aborted);
+                let aborted = merge_aborted(from_segments, served_aborted(wal_rows, served_end));
+                answer.aborted_transactions = Some(aborted);
             }
             out.push(answer);
         }
         Ok(out)
     }
+}
+
+impl Fetcher {
+    /// Takes what KIP-74's limits allow of one partition, from `response` on: its tiered
+    /// segments (read now), then its WAL batches (read later with every partition's). When the
+    /// coordinator's answer ran out before the limits did — it counts the segment holding the
+    /// fetch offset whole, the fetch reads it from that offset, so after a segment was seen the
+    /// coordinator's limits are tighter than the fetch's — the coordinator is asked again
+    /// from where the answer ended (at most [`MAX_FOLLOW_UPS`] times), so that an answer is the
+    /// same whichever tier holds the offsets.
+    async fn select(
+        &self,
+        request: &FetchPartition,
+        response: &FindBatchesResponse,
+        limits: &mut Limits,
+        part: &mut PartitionRead,
+    ) {
+        let max = u64::from(request.partition_max_bytes);
+        let committed = request.isolation == IsolationLevel::ReadCommitted;
+        let readable_end = if committed {
+            response.last_stable_offset
+        } else {
+            response.high_watermark
+        };
+        let lso_bound = committed.then_some(response.last_stable_offset);
+        let mut follow_up: Option<FindBatchesResponse> = None;
+        for round in 0..=MAX_FOLLOW_UPS {
+            let answer = follow_up.as_ref().unwrap_or(response);
+            if !answer.segments.is_empty() {
+                limits.segments_seen = true;
+                if !part.wal.is_empty() {
+                    // Offsets tiered after the WAL batches already taken: never out of order.
+                    return;
+                }
+                if !self
+                    .read_tiered(request, &answer.segments, lso_bound, limits, part)
+                    .await
+                {
+                    return;
+                }
+            }
+            for batch in &answer.batches {
+                if batch.last_offset < part.next_offset {
+                    continue;
+                }
+                if (part.tiered_bytes > 0 || !part.wal.is_empty())
+                    && batch.base_offset != part.next_offset
+                {
+                    part.error = Some(format!(
+                        "the WAL tier continues at {} after offset {}",
+                        batch.base_offset,
+                        part.next_offset - 1
+                    ));
+                    return;
+                }
+                let size = u64::from(batch.byte_size);
+                if !limits.admits(part.bytes, max, size) {
+                    return;
+                }
+                part.bytes += size;
+                limits.take(size);
+                part.next_offset = batch.last_offset + 1;
+                part.wal.push(batch.clone());
+            }
+            // Everything of the answer was taken: ask for more if the limits leave room for a
+            // batch and the partition has more.
+            let answered_end = answer
+                .batches
+                .last()
+                .map(|b| b.last_offset)
+                .or_else(|| answer.segments.last().map(|s| s.end_offset));
+            let budget =
+                (max.saturating_sub(part.bytes)).min(limits.fetch_max.saturating_sub(limits.total));
+            // Only a segment makes the coordinator count more than the fetch takes (in this
+            // partition's answer, or in the request total for the partitions after it).
+            let more = limits.segments_seen
+                && answered_end.is_some_and(|end| end + 1 == part.next_offset)
+                && part.next_offset < readable_end
+                && budget >= HEADER_LEN as u64;
+            if !more || round == MAX_FOLLOW_UPS {
+                return;
+            }
+            let budget = u32::try_from(budget).unwrap_or(u32::MAX);
+            let again = self
+                .coordinator
+                .find_batches(
+                    &[FindBatchesRequest {
+                        partition: request.partition,
+                        offset: part.next_offset,
+                        max_bytes: budget,
+                        isolation: request.isolation,
+                    }],
+                    budget,
+                )
+                .await;
+            match again.map(|mut a| a.pop()) {
+                Ok(Some(a)) if a.error.is_ok() => {
+                    part.wal_aborted.extend(a.aborted.iter().flatten().copied());
+                    follow_up = Some(a);
+                }
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::debug!(partition = %request.partition, error = %e, "follow-up find_batches failed");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// How many times one partition of a fetch asks the coordinator again when its answer ran out
+/// before the byte limits did.
+const MAX_FOLLOW_UPS: usize = 2;
+
+/// The aborted transactions of both tiers, by ABORT marker offset, each once (a segment
+/// registered between the coordinator's answer and a `.txnindex` read holds rows the answer
+/// reported too).
+fn merge_aborted(tiered: Vec<AbortedTxn>, wal: Vec<AbortedTxn>) -> Vec<AbortedTxn> {
+    let mut all: Vec<AbortedTxn> = tiered.into_iter().chain(wal).collect();
+    all.sort_by_key(|a| (a.last_offset, a.producer_id));
+    all.dedup();
+    all
 }
 
 /// The aborted transactions of a `read_committed` answer, cut to the records served (`end`: the

@@ -30,7 +30,8 @@ pub(crate) struct ReadStats {
 }
 
 impl ReadStats {
-    fn add(&mut self, other: ReadStats) {
+    /// Adds `other`'s bytes.
+    pub(crate) fn add(&mut self, other: ReadStats) {
         self.hit_bytes += other.hit_bytes;
         self.miss_bytes += other.miss_bytes;
     }
@@ -98,7 +99,7 @@ impl Fetcher {
     }
 
     /// Reads `ranges` of one object, through the cache when there is one.
-    async fn read_object(
+    pub(super) async fn read_object(
         &self,
         object: &str,
         object_size: u64,
