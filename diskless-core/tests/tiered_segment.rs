@@ -185,9 +185,18 @@ fn build_all(
     let mut segments: Vec<BuiltSegment> = Vec::new();
     let mut i = 0;
     while i < inputs.len() {
+        let previous = segments
+            .last()
+            .map(|s| s.producer_state.clone())
+            .unwrap_or_default();
         let mut b = TieredSegmentBuilder::new(partition, config)
             .unwrap()
-            .expect_base_offset(inputs[i].1);
+            .expect_base_offset(inputs[i].1)
+            .with_previous_snapshot(&previous);
+        // The `.log` is drained as a streaming caller does (every third batch), and put back in
+        // front of what is left at the end: the object must be the same.
+        let mut drained = Vec::new();
+        let mut pushed = 0;
         while i < inputs.len() {
             let (input, base) = &inputs[i];
             let lat = log_append_time.map(|t| t + *base);
@@ -196,21 +205,26 @@ fn build_all(
                 PushOutcome::Appended(_) => i += 1,
                 PushOutcome::Rolled(_) => break,
             }
+            pushed += 1;
+            if pushed % 3 == 0 {
+                let before = b.undrained_log_bytes();
+                let chunks = b.drain_log();
+                assert_eq!(chunks.iter().map(|c| c.len() as u64).sum::<u64>(), before);
+                assert_eq!(b.undrained_log_bytes(), 0);
+                drained.extend(chunks);
+            }
         }
         assert!(!b.is_empty(), "a fresh segment takes at least one batch");
-        let previous = segments
-            .last()
-            .map(|s| s.producer_state.clone())
-            .unwrap_or_default();
-        let seg = b
+        let mut seg = b
             .finish(FinishInputs {
                 aborted: aborted.clone(),
-                previous_snapshot: previous,
                 log_start_offset: 0,
                 first_tiered_base: segments.first().map(|s| s.base_offset),
                 ..Default::default()
             })
             .unwrap();
+        drained.append(&mut seg.log);
+        seg.log = drained;
         segments.push(seg);
     }
     segments
@@ -234,7 +248,7 @@ fn check_segment(
     );
     assert_eq!(k.topic_id, seg.partition.topic_id);
     assert_eq!(k.partition, seg.partition.partition);
-    assert_eq!(k.batches.len(), seg.batches.len());
+    assert_eq!(k.batches.len(), seg.batch_count as usize);
     // The batches: assigned offsets, records untouched, Kafka's maxTimestamp.
     for (kb, (input, base)) in k.batches.iter().zip(expected) {
         assert_eq!(kb.base_offset, *base);
@@ -281,8 +295,8 @@ fn check_segment(
         assert_eq!(seg.max_timestamp_offset, first.last_offset);
     }
     // Lookups: the writer's parsers and Kafka's answer agree for every offset.
-    let oi = OffsetIndex::parse(seg.base_offset, seg.offset_index.clone()).unwrap();
-    let ti = TimeIndex::parse(seg.base_offset, seg.time_index.clone()).unwrap();
+    let oi = OffsetIndex::parse(seg.base_offset, seg.tail.offset_index.clone()).unwrap();
+    let ti = TimeIndex::parse(seg.base_offset, seg.tail.time_index.clone()).unwrap();
     let log = &object[..seg.layout.log as usize];
     for offset in seg.base_offset..=seg.end_offset {
         let at = oi.lookup(offset);
@@ -329,14 +343,14 @@ proptest! {
         let mut next = base;
         for seg in &segments {
             prop_assert_eq!(seg.base_offset, next, "segments are contiguous");
-            let n = seg.batches.len();
+            let n = seg.batch_count as usize;
             // Roll limits: a multi-batch segment stays within segment.bytes and its indexes within
             // their capacity (the time index's roll entry is written even without a slot).
             if n > 1 {
                 prop_assert!(seg.layout.log <= segment_bytes as u64);
             }
-            prop_assert!(seg.offset_index.len() <= segment_index_bytes as usize / 8 * 8);
-            prop_assert!(seg.time_index.len() <= (segment_index_bytes as usize / 12 * 12).max(12));
+            prop_assert!(seg.tail.offset_index.len() <= segment_index_bytes as usize / 8 * 8);
+            prop_assert!(seg.tail.time_index.len() <= (segment_index_bytes as usize / 12 * 12).max(12));
             check_segment(seg, &previous, interval, &inputs[used..used + n], log_append_time);
             used += n;
             next = seg.end_offset + 1;
@@ -361,8 +375,8 @@ fn a_small_segment_has_only_the_roll_entry() {
     let inputs = inputs(&specs, 5);
     let segs = build_all(&inputs, TieredSegmentConfig::default(), None);
     assert_eq!(segs.len(), 1);
-    assert!(segs[0].offset_index.is_empty());
-    assert_eq!(segs[0].time_index.len(), 12);
+    assert!(segs[0].tail.offset_index.is_empty());
+    assert_eq!(segs[0].tail.time_index.len(), 12);
     check_segment(&segs[0], &[], 4096, &inputs, None);
     // A flipped byte anywhere in the .log is caught by the reader (batch CRC or framing).
     let mut object = segs[0].to_bytes().to_vec();
@@ -434,12 +448,12 @@ fn write_seeds() {
             with(seg.end_offset + 9, i64::MAX, &object),
         ),
         ("object-before-base".into(), with(3, -1, &object)),
-        ("offset-index".into(), with(103, T0, &seg.offset_index)),
-        ("time-index".into(), with(103, T0 + 2, &seg.time_index)),
-        ("txn-index".into(), with(0, 0, &seg.txn_index)),
-        ("snapshot".into(), with(0, 0, &seg.producer_snapshot)),
-        ("epochs".into(), with(0, 0, &seg.leader_epochs)),
-        ("trailer".into(), with(0, 0, &seg.trailer)),
+        ("offset-index".into(), with(103, T0, &seg.tail.offset_index)),
+        ("time-index".into(), with(103, T0 + 2, &seg.tail.time_index)),
+        ("txn-index".into(), with(0, 0, &seg.tail.txn_index)),
+        ("snapshot".into(), with(0, 0, &seg.tail.producer_snapshot)),
+        ("epochs".into(), with(0, 0, &seg.tail.leader_epochs)),
+        ("trailer".into(), with(0, 0, &seg.tail.trailer)),
         ("empty".into(), with(0, 0, &[])),
     ];
     let mut flipped = object.clone();

@@ -47,7 +47,9 @@ pub use error::{BoxError, StorageError};
 pub use key::{KeySource, MAX_KEY_LEN, ObjectKey, RandomKeys, SeededKeys, validate_prefix};
 pub use metered::MeteredStorage;
 pub use ranges::{RangeReadConfig, ReadPlan, fetch_ranges, plan_ranged_reads};
-pub use remote::{ObjectRemoteStorage, RemoteStorage, Section, SegmentData, SegmentLayout};
+pub use remote::{
+    ObjectRemoteStorage, RemoteStorage, Section, SegmentData, SegmentLayout, SegmentTail,
+};
 pub use retry::RetryConfig;
 pub use stats::{CountingStorage, RequestCounters, RequestStats};
 pub use store::{ObjectStoreStorage, StorageOptions};

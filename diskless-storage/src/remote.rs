@@ -17,10 +17,13 @@
 use crate::{ObjectKey, ObjectMeta, ObjectStorage, StorageError};
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use std::fmt::Debug;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// One section of a segment object, in object order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,7 +60,7 @@ impl Section {
 /// The sizes of a segment object's sections: the `.log` starts at byte 0, the others follow in
 /// [`Section`] order, then the [`SegmentLayout::TRAILER_LEN`]-byte trailer. A plain value (the
 /// coordinator row stores the same sizes), built by [`RemoteStorage::copy_segment`] or
-/// [`SegmentData::layout`].
+/// [`SegmentTail::layout`].
 ///
 /// ```
 /// use diskless_storage::{Section, SegmentLayout};
@@ -119,13 +122,11 @@ impl SegmentLayout {
     }
 }
 
-/// A segment to store: its sections, as built (docs/tiered-consolidation.md §2.2).
-///
-/// Exhaustive on purpose: every caller of [`RemoteStorage::copy_segment`] builds it.
-#[derive(Debug, Clone, Default)]
-pub struct SegmentData {
-    /// The `.log`, as the chunks it was built in (concatenated in order).
-    pub log: Vec<Bytes>,
+/// A segment's sections after its `.log`, and its trailer: what a segment builder knows only once
+/// the last batch is in (docs/tiered-consolidation.md §2.2). Each is a few MiB at most (the
+/// indexes are bounded by `segment.index.bytes`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SegmentTail {
     /// The `.index`.
     pub offset_index: Bytes,
     /// The `.timeindex`.
@@ -140,16 +141,13 @@ pub struct SegmentData {
     pub trailer: Bytes,
 }
 
-impl SegmentData {
-    /// The layout of these sections, checked: the trailer is [`SegmentLayout::TRAILER_LEN`] bytes,
-    /// the `.log` at most [`SegmentLayout::MAX_LOG_LEN`], every other section fits a `u32` (the
-    /// trailer's and the coordinator row's sizes). A violation is [`StorageError::Permanent`]: the
-    /// segment cannot be stored, whatever the retries.
-    pub fn layout(&self) -> Result<SegmentLayout, StorageError> {
-        let log = self
-            .log
-            .iter()
-            .fold(0u64, |len, chunk| len.saturating_add(chunk.len() as u64));
+impl SegmentTail {
+    /// The layout of a segment made of a `.log` of `log` bytes and these sections, checked: the
+    /// trailer is [`SegmentLayout::TRAILER_LEN`] bytes, the `.log` at most
+    /// [`SegmentLayout::MAX_LOG_LEN`], every other section fits a `u32` (the trailer's and the
+    /// coordinator row's sizes). A violation is [`StorageError::Permanent`]: the segment cannot be
+    /// stored, whatever the retries.
+    pub fn layout(&self, log: u64) -> Result<SegmentLayout, StorageError> {
         checked_layout(
             log,
             [
@@ -163,19 +161,68 @@ impl SegmentData {
         )
     }
 
-    /// The object's bytes as chunks, in [`Section`] order (empty chunks left out).
-    pub fn into_chunks(self) -> Vec<Bytes> {
-        let mut chunks = self.log;
-        chunks.extend([
+    /// The sections in object order, the trailer last (empty ones left out).
+    pub fn into_chunks(self) -> impl Iterator<Item = Bytes> {
+        [
             self.offset_index,
             self.time_index,
             self.txn_index,
             self.producer_snapshot,
             self.leader_epochs,
             self.trailer,
-        ]);
-        chunks.retain(|chunk| !chunk.is_empty());
-        chunks
+        ]
+        .into_iter()
+        .filter(|chunk| !chunk.is_empty())
+    }
+}
+
+/// A segment to store, streamed: the `.log` as a stream of chunks (a segment of `segment.bytes`
+/// is never held whole), then its [`SegmentTail`], which is awaited only after the `.log`
+/// stream ended (the builder finishes the indexes, the producer snapshot and the trailer once its
+/// last batch is in). [`RemoteStorage::copy_segment`] consumes it.
+///
+/// Why two parts rather than one stream of sections: the `.log` is the only large section and
+/// the only one known before the end, and the split makes the order a type: a tail cannot come
+/// before or inside the `.log`, and a producer that fails just ends the stream with its error
+/// (the copy fails and stores nothing) or drops the tail (the same).
+///
+/// [`SegmentData::in_memory`] wraps a segment already built whole (tests, small segments).
+pub struct SegmentData {
+    /// The `.log`, in order. An error item ends the copy with that error: nothing is stored.
+    pub log: BoxStream<'static, Result<Bytes, StorageError>>,
+    /// The other sections and the trailer, awaited after `log` ended.
+    pub tail: BoxFuture<'static, Result<SegmentTail, StorageError>>,
+    /// The size of the parts an implementation that uploads in parts should send (the memory
+    /// it holds per segment); [`SegmentData::DEFAULT_PART_SIZE`] unless the caller knows better.
+    /// At least 1.
+    pub part_size: usize,
+}
+
+impl SegmentData {
+    /// The default [`SegmentData::part_size`]: 8 MiB (S3 accepts parts from 5 MiB).
+    pub const DEFAULT_PART_SIZE: usize = 8 << 20;
+
+    /// A segment whose `.log` chunks and tail are already in memory.
+    pub fn in_memory(log: Vec<Bytes>, tail: SegmentTail) -> Self {
+        SegmentData {
+            log: futures::stream::iter(log.into_iter().map(Ok)).boxed(),
+            tail: futures::future::ready(Ok(tail)).boxed(),
+            part_size: Self::DEFAULT_PART_SIZE,
+        }
+    }
+
+    /// Sets [`SegmentData::part_size`].
+    pub fn with_part_size(mut self, part_size: usize) -> Self {
+        self.part_size = part_size;
+        self
+    }
+}
+
+impl Debug for SegmentData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentData")
+            .field("part_size", &self.part_size)
+            .finish_non_exhaustive()
     }
 }
 
@@ -185,7 +232,7 @@ fn invalid_segment(message: String) -> StorageError {
     }
 }
 
-/// The checks of [`SegmentData::layout`] on the lengths alone (testable without the bytes).
+/// The checks of [`SegmentTail::layout`] on the lengths alone (testable without the bytes).
 fn checked_layout(
     log: u64,
     sections: [usize; 5],
@@ -246,19 +293,28 @@ fn checked_layout(
 /// use bytes::Bytes;
 /// use diskless_storage::{
 ///     ObjectKey, ObjectRemoteStorage, ObjectStoreStorage, RemoteStorage, Section, SegmentData,
-///     SegmentLayout,
+///     SegmentLayout, SegmentTail,
 /// };
+/// use futures::{FutureExt, StreamExt};
 /// use std::sync::Arc;
 ///
 /// let remote = ObjectRemoteStorage::new(Arc::new(ObjectStoreStorage::in_memory()));
 /// let key = ObjectKey::parse("tiered/segment-1").unwrap();
-/// let data = SegmentData {
-///     log: vec![Bytes::from_static(b"batch 1;"), Bytes::from_static(b"batch 2;")],
+/// // A `.log` produced as it is built (here: two chunks), then the other sections.
+/// let log = futures::stream::iter([Bytes::from_static(b"batch 1;"), Bytes::from_static(b"batch 2;")])
+///     .map(Ok)
+///     .boxed();
+/// let tail = SegmentTail {
 ///     offset_index: Bytes::from_static(&[0; 8]),
 ///     time_index: Bytes::from_static(&[0; 12]),
 ///     leader_epochs: Bytes::from_static(b"0\n1\n0 0\n"),
 ///     trailer: Bytes::from(vec![0; SegmentLayout::TRAILER_LEN as usize]),
 ///     ..Default::default()
+/// };
+/// let data = SegmentData {
+///     log,
+///     tail: futures::future::ready(Ok(tail)).boxed(),
+///     part_size: SegmentData::DEFAULT_PART_SIZE,
 /// };
 /// let layout = remote.copy_segment(&key, data).await.unwrap();
 /// assert_eq!(layout.log, 16);
@@ -275,11 +331,17 @@ fn checked_layout(
 pub trait RemoteStorage: Send + Sync + Debug {
     /// KIP-405 `copyLogSegmentData`: stores the segment under `key` and returns its layout.
     ///
-    /// Refuses, before storing anything, a segment whose [`SegmentData::layout`] fails (a trailer
-    /// that is not 80 bytes, a section too large). A key is never reused for other content: a
-    /// copy to a key that holds another object fails with [`StorageError::AlreadyExists`]. An
-    /// attempt that failed ambiguously leaves at most an unregistered object (collected as an
-    /// orphan).
+    /// Consumes the `.log` stream as it comes (an implementation holds about
+    /// [`SegmentData::part_size`] of it, not the whole `.log`), then awaits the tail. Stores
+    /// nothing when the `.log` stream yields an error, when the tail fails, or when the layout
+    /// checks of [`SegmentTail::layout`] fail (a `.log` longer than
+    /// [`SegmentLayout::MAX_LOG_LEN`] fails as soon as the stream passes it; a trailer that is
+    /// not 80 bytes, a section too large: [`StorageError::Permanent`]). Keys are fresh per
+    /// attempt (UUID v7 keys that only a coordinator registration makes live): a copy to a key
+    /// that holds another object fails with [`StorageError::AlreadyExists`] when the segment is
+    /// stored in one request, and may replace it when it is stored in parts (multipart uploads
+    /// cannot be create-only on every store). An attempt that failed ambiguously leaves at most
+    /// an unregistered object (collected as an orphan).
     async fn copy_segment(
         &self,
         key: &ObjectKey,
@@ -311,7 +373,9 @@ pub trait RemoteStorage: Send + Sync + Debug {
 }
 
 /// The default [`RemoteStorage`]: a segment is one object of an [`ObjectStorage`], its sections
-/// and trailer concatenated (one create-only upload), read by ranged GETs.
+/// and trailer concatenated, uploaded by [`ObjectStorage::upload_stream`] in parts of
+/// [`SegmentData::part_size`] (one create-only upload where the store has no multipart upload,
+/// or the object fits one part), read by ranged GETs.
 #[derive(Debug, Clone)]
 pub struct ObjectRemoteStorage(pub Arc<dyn ObjectStorage>);
 
@@ -334,8 +398,46 @@ impl RemoteStorage for ObjectRemoteStorage {
         key: &ObjectKey,
         data: SegmentData,
     ) -> Result<SegmentLayout, StorageError> {
-        let layout = data.layout()?;
-        self.0.upload(key, &data.into_chunks()).await?;
+        let SegmentData {
+            log,
+            tail,
+            part_size,
+        } = data;
+        // What the `.log` stream passed so far, and the layout once the tail checked it: both
+        // read by the upload's stream, borrowed for the upload only.
+        let log_len = AtomicU64::new(0);
+        let layout = OnceLock::new();
+        let log = log.map(|chunk| {
+            let chunk = chunk?;
+            let len = log_len.fetch_add(chunk.len() as u64, Ordering::Relaxed) + chunk.len() as u64;
+            if len > SegmentLayout::MAX_LOG_LEN {
+                return Err(invalid_segment(format!(
+                    "segment .log is more than {} bytes",
+                    SegmentLayout::MAX_LOG_LEN
+                )));
+            }
+            Ok(chunk)
+        });
+        let tail = futures::stream::once(async {
+            let tail = tail.await?;
+            let checked = tail.layout(log_len.load(Ordering::Relaxed))?;
+            let _ = layout.set(checked);
+            Ok::<_, StorageError>(futures::stream::iter(tail.into_chunks().map(Ok)))
+        })
+        .try_flatten();
+        let size = self
+            .0
+            .upload_stream(key, log.chain(tail).boxed(), part_size.max(1))
+            .await?;
+        let layout = layout.get().copied().ok_or_else(|| {
+            invalid_segment("the upload ended before the segment's tail".to_string())
+        })?;
+        if size != layout.object_size() {
+            return Err(invalid_segment(format!(
+                "stored {size} bytes for a segment of {}",
+                layout.object_size()
+            )));
+        }
         Ok(layout)
     }
 

@@ -17,6 +17,14 @@
 //! aborted transactions whose marker is in the segment, the producer-state `.snapshot` (Kafka's
 //! `ProducerAppendInfo` fold of the segment's batches over the previous segment's snapshot), the
 //! leader-epoch checkpoint and the trailer.
+//!
+//! # Memory
+//!
+//! The builder streams: the `.log` chunks it has built so far are taken by
+//! [`TieredSegmentBuilder::drain_log`] (to be uploaded while the next batches are read), and what
+//! it keeps per batch is bounded by the indexes (`segment.index.bytes`): the index entries, the
+//! first and last batch, the producer state (one entry per producer, folded as batches come) and
+//! the ABORT markers. A whole segment is only in memory when the caller never drains.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,6 +39,7 @@ use crate::tiered::format::{
     SegmentLayout, SegmentTrailer, encode_leader_epoch_checkpoint, encode_producer_snapshot,
     encode_txn_index,
 };
+use diskless_storage::{SegmentData, SegmentTail};
 
 /// The `partitionLeaderEpoch` stored in every batch of a tiered segment. A diskless partition has
 /// no leader epoch of its own and the host's changes over time, so immutable bytes hold 0; the
@@ -172,11 +181,12 @@ pub enum TieredBuildError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FinishInputs {
     /// The partition's aborted transactions (`producer id, first, last = marker offset, LSO at the
-    /// abort`); those whose marker is in the segment become its `.txnindex`, in marker order.
+    /// abort`); those whose marker is in the segment become its `.txnindex`, in marker order. A
+    /// negative `last_stable_offset` (the coordinator does not keep it) is computed as Kafka's
+    /// `ProducerStateManager.lastStableOffset` at the marker: the first offset of the earliest
+    /// transaction of another producer still open then (in the producer state the builder
+    /// folded, the previous snapshot's included), else the marker's offset + 1.
     pub aborted: Vec<AbortedTxnEntry>,
-    /// The previous tiered segment's snapshot (empty for the first segment): its producers carry
-    /// over unless this segment updates them or they expired.
-    pub previous_snapshot: Vec<ProducerSnapshotEntry>,
     /// `producer.id.expiration.ms`: a carried producer without an open transaction whose
     /// timestamp is at least this much older than the segment's max timestamp is dropped
     /// (Kafka's `isProducerExpired`). `None` keeps them all.
@@ -196,24 +206,18 @@ pub struct BuiltSegment {
     pub base_offset: i64,
     /// The last batch's last offset (inclusive).
     pub end_offset: i64,
-    /// The batches, in order.
-    pub batches: Vec<BuiltBatch>,
+    /// The number of batches.
+    pub batch_count: u32,
     /// Section sizes.
     pub layout: SegmentLayout,
-    /// The `.log` as chunks (a rewritten header and the shared stored body per batch).
+    /// The `.log` chunks not taken by [`TieredSegmentBuilder::drain_log`] (all of them when
+    /// nothing was drained): a rewritten header and the shared stored body per batch.
     pub log: Vec<Bytes>,
-    /// The `.index`.
-    pub offset_index: Bytes,
-    /// The `.timeindex`.
-    pub time_index: Bytes,
-    /// The `.txnindex` (empty: no aborted transaction).
-    pub txn_index: Bytes,
-    /// The producer `.snapshot`.
-    pub producer_snapshot: Bytes,
-    /// The leader-epoch checkpoint.
-    pub leader_epochs: Bytes,
-    /// The 80-byte trailer.
-    pub trailer: Bytes,
+    /// The sections after the `.log` and the trailer, as [`RemoteStorage::copy_segment`] takes
+    /// them.
+    ///
+    /// [`RemoteStorage::copy_segment`]: diskless_storage::RemoteStorage::copy_segment
+    pub tail: SegmentTail,
     /// The largest batch `maxTimestamp` ([`NO_TIMESTAMP`] when no batch has one; Kafka's
     /// `RemoteLogSegmentMetadata.maxTimestampMs`).
     pub max_timestamp: i64,
@@ -230,28 +234,33 @@ pub struct BuiltSegment {
 impl BuiltSegment {
     /// The number of batches.
     pub fn batch_count(&self) -> u32 {
-        self.batches.len() as u32
+        self.batch_count
     }
 
-    /// The object's chunks in order: the `.log` chunks, then every other section and the trailer.
+    /// The object's chunks in order: the undrained `.log` chunks, then every other section and
+    /// the trailer (empty sections left out).
     pub fn chunks(&self) -> impl Iterator<Item = Bytes> + '_ {
-        self.log.iter().cloned().chain([
-            self.offset_index.clone(),
-            self.time_index.clone(),
-            self.txn_index.clone(),
-            self.producer_snapshot.clone(),
-            self.leader_epochs.clone(),
-            self.trailer.clone(),
-        ])
+        self.log
+            .iter()
+            .cloned()
+            .chain(self.tail.clone().into_chunks())
     }
 
-    /// The whole object as one buffer (copies; for tests and small segments).
+    /// The whole object as one buffer, for a segment whose `.log` was never drained (copies; for
+    /// tests and small segments).
     pub fn to_bytes(&self) -> Bytes {
         let mut b = BytesMut::with_capacity(self.layout.object_size() as usize);
         for c in self.chunks() {
             b.extend_from_slice(&c);
         }
         b.freeze()
+    }
+
+    /// What [`RemoteStorage::copy_segment`] takes, for a segment whose `.log` was never drained.
+    ///
+    /// [`RemoteStorage::copy_segment`]: diskless_storage::RemoteStorage::copy_segment
+    pub fn segment_data(&self) -> SegmentData {
+        SegmentData::in_memory(self.log.clone(), self.tail.clone())
     }
 }
 
@@ -291,7 +300,7 @@ enum ProducerEvent {
 /// assert!(matches!(outcome, PushOutcome::Appended(_)));
 /// let segment = builder.finish(FinishInputs::default()).unwrap();
 /// assert_eq!((segment.base_offset, segment.end_offset, segment.max_timestamp), (7, 7, 1_000));
-/// assert_eq!(&segment.leader_epochs[..], b"0\n1\n0 7\n");
+/// assert_eq!(&segment.tail.leader_epochs[..], b"0\n1\n0 7\n");
 /// assert_eq!(segment.to_bytes().len() as u64, segment.layout.object_size());
 /// ```
 #[derive(Debug)]
@@ -300,11 +309,18 @@ pub struct TieredSegmentBuilder {
     config: TieredSegmentConfig,
     expected_next: Option<i64>,
     indexer: Option<SegmentIndexer>,
+    /// `.log` chunks not drained yet.
     log: Vec<Bytes>,
-    batches: Vec<BuiltBatch>,
-    events: Vec<ProducerEvent>,
-    /// Offsets of ABORT markers in the segment, with their producer.
-    abort_markers: BTreeMap<i64, i64>,
+    /// Bytes of `log`.
+    log_bytes: u64,
+    first: Option<BuiltBatch>,
+    last: Option<BuiltBatch>,
+    batch_count: u32,
+    /// The producer state: the previous snapshot's, with this segment's batches folded in.
+    producers: BTreeMap<i64, ProducerState>,
+    /// ABORT markers in the segment by offset: their producer and Kafka's last stable offset at
+    /// the marker.
+    abort_markers: BTreeMap<i64, (i64, i64)>,
 }
 
 impl TieredSegmentBuilder {
@@ -332,15 +348,32 @@ impl TieredSegmentBuilder {
             expected_next: None,
             indexer: None,
             log: Vec::new(),
-            batches: Vec::new(),
-            events: Vec::new(),
+            log_bytes: 0,
+            first: None,
+            last: None,
+            batch_count: 0,
+            producers: BTreeMap::new(),
             abort_markers: BTreeMap::new(),
         })
     }
 
+    /// Start from the previous tiered segment's producer snapshot (none: the first segment, or
+    /// the previous one is gone): its producers carry over unless this segment updates them or
+    /// they expire ([`FinishInputs::producer_id_expiration_ms`]). Only before the first batch;
+    /// later calls change nothing.
+    pub fn with_previous_snapshot(mut self, previous: &[ProducerSnapshotEntry]) -> Self {
+        if self.batch_count == 0 {
+            self.producers = previous
+                .iter()
+                .map(|e| (e.producer_id, ProducerState::from_snapshot(e)))
+                .collect();
+        }
+        self
+    }
+
     /// Require the first batch to start at `offset` (the end of the previous segment + 1).
     pub fn expect_base_offset(mut self, offset: i64) -> Self {
-        if self.batches.is_empty() {
+        if self.batch_count == 0 {
             self.expected_next = Some(offset);
         }
         self
@@ -348,12 +381,25 @@ impl TieredSegmentBuilder {
 
     /// The batches taken so far.
     pub fn batch_count(&self) -> usize {
-        self.batches.len()
+        self.batch_count as usize
     }
 
     /// Whether no batch was taken.
     pub fn is_empty(&self) -> bool {
-        self.batches.is_empty()
+        self.batch_count == 0
+    }
+
+    /// Takes the `.log` chunks built since the last call, in order (a rewritten header and the
+    /// stored body per batch): the caller uploads them while the next batches are read, so the
+    /// builder never holds the whole `.log`. The positions stay in the indexes.
+    pub fn drain_log(&mut self) -> Vec<Bytes> {
+        self.log_bytes = 0;
+        std::mem::take(&mut self.log)
+    }
+
+    /// The bytes of the `.log` chunks not drained yet.
+    pub fn undrained_log_bytes(&self) -> u64 {
+        self.log_bytes
     }
 
     /// The `.log` size so far.
@@ -471,7 +517,7 @@ impl TieredSegmentBuilder {
         });
         let position = indexer.position() as u32;
         if let Err(e) = indexer.append_batch(coordinate.last_offset, max_timestamp, size) {
-            if self.batches.is_empty() {
+            if self.batch_count == 0 {
                 self.indexer = None;
             }
             return Err(e.into());
@@ -483,16 +529,22 @@ impl TieredSegmentBuilder {
             size,
             max_timestamp,
         };
-        if let Some(ProducerEvent::Marker { producer_id, .. }) = event
-            && is_abort_marker(&batch)
-        {
-            self.abort_markers.insert(base_offset, producer_id);
+        if let Some(event) = event {
+            apply_event(&mut self.producers, event);
+            if let ProducerEvent::Marker { producer_id, .. } = event
+                && is_abort_marker(&batch)
+            {
+                let lso = last_stable_offset(&self.producers, producer_id, base_offset);
+                self.abort_markers.insert(base_offset, (producer_id, lso));
+            }
         }
-        self.events.extend(event);
         let [header, body] = out.into_chunks();
+        self.log_bytes += u64::from(size);
         self.log.push(header);
         self.log.push(body);
-        self.batches.push(built);
+        self.first.get_or_insert(built);
+        self.last = Some(built);
+        self.batch_count += 1;
         self.expected_next = Some(coordinate.last_offset + 1);
         Ok(PushOutcome::Appended(built))
     }
@@ -523,9 +575,7 @@ impl TieredSegmentBuilder {
     /// Close the segment: final time index entry, `.txnindex`, `.snapshot`, leader epochs,
     /// trailer.
     pub fn finish(self, inputs: FinishInputs) -> Result<BuiltSegment, TieredBuildError> {
-        let (Some(indexer), Some(first), Some(last)) =
-            (self.indexer, self.batches.first(), self.batches.last())
-        else {
+        let (Some(indexer), Some(first), Some(last)) = (self.indexer, self.first, self.last) else {
             return Err(TieredBuildError::Empty);
         };
         let base_offset = first.base_offset;
@@ -543,7 +593,13 @@ impl TieredSegmentBuilder {
             .aborted
             .iter()
             .filter(|a| (base_offset..=end_offset).contains(&a.last_offset))
-            .copied()
+            .map(|a| match self.abort_markers.get(&a.last_offset) {
+                Some((_, lso)) if a.last_stable_offset < 0 => AbortedTxnEntry {
+                    last_stable_offset: *lso,
+                    ..*a
+                },
+                _ => *a,
+            })
             .collect();
         aborted.sort_by_key(|a| a.last_offset);
         let mut seen = BTreeSet::new();
@@ -559,15 +615,14 @@ impl TieredSegmentBuilder {
             if a.first_offset < 0 || a.first_offset > a.last_offset {
                 return Err(fail("first offset after the marker"));
             }
-            if self.abort_markers.get(&a.last_offset) != Some(&a.producer_id) {
+            if self.abort_markers.get(&a.last_offset).map(|m| m.0) != Some(a.producer_id) {
                 return Err(fail("no ABORT marker of this producer at that offset"));
             }
         }
 
         // .snapshot: Kafka's fold over the previous segment's state.
-        let producer_state = fold_producers(
-            &inputs.previous_snapshot,
-            &self.events,
+        let producer_state = expire_producers(
+            self.producers,
             inputs.producer_id_expiration_ms,
             max_timestamp,
         );
@@ -610,15 +665,17 @@ impl TieredSegmentBuilder {
             partition: self.partition,
             base_offset,
             end_offset,
-            batches: self.batches,
+            batch_count: self.batch_count,
             layout,
             log: self.log,
-            offset_index: indexes.offset_index,
-            time_index: indexes.time_index,
-            txn_index,
-            producer_snapshot,
-            leader_epochs,
-            trailer: Bytes::copy_from_slice(&trailer),
+            tail: SegmentTail {
+                offset_index: indexes.offset_index,
+                time_index: indexes.time_index,
+                txn_index,
+                producer_snapshot,
+                leader_epochs,
+                trailer: Bytes::copy_from_slice(&trailer),
+            },
             max_timestamp,
             max_timestamp_offset,
             producer_state,
@@ -733,58 +790,72 @@ impl ProducerState {
     }
 }
 
-/// `ProducerAppendInfo.appendDataBatch` / `appendEndTxnMarker` over the previous snapshot, then the
-/// expiry of untouched producers; sorted by producer id.
-fn fold_producers(
-    previous: &[ProducerSnapshotEntry],
-    events: &[ProducerEvent],
+/// `ProducerAppendInfo.appendDataBatch` / `appendEndTxnMarker`: one batch's event folded into
+/// the producer state.
+fn apply_event(state: &mut BTreeMap<i64, ProducerState>, event: ProducerEvent) {
+    match event {
+        ProducerEvent::Data {
+            producer_id,
+            epoch,
+            last_sequence,
+            base_offset,
+            last_offset,
+            max_timestamp,
+            transactional,
+        } => {
+            let s = state
+                .entry(producer_id)
+                .or_insert_with(ProducerState::empty);
+            s.touched = true;
+            s.set_epoch(epoch);
+            let delta = i32::try_from(last_offset - base_offset).unwrap_or(i32::MAX);
+            s.last_batch = Some((last_sequence, last_offset, delta));
+            s.last_timestamp = max_timestamp;
+            if transactional && s.current_txn_first_offset.is_none() {
+                s.current_txn_first_offset = Some(base_offset);
+            }
+        }
+        ProducerEvent::Marker {
+            producer_id,
+            epoch,
+            coordinator_epoch,
+            timestamp,
+        } => {
+            let s = state
+                .entry(producer_id)
+                .or_insert_with(ProducerState::empty);
+            s.touched = true;
+            s.set_epoch(epoch);
+            s.coordinator_epoch = coordinator_epoch;
+            s.current_txn_first_offset = None;
+            s.last_timestamp = timestamp;
+        }
+    }
+}
+
+/// Kafka's `ProducerStateManager.lastStableOffset(completedTxn)` after `producer_id`'s marker at
+/// `marker_offset`: the first offset of the earliest transaction of another producer still open,
+/// else the marker's offset + 1.
+fn last_stable_offset(
+    state: &BTreeMap<i64, ProducerState>,
+    producer_id: i64,
+    marker_offset: i64,
+) -> i64 {
+    state
+        .iter()
+        .filter(|(id, _)| **id != producer_id)
+        .filter_map(|(_, s)| s.current_txn_first_offset)
+        .min()
+        .unwrap_or(marker_offset.saturating_add(1))
+}
+
+/// The expiry of carried producers this segment did not touch (Kafka's `isProducerExpired`),
+/// then the entries sorted by producer id.
+fn expire_producers(
+    state: BTreeMap<i64, ProducerState>,
     expiration_ms: Option<i64>,
     segment_max_timestamp: i64,
 ) -> Vec<ProducerSnapshotEntry> {
-    let mut state: BTreeMap<i64, ProducerState> = previous
-        .iter()
-        .map(|e| (e.producer_id, ProducerState::from_snapshot(e)))
-        .collect();
-    for event in events {
-        match *event {
-            ProducerEvent::Data {
-                producer_id,
-                epoch,
-                last_sequence,
-                base_offset,
-                last_offset,
-                max_timestamp,
-                transactional,
-            } => {
-                let s = state
-                    .entry(producer_id)
-                    .or_insert_with(ProducerState::empty);
-                s.touched = true;
-                s.set_epoch(epoch);
-                let delta = i32::try_from(last_offset - base_offset).unwrap_or(i32::MAX);
-                s.last_batch = Some((last_sequence, last_offset, delta));
-                s.last_timestamp = max_timestamp;
-                if transactional && s.current_txn_first_offset.is_none() {
-                    s.current_txn_first_offset = Some(base_offset);
-                }
-            }
-            ProducerEvent::Marker {
-                producer_id,
-                epoch,
-                coordinator_epoch,
-                timestamp,
-            } => {
-                let s = state
-                    .entry(producer_id)
-                    .or_insert_with(ProducerState::empty);
-                s.touched = true;
-                s.set_epoch(epoch);
-                s.coordinator_epoch = coordinator_epoch;
-                s.current_txn_first_offset = None;
-                s.last_timestamp = timestamp;
-            }
-        }
-    }
     state
         .into_iter()
         .filter(|(_, s)| {
@@ -1012,8 +1083,8 @@ mod tests {
             PushOutcome::Rolled(RollReason::OffsetIndexFull)
         );
         let seg = b.finish(FinishInputs::default()).unwrap();
-        assert_eq!(seg.offset_index.len(), 40);
-        assert_eq!(seg.time_index.len(), 12);
+        assert_eq!(seg.tail.offset_index.len(), 40);
+        assert_eq!(seg.tail.time_index.len(), 12);
         // Rising timestamps fill the time index at maxEntries − 1.
         let mut b = builder(config);
         for i in 0..3 {
@@ -1024,7 +1095,7 @@ mod tests {
             PushOutcome::Rolled(RollReason::TimeIndexFull)
         );
         let seg = b.finish(FinishInputs::default()).unwrap();
-        assert_eq!(seg.time_index.len(), 24);
+        assert_eq!(seg.tail.time_index.len(), 24);
         // A last offset more than i32::MAX past the base.
         let mut b = builder(TieredSegmentConfig::default());
         appended(push(&mut b, &small(1), 0, 1));
@@ -1056,10 +1127,10 @@ mod tests {
             positions.push(appended(push(&mut b, &small(*t), 50 + i as i64, *t)).position);
         }
         let seg = b.finish(FinishInputs::default()).unwrap();
-        let oi = OffsetIndex::parse(50, seg.offset_index.clone()).unwrap();
+        let oi = OffsetIndex::parse(50, seg.tail.offset_index.clone()).unwrap();
         assert_eq!(oi.len(), 3, "every batch but the first");
         assert_eq!(oi.entry(0).unwrap().position, positions[1]);
-        let ti = TimeIndex::parse(50, seg.time_index.clone()).unwrap();
+        let ti = TimeIndex::parse(50, seg.tail.time_index.clone()).unwrap();
         // Batch 1: max so far 30 at offset 50; batch 2: 40 at 52; batch 3: still 40.
         let entries: Vec<_> = (0..ti.len()).map(|i| ti.entry(i).unwrap()).collect();
         assert_eq!(
@@ -1116,7 +1187,9 @@ mod tests {
                 current_txn_first_offset: 7,
             },
         ];
-        let mut b = builder(TieredSegmentConfig::default()).expect_base_offset(10);
+        let mut b = builder(TieredSegmentConfig::default())
+            .expect_base_offset(10)
+            .with_previous_snapshot(&previous);
         appended(push(&mut b, &producer_batch(1, 0, 5, 3, 1_000), 10, 1_000));
         appended(push(&mut b, &small(2_000), 13, 2_000));
         // Producer 4 appears, then bumps its epoch.
@@ -1124,7 +1197,6 @@ mod tests {
         appended(push(&mut b, &producer_batch(4, 1, 0, 1, 1_600), 16, 1_600));
         let seg = b
             .finish(FinishInputs {
-                previous_snapshot: previous,
                 producer_id_expiration_ms: Some(1_000),
                 log_start_offset: 0,
                 first_tiered_base: Some(0),
@@ -1165,10 +1237,10 @@ mod tests {
         ];
         assert_eq!(seg.producer_state, expected);
         assert_eq!(
-            parse_producer_snapshot(&seg.producer_snapshot).unwrap(),
+            parse_producer_snapshot(&seg.tail.producer_snapshot).unwrap(),
             expected
         );
-        assert_eq!(&seg.leader_epochs[..], b"0\n1\n0 0\n");
+        assert_eq!(&seg.tail.leader_epochs[..], b"0\n1\n0 0\n");
     }
 
     fn marker(offset_commit: bool, producer_id: i64, epoch: i16, ts: i64) -> RecordBatch {
@@ -1218,7 +1290,7 @@ mod tests {
         };
         let seg = b.finish(inputs.clone()).unwrap();
         assert_eq!(seg.aborted, vec![aborted]);
-        assert_eq!(&seg.txn_index[..], &aborted.encode()[..]);
+        assert_eq!(&seg.tail.txn_index[..], &aborted.encode()[..]);
         // After the marker a new transaction opened at 23; the marker's coordinator epoch stays.
         assert_eq!(
             seg.producer_state,
@@ -1251,6 +1323,83 @@ mod tests {
     }
 
     #[test]
+    fn drained_log_is_the_same_log() {
+        let config = TieredSegmentConfig {
+            index_interval_bytes: 0,
+            ..Default::default()
+        };
+        let mut whole = builder(config);
+        let mut streamed = builder(config);
+        let mut drained = Vec::new();
+        for i in 0..10 {
+            appended(push(&mut whole, &small(i), i, i));
+            let at = appended(push(&mut streamed, &small(i), i, i));
+            // Positions count the drained bytes too.
+            assert_eq!(
+                u64::from(at.position) + u64::from(at.size),
+                streamed.log_size()
+            );
+            if i % 4 == 1 {
+                drained.extend(streamed.drain_log());
+                assert_eq!(streamed.undrained_log_bytes(), 0);
+                assert!(streamed.drain_log().is_empty());
+            }
+        }
+        let whole = whole.finish(FinishInputs::default()).unwrap();
+        let mut streamed = streamed.finish(FinishInputs::default()).unwrap();
+        assert!(streamed.log.len() < whole.log.len());
+        drained.append(&mut streamed.log);
+        streamed.log = drained;
+        assert_eq!(streamed, whole);
+        assert_eq!(whole.batch_count(), 10);
+    }
+
+    #[test]
+    fn last_stable_offset_of_an_abort_is_kafkas() {
+        let txn = |producer: i64, seq| {
+            RecordBatchBuilder::new()
+                .producer(producer, 0, seq)
+                .transactional(true)
+                .record(500, None, Some(b"t"))
+                .build()
+                .unwrap()
+        };
+        // Producer 3 carries an open transaction from the previous segment (first offset 5).
+        let previous = [ProducerSnapshotEntry {
+            producer_id: 3,
+            producer_epoch: 0,
+            last_sequence: 0,
+            last_offset: 5,
+            offset_delta: 0,
+            timestamp: 400,
+            coordinator_epoch: -1,
+            current_txn_first_offset: 5,
+        }];
+        let mut b = builder(TieredSegmentConfig::default())
+            .expect_base_offset(20)
+            .with_previous_snapshot(&previous);
+        appended(push(&mut b, &txn(9, 0), 20, 500));
+        appended(push(&mut b, &txn(8, 0), 21, 500));
+        appended(push(&mut b, &marker(false, 9, 0, 600), 22, 600)); // 3 and 8 still open
+        appended(push(&mut b, &marker(true, 3, 0, 600), 23, 600));
+        appended(push(&mut b, &marker(false, 8, 0, 600), 24, 600)); // none open
+        let row = |first, last, lso| AbortedTxnEntry {
+            producer_id: if last == 22 { 9 } else { 8 },
+            first_offset: first,
+            last_offset: last,
+            last_stable_offset: lso,
+        };
+        let seg = b
+            .finish(FinishInputs {
+                // Unknown LSOs (-1) are computed; a given one is kept.
+                aborted: vec![row(20, 22, -1), row(21, 24, -1)],
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(seg.aborted, vec![row(20, 22, 5), row(21, 24, 25)]);
+    }
+
+    #[test]
     fn leader_epoch_start() {
         let one = |inputs: FinishInputs| {
             let mut b = builder(TieredSegmentConfig::default());
@@ -1258,7 +1407,7 @@ mod tests {
             appended(push(&mut b, &small(1), 41, 1));
             b.finish(inputs)
         };
-        let text = |i| one(i).map(|s| s.leader_epochs);
+        let text = |i| one(i).map(|s| s.tail.leader_epochs);
         assert_eq!(&text(FinishInputs::default()).unwrap()[..], b"0\n1\n0 40\n");
         assert_eq!(
             &text(FinishInputs {
