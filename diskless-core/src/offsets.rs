@@ -18,32 +18,38 @@
 //! | `-3` MAX_TIMESTAMP | the first record, in offset order, whose timestamp is the partition's largest (KAFKA-16310, Kafka 3.8+) |
 //! | `-2` EARLIEST | the log start offset, timestamp -1 |
 //! | `-1` LATEST | the high watermark, timestamp -1 |
-//! | `-4` EARLIEST_LOCAL | as EARLIEST (a diskless log has no tiered part) |
-//! | `-5` LATEST_TIERED | offset -1, timestamp -1, leader epoch -1 (nothing is tiered) |
+//! | `-4` EARLIEST_LOCAL | the first offset in the WAL tier: `max(logStartOffset, first offset not tiered)` (KIP-405's local log start), timestamp -1 |
+//! | `-5` LATEST_TIERED | the last offset in a tiered segment (KIP-1005's `highestOffsetInRemoteStorage`); offset -1, timestamp -1, leader epoch -1 when nothing is tiered |
 //! | other negative | the coordinator's answer (`INVALID_REQUEST`); a host answers `UNSUPPORTED_VERSION` first, see [`list_offsets_min_version`] |
 //!
 //! The record's timestamp is what a consumer sees: the producer's for a CreateTime batch, the
 //! batch's commit time for every record of a LogAppendTime batch (then no read is needed: the first
 //! record at or after the log start offset is the answer).
+//!
+//! When the coordinator's answer lies in a tiered segment (issue #15), the record is found inside
+//! it as Kafka's `RemoteLogManager.lookupTimestamp` does: the segment's time index, then its offset
+//! index, then its batches forward from there (each section and `.log` range read through the same
+//! cache as fetches), so an answer does not change when data changes tier.
 
 use bytes::Bytes;
 use diskless_coordinator::{
     BatchCoordinate, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, FindBatchesResponse,
-    IsolationLevel, ListOffsetsRequest, MAX_TIMESTAMP, NO_TIMESTAMP, TimestampType,
+    IsolationLevel, ListOffsetsRequest, MAX_TIMESTAMP, NO_TIMESTAMP, TieredSegment, TimestampType,
     TopicIdPartition,
 };
 use tracing::warn;
 
+use crate::batch::RecordBatch;
 use crate::batch::{Compression, HEADER_LEN};
 use crate::compression::decompress;
-use crate::fetcher::{FetchError, Fetcher, frame_stored_batch};
+use crate::fetcher::{FetchError, Fetcher, SegmentBatch, SegmentReader, frame_stored_batch};
 use crate::records::RecordIter;
 
 /// ListOffsets `-4`, EARLIEST_LOCAL_TIMESTAMP (KIP-405, request version 8+): the first offset held
-/// locally. A diskless log has no tiered part, so it is the log start offset.
+/// locally — for a diskless log, the first offset in the WAL tier (never below the log start).
 pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 /// ListOffsets `-5`, LATEST_TIERED_TIMESTAMP (KIP-1005, request version 9+): the last offset in
-/// tiered storage; `-1` for a log without tiered storage.
+/// tiered storage (a tiered segment); `-1` when nothing is tiered.
 pub const LATEST_TIERED_TIMESTAMP: i64 = -5;
 
 /// The lowest ListOffsets request version at which Kafka accepts `timestamp`, or `None` when no
@@ -142,7 +148,7 @@ const SCAN_PAGE_BYTES: u32 = 8 << 20;
 
 /// What a lookup searches for in a batch's records.
 #[derive(Clone, Copy, Debug)]
-enum Search {
+pub(crate) enum Search {
     /// The first record with `timestamp >= t` and `offset >= logStartOffset`
     /// (`FileRecords.searchForTimestamp`).
     AtLeast(i64),
@@ -191,11 +197,19 @@ impl Fetcher {
     ///   first record with that timestamp (for LogAppendTime, the batch's first record). Like Kafka,
     ///   the largest timestamp counts the records of the batch DeleteRecords cut into; unlike Kafka,
     ///   the offset is never below the log start offset (raised to it when the record was deleted).
-    /// - **EARLIEST, LATEST** and errors: the coordinator's answer.
+    /// - **A batch-level answer in a tiered segment**: `RemoteLogManager.lookupTimestamp` —
+    ///   for `t`, the time index entry for `t`, the offset index position of
+    ///   `max(entry offset, logStartOffset)`, then the first batch forward with `maxTimestamp >= t`
+    ///   and last offset `>= logStartOffset`, then its record as above (on to the following
+    ///   segments and batches when none matches); for MAX_TIMESTAMP, the offset index position of
+    ///   the segment's max timestamp offset, the first batch whose `maxTimestamp` is the max, its
+    ///   first record with it.
+    /// - **EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED** and errors: the coordinator's answer.
     ///
     /// Cost: one coordinator `list_offsets` call for the whole request; for the partitions that need
     /// a record, one `find_batches` call and one read of each batch (a cache hit, or one ranged GET
-    /// per object), none for LogAppendTime batches. Only after DeleteRecords cut into the batch
+    /// per object), none for LogAppendTime batches; in a tiered segment, its time and offset index
+    /// sections and one `.log` range (one GET when cold and in one cache block, none when warm). Only after DeleteRecords cut into the batch
     /// found does a lookup page through the following batches' coordinates.
     ///
     /// `Err` only when the coordinator cannot be asked; a batch that cannot be read or verified
@@ -257,12 +271,7 @@ impl Fetcher {
             .iter()
             .map(|&i| ListOffsetsRequest {
                 partition: requests[i].partition,
-                timestamp: match requests[i].timestamp {
-                    // No tiered part: the local log start is the log start. LATEST_TIERED asks only
-                    // whether the partition exists.
-                    EARLIEST_LOCAL_TIMESTAMP | LATEST_TIERED_TIMESTAMP => EARLIEST_TIMESTAMP,
-                    t => t,
-                },
+                timestamp: requests[i].timestamp,
                 isolation: requests[i].isolation,
             })
             .collect();
@@ -283,10 +292,6 @@ impl Fetcher {
                 continue;
             }
             let search = match request.timestamp {
-                LATEST_TIERED_TIMESTAMP => {
-                    out[i] = ListedOffset::new(request, -1, NO_TIMESTAMP);
-                    continue;
-                }
                 MAX_TIMESTAMP if a.offset >= 0 => Search::Max(a.timestamp),
                 t if t >= 0 && a.offset >= 0 => Search::AtLeast(t),
                 _ => {
@@ -335,6 +340,26 @@ impl Fetcher {
             }
             if !response.error.is_ok() {
                 out[lookup.index] = ListedOffset::error(request, response.error, None);
+                continue;
+            }
+            if let Some(segment) = response.segments.first() {
+                // The record is inside a tiered segment: Kafka's remote lookup.
+                let step = if segment.base_offset <= lookup.offset
+                    && lookup.offset <= segment.end_offset
+                {
+                    self.segment_step(request, lookup, segment, response.log_start_offset)
+                        .await
+                } else {
+                    storage_error(
+                        request,
+                        format!(
+                            "the coordinator found segment {}..={} for offset {}",
+                            segment.base_offset, segment.end_offset, lookup.offset
+                        ),
+                    )
+                };
+                self.finish(requests, lookup, step, &mut out[..], &mut restart)
+                    .await?;
                 continue;
             }
             let Some(batch) = response.batches.into_iter().next() else {
@@ -501,6 +526,23 @@ impl Fetcher {
             }
             let lso = response.log_start_offset;
             let mut last = None;
+            for segment in response.segments.iter().filter(|s| s.end_offset >= next) {
+                last = Some(segment.end_offset);
+                // KIP-405's remote lookup: only a segment whose max timestamp reaches the target.
+                if segment.max_timestamp < target {
+                    continue;
+                }
+                match self
+                    .search_segment(segment, next.max(lso), lso, Search::AtLeast(target))
+                    .await
+                {
+                    Ok(Some((offset, timestamp))) => {
+                        return Ok(Step::Done(ListedOffset::new(request, offset, timestamp)));
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Ok(storage_error(request, e)),
+                }
+            }
             for batch in response.batches.iter().filter(|b| b.last_offset >= next) {
                 last = Some(batch.last_offset);
                 if batch.effective_max_timestamp() < target {
@@ -536,6 +578,140 @@ impl Fetcher {
         }
     }
 }
+
+impl Fetcher {
+    /// The step of a lookup whose coordinator answer lies in a tiered segment.
+    async fn segment_step(
+        &self,
+        request: &ListOffsetsPartition,
+        lookup: &Lookup,
+        segment: &TieredSegment,
+        log_start_offset: i64,
+    ) -> Step {
+        match self
+            .search_segment(segment, log_start_offset, log_start_offset, lookup.search)
+            .await
+        {
+            Ok(Some((offset, timestamp))) => {
+                Step::Done(ListedOffset::new(request, offset, timestamp))
+            }
+            Ok(None) => match lookup.search {
+                Search::AtLeast(_) => Step::Continue {
+                    last_offset: segment.end_offset,
+                },
+                Search::Max(max) => {
+                    warn!(
+                        partition = %request.partition,
+                        max_timestamp = max,
+                        segment = %segment.object_key,
+                        "no record of the tiered segment holding the max timestamp has it"
+                    );
+                    Step::Done(ListedOffset::new(request, lookup.offset, lookup.timestamp))
+                }
+            },
+            Err(e) => storage_error(request, e),
+        }
+    }
+
+    /// Kafka's `RemoteLogManager.lookupTimestamp` in one tiered segment, for records at or after
+    /// `starting_offset`:
+    ///
+    /// - `AtLeast(t)`: the time index entry for `t` ([`crate::tiered::TimeIndex::lookup`]), the offset index
+    ///   position of `max(entry offset, starting_offset)`, then batch by batch forward the first
+    ///   batch with `maxTimestamp ≥ t` and last offset `≥ starting_offset`, and in it the first
+    ///   record with `timestamp ≥ t` and `offset ≥ starting_offset` (`FileRecords.searchForTimestamp`);
+    /// - `Max(max)`: the offset index position of the segment's max timestamp offset (the time
+    ///   index's last entry), the first batch whose `maxTimestamp` is `max`, and in it the first
+    ///   record with that timestamp (KAFKA-16310), its offset raised to `log_start_offset`.
+    ///
+    /// `None` when no record of the segment matches. Each batch read is checked as a fetch does
+    /// (framing, offsets inside the segment, contiguity) and its CRC verified before its records
+    /// are read.
+    pub(crate) async fn search_segment(
+        &self,
+        segment: &TieredSegment,
+        starting_offset: i64,
+        log_start_offset: i64,
+        search: Search,
+    ) -> Result<Option<(i64, i64)>, String> {
+        let mut reader = SegmentReader::new(self, segment)?;
+        let starting = starting_offset.max(segment.base_offset);
+        let target = match search {
+            Search::AtLeast(t) => reader.time_index().await?.lookup(t).offset.max(starting),
+            Search::Max(_) => segment.max_timestamp_offset.max(segment.base_offset),
+        };
+        let (mut position, indexed, _) = reader.position_of(target).await?;
+        let log_len = reader.log_len();
+        let mut previous: Option<SegmentBatch> = None;
+        while position < log_len {
+            let read_to = position.saturating_add(SEGMENT_SCAN_WINDOW);
+            let batch = reader.header_at(position, read_to).await?;
+            match &previous {
+                None => reader.check_start(&batch, indexed)?,
+                Some(p) => reader.check_contiguous(p, &batch)?,
+            }
+            position = batch.end();
+            previous = Some(batch);
+            let wanted = match search {
+                Search::AtLeast(t) => batch.max_timestamp >= t && batch.last_offset >= starting,
+                Search::Max(max) => batch.max_timestamp == max,
+            };
+            if !wanted {
+                continue;
+            }
+            let floor = match search {
+                Search::AtLeast(_) => starting,
+                Search::Max(_) => log_start_offset,
+            };
+            let found = if batch.attributes.timestamp_type() == TimestampType::LogAppendTime {
+                // Every record has the batch's time.
+                Some((batch.base_offset.max(floor), batch.max_timestamp))
+            } else {
+                let bytes = reader
+                    .log_bytes(batch.position..batch.end(), read_to)
+                    .await?;
+                let at = || {
+                    format!(
+                        "batch {}..={} of tiered segment {}",
+                        batch.base_offset, batch.last_offset, segment.object_key
+                    )
+                };
+                let stored = RecordBatch::parse(bytes).map_err(|e| format!("{}: {e}", at()))?;
+                if !stored.crc_is_valid() {
+                    return Err(format!(
+                        "{}: CRC mismatch (stored {}, computed {})",
+                        at(),
+                        stored.crc(),
+                        stored.compute_crc()
+                    ));
+                }
+                let count = usize::try_from(stored.records_count())
+                    .ok()
+                    .filter(|&c| {
+                        i64::try_from(c).ok() == Some(batch.last_offset - batch.base_offset + 1)
+                    })
+                    .ok_or_else(|| format!("{}: records count does not match its offsets", at()))?;
+                search_records(
+                    &stored,
+                    batch.base_offset,
+                    count,
+                    None,
+                    floor,
+                    search,
+                    self.config.max_decompressed_bytes,
+                    &at,
+                )?
+            };
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// How far ahead a segment scan reads from the batch it is at.
+const SEGMENT_SCAN_WINDOW: u64 = 256 << 10;
 
 /// Where a lookup's reads end: the high watermark, or the last stable offset for `read_committed`.
 fn readable_end(isolation: IsolationLevel, response: &FindBatchesResponse) -> i64 {
@@ -608,6 +784,35 @@ fn find_record(
         .ok()
         .filter(|&c| i64::try_from(c).ok() == Some(batch.record_count()))
         .ok_or_else(|| format!("{}: records count does not match its coordinates", at()))?;
+    let log_append_time =
+        (batch.timestamp_type == TimestampType::LogAppendTime).then_some(batch.log_append_time);
+    search_records(
+        &stored,
+        batch.base_offset,
+        count,
+        log_append_time,
+        log_start_offset,
+        search,
+        max_decompressed_bytes,
+        &at,
+    )
+}
+
+/// The `(offset, timestamp)` of the first record of `stored` (whose first record has offset
+/// `base_offset`, `count` records) that `search` answers, at or after `floor` for a timestamp
+/// search (raised to it for MAX_TIMESTAMP). `log_append_time`: every record's timestamp (a
+/// LogAppendTime batch served from the WAL tier).
+#[allow(clippy::too_many_arguments)]
+fn search_records(
+    stored: &RecordBatch,
+    base_offset: i64,
+    count: usize,
+    log_append_time: Option<i64>,
+    floor: i64,
+    search: Search,
+    max_decompressed_bytes: usize,
+    at: &dyn Fn() -> String,
+) -> Result<Option<(i64, i64)>, String> {
     let Some(codec) = stored.attributes().compression() else {
         return Err(format!("{}: unknown compression codec", at()));
     };
@@ -623,20 +828,19 @@ fn find_record(
     let base_timestamp = stored.base_timestamp();
     for record in RecordIter::new(records, count) {
         let record = record.map_err(|e| format!("{}: {e}", at()))?;
-        let offset = batch
-            .base_offset
+        let offset = base_offset
             .checked_add(i64::from(record.offset_delta))
             .ok_or_else(|| format!("{}: record offset overflows", at()))?;
-        let timestamp = match batch.timestamp_type {
-            TimestampType::LogAppendTime => batch.log_append_time,
-            TimestampType::CreateTime => record.timestamp(base_timestamp),
+        let timestamp = match log_append_time {
+            Some(t) => t,
+            None => record.timestamp(base_timestamp),
         };
         match search {
-            Search::AtLeast(target) if timestamp >= target && offset >= log_start_offset => {
+            Search::AtLeast(target) if timestamp >= target && offset >= floor => {
                 return Ok(Some((offset, timestamp)));
             }
             Search::Max(max) if timestamp == max => {
-                return Ok(Some((offset.max(log_start_offset), timestamp)));
+                return Ok(Some((offset.max(floor), timestamp)));
             }
             _ => {}
         }

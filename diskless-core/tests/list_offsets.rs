@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
 use diskless_coordinator::*;
+use diskless_core::tiered::{FinishInputs, PushOutcome, TieredSegmentBuilder, TieredSegmentConfig};
 use diskless_core::*;
-use diskless_storage::{ObjectKey, ObjectStorage, ObjectStoreStorage};
+use diskless_storage::{ObjectKey, ObjectStorage, ObjectStoreStorage, SeededKeys};
 use diskless_testkit::coordinator::InMemoryCoordinator;
 use uuid::Uuid;
 
@@ -163,15 +164,22 @@ fn query(partition: TopicIdPartition, timestamp: i64) -> ListOffsetsPartition {
 struct Oracle {
     batches: Vec<Vec<(i64, i64)>>,
     log_start: i64,
+    /// The base offset of a tiered segment that DeleteRecords cut into: its batches below the log
+    /// start stay in it and count for MAX_TIMESTAMP (as Kafka's local segment straddling the log
+    /// start counts in `maxTimestampSoFar`).
+    kept_from: Option<i64>,
 }
 
 impl Oracle {
     /// The records of the batches the log still holds (those ending at or after the log start:
     /// DeleteRecords keeps the batch it cuts into, as Kafka keeps the segment it cuts into).
     fn live(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        let kept = self
+            .kept_from
+            .map_or(self.log_start, |k| k.min(self.log_start));
         self.batches
             .iter()
-            .filter(|b| b.last().is_some_and(|&(o, _)| o >= self.log_start))
+            .filter(move |b| b.last().is_some_and(|&(o, _)| o >= kept))
             .flatten()
             .copied()
     }
@@ -464,7 +472,7 @@ async fn a_lookup_costs_one_get_or_a_cache_hit() {
 }
 
 /// Errors and the special timestamps pass through from the coordinator; EARLIEST_LOCAL (-4) and
-/// LATEST_TIERED (-5) get Kafka's answers for a log without tiered storage.
+/// LATEST_TIERED (-5) get Kafka's answers for a log with nothing tiered.
 #[tokio::test(start_paused = true)]
 async fn errors_and_special_timestamps() {
     let e = env(false);
@@ -643,4 +651,231 @@ fn the_fetcher_builder_refuses_settings_out_of_range() {
     .unwrap();
     assert_eq!(fetcher.config().cache_block_size, 1);
     assert_eq!(fetcher.config().max_concurrent_objects, 1);
+}
+
+/// The test-only consolidation (the real worker is `lifecycle::tiering`): the next `max_batches`
+/// WAL batches of `p` built into a tiered segment (index entries every ~100 bytes, so lookups land
+/// inside it), uploaded as one object and registered.
+async fn consolidate(e: &Env, p: TopicIdPartition, max_batches: u32) -> TieredSegment {
+    let plan = e
+        .coordinator
+        .segment_plan(&SegmentPlanRequest {
+            partition: p,
+            max_bytes: u64::MAX,
+            max_batches,
+            committed_before_ms: i64::MAX,
+        })
+        .await
+        .unwrap();
+    assert!(!plan.batches.is_empty());
+    let config = TieredSegmentConfig {
+        index_interval_bytes: 100,
+        ..TieredSegmentConfig::default()
+    };
+    let mut builder = TieredSegmentBuilder::new(p, config).unwrap();
+    for b in &plan.batches {
+        let stored = e
+            .storage
+            .fetch(
+                &ObjectKey::parse(&b.object_key).unwrap(),
+                b.byte_offset..b.byte_offset + u64::from(b.byte_size),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(
+            builder.push(b, stored).unwrap(),
+            PushOutcome::Appended(_)
+        ));
+    }
+    let segment = builder
+        .finish(FinishInputs {
+            log_start_offset: plan.log_start_offset,
+            ..FinishInputs::default()
+        })
+        .unwrap();
+    static SEED: AtomicU32 = AtomicU32::new(1);
+    let keys = SeededKeys::new(u64::from(SEED.fetch_add(1, Ordering::Relaxed)));
+    let key = ObjectKey::generate("tiered", &keys, e.clock.as_ref()).unwrap();
+    e.storage.upload(&key, &[segment.to_bytes()]).await.unwrap();
+    let l = segment.layout;
+    let outcome = e
+        .coordinator
+        .register_segment(RegisterSegmentRequest {
+            partition: p,
+            object_key: key.as_str().to_string(),
+            object_size: l.object_size(),
+            uploader_broker_id: 1,
+            layout: SegmentLayoutSizes {
+                log: l.log,
+                offset_index: l.offset_index,
+                time_index: l.time_index,
+                txn_index: l.txn_index,
+                producer_snapshot: l.producer_snapshot,
+                leader_epochs: l.leader_epochs,
+            },
+            base_offset: segment.base_offset,
+            end_offset: segment.end_offset,
+            batch_count: segment.batch_count(),
+            batch_bytes: l.log,
+            max_timestamp: segment.max_timestamp,
+            max_timestamp_offset: segment.max_timestamp_offset,
+            owner: 0,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(outcome, RegisterSegmentOutcome::Registered { .. }));
+    e.coordinator
+        .list_tiered_segments(p, segment.end_offset, 1)
+        .await
+        .unwrap()
+        .remove(0)
+}
+
+/// EARLIEST_LOCAL (-4) and LATEST_TIERED (-5) as Kafka answers them with tiered storage: the
+/// first offset in the WAL tier (never below the log start), the last tiered offset (`-1` when
+/// none); with the request's epoch when an offset is found.
+async fn check_tier_bounds(f: &Fetcher, p: TopicIdPartition, log_start: i64, tiered_next: i64) {
+    let a = f
+        .list_offsets(&[
+            query(p, EARLIEST_LOCAL_TIMESTAMP),
+            query(p, LATEST_TIERED_TIMESTAMP),
+        ])
+        .await
+        .unwrap();
+    let got: Vec<(ErrorCode, i64, i64, i32)> = a
+        .iter()
+        .map(|a| (a.error, a.offset, a.timestamp, a.leader_epoch))
+        .collect();
+    let latest_tiered = tiered_next - 1;
+    assert_eq!(
+        got,
+        vec![
+            (ErrorCode::None, log_start.max(tiered_next), -1, EPOCH),
+            (
+                ErrorCode::None,
+                latest_tiered,
+                -1,
+                if latest_tiered >= 0 { EPOCH } else { -1 }
+            ),
+        ]
+    );
+}
+
+/// Timestamps, MAX_TIMESTAMP, -4 and -5 across tiers: the same record-level answers (checked
+/// against the brute-force scan) while the batches move into tiered segments one segment at a
+/// time, then after DeleteRecords cuts into a segment (the search continues past records below
+/// the log start, into the next segment) and past it; CreateTime (every codec, ties) and
+/// LogAppendTime, with and without a cache.
+#[tokio::test(start_paused = true)]
+async fn timestamps_across_tiers_match_a_record_scan() {
+    for (with_cache, timestamp_type) in [
+        (false, TimestampType::CreateTime),
+        (true, TimestampType::CreateTime),
+        (true, TimestampType::LogAppendTime),
+    ] {
+        let e = env(with_cache);
+        let p = TopicIdPartition::new(e.topic(1, timestamp_type).await, 0);
+        let plan: [(Compression, &[i64]); 12] = [
+            (Compression::None, &[T + 50, T + 10, T + 30]),
+            (
+                Compression::Gzip,
+                &[T + 20, T + 400, T + 15, T + 90, T + 40],
+            ),
+            (Compression::Snappy, &[T + 5, T + 60]),
+            (Compression::Lz4, &[T + 120, T + 80, T + 120]),
+            (Compression::Zstd, &[T + 110, T + 120, T + 30]),
+            (Compression::None, &[T + 65, T + 300, T + 64]),
+            (Compression::None, &[T + 250, T + 50]),
+            (Compression::Gzip, &[T + 400, T + 1, T + 2]),
+            (Compression::None, &[T + 7]),
+            (Compression::Zstd, &[T + 130, T + 140, T + 135]),
+            (Compression::None, &[T + 260, T + 10]),
+            (Compression::Lz4, &[T + 399, T + 401]),
+        ];
+        let mut oracle = Oracle::default();
+        for (codec, timestamps) in plan {
+            e.clock.advance(7);
+            oracle
+                .batches
+                .extend(e.produce(timestamp_type, &[(p, codec, timestamps)]).await);
+        }
+        let fetchers = || [e.fetcher.clone(), e.cold_fetcher()];
+        for f in fetchers() {
+            check_against_oracle(&f, p, &oracle).await;
+            check_tier_bounds(&f, p, 0, 0).await;
+        }
+        let mut tiered_next = 0;
+        let mut segments = Vec::new();
+        for _ in 0..3 {
+            let s = consolidate(&e, p, 3).await;
+            tiered_next = s.end_offset + 1;
+            segments.push(s);
+            for f in fetchers() {
+                check_against_oracle(&f, p, &oracle).await;
+                check_tier_bounds(&f, p, 0, tiered_next).await;
+            }
+        }
+        // Inside the second segment's first batch: T+400 (the max, in batch 1) is gone, T+300
+        // stays in the segment below the log start.
+        let cut = oracle.batches[3][1].0;
+        assert_eq!(segments[1].base_offset, oracle.batches[3][0].0);
+        e.delete_records(p, cut).await;
+        oracle.log_start = cut;
+        oracle.kept_from = Some(segments[1].base_offset);
+        for f in fetchers() {
+            check_against_oracle(&f, p, &oracle).await;
+            check_tier_bounds(&f, p, cut, tiered_next).await;
+        }
+        // Into the third segment, behind the T+300 record: the max moves on.
+        let cut = oracle.batches[6][1].0;
+        e.delete_records(p, cut).await;
+        oracle.log_start = cut;
+        oracle.kept_from = Some(segments[2].base_offset);
+        for f in fetchers() {
+            check_against_oracle(&f, p, &oracle).await;
+            check_tier_bounds(&f, p, cut, tiered_next).await;
+        }
+        // Past every tiered segment: -4 is the log start.
+        let cut = oracle.batches[10][0].0;
+        e.delete_records(p, cut).await;
+        oracle.log_start = cut;
+        oracle.kept_from = None;
+        for f in fetchers() {
+            check_against_oracle(&f, p, &oracle).await;
+            check_tier_bounds(&f, p, cut, tiered_next).await;
+        }
+        e.writer.close().await;
+    }
+}
+
+/// A lookup inside a cold tiered segment reads its time index, offset index and one `.log`
+/// range through the cache: one GET when they share a block, none once warm.
+#[tokio::test(start_paused = true)]
+async fn a_tiered_lookup_costs_one_get_or_a_cache_hit() {
+    let e = env(false);
+    let p = TopicIdPartition::new(e.topic(1, TimestampType::CreateTime).await, 0);
+    for i in 0..10 {
+        e.produce(
+            TimestampType::CreateTime,
+            &[(
+                p,
+                Compression::Gzip,
+                &[T + 10 * i + 5, T + 10 * i, T + 10 * i + 9][..],
+            )],
+        )
+        .await;
+    }
+    consolidate(&e, p, 10).await;
+    let cache: Arc<dyn LocalCache> = Arc::new(MokaCache::new(MokaCacheConfig::default()).unwrap());
+    let f = Fetcher::builder(e.storage.clone(), e.coordinator.clone())
+        .with_cache(cache)
+        .build()
+        .unwrap();
+    let before = e.gets();
+    assert_eq!(single(&f, p, T + 42).await, (12, T + 45));
+    assert_eq!(e.gets(), before + 1);
+    assert_eq!(single(&f, p, MAX_TIMESTAMP).await, (29, T + 99));
+    assert_eq!(single(&f, p, T + 71).await, (21, T + 75));
+    assert_eq!(e.gets(), before + 1, "warm");
+    e.writer.close().await;
 }

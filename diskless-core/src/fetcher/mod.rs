@@ -12,6 +12,11 @@
 //! 4. injects the offsets (and LogAppendTime) the coordinator assigned into each batch header without
 //!    copying the records: each served batch is a fresh 61-byte header plus a slice of the stored bytes.
 //!
+//! Offsets consolidated into tiered segments (issue #15) come first, from the segment objects
+//! (`tiered.rs`: offset index lookup, one ranged read of the `.log` per segment, the stored batches
+//! with the host's leader epoch), then the WAL batches, under the same limits: an answer is
+//! byte-identical whichever tier holds its offsets.
+//!
 //! The answer per partition carries the high watermark and log start offset, so a consumer sees
 //! exactly what a classic topic returns.
 //!
@@ -24,6 +29,7 @@ mod tiered;
 
 pub use config::{DEFAULT_CACHE_BLOCK_SIZE, FetcherBuilder, FetcherConfig};
 pub(crate) use read::ReadStats;
+pub(crate) use tiered::{SegmentBatch, SegmentReader};
 
 use tiered::{Limits, PartitionRead};
 

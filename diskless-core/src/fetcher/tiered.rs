@@ -37,7 +37,7 @@ use crate::batch::{
     PARTITION_LEADER_EPOCH_OFFSET,
 };
 use crate::tiered::format::{
-    AbortedTxnEntry, OffsetIndex, ProducerSnapshotEntry, Section, SegmentLayout,
+    AbortedTxnEntry, OffsetIndex, ProducerSnapshotEntry, Section, SegmentLayout, TimeIndex,
     collect_aborted_txns, parse_producer_snapshot, parse_txn_index,
 };
 
@@ -175,6 +175,13 @@ impl<'a> SegmentReader<'a> {
     pub(crate) async fn offset_index(&mut self) -> Result<OffsetIndex, String> {
         let bytes = self.section(Section::OffsetIndex).await?;
         OffsetIndex::parse(self.segment.base_offset, bytes)
+            .map_err(|e| format!("{}: {e}", self.describe()))
+    }
+
+    /// The `.timeindex`.
+    pub(crate) async fn time_index(&mut self) -> Result<TimeIndex, String> {
+        let bytes = self.section(Section::TimeIndex).await?;
+        TimeIndex::parse(self.segment.base_offset, bytes)
             .map_err(|e| format!("{}: {e}", self.describe()))
     }
 
