@@ -11,6 +11,11 @@
 //!   flight can land on a deleted object, whatever its duration. Every coordinator enforces this
 //!   itself; nothing needs wiring. ([`CommitDeadline`] is an optional early refusal on the broker.)
 //! - [`ProducerExpirer`] expires idle idempotent-producer state (`producer.id.expiration.ms`).
+//! - [`TieringWorker`] consolidates each partition's oldest WAL batches into tiered segments
+//!   (KIP-1163; issue #15), so that the coordinator's batch rows and the WAL objects stay bounded
+//!   by `segment.ms` / `segment.bytes` rather than by retention. Its unregistered uploads are
+//!   collected by a second [`OrphanCollector`] on its prefix (`tiered`); the WAL objects it
+//!   releases and the segments retention deletes are deleted by the [`ObjectCleaner`].
 //! - [`Lifecycle`] runs them as tokio tasks on intervals, with a shutdown handle. Tests call each
 //!   worker's `run_pass` by hand with a `ManualClock`.
 //!
@@ -53,6 +58,7 @@ mod orphans;
 mod producers;
 mod retention;
 mod runner;
+mod tiering;
 
 pub use cleaner::{CleanPassReport, CleanerConfig, ObjectCleaner};
 pub use fence::CommitDeadline;
@@ -60,6 +66,7 @@ pub use orphans::{OrphanCollector, OrphanConfig, OrphanPassReport};
 pub use producers::{ProducerExpirer, ProducerExpiryConfig, ProducerExpiryPassReport};
 pub use retention::{RetentionConfig, RetentionEnforcer, RetentionPassReport};
 pub use runner::{Lifecycle, LifecycleHandle, LifecycleStats, WorkerStats};
+pub use tiering::{TieringConfig, TieringPassReport, TieringWorker};
 
 use diskless_coordinator::CoordinatorError;
 use diskless_storage::StorageError;
@@ -84,6 +91,7 @@ pub(crate) enum Worker {
     Cleaner,
     Orphans,
     Producers,
+    Tiering,
 }
 
 impl Worker {
@@ -94,6 +102,7 @@ impl Worker {
             Worker::Cleaner => "cleaner",
             Worker::Orphans => "orphans",
             Worker::Producers => "producers",
+            Worker::Tiering => "tiering",
         }
     }
 }

@@ -1,7 +1,8 @@
 //! [`Lifecycle`]: the workers as tokio tasks on intervals.
 
 use super::{
-    LifecycleError, ObjectCleaner, OrphanCollector, ProducerExpirer, RetentionEnforcer, Worker,
+    LifecycleError, ObjectCleaner, OrphanCollector, ProducerExpirer, RetentionEnforcer,
+    TieringWorker, Worker,
 };
 use crate::ConfigError;
 use futures::future::BoxFuture;
@@ -42,6 +43,8 @@ pub struct LifecycleStats {
     pub orphans: WorkerStats,
     /// The producer expirer's.
     pub producers: WorkerStats,
+    /// The tiering worker's.
+    pub tiering: WorkerStats,
 }
 
 type Pass = Arc<dyn Fn() -> BoxFuture<'static, Result<(), LifecycleError>> + Send + Sync>;
@@ -51,7 +54,9 @@ type Pass = Arc<dyn Fn() -> BoxFuture<'static, Result<(), LifecycleError>> + Sen
 ///
 /// Suggested intervals: retention 30 s–5 min (Kafka's `log.retention.check.interval.ms` is 5 min),
 /// cleaner 30 s, orphans 1 h (orphans are rare and listing costs money), producer expiry 10 min
-/// (Kafka's `producer.id.expiration.check.interval.ms`). An interval must not be zero
+/// (Kafka's `producer.id.expiration.check.interval.ms`), tiering 30 s (a pass is capped by its
+/// settings; a second orphan collector on the tiering prefix collects its failed uploads). An
+/// interval must not be zero
 /// ([`Lifecycle::spawn`] refuses it).
 ///
 /// ```
@@ -77,6 +82,7 @@ pub struct Lifecycle {
     cleaner: Option<(Arc<ObjectCleaner>, Duration)>,
     orphans: Option<(Arc<OrphanCollector>, Duration)>,
     producers: Option<(Arc<ProducerExpirer>, Duration)>,
+    tiering: Option<(Arc<TieringWorker>, Duration)>,
 }
 
 impl std::fmt::Debug for Lifecycle {
@@ -86,6 +92,7 @@ impl std::fmt::Debug for Lifecycle {
             .field("cleaner", &self.cleaner.as_ref().map(|c| c.1))
             .field("orphans", &self.orphans.as_ref().map(|o| o.1))
             .field("producers", &self.producers.as_ref().map(|p| p.1))
+            .field("tiering", &self.tiering.as_ref().map(|t| t.1))
             .finish()
     }
 }
@@ -149,6 +156,12 @@ impl Lifecycle {
         self
     }
 
+    /// Runs `worker` every `interval`.
+    pub fn tiering(mut self, worker: TieringWorker, interval: Duration) -> Self {
+        self.tiering = Some((Arc::new(worker), interval));
+        self
+    }
+
     /// Spawns the tasks on the current tokio runtime. Fails with [`ConfigError::NoRuntime`]
     /// outside one, and with [`ConfigError::Invalid`] for a zero interval.
     pub fn spawn(self) -> Result<LifecycleHandle, ConfigError> {
@@ -158,6 +171,7 @@ impl Lifecycle {
             ("cleaner", self.cleaner.as_ref().map(|w| w.1)),
             ("orphans", self.orphans.as_ref().map(|w| w.1)),
             ("producer_expiry", self.producers.as_ref().map(|w| w.1)),
+            ("tiering", self.tiering.as_ref().map(|w| w.1)),
         ];
         if let Some((worker, _)) = intervals
             .iter()
@@ -216,6 +230,16 @@ impl Lifecycle {
                 }),
             );
         }
+        if let Some((worker, interval)) = self.tiering {
+            spawn(
+                Worker::Tiering,
+                interval,
+                Arc::new(move || {
+                    let w = worker.clone();
+                    Box::pin(async move { w.run_pass().await.map(|_| ()) })
+                }),
+            );
+        }
         Ok(LifecycleHandle {
             shutdown,
             tasks,
@@ -237,6 +261,7 @@ fn spawn_loop(
         Worker::Cleaner => |s| &s.cleaner,
         Worker::Orphans => |s| &s.orphans,
         Worker::Producers => |s| &s.producers,
+        Worker::Tiering => |s| &s.tiering,
     };
     let mut stop = shutdown.subscribe();
     let stats = stats.clone();

@@ -1,0 +1,843 @@
+//! The tiering worker (issue #15 step 9) against the model and SQLite coordinators, with a crash at
+//! every step of a pass (docs/tiered-consolidation.md §3.4).
+//!
+//! Records are produced through a `WalWriter` (one WAL object per append, holding every
+//! partition's batch); the test keeps every acknowledged batch. After any mix of tiering,
+//! retention, cleaner and orphan passes, the check reads each partition from its log start through
+//! the coordinator's `find_batches` — tiered segments parsed by the independent reader
+//! `diskless_testkit::kafka_segment`, WAL batches read from their objects — and requires every
+//! acknowledged offset in `[log start, high watermark)` exactly once, byte for byte (the stored
+//! batch with its assigned offset and leader epoch 0), segments and WAL batches disjoint, every
+//! object in storage known to the coordinator, and no WAL batch left once everything is old.
+//!
+//! The crash test counts the calls a clean pass makes to storage and the coordinator, then for
+//! every call n replays the scenario with call n failing before it is made, made with its answer
+//! lost, or made and followed by the worker's death (every later call of that instance fails);
+//! after each, a fresh worker, an orphan collector on the `tiered` prefix and the cleaner run to
+//! quiescence, and the check runs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use diskless_coordinator::sqlite::SqliteCoordinator;
+use diskless_coordinator::*;
+use diskless_core::lifecycle::{
+    CleanerConfig, ObjectCleaner, OrphanCollector, OrphanConfig, RetentionConfig,
+    RetentionEnforcer, TieringConfig, TieringWorker,
+};
+use diskless_core::*;
+use diskless_storage::{
+    ObjectKey, ObjectMeta, ObjectRemoteStorage, ObjectStorage, ObjectStoreStorage, SeededKeys,
+    StorageError,
+};
+use diskless_testkit::coordinator::InMemoryCoordinator;
+use diskless_testkit::kafka_segment::KafkaSegment;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use uuid::Uuid;
+
+const PARTITIONS: i32 = 3;
+const INTERVAL: i32 = 150;
+const MINUTE: i64 = 60_000;
+
+fn real_now_ms() -> i64 {
+    SystemClock.now_ms()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Crash injection: one plan shared by the storage and coordinator layers of one worker instance.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Call n fails without being made.
+    Fail,
+    /// Call n is made, its answer lost.
+    LoseAnswer,
+    /// Call n is made, then the worker dies: it and every later call fail.
+    Die,
+}
+
+#[derive(Debug)]
+struct Crash {
+    at: u64,
+    mode: Mode,
+    calls: AtomicU64,
+    dead: AtomicBool,
+    /// Names of the calls, for messages.
+    log: parking_lot::Mutex<Vec<String>>,
+}
+
+enum Decision {
+    Run,
+    Refuse,
+    RunThenFail,
+}
+
+impl Crash {
+    fn never() -> Arc<Crash> {
+        Self::at(0, Mode::Fail)
+    }
+
+    fn at(at: u64, mode: Mode) -> Arc<Crash> {
+        Arc::new(Crash {
+            at,
+            mode,
+            calls: AtomicU64::new(0),
+            dead: AtomicBool::new(false),
+            log: parking_lot::Mutex::new(Vec::new()),
+        })
+    }
+
+    fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    fn decide(&self, name: &str) -> Decision {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        self.log.lock().push(name.to_string());
+        if self.dead.load(Ordering::SeqCst) {
+            return Decision::Refuse;
+        }
+        if n != self.at {
+            return Decision::Run;
+        }
+        match self.mode {
+            Mode::Fail => Decision::Refuse,
+            Mode::LoseAnswer => Decision::RunThenFail,
+            Mode::Die => {
+                self.dead.store(true, Ordering::SeqCst);
+                Decision::RunThenFail
+            }
+        }
+    }
+}
+
+fn injected() -> StorageError {
+    StorageError::Transient {
+        source: "injected crash".into(),
+    }
+}
+
+/// Storage as one worker instance sees it.
+#[derive(Debug)]
+struct CrashStorage {
+    inner: Arc<dyn ObjectStorage>,
+    crash: Arc<Crash>,
+}
+
+#[async_trait]
+impl ObjectStorage for CrashStorage {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        match self.crash.decide("upload") {
+            Decision::Refuse => Err(injected()),
+            Decision::Run => self.inner.upload(key, payload).await,
+            Decision::RunThenFail => {
+                let _ = self.inner.upload(key, payload).await;
+                Err(injected())
+            }
+        }
+    }
+
+    async fn upload_stream(
+        &self,
+        key: &ObjectKey,
+        chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        match self.crash.decide("upload_stream") {
+            Decision::Refuse => Err(injected()),
+            Decision::Run => self.inner.upload_stream(key, chunks, part_size).await,
+            Decision::RunThenFail => {
+                let _ = self.inner.upload_stream(key, chunks, part_size).await;
+                Err(injected())
+            }
+        }
+    }
+
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        match self.crash.decide("fetch") {
+            Decision::Refuse => Err(injected()),
+            Decision::Run => self.inner.fetch(key, range).await,
+            Decision::RunThenFail => {
+                let _ = self.inner.fetch(key, range).await;
+                Err(injected())
+            }
+        }
+    }
+
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        match self.crash.decide("delete") {
+            Decision::Refuse => Err(injected()),
+            Decision::Run => self.inner.delete(keys).await,
+            Decision::RunThenFail => {
+                let _ = self.inner.delete(keys).await;
+                Err(injected())
+            }
+        }
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.inner.list(prefix)
+    }
+}
+
+/// The coordinator as one worker instance sees it.
+#[derive(Debug)]
+struct CrashLayer {
+    crash: Arc<Crash>,
+    /// While set, `register_segment` waits before reaching the coordinator.
+    stall_register: tokio::sync::watch::Sender<bool>,
+    stalled: AtomicU64,
+}
+
+impl CrashLayer {
+    fn new(crash: Arc<Crash>) -> CrashLayer {
+        CrashLayer {
+            crash,
+            stall_register: tokio::sync::watch::Sender::new(false),
+            stalled: AtomicU64::new(0),
+        }
+    }
+}
+
+impl CoordinatorLayer for CrashLayer {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        op: CoordinatorOp,
+        call: BoxFuture<'a, Result<T, CoordinatorError>>,
+    ) -> BoxFuture<'a, Result<T, CoordinatorError>> {
+        Box::pin(async move {
+            if op == CoordinatorOp::RegisterSegment {
+                let mut stall = self.stall_register.subscribe();
+                if *stall.borrow_and_update() {
+                    self.stalled.fetch_add(1, Ordering::SeqCst);
+                    let _ = stall.wait_for(|s| !*s).await;
+                }
+            }
+            let lost = || CoordinatorError::OutcomeUnknown("injected crash".into());
+            match self.crash.decide(op.name()) {
+                Decision::Refuse => Err(CoordinatorError::Unavailable("injected crash".into())),
+                Decision::Run => call.await,
+                Decision::RunThenFail => {
+                    let _ = call.await;
+                    Err(lost())
+                }
+            }
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The environment
+
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Model,
+    Sqlite,
+}
+
+struct Env {
+    clock: Arc<ManualClock>,
+    storage: Arc<ObjectStoreStorage>,
+    coordinator: Arc<dyn BatchCoordinator>,
+    writer: WalWriter,
+    topic_id: Uuid,
+    config: TopicConfig,
+    /// Every acknowledged batch: (partition, base offset) → the batch as produced.
+    acked: BTreeMap<(i32, i64), RecordBatch>,
+    /// Records appended so far (record values differ).
+    produced: u64,
+    seed: u64,
+}
+
+fn topic_config() -> TopicConfig {
+    TopicConfig {
+        retention_ms: -1,
+        segment_bytes: 1_500,
+        segment_ms: 5 * MINUTE,
+        index_interval_bytes: INTERVAL,
+        ..TopicConfig::default()
+    }
+}
+
+async fn env(backend: Backend, config: TopicConfig) -> Env {
+    let clock = ManualClock::new(real_now_ms());
+    let storage = Arc::new(ObjectStoreStorage::in_memory());
+    let coordinator: Arc<dyn BatchCoordinator> = match backend {
+        Backend::Model => Arc::new(InMemoryCoordinator::new(clock.clone())),
+        Backend::Sqlite => Arc::new(SqliteCoordinator::in_memory(clock.clone()).await.unwrap()),
+    };
+    let topic_id = Uuid::from_u128(0x7e57);
+    coordinator
+        .create_topic(CreateTopicRequest {
+            topic_id,
+            name: "tiering".into(),
+            partitions: PARTITIONS,
+            config: config.clone(),
+        })
+        .await
+        .unwrap();
+    let writer = WalWriter::builder(storage.clone(), coordinator.clone())
+        .with_config(WalWriterConfig::default().with_commit_interval(Duration::from_millis(1)))
+        .with_clock(clock.clone())
+        .with_seed(1)
+        .build()
+        .unwrap();
+    Env {
+        clock,
+        storage,
+        coordinator,
+        writer,
+        topic_id,
+        config,
+        acked: BTreeMap::new(),
+        produced: 0,
+        seed: 100,
+    }
+}
+
+impl Env {
+    fn partition(&self, p: i32) -> TopicIdPartition {
+        TopicIdPartition::new(self.topic_id, p)
+    }
+
+    /// `rounds` appends, each one batch per partition (one WAL object each), acknowledged.
+    async fn produce(&mut self, rounds: usize) {
+        for _ in 0..rounds {
+            let mut requests = Vec::new();
+            let mut batches = Vec::new();
+            for p in 0..PARTITIONS {
+                self.produced += 1;
+                let n = 1 + (self.produced % 3) as usize;
+                let mut b = RecordBatchBuilder::new();
+                for i in 0..n {
+                    let value = format!("record {} {i} {}", self.produced, "x".repeat(40 + i * 7));
+                    b = b.record(self.clock.now_ms() + i as i64, None, Some(value.as_bytes()));
+                }
+                let batch = b.build().unwrap();
+                batches.push((p, batch.clone()));
+                requests.push(ProducePartition {
+                    partition: self.partition(p),
+                    config: Arc::new(self.config.clone()),
+                    records: batch.into_bytes(),
+                    txn_seq: None,
+                });
+            }
+            let answers = self.writer.append(requests).await.await;
+            for ((p, batch), answer) in batches.into_iter().zip(answers) {
+                assert_eq!(answer.error, ErrorCode::None, "{answer:?}");
+                self.acked.insert((p, answer.base_offset), batch);
+            }
+            self.clock.advance(1_000);
+        }
+    }
+
+    /// A worker whose storage and coordinator calls go through `crash`.
+    fn worker(&self, crash: &Arc<Crash>) -> (TieringWorker, Arc<Layered<CrashLayer>>) {
+        self.worker_with(crash, TieringConfig::default())
+    }
+
+    fn worker_with(
+        &self,
+        crash: &Arc<Crash>,
+        config: TieringConfig,
+    ) -> (TieringWorker, Arc<Layered<CrashLayer>>) {
+        let storage: Arc<dyn ObjectStorage> = Arc::new(CrashStorage {
+            inner: self.storage.clone(),
+            crash: crash.clone(),
+        });
+        let coordinator = Arc::new(Layered::new(
+            self.coordinator.clone(),
+            CrashLayer::new(crash.clone()),
+        ));
+        let fetcher = Fetcher::builder(storage.clone(), coordinator.clone())
+            .build()
+            .unwrap();
+        let worker = TieringWorker::new(
+            coordinator.clone(),
+            Arc::new(ObjectRemoteStorage::new(storage)),
+            fetcher,
+            self.clock.clone(),
+            Arc::new(SeededKeys::new(crash.at * 7 + self.seed)),
+            1,
+            config.with_part_size(1024).with_read_window(700),
+        )
+        .unwrap();
+        (worker, coordinator)
+    }
+
+    fn collector(&self) -> OrphanCollector {
+        OrphanCollector::new(
+            self.coordinator.clone(),
+            self.storage.clone(),
+            self.clock.clone(),
+            OrphanConfig::new("tiered")
+                .with_max_commit_age(Duration::from_secs(60))
+                .with_recheck_delay(Duration::ZERO)
+                .with_full_sweep_interval(Duration::ZERO),
+        )
+        .unwrap()
+    }
+
+    fn cleaner(&self) -> ObjectCleaner {
+        ObjectCleaner::new(
+            self.coordinator.clone(),
+            self.storage.clone(),
+            None,
+            self.clock.clone(),
+            CleanerConfig::default(),
+        )
+        .unwrap()
+    }
+
+    /// Fresh workers until nothing changes: tiering until no segment is due, the orphan collector
+    /// twice per round (suspect, then fence and delete), the cleaner after its grace period.
+    async fn quiesce(&mut self) {
+        self.seed += 1;
+        let (worker, _) = self.worker(&Crash::never());
+        let collector = self.collector();
+        let cleaner = self.cleaner();
+        for round in 0.. {
+            assert!(round < 50, "no quiescence");
+            self.clock.advance(2 * MINUTE);
+            let tiered = worker.run_pass().await.unwrap();
+            collector.run_pass().await.unwrap();
+            let orphans = collector.run_pass().await.unwrap();
+            let cleaned = cleaner.run_pass().await.unwrap();
+            if tiered.segments == 0
+                && !tiered.more
+                && orphans.deleted == 0
+                && orphans.waiting == 0
+                && cleaned.offered == 0
+            {
+                break;
+            }
+        }
+    }
+
+    /// Every invariant of the module docs; `all_old`: everything was produced long ago, so no
+    /// WAL batch may be left.
+    async fn check(&self, all_old: bool, context: &str) {
+        let mut wal_batches = 0;
+        for p in 0..PARTITIONS {
+            let partition = self.partition(p);
+            let mut offset = -1;
+            let mut hwm = 0;
+            loop {
+                let found = self
+                    .coordinator
+                    .find_batches(
+                        &[FindBatchesRequest {
+                            partition,
+                            offset: offset.max(0),
+                            max_bytes: 1 << 30,
+                            isolation: IsolationLevel::ReadUncommitted,
+                        }],
+                        1 << 30,
+                    )
+                    .await
+                    .unwrap()
+                    .remove(0);
+                if offset < 0 {
+                    offset = found.log_start_offset;
+                    hwm = found.high_watermark;
+                    if offset > 0 {
+                        continue;
+                    }
+                }
+                if offset >= hwm {
+                    break;
+                }
+                assert_eq!(found.error, ErrorCode::None, "{context}: p{p} at {offset}");
+                assert!(
+                    !found.segments.is_empty() || !found.batches.is_empty(),
+                    "{context}: p{p} nothing at {offset} below {hwm}"
+                );
+                // Segments first, then WAL batches: contiguous, never overlapping.
+                for segment in &found.segments {
+                    assert!(
+                        segment.base_offset <= offset && offset <= segment.end_offset,
+                        "{context}: p{p} segment {segment:?} at {offset}"
+                    );
+                    let object = self
+                        .storage
+                        .fetch(
+                            &ObjectKey::parse(&segment.object_key).unwrap(),
+                            0..segment.object_size,
+                        )
+                        .await
+                        .unwrap_or_else(|e| panic!("{context}: segment object missing: {e}"));
+                    let k = KafkaSegment::parse(&object).unwrap();
+                    k.check(INTERVAL).unwrap();
+                    assert_eq!(
+                        (k.base_offset, k.end_offset),
+                        (segment.base_offset, segment.end_offset)
+                    );
+                    for b in &k.batches {
+                        let bytes = &k.log[b.position as usize..(b.position + b.size) as usize];
+                        if b.last_offset >= offset {
+                            assert_eq!(b.base_offset, offset.max(b.base_offset));
+                            self.expect_batch(p, b.base_offset, bytes, context);
+                            offset = b.last_offset + 1;
+                        }
+                    }
+                    assert_eq!(offset, segment.end_offset + 1, "{context}");
+                }
+                for batch in &found.batches {
+                    if batch.last_offset < offset {
+                        continue;
+                    }
+                    assert_eq!(
+                        batch.base_offset, offset,
+                        "{context}: p{p}: a gap or an overlap"
+                    );
+                    let key = ObjectKey::parse(&batch.object_key).unwrap();
+                    let stored = self
+                        .storage
+                        .fetch(
+                            &key,
+                            batch.byte_offset..batch.byte_offset + u64::from(batch.byte_size),
+                        )
+                        .await
+                        .unwrap_or_else(|e| panic!("{context}: WAL object missing: {e}"));
+                    self.expect_stored(p, batch.base_offset, &stored, context);
+                    wal_batches += 1;
+                    offset = batch.last_offset + 1;
+                }
+            }
+            assert_eq!(
+                hwm,
+                self.acked
+                    .range((p, 0)..(p + 1, 0))
+                    .next_back()
+                    .map_or(0, |((_, base), b)| base
+                        + i64::from(b.last_offset_delta())
+                        + 1),
+                "{context}: p{p} high watermark"
+            );
+        }
+        if all_old {
+            assert_eq!(
+                wal_batches, 0,
+                "{context}: WAL batches left after quiescence"
+            );
+        }
+        // Every object in storage is known to the coordinator.
+        let listed: Vec<String> = futures::stream::iter(["wal", "tiered"])
+            .flat_map(|prefix| self.storage.list(prefix))
+            .map_ok(|m| m.key.into_string())
+            .try_collect()
+            .await
+            .unwrap();
+        let known = self.coordinator.known_objects(&listed).await.unwrap();
+        let mut unknown: Vec<&String> = listed.iter().filter(|k| !known.contains(k)).collect();
+        unknown.sort();
+        assert!(
+            unknown.is_empty(),
+            "{context}: unknown objects in storage: {unknown:?}"
+        );
+        if all_old {
+            let wal: Vec<&String> = listed.iter().filter(|k| k.starts_with("wal/")).collect();
+            assert!(wal.is_empty(), "{context}: WAL objects left: {wal:?}");
+        }
+    }
+
+    /// A batch as served from a segment: the produced batch with its offset and leader epoch 0.
+    fn expect_batch(&self, p: i32, base: i64, served: &[u8], context: &str) {
+        let produced = self
+            .acked
+            .get(&(p, base))
+            .unwrap_or_else(|| panic!("{context}: p{p} batch at {base} was never acknowledged"));
+        let mut expected = produced.as_bytes().to_vec();
+        expected[..8].copy_from_slice(&base.to_be_bytes());
+        expected[12..16].copy_from_slice(&0i32.to_be_bytes());
+        assert_eq!(served, &expected[..], "{context}: p{p} batch at {base}");
+    }
+
+    /// A batch as stored in a WAL object: the produced batch.
+    fn expect_stored(&self, p: i32, base: i64, stored: &[u8], context: &str) {
+        let produced = self
+            .acked
+            .get(&(p, base))
+            .unwrap_or_else(|| panic!("{context}: p{p} batch at {base} was never acknowledged"));
+        assert_eq!(
+            stored,
+            &produced.as_bytes()[..],
+            "{context}: p{p} batch at {base}"
+        );
+    }
+
+    async fn tiered_segments(&self) -> usize {
+        let mut n = 0;
+        for p in 0..PARTITIONS {
+            n += self
+                .coordinator
+                .list_tiered_segments(self.partition(p), 0, 1000)
+                .await
+                .unwrap()
+                .len();
+        }
+        n
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+async fn tiers_everything_old(backend: Backend) {
+    let mut e = env(backend, topic_config()).await;
+    e.produce(20).await;
+    e.check(false, "before").await;
+    // Young batches stay in the WAL tier.
+    let (worker, _) = e.worker(&Crash::never());
+    let report = worker.run_pass().await.unwrap();
+    assert_eq!(report.segments, 0, "{report:?}");
+    e.clock.advance(10 * MINUTE);
+    let report = worker.run_pass().await.unwrap();
+    assert!(report.segments >= PARTITIONS as u64, "{report:?}");
+    assert_eq!((report.failed, report.stale), (0, 0), "{report:?}");
+    e.check(false, "after one pass").await;
+    e.quiesce().await;
+    e.check(true, "quiescent").await;
+    assert!(e.tiered_segments().await >= 2 * PARTITIONS as usize);
+    // More data: the producer snapshot carries over; the WAL objects of tiered batches go.
+    e.produce(10).await;
+    e.clock.advance(10 * MINUTE);
+    e.quiesce().await;
+    e.check(true, "second round").await;
+    e.writer.close().await;
+}
+
+#[tokio::test]
+async fn tiers_everything_old_model() {
+    tiers_everything_old(Backend::Model).await;
+}
+
+#[tokio::test]
+async fn tiers_everything_old_sqlite() {
+    tiers_everything_old(Backend::Sqlite).await;
+}
+
+/// Caps and the cursor: one segment per pass reaches every partition in turn.
+#[tokio::test]
+async fn bounded_passes_reach_every_partition() {
+    let mut e = env(Backend::Model, topic_config()).await;
+    e.produce(6).await;
+    e.clock.advance(10 * MINUTE);
+    let (worker, _) = e.worker_with(
+        &Crash::never(),
+        TieringConfig::default()
+            .with_max_segments_per_pass(1)
+            .with_candidate_page(1),
+    );
+    let mut tiered = Vec::new();
+    for _ in 0..PARTITIONS {
+        let report = worker.run_pass().await.unwrap();
+        assert_eq!(report.segments, 1, "{report:?}");
+        let mut now = Vec::new();
+        for p in 0..PARTITIONS {
+            now.push(
+                e.coordinator
+                    .list_tiered_segments(e.partition(p), 0, 10)
+                    .await
+                    .unwrap()
+                    .len(),
+            );
+        }
+        tiered = now;
+    }
+    assert_eq!(tiered, vec![1; PARTITIONS as usize], "each partition once");
+    e.check(false, "bounded").await;
+    e.writer.close().await;
+}
+
+/// Retention deletes tiered segments whole; the cleaner deletes their objects after the grace
+/// period; the log start moves past them; reads stay exact.
+#[tokio::test]
+async fn retention_and_cleaner_delete_segments() {
+    let config = TopicConfig {
+        retention_ms: 30 * MINUTE,
+        ..topic_config()
+    };
+    let mut e = env(Backend::Sqlite, config).await;
+    e.produce(12).await;
+    e.clock.advance(10 * MINUTE);
+    e.quiesce().await;
+    e.check(true, "tiered").await;
+    let segments = e.tiered_segments().await;
+    assert!(segments > 0);
+    let tiered_keys = |e: &Env| {
+        let storage = e.storage.clone();
+        async move {
+            storage
+                .list("tiered")
+                .map_ok(|m| m.key.into_string())
+                .try_collect::<Vec<_>>()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(tiered_keys(&e).await.len(), segments);
+    e.clock.advance(60 * MINUTE);
+    let retention =
+        RetentionEnforcer::new(e.coordinator.clone(), RetentionConfig::default()).unwrap();
+    let report = retention.run_pass().await.unwrap();
+    assert!(
+        report.batches_deleted > 0 || e.tiered_segments().await == 0,
+        "{report:?}"
+    );
+    assert_eq!(e.tiered_segments().await, 0);
+    // Marked, not yet deleted: the grace period.
+    let cleaner = e.cleaner();
+    assert_eq!(cleaner.run_pass().await.unwrap().deleted, 0);
+    assert_eq!(tiered_keys(&e).await.len(), segments);
+    e.clock.advance(2 * MINUTE);
+    let cleaned = cleaner.run_pass().await.unwrap();
+    assert_eq!(cleaned.deleted as usize, segments, "{cleaned:?}");
+    assert!(tiered_keys(&e).await.is_empty());
+    // Nothing left to read: the log start is the high watermark.
+    e.acked.clear();
+    let found = e
+        .coordinator
+        .find_batches(
+            &[FindBatchesRequest {
+                partition: e.partition(0),
+                offset: 0,
+                max_bytes: 1 << 20,
+                isolation: IsolationLevel::ReadUncommitted,
+            }],
+            1 << 20,
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(found.log_start_offset, found.high_watermark);
+    e.writer.close().await;
+}
+
+/// The scenario of the crash test: a first segment per partition (so that the crashing pass
+/// carries a producer snapshot over), more batches, then the pass under test.
+async fn crash_scenario(backend: Backend) -> Env {
+    let mut e = env(backend, topic_config()).await;
+    e.produce(8).await;
+    e.clock.advance(10 * MINUTE);
+    let (worker, _) = e.worker(&Crash::never());
+    let report = worker.run_pass().await.unwrap();
+    assert!(report.segments > 0, "{report:?}");
+    e.produce(8).await;
+    e.clock.advance(10 * MINUTE);
+    e
+}
+
+async fn crash_at_every_step(backend: Backend) {
+    // The calls of a clean pass.
+    let clean = {
+        let e = crash_scenario(backend).await;
+        let crash = Crash::never();
+        let (worker, _) = e.worker(&crash);
+        let report = worker.run_pass().await.unwrap();
+        assert!(report.segments > 0, "{report:?}");
+        e.writer.close().await;
+        crash.calls()
+    };
+    assert!(clean >= 8, "a pass makes {clean} calls");
+    for n in 1..=clean {
+        for mode in [Mode::Fail, Mode::LoseAnswer, Mode::Die] {
+            let mut e = crash_scenario(backend).await;
+            let crash = Crash::at(n, mode);
+            let (worker, _) = e.worker(&crash);
+            // The pass may fail (a coordinator read refused): what it did stays consistent.
+            let _ = worker.run_pass().await;
+            let context = format!(
+                "{backend:?} crash at call {n} ({mode:?}): {:?}",
+                crash.log.lock().get(n as usize - 1)
+            );
+            e.check(false, &context).await;
+            drop(worker);
+            e.quiesce().await;
+            e.check(true, &context).await;
+            e.writer.close().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn crash_at_every_step_model() {
+    crash_at_every_step(Backend::Model).await;
+}
+
+#[tokio::test]
+async fn crash_at_every_step_sqlite() {
+    crash_at_every_step(Backend::Sqlite).await;
+}
+
+/// A registration that stalls until after the orphan collector fenced (and deleted) its key is
+/// refused with `ObjectFenced`: the data stays in the WAL tier, readable.
+#[tokio::test]
+async fn a_stalled_registration_cannot_land_on_a_collected_segment() {
+    let mut e = env(Backend::Model, topic_config()).await;
+    e.produce(6).await;
+    e.clock.advance(10 * MINUTE);
+    let (worker, layer) = e.worker_with(
+        &Crash::never(),
+        TieringConfig::default().with_max_segments_per_pass(1),
+    );
+    layer.layer().stall_register.send_replace(true);
+    let worker = Arc::new(worker);
+    let pass = tokio::spawn({
+        let worker = worker.clone();
+        async move { worker.run_pass().await }
+    });
+    for _ in 0..10_000 {
+        if layer.layer().stalled.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        layer.layer().stalled.load(Ordering::SeqCst),
+        1,
+        "never stalled"
+    );
+    let uploaded: Vec<String> = e
+        .storage
+        .list("tiered")
+        .map_ok(|m| m.key.into_string())
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(uploaded.len(), 1);
+    // The collector suspects the unregistered segment, then fences and deletes it.
+    let collector = e.collector();
+    e.clock.advance(2 * MINUTE);
+    collector.run_pass().await.unwrap();
+    let report = collector.run_pass().await.unwrap();
+    assert_eq!(report.deleted, 1, "{report:?}");
+    // The registration goes on: refused, nothing applied.
+    layer.layer().stall_register.send_replace(false);
+    let report = pass.await.unwrap().unwrap();
+    assert_eq!(report.failed, 1, "{report:?}");
+    // The first candidate (partition 0) was the stalled one; the pass went on with the next.
+    let p0 = e
+        .coordinator
+        .list_tiered_segments(e.partition(0), 0, 10)
+        .await
+        .unwrap();
+    assert!(p0.is_empty(), "{p0:?}");
+    assert_eq!(e.tiered_segments().await as u64, report.segments);
+    let info = e.coordinator.object_info(&uploaded[0]).await.unwrap();
+    assert!(info.is_none(), "{info:?}");
+    e.check(false, "after the refused registration").await;
+    // A later pass tiers the data under a fresh key.
+    e.quiesce().await;
+    e.check(true, "quiescent").await;
+    e.writer.close().await;
+}
