@@ -862,3 +862,51 @@ async fn read_committed_across_tiers_model() {
 async fn read_committed_across_tiers_sqlite() {
     read_committed_across_tiers(true).await;
 }
+
+/// `FETCH_TIERED_BYTES` counts the part of the records returned that came from tiered segments
+/// (a part of `FETCH_BYTES`).
+#[test]
+fn fetch_tiered_bytes_counts_the_segment_part() {
+    use diskless_common::metrics as m;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let (segment_bytes, returned) = metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let e = env(false).await;
+            let config = TopicConfig::default();
+            let p = TopicIdPartition::new(e.topic(8, 1, config.clone()).await, 0);
+            produce_mixed(&e, &[p], &config, 6).await;
+            let segment = e.consolidate(p, 3).await;
+            let f = e.fetcher(Reads::Uncached);
+            let got = fetch_one(
+                &f,
+                p,
+                0,
+                (1 << 20, 1 << 20),
+                IsolationLevel::ReadUncommitted,
+            )
+            .await;
+            (segment.layout.log, got.records_len() as u64)
+        })
+    });
+    let counters: Vec<(String, u64)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| match value {
+            DebugValue::Counter(v) => Some((key.key().name().to_string(), v)),
+            _ => None,
+        })
+        .collect();
+    let counter =
+        |name: &str| -> Option<u64> { counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v) };
+    assert!(returned > segment_bytes, "WAL batches follow the segment");
+    assert_eq!(counter(m::FETCH_TIERED_BYTES), Some(segment_bytes));
+    assert_eq!(counter(m::FETCH_BYTES), Some(returned));
+}
