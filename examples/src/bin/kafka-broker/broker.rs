@@ -19,12 +19,16 @@ use diskless_coordinator::{
 };
 use diskless_core::lifecycle::{
     CleanerConfig, Lifecycle, LifecycleHandle, ObjectCleaner, OrphanCollector, OrphanConfig,
-    ProducerExpirer, ProducerExpiryConfig, RetentionConfig, RetentionEnforcer,
+    ProducerExpirer, ProducerExpiryConfig, RetentionConfig, RetentionEnforcer, TieringConfig,
+    TieringWorker,
 };
 use diskless_core::{ConfigError, Fetcher, WalWriter, WalWriterConfig};
-use diskless_storage::{MeteredStorage, ObjectStorage, ObjectStoreStorage};
+use diskless_storage::{
+    MeteredStorage, ObjectRemoteStorage, ObjectStorage, ObjectStoreStorage, RandomKeys,
+};
 use tokio::sync::watch;
-use tracing::info;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
 
 use crate::cluster::{Cluster, GatewayLeaders, Node};
 use crate::config::Config;
@@ -57,8 +61,11 @@ pub(crate) struct Broker {
     gateways: parking_lot::Mutex<Option<Arc<GatewayLeaders>>>,
     /// Every SQLite coordinator (one per shard), closed at shutdown.
     sqlite: Vec<Arc<SqliteCoordinator>>,
-    /// Retention and deletion of dead objects.
+    /// Retention, deletion of dead objects, orphans of the WAL prefix, consolidation.
     lifecycle: parking_lot::Mutex<Option<LifecycleHandle>>,
+    /// The second orphan collector (segment objects uploaded but never registered), beside the
+    /// `Lifecycle`, which runs one.
+    tiered_orphans: parking_lot::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -242,6 +249,20 @@ async fn open_coordinator(
     })
 }
 
+/// Runs the orphan collector of the tiered segments' prefix every `interval` (as the `Lifecycle`
+/// runs the WAL prefix's: the first pass after one interval, a failed pass logged and retried at
+/// the next). The collector records its own metrics (`worker="orphans"`).
+async fn collect_tiered_orphans(collector: OrphanCollector, interval: Duration) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if let Err(e) = collector.run_pass().await {
+            warn!(error = %e, "orphan collection of tiered segments failed");
+        }
+    }
+}
+
 fn absolute(path: &Path) -> Result<PathBuf, String> {
     std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -369,6 +390,45 @@ impl Broker {
                 interval,
             );
         }
+        // Consolidation into tiered segments (issue 15), gated like the orphan collector: with a
+        // coordinator that forgets everything at a restart, the segment objects of a previous run
+        // would be neither readable nor collectable.
+        let tiering = config.tiering_interval.filter(|_| persistent);
+        let mut tiered_orphans = None;
+        if let Some(interval) = tiering {
+            let mut tiering_config = TieringConfig::default();
+            if let Some(age) = config.tiering_min_age {
+                tiering_config = tiering_config.with_min_age(age);
+            }
+            let prefix = tiering_config.prefix.clone();
+            let broker_id = config.listeners.first().map_or(1, |l| l.node_id);
+            lifecycle = lifecycle.tiering(
+                TieringWorker::new(
+                    coordinator.clone(),
+                    Arc::new(ObjectRemoteStorage::new(storage.clone())),
+                    fetcher.clone(),
+                    clock.clone(),
+                    Arc::new(RandomKeys::new()),
+                    broker_id,
+                    tiering_config,
+                )
+                .map_err(lifecycle_error)?,
+                interval,
+            );
+            if let Some(orphan_interval) = orphan_check {
+                let collector = OrphanCollector::new(
+                    coordinator.clone(),
+                    storage.clone(),
+                    clock.clone(),
+                    OrphanConfig::new(prefix),
+                )
+                .map_err(lifecycle_error)?;
+                tiered_orphans = Some(tokio::spawn(collect_tiered_orphans(
+                    collector,
+                    orphan_interval,
+                )));
+            }
+        }
         let lifecycle = lifecycle.spawn().map_err(lifecycle_error)?;
         let store = Store::open(&data_dir.join("broker.db"))
             .await
@@ -395,6 +455,7 @@ impl Broker {
             hedge_uploads_after = ?config.hedge_uploads_after,
             shards = config.shards,
             orphan_collection = orphan_check.is_some(),
+            tiering_interval = ?tiering,
             local_cache = ?config.local_cache_dir,
             segment_ms = config.segment_ms,
             segment_bytes = config.segment_bytes,
@@ -419,6 +480,7 @@ impl Broker {
             gateways: parking_lot::Mutex::new(None),
             sqlite,
             lifecycle: parking_lot::Mutex::new(Some(lifecycle)),
+            tiered_orphans: parking_lot::Mutex::new(tiered_orphans),
         }))
     }
 
@@ -465,6 +527,10 @@ impl Broker {
 
     /// Flushes and stops the writers, closes the databases.
     pub(crate) async fn close(&self) {
+        // Its passes are cancel safe (see `OrphanCollector::run_pass`).
+        if let Some(task) = self.tiered_orphans.lock().take() {
+            task.abort();
+        }
         let lifecycle = self.lifecycle.lock().take();
         if let Some(handle) = lifecycle {
             handle.shutdown().await;

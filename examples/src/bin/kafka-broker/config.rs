@@ -67,8 +67,9 @@ Options:
   --tiering-interval-ms MS  how often partitions due are consolidated into tiered segments
                             (issue 15; default 30000; 0 = never). Like orphan collection, never
                             with a memory:// coordinator
-  --tiering-min-age-ms MS   batches committed less than MS ago stay in the WAL tier (default:
-                            the library's, TieringConfig::default())
+  --tiering-min-age-ms MS   batches committed less than MS ago stay in the WAL tier, where tail
+                            readers find them in the writers' cache (default 120000, the
+                            library's TieringConfig::default())
   --local-cache-dir DIR     a second, on-disk tier behind the object cache: verified blocks of
                             WAL objects and tiered segments kept in DIR across restarts
   --local-cache-bytes N     the most block bytes --local-cache-dir holds (default 1073741824)
@@ -150,10 +151,8 @@ pub(crate) struct Config {
     /// `log.segment.bytes`: new topics' `segment.bytes`.
     pub segment_bytes: i32,
     /// Consolidation interval (`None`: off).
-    #[allow(dead_code)] // Read once the tiering worker is wired.
     pub tiering_interval: Option<Duration>,
     /// The tiering worker's least batch age (`None`: the library's default).
-    #[allow(dead_code)] // Read once the tiering worker is wired.
     pub tiering_min_age: Option<Duration>,
     /// The on-disk cache tier (`None`: memory only).
     pub local_cache_dir: Option<PathBuf>,
