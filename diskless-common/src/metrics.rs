@@ -29,17 +29,17 @@
 //! | [`STORAGE_BYTES`] | counter | `op` | `MeteredStorage`: bytes uploaded (`put`, `put_stream`) and downloaded (`get`) |
 //! | [`COORDINATOR_SECONDS`] | histogram | `op`, `outcome` | `MeteredCoordinator`: each `BatchCoordinator` call |
 //! | [`LIFECYCLE_PASSES`] | counter | `worker`, `outcome` | lifecycle workers: each pass |
-//! | [`LIFECYCLE_ITEMS`] | counter | `worker` | lifecycle workers: batches, objects, producers or orphans each pass removed |
+//! | [`LIFECYCLE_ITEMS`] | counter | `worker` | lifecycle workers: batches, objects, producers or orphans each pass removed; segments the tiering worker registered |
 //!
 //! `outcome` is `ok` or `error`; `op` is the operation's name in snake case (`put`, `get`,
-//! `commit_file`, ...); `worker` is `retention`, `cleaner`, `orphans` or `producers`. Every
-//! operation emits each of its series exactly once, so counts agree with request counts.
+//! `commit_file`, ...); `worker` is `retention`, `cleaner`, `orphans`, `producers` or `tiering`.
+//! Every operation emits each of its series exactly once, so counts agree with request counts.
 
 /// Label: `ok` or `error`.
 pub const OUTCOME: &str = "outcome";
 /// Label: the operation (`put`, `get`, `commit_file`, ...).
 pub const OP: &str = "op";
-/// Label: the lifecycle worker (`retention`, `cleaner`, `orphans`, `producers`).
+/// Label: the lifecycle worker (`retention`, `cleaner`, `orphans`, `producers`, `tiering`).
 pub const WORKER: &str = "worker";
 /// Value of [`OUTCOME`] for a call that succeeded.
 pub const OK: &str = "ok";
@@ -86,7 +86,8 @@ pub const STORAGE_BYTES: &str = "diskless_storage_bytes_total";
 pub const COORDINATOR_SECONDS: &str = "diskless_coordinator_seconds";
 /// Lifecycle worker passes.
 pub const LIFECYCLE_PASSES: &str = "diskless_lifecycle_passes_total";
-/// What lifecycle passes removed (batches, objects, producer states, orphans).
+/// What lifecycle passes removed (batches, objects, producer states, orphans), and the segments
+/// the tiering worker registered.
 pub const LIFECYCLE_ITEMS: &str = "diskless_lifecycle_items_total";
 
 /// Attaches units and help texts to every series above, in the installed recorder. Call once,
