@@ -290,6 +290,11 @@ impl OrphanCollector {
         })
     }
 
+    /// The settings (its `prefix` names the objects it collects).
+    pub fn config(&self) -> &OrphanConfig {
+        &self.config
+    }
+
     /// The current suspects (keys found unknown once, waiting for their second check).
     pub async fn suspects(&self) -> Vec<ObjectKey> {
         self.state.lock().await.suspects.keys().cloned().collect()

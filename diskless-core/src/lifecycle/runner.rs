@@ -39,12 +39,29 @@ pub struct LifecycleStats {
     pub retention: WorkerStats,
     /// The object cleaner's.
     pub cleaner: WorkerStats,
-    /// The orphan collector's.
+    /// The orphan collectors', summed: every pass of every collector counts here once (with a
+    /// collector on the WAL prefix and one on the tiered prefix, each interval adds two passes).
+    /// [`LifecycleStats::orphans_on`] has each collector's own.
     pub orphans: WorkerStats,
     /// The producer expirer's.
     pub producers: WorkerStats,
     /// The tiering worker's.
     pub tiering: WorkerStats,
+    /// Each orphan collector's, by its prefix, in the order they were added.
+    orphans_by_prefix: Vec<(String, WorkerStats)>,
+}
+
+impl LifecycleStats {
+    /// The counters of the orphan collector on `prefix` (its [`OrphanConfig::prefix`]), if the
+    /// [`Lifecycle`] runs one.
+    ///
+    /// [`OrphanConfig::prefix`]: super::OrphanConfig::prefix
+    pub fn orphans_on(&self, prefix: &str) -> Option<&WorkerStats> {
+        self.orphans_by_prefix
+            .iter()
+            .find(|(p, _)| p == prefix)
+            .map(|(_, stats)| stats)
+    }
 }
 
 type Pass = Arc<dyn Fn() -> BoxFuture<'static, Result<(), LifecycleError>> + Send + Sync>;
@@ -55,9 +72,12 @@ type Pass = Arc<dyn Fn() -> BoxFuture<'static, Result<(), LifecycleError>> + Sen
 /// Suggested intervals: retention 30 s–5 min (Kafka's `log.retention.check.interval.ms` is 5 min),
 /// cleaner 30 s, orphans 1 h (orphans are rare and listing costs money), producer expiry 10 min
 /// (Kafka's `producer.id.expiration.check.interval.ms`), tiering 30 s (a pass is capped by its
-/// settings; a second orphan collector on the tiering prefix collects its failed uploads). An
-/// interval must not be zero
-/// ([`Lifecycle::spawn`] refuses it).
+/// settings). An interval must not be zero ([`Lifecycle::spawn`] refuses it).
+///
+/// There is one orphan collector per key prefix: [`Lifecycle::orphans`] adds one each time it is
+/// called, so a host that runs a [`TieringWorker`] adds a second collector, on the tiering prefix
+/// (`tiered`), beside the one on its writers' prefix (`wal`); it collects the segments whose
+/// registration failed.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
@@ -76,11 +96,40 @@ type Pass = Arc<dyn Fn() -> BoxFuture<'static, Result<(), LifecycleError>> + Sen
 /// handle.shutdown().await;
 /// # });
 /// ```
+///
+/// With tiering, an orphan collector per prefix:
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// use diskless_core::lifecycle::{Lifecycle, OrphanCollector, OrphanConfig, TieringConfig};
+/// use diskless_coordinator::{BatchCoordinator, ManualClock};
+/// use diskless_storage::{ObjectStorage, ObjectStoreStorage};
+/// use diskless_testkit::coordinator::InMemoryCoordinator;
+/// use std::{sync::Arc, time::Duration};
+///
+/// let clock = ManualClock::new(1_700_000_000_000);
+/// let coordinator: Arc<dyn BatchCoordinator> = Arc::new(InMemoryCoordinator::new(clock.clone()));
+/// let storage: Arc<dyn ObjectStorage> = Arc::new(ObjectStoreStorage::in_memory());
+/// let collector = |prefix: &str| {
+///     let config = OrphanConfig::new(prefix);
+///     OrphanCollector::new(coordinator.clone(), storage.clone(), clock.clone(), config).unwrap()
+/// };
+/// let hour = Duration::from_secs(3600);
+/// let handle = Lifecycle::new()
+///     .orphans(collector("wal"), hour)
+///     .orphans(collector(&TieringConfig::default().prefix), hour)
+///     .spawn()
+///     .unwrap();
+/// assert!(handle.stats().orphans_on("tiered").is_some());
+/// handle.shutdown().await;
+/// # });
+/// ```
 #[derive(Default)]
 pub struct Lifecycle {
     retention: Option<(Arc<RetentionEnforcer>, Duration)>,
     cleaner: Option<(Arc<ObjectCleaner>, Duration)>,
-    orphans: Option<(Arc<OrphanCollector>, Duration)>,
+    /// One per prefix, in the order they were added.
+    orphans: Vec<(Arc<OrphanCollector>, Duration)>,
     producers: Option<(Arc<ProducerExpirer>, Duration)>,
     tiering: Option<(Arc<TieringWorker>, Duration)>,
 }
@@ -90,7 +139,14 @@ impl std::fmt::Debug for Lifecycle {
         f.debug_struct("Lifecycle")
             .field("retention", &self.retention.as_ref().map(|r| r.1))
             .field("cleaner", &self.cleaner.as_ref().map(|c| c.1))
-            .field("orphans", &self.orphans.as_ref().map(|o| o.1))
+            .field(
+                "orphans",
+                &self
+                    .orphans
+                    .iter()
+                    .map(|(o, interval)| (o.config().prefix.as_str(), *interval))
+                    .collect::<Vec<_>>(),
+            )
             .field("producers", &self.producers.as_ref().map(|p| p.1))
             .field("tiering", &self.tiering.as_ref().map(|t| t.1))
             .finish()
@@ -144,9 +200,14 @@ impl Lifecycle {
         self
     }
 
-    /// Runs `collector` every `interval`.
+    /// Runs `collector` every `interval`, beside the collectors added before: one per key prefix
+    /// (e.g. the writers' `wal` and the tiering worker's `tiered`), each in its own task, with its
+    /// own interval and counters ([`LifecycleStats::orphans_on`]; [`LifecycleStats::orphans`] sums
+    /// them). Two collectors on the same prefix are refused by [`Lifecycle::spawn`]. Collectors on
+    /// overlapping prefixes (an empty one and `tiered`) are safe — a key is only deleted after the
+    /// coordinator fenced it — but list and ask about the shared keys twice.
     pub fn orphans(mut self, collector: OrphanCollector, interval: Duration) -> Self {
-        self.orphans = Some((Arc::new(collector), interval));
+        self.orphans.push((Arc::new(collector), interval));
         self
     }
 
@@ -163,18 +224,20 @@ impl Lifecycle {
     }
 
     /// Spawns the tasks on the current tokio runtime. Fails with [`ConfigError::NoRuntime`]
-    /// outside one, and with [`ConfigError::Invalid`] for a zero interval.
+    /// outside one, and with [`ConfigError::Invalid`] for a zero interval (naming the worker) or
+    /// two orphan collectors on the same prefix (`orphans`).
     pub fn spawn(self) -> Result<LifecycleHandle, ConfigError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
         let intervals = [
             ("retention", self.retention.as_ref().map(|w| w.1)),
             ("cleaner", self.cleaner.as_ref().map(|w| w.1)),
-            ("orphans", self.orphans.as_ref().map(|w| w.1)),
             ("producer_expiry", self.producers.as_ref().map(|w| w.1)),
             ("tiering", self.tiering.as_ref().map(|w| w.1)),
-        ];
+        ]
+        .into_iter()
+        .chain(self.orphans.iter().map(|w| ("orphans", Some(w.1))));
         if let Some((worker, _)) = intervals
-            .iter()
+            .clone()
             .find(|(_, interval)| *interval == Some(Duration::ZERO))
         {
             return Err(ConfigError::invalid(
@@ -182,17 +245,38 @@ impl Lifecycle {
                 "the interval between passes must not be zero",
             ));
         }
+        let mut prefixes = std::collections::HashSet::new();
+        if let Some((collector, _)) = self
+            .orphans
+            .iter()
+            .find(|(c, _)| !prefixes.insert(c.config().prefix.as_str()))
+        {
+            return Err(ConfigError::invalid(
+                "orphans",
+                format!(
+                    "two orphan collectors on the prefix `{}`",
+                    collector.config().prefix
+                ),
+            ));
+        }
         let (shutdown, _) = tokio::sync::watch::channel(false);
-        let stats = Arc::new(LifecycleStats::default());
+        let stats = Arc::new(LifecycleStats {
+            orphans_by_prefix: self
+                .orphans
+                .iter()
+                .map(|(c, _)| (c.config().prefix.clone(), WorkerStats::default()))
+                .collect(),
+            ..LifecycleStats::default()
+        });
         let mut tasks = Vec::new();
-        let mut spawn = |worker: Worker, interval: Duration, pass: Pass| {
+        let mut spawn = |counters: Counters, interval: Duration, pass: Pass| {
             tasks.push(spawn_loop(
-                &runtime, worker, interval, pass, &shutdown, &stats,
+                &runtime, counters, interval, pass, &shutdown, &stats,
             ));
         };
         if let Some((worker, interval)) = self.retention {
             spawn(
-                Worker::Retention,
+                Counters::Worker(Worker::Retention),
                 interval,
                 Arc::new(move || {
                     let w = worker.clone();
@@ -202,7 +286,7 @@ impl Lifecycle {
         }
         if let Some((worker, interval)) = self.cleaner {
             spawn(
-                Worker::Cleaner,
+                Counters::Worker(Worker::Cleaner),
                 interval,
                 Arc::new(move || {
                     let w = worker.clone();
@@ -210,9 +294,9 @@ impl Lifecycle {
                 }),
             );
         }
-        if let Some((worker, interval)) = self.orphans {
+        for (index, (worker, interval)) in self.orphans.into_iter().enumerate() {
             spawn(
-                Worker::Orphans,
+                Counters::Orphans(index),
                 interval,
                 Arc::new(move || {
                     let w = worker.clone();
@@ -222,7 +306,7 @@ impl Lifecycle {
         }
         if let Some((worker, interval)) = self.producers {
             spawn(
-                Worker::Producers,
+                Counters::Worker(Worker::Producers),
                 interval,
                 Arc::new(move || {
                     let w = worker.clone();
@@ -232,7 +316,7 @@ impl Lifecycle {
         }
         if let Some((worker, interval)) = self.tiering {
             spawn(
-                Worker::Tiering,
+                Counters::Worker(Worker::Tiering),
                 interval,
                 Arc::new(move || {
                     let w = worker.clone();
@@ -248,24 +332,56 @@ impl Lifecycle {
     }
 }
 
+/// Where a task counts its passes.
+#[derive(Clone, Copy, Debug)]
+enum Counters {
+    /// The worker's counters.
+    Worker(Worker),
+    /// The orphan collector added `n`th: its own counters and the sum.
+    Orphans(usize),
+}
+
+impl Counters {
+    fn worker(self) -> Worker {
+        match self {
+            Counters::Worker(worker) => worker,
+            Counters::Orphans(_) => Worker::Orphans,
+        }
+    }
+
+    /// Counts a pass in `stats` (`failed` or not).
+    fn count(self, stats: &LifecycleStats, failed: bool) {
+        let bump = |s: &WorkerStats| {
+            let counter = if failed { &s.failures } else { &s.passes };
+            counter.fetch_add(1, Ordering::Relaxed);
+        };
+        match self {
+            Counters::Worker(Worker::Retention) => bump(&stats.retention),
+            Counters::Worker(Worker::Cleaner) => bump(&stats.cleaner),
+            Counters::Worker(Worker::Orphans) => bump(&stats.orphans),
+            Counters::Worker(Worker::Producers) => bump(&stats.producers),
+            Counters::Worker(Worker::Tiering) => bump(&stats.tiering),
+            Counters::Orphans(index) => {
+                bump(&stats.orphans);
+                if let Some((_, own)) = stats.orphans_by_prefix.get(index) {
+                    bump(own);
+                }
+            }
+        }
+    }
+}
+
 fn spawn_loop(
     runtime: &tokio::runtime::Handle,
-    worker: Worker,
+    counters: Counters,
     interval: Duration,
     pass: Pass,
     shutdown: &tokio::sync::watch::Sender<bool>,
     stats: &Arc<LifecycleStats>,
 ) -> JoinHandle<()> {
-    let select: fn(&LifecycleStats) -> &WorkerStats = match worker {
-        Worker::Retention => |s| &s.retention,
-        Worker::Cleaner => |s| &s.cleaner,
-        Worker::Orphans => |s| &s.orphans,
-        Worker::Producers => |s| &s.producers,
-        Worker::Tiering => |s| &s.tiering,
-    };
     let mut stop = shutdown.subscribe();
     let stats = stats.clone();
-    let name = worker.name();
+    let name = counters.worker().name();
     let passes = runtime.clone();
     runtime.spawn(async move {
         let mut ticks = tokio::time::interval(interval);
@@ -279,15 +395,13 @@ fn spawn_loop(
             // Each pass runs as its own task, so that a panic in one (a bug) is logged and counted
             // as a failure instead of silently ending this worker for good.
             match passes.spawn(pass()).await {
-                Ok(Ok(())) => {
-                    select(&stats).passes.fetch_add(1, Ordering::Relaxed);
-                }
+                Ok(Ok(())) => counters.count(&stats, false),
                 Ok(Err(e)) => {
-                    select(&stats).failures.fetch_add(1, Ordering::Relaxed);
+                    counters.count(&stats, true);
                     tracing::warn!(worker = name, error = %e, "lifecycle pass failed; retrying next interval");
                 }
                 Err(e) => {
-                    select(&stats).failures.fetch_add(1, Ordering::Relaxed);
+                    counters.count(&stats, true);
                     tracing::error!(worker = name, error = %e, "lifecycle pass panicked; retrying next interval");
                 }
             }
