@@ -210,6 +210,12 @@ impl Fetcher {
         &self.config
     }
 
+    /// The cache it reads through, if any (the tiering worker puts a new segment's index
+    /// sections into it).
+    pub(crate) fn cache(&self) -> Option<&Arc<dyn LocalCache>> {
+        self.cache.as_ref()
+    }
+
     /// Serves a Fetch request: one answer per partition, in request order.
     ///
     /// `Err` only when the coordinator cannot be asked or answers inconsistently (then every

@@ -16,6 +16,7 @@ use crate::tiered::{
     TIERED_LEADER_EPOCH, TieredBuildError, TieredSegmentBuilder, TieredSegmentConfig,
 };
 use bytes::Bytes;
+use diskless_cache::BlockKey;
 use diskless_coordinator::{
     BatchCoordinate, BatchCoordinator, Clock, CoordinatorError, RegisterSegmentOutcome,
     RegisterSegmentRequest, SegmentLayoutSizes, SegmentPlan, SegmentPlanRequest, TieredSegment,
@@ -48,6 +49,12 @@ pub struct TieringConfig {
     /// `.log` bytes tiered per pass, after which the pass stops before the next candidate (a
     /// segment is never cut: one pass may pass it by one segment). At least 1. Default 1 GiB.
     pub max_bytes_per_pass: u64,
+    /// Segments registered per partition per pass at most: a partition still due after a
+    /// segment gets another in the same pass (Kafka's `RemoteLogManager` copies every eligible
+    /// segment of a partition per run) until this cap, so that one partition's backlog does not
+    /// take a whole pass while others wait for the next cycle of the cursor. 1 makes one segment
+    /// per partition per pass. At least 1. Default 4.
+    pub max_segments_per_partition: u32,
     /// Candidates asked of the coordinator at once ([`BatchCoordinator::tiering_candidates`]'s
     /// `limit`). At least 1. Default 64.
     pub candidate_page: u32,
@@ -72,6 +79,7 @@ impl Default for TieringConfig {
             min_age: Duration::from_secs(120),
             max_segments_per_pass: 16,
             max_bytes_per_pass: 1 << 30,
+            max_segments_per_partition: 4,
             candidate_page: 64,
             max_batches_per_segment: 100_000,
             part_size: SegmentData::DEFAULT_PART_SIZE,
@@ -85,6 +93,7 @@ diskless_common::with_setters!(TieringConfig {
     with_min_age => min_age: [Duration],
     with_max_segments_per_pass => max_segments_per_pass: [u32],
     with_max_bytes_per_pass => max_bytes_per_pass: [u64],
+    with_max_segments_per_partition => max_segments_per_partition: [u32],
     with_candidate_page => candidate_page: [u32],
     with_max_batches_per_segment => max_batches_per_segment: [u32],
     with_part_size => part_size: [usize],
@@ -98,6 +107,10 @@ impl TieringConfig {
         let at_least_one = [
             ("max_segments_per_pass", self.max_segments_per_pass == 0),
             ("max_bytes_per_pass", self.max_bytes_per_pass == 0),
+            (
+                "max_segments_per_partition",
+                self.max_segments_per_partition == 0,
+            ),
             ("candidate_page", self.candidate_page == 0),
             ("max_batches_per_segment", self.max_batches_per_segment == 0),
             ("part_size", self.part_size == 0),
@@ -131,7 +144,8 @@ pub struct TieringPassReport {
     pub fenced_and_deleted: u64,
     /// Keys of discarded segments left to the orphan collector (the fence or the delete failed).
     pub left_for_collector: u64,
-    /// The pass stopped at its caps: due partitions are left for the next pass.
+    /// The pass stopped at its caps (`max_segments_per_pass`, `max_bytes_per_pass`, or a
+    /// partition at `max_segments_per_partition`): due partitions may be left for the next pass.
     pub more: bool,
 }
 
@@ -142,7 +156,8 @@ pub struct TieringPassReport {
 /// Due partitions come from [`BatchCoordinator::tiering_candidates`] in pages of
 /// `candidate_page`, from a cursor kept between passes (the last partition handled), so that
 /// every due partition is reached whatever the caps; a page shorter than asked ends the cycle and
-/// the next pass starts from the first partition. Per candidate, one segment:
+/// the next pass starts from the first partition. Per candidate, segments one after the other
+/// while the partition is still due (below), each:
 ///
 /// 1. [`BatchCoordinator::segment_plan`]: the partition's first WAL batches committed before
 ///    `now − min_age`, up to `segment.bytes` and `max_batches_per_segment`;
@@ -154,7 +169,23 @@ pub struct TieringPassReport {
 ///    rules: the segment may end before the plan does), and the `.log` built so far is streamed
 ///    to [`RemoteStorage::copy_segment`] in parts of `part_size` — memory is about a window and a
 ///    part, never the segment;
-/// 5. [`BatchCoordinator::register_segment`] (retried once after an unknown outcome).
+/// 5. [`BatchCoordinator::register_segment`] (retried once after an unknown outcome);
+/// 6. with a cache in the [`Fetcher`], the blocks holding the new segment's sections after its
+///    `.log` (`.index`, `.timeindex`, `.txnindex`, the producer snapshot: what a reader looks up
+///    first) are put into it, cut as the fetcher cuts them, so that a reader's first index lookup
+///    costs no GET (the worker keeps the `.log`'s bytes since its last block boundary for that: at
+///    most one cache block more; nothing without a cache).
+///
+/// After a registered segment, the worker asks the coordinator again whether the partition is
+/// still due (one `tiering_candidates` call of limit 1 from the cursor before it: the same rule,
+/// `segment.bytes` of WAL bytes or a first WAL batch `segment.ms` old, at the pass's time) and if
+/// so builds its next segment, as Kafka's `RemoteLogManager` copies every rolled segment of a
+/// partition in one run: a backlog of full segments is tiered in one pass, the partial segment
+/// behind them only once it is due itself (as Kafka copies the active segment only once it
+/// rolled). `max_segments_per_partition` bounds that, for fairness: the cursor then moves past
+/// the partition, whose rest waits for the next cycle while the pass serves the partitions after
+/// it. The pass caps (`max_segments_per_pass`, `max_bytes_per_pass`) bound the pass as a whole.
+/// A partition whose segment failed or was discarded gets no second attempt in the same pass.
 ///
 /// `Registered` and `AlreadyRegistered` are done. A stale or refused registration
 /// (`Stale`, `UnknownPartition`, `DeadlineExceeded`, `ObjectFenced`), a failed build or upload,
@@ -332,8 +363,10 @@ impl TieringWorker {
                     return Ok(());
                 }
                 report.candidates += 1;
-                self.tier(&candidate, now, report).await?;
-                state.cursor = Some(candidate.partition);
+                let partition = candidate.partition;
+                self.tier_partition(candidate, state.cursor, now, report)
+                    .await?;
+                state.cursor = Some(partition);
             }
             if last_page {
                 // The end of the due partitions: the next pass starts from the first.
@@ -344,14 +377,47 @@ impl TieringWorker {
         }
     }
 
+    /// The segments of one due partition: one, then more while the coordinator still lists it as
+    /// due after the cursor `after` (the partition handled before it) and the caps allow.
+    async fn tier_partition(
+        &self,
+        mut candidate: TieringCandidate,
+        after: Option<TopicIdPartition>,
+        now: i64,
+        report: &mut TieringPassReport,
+    ) -> Result<(), LifecycleError> {
+        let partition = candidate.partition;
+        let mut registered = 0u32;
+        loop {
+            if !self.tier(&candidate, now, report).await? {
+                return Ok(());
+            }
+            registered += 1;
+            if registered >= self.config.max_segments_per_partition || self.caps_reached(report) {
+                // The partition may still be due: the next cycle of the cursor reaches it again.
+                report.more = true;
+                return Ok(());
+            }
+            let next = self
+                .coordinator
+                .tiering_candidates(now, millis(self.config.min_age), after, 1)
+                .await?;
+            match next.into_iter().next() {
+                Some(next) if next.partition == partition => candidate = next,
+                _ => return Ok(()),
+            }
+        }
+    }
+
     /// One segment of one candidate: plan, build and upload, register, or discard the key.
-    /// `Err` only for a failed plan (a coordinator read).
+    /// `Ok(true)` when a segment was registered. `Err` only for a failed plan (a coordinator
+    /// read).
     async fn tier(
         &self,
         candidate: &TieringCandidate,
         now: i64,
         report: &mut TieringPassReport,
-    ) -> Result<(), LifecycleError> {
+    ) -> Result<bool, LifecycleError> {
         let partition = candidate.partition;
         let config = &candidate.config;
         let plan = self
@@ -364,14 +430,14 @@ impl TieringWorker {
             })
             .await?;
         if !plan.error.is_ok() || plan.batches.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let previous = match self.previous_snapshot(plan.previous.as_ref()).await {
             Ok(previous) => previous,
             Err(e) => {
                 tracing::warn!(%partition, error = %e, "reading the previous segment's producer snapshot failed; retrying next pass");
                 report.failed += 1;
-                return Ok(());
+                return Ok(false);
             }
         };
         let first_tiered_base = match &plan.previous {
@@ -406,7 +472,7 @@ impl TieringWorker {
         };
         let key =
             ObjectKey::generate(&self.config.prefix, self.keys.as_ref(), self.clock.as_ref())?;
-        let (built, layout) = match self
+        let (built, layout, log_tail) = match self
             .build_and_upload(&key, partition, &plan, segment_config, &previous, inputs)
             .await
         {
@@ -415,7 +481,7 @@ impl TieringWorker {
                 tracing::warn!(%partition, object = %key, error = %e, "building or uploading a tiered segment failed; discarding it");
                 report.failed += 1;
                 self.discard(&key, report).await;
-                return Ok(());
+                return Ok(false);
             }
         };
         let request = RegisterSegmentRequest {
@@ -452,19 +518,78 @@ impl TieringWorker {
                 report.bytes += layout.log;
                 report.batches_tiered += u64::from(built.batch_count);
                 tracing::debug!(%partition, object = %key, base = built.base_offset, end = built.end_offset, bytes = layout.log, "tiered segment registered");
+                if let Some(log_tail) = log_tail {
+                    self.warm_cache(&key, &layout, log_tail, built.tail).await;
+                }
+                Ok(true)
             }
             Ok(RegisterSegmentOutcome::Stale) | Ok(RegisterSegmentOutcome::UnknownPartition) => {
                 tracing::info!(%partition, object = %key, "tiered segment stale; discarding it");
                 report.stale += 1;
                 self.discard(&key, report).await;
+                Ok(false)
             }
             Err(e) => {
                 tracing::warn!(%partition, object = %key, error = %e, "registering a tiered segment failed; discarding it");
                 report.failed += 1;
                 self.discard(&key, report).await;
+                Ok(false)
             }
         }
-        Ok(())
+    }
+
+    /// Puts the blocks of the registered segment `key` from the one holding the end of its
+    /// `.log` to its end into the fetcher's cache, cut as the fetcher cuts them (blocks of its
+    /// `cache_block_size` over the object's byte space, the last one ending with the object).
+    /// `log_tail` holds the `.log`'s bytes since that block's start; when it does not (it always
+    /// should), nothing is cached: a wrong block would be served to readers.
+    async fn warm_cache(
+        &self,
+        key: &ObjectKey,
+        layout: &SegmentLayout,
+        log_tail: LogTail,
+        tail: SegmentTail,
+    ) {
+        let Some(cache) = self.fetcher.cache() else {
+            return;
+        };
+        let block_size = self.fetcher.config().cache_block_size;
+        let first = layout.log / block_size;
+        let size = layout.object_size();
+        if log_tail.block_size != block_size
+            || log_tail.len != layout.log
+            || log_tail.held() != layout.log - first * block_size
+        {
+            tracing::warn!(object = %key, "the kept end of the .log does not match the segment; its index blocks are not cached");
+            return;
+        }
+        let object: Arc<str> = Arc::from(key.as_str());
+        let mut chunks = log_tail.chunks.into_iter().chain(tail.into_chunks());
+        let mut pending: Option<Bytes> = None;
+        let mut index = first;
+        while index.saturating_mul(block_size) < size {
+            let end = index.saturating_add(1).saturating_mul(block_size).min(size);
+            let want = usize::try_from(end - index * block_size).unwrap_or(usize::MAX);
+            let mut block = Vec::with_capacity(want);
+            while block.len() < want {
+                let Some(mut chunk) = pending.take().or_else(|| chunks.next()) else {
+                    tracing::warn!(object = %key, "the segment's sections end before its layout; its index blocks are not cached");
+                    return;
+                };
+                let take = chunk.len().min(want - block.len());
+                block.extend_from_slice(&chunk.split_to(take));
+                if !chunk.is_empty() {
+                    pending = Some(chunk);
+                }
+            }
+            cache
+                .insert(
+                    BlockKey::new(object.clone(), block_size, index),
+                    Bytes::from(block),
+                )
+                .await;
+            index += 1;
+        }
     }
 
     /// The previous segment's producer state (empty without one, or when it is gone or
@@ -516,7 +641,7 @@ impl TieringWorker {
         config: TieredSegmentConfig,
         previous: &[ProducerSnapshotEntry],
         inputs: FinishInputs,
-    ) -> Result<(BuiltSegment, SegmentLayout), AttemptError> {
+    ) -> Result<(BuiltSegment, SegmentLayout, Option<LogTail>), AttemptError> {
         let (log_tx, log_rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
         let (tail_tx, tail_rx) = oneshot::channel::<SegmentTail>();
         let data = SegmentData {
@@ -534,8 +659,8 @@ impl TieringWorker {
         let build = self.build(partition, plan, config, previous, inputs, log_tx, tail_tx);
         let (uploaded, built) = futures::join!(upload, build);
         // The build's error first: the upload failed because of it.
-        let built = built?;
-        Ok((built, uploaded?))
+        let (built, log_tail) = built?;
+        Ok((built, uploaded?, log_tail))
     }
 
     /// Reads the plan's batches window by window into a builder, sending the `.log` as it grows
@@ -551,9 +676,13 @@ impl TieringWorker {
         inputs: FinishInputs,
         mut log: mpsc::Sender<Result<Bytes, StorageError>>,
         tail: oneshot::Sender<SegmentTail>,
-    ) -> Result<BuiltSegment, AttemptError> {
+    ) -> Result<(BuiltSegment, Option<LogTail>), AttemptError> {
+        let mut log_tail = self
+            .fetcher
+            .cache()
+            .map(|_| LogTail::new(self.fetcher.config().cache_block_size));
         let result = self
-            .build_log(partition, plan, config, previous, &mut log)
+            .build_log(partition, plan, config, previous, &mut log, &mut log_tail)
             .await
             .and_then(|builder| Ok(builder.finish(inputs)?));
         match result {
@@ -561,7 +690,7 @@ impl TieringWorker {
                 // The end of the `.log`, then its tail.
                 log.close_channel();
                 let _ = tail.send(built.tail.clone());
-                Ok(built)
+                Ok((built, log_tail))
             }
             Err(e) => {
                 let _ = log
@@ -581,6 +710,7 @@ impl TieringWorker {
         config: TieredSegmentConfig,
         previous: &[ProducerSnapshotEntry],
         log: &mut mpsc::Sender<Result<Bytes, StorageError>>,
+        log_tail: &mut Option<LogTail>,
     ) -> Result<TieredSegmentBuilder, AttemptError> {
         let mut builder =
             TieredSegmentBuilder::new(partition, config)?.with_previous_snapshot(previous);
@@ -633,6 +763,9 @@ impl TieringWorker {
                 }
             }
             for chunk in builder.drain_log() {
+                if let Some(log_tail) = log_tail.as_mut() {
+                    log_tail.push(&chunk);
+                }
                 log.send(Ok(chunk))
                     .await
                     .map_err(|_| AttemptError::UploadEnded)?;
@@ -669,6 +802,48 @@ impl TieringWorker {
     }
 }
 
+/// The `.log`'s bytes since its last cache block boundary, kept while it streams (slices of its
+/// chunks, no copy): with the segment's tail, the blocks [`TieringWorker::warm_cache`] inserts.
+#[derive(Debug)]
+struct LogTail {
+    block_size: u64,
+    /// The `.log` bytes streamed so far.
+    len: u64,
+    /// Its bytes from `len / block_size * block_size` on.
+    chunks: Vec<Bytes>,
+}
+
+impl LogTail {
+    fn new(block_size: u64) -> Self {
+        LogTail {
+            block_size,
+            len: 0,
+            chunks: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, chunk: &Bytes) {
+        let start = self.len;
+        self.len = start.saturating_add(chunk.len() as u64);
+        let boundary = self.len / self.block_size * self.block_size;
+        if boundary > start {
+            // The chunk reaches a new block: what came before is in blocks of the `.log` alone.
+            self.chunks.clear();
+            let from = usize::try_from(boundary - start).unwrap_or(usize::MAX);
+            if from < chunk.len() {
+                self.chunks.push(chunk.slice(from..));
+            }
+        } else if !chunk.is_empty() {
+            self.chunks.push(chunk.clone());
+        }
+    }
+
+    /// The bytes kept.
+    fn held(&self) -> u64 {
+        self.chunks.iter().map(|c| c.len() as u64).sum()
+    }
+}
+
 /// The first coordinates of `batches` whose bytes fit `window` (at least one).
 fn window(batches: &[BatchCoordinate], window: u64) -> &[BatchCoordinate] {
     let mut bytes = 0u64;
@@ -695,6 +870,7 @@ mod tests {
             TieringConfig::default().with_prefix("/x"),
             TieringConfig::default().with_max_segments_per_pass(0),
             TieringConfig::default().with_max_bytes_per_pass(0),
+            TieringConfig::default().with_max_segments_per_partition(0),
             TieringConfig::default().with_candidate_page(0),
             TieringConfig::default().with_max_batches_per_segment(0),
             TieringConfig::default().with_part_size(0),
@@ -702,6 +878,30 @@ mod tests {
         ];
         for config in bad {
             assert!(config.validate().is_err(), "{config:?}");
+        }
+    }
+
+    #[test]
+    fn the_log_tail_holds_the_bytes_since_the_last_block_boundary() {
+        let log: Vec<u8> = (0..100u8).collect();
+        for cuts in [
+            vec![3, 7, 10, 33, 47],
+            vec![10, 20, 30],
+            vec![99],
+            vec![1; 0],
+        ] {
+            for block_size in [1, 5, 10, 16, 100, 1000] {
+                let mut tail = LogTail::new(block_size);
+                let mut at = 0;
+                for end in cuts.iter().copied().chain([100]) {
+                    tail.push(&Bytes::copy_from_slice(&log[at..end]));
+                    at = end;
+                }
+                let start = 100 / block_size as usize * block_size as usize;
+                assert_eq!(tail.len, 100);
+                assert_eq!(tail.held(), (100 - start) as u64, "{cuts:?} {block_size}");
+                assert_eq!(tail.chunks.concat(), &log[start..], "{cuts:?} {block_size}");
+            }
         }
     }
 
