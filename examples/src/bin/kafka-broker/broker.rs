@@ -27,8 +27,7 @@ use diskless_storage::{
     MeteredStorage, ObjectRemoteStorage, ObjectStorage, ObjectStoreStorage, RandomKeys,
 };
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::cluster::{Cluster, GatewayLeaders, Node};
 use crate::config::Config;
@@ -61,11 +60,8 @@ pub(crate) struct Broker {
     gateways: parking_lot::Mutex<Option<Arc<GatewayLeaders>>>,
     /// Every SQLite coordinator (one per shard), closed at shutdown.
     sqlite: Vec<Arc<SqliteCoordinator>>,
-    /// Retention, deletion of dead objects, orphans of the WAL prefix, consolidation.
+    /// Retention, deletion of dead objects, orphans (WAL and tiered prefixes), consolidation.
     lifecycle: parking_lot::Mutex<Option<LifecycleHandle>>,
-    /// The second orphan collector (segment objects uploaded but never registered), beside the
-    /// `Lifecycle`, which runs one.
-    tiered_orphans: parking_lot::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -249,20 +245,6 @@ async fn open_coordinator(
     })
 }
 
-/// Runs the orphan collector of the tiered segments' prefix every `interval` (as the `Lifecycle`
-/// runs the WAL prefix's: the first pass after one interval, a failed pass logged and retried at
-/// the next). The collector records its own metrics (`worker="orphans"`).
-async fn collect_tiered_orphans(collector: OrphanCollector, interval: Duration) {
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        if let Err(e) = collector.run_pass().await {
-            warn!(error = %e, "orphan collection of tiered segments failed");
-        }
-    }
-}
-
 fn absolute(path: &Path) -> Result<PathBuf, String> {
     std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -394,7 +376,6 @@ impl Broker {
         // coordinator that forgets everything at a restart, the segment objects of a previous run
         // would be neither readable nor collectable.
         let tiering = config.tiering_interval.filter(|_| persistent);
-        let mut tiered_orphans = None;
         if let Some(interval) = tiering {
             let mut tiering_config = TieringConfig::default();
             if let Some(age) = config.tiering_min_age {
@@ -415,18 +396,18 @@ impl Broker {
                 .map_err(lifecycle_error)?,
                 interval,
             );
+            // A second orphan collector, on the segments' prefix: uploads never registered.
             if let Some(orphan_interval) = orphan_check {
-                let collector = OrphanCollector::new(
-                    coordinator.clone(),
-                    storage.clone(),
-                    clock.clone(),
-                    OrphanConfig::new(prefix),
-                )
-                .map_err(lifecycle_error)?;
-                tiered_orphans = Some(tokio::spawn(collect_tiered_orphans(
-                    collector,
+                lifecycle = lifecycle.orphans(
+                    OrphanCollector::new(
+                        coordinator.clone(),
+                        storage.clone(),
+                        clock.clone(),
+                        OrphanConfig::new(prefix),
+                    )
+                    .map_err(lifecycle_error)?,
                     orphan_interval,
-                )));
+                );
             }
         }
         let lifecycle = lifecycle.spawn().map_err(lifecycle_error)?;
@@ -480,7 +461,6 @@ impl Broker {
             gateways: parking_lot::Mutex::new(None),
             sqlite,
             lifecycle: parking_lot::Mutex::new(Some(lifecycle)),
-            tiered_orphans: parking_lot::Mutex::new(tiered_orphans),
         }))
     }
 
@@ -527,10 +507,6 @@ impl Broker {
 
     /// Flushes and stops the writers, closes the databases.
     pub(crate) async fn close(&self) {
-        // Its passes are cancel safe (see `OrphanCollector::run_pass`).
-        if let Some(task) = self.tiered_orphans.lock().take() {
-            task.abort();
-        }
         let lifecycle = self.lifecycle.lock().take();
         if let Some(handle) = lifecycle {
             handle.shutdown().await;
