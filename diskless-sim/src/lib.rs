@@ -40,16 +40,31 @@
 //!   orphan collector with a candidate age and recheck delay of a few milliseconds): retention,
 //!   the object cleaner, the orphan collector (its host restarts now and then, losing its state),
 //!   producer-id expiry; DeleteRecords now and then; in some runs a topic is deleted and another
-//!   one created under its name.
+//!   one created under its name. Retention, DeleteRecords and topic deletion act on tiered
+//!   segments as on WAL batches.
+//! - **Tiered segments** (issue #15): a [`TieringWorker`](diskless_core::lifecycle::TieringWorker)
+//!   on a host of its own (its own schedule, storage and coordinator gate, fetcher and cache)
+//!   consolidates WAL batches into segments under the prefix `tiered`, with drawn settings,
+//!   aggressive ones included: topics' `segment.bytes` from Kafka's minimum of 14 bytes (one
+//!   batch per segment) to a few dozen KiB, `segment.ms` up to 15 s, small `index.interval.bytes`
+//!   and `segment.index.bytes`; a `min_age` of 0 to 3 s, 1 to 32 segments per pass, byte-sized
+//!   parts and read windows. Its host crashes now and then (the pass is dropped mid-way, the
+//!   worker's state is lost) and, during the faults, drops a pass that runs past its timeout. A
+//!   second orphan collector (prefix `tiered`, settings of its own, restarted with the first)
+//!   collects the segments no registration followed. A replay reader re-reads a partition from
+//!   its log start through the brokers now and then, across the tier boundary that consumers
+//!   near the tail rarely cross.
 //! - **Faults**, during the first phase (30–50 virtual seconds): `FaultyStorage` (storage errors,
 //!   ambiguous uploads, log-normal latency, unreadable objects); a [`FlakyStore`] below
 //!   `ObjectStoreStorage` (503s, uploads that land and fail, slow uploads that land after the
 //!   attempt timeout, S3's 409 while one is in flight), so that its own retries and
 //!   create-or-verify run under faults; upload stalls; commits refused, applied with the answer
 //!   lost, or stalled ([`FaultyCommits`], on the router and, for [`Variant::Sharded`], on single
-//!   shards: partial commits); a stalled upload or commit is a request on the wire that lands
-//!   when released, even after its caller gave up; broker crashes; clock skew; cache eviction
-//!   storms. Then a calm phase (producers go on, no faults), then a quiet phase (no produce) until
+//!   shards: partial commits); segment registrations (`register_segment`) refused, applied with
+//!   the answer lost, or stalled past the caller's RPC timeout; streamed (multipart) segment
+//!   uploads failing mid-stream; a stalled upload, commit or registration is a request on the
+//!   wire that lands when released, even after its caller gave up; broker and tiering-host
+//!   crashes; clock skew; cache eviction storms. Then a calm phase (producers go on, no faults), then a quiet phase (no produce) until
 //!   every orphan and dead object is gone.
 //!
 //! # Invariants
@@ -68,15 +83,20 @@
 //!    offset holds the acknowledged batch); the high watermark and log start offset never go
 //!    back and the high watermark covers every acknowledgement. Checked on every fetch answer,
 //!    every periodic check (the whole log's coordinates) and the final scan.
-//! 3. [`OBJECTS`]: at every periodic check, every object referenced by a live batch is in the
-//!    store (read bypassing the faults); in the quiet period the unreferenced objects (orphans,
-//!    dead objects) keep going away until none is left — a window in which every lifecycle
-//!    worker had several passes (a full orphan cycle twice over) without progress is a violation.
+//! 3. [`OBJECTS`]: at every periodic check, every object referenced by a live batch or a live
+//!    tiered segment is in the store (read bypassing the faults); in the quiet period the
+//!    unreferenced objects under both prefixes (orphans, dead WAL objects and segments) keep
+//!    going away until none is left — a window in which every lifecycle worker had several passes
+//!    (a full orphan cycle of the slower collector twice over) without progress is a violation.
 //! 4. [`BOUNDS`]: writers stay within `max_pending_bytes` and `max_uncommitted_bytes`, caches
 //!    within their capacity; every produce request is answered within `commit_interval` + every
 //!    storage stall of the run + (requests ahead of it + 1) × (upload bound + `commit_timeout`) +
 //!    1 s (commits are serial; each is given up after `commit_timeout`); every producer's
-//!    delivery ends; `close()` returns within that bound, for crashed and live brokers.
+//!    delivery ends; `close()` returns within that bound, for crashed and live brokers. Once
+//!    nothing is produced and every transaction ended, the WAL tier drains: the coordinator's
+//!    WAL batch rows of the live partitions reach zero (every one is due after `segment.ms` +
+//!    `min_age`); a window of that long plus five tiering passes without a new low is a
+//!    violation (progress, not a deadline, so the paused clock cannot make it flake).
 //! 5. [`CONSUMER`]: a consumer never sees a batch twice or out of order; each idempotent
 //!    producer's batches are read in the order it sent them.
 //! 6. [`NO_DIRTY_READ`]: a `read_committed` consumer never returns a batch of an aborted or
@@ -90,6 +110,16 @@
 //! 9. [`ATOMIC`]: every marker served is the one the transaction coordinator wrote at its offset,
 //!    of the type it decided; no transaction is returned in one partition and skipped in another;
 //!    no marker the transaction coordinator writes is refused.
+//! 10. [`TIERED`]: at every periodic check, per live partition: its registered segments
+//!     (`list_tiered_segments`) ascend without gap or overlap, end below the high watermark, and
+//!     their objects are in the store; walking `find_batches` from the log start, segments and
+//!     WAL batches form one contiguous log (no offset in two tiers, no WAL batch at or below a
+//!     segment's end, no segment reaching the high watermark).
+//!
+//! [`ACKED_READABLE`] spans both tiers: consumers, `read_committed` consumers, the replay reader
+//! and the final scan (which runs after the drain, so reads every batch from segments) are served
+//! through unchanged fetchers; [`SimStats::consumer_tiered_bytes`] and
+//! [`SimStats::final_tiered_bytes`] count the bytes served from segments (`FETCH_TIERED_BYTES`).
 //!
 //! # Determinism
 //!
@@ -102,7 +132,8 @@
 //!
 //! # Not simulated
 //!
-//! PostgreSQL (it needs a server; its concurrency has its own tests), real HTTP stores, several
+//! PostgreSQL (it needs a server; its concurrency has its own tests), a local disk cache tier
+//! (`SimCache` is memory only), ListOffsets `-4`/`-5`, real HTTP stores, several
 //! threads (one runtime thread: interleavings at await points only), a coordinator crash or
 //! restart, the host broker (network layer, metadata, leader epochs), multi-partition produce
 //! requests, consumer groups, transactional offset commits, a transaction coordinator's own
@@ -121,6 +152,7 @@ mod blocking;
 mod cache;
 mod clock;
 mod flaky;
+mod metrics;
 mod oracle;
 mod params;
 mod sync;
@@ -134,7 +166,7 @@ pub use clock::{SIM_EPOCH_MS, SimClock};
 pub use flaky::{FlakyRates, FlakyStore};
 pub use oracle::{
     ACKED_READABLE, ATOMIC, BOUNDS, CONSUMER, LSO, NO_DIRTY_READ, NO_LOST_COMMIT, OBJECTS, OFFSETS,
-    SETUP,
+    SETUP, TIERED,
 };
 pub use sync::Stall;
 pub use trace::fnv1a;
@@ -216,7 +248,8 @@ pub struct Faults {
     pub clock_skew: bool,
     /// Brokers' caches emptied at once.
     pub cache_storms: bool,
-    /// The lifecycle host restarting (the orphan collector loses its state).
+    /// The lifecycle host restarting (the orphan collectors lose their state) and the tiering
+    /// host crashing (its pass dropped mid-way, its state lost).
     pub lifecycle_restarts: bool,
 }
 
@@ -427,6 +460,35 @@ pub struct SimStats {
     pub rc_returned: u64,
     /// Batches `read_committed` consumers skipped as aborted.
     pub rc_skipped: u64,
+    /// Tiering passes that ran to their end.
+    pub tiering_passes: u64,
+    /// Tiering passes dropped because they ran past the host's pass timeout.
+    pub tiering_cancelled: u64,
+    /// Crashes of the tiering host (its pass dropped, its state lost).
+    pub tiering_crashes: u64,
+    /// Segments registered.
+    pub segments_registered: u64,
+    /// WAL batches they took.
+    pub batches_tiered: u64,
+    /// Segments the coordinator refused as stale.
+    pub segments_stale: u64,
+    /// Segments whose build, upload or registration failed.
+    pub segments_failed: u64,
+    /// Keys of discarded segments the worker fenced and deleted.
+    pub segments_discarded: u64,
+    /// Segment objects the orphan collector of segment keys deleted.
+    pub tiered_orphans_deleted: u64,
+    /// Batch bytes the consumers and replay readers were served from tiered segments
+    /// (`FETCH_TIERED_BYTES`).
+    pub consumer_tiered_bytes: u64,
+    /// Batch bytes the final scan was served from tiered segments.
+    pub final_tiered_bytes: u64,
+    /// Batches the replay reader (log start to the tail, through the brokers) read and checked.
+    pub replay_batches: u64,
+    /// WAL batches of live partitions when the quiet period's drain began.
+    pub wal_rows_at_quiet: u64,
+    /// Virtual time the tiering worker took to consolidate them all (ms).
+    pub drain_ms: u64,
 }
 
 /// A run that held every invariant.
@@ -454,8 +516,8 @@ pub struct Violation {
     /// The variant (or label).
     pub variant: String,
     /// Which invariant ([`ACKED_READABLE`], [`OFFSETS`], [`OBJECTS`], [`BOUNDS`], [`CONSUMER`],
-    /// [`NO_DIRTY_READ`], [`NO_LOST_COMMIT`], [`LSO`], [`ATOMIC`]; or [`SETUP`] when the run could
-    /// not start).
+    /// [`NO_DIRTY_READ`], [`NO_LOST_COMMIT`], [`LSO`], [`ATOMIC`], [`TIERED`]; or [`SETUP`] when
+    /// the run could not start).
     pub invariant: &'static str,
     /// What was seen.
     pub message: String,
@@ -584,10 +646,22 @@ where
         .start_paused(true)
         .build()
         .map_err(|e| setup(format!("building the runtime: {e}")))?;
-    runtime.block_on(async {
-        let clock = SimClock::new(SIM_EPOCH_MS);
-        let components = factory(clock.clone()).await.map_err(setup)?;
-        world::simulate(config.clone(), label.to_string(), clock, components).await
+    // The fetchers' `FETCH_TIERED_BYTES`, counted for this thread (the runtime's only one).
+    let recorder = metrics::TieredBytes::default();
+    let tiered_bytes = recorder.handle();
+    ::metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let clock = SimClock::new(SIM_EPOCH_MS);
+            let components = factory(clock.clone()).await.map_err(setup)?;
+            world::simulate(
+                config.clone(),
+                label.to_string(),
+                clock,
+                components,
+                tiered_bytes,
+            )
+            .await
+        })
     })
 }
 

@@ -37,6 +37,10 @@ pub const LSO: &str = "lso";
 /// transaction coordinator decided, and no reader returns it in one partition and skips it as
 /// aborted in another.
 pub const ATOMIC: &str = "atomic";
+/// Invariant 10: the tiered segments of a partition ascend without gap or overlap, end below the
+/// high watermark, share no offset with its WAL batches (the two tiers are one contiguous log),
+/// and every registered segment's object is in the store.
+pub const TIERED: &str = "tiered";
 /// Not an invariant: the run could not be set up (a component failed to build).
 pub const SETUP: &str = "setup";
 

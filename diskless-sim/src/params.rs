@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use diskless_coordinator::{TimestampType, TopicConfig};
 use diskless_core::lifecycle::{
-    CleanerConfig, OrphanConfig, ProducerExpiryConfig, RetentionConfig,
+    CleanerConfig, OrphanConfig, ProducerExpiryConfig, RetentionConfig, TieringConfig,
 };
 use diskless_core::{Backpressure, FetcherConfig, SealPolicy, WalWriterConfig};
 use diskless_testkit::storage::{FaultConfig, Latency};
@@ -14,6 +14,8 @@ use crate::trace::fnv1a;
 
 /// The object key prefix of every writer (and of the orphan collector).
 pub(crate) const PREFIX: &str = "wal";
+/// The key prefix of tiered segments (and of the second orphan collector).
+pub(crate) const TIERED_PREFIX: &str = "tiered";
 
 /// A generator seeded from the run's seed and a name: every actor draws from its own, so adding
 /// an actor does not shift the others' draws.
@@ -82,6 +84,16 @@ pub(crate) struct Params {
     pub(crate) delete_records_every: (u64, u64),
     /// Delete (and recreate) a topic once during the faulty phase.
     pub(crate) delete_topic: bool,
+    /// The tiering worker's settings and schedule.
+    pub(crate) tiering: TieringConfig,
+    pub(crate) tiering_every: Duration,
+    /// A pass running longer is dropped (cancelled) by its host.
+    pub(crate) tiering_pass_timeout: Duration,
+    /// The orphan collector of segment keys.
+    pub(crate) tiered_orphan: OrphanConfig,
+    pub(crate) tiered_orphan_every: Duration,
+    /// A caller's wait for a stalled `register_segment` (an RPC timeout).
+    pub(crate) register_timeout: Duration,
 }
 
 impl Params {
@@ -235,7 +247,7 @@ impl Params {
             },
         ];
 
-        Params {
+        let mut p = Params {
             brokers: 3,
             writer,
             fetcher,
@@ -269,7 +281,85 @@ impl Params {
             upload_bound,
             delete_records_every: (2_000, r.u64(3_000..=15_000)),
             delete_topic: r.u8(0..3) == 0,
+            tiering: TieringConfig::default(),
+            tiering_every: Duration::ZERO,
+            tiering_pass_timeout: Duration::ZERO,
+            tiered_orphan: OrphanConfig::new(TIERED_PREFIX),
+            tiered_orphan_every: Duration::ZERO,
+            register_timeout: Duration::ZERO,
+        };
+        p.derive_tiering(seed, faults);
+        p
+    }
+
+    /// The tiering settings, from a generator of their own (the other draws stay as they were):
+    /// the worker's (a `min_age` of 0 to 3 s, small parts and read windows, few segments per
+    /// pass), its schedule, the topics' segment settings (`segment.bytes` from Kafka's minimum of
+    /// 14 bytes, one batch per segment, to a few dozen KiB; `segment.ms` of a few seconds, so that
+    /// every batch is consolidated in the quiet phase), mid-stream upload failures, and the second
+    /// orphan collector's settings.
+    fn derive_tiering(&mut self, seed: u64, faults: &Faults) {
+        let mut rng = rng_for(seed, "tiering", 0);
+        let r = &mut rng;
+        self.tiering = TieringConfig::default()
+            .with_prefix(TIERED_PREFIX)
+            .with_min_age(ms(r, 0, 3_000))
+            .with_max_segments_per_pass(r.u32(1..=32))
+            .with_max_bytes_per_pass(if r.bool() {
+                r.u64(1..=64 << 10)
+            } else {
+                1 << 30
+            })
+            .with_candidate_page(r.u32(1..=10))
+            .with_max_batches_per_segment(if r.u8(0..4) == 0 {
+                r.u32(1..=5)
+            } else {
+                r.u32(5..=500)
+            })
+            .with_part_size(r.usize(1..=16 << 10))
+            .with_read_window(r.u64(1..=32 << 10));
+        self.tiering_every = ms(r, 100, 3_000);
+        self.tiering_pass_timeout = ms(r, 500, 20_000);
+        for topic in &mut self.topics {
+            let c = &mut topic.config;
+            c.segment_bytes = match r.u8(0..8) {
+                0 => r.i32(14..=400),
+                1..4 => r.i32(400..=4_096),
+                _ => r.i32(4_096..=48 << 10),
+            };
+            c.segment_ms = r.i64(1..=15_000);
+            c.index_interval_bytes = r.i32(0..=2_048);
+            c.segment_index_bytes = match r.u8(0..6) {
+                0 => r.i32(4..=24),
+                1 => r.i32(24..=256),
+                _ => c.segment_index_bytes,
+            };
         }
+        let rate = |r: &mut fastrand::Rng, on: bool, max: f64| if on { r.f64() * max } else { 0.0 };
+        let mid_stream = rate(r, faults.storage_errors, 0.08);
+        self.fault_storage = self
+            .fault_storage
+            .clone()
+            .with_mid_stream_failure_rate(mid_stream);
+        let mut orphan = OrphanConfig::new(TIERED_PREFIX);
+        self.tiered_orphan_every = if r.bool() {
+            orphan.max_commit_age = ms(r, 0, 3_000);
+            orphan.recheck_delay = ms(r, 0, 3_000);
+            ms(r, 200, 2_000)
+        } else {
+            orphan.max_commit_age = ms(r, 0, 2 * self.max_commit_age.as_millis() as u64);
+            orphan.recheck_delay = ms(r, 0, 20_000);
+            ms(r, 1_000, 10_000)
+        };
+        orphan.known_batch = r.usize(1..=50);
+        orphan.max_listed_per_pass = r.u64(20..=500);
+        orphan.max_suspects = r.usize(5..=1_000);
+        orphan.max_deletes_per_pass = r.usize(1..=100);
+        // Full sweeps often enough for the liveness check whatever the skew (see the WAL
+        // collector's settings).
+        orphan.full_sweep_interval = Duration::from_secs(r.u64(0..=60));
+        self.tiered_orphan = orphan;
+        self.register_timeout = ms(r, 200, 5_000);
     }
 
     /// The longest a writer may take to answer a request that found `ahead` requests unanswered

@@ -32,9 +32,9 @@ use crate::cache::SimCache;
 use crate::clock::SimClock;
 use crate::oracle::{
     ACKED_READABLE, BOUNDS, BatchId, CONSUMER, Fail, LSO, OBJECTS, OFFSETS, Oracle, ReadOrder,
-    SETUP, Sent, record_value,
+    SETUP, Sent, TIERED, record_value,
 };
-use crate::params::{PREFIX, Params, TopicPlan, rng_for};
+use crate::params::{PREFIX, Params, TIERED_PREFIX, TopicPlan, rng_for};
 use crate::sync::{Flag, Stall};
 use crate::trace::Trace;
 use crate::wrappers::{
@@ -59,6 +59,7 @@ macro_rules! ev {
     };
 }
 
+mod tiering;
 mod txn;
 
 /// One broker incarnation.
@@ -149,6 +150,13 @@ pub(crate) struct World {
     txn: txn::TxnParams,
     /// Every producer has returned (nothing is produced any more).
     producers_done: Flag,
+    /// The tiering worker's host and its incarnations.
+    tier_host: Mutex<Option<Arc<tiering::TierHost>>>,
+    tier_incarnations: AtomicU64,
+    /// The orphan collector of segment keys.
+    tiered_collector: Mutex<Option<Arc<OrphanCollector>>>,
+    /// Batch bytes fetchers served from tiered segments (`FETCH_TIERED_BYTES`).
+    tiered_bytes: Arc<AtomicU64>,
 }
 
 impl World {
@@ -1154,9 +1162,13 @@ impl World {
                         return;
                     };
                     *self.collector.lock() = fresh;
+                    let Some(fresh) = self.new_tiered_collector() else {
+                        return;
+                    };
+                    *self.tiered_collector.lock() = Some(fresh);
                     ev!(
                         self,
-                        "fault: lifecycle host restarted (orphan collector state lost)"
+                        "fault: lifecycle host restarted (orphan collectors' state lost)"
                     );
                     self.stat(|s| s.faults += 1);
                 }
@@ -1197,6 +1209,48 @@ impl World {
                     }
                     self.stat(|s| s.faults += 1);
                 }
+                9 => {
+                    let (c, name) = target(&mut rng);
+                    match rng.u8(0..4) {
+                        0 if f.commits_refused => {
+                            let n = rng.u32(1..=3);
+                            ev!(
+                                self,
+                                "fault: next {n} segment registrations refused at {name}"
+                            );
+                            c.fail_next_registers(n);
+                        }
+                        1 if f.commits_lost => {
+                            let n = rng.u32(1..=3);
+                            ev!(
+                                self,
+                                "fault: next {n} segment registrations applied with the answer lost at {name}"
+                            );
+                            c.lose_next_registers(n);
+                        }
+                        2 if f.commit_stalls => {
+                            let d = Duration::from_millis(
+                                rng.u64(100..=self.p.max_commit_stall.as_millis() as u64),
+                            );
+                            ev!(
+                                self,
+                                "fault: segment registrations stalled at {name} for {} ms (callers time out after {} ms)",
+                                d.as_millis(),
+                                self.p.register_timeout.as_millis()
+                            );
+                            c.stall_registers(self.p.register_timeout);
+                            let world = self.clone();
+                            tokio::spawn(async move {
+                                sleep(d).await;
+                                c.release_registers();
+                                ev!(world, "fault: segment registrations released at {name}");
+                            });
+                        }
+                        3 if f.lifecycle_restarts => self.crash_tier_host(),
+                        _ => continue,
+                    }
+                    self.stat(|s| s.faults += 1);
+                }
                 _ => {}
             }
         }
@@ -1233,6 +1287,7 @@ impl World {
             c.lose_next_markers(0);
             c.release_markers();
         }
+        self.calm_registers();
         for id in 0..self.slots.len() {
             self.restart(id);
         }
@@ -1366,18 +1421,28 @@ impl World {
     /// The keys in the raw store.
     async fn stored_keys(&self) -> Result<BTreeSet<String>, String> {
         let mut keys = BTreeSet::new();
-        let mut listing = self.raw_storage.list(PREFIX);
-        while let Some(meta) = listing.next().await {
-            let meta = meta.map_err(|e| format!("listing the raw store: {e}"))?;
-            keys.insert(meta.key.into_string());
+        for prefix in [PREFIX, TIERED_PREFIX] {
+            let mut listing = self.raw_storage.list(prefix);
+            while let Some(meta) = listing.next().await {
+                let meta = meta.map_err(|e| format!("listing the raw store: {e}"))?;
+                keys.insert(meta.key.into_string());
+            }
         }
         Ok(keys)
     }
 
-    /// The objects referenced by live batches of live partitions, from the coordinator (each
-    /// partition read from its log start to its high watermark), and the watermarks checked.
-    async fn referenced(&self) -> Result<BTreeMap<String, TopicIdPartition>, Fail> {
+    /// The objects referenced by live batches and tiered segments of live partitions, from the
+    /// coordinator (each partition read from its log start to its high watermark, segments then
+    /// WAL batches as `find_batches` answers), and the watermarks checked. The walk checks that
+    /// the two tiers hold one contiguous log: each answer starts at the item holding the position
+    /// (a segment may start below it: it was registered since the last answer), every next item
+    /// starts where the last ended, no WAL batch starts at or below a segment's end and no
+    /// segment reaches the high watermark.
+    async fn referenced(
+        &self,
+    ) -> Result<(BTreeMap<String, TopicIdPartition>, tiering::Walked), Fail> {
         let mut out = BTreeMap::new();
+        let mut walked = tiering::Walked::default();
         for p in self.live_partitions() {
             let floors = self.oracle.lock().floors(p);
             let Some((lso, hw)) = self.watermarks(p).await else {
@@ -1400,40 +1465,79 @@ impl World {
                 let Some(answer) = found.into_iter().next() else {
                     break;
                 };
-                if !answer.error.is_ok() || answer.batches.is_empty() {
+                if !answer.error.is_ok()
+                    || (answer.batches.is_empty() && answer.segments.is_empty())
+                {
                     break;
                 }
-                for b in &answer.batches {
-                    let contiguous = if position == lso {
-                        b.base_offset <= position && position <= b.last_offset
+                let segments = answer.segments.iter().map(|s| {
+                    (
+                        s.base_offset,
+                        s.end_offset,
+                        Some(s.object_key.as_str()),
+                        true,
+                    )
+                });
+                let batches = answer.batches.iter().map(|b| {
+                    // A marker has no object.
+                    let key = (!b.is_control()).then_some(b.object_key.as_str());
+                    (b.base_offset, b.last_offset, key, false)
+                });
+                let mut first = true;
+                let mut after_segment = false;
+                for (base, last, key, segment) in segments.chain(batches) {
+                    let contiguous = if first {
+                        base <= position
+                            && position <= last
+                            && (segment || base == position || position == lso)
                     } else {
-                        b.base_offset == position
+                        base == position
                     };
                     if !contiguous {
+                        let (invariant, what) = if segment || after_segment {
+                            (TIERED, "offsets in two tiers or a gap between them")
+                        } else {
+                            (OFFSETS, "a gap or an overlap")
+                        };
                         return Err((
-                            OFFSETS,
+                            invariant,
                             format!(
-                                "checker: {p} from {lso} to {hw}: at {position} the coordinator has {}..={}",
-                                b.base_offset, b.last_offset
+                                "checker: {p} from {lso} to {hw}: at {position} the coordinator has {} {base}..={last} ({what})",
+                                if segment { "segment" } else { "batch" }
                             ),
                         ));
                     }
-                    // A marker has no object.
-                    if !b.is_control() {
-                        out.insert(b.object_key.clone(), p);
+                    if segment && last >= hw {
+                        return Err((
+                            TIERED,
+                            format!(
+                                "checker: {p}: segment {base}..={last} reaches the high watermark {hw}"
+                            ),
+                        ));
                     }
-                    position = b.last_offset + 1;
+                    if let Some(key) = key {
+                        out.insert(key.to_string(), p);
+                    }
+                    if segment {
+                        walked.segments += 1;
+                    } else {
+                        walked.wal_batches += 1;
+                    }
+                    first = false;
+                    after_segment = segment;
+                    position = last + 1;
                 }
             }
         }
-        Ok(out)
+        Ok((out, walked))
     }
 
-    /// Invariant 3 (safety): every object a live batch references is in the store.
+    /// Invariant 3 (safety): every object a live batch or segment references is in the store;
+    /// and invariant `tiered` ([`World::check_tiered`]).
     async fn check_objects(
         &self,
     ) -> Result<(BTreeMap<String, TopicIdPartition>, BTreeSet<String>), Fail> {
-        let referenced = self.referenced().await?;
+        let (referenced, _) = self.referenced().await?;
         let stored = self.stored_keys().await.map_err(|e| (OBJECTS, e))?;
         for (key, p) in &referenced {
             if stored.contains(key) {
@@ -1447,6 +1551,7 @@ impl World {
                 ),
             ));
         }
+        self.check_tiered(&stored).await?;
         Ok((referenced, stored))
     }
 
@@ -1631,6 +1736,7 @@ pub(crate) async fn simulate(
     label: String,
     clock: Arc<SimClock>,
     components: Components,
+    tiered_bytes: Arc<AtomicU64>,
 ) -> Result<SimReport, Box<Violation>> {
     let p = Params::derive(
         config.seed,
@@ -1715,6 +1821,10 @@ pub(crate) async fn simulate(
         tc: Mutex::new(txn::Tc::default()),
         txn: txn::TxnParams::derive(config.seed),
         producers_done: Flag::default(),
+        tier_host: Mutex::new(None),
+        tier_incarnations: AtomicU64::new(0),
+        tiered_collector: Mutex::new(None),
+        tiered_bytes,
         clock,
         p,
         config,
@@ -1797,6 +1907,9 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
         tokio::spawn(world.clone().expiry_loop()),
         tokio::spawn(world.clone().checker_loop()),
         tokio::spawn(world.clone().tc_sweeper()),
+        tokio::spawn(world.clone().tiering_loop()),
+        tokio::spawn(world.clone().tiered_orphan_loop()),
+        tokio::spawn(world.clone().replay_loop()),
     ];
     if p.delete_topic {
         background.push(tokio::spawn(world.clone().delete_topic_once()));
@@ -1860,13 +1973,25 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
         world,
         "read_committed: {checked} committed batches returned"
     );
+    // Every WAL batch is consolidated into segments: the coordinator's batch rows are bounded by
+    // what segment.ms and min_age keep in the WAL tier, here none.
+    world.drain_wal_tier().await?;
+    if world.failed() {
+        return Ok(());
+    }
 
     // Liveness: every orphan and dead object goes, once the collector's and cleaner's delays
     // have passed (and, for shards, the release of owners that never applied).
-    let orphan_wait = p.orphan.max_commit_age.max(p.max_commit_age * 2)
-        + p.orphan.recheck_delay
+    // Both collectors (WAL keys and segment keys) have their settings: the slower decides.
+    let (o, t) = (&p.orphan, &p.tiered_orphan);
+    let orphan_every = p.orphan_every.max(p.tiered_orphan_every);
+    let orphan_wait = o
+        .max_commit_age
+        .max(t.max_commit_age)
+        .max(p.max_commit_age * 2)
+        + o.recheck_delay.max(t.recheck_delay)
         + p.cleaner.grace
-        + (p.orphan_every + p.cleaner_every) * 3
+        + (orphan_every + p.cleaner_every) * 3
         + Duration::from_millis(2 * p.max_skew_ms as u64)
         + Duration::from_secs(10);
     let start_wait = world.clock.elapsed_ms();
@@ -1877,10 +2002,14 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
     // From then on the unreferenced objects must keep going away: at most one no-progress window
     // (every worker gets several passes in it, a full orphan cycle twice over) without progress.
     let stored = world.stored_keys().await.map_err(|e| (OBJECTS, e))?.len() as u64;
-    let passes_per_cycle = stored / p.orphan.max_listed_per_pass.max(1) + 2;
-    let window = p.orphan_every * u32::try_from(passes_per_cycle * 3).unwrap_or(u32::MAX)
-        + p.orphan.recheck_delay * 2
-        + p.orphan.full_sweep_interval.min(Duration::from_secs(3_600))
+    let cycle = |o: &diskless_core::lifecycle::OrphanConfig, every: Duration| {
+        let passes_per_cycle = stored / o.max_listed_per_pass.max(1) + 2;
+        every * u32::try_from(passes_per_cycle * 3).unwrap_or(u32::MAX)
+            + o.recheck_delay * 2
+            + o.full_sweep_interval.min(Duration::from_secs(3_600))
+    };
+    let window = cycle(&p.orphan, p.orphan_every)
+        .max(cycle(&p.tiered_orphan, p.tiered_orphan_every))
         + p.cleaner_every * 3
         + p.cleaner.grace
         + Duration::from_secs(10);
@@ -1964,7 +2093,13 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
             format!("a produce request to {} was never answered", o.partition),
         ));
     }
+    let consumed = crate::metrics::read(&world.tiered_bytes);
     world.final_scan().await?;
+    let scanned = crate::metrics::read(&world.tiered_bytes) - consumed;
+    world.stat(|s| {
+        s.consumer_tiered_bytes = consumed;
+        s.final_tiered_bytes = scanned;
+    });
     let stats = world.stats.lock().clone();
     ev!(world, "end: {stats:?}");
     Ok(())

@@ -5,14 +5,15 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use diskless_coordinator::{
     BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest, CoordinatorError,
-    CoordinatorLayer, CoordinatorOp, Layered, TxnMarker, TxnMarkerResult,
+    CoordinatorLayer, CoordinatorOp, Layered, RegisterSegmentOutcome, RegisterSegmentRequest,
+    TxnMarker, TxnMarkerResult,
 };
 use diskless_storage::{ObjectKey, ObjectMeta, ObjectStorage, StorageError};
 use diskless_testkit::coordinator::{CommitFaults, FaultyCoordinator, InjectedCommitFault};
@@ -72,12 +73,9 @@ impl LandedAt {
         meta.last_modified = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
         meta
     }
-}
 
-#[async_trait]
-impl ObjectStorage for LandedAt {
-    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
-        self.inner.upload(key, payload).await?;
+    /// Records (and traces) that `key` landed now, unless it had landed before.
+    fn landed(&self, key: &ObjectKey) {
         let now = self.clock.now_ms();
         let fresh = {
             let mut landed = self.landed.lock();
@@ -91,7 +89,26 @@ impl ObjectStorage for LandedAt {
                 .lock()
                 .event(at, format_args!("store: {key} landed"));
         }
+    }
+}
+
+#[async_trait]
+impl ObjectStorage for LandedAt {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        self.inner.upload(key, payload).await?;
+        self.landed(key);
         Ok(())
+    }
+
+    async fn upload_stream(
+        &self,
+        key: &ObjectKey,
+        chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        let size = self.inner.upload_stream(key, chunks, part_size).await?;
+        self.landed(key);
+        Ok(size)
     }
 
     async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
@@ -184,6 +201,18 @@ impl ObjectStorage for PhaseStorage {
         })?
     }
 
+    /// A streamed upload (a tiered segment's multipart upload) cannot outlive its caller: its
+    /// chunks come from the caller. While stalled it waits before it starts.
+    async fn upload_stream(
+        &self,
+        key: &ObjectKey,
+        chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        self.stall.pass().await;
+        self.current().upload_stream(key, chunks, part_size).await
+    }
+
     async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
         self.current().fetch(key, range).await
     }
@@ -269,6 +298,16 @@ impl ObjectStorage for GatedStorage {
         self.inner.upload(key, payload).await
     }
 
+    async fn upload_stream(
+        &self,
+        key: &ObjectKey,
+        chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        self.gate.storage()?;
+        self.inner.upload_stream(key, chunks, part_size).await
+    }
+
     async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
         self.gate.storage()?;
         self.inner.fetch(key, range).await
@@ -319,7 +358,9 @@ impl CoordinatorLayer for GatedCoordinator {
 
 /// Commit faults on a coordinator: refused and applied-with-the-answer-lost commits from the
 /// testkit's [`FaultyCoordinator`], and stalls of its own (deterministic, see [`Stall`]); the same
-/// three faults for transaction markers (`write_txn_markers`), with controls of their own.
+/// three faults for transaction markers (`write_txn_markers`) and for tiered segment
+/// registrations (`register_segment`, whose stalled callers are answered `OutcomeUnknown` after
+/// an RPC timeout while the call lands once released), with controls of their own.
 ///
 /// A commit started while stalled waits before anything else, in a task of its own, as a commit
 /// stuck on its way to the coordinator: a caller that gives up (the writer's commit timeout
@@ -335,6 +376,12 @@ pub struct CommitStalls {
     fail_markers: AtomicU32,
     lose_markers: AtomicU32,
     marker_stall: Arc<Stall>,
+    fail_registers: AtomicU32,
+    lose_registers: AtomicU32,
+    register_stall: Arc<Stall>,
+    /// How long a caller waits for a stalled registration before it is told the outcome is
+    /// unknown (ms).
+    register_timeout_ms: AtomicU64,
 }
 
 /// Takes one from a countdown, if it is above zero.
@@ -356,6 +403,10 @@ impl CommitStalls {
                 fail_markers: AtomicU32::new(0),
                 lose_markers: AtomicU32::new(0),
                 marker_stall: Arc::new(Stall::default()),
+                fail_registers: AtomicU32::new(0),
+                lose_registers: AtomicU32::new(0),
+                register_stall: Arc::new(Stall::default()),
+                register_timeout_ms: AtomicU64::new(u64::MAX),
             },
         ))
     }
@@ -405,6 +456,32 @@ impl CommitStalls {
     pub fn release_markers(&self) {
         self.marker_stall.release();
     }
+
+    /// The next `n` `register_segment` calls fail without being applied.
+    pub fn fail_next_registers(&self, n: u32) {
+        self.fail_registers.store(n, Ordering::SeqCst);
+    }
+
+    /// The next `n` `register_segment` calls are applied, then report an unknown outcome.
+    pub fn lose_next_registers(&self, n: u32) {
+        self.lose_registers.store(n, Ordering::SeqCst);
+    }
+
+    /// `register_segment` calls wait until [`CommitStalls::release_registers`]; their caller is
+    /// answered `OutcomeUnknown` after `timeout` (an RPC timeout) while the call, on the wire,
+    /// still lands once released.
+    pub fn stall_registers(&self, timeout: Duration) {
+        self.register_timeout_ms.store(
+            u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
+        self.register_stall.stall();
+    }
+
+    /// Lets stalled registrations go on.
+    pub fn release_registers(&self) {
+        self.register_stall.release();
+    }
 }
 
 #[async_trait]
@@ -450,6 +527,40 @@ impl CoordinatorLayer for CommitStalls {
                 .map_err(|e| CoordinatorError::OutcomeUnknown(Box::new(e)))?
         } else {
             inner.write_txn_markers(markers).await
+        };
+        match result {
+            Ok(_) if lose => Err(CoordinatorError::OutcomeUnknown(Box::new(
+                InjectedCommitFault::AnswerLost,
+            ))),
+            other => other,
+        }
+    }
+
+    async fn register_segment(
+        &self,
+        inner: &dyn BatchCoordinator,
+        request: RegisterSegmentRequest,
+    ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
+        if take_one(&self.fail_registers) {
+            return Err(CoordinatorError::Unavailable(Box::new(
+                InjectedCommitFault::NotApplied,
+            )));
+        }
+        let lose = take_one(&self.lose_registers);
+        let result = if self.register_stall.is_on() {
+            let (faulty, stall) = (self.faulty.clone(), self.register_stall.clone());
+            let timeout = Duration::from_millis(self.register_timeout_ms.load(Ordering::SeqCst));
+            let call = tokio::spawn(async move {
+                stall.pass().await;
+                faulty.register_segment(request).await
+            });
+            match tokio::time::timeout(timeout, call).await {
+                Ok(joined) => joined.map_err(|e| CoordinatorError::OutcomeUnknown(Box::new(e)))?,
+                // The call goes on in its task and lands once released.
+                Err(elapsed) => Err(CoordinatorError::OutcomeUnknown(Box::new(elapsed))),
+            }
+        } else {
+            inner.register_segment(request).await
         };
         match result {
             Ok(_) if lose => Err(CoordinatorError::OutcomeUnknown(Box::new(

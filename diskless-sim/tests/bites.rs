@@ -2,18 +2,21 @@
 //! broken invariant within a few seeds.
 #![allow(clippy::print_stderr)] // A soak reports each seed and each failure.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use diskless_coordinator::{
-    BatchCoordinator, CommitBatchResult, CommitFileRequest, CoordinatorError, CoordinatorLayer,
-    FindBatchesRequest, FindBatchesResponse, IsolationLevel, Layered, TxnMarker, TxnMarkerResult,
-    object_key_time_ms,
+    BatchCoordinate, BatchCoordinator, CommitBatchResult, CommitFileRequest, CoordinatorError,
+    CoordinatorLayer, FindBatchesRequest, FindBatchesResponse, IsolationLevel, Layered,
+    RegisterSegmentOutcome, RegisterSegmentRequest, SegmentPlan, SegmentPlanRequest, TieredSegment,
+    TopicIdPartition, TxnMarker, TxnMarkerResult, object_key_time_ms,
 };
 use diskless_sim::{Components, SimConfig, Variant, Violation, run_with};
 use diskless_storage::ObjectStoreStorage;
 use diskless_testkit::coordinator::InMemoryCoordinator;
+use parking_lot::Mutex;
 
 /// Which defect a [`Mutant`] has.
 #[derive(Debug, Clone, Copy)]
@@ -34,12 +37,79 @@ enum Bug {
     /// The verification guard is lost: every transactional batch claims the newest transaction
     /// (a stale batch landing after its transaction's marker opens a new one).
     NoTxnSeqGuard,
+    /// `register_segment` registers the segment but leaves the WAL batches it covers: reads that
+    /// go on from the segments into the WAL tier find them again (offsets in two tiers).
+    /// Emulated by the layer: the rows a registration covered (from the plan it answered) are
+    /// served again after the segments.
+    KeepsCoveredRows,
+    /// `register_segment` skips its range check: a segment built from a plan that retention,
+    /// DeleteRecords or another segment outdated is registered anyway and shadows what the
+    /// partition holds. Emulated by the layer: a registration the model finds `Stale` is answered
+    /// `Registered`, and the segment is served (and listed) over the model's answers.
+    NoRangeCheck,
+    /// The tiering worker deletes a discarded key without the fence: `fence_orphans` of segment
+    /// keys answers the unknown ones but records nothing, so a registration stalled on the wire
+    /// past the worker's give-up (two RPC timeouts) still lands, on a deleted object.
+    NoSegmentFence,
 }
 
 /// The reference model with one defect: a layer that changes only the operations with the bug.
 #[derive(Debug)]
 struct Mutant {
     bug: Bug,
+    /// [`Bug::KeepsCoveredRows`]: the last plan per partition, and the rows registrations left.
+    plans: Mutex<BTreeMap<TopicIdPartition, Vec<BatchCoordinate>>>,
+    kept: Mutex<BTreeMap<TopicIdPartition, Vec<BatchCoordinate>>>,
+    /// [`Bug::NoRangeCheck`]: the stale segments answered as registered.
+    ghosts: Mutex<BTreeMap<TopicIdPartition, Vec<TieredSegment>>>,
+}
+
+impl Mutant {
+    fn new(bug: Bug) -> Self {
+        Mutant {
+            bug,
+            plans: Mutex::new(BTreeMap::new()),
+            kept: Mutex::new(BTreeMap::new()),
+            ghosts: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// [`Bug::KeepsCoveredRows`] and [`Bug::NoRangeCheck`] on one `find_batches` answer.
+    fn tiered_bugs(&self, request: &FindBatchesRequest, answer: &mut FindBatchesResponse) {
+        if !answer.error.is_ok() {
+            return;
+        }
+        let p = request.partition;
+        match self.bug {
+            Bug::KeepsCoveredRows if !answer.segments.is_empty() => {
+                let kept = self.kept.lock();
+                let rows: Vec<BatchCoordinate> = kept
+                    .get(&p)
+                    .into_iter()
+                    .flatten()
+                    .filter(|b| {
+                        b.last_offset >= request.offset && b.last_offset >= answer.log_start_offset
+                    })
+                    .cloned()
+                    .collect();
+                answer.batches.splice(0..0, rows);
+            }
+            Bug::NoRangeCheck => {
+                let ghosts = self.ghosts.lock();
+                let ghost = ghosts.get(&p).into_iter().flatten().find(|g| {
+                    g.base_offset <= request.offset
+                        && request.offset <= g.end_offset
+                        && request.offset >= answer.log_start_offset
+                });
+                if let Some(g) = ghost {
+                    answer.segments.retain(|s| s.base_offset > g.end_offset);
+                    answer.segments.insert(0, g.clone());
+                    answer.batches.retain(|b| b.base_offset > g.end_offset);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 #[async_trait]
@@ -68,6 +138,9 @@ impl CoordinatorLayer for Mutant {
             return Ok(found);
         }
         let mut found = inner.find_batches(requests, fetch_max_bytes).await?;
+        for (answer, request) in found.iter_mut().zip(requests) {
+            self.tiered_bugs(request, answer);
+        }
         for answer in &mut found {
             match self.bug {
                 Bug::SkipsABatch if answer.batches.len() > 2 => {
@@ -131,8 +204,106 @@ impl CoordinatorLayer for Mutant {
                     .cloned()
                     .collect())
             }
+            Bug::NoSegmentFence => {
+                let (segments, wal): (Vec<String>, Vec<String>) = object_keys
+                    .iter()
+                    .cloned()
+                    .partition(|k| k.starts_with("tiered/"));
+                let known = inner.known_objects(&segments).await?;
+                let mut out: Vec<String> = segments
+                    .into_iter()
+                    .filter(|k| !known.contains(k) && object_key_time_ms(k).is_some())
+                    .collect();
+                out.extend(inner.fence_orphans(&wal).await?);
+                Ok(out)
+            }
             _ => inner.fence_orphans(object_keys).await,
         }
+    }
+
+    async fn segment_plan(
+        &self,
+        inner: &dyn BatchCoordinator,
+        request: &SegmentPlanRequest,
+    ) -> Result<SegmentPlan, CoordinatorError> {
+        let plan = inner.segment_plan(request).await?;
+        if let Bug::KeepsCoveredRows = self.bug {
+            self.plans
+                .lock()
+                .insert(request.partition, plan.batches.clone());
+        }
+        Ok(plan)
+    }
+
+    async fn register_segment(
+        &self,
+        inner: &dyn BatchCoordinator,
+        request: RegisterSegmentRequest,
+    ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
+        let outcome = inner.register_segment(request.clone()).await?;
+        let p = request.partition;
+        match (self.bug, outcome) {
+            (Bug::KeepsCoveredRows, RegisterSegmentOutcome::Registered { .. }) => {
+                let plans = self.plans.lock();
+                let covered = plans.get(&p).into_iter().flatten().filter(|b| {
+                    b.base_offset >= request.base_offset && b.last_offset <= request.end_offset
+                });
+                self.kept
+                    .lock()
+                    .entry(p)
+                    .or_default()
+                    .extend(covered.cloned());
+                Ok(outcome)
+            }
+            (Bug::NoRangeCheck, RegisterSegmentOutcome::Stale) => {
+                let ghost = TieredSegment {
+                    object_key: request.object_key.clone(),
+                    object_size: request.object_size,
+                    layout: request.layout,
+                    base_offset: request.base_offset,
+                    end_offset: request.end_offset,
+                    max_timestamp: request.max_timestamp,
+                    max_timestamp_offset: request.max_timestamp_offset,
+                    retention_ts: request.max_timestamp,
+                    batch_count: request.batch_count,
+                    registered_at: 0,
+                };
+                let mut ghosts = self.ghosts.lock();
+                let list = ghosts.entry(p).or_default();
+                list.push(ghost);
+                list.sort_by_key(|g| g.base_offset);
+                Ok(RegisterSegmentOutcome::Registered {
+                    released_objects: 0,
+                })
+            }
+            _ => Ok(outcome),
+        }
+    }
+
+    async fn list_tiered_segments(
+        &self,
+        inner: &dyn BatchCoordinator,
+        partition: TopicIdPartition,
+        from_offset: i64,
+        limit: u32,
+    ) -> Result<Vec<TieredSegment>, CoordinatorError> {
+        let mut listed = inner
+            .list_tiered_segments(partition, from_offset, limit)
+            .await?;
+        if let Bug::NoRangeCheck = self.bug {
+            let ghosts = self.ghosts.lock();
+            listed.extend(
+                ghosts
+                    .get(&partition)
+                    .into_iter()
+                    .flatten()
+                    .filter(|g| g.end_offset >= from_offset)
+                    .cloned(),
+            );
+            listed.sort_by_key(|s| (s.base_offset, s.end_offset));
+            listed.truncate(limit as usize);
+        }
+        Ok(listed)
     }
 }
 
@@ -143,7 +314,7 @@ fn first_violation(bug: Bug, max_seeds: u64) -> Option<Box<Violation>> {
         let result = run_with(&config, &format!("{bug:?}"), |clock| async move {
             let max_commit_age = Duration::from_secs(60);
             let model = InMemoryCoordinator::new(clock).with_max_commit_age(max_commit_age);
-            let mutant = Layered::new(Arc::new(model), Mutant { bug });
+            let mutant = Layered::new(Arc::new(model), Mutant::new(bug));
             Ok(Components::new(
                 Arc::new(ObjectStoreStorage::in_memory()),
                 Arc::new(mutant),
@@ -207,6 +378,51 @@ fn a_lost_verification_guard_is_caught() {
             diskless_sim::LSO,
             diskless_sim::NO_DIRTY_READ,
             diskless_sim::ATOMIC
+        ]
+        .contains(&v.invariant),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_registration_that_keeps_the_covered_rows_is_caught() {
+    let v = first_violation(Bug::KeepsCoveredRows, 5).expect("no violation in 5 seeds");
+    assert!(
+        [
+            diskless_sim::TIERED,
+            diskless_sim::OFFSETS,
+            diskless_sim::CONSUMER,
+            diskless_sim::OBJECTS,
+            diskless_sim::ACKED_READABLE
+        ]
+        .contains(&v.invariant),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_registration_without_the_range_check_is_caught() {
+    let v = first_violation(Bug::NoRangeCheck, 10).expect("no violation in 10 seeds");
+    assert!(
+        [
+            diskless_sim::TIERED,
+            diskless_sim::OFFSETS,
+            diskless_sim::CONSUMER,
+            diskless_sim::ACKED_READABLE
+        ]
+        .contains(&v.invariant),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_segment_deleted_without_the_fence_is_caught() {
+    let v = first_violation(Bug::NoSegmentFence, 20).expect("no violation in 20 seeds");
+    assert!(
+        [
+            diskless_sim::TIERED,
+            diskless_sim::OBJECTS,
+            diskless_sim::ACKED_READABLE
         ]
         .contains(&v.invariant),
         "{v}"
