@@ -1005,3 +1005,406 @@ async fn random_storage_faults() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Several segments per partition per pass
+
+/// The topic config of the backlog tests: due by size only (`segment.ms` one day).
+fn backlog_config() -> TopicConfig {
+    TopicConfig {
+        segment_ms: 24 * 60 * MINUTE,
+        ..topic_config()
+    }
+}
+
+/// The segments of each partition.
+async fn segments_per_partition(e: &Env) -> Vec<usize> {
+    let mut counts = Vec::new();
+    for p in 0..PARTITIONS {
+        counts.push(
+            e.coordinator
+                .list_tiered_segments(e.partition(p), 0, 1000)
+                .await
+                .unwrap()
+                .len(),
+        );
+    }
+    counts
+}
+
+/// The WAL batches of partition `p`: (count, bytes).
+async fn wal_of(e: &Env, p: i32) -> (usize, u64) {
+    let found = e
+        .coordinator
+        .find_batches(
+            &[FindBatchesRequest {
+                partition: e.partition(p),
+                offset: 0,
+                max_bytes: 1 << 30,
+                isolation: IsolationLevel::ReadUncommitted,
+            }],
+            1 << 30,
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    (
+        found.batches.len(),
+        found.batches.iter().map(|b| u64::from(b.byte_size)).sum(),
+    )
+}
+
+/// One pass tiers every full segment of each partition's backlog (Kafka's `RemoteLogManager`
+/// copies every rolled segment of a partition per run) and leaves the partial segment behind
+/// them in the WAL tier until it is due itself (`segment.ms`), as Kafka copies the active
+/// segment only once it rolled.
+async fn a_pass_tiers_a_backlog_of_full_segments(backend: Backend) {
+    let mut e = env(backend, backlog_config()).await;
+    e.produce(40).await;
+    e.clock.advance(10 * MINUTE);
+    let (worker, _) = e.worker_with(
+        &Crash::never(),
+        TieringConfig::default()
+            .with_max_segments_per_partition(100)
+            .with_max_segments_per_pass(100),
+    );
+    let report = worker.run_pass().await.unwrap();
+    assert_eq!(report.candidates, PARTITIONS as u64, "{report:?}");
+    assert!(!report.more, "{report:?}");
+    assert_eq!((report.failed, report.stale), (0, 0), "{report:?}");
+    let counts = segments_per_partition(&e).await;
+    assert!(counts.iter().all(|n| *n >= 3), "{counts:?}");
+    assert_eq!(report.segments, counts.iter().sum::<usize>() as u64);
+    for p in 0..PARTITIONS {
+        // What is left is less than a segment, and still there.
+        let (batches, bytes) = wal_of(&e, p).await;
+        assert!(
+            batches > 0,
+            "{backend:?} p{p}: the partial segment was tiered"
+        );
+        assert!(
+            bytes < e.config.segment_bytes as u64,
+            "{backend:?} p{p}: {bytes} WAL bytes left"
+        );
+    }
+    let due = e
+        .coordinator
+        .tiering_candidates(e.clock.now_ms(), 2 * MINUTE, None, 100)
+        .await
+        .unwrap();
+    assert!(due.is_empty(), "{due:?}");
+    e.check(false, "backlog tiered").await;
+    assert_eq!(worker.run_pass().await.unwrap().segments, 0);
+    // Once `segment.ms` has passed, the rest goes, one segment per partition.
+    e.clock.advance(24 * 60 * MINUTE);
+    let report = worker.run_pass().await.unwrap();
+    assert_eq!(report.segments, PARTITIONS as u64, "{report:?}");
+    for p in 0..PARTITIONS {
+        assert_eq!(wal_of(&e, p).await.0, 0);
+    }
+    e.check(false, "rest tiered").await;
+    e.writer.close().await;
+}
+
+#[tokio::test]
+async fn a_pass_tiers_a_backlog_of_full_segments_model() {
+    a_pass_tiers_a_backlog_of_full_segments(Backend::Model).await;
+}
+
+#[tokio::test]
+async fn a_pass_tiers_a_backlog_of_full_segments_sqlite() {
+    a_pass_tiers_a_backlog_of_full_segments(Backend::Sqlite).await;
+}
+
+/// `max_segments_per_partition` keeps one backlog from taking a whole pass: the partition gets
+/// its share, the cursor moves past it, and the partitions after it are served before it is
+/// again.
+#[tokio::test]
+async fn a_partition_cap_shares_passes_between_backlogs() {
+    let mut e = env(Backend::Model, backlog_config()).await;
+    e.produce(60).await;
+    e.clock.advance(10 * MINUTE);
+    let (worker, _) = e.worker_with(
+        &Crash::never(),
+        TieringConfig::default()
+            .with_max_segments_per_partition(2)
+            .with_max_segments_per_pass(4)
+            .with_candidate_page(1),
+    );
+    let report = worker.run_pass().await.unwrap();
+    assert_eq!((report.segments, report.more), (4, true), "{report:?}");
+    assert_eq!(segments_per_partition(&e).await, vec![2, 2, 0]);
+    // The next pass starts after partition 1; the cycle ends after partition 2.
+    let report = worker.run_pass().await.unwrap();
+    assert_eq!((report.segments, report.more), (2, true), "{report:?}");
+    assert_eq!(segments_per_partition(&e).await, vec![2, 2, 2]);
+    let report = worker.run_pass().await.unwrap();
+    assert_eq!(report.segments, 4, "{report:?}");
+    assert_eq!(segments_per_partition(&e).await, vec![4, 4, 2]);
+    e.check(false, "shared").await;
+    // With a cap of one, one segment per partition per pass (the first round's behaviour).
+    e.seed += 1;
+    let (worker, _) = e.worker_with(
+        &Crash::never(),
+        TieringConfig::default().with_max_segments_per_partition(1),
+    );
+    let before = segments_per_partition(&e).await;
+    let report = worker.run_pass().await.unwrap();
+    let after = segments_per_partition(&e).await;
+    assert!(
+        before.iter().zip(&after).all(|(b, a)| a - b <= 1),
+        "{before:?} {after:?} {report:?}"
+    );
+    assert!(report.segments > 0, "{report:?}");
+    assert_eq!(report.failed, 0, "{report:?}");
+    e.check(false, "capped at one").await;
+    e.writer.close().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fetcher's cache after a registration
+
+/// Storage recording every ranged GET.
+#[derive(Debug)]
+struct RecordingStorage {
+    inner: Arc<dyn ObjectStorage>,
+    gets: parking_lot::Mutex<Vec<(String, Range<u64>)>>,
+}
+
+#[async_trait]
+impl ObjectStorage for RecordingStorage {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        self.inner.upload(key, payload).await
+    }
+
+    async fn upload_stream(
+        &self,
+        key: &ObjectKey,
+        chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        self.inner.upload_stream(key, chunks, part_size).await
+    }
+
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        self.gets
+            .lock()
+            .push((key.as_str().to_string(), range.clone()));
+        self.inner.fetch(key, range).await
+    }
+
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        self.inner.delete(keys).await
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.inner.list(prefix)
+    }
+}
+
+/// After a registration, the blocks of the new segment from the one holding the end of its
+/// `.log` on (its `.index`, `.timeindex`, `.txnindex`, snapshot) are in the fetcher's cache, cut
+/// as the fetcher cuts them and equal to the stored bytes: a reader's first index lookup costs no
+/// GET, only its `.log` reads do.
+#[tokio::test]
+async fn a_registered_segments_index_blocks_are_cached() {
+    use diskless_cache::{BlockKey, LocalCache, MokaCache, MokaCacheConfig};
+    const BLOCK: u64 = 256;
+    let mut e = env(Backend::Model, topic_config()).await;
+    e.produce(12).await;
+    e.clock.advance(10 * MINUTE);
+    let storage = Arc::new(RecordingStorage {
+        inner: e.storage.clone(),
+        gets: parking_lot::Mutex::new(Vec::new()),
+    });
+    let cache = Arc::new(MokaCache::new(MokaCacheConfig::default()).unwrap());
+    let fetcher = Fetcher::builder(storage.clone(), e.coordinator.clone())
+        .with_cache(cache.clone())
+        .with_config(FetcherConfig::default().with_cache_block_size(BLOCK))
+        .build()
+        .unwrap();
+    let worker = TieringWorker::new(
+        e.coordinator.clone(),
+        Arc::new(ObjectRemoteStorage::new(storage.clone())),
+        fetcher.clone(),
+        e.clock.clone(),
+        Arc::new(SeededKeys::new(5)),
+        1,
+        TieringConfig::default()
+            .with_part_size(1024)
+            .with_read_window(700),
+    )
+    .unwrap();
+    let report = worker.run_pass().await.unwrap();
+    assert!(report.segments >= PARTITIONS as u64, "{report:?}");
+    // Each segment: the first block it needs for its sections (by key), and how many blocks.
+    let mut first_tail_block = BTreeMap::new();
+    let mut cached_blocks = 0;
+    for p in 0..PARTITIONS {
+        for s in e
+            .coordinator
+            .list_tiered_segments(e.partition(p), 0, 100)
+            .await
+            .unwrap()
+        {
+            let first = s.layout.log / BLOCK;
+            let key = ObjectKey::parse(&s.object_key).unwrap();
+            for index in first..=(s.object_size - 1) / BLOCK {
+                let start = index * BLOCK;
+                let end = (start + BLOCK).min(s.object_size);
+                let stored = e.storage.fetch(&key, start..end).await.unwrap();
+                let cached = cache
+                    .get(&BlockKey::new(s.object_key.as_str(), BLOCK, index))
+                    .await;
+                assert_eq!(cached, Some(stored), "{} block {index}", s.object_key);
+                cached_blocks += 1;
+            }
+            // The blocks of the `.log` alone are not.
+            if first > 0 {
+                let log_block = cache
+                    .get(&BlockKey::new(s.object_key.as_str(), BLOCK, first - 1))
+                    .await;
+                assert!(log_block.is_none());
+            }
+            first_tail_block.insert(s.object_key.clone(), first * BLOCK);
+        }
+    }
+    assert!(
+        cached_blocks > first_tail_block.len(),
+        "some tails span blocks"
+    );
+    // A reader from the log start: its GETs of segments are of their `.log` blocks only.
+    storage.gets.lock().clear();
+    for p in 0..PARTITIONS {
+        let mut offset = 0;
+        loop {
+            let answer = fetcher
+                .fetch(
+                    &[FetchPartition {
+                        partition: e.partition(p),
+                        fetch_offset: offset,
+                        partition_max_bytes: 400,
+                        leader_epoch: 0,
+                        isolation: IsolationLevel::ReadCommitted,
+                    }],
+                    400,
+                )
+                .await
+                .unwrap()
+                .remove(0);
+            assert_eq!(answer.error, ErrorCode::None, "{answer:?}");
+            let records = answer.records_bytes();
+            if records.is_empty() {
+                break;
+            }
+            for b in split_batches(records).unwrap() {
+                e.expect_batch(p, b.base_offset(), b.as_bytes(), "cached indexes");
+                offset = b.base_offset() + i64::from(b.last_offset_delta()) + 1;
+            }
+        }
+        assert_eq!(
+            offset,
+            e.acked
+                .range((p, 0)..(p + 1, 0))
+                .next_back()
+                .map(|((_, base), b)| base + i64::from(b.last_offset_delta()) + 1)
+                .unwrap()
+        );
+    }
+    let gets = storage.gets.lock().clone();
+    let segment_gets: Vec<_> = gets
+        .iter()
+        .filter_map(|(key, range)| first_tail_block.get(key).map(|tail| (key, range, *tail)))
+        .collect();
+    assert!(!segment_gets.is_empty(), "the .log blocks are read");
+    for (key, range, tail) in segment_gets {
+        assert!(
+            range.end <= tail,
+            "{key}: GET {range:?} reaches its cached blocks ({tail})"
+        );
+    }
+    e.writer.close().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Lifecycle of a host that tiers
+
+/// A host runs the tiering worker in a `Lifecycle` with an orphan collector per prefix: the
+/// collector on `wal` and the one on `tiered` each collect their own orphans, each counted on its
+/// own and in the sum. Two collectors on one prefix, or a zero interval on the second, are
+/// refused.
+#[tokio::test(start_paused = true)]
+async fn a_lifecycle_runs_an_orphan_collector_per_prefix() {
+    use diskless_core::lifecycle::Lifecycle;
+    let mut e = env(Backend::Model, topic_config()).await;
+    e.produce(6).await;
+    // An orphan under each prefix: uploaded, never committed.
+    let keys = SeededKeys::new(99);
+    let wal_orphan = ObjectKey::generate("wal", &keys, e.clock.as_ref()).unwrap();
+    let tiered_orphan = ObjectKey::generate("tiered", &keys, e.clock.as_ref()).unwrap();
+    for key in [&wal_orphan, &tiered_orphan] {
+        e.storage
+            .upload(key, &[Bytes::from_static(b"orphan")])
+            .await
+            .unwrap();
+    }
+    e.clock.advance(10 * MINUTE);
+    let collector = |prefix: &str| {
+        OrphanCollector::new(
+            e.coordinator.clone(),
+            e.storage.clone(),
+            e.clock.clone(),
+            OrphanConfig::new(prefix)
+                .with_max_commit_age(Duration::from_secs(60))
+                .with_recheck_delay(Duration::ZERO)
+                .with_full_sweep_interval(Duration::ZERO),
+        )
+        .unwrap()
+    };
+    let minute = Duration::from_secs(60);
+    let refused = |spawned: Result<_, ConfigError>| match spawned {
+        Err(ConfigError::Invalid { field, .. }) => field,
+        other => panic!("not refused: {other:?}"),
+    };
+    let twice = Lifecycle::new()
+        .orphans(collector("wal"), minute)
+        .orphans(collector("wal"), minute)
+        .spawn();
+    assert_eq!(refused(twice), "orphans");
+    let zero = Lifecycle::new()
+        .orphans(collector("wal"), minute)
+        .orphans(collector("tiered"), Duration::ZERO)
+        .spawn();
+    assert_eq!(refused(zero), "orphans");
+
+    let (worker, _) = e.worker(&Crash::never());
+    let handle = Lifecycle::new()
+        .tiering(worker, Duration::from_secs(30))
+        .orphans(collector("wal"), minute)
+        .orphans(collector("tiered"), minute)
+        .spawn()
+        .unwrap();
+    // Passes at 0 s (suspected) and 60 s (fenced and deleted).
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    let stats = handle.stats().clone();
+    handle.shutdown().await;
+    let exists = |key: &ObjectKey| {
+        let storage = e.storage.clone();
+        let key = key.clone();
+        async move { storage.fetch(&key, 0..1).await.is_ok() }
+    };
+    assert!(!exists(&wal_orphan).await, "the WAL orphan is left");
+    assert!(!exists(&tiered_orphan).await, "the tiered orphan is left");
+    let (wal, tiered) = (
+        stats.orphans_on("wal").unwrap(),
+        stats.orphans_on("tiered").unwrap(),
+    );
+    assert!(wal.passes() >= 2 && tiered.passes() >= 2, "{stats:?}");
+    assert_eq!(stats.orphans.passes(), wal.passes() + tiered.passes());
+    assert_eq!(stats.orphans.failures(), 0);
+    assert!(stats.orphans_on("other").is_none());
+    assert!(stats.tiering.passes() >= 2, "{stats:?}");
+    assert!(e.tiered_segments().await >= PARTITIONS as usize);
+    e.check(false, "lifecycle").await;
+    e.writer.close().await;
+}
