@@ -16,7 +16,8 @@
 //!   by `segment.ms` / `segment.bytes` rather than by retention. Its unregistered uploads are
 //!   collected by a second [`OrphanCollector`] on its prefix (`tiered`); the WAL objects it
 //!   releases and the segments retention deletes are deleted by the [`ObjectCleaner`].
-//! - [`Lifecycle`] runs them as tokio tasks on intervals, with a shutdown handle. Tests call each
+//! - [`Lifecycle`] runs them as tokio tasks on intervals, with a shutdown handle (an orphan
+//!   collector per key prefix: `wal`, and `tiered` beside the tiering worker). Tests call each
 //!   worker's `run_pass` by hand with a `ManualClock`.
 //!
 //! Every pass returns a report (counts), logs with `tracing` in a `lifecycle_pass` span (field

@@ -37,8 +37,10 @@ use std::time::Duration;
 #[non_exhaustive]
 pub struct TieringConfig {
     /// The key prefix of segment objects (a valid key prefix, [`validate_prefix`]; not the WAL
-    /// writers' prefix). Run an [`OrphanCollector`](super::OrphanCollector) with the same prefix:
-    /// it collects the segments whose upload no registration followed. Default `tiered`.
+    /// writers' prefix). Run an [`OrphanCollector`](super::OrphanCollector) with the same prefix
+    /// (in a [`Lifecycle`](super::Lifecycle), a second [`orphans`](super::Lifecycle::orphans)
+    /// beside the writers'): it collects the segments whose upload no registration followed.
+    /// Default `tiered`.
     pub prefix: String,
     /// Batches committed less than this long ago stay in the WAL tier (tail readers keep reading
     /// the writer-warmed WAL blocks). Default 2 minutes.
@@ -170,7 +172,9 @@ pub struct TieringPassReport {
 ///    to [`RemoteStorage::copy_segment`] in parts of `part_size` — memory is about a window and a
 ///    part, never the segment;
 /// 5. [`BatchCoordinator::register_segment`] (retried once after an unknown outcome);
-/// 6. with a cache in the [`Fetcher`], the blocks holding the new segment's sections after its
+/// 6. with a cache in the [`Fetcher`] (and the segments stored as objects of the fetcher's
+///    storage, as [`ObjectRemoteStorage`](diskless_storage::ObjectRemoteStorage) over it stores
+///    them: the fetcher reads them there), the blocks holding the new segment's sections after its
 ///    `.log` (`.index`, `.timeindex`, `.txnindex`, the producer snapshot: what a reader looks up
 ///    first) are put into it, cut as the fetcher cuts them, so that a reader's first index lookup
 ///    costs no GET (the worker keeps the `.log`'s bytes since its last block boundary for that: at
