@@ -8,8 +8,17 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use diskless_coordinator::{TimestampType, TopicIdPartition};
-use diskless_core::fuzzing::{fuzz_batch_validator, fuzz_segment_reader, fuzz_txn_marker};
-use diskless_core::{Compression, NewRecord, RecordBatch, RecordBatchBuilder, SegmentBuilder};
+use diskless_core::fuzzing::{
+    FuzzSegmentRow, TieredFetchInput, TieredFetchOutcome, fuzz_batch_validator,
+    fuzz_segment_reader, fuzz_tiered_fetch, fuzz_txn_marker, tiered_coordinate,
+};
+use diskless_core::tiered::{
+    AbortedTxnEntry, BuiltSegment, FinishInputs, ProducerSnapshotEntry, PushOutcome,
+    TieredSegmentBuilder, TieredSegmentConfig,
+};
+use diskless_core::{
+    Compression, HEADER_LEN, NewRecord, RecordBatch, RecordBatchBuilder, SegmentBuilder,
+};
 
 const NOW: i64 = diskless_core::fuzzing::FUZZ_NOW_MS;
 
@@ -273,10 +282,358 @@ fn write_seeds() {
     for (name, data) in &markers {
         std::fs::write(dir.join(name), data).unwrap();
     }
+
+    let dir = corpus_dir("tiered_fetch");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, data) in tiered_fetch_seeds() {
+        std::fs::write(dir.join(name), data).unwrap();
+    }
 }
 
 #[test]
 fn replay_txn_marker_corpus() {
     regen_if_asked();
     replay("txn_marker", fuzz_txn_marker);
+}
+
+#[test]
+fn replay_tiered_fetch_corpus() {
+    regen_if_asked();
+    replay("tiered_fetch", |data| {
+        let _ = fuzz_tiered_fetch(data);
+    });
+}
+
+/// The valid seeds reach records (fetched batches and offsets found inside the segments), and
+/// the broken ones fail partitions without failing the target: the target checks something.
+#[test]
+fn tiered_fetch_seeds_reach_records() {
+    regen_if_asked();
+    let dir = corpus_dir("tiered_fetch");
+    let run = |name: &str| -> TieredFetchOutcome {
+        fuzz_tiered_fetch(&std::fs::read(dir.join(name)).unwrap())
+    };
+    for name in [
+        "one-segment",
+        "one-segment-cache-small-limits",
+        "log-append-time",
+        "two-segments",
+        "two-segments-cache",
+        "txn-aborted",
+        "txn-open-across-segments",
+        "flipped-record-fixed-crc",
+    ] {
+        let o = run(name);
+        assert!(o.batches_served > 0 && o.fetched_ok > 0, "{name}: {o:?}");
+        assert!(o.offsets_found > 0, "{name}: {o:?}");
+    }
+    // Every fetch of the first seed is served (its fetch offsets all lie in the segment).
+    let o = run("one-segment");
+    assert_eq!((o.fetch_errors, o.list_errors), (0, 0), "{o:?}");
+    assert_eq!(o.fetched_ok, 2 * 5);
+    for name in [
+        "flipped-index",
+        "layout-off-by-one",
+        "object-size-short",
+        "truncated-object",
+        "base-offset-late",
+    ] {
+        let o = run(name);
+        assert!(o.fetch_errors > 0, "{name}: {o:?}");
+    }
+    let o = run("flipped-record");
+    assert!(o.batches_served > 0 && o.list_errors > 0, "{o:?}");
+    assert_eq!(run("header-short"), TieredFetchOutcome::default());
+}
+
+fn data_batch(codec: Compression, ts: i64, records: usize) -> RecordBatch {
+    let mut b = RecordBatchBuilder::new().compression(codec);
+    for i in 0..records {
+        b = b.record(
+            ts + i as i64,
+            Some(format!("k{i}").as_bytes()),
+            Some(&[b'v'; 40]),
+        );
+    }
+    b.build().unwrap()
+}
+
+fn txn_batch(producer_id: i64, sequence: i32, ts: i64) -> RecordBatch {
+    RecordBatchBuilder::new()
+        .producer(producer_id, 0, sequence)
+        .transactional(true)
+        .record(ts, None, Some(b"in a transaction"))
+        .build()
+        .unwrap()
+}
+
+fn end_marker(producer_id: i64, commit: bool, ts: i64) -> RecordBatch {
+    RecordBatch::parse(diskless_core::control::end_txn_marker(
+        &diskless_core::control::MarkerBatch {
+            base_offset: 0,
+            partition_leader_epoch: -1,
+            producer_id,
+            producer_epoch: 0,
+            commit,
+            coordinator_epoch: 4,
+            timestamp: ts,
+            log_append_time: false,
+        },
+    ))
+    .unwrap()
+}
+
+/// One tiered segment of `batches` from `base` (index entries every 100 bytes).
+fn build_segment(
+    batches: &[RecordBatch],
+    base: i64,
+    log_append_time: Option<i64>,
+    previous: &[ProducerSnapshotEntry],
+    aborted: &[AbortedTxnEntry],
+) -> BuiltSegment {
+    let partition = TopicIdPartition::new(uuid::Uuid::from_u128(0xf0f0), 3);
+    let config = TieredSegmentConfig {
+        index_interval_bytes: 100,
+        ..Default::default()
+    };
+    let mut b = TieredSegmentBuilder::new(partition, config)
+        .unwrap()
+        .expect_base_offset(base)
+        .with_previous_snapshot(previous);
+    let mut next = base;
+    for batch in batches {
+        let c = tiered_coordinate(batch, next, batch.max_timestamp(), log_append_time);
+        let pushed = b.push(&c, batch.as_bytes().clone()).unwrap();
+        assert!(matches!(pushed, PushOutcome::Appended(_)));
+        next += i64::from(batch.last_offset_delta()) + 1;
+    }
+    b.finish(FinishInputs {
+        aborted: aborted.to_vec(),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// The coordinator row of `seg` as a `tiered_fetch` input encodes it.
+fn row(seg: &BuiltSegment) -> FuzzSegmentRow {
+    let l = seg.layout;
+    FuzzSegmentRow {
+        layout: diskless_coordinator::SegmentLayoutSizes {
+            log: l.log,
+            offset_index: l.offset_index,
+            time_index: l.time_index,
+            txn_index: l.txn_index,
+            producer_snapshot: l.producer_snapshot,
+            leader_epochs: l.leader_epochs,
+        },
+        base_offset: seg.base_offset,
+        end_delta: (seg.end_offset - seg.base_offset) as i32,
+        max_timestamp: seg.max_timestamp,
+        max_timestamp_offset_delta: (seg.max_timestamp_offset - seg.base_offset) as u16,
+        object_size_delta: 0,
+    }
+}
+
+/// `input` without [`TieredFetchInput::FIX_CRCS`].
+fn fixed_off(input: &TieredFetchInput) -> TieredFetchInput {
+    TieredFetchInput {
+        flags: input.flags & !TieredFetchInput::FIX_CRCS,
+        ..*input
+    }
+}
+
+fn encode(input: &TieredFetchInput, objects: &[&[u8]]) -> Vec<u8> {
+    let mut input = *input;
+    input.split = objects[0].len() as u32;
+    let mut v = input.encode();
+    for o in objects {
+        v.extend_from_slice(o);
+    }
+    v
+}
+
+/// The `tiered_fetch` seeds: valid segments (mixed codecs, LogAppendTime, two segments, an
+/// aborted transaction, a transaction open across two segments) under several limits, cache
+/// block sizes and isolation-relevant LSOs, and broken variants (a flipped record with its CRC
+/// fixed, a flipped index entry, a wrong layout, a short object, rows that do not match).
+fn tiered_fetch_seeds() -> Vec<(String, Vec<u8>)> {
+    let base = 100;
+    let batches: Vec<RecordBatch> = (0..8)
+        .map(|i| data_batch(Compression::ALL[i % 5], NOW + 10 * i as i64, 1 + i % 3))
+        .collect();
+    let seg = build_segment(&batches, base, None, &[], &[]);
+    let object = seg.to_bytes().to_vec();
+    let span = (seg.end_offset - base) as i16;
+    let one = TieredFetchInput {
+        flags: 0,
+        cache_block_shift: 8,
+        partition_max_bytes: u16::MAX,
+        fetch_max_bytes: u16::MAX,
+        log_start_delta: 0,
+        lso_delta: 0,
+        timestamp: NOW + 31,
+        leader_epoch: 7,
+        fetch_offset_deltas: [0, span / 2, span],
+        split: 0,
+        segments: [row(&seg), FuzzSegmentRow::default()],
+    };
+    let mut seeds: Vec<(String, Vec<u8>)> = vec![("one-segment".into(), encode(&one, &[&object]))];
+    let small = TieredFetchInput {
+        flags: TieredFetchInput::CACHE,
+        cache_block_shift: 2,
+        partition_max_bytes: 300,
+        fetch_max_bytes: 500,
+        log_start_delta: 2,
+        ..one
+    };
+    seeds.push((
+        "one-segment-cache-small-limits".into(),
+        encode(&small, &[&object]),
+    ));
+    let lat_seg = build_segment(&batches[..4], base, Some(NOW + 500), &[], &[]);
+    let lat = TieredFetchInput {
+        timestamp: NOW + 400,
+        fetch_offset_deltas: [0, 1, 2],
+        segments: [row(&lat_seg), FuzzSegmentRow::default()],
+        ..one
+    };
+    seeds.push((
+        "log-append-time".into(),
+        encode(&lat, &[&lat_seg.to_bytes()]),
+    ));
+
+    // Two contiguous segments.
+    let first = build_segment(&batches[..5], base, None, &[], &[]);
+    let second = build_segment(&batches[5..], first.end_offset + 1, None, &[], &[]);
+    let (a, b) = (first.to_bytes(), second.to_bytes());
+    let two = TieredFetchInput {
+        flags: TieredFetchInput::TWO_SEGMENTS,
+        partition_max_bytes: 2_000,
+        timestamp: NOW + 65,
+        fetch_offset_deltas: [0, (first.end_offset - base) as i16, span],
+        segments: [row(&first), row(&second)],
+        ..one
+    };
+    seeds.push(("two-segments".into(), encode(&two, &[&a, &b])));
+    let two_cached = TieredFetchInput {
+        flags: TieredFetchInput::TWO_SEGMENTS | TieredFetchInput::CACHE,
+        cache_block_shift: 5,
+        fetch_max_bytes: 1_200,
+        ..two
+    };
+    seeds.push(("two-segments-cache".into(), encode(&two_cached, &[&a, &b])));
+    let mut gap = two;
+    gap.segments[1].base_offset += 1;
+    seeds.push(("gap-between-segments".into(), encode(&gap, &[&a, &b])));
+    let hw = TieredFetchInput {
+        flags: TieredFetchInput::TWO_SEGMENTS | TieredFetchInput::HW_PAST_SEGMENTS,
+        ..two
+    };
+    seeds.push(("hw-past-segments".into(), encode(&hw, &[&a, &b])));
+
+    // An aborted transaction: its .txnindex answers read_committed fetches.
+    let txn = vec![
+        data_batch(Compression::None, NOW, 2),
+        txn_batch(77, 0, NOW + 1),
+        txn_batch(77, 1, NOW + 2),
+        end_marker(77, false, NOW + 3),
+        data_batch(Compression::Lz4, NOW + 4, 2),
+    ];
+    let aborted = [AbortedTxnEntry {
+        producer_id: 77,
+        first_offset: base + 2,
+        last_offset: base + 4,
+        last_stable_offset: base + 5,
+    }];
+    let txn_seg = build_segment(&txn, base, None, &[], &aborted);
+    let txn_input = TieredFetchInput {
+        lso_delta: 1,
+        timestamp: NOW + 2,
+        fetch_offset_deltas: [0, 2, 5],
+        segments: [row(&txn_seg), FuzzSegmentRow::default()],
+        ..one
+    };
+    seeds.push((
+        "txn-aborted".into(),
+        encode(&txn_input, &[&txn_seg.to_bytes()]),
+    ));
+
+    // A transaction open at the first segment's end, aborted in the second.
+    let open = vec![
+        data_batch(Compression::Zstd, NOW, 3),
+        txn_batch(88, 0, NOW + 5),
+    ];
+    let open_seg = build_segment(&open, base, None, &[], &[]);
+    let after = open_seg.end_offset + 1;
+    let closing = vec![
+        data_batch(Compression::Snappy, NOW + 6, 1),
+        end_marker(88, false, NOW + 7),
+    ];
+    let aborted = [AbortedTxnEntry {
+        producer_id: 88,
+        first_offset: open_seg.end_offset,
+        last_offset: after + 1,
+        last_stable_offset: after + 2,
+    }];
+    let closing_seg = build_segment(&closing, after, None, &open_seg.producer_state, &aborted);
+    let across = TieredFetchInput {
+        flags: TieredFetchInput::TWO_SEGMENTS,
+        partition_max_bytes: 200,
+        timestamp: NOW + 6,
+        fetch_offset_deltas: [0, 3, 4],
+        segments: [row(&open_seg), row(&closing_seg)],
+        ..one
+    };
+    seeds.push((
+        "txn-open-across-segments".into(),
+        encode(&across, &[&open_seg.to_bytes(), &closing_seg.to_bytes()]),
+    ));
+
+    // Broken variants of the first seed.
+    let mut flipped = object.clone();
+    flipped[HEADER_LEN + 10] ^= 0x01;
+    let fixed = TieredFetchInput {
+        flags: TieredFetchInput::FIX_CRCS,
+        timestamp: NOW,
+        ..one
+    };
+    seeds.push((
+        "flipped-record-fixed-crc".into(),
+        encode(&fixed, &[&flipped]),
+    ));
+    // Unfixed, the CRC fails the timestamp search in the first batch (fetches serve it: they
+    // do no CRC work).
+    seeds.push((
+        "flipped-record".into(),
+        encode(&fixed_off(&fixed), &[&flipped]),
+    ));
+    // The first record's offsetDelta, CRC fixed.
+    let mut delta = object.clone();
+    delta[HEADER_LEN + 3] ^= 0x10;
+    seeds.push(("offset-delta-fixed-crc".into(), encode(&fixed, &[&delta])));
+    let mut flipped_index = object.clone();
+    flipped_index[seg.layout.log as usize + 4] ^= 0x08;
+    seeds.push(("flipped-index".into(), encode(&one, &[&flipped_index])));
+    let mut off = one;
+    off.segments[0].layout.offset_index += 1;
+    seeds.push(("layout-off-by-one".into(), encode(&off, &[&object])));
+    let mut short = one;
+    short.segments[0].object_size_delta = -1;
+    seeds.push(("object-size-short".into(), encode(&short, &[&object])));
+    seeds.push((
+        "truncated-object".into(),
+        encode(&one, &[&object[..object.len() - 10]]),
+    ));
+    let mut late = one;
+    late.segments[0].base_offset += 1;
+    seeds.push(("base-offset-late".into(), encode(&late, &[&object])));
+    let mut early_end = one;
+    early_end.segments[0].end_delta -= 1;
+    seeds.push(("end-offset-short".into(), encode(&early_end, &[&object])));
+    seeds.push((
+        "header-short".into(),
+        one.encode()[..TieredFetchInput::LEN - 1].to_vec(),
+    ));
+    seeds.push(("header-only".into(), TieredFetchInput::default().encode()));
+    seeds
 }
