@@ -476,6 +476,10 @@ impl Fetcher {
                 if batch.last_offset < part.next_offset {
                     continue;
                 }
+                // A follow-up answer may hold batches committed since `response`'s bounds.
+                if batch.last_offset >= readable_end {
+                    return;
+                }
                 if (part.tiered_bytes > 0 || !part.wal.is_empty())
                     && batch.base_offset != part.next_offset
                 {
