@@ -6,7 +6,8 @@
 //! ```
 //!
 //! `--quick` is the smoke mode CI runs (seconds, also in a debug build); figures 5 and 6 run on
-//! tokio's paused clock (simulated time). See BENCHMARKS.md at the repository root.
+//! tokio's paused clock (simulated time), as does figure 13; figure 12 advances a manual clock.
+//! See BENCHMARKS.md at the repository root.
 
 #![allow(
     clippy::print_stdout,
@@ -17,6 +18,9 @@
 
 mod fig10_scale;
 mod fig11_transactions;
+mod fig12_bounded_state;
+mod fig13_tier_reads;
+mod fig14_consolidation_cost;
 mod fig1_produce;
 mod fig2_sqlite;
 mod fig3_postgres;
@@ -36,7 +40,7 @@ use std::time::Instant;
 type Figure = fn(bool) -> Vec<report::Row>;
 
 fn usage() -> ! {
-    eprintln!("usage: diskless-bench [--quick] [--only N[,N...]]   (N in 1..=11)");
+    eprintln!("usage: diskless-bench [--quick] [--only N[,N...]]   (N in 1..=14)");
     std::process::exit(2);
 }
 
@@ -61,7 +65,7 @@ fn main() {
                 let figures: Result<Vec<u8>, _> =
                     list.split(',').map(|s| s.trim().parse()).collect();
                 match figures {
-                    Ok(f) if f.iter().all(|n| (1..=11).contains(n)) => only = Some(f),
+                    Ok(f) if f.iter().all(|n| (1..=14).contains(n)) => only = Some(f),
                     _ => usage(),
                 }
             }
@@ -69,7 +73,7 @@ fn main() {
         }
     }
     let wanted = |n: u8| only.as_ref().is_none_or(|o| o.contains(&n));
-    let figures: [(u8, Figure); 11] = [
+    let figures: [(u8, Figure); 14] = [
         (1, fig1_produce::run),
         (2, fig2_sqlite::run),
         (3, fig3_postgres::run),
@@ -81,6 +85,9 @@ fn main() {
         (9, fig9_timestamp_lookup::run),
         (10, fig10_scale::run),
         (11, fig11_transactions::run),
+        (12, fig12_bounded_state::run),
+        (13, fig13_tier_reads::run),
+        (14, fig14_consolidation_cost::run),
     ];
     println!(
         "diskless-bench {} mode, {} build",

@@ -438,3 +438,22 @@ pub(crate) fn paused_runtime() -> tokio::runtime::Runtime {
         Err(e) => panic!("building a tokio runtime: {e}"),
     }
 }
+
+/// CPU time this process has used so far (every thread: the runtime's, SQLite's worker, the
+/// cache's), from `/proc/self/task/*/schedstat` (nanoseconds on a CPU); `None` off Linux. Threads
+/// that ended are not counted, so measure across work whose threads outlive it.
+pub(crate) fn process_cpu_time() -> Option<Duration> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path().join("schedstat");
+        let Ok(stat) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        total += stat
+            .split_whitespace()
+            .next()
+            .and_then(|ns| ns.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(Duration::from_nanos(total))
+}
