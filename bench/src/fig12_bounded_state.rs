@@ -40,8 +40,12 @@ const HOUR: i64 = 60 * MINUTE;
 const PARTITIONS: i32 = 16;
 /// Lifecycle passes (tiering, cleaner) every this much simulated time.
 const PASS_EVERY_MS: i64 = 30_000;
-/// A sample of the state every this much simulated time.
+/// A sample of the state every this much simulated time (the tiering run samples every
+/// [`FINE_SAMPLE_EVERY_MS`] too, for its maxima: its consolidation cycle is `segment.ms` − min age
+/// = 8 minutes, which 10-minute samples would alias).
 const SAMPLE_EVERY_MS: i64 = 10 * MINUTE;
+/// See [`SAMPLE_EVERY_MS`].
+const FINE_SAMPLE_EVERY_MS: i64 = MINUTE;
 /// The topic's `segment.ms`.
 const SEGMENT_MS: i64 = 10 * MINUTE;
 /// The topic's `segment.bytes`.
@@ -222,7 +226,12 @@ async fn simulate(plan: Plan, tiering: bool) -> Vec<Sample> {
     let mut seed = 0u64;
     let mut t = 0i64;
     let mut next_pass = PASS_EVERY_MS;
-    let mut next_sample = SAMPLE_EVERY_MS;
+    let sample_every = if tiering {
+        FINE_SAMPLE_EVERY_MS
+    } else {
+        SAMPLE_EVERY_MS
+    };
+    let mut next_sample = sample_every;
     while t < end_ms {
         let now = clock.now_ms();
         let request: Vec<ProducePartition> = (0..PARTITIONS)
@@ -263,7 +272,7 @@ async fn simulate(plan: Plan, tiering: bool) -> Vec<Sample> {
             s.at_ms = t;
             s.produced_bytes = produced;
             samples.push(s);
-            next_sample += SAMPLE_EVERY_MS;
+            next_sample += sample_every;
         }
     }
     writer.close().await;
@@ -344,10 +353,13 @@ fn rows(plan: Plan, on: &[Sample], off: &[Sample]) -> Vec<Row> {
     } else {
         30 * MINUTE
     };
-    for (s, b) in on.iter().zip(off) {
-        if s.at_ms % every != 0 && s.at_ms != end {
+    for b in off {
+        if b.at_ms % every != 0 && b.at_ms != end {
             continue;
         }
+        let Some(s) = on.iter().find(|s| s.at_ms == b.at_ms) else {
+            continue;
+        };
         rows.push(
             Row::new(
                 FIG,
@@ -357,7 +369,10 @@ fn rows(plan: Plan, on: &[Sample], off: &[Sample]) -> Vec<Row> {
                     mib(s.produced_bytes)
                 ),
                 format!(
-                    "batch rows {}, live WAL objects {} ({} rows, {} in storage), segments {} ({:.1} MiB tiered), SQLite file {:.1} MiB",
+                    "max over the last {}: batch rows {}, live WAL objects {}; now: batch rows {}, live WAL objects {} ({} rows, {} in storage), segments {} ({:.1} MiB tiered), SQLite file {:.1} MiB",
+                    hours(every),
+                    max_in(on, b.at_ms - every + 1, b.at_ms + 1, |s| s.batch_rows),
+                    max_in(on, b.at_ms - every + 1, b.at_ms + 1, |s| s.wal_objects_live),
                     s.batch_rows,
                     s.wal_objects_live,
                     s.wal_object_rows,

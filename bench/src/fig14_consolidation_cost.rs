@@ -52,6 +52,8 @@ const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 struct Plan {
     /// Bytes produced, then tiered, per partitions-per-object case.
     total: usize,
+    /// Part 1: runs per case (the least CPU is reported).
+    reps: usize,
     /// Part 2: the two registration sizes (batches), and the partitions (samples per size).
     small: usize,
     large: usize,
@@ -62,6 +64,7 @@ fn plan(quick: bool) -> Plan {
     if quick {
         Plan {
             total: 2 << 20,
+            reps: 1,
             small: 10,
             large: 40,
             partitions: 4,
@@ -69,6 +72,7 @@ fn plan(quick: bool) -> Plan {
     } else {
         Plan {
             total: 128 << 20,
+            reps: 3,
             small: 100,
             large: 1000,
             partitions: 16,
@@ -124,7 +128,48 @@ fn cpu_now() -> Duration {
     process_cpu_time().unwrap_or_default()
 }
 
+/// What one consolidation run measured.
+#[derive(Clone, Copy, Debug)]
+struct Measured {
+    produce_cpu: Duration,
+    produce_wall: Duration,
+    cpu: Duration,
+    wall: Duration,
+    register: Duration,
+    register_calls: u64,
+    registered_batches: u64,
+    wal_objects: u64,
+    segments: u64,
+    tiered: u64,
+    passes: u64,
+    write: diskless_storage::RequestStats,
+    cost: diskless_storage::RequestStats,
+}
+
+/// `reps` runs of [`consolidation_once`]; the rows give the least CPU and wall time of each
+/// (consolidation and produce separately), as figure 1 takes the best of its repetitions to damp
+/// the other work on this shared machine. Request counts do not vary.
 async fn consolidation(plan: &Plan, k: i32) -> Vec<Row> {
+    let mut runs = Vec::new();
+    for _ in 0..plan.reps {
+        runs.push(consolidation_once(plan, k).await);
+    }
+    let best = |f: fn(&Measured) -> Duration| runs.iter().map(f).min().unwrap_or_default();
+    let Some(last) = runs.last().copied() else {
+        return Vec::new();
+    };
+    let m = Measured {
+        produce_cpu: best(|m| m.produce_cpu),
+        produce_wall: best(|m| m.produce_wall),
+        cpu: best(|m| m.cpu),
+        wall: best(|m| m.wall),
+        register: best(|m| m.register),
+        ..last
+    };
+    rows_of(plan, k, &m)
+}
+
+async fn consolidation_once(plan: &Plan, k: i32) -> Measured {
     let clock = ManualClock::new(now_ms());
     let sqlite = match SqliteCoordinator::in_memory(clock.clone()).await {
         Ok(c) => Arc::new(c),
@@ -252,7 +297,40 @@ async fn consolidation(plan: &Plan, k: i32) -> Vec<Row> {
     let layer = timed.layer();
     let register = Duration::from_nanos(layer.nanos.load(Ordering::Relaxed));
     let registered_batches = layer.batches.load(Ordering::Relaxed);
+    Measured {
+        produce_cpu,
+        produce_wall,
+        cpu,
+        wall,
+        register,
+        register_calls: layer.calls.load(Ordering::Relaxed),
+        registered_batches,
+        wal_objects,
+        segments,
+        tiered,
+        passes,
+        write,
+        cost,
+    }
+}
 
+fn rows_of(plan: &Plan, k: i32, m: &Measured) -> Vec<Row> {
+    let Measured {
+        produce_cpu,
+        produce_wall,
+        cpu,
+        wall,
+        register,
+        register_calls,
+        registered_batches,
+        wal_objects,
+        segments,
+        tiered,
+        passes,
+        write,
+        cost,
+    } = *m;
+    let reps = plan.reps;
     let gib = tiered as f64 / GIB;
     let per_gib = |x: f64| x / gib.max(1e-12);
     let produced_gib = write.put_bytes as f64 / GIB;
@@ -266,7 +344,7 @@ async fn consolidation(plan: &Plan, k: i32) -> Vec<Row> {
         Row::new(
             FIG,
             format!(
-                "consolidation CPU per GiB tiered, {what} ({:.0} MiB, {wal_objects} WAL objects -> {segments} segments, {passes} passes)",
+                "consolidation CPU per GiB tiered, {what} ({:.0} MiB, {wal_objects} WAL objects -> {segments} segments, {passes} passes; least of {reps} runs)",
                 tiered as f64 / (1u64 << 20) as f64
             ),
             format!(
@@ -312,8 +390,8 @@ async fn consolidation(plan: &Plan, k: i32) -> Vec<Row> {
             format!(
                 "{:.1}% of the wall time ({} calls, {registered_batches} batches, {} per call)",
                 register.as_secs_f64() / wall.as_secs_f64().max(1e-12) * 100.0,
-                layer.calls.load(Ordering::Relaxed),
-                ms(register / u32::try_from(layer.calls.load(Ordering::Relaxed).max(1)).unwrap_or(1))
+                register_calls,
+                ms(register / u32::try_from(register_calls.max(1)).unwrap_or(1))
             ),
         )
         .numbers(&[register.as_secs_f64()]),
