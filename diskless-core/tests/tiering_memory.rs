@@ -1,6 +1,9 @@
 //! The tiering worker builds a 256 MiB segment in bounded memory: the `.log` is streamed to
 //! storage in parts while its WAL batches are read in windows, so a pass's heap growth stays under
-//! two parts, a read window and the indexes — not the segment.
+//! two parts, a read window and the indexes — not the segment. A segment whose plan is at most
+//! `inline_upload_max / 2` goes up in one create-only PUT (one part of `inline_upload_max`), so
+//! its build holds up to `inline_upload_max` instead of `part_size` (the documented bound
+//! `read_window + max(part_size, inline_upload_max)`); a 64 MiB one is multipart as before.
 //!
 //! Heap is measured by a counting global allocator, per thread (as `orphans_memory.rs`): the pass
 //! runs on a current-thread runtime. The store keeps WAL objects as shared `Bytes` (a read returns
@@ -21,7 +24,8 @@ use diskless_coordinator::{
 use diskless_core::lifecycle::{TieringConfig, TieringWorker};
 use diskless_core::{Fetcher, RecordBatchBuilder};
 use diskless_storage::{
-    ObjectKey, ObjectMeta, ObjectRemoteStorage, ObjectStorage, SeededKeys, StorageError,
+    CountingStorage, ObjectKey, ObjectMeta, ObjectRemoteStorage, ObjectStorage, SeededKeys,
+    StorageError,
 };
 use diskless_testkit::coordinator::InMemoryCoordinator;
 use futures::StreamExt;
@@ -192,23 +196,40 @@ impl ObjectStorage for Store {
 
 const T0: i64 = 1_700_000_000_000;
 const MIB: usize = 1 << 20;
-/// 256 MiB of batches of 256 KiB, in WAL objects of 16 batches.
+/// Batches of 256 KiB (4 per MiB), in WAL objects of 16 batches.
 const BATCH_VALUE: usize = 256 * 1024 - 100;
-const BATCHES: usize = 1024;
 const PER_OBJECT: usize = 16;
+const PER_MIB: usize = 4;
 
-#[test]
-fn a_256_mib_segment_is_built_in_bounded_memory() {
+fn block_on(f: impl std::future::Future<Output = ()>) {
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .unwrap()
-        .block_on(run());
+        .block_on(f);
 }
 
-async fn run() {
+#[test]
+fn a_256_mib_segment_is_built_in_bounded_memory() {
+    block_on(run(256));
+}
+
+#[test]
+fn a_12_mib_segment_goes_up_in_one_put() {
+    block_on(run(12));
+}
+
+#[test]
+fn a_64_mib_segment_is_multipart() {
+    block_on(run(64));
+}
+
+/// Tiers one segment of `mib` MiB of 256 KiB batches with the default `inline_upload_max` and
+/// 8 MiB parts and read windows; checks its PUTs and the heap growth of the pass.
+async fn run(mib: usize) {
+    let batches = mib * PER_MIB;
     let clock = ManualClock::new(T0);
-    let store = Arc::new(Store::default());
+    let store = Arc::new(CountingStorage::new(Store::default()));
     let coordinator: Arc<dyn BatchCoordinator> = Arc::new(InMemoryCoordinator::new(clock.clone()));
     let topic_id = uuid::Uuid::from_u128(0x3e3);
     let partition = TopicIdPartition::new(topic_id, 0);
@@ -237,9 +258,10 @@ async fn run() {
         .concat()
         .into();
     let keys = SeededKeys::new(3);
-    for o in 0..BATCHES / PER_OBJECT {
+    for o in 0..batches / PER_OBJECT {
         let key = ObjectKey::generate("wal", &keys, clock.as_ref()).unwrap();
         store
+            .inner()
             .objects
             .lock()
             .insert(key.as_str().to_string(), object.clone());
@@ -293,15 +315,38 @@ async fn run() {
     let (report, growth) = peak_growth(worker.run_pass()).await;
     let report = report.unwrap();
     assert_eq!(report.segments, 1, "{report:?}");
-    assert_eq!(report.batches_tiered, BATCHES as u64);
-    assert_eq!(report.bytes, (BATCHES * size) as u64);
-    // The segment was streamed in parts, whole.
-    let streamed = store.streamed.lock().clone();
+    assert_eq!(report.batches_tiered, batches as u64);
+    assert_eq!(report.bytes, (batches * size) as u64);
+    let config = TieringConfig::default();
+    let inline = config.inline_upload_max;
+    let puts = store.counters().snapshot();
+    let streamed = store.inner().streamed.lock().clone();
     let (object_size, _, parts) = *streamed.values().next().unwrap();
-    assert!(object_size > (BATCHES * size) as u64);
-    assert_eq!(parts, object_size.div_ceil(part_size as u64));
-    // Two parts, a read window and 1 MiB for the indexes and the plan's coordinates.
-    let bound = (2 * part_size + read_window as usize + MIB) as isize;
+    assert!(object_size > (batches * size) as u64);
+    // Up to `inline_upload_max / 2` of plan, one create-only PUT of the whole object (parts of
+    // `inline_upload_max`); else a multipart upload in parts of `part_size`: create, the parts,
+    // complete.
+    let inline_plan = (batches * size) as u64 <= inline as u64 / 2;
+    let part = if inline_plan { inline } else { part_size };
+    if inline_plan {
+        assert_eq!((puts.put_requests, puts.put_parts), (1, 0), "{puts:?}");
+        assert_eq!(parts, 1);
+    } else {
+        let expected = object_size.div_ceil(part_size as u64);
+        assert!(expected > 1);
+        assert_eq!(parts, expected);
+        assert_eq!(
+            (puts.put_requests, puts.put_parts),
+            (expected + 2, expected),
+            "{puts:?}"
+        );
+    }
+    assert_eq!(puts.put_bytes, object_size);
+    // Two parts (the store's part buffer and the worker's, of the part size the worker passed:
+    // `inline_upload_max` for an inline segment, so `read_window + max(part_size,
+    // inline_upload_max)` as the docs say), a read window and 1 MiB for the indexes and the
+    // plan's coordinates.
+    let bound = (2 * part + read_window as usize + MIB) as isize;
     eprintln!(
         "building a {} MiB segment grew the heap by at most {:.1} MiB (bound {} MiB)",
         object_size >> 20,
@@ -324,6 +369,6 @@ async fn run() {
         .unwrap()
         .remove(0);
     assert_eq!(found.segments.len(), 1);
-    assert_eq!(found.segments[0].end_offset, BATCHES as i64 - 1);
+    assert_eq!(found.segments[0].end_offset, batches as i64 - 1);
     assert!(found.batches.is_empty());
 }

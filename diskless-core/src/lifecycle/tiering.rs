@@ -23,8 +23,8 @@ use diskless_coordinator::{
     TieringCandidate, TopicIdPartition,
 };
 use diskless_storage::{
-    KeySource, ObjectKey, RemoteStorage, Section, SegmentData, SegmentLayout, SegmentTail,
-    StorageError, validate_prefix,
+    KeySource, MAX_PART_SIZE, ObjectKey, RemoteStorage, Section, SegmentData, SegmentLayout,
+    SegmentTail, StorageError, validate_prefix,
 };
 use futures::channel::{mpsc, oneshot};
 use futures::{FutureExt, SinkExt, StreamExt};
@@ -68,6 +68,17 @@ pub struct TieringConfig {
     /// `read_window`, what a build holds in memory. At least 1 (stores raise it to their
     /// minimum part, 5 MiB on S3). Default 8 MiB.
     pub part_size: usize,
+    /// Segments up to about this size go up in ONE create-only PUT instead of a multipart upload
+    /// (create, parts, complete: 3 PUTs at least — `docs/tiered-consolidation.md` §2.8): a
+    /// segment whose plan (the sum of its WAL batches' sizes) is at most half of it is uploaded
+    /// with a part size of `inline_upload_max`, so that its `.log` and its index/snapshot tail
+    /// (smaller than the `.log` in practice; a larger one only makes the upload multipart, in
+    /// parts of `inline_upload_max`) fit one part. The cost is memory: such a build holds its
+    /// whole object until the PUT, so a build holds at most `read_window` +
+    /// max(`part_size`, `inline_upload_max`) (plus a few chunks in flight). 0 turns it off (every
+    /// segment larger than `part_size` is multipart); at most
+    /// [`MAX_PART_SIZE`](diskless_storage::MAX_PART_SIZE). Default 32 MiB.
+    pub inline_upload_max: usize,
     /// WAL batch bytes read at once while a segment is built (one
     /// `Fetcher`-path read of their objects, through the cache): the other half of a build's
     /// memory. At least 1 (a batch larger than it is read alone). Default 8 MiB.
@@ -85,6 +96,7 @@ impl Default for TieringConfig {
             candidate_page: 64,
             max_batches_per_segment: 100_000,
             part_size: SegmentData::DEFAULT_PART_SIZE,
+            inline_upload_max: DEFAULT_INLINE_UPLOAD_MAX,
             read_window: 8 << 20,
         }
     }
@@ -99,6 +111,7 @@ diskless_common::with_setters!(TieringConfig {
     with_candidate_page => candidate_page: [u32],
     with_max_batches_per_segment => max_batches_per_segment: [u32],
     with_part_size => part_size: [usize],
+    with_inline_upload_max => inline_upload_max: [usize],
     with_read_window => read_window: [u64],
 });
 
@@ -121,9 +134,30 @@ impl TieringConfig {
         if let Some((field, _)) = at_least_one.iter().find(|(_, zero)| *zero) {
             return Err(ConfigError::invalid(field, "must be at least 1"));
         }
+        if !u64::try_from(self.inline_upload_max).is_ok_and(|m| m <= MAX_PART_SIZE) {
+            return Err(ConfigError::invalid(
+                "inline_upload_max",
+                format!("must be at most {MAX_PART_SIZE} (the largest single PUT)"),
+            ));
+        }
         Ok(())
     }
+
+    /// The part size to upload a segment of `plan_bytes` (the sum of its plan's batch sizes)
+    /// with: `inline_upload_max` when the plan is at most half of it (one create-only PUT),
+    /// else `part_size`.
+    pub fn upload_part_size(&self, plan_bytes: u64) -> usize {
+        let inline = self.inline_upload_max as u64 / 2;
+        if self.inline_upload_max > self.part_size && plan_bytes <= inline {
+            self.inline_upload_max
+        } else {
+            self.part_size
+        }
+    }
 }
+
+/// The default [`TieringConfig::inline_upload_max`]: 32 MiB.
+const DEFAULT_INLINE_UPLOAD_MAX: usize = 32 << 20;
 
 /// What one tiering pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -170,7 +204,9 @@ pub struct TieringPassReport {
 ///    cache and storage), pushed into a [`TieredSegmentBuilder`] (which applies Kafka's roll
 ///    rules: the segment may end before the plan does), and the `.log` built so far is streamed
 ///    to [`RemoteStorage::copy_segment`] in parts of `part_size` — memory is about a window and a
-///    part, never the segment;
+///    part, never the segment; a segment whose plan is at most `inline_upload_max / 2` goes up in
+///    one create-only PUT (one part of `inline_upload_max`), so a build holds at most
+///    `read_window + max(part_size, inline_upload_max)`;
 /// 5. [`BatchCoordinator::register_segment`] (retried once after an unknown outcome);
 /// 6. with a cache in the [`Fetcher`] (and the segments stored as objects of the fetcher's
 ///    storage, as [`ObjectRemoteStorage`](diskless_storage::ObjectRemoteStorage) over it stores
@@ -657,7 +693,9 @@ impl TieringWorker {
                     })
                 })
                 .boxed(),
-            part_size: self.config.part_size,
+            part_size: self
+                .config
+                .upload_part_size(plan.batches.iter().map(|b| u64::from(b.byte_size)).sum()),
         };
         let upload = self.remote.copy_segment(key, data);
         let build = self.build(partition, plan, config, previous, inputs, log_tx, tail_tx);
@@ -879,6 +917,7 @@ mod tests {
             TieringConfig::default().with_max_batches_per_segment(0),
             TieringConfig::default().with_part_size(0),
             TieringConfig::default().with_read_window(0),
+            TieringConfig::default().with_inline_upload_max(usize::MAX),
         ];
         for config in bad {
             assert!(config.validate().is_err(), "{config:?}");
