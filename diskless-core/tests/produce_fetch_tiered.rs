@@ -910,3 +910,187 @@ fn fetch_tiered_bytes_counts_the_segment_part() {
     assert_eq!(counter(m::FETCH_TIERED_BYTES), Some(segment_bytes));
     assert_eq!(counter(m::FETCH_BYTES), Some(returned));
 }
+
+/// Storage that counts the fetches in flight (each takes 10 ms of the paused clock) and the most
+/// at once.
+#[derive(Debug)]
+struct InFlight {
+    inner: Arc<ObjectStoreStorage>,
+    now: std::sync::atomic::AtomicU64,
+    most: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl ObjectStorage for InFlight {
+    async fn upload(
+        &self,
+        key: &ObjectKey,
+        payload: &[Bytes],
+    ) -> Result<(), diskless_storage::StorageError> {
+        self.inner.upload(key, payload).await
+    }
+
+    async fn fetch(
+        &self,
+        key: &ObjectKey,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, diskless_storage::StorageError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.now.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let got = self.inner.fetch(key, range).await;
+        self.now.fetch_sub(1, SeqCst);
+        got
+    }
+
+    async fn delete(
+        &self,
+        keys: &[ObjectKey],
+    ) -> Result<Vec<ObjectKey>, diskless_storage::StorageError> {
+        self.inner.delete(keys).await
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> futures::stream::BoxStream<
+        'a,
+        Result<diskless_storage::ObjectMeta, diskless_storage::StorageError>,
+    > {
+        self.inner.list(prefix)
+    }
+}
+
+/// A fetch of several tiered partitions (with a cache its segment reads overlap) answers byte
+/// for byte as the same fetch of twin partitions that stayed in the WAL tier, and as the same
+/// fetch without a cache (sequential segment reads), from offsets before, inside and past the
+/// segments, under shared limits that stop in the middle of the request.
+#[tokio::test(start_paused = true)]
+async fn several_tiered_partitions_in_one_fetch() {
+    let e = env(false).await;
+    let config = TopicConfig::default();
+    let t = e.topic(12, 8, config.clone()).await;
+    let all: Vec<TopicIdPartition> = (0..8).map(|i| TopicIdPartition::new(t, i)).collect();
+    let (tiered, twins) = all.split_at(4);
+    produce_mixed(&e, &all, &config, 12).await;
+    for p in tiered {
+        e.consolidate(*p, 5).await;
+        e.consolidate(*p, 4).await;
+    }
+    let hwm = 12 + 12 / 4 * 6;
+    for reads in [Reads::Cached(512), Reads::Cached(1 << 20)] {
+        for offsets in [
+            [0, 0, 0, 0],
+            [3, 9, 17, 0],
+            [hwm - 1, 2, hwm, 5],
+            [11, 11, 11, 11],
+        ] {
+            for (max, total) in [
+                (1 << 20, 1 << 20),
+                (400, 900),
+                (1, 1),
+                (2_000, 1_000),
+                (700, 2_500),
+            ] {
+                let ask = |ps: &[TopicIdPartition]| -> Vec<FetchPartition> {
+                    ps.iter()
+                        .zip(offsets)
+                        .map(|(p, o)| request(*p, o, max, IsolationLevel::ReadUncommitted))
+                        .collect()
+                };
+                // A fresh cache each time: cold reads, the prefetch at work.
+                let got = e.fetcher(reads).fetch(&ask(tiered), total).await.unwrap();
+                let sequential = e
+                    .fetcher(Reads::Uncached)
+                    .fetch(&ask(tiered), total)
+                    .await
+                    .unwrap();
+                let want = e.fetcher(reads).fetch(&ask(twins), total).await.unwrap();
+                for ((g, s), w) in got.iter().zip(&sequential).zip(&want) {
+                    let what = format!("{reads:?} offsets {offsets:?}, limits {max}/{total}");
+                    assert_eq!(answer(g), answer(w), "{what}");
+                    assert_eq!(answer(g), answer(s), "{what}");
+                }
+            }
+        }
+    }
+}
+
+/// A 16-partition fetch of cold tiered data issues its segment GETs concurrently (up to
+/// `max_concurrent_objects`), and no more GETs than the partitions read one by one.
+#[tokio::test(start_paused = true)]
+async fn a_fetch_of_16_cold_tiered_partitions_reads_them_concurrently() {
+    let e = env(false).await;
+    let config = TopicConfig::default();
+    let t = e.topic(13, 16, config.clone()).await;
+    let all: Vec<TopicIdPartition> = (0..16).map(|i| TopicIdPartition::new(t, i)).collect();
+    produce_mixed(&e, &all, &config, 16).await;
+    for p in &all {
+        e.consolidate(*p, 8).await;
+        e.consolidate(*p, 8).await;
+    }
+    let storage = Arc::new(InFlight {
+        inner: e.storage.clone(),
+        now: Default::default(),
+        most: Default::default(),
+    });
+    let fetcher = |concurrency: usize| {
+        let cache: Arc<dyn LocalCache> =
+            Arc::new(MokaCache::new(MokaCacheConfig::default()).unwrap());
+        Fetcher::builder(storage.clone(), e.coordinator.clone())
+            .with_cache(cache)
+            .with_config(
+                FetcherConfig::default()
+                    .with_cache_block_size(1 << 20)
+                    .with_max_concurrent_objects(concurrency),
+            )
+            .build()
+            .unwrap()
+    };
+    // From inside the first segment (its index read too) and from the second segment's base.
+    for offset in [3, 20] {
+        let ask: Vec<FetchPartition> = all
+            .iter()
+            .map(|p| request(*p, offset, 1 << 20, IsolationLevel::ReadUncommitted))
+            .collect();
+        // One by one, each with a fresh cache: the sequential reads' GETs and answers.
+        storage.most.store(0, std::sync::atomic::Ordering::SeqCst);
+        let gets = e.gets();
+        let mut one_by_one = Vec::new();
+        for a in &ask {
+            one_by_one.extend(
+                fetcher(16)
+                    .fetch(std::slice::from_ref(a), 64 << 20)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let sequential_gets = e.gets() - gets;
+        assert_eq!(storage.most.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(sequential_gets >= 16);
+        for concurrency in [16, 4] {
+            storage.most.store(0, std::sync::atomic::Ordering::SeqCst);
+            let gets = e.gets();
+            let start = tokio::time::Instant::now();
+            let got = fetcher(concurrency).fetch(&ask, 64 << 20).await.unwrap();
+            let took = start.elapsed();
+            assert_eq!(e.gets() - gets, sequential_gets, "offset {offset}");
+            assert_eq!(
+                storage.most.load(std::sync::atomic::Ordering::SeqCst),
+                concurrency as u64,
+                "offset {offset}"
+            );
+            // The paused clock: 10 ms per GET round, no longer one GET after the other.
+            assert!(
+                took < Duration::from_millis(10 * sequential_gets),
+                "offset {offset}: {took:?}"
+            );
+            for (g, w) in got.iter().zip(&one_by_one) {
+                assert_eq!(g.error, ErrorCode::None);
+                assert!(g.records_len() > 0);
+                assert_eq!(answer(g), answer(w), "offset {offset}");
+            }
+        }
+    }
+}

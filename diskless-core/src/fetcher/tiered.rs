@@ -28,7 +28,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
-use diskless_coordinator::{AbortedTxn, BatchCoordinate, TieredSegment};
+use diskless_coordinator::{AbortedTxn, BatchCoordinate, FindBatchesResponse, TieredSegment};
+use futures::StreamExt;
 
 use super::{FetchPartition, Fetcher, ReadStats};
 use crate::batch::{
@@ -432,6 +433,16 @@ impl PartitionRead {
     }
 }
 
+/// What the prefetch of one partition reads: its segments from the fetch offset, at most
+/// `budget` bytes of `.log` from the indexed position.
+/// Owned: a future holding borrowed plans across awaits is not `Send` for every lifetime (a
+/// rustc limitation), and hosts spawn their fetch handlers.
+struct Prefetch {
+    segments: Vec<TieredSegment>,
+    fetch_offset: i64,
+    budget: u64,
+}
+
 /// How a walk through one segment ended.
 enum WalkEnd {
     /// The segment's end was reached.
@@ -482,6 +493,135 @@ impl Fetcher {
             }
         }
         walked_all
+    }
+
+    /// With a cache, before the sequential walk: loads into the cache, for up to
+    /// `max_concurrent_objects` partitions at once, what each partition with tiered segments will
+    /// read first — the `.index` of the segment holding its fetch offset and the `.log` window the
+    /// walk starts with (from the indexed position, sized by the partition's budget), then the
+    /// next segments' first windows while the budget lasts — so that the walk, which must stay
+    /// sequential (a partition's KIP-74 budget depends on what the partitions before it took),
+    /// finds them in the cache instead of waiting for one GET after the other. The answer is
+    /// unchanged: only the cache is filled, with complete blocks of the stored bytes; the walk
+    /// reads, checks and serves exactly as without it.
+    ///
+    /// The budget of a partition is `min(partition_max_bytes, fetch_max_bytes − what the
+    /// partitions before it can take at most)` (a partition with data may take up to its
+    /// `partition_max_bytes`; one with WAL batches only, before any segment, their bytes), and a
+    /// partition left less than a batch header is not prefetched. So the prefetch reads the
+    /// ranges the walk reads (in the same blocks, with the same GETs) and, when a partition before
+    /// took less than its limit, a shorter window than the walk's, whose rest the walk reads
+    /// itself (at worst one more GET for that partition). The prefetch reads beyond what is
+    /// served only where the walk would too (its windows reach past the last batch served),
+    /// except when the first batch of the fetch is larger than its partition's limit (KIP-74
+    /// serves it whole; the partitions after it get less than estimated): then up to a
+    /// partition's budget of blocks is read and not served. Blocks evicted between the prefetch
+    /// and the walk are read again. Errors are left to the walk, which meets them again and
+    /// reports them. Runs only when two partitions or more have segments (one gains nothing).
+    ///
+    /// Returns where the prefetched bytes came from.
+    pub(super) async fn prefetch_tiered(
+        &self,
+        requests: &[FetchPartition],
+        found: &[FindBatchesResponse],
+        fetch_max: u64,
+    ) -> ReadStats {
+        if self.cache.is_none() {
+            return ReadStats::default();
+        }
+        let mut reserved = 0u64;
+        let mut segments_seen = false;
+        let mut first_with_data = true;
+        let mut plans = Vec::new();
+        for (request, response) in requests.iter().zip(found) {
+            if !response.error.is_ok()
+                || (response.segments.is_empty() && response.batches.is_empty())
+            {
+                continue;
+            }
+            let max = u64::from(request.partition_max_bytes);
+            if !response.segments.is_empty() {
+                segments_seen = true;
+                let budget = max.min(fetch_max.saturating_sub(reserved));
+                if first_with_data || budget >= HEADER_LEN as u64 {
+                    plans.push(Prefetch {
+                        segments: response.segments.clone(),
+                        fetch_offset: request.fetch_offset,
+                        budget,
+                    });
+                }
+            }
+            // The most this partition can take (follow-up answers come only after a segment).
+            let most = if segments_seen {
+                max
+            } else {
+                max.min(
+                    response
+                        .batches
+                        .iter()
+                        .map(|b| u64::from(b.byte_size))
+                        .sum(),
+                )
+            };
+            reserved = reserved.saturating_add(most);
+            first_with_data = false;
+        }
+        if plans.len() < 2 {
+            return ReadStats::default();
+        }
+        let stats = futures::stream::iter(plans)
+            .map(|plan| self.prefetch_partition(plan))
+            .buffer_unordered(self.config.max_concurrent_objects)
+            .collect::<Vec<ReadStats>>()
+            .await;
+        let mut total = ReadStats::default();
+        for s in stats {
+            total.add(s);
+        }
+        total
+    }
+
+    /// Reads into the cache what the walk of one partition reads first; see
+    /// [`Self::prefetch_tiered`].
+    async fn prefetch_partition(&self, plan: Prefetch) -> ReadStats {
+        let mut stats = ReadStats::default();
+        let mut offset = plan.fetch_offset;
+        let mut budget = plan.budget;
+        for segment in &plan.segments {
+            if segment.end_offset < offset {
+                continue;
+            }
+            let Ok(mut reader) = SegmentReader::new(self, segment) else {
+                break;
+            };
+            let done = async {
+                let (position, _, bound) = reader.position_of(offset).await.ok()?;
+                // The walk's first window (see `walk_reader`).
+                let bound = bound.min(position.saturating_add(MAX_SKIP_READ));
+                let ahead = bound
+                    .max(position)
+                    .saturating_add(budget)
+                    .saturating_add(HEADER_LEN as u64);
+                let header_end = position.checked_add(HEADER_LEN as u64)?;
+                if header_end > reader.log_len() {
+                    return None;
+                }
+                reader.log_bytes(position..header_end, ahead).await.ok()?;
+                // The most the walk can take of this segment.
+                let rest = reader.log_len() - position;
+                (rest < budget).then_some(rest)
+            }
+            .await;
+            stats.add(reader.stats);
+            match done {
+                Some(rest) if budget - rest >= HEADER_LEN as u64 => {
+                    budget -= rest;
+                    offset = segment.end_offset.saturating_add(1);
+                }
+                _ => break,
+            }
+        }
+        stats
     }
 
     /// Walks one segment from `read.next_offset`; see the module docs.
