@@ -66,7 +66,7 @@ fn plan(quick: bool) -> Plan {
 
 /// A store whose GETs take simulated time (when `on`): a latency draw (from a fixed seed, in
 /// call order) plus the bytes at [`TRANSFER_BYTES_PER_S`]. Everything else passes through
-/// (streamed uploads too, so segments are multipart uploads as on S3).
+/// (streamed uploads too, so segments are uploaded as on S3: one PUT, or multipart when large).
 #[derive(Debug)]
 struct GetLatencyStorage {
     inner: Arc<dyn ObjectStorage>,
