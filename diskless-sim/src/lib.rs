@@ -46,7 +46,7 @@
 //!   on a host of its own (its own schedule, storage and coordinator gate, fetcher and cache)
 //!   consolidates WAL batches into segments under the prefix `tiered`, with drawn settings,
 //!   aggressive ones included: topics' `segment.bytes` from Kafka's minimum of 14 bytes (one
-//!   batch per segment) to a few dozen KiB, `segment.ms` up to 15 s, small `index.interval.bytes`
+//!   batch per segment) to 64 KiB, `segment.ms` from 1 ms to 20 s, small `index.interval.bytes`
 //!   and `segment.index.bytes`; a `min_age` of 0 to 3 s, 1 to 32 segments per pass, byte-sized
 //!   parts and read windows. Its host crashes now and then (the pass is dropped mid-way, the
 //!   worker's state is lost) and, during the faults, drops a pass that runs past its timeout. A
@@ -93,10 +93,11 @@
 //!    storage stall of the run + (requests ahead of it + 1) × (upload bound + `commit_timeout`) +
 //!    1 s (commits are serial; each is given up after `commit_timeout`); every producer's
 //!    delivery ends; `close()` returns within that bound, for crashed and live brokers. Once
-//!    nothing is produced and every transaction ended, the WAL tier drains: the coordinator's
-//!    WAL batch rows of the live partitions reach zero (every one is due after `segment.ms` +
-//!    `min_age`); a window of that long plus five tiering passes without a new low is a
-//!    violation (progress, not a deadline, so the paused clock cannot make it flake).
+//!    nothing is produced and every transaction ended, the WAL tier drains: no offset of a live
+//!    partition is left in it (ListOffsets `-4` reaches the high watermark; every batch is due
+//!    after `segment.ms` + `min_age`), so the coordinator's WAL batch rows are none; a window of
+//!    that long plus five tiering passes without a new low is a violation (progress, not a
+//!    deadline, so the paused clock cannot make it flake).
 //! 5. [`CONSUMER`]: a consumer never sees a batch twice or out of order; each idempotent
 //!    producer's batches are read in the order it sent them.
 //! 6. [`NO_DIRTY_READ`]: a `read_committed` consumer never returns a batch of an aborted or
@@ -485,8 +486,8 @@ pub struct SimStats {
     pub final_tiered_bytes: u64,
     /// Batches the replay reader (log start to the tail, through the brokers) read and checked.
     pub replay_batches: u64,
-    /// WAL batches of live partitions when the quiet period's drain began.
-    pub wal_rows_at_quiet: u64,
+    /// Offsets of live partitions in the WAL tier when the quiet period's drain began.
+    pub wal_offsets_at_quiet: u64,
     /// Virtual time the tiering worker took to consolidate them all (ms).
     pub drain_ms: u64,
 }

@@ -294,10 +294,10 @@ impl Params {
 
     /// The tiering settings, from a generator of their own (the other draws stay as they were):
     /// the worker's (a `min_age` of 0 to 3 s, small parts and read windows, few segments per
-    /// pass), its schedule, the topics' segment settings (`segment.bytes` from Kafka's minimum of
-    /// 14 bytes, one batch per segment, to a few dozen KiB; `segment.ms` of a few seconds, so that
-    /// every batch is consolidated in the quiet phase), mid-stream upload failures, and the second
-    /// orphan collector's settings.
+    /// pass, 1 to 8 per partition), its schedule, the topics' segment settings (`segment.bytes`
+    /// from Kafka's minimum of 14 bytes, one batch per segment, to 64 KiB; `segment.ms`
+    /// of 1 ms to 20 s, so that every batch is consolidated in the quiet phase), mid-stream
+    /// upload failures, and the second orphan collector's settings.
     fn derive_tiering(&mut self, seed: u64, faults: &Faults) {
         let mut rng = rng_for(seed, "tiering", 0);
         let r = &mut rng;
@@ -318,16 +318,20 @@ impl Params {
             })
             .with_part_size(r.usize(1..=16 << 10))
             .with_read_window(r.u64(1..=32 << 10));
-        self.tiering_every = ms(r, 100, 3_000);
+        self.tiering_every = ms(r, 300, 3_000);
         self.tiering_pass_timeout = ms(r, 500, 20_000);
         for topic in &mut self.topics {
             let c = &mut topic.config;
-            c.segment_bytes = match r.u8(0..8) {
+            c.segment_bytes = match r.u8(0..10) {
                 0 => r.i32(14..=400),
                 1..4 => r.i32(400..=4_096),
-                _ => r.i32(4_096..=48 << 10),
+                _ => r.i32(4_096..=64 << 10),
             };
-            c.segment_ms = r.i64(1..=15_000);
+            c.segment_ms = if r.u8(0..4) == 0 {
+                r.i64(1..=2_000)
+            } else {
+                r.i64(2_000..=20_000)
+            };
             c.index_interval_bytes = r.i32(0..=2_048);
             c.segment_index_bytes = match r.u8(0..6) {
                 0 => r.i32(4..=24),
@@ -360,6 +364,10 @@ impl Params {
         orphan.full_sweep_interval = Duration::from_secs(r.u64(0..=60));
         self.tiered_orphan = orphan;
         self.register_timeout = ms(r, 200, 5_000);
+        self.tiering = self
+            .tiering
+            .clone()
+            .with_max_segments_per_partition(r.u32(1..=8));
     }
 
     /// The longest a writer may take to answer a request that found `ahead` requests unanswered

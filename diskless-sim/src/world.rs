@@ -150,6 +150,8 @@ pub(crate) struct World {
     txn: txn::TxnParams,
     /// Every producer has returned (nothing is produced any more).
     producers_done: Flag,
+    /// Every WAL batch was consolidated in the quiet period.
+    drained: Flag,
     /// The tiering worker's host and its incarnations.
     tier_host: Mutex<Option<Arc<tiering::TierHost>>>,
     tier_incarnations: AtomicU64,
@@ -1449,6 +1451,7 @@ impl World {
                 continue;
             };
             self.oracle.lock().observe(p, hw, lso, floors, "checker")?;
+            walked.high_watermarks.insert(p, hw);
             let mut position = lso;
             while position < hw {
                 let request = FindBatchesRequest {
@@ -1537,7 +1540,8 @@ impl World {
     async fn check_objects(
         &self,
     ) -> Result<(BTreeMap<String, TopicIdPartition>, BTreeSet<String>), Fail> {
-        let (referenced, _) = self.referenced().await?;
+        let listed = self.listed_segments().await?;
+        let (referenced, walked) = self.referenced().await?;
         let stored = self.stored_keys().await.map_err(|e| (OBJECTS, e))?;
         for (key, p) in &referenced {
             if stored.contains(key) {
@@ -1551,7 +1555,7 @@ impl World {
                 ),
             ));
         }
-        self.check_tiered(&stored).await?;
+        self.check_tiered(&listed, &walked, &stored)?;
         Ok((referenced, stored))
     }
 
@@ -1821,6 +1825,7 @@ pub(crate) async fn simulate(
         tc: Mutex::new(txn::Tc::default()),
         txn: txn::TxnParams::derive(config.seed),
         producers_done: Flag::default(),
+        drained: Flag::default(),
         tier_host: Mutex::new(None),
         tier_incarnations: AtomicU64::new(0),
         tiered_collector: Mutex::new(None),

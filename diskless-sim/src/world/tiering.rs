@@ -3,15 +3,18 @@
 //! `tiered` checks (segments contiguous, below the high watermark, disjoint from the WAL
 //! batches, their objects stored; every WAL batch consolidated in the quiet phase).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use diskless_coordinator::{BatchCoordinator, ErrorCode, Layered, TopicIdPartition};
+use diskless_coordinator::{
+    BatchCoordinator, ErrorCode, LATEST_TIMESTAMP, Layered, ListOffsetsRequest, TieredSegment,
+    TopicIdPartition,
+};
 use diskless_core::lifecycle::{OrphanCollector, TieringWorker};
 use diskless_core::{FetchPartition, Fetcher, split_batches};
-use diskless_storage::{ObjectKey, ObjectRemoteStorage, ObjectStorage, SeededKeys};
+use diskless_storage::{ObjectRemoteStorage, ObjectStorage, SeededKeys};
 use tokio::time::sleep;
 
 use super::{CALM, DONE, FAULTY, LEADER_EPOCH, QUIET, World};
@@ -19,6 +22,9 @@ use crate::cache::SimCache;
 use crate::oracle::{BOUNDS, CONSUMER, Fail, ReadOrder, SETUP, TIERED};
 use crate::sync::Flag;
 use crate::wrappers::{Gate, GatedCoordinator, GatedStorage};
+
+/// ListOffsets' EARLIEST_LOCAL_TIMESTAMP (KIP-405): the first offset not in a tiered segment.
+const EARLIEST_LOCAL: i64 = -4;
 
 /// The broker id the tiering host uploads segments as.
 const TIERING_BROKER: i32 = 100;
@@ -33,9 +39,14 @@ pub(super) struct TierHost {
     worker: TieringWorker,
 }
 
-/// What the checker's walk over a partition found.
+/// The registered segments of each partition.
+pub(super) type Listed = BTreeMap<TopicIdPartition, Vec<TieredSegment>>;
+
+/// What the checker's walk over the partitions found.
 #[derive(Debug, Default)]
 pub(super) struct Walked {
+    /// Each partition's high watermark, as the walk read it.
+    pub(super) high_watermarks: BTreeMap<TopicIdPartition, i64>,
     /// WAL batches (transaction markers included).
     pub(super) wal_batches: u64,
     /// Tiered segments.
@@ -114,7 +125,13 @@ impl World {
         };
         *self.tier_host.lock() = Some(first);
         while self.phase() < DONE && !self.failed() {
-            sleep(self.p.tiering_every).await;
+            // Once the WAL tier drained in the quiet period nothing is left to tier: passes
+            // come seldom (each still runs, finding nothing).
+            if self.drained.is_set() {
+                sleep(self.p.tiering_every.max(Duration::from_secs(10))).await;
+            } else {
+                sleep(self.p.tiering_every).await;
+            }
             let Some(host) = self.tier_host.lock().clone() else {
                 return;
             };
@@ -204,21 +221,34 @@ impl World {
         }
     }
 
-    /// Invariant `tiered`, per live partition: its registered segments ascend without gap or
-    /// overlap, end below the high watermark (read after them: it never goes back), and their
-    /// objects are in the store (`stored` was listed before the segments; a key missing from it
-    /// is looked up again, since a segment may have been registered after the listing).
-    /// Disjointness from the WAL batches is the walk's ([`World::referenced`]). Returns the
-    /// segments counted.
-    pub(super) async fn check_tiered(&self, stored: &BTreeSet<String>) -> Result<u64, Fail> {
-        let mut count = 0u64;
+    /// The registered segments of every live partition, listed before the checker's walk
+    /// ([`World::referenced`]), whose high watermarks, read after, bound them.
+    pub(super) async fn listed_segments(&self) -> Result<Listed, Fail> {
+        let mut out = Listed::new();
         for p in self.live_partitions() {
-            let segments = self.all_segments(p).await?;
-            let Some((_, hw)) = self.watermarks(p).await else {
+            out.insert(p, self.all_segments(p).await?);
+        }
+        Ok(out)
+    }
+
+    /// Invariant `tiered`, per live partition: its registered segments (`listed` before the walk)
+    /// ascend without gap or overlap, end below the high watermark the walk read after them (it
+    /// never goes back), and their objects are in the store (`stored`, listed after them: a
+    /// registered segment's object exists before its registration, and once deleted it never
+    /// comes back). Disjointness from the WAL batches is the walk's.
+    pub(super) fn check_tiered(
+        &self,
+        listed: &Listed,
+        walked: &Walked,
+        stored: &BTreeSet<String>,
+    ) -> Result<u64, Fail> {
+        let mut count = 0u64;
+        for (p, segments) in listed {
+            let Some(&hw) = walked.high_watermarks.get(p) else {
                 continue;
             };
             let mut previous: Option<i64> = None;
-            for s in &segments {
+            for s in segments {
                 if s.base_offset > s.end_offset || s.end_offset >= hw {
                     return Err((
                         TIERED,
@@ -240,12 +270,11 @@ impl World {
                     ));
                 }
                 previous = Some(s.end_offset);
-                if !stored.contains(&s.object_key) && !self.stored_now(&s.object_key).await {
-                    let info = self.raw.object_info(&s.object_key).await.ok().flatten();
+                if !stored.contains(&s.object_key) {
                     return Err((
                         TIERED,
                         format!(
-                            "{p}: segment {}..={} is registered but its object {} is not in the store (coordinator: {info:?})",
+                            "{p}: segment {}..={} is registered but its object {} is not in the store",
                             s.base_offset, s.end_offset, s.object_key
                         ),
                     ));
@@ -256,18 +285,14 @@ impl World {
         Ok(count)
     }
 
-    /// Every registered segment of `p`, in offset order.
-    async fn all_segments(
-        &self,
-        p: TopicIdPartition,
-    ) -> Result<Vec<diskless_coordinator::TieredSegment>, Fail> {
+    /// Every registered segment of `p`, in offset order (none when its topic went meanwhile).
+    async fn all_segments(&self, p: TopicIdPartition) -> Result<Vec<TieredSegment>, Fail> {
         const PAGE: u32 = 1_000;
-        let mut out: Vec<diskless_coordinator::TieredSegment> = Vec::new();
+        let mut out: Vec<TieredSegment> = Vec::new();
         let mut from = 0i64;
         loop {
             let page = match self.raw.list_tiered_segments(p, from, PAGE).await {
                 Ok(page) => page,
-                // The topic went meanwhile.
                 Err(_) if !self.topic_live(p.topic_id) => return Ok(Vec::new()),
                 Err(e) => {
                     return Err((TIERED, format!("list_tiered_segments of {p}: {e}")));
@@ -285,19 +310,42 @@ impl World {
         }
     }
 
-    /// Whether `key` is in the raw store right now.
-    async fn stored_now(&self, key: &str) -> bool {
-        let Ok(key) = ObjectKey::parse(key) else {
-            return false;
-        };
-        self.raw_storage.fetch(&key, 0..1).await.is_ok()
+    /// The offsets of the live partitions still in the WAL tier: per partition, from its first
+    /// offset not tiered (ListOffsets `-4`, EARLIEST_LOCAL: the log start or the first offset no
+    /// segment holds, whichever is larger) to its high watermark.
+    async fn wal_offsets_left(&self) -> Result<u64, Fail> {
+        let mut left = 0u64;
+        for p in self.live_partitions() {
+            let asks = [
+                ListOffsetsRequest {
+                    partition: p,
+                    timestamp: EARLIEST_LOCAL,
+                    isolation: Default::default(),
+                },
+                ListOffsetsRequest {
+                    partition: p,
+                    timestamp: LATEST_TIMESTAMP,
+                    isolation: Default::default(),
+                },
+            ];
+            match self.raw.list_offsets(&asks).await.as_deref() {
+                Ok([local, hw]) if local.error.is_ok() && hw.error.is_ok() => {
+                    left += u64::try_from(hw.offset - local.offset).unwrap_or(0);
+                }
+                Ok(_) | Err(_) if !self.topic_live(p.topic_id) => {}
+                other => {
+                    return Err((BOUNDS, format!("ListOffsets -4/-1 of {p}: {other:?}")));
+                }
+            }
+        }
+        Ok(left)
     }
 
     /// Invariant `bounds` of the WAL tier: once nothing is produced and every transaction
     /// ended, the tiering worker consolidates every WAL batch of the live partitions (each is
     /// due after `segment.ms` + `min_age`). Progress is required, not a deadline: a window in
-    /// which every partition was due and the worker had several passes without the WAL row
-    /// count reaching a new low is a violation.
+    /// which every partition was due and the worker had several passes without the offsets left
+    /// in the WAL tier reaching a new low is a violation.
     pub(super) async fn drain_wal_tier(&self) -> Result<(), Fail> {
         let p = &self.p;
         let segment_ms = self
@@ -318,37 +366,36 @@ impl World {
         let mut best = u64::MAX;
         let mut progress_at = started;
         loop {
-            let (_, walked) = self.referenced().await?;
+            let left = self.wal_offsets_left().await?;
             let now = self.clock.elapsed_ms();
             if best == u64::MAX {
-                self.stat(|s| s.wal_rows_at_quiet = walked.wal_batches);
+                self.stat(|s| s.wal_offsets_at_quiet = left);
             }
-            if walked.wal_batches == 0 {
+            if left == 0 {
                 ev!(
                     self,
-                    "tiering: every WAL batch consolidated {} ms into the drain ({} segments)",
-                    now - started,
-                    walked.segments
+                    "tiering: every WAL batch consolidated {} ms into the drain",
+                    now - started
                 );
                 self.stat(|s| s.drain_ms = u64::try_from(now - started).unwrap_or(0));
+                self.drained.set();
                 return Ok(());
             }
-            if walked.wal_batches < best {
-                best = walked.wal_batches;
+            if left < best {
+                best = left;
                 progress_at = now;
             }
             if now - progress_at > window_ms || now >= give_up {
                 return Err((
                     BOUNDS,
                     format!(
-                        "{} WAL batches left {} s into the quiet period, none consolidated in the last {} s",
-                        walked.wal_batches,
+                        "{left} offsets left in the WAL tier {} s into the quiet period, none consolidated in the last {} s",
                         (now - started) / 1000,
                         window_ms / 1000
                     ),
                 ));
             }
-            if !self.wait_until(now + 1_000).await {
+            if !self.wait_until(now + 5_000).await {
                 return Ok(());
             }
         }
@@ -362,7 +409,7 @@ impl World {
     pub(super) async fn replay_loop(self: Arc<Self>) {
         let mut rng = self.rng("replay", 0);
         while self.phase() < QUIET && !self.failed() {
-            sleep(Duration::from_millis(rng.u64(1_000..=6_000))).await;
+            sleep(Duration::from_millis(rng.u64(2_000..=8_000))).await;
             let parts = self.live_partitions();
             if parts.is_empty() {
                 continue;
@@ -388,7 +435,7 @@ impl World {
         let mut order = ReadOrder::default();
         let max_bytes = rng.u32(200..=20_000);
         let mut read = 0u64;
-        for _ in 0..rng.u32(1..=40) {
+        for _ in 0..rng.u32(1..=20) {
             if self.failed() || !self.topic_live(partition.topic_id) {
                 return Ok(());
             }
