@@ -9,6 +9,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failed step is a failed test.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -23,6 +25,7 @@ use diskless_core::tiered::{
 use diskless_core::*;
 use diskless_storage::{ObjectKey, ObjectStorage, ObjectStoreStorage, SeededKeys};
 use diskless_testkit::coordinator::InMemoryCoordinator;
+use futures::future::BoxFuture;
 use uuid::Uuid;
 
 const NOW: i64 = 1_750_000_000_000;
@@ -1092,5 +1095,257 @@ async fn a_fetch_of_16_cold_tiered_partitions_reads_them_concurrently() {
                 assert_eq!(answer(g), answer(w), "offset {offset}");
             }
         }
+    }
+}
+
+/// A coordinator whose `find_batches`, on the second call after [`DuringFollowUp::arm`] (a
+/// fetch's follow-up, when the first call is the fetch's own), first runs the armed action
+/// (commits, a consolidation) and then forwards: the follow-up answer holds what was committed
+/// or registered after the fetch's first answer.
+#[derive(Default)]
+struct DuringFollowUp {
+    calls: AtomicUsize,
+    action: std::sync::Mutex<Option<BoxFuture<'static, ()>>>,
+    ran: AtomicBool,
+}
+
+impl std::fmt::Debug for DuringFollowUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DuringFollowUp")
+            .field("calls", &self.calls)
+            .field("ran", &self.ran)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DuringFollowUp {
+    fn arm(&self, action: BoxFuture<'static, ()>) {
+        self.calls.store(0, SeqCst);
+        self.ran.store(false, SeqCst);
+        *self.action.lock().unwrap() = Some(action);
+    }
+}
+
+#[async_trait::async_trait]
+impl CoordinatorLayer for DuringFollowUp {
+    async fn find_batches(
+        &self,
+        inner: &dyn BatchCoordinator,
+        requests: &[FindBatchesRequest],
+        fetch_max_bytes: u32,
+    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
+        if self.calls.fetch_add(1, SeqCst) == 1 {
+            let action = self.action.lock().unwrap().take();
+            if let Some(action) = action {
+                action.await;
+                self.ran.store(true, SeqCst);
+            }
+        }
+        inner.find_batches(requests, fetch_max_bytes).await
+    }
+}
+
+/// The bound a fetch reports for what it serves: the last stable offset under `read_committed`,
+/// the high watermark otherwise. Every served batch lies below it.
+fn assert_within_bounds(got: &FetchedPartition, isolation: IsolationLevel, what: &str) {
+    assert_eq!(
+        got.error,
+        ErrorCode::None,
+        "{what}: {:?}",
+        got.error_message
+    );
+    let bound = match isolation {
+        IsolationLevel::ReadCommitted => got.last_stable_offset,
+        IsolationLevel::ReadUncommitted => got.high_watermark,
+    };
+    for b in split_batches(got.records_bytes()).unwrap() {
+        assert!(
+            b.last_offset() < bound,
+            "{what}: served {}..={} with {isolation:?} bound {bound} (hwm {}, lso {})",
+            b.base_offset(),
+            b.last_offset(),
+            got.high_watermark,
+            got.last_stable_offset
+        );
+    }
+}
+
+/// Twelve batches of about 1.1 KB (offsets 0..=23, two records each) consolidated into one
+/// segment, then `tail` more produced to the WAL tier; a fetcher over `e`'s coordinator wrapped
+/// in [`DuringFollowUp`].
+async fn follow_up_setup(
+    e: &Env,
+    topic: u128,
+) -> (TopicIdPartition, Arc<Layered<DuringFollowUp>>, Fetcher) {
+    let config = TopicConfig::default();
+    let p = TopicIdPartition::new(e.topic(topic, 1, config.clone()).await, 0);
+    for i in 0..12 {
+        e.produce(&[p], &config, &batch(i, 2, 500, Compression::None), None)
+            .await;
+    }
+    let segment = e.consolidate(p, 12).await;
+    assert_eq!((segment.base_offset, segment.end_offset), (0, 23));
+    let wrapped = Arc::new(Layered::new(
+        e.coordinator.clone(),
+        DuringFollowUp::default(),
+    ));
+    let coordinator: Arc<dyn BatchCoordinator> = wrapped.clone();
+    let f = Fetcher::builder(e.storage.clone(), coordinator)
+        .build()
+        .unwrap();
+    (p, wrapped, f)
+}
+
+/// From the segment's last batch with 8 KB: the coordinator counts the ~13 KB segment whole and
+/// answers with it alone, the fetch reads 1.1 KB of it and asks again from offset 24 (a
+/// follow-up) with ~6.9 KB left.
+const FOLLOW_UP_LIMITS: (u32, u32) = (8_000, 1 << 20);
+
+/// Issue #15, sim seed 1081: WAL batches committed between a fetch's first `find_batches` answer
+/// and its follow-up are in the follow-up answer; the fetch reports the first answer's high
+/// watermark and last stable offset, and serves nothing at or past them (Kafka serves below the
+/// bounds it reports). Here a transaction open at the first answer (LSO 26 < HWM 30) commits and
+/// a batch follows before the follow-up: a `read_committed` fetch once served its batches with
+/// LSO 26; a `read_uncommitted` one the marker and the new batch with HWM 30. The answer equals
+/// the same fetch's before the commits; the next fetch serves the new data.
+async fn wal_batches_committed_during_a_follow_up(sqlite: bool, isolation: IsolationLevel) {
+    let e = Arc::new(env(sqlite).await);
+    let config = TopicConfig::default();
+    let (p, wrapped, f) = follow_up_setup(&e, 14).await;
+    let plain = |i| batch(i, 2, 500, Compression::None);
+    e.produce(&[p], &config, &plain(12), None).await; // 24..=25
+    e.produce(&[p], &config, &txn_batch(9, 0, 2), Some(1)) // 26..=27, open
+        .await;
+    e.produce(&[p], &config, &plain(13), None).await; // 28..=29
+    let what = format!("sqlite {sqlite}, {isolation:?}");
+
+    let before = fetch_one(&f, p, 22, FOLLOW_UP_LIMITS, isolation).await;
+    assert_eq!(
+        (before.high_watermark, before.last_stable_offset),
+        (30, 26),
+        "{what}"
+    );
+    assert_within_bounds(&before, isolation, &what);
+    let served = split_batches(before.records_bytes()).unwrap();
+    assert!(served.len() >= 2, "{what}: the follow-up took WAL batches");
+
+    let action = {
+        let (e, config) = (e.clone(), config.clone());
+        Box::pin(async move {
+            e.end_txn(&[p], 9, true, 1).await; // the marker at 30
+            e.produce(&[p], &config, &plain(14), None).await; // 31..=32
+        })
+    };
+    wrapped.arm(action);
+    let got = fetch_one(&f, p, 22, FOLLOW_UP_LIMITS, isolation).await;
+    assert!(wrapped.ran.load(SeqCst), "{what}: no follow-up was asked");
+    assert_within_bounds(&got, isolation, &what);
+    assert_eq!(answer(&got), answer(&before), "{what}");
+
+    // The next fetch, from where that one ended, serves the new data.
+    let next = served.last().unwrap().last_offset() + 1;
+    let after = fetch_one(&f, p, next, (1 << 20, 1 << 20), isolation).await;
+    assert_within_bounds(&after, isolation, &what);
+    assert_eq!(
+        (after.high_watermark, after.last_stable_offset),
+        (33, 33),
+        "{what}"
+    );
+    let last = split_batches(after.records_bytes()).unwrap();
+    assert_eq!(last.last().unwrap().last_offset(), 32, "{what}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn wal_batches_committed_during_a_follow_up_model() {
+    for isolation in [
+        IsolationLevel::ReadCommitted,
+        IsolationLevel::ReadUncommitted,
+    ] {
+        wal_batches_committed_during_a_follow_up(false, isolation).await;
+    }
+}
+
+#[tokio::test]
+async fn wal_batches_committed_during_a_follow_up_sqlite() {
+    for isolation in [
+        IsolationLevel::ReadCommitted,
+        IsolationLevel::ReadUncommitted,
+    ] {
+        wal_batches_committed_during_a_follow_up(true, isolation).await;
+    }
+}
+
+/// Issue #15: a segment registered between a fetch's first `find_batches` answer and its
+/// follow-up (batches committed and consolidated at once, `min_age` 0) is listed by the
+/// follow-up answer and holds batches past the high watermark the fetch reports; the tiered
+/// walk stops there under `read_uncommitted` too (it once served them: only `read_committed`
+/// had a bound). The answer equals the same fetch's before; the next fetch serves the new data.
+async fn segment_registered_during_a_follow_up(sqlite: bool, isolation: IsolationLevel) {
+    let e = Arc::new(env(sqlite).await);
+    let config = TopicConfig::default();
+    let (p, wrapped, f) = follow_up_setup(&e, 15).await;
+    let plain = |i| batch(i, 2, 500, Compression::None);
+    e.produce(&[p], &config, &plain(12), None).await; // 24..=25
+    e.produce(&[p], &config, &plain(13), None).await; // 26..=27
+    let what = format!("sqlite {sqlite}, {isolation:?}");
+
+    let before = fetch_one(&f, p, 22, FOLLOW_UP_LIMITS, isolation).await;
+    assert_eq!(
+        (before.high_watermark, before.last_stable_offset),
+        (28, 28),
+        "{what}"
+    );
+    assert_within_bounds(&before, isolation, &what);
+    let served = split_batches(before.records_bytes()).unwrap();
+    assert_eq!(
+        served.last().unwrap().last_offset(),
+        27,
+        "{what}: the follow-up took the WAL batches"
+    );
+
+    let action = {
+        let (e, config) = (e.clone(), config.clone());
+        Box::pin(async move {
+            e.produce(&[p], &config, &plain(14), None).await; // 28..=29
+            e.produce(&[p], &config, &plain(15), None).await; // 30..=31
+            let segment = e.consolidate(p, 4).await;
+            assert_eq!((segment.base_offset, segment.end_offset), (24, 31));
+        })
+    };
+    wrapped.arm(action);
+    let got = fetch_one(&f, p, 22, FOLLOW_UP_LIMITS, isolation).await;
+    assert!(wrapped.ran.load(SeqCst), "{what}: no follow-up was asked");
+    assert_within_bounds(&got, isolation, &what);
+    assert_eq!(answer(&got), answer(&before), "{what}");
+
+    // The next fetch, from the bound reported, serves the new data (from the new segment).
+    let after = fetch_one(&f, p, 28, (1 << 20, 1 << 20), isolation).await;
+    assert_within_bounds(&after, isolation, &what);
+    assert_eq!(after.high_watermark, 32, "{what}");
+    let offsets: Vec<i64> = split_batches(after.records_bytes())
+        .unwrap()
+        .iter()
+        .map(RecordBatch::base_offset)
+        .collect();
+    assert_eq!(offsets, [28, 30], "{what}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn segment_registered_during_a_follow_up_model() {
+    for isolation in [
+        IsolationLevel::ReadUncommitted,
+        IsolationLevel::ReadCommitted,
+    ] {
+        segment_registered_during_a_follow_up(false, isolation).await;
+    }
+}
+
+#[tokio::test]
+async fn segment_registered_during_a_follow_up_sqlite() {
+    for isolation in [
+        IsolationLevel::ReadUncommitted,
+        IsolationLevel::ReadCommitted,
+    ] {
+        segment_registered_during_a_follow_up(true, isolation).await;
     }
 }

@@ -469,7 +469,6 @@ impl Fetcher {
         } else {
             response.high_watermark
         };
-        let lso_bound = committed.then_some(response.last_stable_offset);
         let mut follow_up: Option<FindBatchesResponse> = None;
         for round in 0..=MAX_FOLLOW_UPS {
             let answer = follow_up.as_ref().unwrap_or(response);
@@ -480,7 +479,7 @@ impl Fetcher {
                     return;
                 }
                 if !self
-                    .read_tiered(request, &answer.segments, lso_bound, limits, part)
+                    .read_tiered(request, &answer.segments, readable_end, limits, part)
                     .await
                 {
                     return;

@@ -459,7 +459,7 @@ impl Fetcher {
         &self,
         request: &FetchPartition,
         segments: &[TieredSegment],
-        lso_bound: Option<i64>,
+        readable_end: i64,
         limits: &mut Limits,
         read: &mut PartitionRead,
     ) -> bool {
@@ -481,7 +481,7 @@ impl Fetcher {
             }
             read.entered.push(segment.clone());
             match self
-                .walk_segment(request, segment, lso_bound, limits, read)
+                .walk_segment(request, segment, readable_end, limits, read)
                 .await
             {
                 Ok(WalkEnd::SegmentEnd) => {}
@@ -629,7 +629,7 @@ impl Fetcher {
         &self,
         request: &FetchPartition,
         segment: &TieredSegment,
-        lso_bound: Option<i64>,
+        readable_end: i64,
         limits: &mut Limits,
         read: &mut PartitionRead,
     ) -> Result<WalkEnd, String> {
@@ -640,7 +640,7 @@ impl Fetcher {
         }
         let mut reader = SegmentReader::new(self, segment)?;
         let result = self
-            .walk_reader(request, &mut reader, lso_bound, limits, read)
+            .walk_reader(request, &mut reader, readable_end, limits, read)
             .await;
         read.stats.add(reader.stats);
         result
@@ -650,7 +650,7 @@ impl Fetcher {
         &self,
         request: &FetchPartition,
         reader: &mut SegmentReader<'_>,
-        lso_bound: Option<i64>,
+        readable_end: i64,
         limits: &mut Limits,
         read: &mut PartitionRead,
     ) -> Result<WalkEnd, String> {
@@ -680,7 +680,10 @@ impl Fetcher {
             if batch.last_offset < read.next_offset {
                 continue;
             }
-            if lso_bound.is_some_and(|lso| batch.base_offset >= lso) {
+            // Nothing at or past what the fetch reports as readable (the first coordinator
+            // answer's LSO under read_committed, its high watermark otherwise): a follow-up answer
+            // may list a segment registered since, holding batches committed after that answer.
+            if batch.base_offset >= readable_end {
                 return Ok(WalkEnd::Stopped);
             }
             let size = u64::from(batch.size);
