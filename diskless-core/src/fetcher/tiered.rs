@@ -447,14 +447,14 @@ struct Prefetch {
 enum WalkEnd {
     /// The segment's end was reached.
     SegmentEnd,
-    /// A limit (bytes, or the last stable offset) stopped it.
+    /// A limit stopped it: bytes, or the readable end (the last stable offset or the high watermark the fetch reports).
     Stopped,
 }
 
 impl Fetcher {
     /// Takes batches from `segments` (a coordinator answer's, in order) from
     /// `read.next_offset` under `limits`; whether every segment was walked to its end (no limit,
-    /// no error, no LSO stop), so that what follows them may be taken.
+    /// no error, no stop at the readable end), so that what follows them may be taken.
     pub(super) async fn read_tiered(
         &self,
         request: &FetchPartition,
