@@ -6,6 +6,8 @@
 //!   conformance suite, and operation generators for model-based property tests.
 //! - [`cache`]: a conformance suite every `LocalCache` runs.
 //! - [`keys`]: object keys with a chosen UUID v7 time.
+//! - `postgres` (feature `postgres`): a PostgreSQL server for tests (skip or require, a fresh
+//!   schema per test).
 //!
 //! Each suite comes with a macro that makes one test per case for an implementation
 //! ([`coordinator_conformance!`], [`storage_conformance!`], [`cache_conformance!`]), so that the
@@ -16,4 +18,6 @@ pub mod coordinator;
 pub mod fixture;
 pub mod kafka_segment;
 pub mod keys;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod storage;
