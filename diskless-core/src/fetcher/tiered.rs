@@ -39,7 +39,7 @@ use crate::batch::{
 };
 use crate::tiered::format::{
     AbortedTxnEntry, OffsetIndex, ProducerSnapshotEntry, Section, SegmentLayout, TimeIndex,
-    collect_aborted_txns, parse_producer_snapshot, parse_txn_index,
+    collect_aborted_txns, layout_of_row, parse_producer_snapshot, parse_txn_index,
 };
 
 /// Segments listed per coordinator call when the aborted-transaction search goes past the
@@ -102,15 +102,7 @@ pub(crate) struct SegmentReader<'a> {
 impl<'a> SegmentReader<'a> {
     /// A reader of `segment`, or why its coordinator row cannot describe a segment object.
     pub(crate) fn new(fetcher: &'a Fetcher, segment: &'a TieredSegment) -> Result<Self, String> {
-        let l = &segment.layout;
-        let layout = SegmentLayout {
-            log: l.log,
-            offset_index: l.offset_index,
-            time_index: l.time_index,
-            txn_index: l.txn_index,
-            producer_snapshot: l.producer_snapshot,
-            leader_epochs: l.leader_epochs,
-        };
+        let layout = layout_of_row(&segment.layout);
         if layout.log == 0
             || layout.log > SegmentLayout::MAX_LOG_LEN
             || layout.object_size() > segment.object_size

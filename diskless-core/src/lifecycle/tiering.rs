@@ -10,7 +10,7 @@ use super::{LifecycleError, Worker, millis, record_pass};
 use crate::ConfigError;
 use crate::control::{MarkerBatch, end_txn_marker};
 use crate::fetcher::Fetcher;
-use crate::tiered::format::parse_producer_snapshot;
+use crate::tiered::format::{layout_of_row, parse_producer_snapshot, row_sizes};
 use crate::tiered::{
     AbortedTxnEntry, BuiltSegment, FinishInputs, ProducerSnapshotEntry, PushOutcome,
     TIERED_LEADER_EPOCH, TieredBuildError, TieredSegmentBuilder, TieredSegmentConfig,
@@ -19,8 +19,8 @@ use bytes::Bytes;
 use diskless_cache::BlockKey;
 use diskless_coordinator::{
     BatchCoordinate, BatchCoordinator, Clock, CoordinatorError, RegisterSegmentOutcome,
-    RegisterSegmentRequest, SegmentLayoutSizes, SegmentPlan, SegmentPlanRequest, TieredSegment,
-    TieringCandidate, TopicIdPartition,
+    RegisterSegmentRequest, SegmentPlan, SegmentPlanRequest, TieredSegment, TieringCandidate,
+    TopicIdPartition,
 };
 use diskless_storage::{
     KeySource, MAX_PART_SIZE, ObjectKey, RemoteStorage, Section, SegmentData, SegmentLayout,
@@ -529,14 +529,7 @@ impl TieringWorker {
             object_key: key.to_string(),
             object_size: layout.object_size(),
             uploader_broker_id: self.broker_id,
-            layout: SegmentLayoutSizes {
-                log: layout.log,
-                offset_index: layout.offset_index,
-                time_index: layout.time_index,
-                txn_index: layout.txn_index,
-                producer_snapshot: layout.producer_snapshot,
-                leader_epochs: layout.leader_epochs,
-            },
+            layout: row_sizes(&layout),
             base_offset: built.base_offset,
             end_offset: built.end_offset,
             batch_count: built.batch_count,
@@ -642,14 +635,7 @@ impl TieringWorker {
         let Some(previous) = previous else {
             return Ok(Vec::new());
         };
-        let layout = SegmentLayout {
-            log: previous.layout.log,
-            offset_index: previous.layout.offset_index,
-            time_index: previous.layout.time_index,
-            txn_index: previous.layout.txn_index,
-            producer_snapshot: previous.layout.producer_snapshot,
-            leader_epochs: previous.layout.leader_epochs,
-        };
+        let layout = layout_of_row(&previous.layout);
         if layout.producer_snapshot == 0 {
             return Ok(Vec::new());
         }
