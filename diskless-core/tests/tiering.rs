@@ -1162,6 +1162,184 @@ async fn a_partition_cap_shares_passes_between_backlogs() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Concurrent builds
+
+/// Storage that counts the segment uploads in flight (their peak), and holds the first `meet`
+/// uploads until that many are in flight (or 5 s passed: then the peak tells the test the builds
+/// did not overlap).
+#[derive(Debug)]
+struct GatedStorage {
+    inner: Arc<dyn ObjectStorage>,
+    meet: u64,
+    arrivals: AtomicU64,
+    in_flight: AtomicU64,
+    peak: AtomicU64,
+    met: tokio::sync::Notify,
+}
+
+impl GatedStorage {
+    fn new(inner: Arc<dyn ObjectStorage>, meet: u64) -> Self {
+        GatedStorage {
+            inner,
+            meet,
+            arrivals: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            met: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Called as an upload starts; the returned guard ends it.
+    async fn enter(&self) -> InFlight<'_> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        let arrival = self.arrivals.fetch_add(1, Ordering::SeqCst) + 1;
+        if arrival < self.meet {
+            let wait = self.met.notified();
+            if self.arrivals.load(Ordering::SeqCst) < self.meet {
+                let _ = tokio::time::timeout(Duration::from_secs(5), wait).await;
+            }
+        } else if arrival == self.meet {
+            self.met.notify_waiters();
+        }
+        InFlight(&self.in_flight)
+    }
+}
+
+struct InFlight<'a>(&'a AtomicU64);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl ObjectStorage for GatedStorage {
+    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
+        let _in_flight = self.enter().await;
+        self.inner.upload(key, payload).await
+    }
+
+    async fn upload_stream(
+        &self,
+        key: &ObjectKey,
+        chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        let _in_flight = self.enter().await;
+        self.inner.upload_stream(key, chunks, part_size).await
+    }
+
+    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        self.inner.fetch(key, range).await
+    }
+
+    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
+        self.inner.delete(keys).await
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
+        self.inner.list(prefix)
+    }
+}
+
+/// A worker whose segment uploads go through `gate`.
+fn gated_worker(e: &Env, gate: Arc<GatedStorage>, config: TieringConfig) -> TieringWorker {
+    let storage: Arc<dyn ObjectStorage> = gate;
+    let fetcher = Fetcher::builder(e.storage.clone(), e.coordinator.clone())
+        .build()
+        .unwrap();
+    TieringWorker::new(
+        e.coordinator.clone(),
+        Arc::new(ObjectRemoteStorage::new(storage)),
+        fetcher,
+        e.clock.clone(),
+        Arc::new(SeededKeys::new(e.seed)),
+        1,
+        config.with_part_size(1024).with_read_window(700),
+    )
+    .unwrap()
+}
+
+/// `max_concurrent_builds`: that many partitions are consolidated at once, never more, with the
+/// same result as one at a time (every acknowledged offset exactly once from either tier); the
+/// pass caps count a build once it finished, so a pass passes `max_segments_per_pass` by at
+/// most `max_concurrent_builds - 1` segments.
+async fn concurrent_builds_overlap_up_to_their_cap(backend: Backend, cap: u32) {
+    let mut e = env(backend, topic_config()).await;
+    e.produce(20).await;
+    e.clock.advance(10 * MINUTE);
+    // One at a time (the default): never two uploads in flight.
+    let one = Arc::new(GatedStorage::new(e.storage.clone(), 2));
+    let worker = gated_worker(
+        &e,
+        one.clone(),
+        TieringConfig::default().with_max_segments_per_partition(1),
+    );
+    let report = worker.run_pass().await.unwrap();
+    assert_eq!(report.segments, PARTITIONS as u64, "{report:?}");
+    assert_eq!(one.peak.load(Ordering::SeqCst), 1, "{backend:?}");
+    e.check(false, "one at a time").await;
+    // `cap` at once: the first `cap` builds meet in their uploads.
+    e.seed += 1;
+    let gate = Arc::new(GatedStorage::new(e.storage.clone(), u64::from(cap)));
+    let worker = gated_worker(
+        &e,
+        gate.clone(),
+        TieringConfig::default()
+            .with_max_concurrent_builds(cap)
+            .with_max_segments_per_partition(1),
+    );
+    let report = worker.run_pass().await.unwrap();
+    assert_eq!(
+        (report.segments, report.failed, report.stale),
+        (PARTITIONS as u64, 0, 0),
+        "{backend:?} {report:?}"
+    );
+    assert_eq!(
+        gate.peak.load(Ordering::SeqCst),
+        u64::from(cap),
+        "{backend:?}: builds in flight at once"
+    );
+    e.check(false, "concurrent").await;
+    // The pass cap: started while it was not reached, every started build finishes.
+    e.produce(20).await;
+    e.clock.advance(10 * MINUTE);
+    e.seed += 1;
+    let gate = Arc::new(GatedStorage::new(e.storage.clone(), u64::from(cap)));
+    let worker = gated_worker(
+        &e,
+        gate.clone(),
+        TieringConfig::default()
+            .with_max_concurrent_builds(cap)
+            .with_max_segments_per_pass(1),
+    );
+    let report = worker.run_pass().await.unwrap();
+    assert!(report.more, "{report:?}");
+    assert!(
+        (1..=u64::from(cap)).contains(&report.segments),
+        "{backend:?} {report:?}"
+    );
+    assert_eq!(report.candidates, u64::from(cap), "{report:?}");
+    e.check(false, "capped").await;
+    e.quiesce().await;
+    e.check(true, "quiescent").await;
+    e.writer.close().await;
+}
+
+#[tokio::test]
+async fn concurrent_builds_overlap_up_to_their_cap_model() {
+    concurrent_builds_overlap_up_to_their_cap(Backend::Model, 2).await;
+    concurrent_builds_overlap_up_to_their_cap(Backend::Model, 3).await;
+}
+
+#[tokio::test]
+async fn concurrent_builds_overlap_up_to_their_cap_sqlite() {
+    concurrent_builds_overlap_up_to_their_cap(Backend::Sqlite, 3).await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The fetcher's cache after a registration
 
 /// Storage recording every ranged GET.

@@ -83,6 +83,16 @@ pub struct TieringConfig {
     /// `Fetcher`-path read of their objects, through the cache): the other half of a build's
     /// memory. At least 1 (a batch larger than it is read alone). Default 8 MiB.
     pub read_window: u64,
+    /// Partitions consolidated at once within a pass: up to this many builds (each reading its
+    /// WAL batches and uploading its segment) overlap, so a pass over many due partitions waits
+    /// for storage latency once per this many segments, not once per segment. Each build holds
+    /// its own memory (see `read_window` and `inline_upload_max`), so a pass holds up to this many
+    /// times a build's. The caps still apply before each partition and segment, counting the
+    /// builds in flight only once they finish: a pass may register up to
+    /// `max_concurrent_builds - 1` segments beyond `max_segments_per_pass`. The cursor moves past
+    /// partitions in order, so a pass that fails or is dropped resumes at the first partition
+    /// not handled. At least 1. Default 1 (one build at a time).
+    pub max_concurrent_builds: u32,
 }
 
 impl Default for TieringConfig {
@@ -98,6 +108,7 @@ impl Default for TieringConfig {
             part_size: SegmentData::DEFAULT_PART_SIZE,
             inline_upload_max: DEFAULT_INLINE_UPLOAD_MAX,
             read_window: 8 << 20,
+            max_concurrent_builds: 1,
         }
     }
 }
@@ -113,6 +124,7 @@ diskless_common::with_setters!(TieringConfig {
     with_part_size => part_size: [usize],
     with_inline_upload_max => inline_upload_max: [usize],
     with_read_window => read_window: [u64],
+    with_max_concurrent_builds => max_concurrent_builds: [u32],
 });
 
 impl TieringConfig {
@@ -130,6 +142,7 @@ impl TieringConfig {
             ("max_batches_per_segment", self.max_batches_per_segment == 0),
             ("part_size", self.part_size == 0),
             ("read_window", self.read_window == 0),
+            ("max_concurrent_builds", self.max_concurrent_builds == 0),
         ];
         if let Some((field, _)) = at_least_one.iter().find(|(_, zero)| *zero) {
             return Err(ConfigError::invalid(field, "must be at least 1"));
@@ -227,6 +240,12 @@ pub struct TieringPassReport {
 /// it. The pass caps (`max_segments_per_pass`, `max_bytes_per_pass`) bound the pass as a whole.
 /// A partition whose segment failed or was discarded gets no second attempt in the same pass.
 ///
+/// Partitions are handled one at a time by default; `max_concurrent_builds` lets that many of a
+/// page's partitions be consolidated at once (each still one segment after the other), started
+/// in page order while the caps allow, the cursor moving past them in that order. The builds
+/// share nothing but the coordinator and storage, and each follows the steps above on its own
+/// key, so the safety argument below holds per build.
+///
 /// `Registered` and `AlreadyRegistered` are done. A stale or refused registration
 /// (`Stale`, `UnknownPartition`, `DeadlineExceeded`, `ObjectFenced`), a failed build or upload,
 /// or an outcome still unknown after the retry, discards the key: the worker calls
@@ -283,6 +302,10 @@ pub struct TieringWorker {
     /// Held for the whole pass, so passes never overlap.
     state: tokio::sync::Mutex<State>,
 }
+
+/// The report of a pass in progress, shared by the partitions it handles at once (locked only
+/// between awaits).
+type Progress = parking_lot::Mutex<TieringPassReport>;
 
 /// What the worker remembers between passes.
 #[derive(Debug, Default)]
@@ -365,8 +388,9 @@ impl TieringWorker {
     /// cursor moves past a partition only once it was handled. A cancelled pass records no metric.
     #[tracing::instrument(level = "info", name = "lifecycle_pass", skip_all, fields(worker = Worker::Tiering.name()))]
     pub async fn run_pass(&self) -> Result<TieringPassReport, LifecycleError> {
-        let mut report = TieringPassReport::default();
-        let result = self.pass(&mut report).await;
+        let progress = Progress::default();
+        let result = self.pass(&progress).await;
+        let report = progress.into_inner();
         record_pass(Worker::Tiering, &result, report.segments);
         if report.candidates > 0 {
             tracing::info!(
@@ -382,31 +406,58 @@ impl TieringWorker {
         result.map(|()| report)
     }
 
-    fn caps_reached(&self, report: &TieringPassReport) -> bool {
+    fn caps_reached(&self, progress: &Progress) -> bool {
+        let report = progress.lock();
         report.segments >= u64::from(self.config.max_segments_per_pass)
             || report.bytes >= self.config.max_bytes_per_pass
     }
 
-    async fn pass(&self, report: &mut TieringPassReport) -> Result<(), LifecycleError> {
+    async fn pass(&self, progress: &Progress) -> Result<(), LifecycleError> {
         let mut state = self.state.lock().await;
         let now = self.clock.now_ms();
         let min_age = millis(self.config.min_age);
+        let concurrent = usize::try_from(self.config.max_concurrent_builds)
+            .unwrap_or(usize::MAX)
+            .max(1);
         loop {
             let page = self
                 .coordinator
                 .tiering_candidates(now, min_age, state.cursor, self.config.candidate_page)
                 .await?;
             let last_page = page.len() < self.config.candidate_page as usize;
-            for candidate in page {
-                if self.caps_reached(report) {
-                    report.more = true;
-                    return Ok(());
-                }
-                report.candidates += 1;
-                let partition = candidate.partition;
-                self.tier_partition(candidate, state.cursor, now, report)
-                    .await?;
-                state.cursor = Some(partition);
+            let listed = page.len();
+            // Each candidate with the partition handled before it (the cursor for the first):
+            // where the coordinator is asked whether the partition is still due.
+            let mut after = state.cursor;
+            let work: Vec<_> = page
+                .into_iter()
+                .map(|candidate| {
+                    let before = after;
+                    after = Some(candidate.partition);
+                    (candidate, before)
+                })
+                .collect();
+            // In page order, up to `concurrent` partitions at once; the caps are looked at before
+            // each partition is started, and the cursor moves past partitions in order.
+            let mut handled = futures::stream::iter(work)
+                .take_while(|_| std::future::ready(!self.caps_reached(progress)))
+                .map(|(candidate, before)| async move {
+                    progress.lock().candidates += 1;
+                    let partition = candidate.partition;
+                    self.tier_partition(candidate, before, now, progress)
+                        .await
+                        .map(|()| partition)
+                })
+                .buffered(concurrent);
+            let mut done = 0;
+            while let Some(partition) = handled.next().await {
+                state.cursor = Some(partition?);
+                done += 1;
+            }
+            if done < listed {
+                // Stopped at the caps.
+                progress.lock().more = true;
+                return Ok(());
             }
             if last_page {
                 // The end of the due partitions: the next pass starts from the first.
@@ -424,18 +475,18 @@ impl TieringWorker {
         mut candidate: TieringCandidate,
         after: Option<TopicIdPartition>,
         now: i64,
-        report: &mut TieringPassReport,
+        progress: &Progress,
     ) -> Result<(), LifecycleError> {
         let partition = candidate.partition;
         let mut registered = 0u32;
         loop {
-            if !self.tier(&candidate, now, report).await? {
+            if !self.tier(&candidate, now, progress).await? {
                 return Ok(());
             }
             registered += 1;
-            if registered >= self.config.max_segments_per_partition || self.caps_reached(report) {
+            if registered >= self.config.max_segments_per_partition || self.caps_reached(progress) {
                 // The partition may still be due: the next cycle of the cursor reaches it again.
-                report.more = true;
+                progress.lock().more = true;
                 return Ok(());
             }
             let next = self
@@ -456,7 +507,7 @@ impl TieringWorker {
         &self,
         candidate: &TieringCandidate,
         now: i64,
-        report: &mut TieringPassReport,
+        progress: &Progress,
     ) -> Result<bool, LifecycleError> {
         let partition = candidate.partition;
         let config = &candidate.config;
@@ -476,7 +527,7 @@ impl TieringWorker {
             Ok(previous) => previous,
             Err(e) => {
                 tracing::warn!(%partition, error = %e, "reading the previous segment's producer snapshot failed; retrying next pass");
-                report.failed += 1;
+                progress.lock().failed += 1;
                 return Ok(false);
             }
         };
@@ -519,8 +570,8 @@ impl TieringWorker {
             Ok(done) => done,
             Err(e) => {
                 tracing::warn!(%partition, object = %key, error = %e, "building or uploading a tiered segment failed; discarding it");
-                report.failed += 1;
-                self.discard(&key, report).await;
+                progress.lock().failed += 1;
+                self.discard(&key, progress).await;
                 return Ok(false);
             }
         };
@@ -547,9 +598,12 @@ impl TieringWorker {
         match outcome {
             Ok(RegisterSegmentOutcome::Registered { .. })
             | Ok(RegisterSegmentOutcome::AlreadyRegistered) => {
-                report.segments += 1;
-                report.bytes += layout.log;
-                report.batches_tiered += u64::from(built.batch_count);
+                {
+                    let mut report = progress.lock();
+                    report.segments += 1;
+                    report.bytes += layout.log;
+                    report.batches_tiered += u64::from(built.batch_count);
+                }
                 tracing::debug!(%partition, object = %key, base = built.base_offset, end = built.end_offset, bytes = layout.log, "tiered segment registered");
                 if let Some(log_tail) = log_tail {
                     self.warm_cache(&key, &layout, log_tail, built.tail).await;
@@ -558,14 +612,14 @@ impl TieringWorker {
             }
             Ok(RegisterSegmentOutcome::Stale) | Ok(RegisterSegmentOutcome::UnknownPartition) => {
                 tracing::info!(%partition, object = %key, "tiered segment stale; discarding it");
-                report.stale += 1;
-                self.discard(&key, report).await;
+                progress.lock().stale += 1;
+                self.discard(&key, progress).await;
                 Ok(false)
             }
             Err(e) => {
                 tracing::warn!(%partition, object = %key, error = %e, "registering a tiered segment failed; discarding it");
-                report.failed += 1;
-                self.discard(&key, report).await;
+                progress.lock().failed += 1;
+                self.discard(&key, progress).await;
                 Ok(false)
             }
         }
@@ -804,12 +858,12 @@ impl TieringWorker {
 
     /// Fences `key` and deletes it only if the fence returned it; else leaves it to the orphan
     /// collector (or, when the coordinator knows it, to the segment's life).
-    async fn discard(&self, key: &ObjectKey, report: &mut TieringPassReport) {
+    async fn discard(&self, key: &ObjectKey, progress: &Progress) {
         let fenced = match self.coordinator.fence_orphans(&[key.to_string()]).await {
             Ok(fenced) => fenced,
             Err(e) => {
                 tracing::warn!(object = %key, error = %e, "fencing a discarded segment failed; leaving it to the orphan collector");
-                report.left_for_collector += 1;
+                progress.lock().left_for_collector += 1;
                 return;
             }
         };
@@ -820,11 +874,11 @@ impl TieringWorker {
             return;
         }
         match self.remote.delete(std::slice::from_ref(key)).await {
-            Ok(deleted) if deleted.contains(key) => report.fenced_and_deleted += 1,
-            Ok(_) => report.left_for_collector += 1,
+            Ok(deleted) if deleted.contains(key) => progress.lock().fenced_and_deleted += 1,
+            Ok(_) => progress.lock().left_for_collector += 1,
             Err(e) => {
                 tracing::warn!(object = %key, error = %e, "deleting a fenced segment failed; leaving it to the orphan collector");
-                report.left_for_collector += 1;
+                progress.lock().left_for_collector += 1;
             }
         }
     }
@@ -903,6 +957,7 @@ mod tests {
             TieringConfig::default().with_max_batches_per_segment(0),
             TieringConfig::default().with_part_size(0),
             TieringConfig::default().with_read_window(0),
+            TieringConfig::default().with_max_concurrent_builds(0),
             TieringConfig::default().with_inline_upload_max(usize::MAX),
         ];
         for config in bad {
