@@ -381,6 +381,9 @@ impl Broker {
             if let Some(age) = config.tiering_min_age {
                 tiering_config = tiering_config.with_min_age(age);
             }
+            if let Some(builds) = config.tiering_builds {
+                tiering_config = tiering_config.with_max_concurrent_builds(builds);
+            }
             let prefix = tiering_config.prefix.clone();
             let broker_id = config.listeners.first().map_or(1, |l| l.node_id);
             lifecycle = lifecycle.tiering(

@@ -70,6 +70,9 @@ Options:
   --tiering-min-age-ms MS   batches committed less than MS ago stay in the WAL tier, where tail
                             readers find them in the writers' cache (default 120000, the
                             library's TieringConfig::default())
+  --tiering-builds N        partitions consolidated at once by a tiering pass, each holding its
+                            own read window and upload part in memory (default 1, the library's
+                            TieringConfig::default())
   --local-cache-dir DIR     a second, on-disk tier behind the object cache: verified blocks of
                             WAL objects and tiered segments kept in DIR across restarts
   --local-cache-bytes N     the most block bytes --local-cache-dir holds (default 1073741824)
@@ -154,6 +157,8 @@ pub(crate) struct Config {
     pub tiering_interval: Option<Duration>,
     /// The tiering worker's least batch age (`None`: the library's default).
     pub tiering_min_age: Option<Duration>,
+    /// `--tiering-builds`: `TieringConfig::max_concurrent_builds` (`None`: the library's).
+    pub tiering_builds: Option<u32>,
     /// The on-disk cache tier (`None`: memory only).
     pub local_cache_dir: Option<PathBuf>,
     /// Its byte bound.
@@ -240,6 +245,7 @@ impl Config {
         let mut segment_bytes: i32 = DEFAULT_SEGMENT_BYTES;
         let mut tiering_interval_ms: u64 = 30_000;
         let mut tiering_min_age = None;
+        let mut tiering_builds = None;
         let mut local_cache_dir = None;
         let mut local_cache_bytes: u64 = diskless_cache::DiskCacheConfig::DEFAULT_MAX_BYTES;
         let mut create_topics = Vec::new();
@@ -360,6 +366,13 @@ impl Config {
                         &name,
                         &value(&name, inline, &mut args)?,
                     )?))
+                }
+                "--tiering-builds" => {
+                    let n: u32 = number(&name, &value(&name, inline, &mut args)?)?;
+                    if n == 0 {
+                        return Err("--tiering-builds must be at least 1".into());
+                    }
+                    tiering_builds = Some(n);
                 }
                 "--local-cache-dir" => {
                     local_cache_dir = Some(PathBuf::from(value(&name, inline, &mut args)?))
@@ -491,6 +504,7 @@ impl Config {
             tiering_interval: (tiering_interval_ms > 0)
                 .then(|| Duration::from_millis(tiering_interval_ms)),
             tiering_min_age,
+            tiering_builds,
             local_cache_dir,
             local_cache_bytes,
         })))
@@ -537,6 +551,7 @@ mod tests {
         assert_eq!(c.segment_bytes, 256 << 20);
         assert_eq!(c.tiering_interval, Some(Duration::from_secs(30)));
         assert_eq!(c.tiering_min_age, None);
+        assert_eq!(c.tiering_builds, None);
         assert_eq!(c.local_cache_dir, None);
         assert_eq!(c.local_cache_bytes, 1 << 30);
     }
@@ -550,6 +565,8 @@ mod tests {
             "--tiering-interval-ms",
             "500",
             "--tiering-min-age-ms=0",
+            "--tiering-builds",
+            "3",
             "--local-cache-dir",
             "/tmp/x",
             "--local-cache-bytes",
@@ -561,6 +578,8 @@ mod tests {
         assert_eq!((d.segment_ms, d.segment_bytes), (2000, 1 << 20));
         assert_eq!(c.tiering_interval, Some(Duration::from_millis(500)));
         assert_eq!(c.tiering_min_age, Some(Duration::ZERO));
+        assert_eq!(c.tiering_builds, Some(3));
+        assert!(parse(&["--tiering-builds", "0"]).is_err());
         assert_eq!(c.local_cache_dir, Some(PathBuf::from("/tmp/x")));
         assert_eq!(c.local_cache_bytes, 4096);
         assert_eq!(
