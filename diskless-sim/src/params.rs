@@ -294,7 +294,7 @@ impl Params {
 
     /// The tiering settings, from a generator of their own (the other draws stay as they were):
     /// the worker's (a `min_age` of 0 to 3 s, small parts and read windows, few segments per
-    /// pass, 1 to 8 per partition), its schedule, the topics' segment settings (`segment.bytes`
+    /// pass, 1 to 8 per partition, 1 to 4 partitions at once), its schedule, the topics' segment settings (`segment.bytes`
     /// from Kafka's minimum of 14 bytes, one batch per segment, to 64 KiB; `segment.ms`
     /// of 1 ms to 20 s, so that every batch is consolidated in the quiet phase), mid-stream
     /// upload failures, and the second orphan collector's settings.
@@ -367,7 +367,8 @@ impl Params {
         self.tiering = self
             .tiering
             .clone()
-            .with_max_segments_per_partition(r.u32(1..=8));
+            .with_max_segments_per_partition(r.u32(1..=8))
+            .with_max_concurrent_builds(r.u32(1..=4));
     }
 
     /// The longest a writer may take to answer a request that found `ahead` requests unanswered
