@@ -16,6 +16,8 @@
 //!    and of the next 1,000, each followed by the baseline: one `commit_file` of as many batches
 //!    over another topic's 16 partitions. Synthetic segment keys and layouts: the coordinator does
 //!    not read the segment.
+//! 3. The time to consolidate a backlog against the builds run at once
+//!    (`TieringConfig::max_concurrent_builds`), on S3-like latency: `fig14_concurrent_builds.rs`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,7 +86,7 @@ fn plan(quick: bool) -> Plan {
 pub(crate) fn run(quick: bool) -> Vec<Row> {
     let plan = plan(quick);
     let rt = runtime();
-    rt.block_on(async {
+    let mut rows = rt.block_on(async {
         let mut rows = Vec::new();
         for k in [1, 16, 256] {
             rows.extend(consolidation(&plan, k).await);
@@ -92,7 +94,10 @@ pub(crate) fn run(quick: bool) -> Vec<Row> {
         rows.extend(registration_sqlite(&plan).await);
         rows.extend(registration_postgres(&plan).await);
         rows
-    })
+    });
+    // Part 3, on its own (paused) runtime.
+    rows.extend(crate::fig14_concurrent_builds::run(quick));
+    rows
 }
 
 // -------------------------------------------------------------------------------------------------

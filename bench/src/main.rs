@@ -20,6 +20,7 @@ mod fig10_scale;
 mod fig11_transactions;
 mod fig12_bounded_state;
 mod fig13_tier_reads;
+mod fig14_concurrent_builds;
 mod fig14_consolidation_cost;
 mod fig1_produce;
 mod fig2_sqlite;

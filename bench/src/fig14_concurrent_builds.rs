@@ -1,0 +1,239 @@
+//! Figure 14, part 3: how long consolidating a backlog takes against
+//! `TieringConfig::max_concurrent_builds` (partitions built at once), on S3-like latency.
+//!
+//! [`PARTITIONS`] partitions, each [`Plan::per_partition`] bytes of 64 KiB batches, produced by
+//! one request of one batch per partition per WAL object (a 1 MiB object holding every
+//! partition), topic `segment.bytes` = a partition's bytes: every partition is one segment due.
+//! Then a `TieringWorker` (default settings but `max_concurrent_builds`, with a fresh cache)
+//! consolidates everything through `FaultyStorage` adding figure 5's S3-like latency (log-normal,
+//! p50 100 ms, p99 400 ms, from a fixed seed) to every request, on tokio's paused clock: the time
+//! is simulated, exact and reproducible, CPU is not in it (it is part 1's). No bandwidth is
+//! shared between requests, so this is the latency-bound regime (many small WAL ranges per
+//! segment); a build's memory (read window and upload part) is multiplied by the builds. The
+//! baseline is one build at a time, in the same run. Coordinator: the in-memory model (SQLite's
+//! own thread would let the paused clock jump while a query runs).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
+use diskless_coordinator::{
+    BatchCoordinator, Clock, CreateTopicRequest, ErrorCode, ManualClock, TopicConfig,
+    TopicIdPartition,
+};
+use diskless_core::lifecycle::{TieringConfig, TieringWorker};
+use diskless_core::{Fetcher, ProducePartition, WalWriter, WalWriterConfig};
+use diskless_storage::{ObjectRemoteStorage, ObjectStorage, ObjectStoreStorage, SeededKeys};
+use diskless_testkit::coordinator::InMemoryCoordinator;
+use diskless_testkit::storage::{FaultConfig, FaultyStorage, Latency};
+
+use crate::report::Row;
+use crate::util::{make_batch, paused_runtime, random_uuid};
+
+const FIG: u8 = 14;
+const PARTITIONS: i32 = 16;
+const BATCH: usize = 64 << 10;
+
+/// Sizes of one run.
+struct Plan {
+    /// Bytes per partition (one segment each).
+    per_partition: usize,
+    /// The `max_concurrent_builds` values measured; the first is the baseline.
+    builds: &'static [u32],
+}
+
+fn plan(quick: bool) -> Plan {
+    if quick {
+        Plan {
+            per_partition: 256 << 10,
+            builds: &[1, 4],
+        }
+    } else {
+        Plan {
+            per_partition: 4 << 20,
+            builds: &[1, 2, 4, 8, 16],
+        }
+    }
+}
+
+/// What consolidating the backlog once measured.
+#[derive(Clone, Copy, Debug)]
+struct Measured {
+    /// Simulated time from the first pass to the last.
+    elapsed: Duration,
+    segments: u64,
+    passes: u64,
+    /// Requests sent to the store by the worker (GETs, PUTs).
+    gets: u64,
+    puts: u64,
+}
+
+/// Runs part 3 of figure 14.
+pub(crate) fn run(quick: bool) -> Vec<Row> {
+    let plan = plan(quick);
+    paused_runtime().block_on(async {
+        let mut measured = Vec::new();
+        for &builds in plan.builds {
+            measured.push((builds, once(&plan, builds).await));
+        }
+        rows_of(&plan, &measured)
+    })
+}
+
+async fn once(plan: &Plan, builds: u32) -> Measured {
+    let clock = ManualClock::new(crate::util::now_ms());
+    let coordinator: Arc<dyn BatchCoordinator> = Arc::new(InMemoryCoordinator::new(clock.clone()));
+    let config = TopicConfig {
+        retention_ms: -1,
+        retention_bytes: -1,
+        segment_ms: 10 * 60_000,
+        segment_bytes: i32::try_from(plan.per_partition).unwrap_or(i32::MAX),
+        ..TopicConfig::default()
+    };
+    let topic = random_uuid();
+    if let Err(e) = coordinator
+        .create_topic(CreateTopicRequest {
+            topic_id: topic,
+            name: "fig14-builds".into(),
+            partitions: PARTITIONS,
+            config: config.clone(),
+        })
+        .await
+    {
+        panic!("figure 14: creating the topic: {e}");
+    }
+    let store = Arc::new(ObjectStoreStorage::in_memory());
+    let counters = store.counters().clone();
+    let plain: Arc<dyn ObjectStorage> = store;
+
+    // Produce (no latency: not measured), one WAL object per request.
+    let writer = match WalWriter::builder(plain.clone(), coordinator.clone())
+        .with_config(WalWriterConfig::default())
+        .with_clock(clock.clone())
+        .build()
+    {
+        Ok(w) => w,
+        Err(e) => panic!("figure 14: writer: {e}"),
+    };
+    let config = Arc::new(config);
+    let mut seed = 0u64;
+    for _ in 0..plan.per_partition.div_ceil(BATCH) {
+        let request = (0..PARTITIONS)
+            .map(|p| {
+                seed += 1;
+                ProducePartition {
+                    partition: TopicIdPartition::new(topic, p),
+                    config: config.clone(),
+                    records: make_batch(BATCH, clock.now_ms(), seed),
+                    txn_seq: None,
+                }
+            })
+            .collect();
+        let pending = writer.append(request).await;
+        writer.flush().await;
+        for a in pending.await {
+            assert_eq!(a.error, ErrorCode::None, "figure 14: produce {a:?}");
+        }
+        clock.advance(250);
+    }
+    writer.close().await;
+
+    // Consolidate everything through S3-like latency.
+    clock.advance(3_600_000);
+    let slow: Arc<dyn ObjectStorage> = Arc::new(FaultyStorage::new(
+        plain,
+        FaultConfig::default()
+            .with_seed(14)
+            .with_latency(Some(Latency::s3_like())),
+    ));
+    let cache: Arc<dyn LocalCache> = match MokaCache::new(MokaCacheConfig::default()) {
+        Ok(c) => Arc::new(c),
+        Err(e) => panic!("figure 14: cache: {e}"),
+    };
+    let fetcher = match Fetcher::builder(slow.clone(), coordinator.clone())
+        .with_cache(cache)
+        .build()
+    {
+        Ok(f) => f,
+        Err(e) => panic!("figure 14: fetcher: {e}"),
+    };
+    let worker = match TieringWorker::new(
+        coordinator.clone(),
+        Arc::new(ObjectRemoteStorage::new(slow)),
+        fetcher,
+        clock.clone(),
+        Arc::new(SeededKeys::new(14)),
+        1,
+        TieringConfig::default()
+            .with_max_concurrent_builds(builds)
+            .with_max_segments_per_pass(u32::try_from(PARTITIONS).unwrap_or(1)),
+    ) {
+        Ok(w) => w,
+        Err(e) => panic!("figure 14: tiering worker: {e}"),
+    };
+    let before = counters.snapshot();
+    let start = tokio::time::Instant::now();
+    let (mut segments, mut passes) = (0u64, 0u64);
+    loop {
+        let report = match worker.run_pass().await {
+            Ok(r) => r,
+            Err(e) => panic!("figure 14: tiering pass: {e}"),
+        };
+        passes += 1;
+        assert_eq!(report.failed + report.stale, 0, "figure 14: {report:?}");
+        segments += report.segments;
+        if report.segments == 0 && !report.more {
+            break;
+        }
+    }
+    let elapsed = start.elapsed();
+    let cost = counters.snapshot() - before;
+    assert_eq!(
+        segments,
+        u64::try_from(PARTITIONS).unwrap_or(0),
+        "figure 14: one segment per partition"
+    );
+    Measured {
+        elapsed,
+        segments,
+        passes,
+        gets: cost.get_requests,
+        puts: cost.put_requests,
+    }
+}
+
+fn rows_of(plan: &Plan, measured: &[(u32, Measured)]) -> Vec<Row> {
+    let Some(&(_, base)) = measured.first() else {
+        return Vec::new();
+    };
+    let mib = plan.per_partition as f64 / (1u64 << 20) as f64;
+    measured
+        .iter()
+        .map(|&(builds, m)| {
+            let ratio = base.elapsed.as_secs_f64() / m.elapsed.as_secs_f64().max(1e-9);
+            Row::new(
+                FIG,
+                format!(
+                    "consolidating {PARTITIONS} partitions x {mib:.2} MiB (one segment each), S3-like latency, {builds} build{} at once (simulated time)",
+                    if builds == 1 { "" } else { "s" }
+                ),
+                format!(
+                    "{:.1} s ({} segments, {} passes, {} GETs, {} PUTs)",
+                    m.elapsed.as_secs_f64(),
+                    m.segments,
+                    m.passes,
+                    m.gets,
+                    m.puts
+                ),
+            )
+            .baseline(format!(
+                "one build at a time: {:.1} s ({} GETs, {} PUTs)",
+                base.elapsed.as_secs_f64(),
+                base.gets,
+                base.puts
+            ))
+            .ratio(format!("{ratio:.2}x faster"))
+            .numbers(&[m.elapsed.as_secs_f64(), ratio])
+        })
+        .collect()
+}
