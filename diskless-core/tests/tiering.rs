@@ -1164,12 +1164,11 @@ async fn a_partition_cap_shares_passes_between_backlogs() {
 // ---------------------------------------------------------------------------------------------
 // Concurrent builds
 
-/// Storage that counts the segment uploads in flight (their peak), and holds the first `meet`
-/// uploads until that many are in flight (or 5 s passed: then the peak tells the test the builds
-/// did not overlap).
+/// A coordinator layer that counts the segment registrations in flight (their peak: a build
+/// registers once its segment is uploaded), and holds the first `meet` until that many are in
+/// flight (or 5 s passed: then the peak tells the test the builds did not overlap).
 #[derive(Debug)]
-struct GatedStorage {
-    inner: Arc<dyn ObjectStorage>,
+struct Gate {
     meet: u64,
     arrivals: AtomicU64,
     in_flight: AtomicU64,
@@ -1177,10 +1176,9 @@ struct GatedStorage {
     met: tokio::sync::Notify,
 }
 
-impl GatedStorage {
-    fn new(inner: Arc<dyn ObjectStorage>, meet: u64) -> Self {
-        GatedStorage {
-            inner,
+impl Gate {
+    fn new(meet: u64) -> Self {
+        Gate {
             meet,
             arrivals: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
@@ -1188,78 +1186,53 @@ impl GatedStorage {
             met: tokio::sync::Notify::new(),
         }
     }
+}
 
-    /// Called as an upload starts; the returned guard ends it.
-    async fn enter(&self) -> InFlight<'_> {
-        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.peak.fetch_max(now, Ordering::SeqCst);
-        let arrival = self.arrivals.fetch_add(1, Ordering::SeqCst) + 1;
-        if arrival < self.meet {
-            let wait = self.met.notified();
-            if self.arrivals.load(Ordering::SeqCst) < self.meet {
-                let _ = tokio::time::timeout(Duration::from_secs(5), wait).await;
+impl CoordinatorLayer for Gate {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        op: CoordinatorOp,
+        call: BoxFuture<'a, Result<T, CoordinatorError>>,
+    ) -> BoxFuture<'a, Result<T, CoordinatorError>> {
+        Box::pin(async move {
+            if op != CoordinatorOp::RegisterSegment {
+                return call.await;
             }
-        } else if arrival == self.meet {
-            self.met.notify_waiters();
-        }
-        InFlight(&self.in_flight)
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.peak.fetch_max(now, Ordering::SeqCst);
+            let arrival = self.arrivals.fetch_add(1, Ordering::SeqCst) + 1;
+            if arrival < self.meet {
+                let met = self.met.notified();
+                if self.arrivals.load(Ordering::SeqCst) < self.meet {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), met).await;
+                }
+            } else if arrival == self.meet {
+                self.met.notify_waiters();
+            }
+            let made = call.await;
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            made
+        })
     }
 }
 
-struct InFlight<'a>(&'a AtomicU64);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-#[async_trait]
-impl ObjectStorage for GatedStorage {
-    async fn upload(&self, key: &ObjectKey, payload: &[Bytes]) -> Result<(), StorageError> {
-        let _in_flight = self.enter().await;
-        self.inner.upload(key, payload).await
-    }
-
-    async fn upload_stream(
-        &self,
-        key: &ObjectKey,
-        chunks: BoxStream<'_, Result<Bytes, StorageError>>,
-        part_size: usize,
-    ) -> Result<u64, StorageError> {
-        let _in_flight = self.enter().await;
-        self.inner.upload_stream(key, chunks, part_size).await
-    }
-
-    async fn fetch(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
-        self.inner.fetch(key, range).await
-    }
-
-    async fn delete(&self, keys: &[ObjectKey]) -> Result<Vec<ObjectKey>, StorageError> {
-        self.inner.delete(keys).await
-    }
-
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta, StorageError>> {
-        self.inner.list(prefix)
-    }
-}
-
-/// A worker whose segment uploads go through `gate`.
-fn gated_worker(e: &Env, gate: Arc<GatedStorage>, config: TieringConfig) -> TieringWorker {
-    let storage: Arc<dyn ObjectStorage> = gate;
+/// A worker whose registrations go through a [`Gate`] meeting `meet` of them.
+fn gated_worker(e: &Env, meet: u64, config: TieringConfig) -> (TieringWorker, Arc<Layered<Gate>>) {
+    let coordinator = Arc::new(Layered::new(e.coordinator.clone(), Gate::new(meet)));
     let fetcher = Fetcher::builder(e.storage.clone(), e.coordinator.clone())
         .build()
         .unwrap();
-    TieringWorker::new(
-        e.coordinator.clone(),
-        Arc::new(ObjectRemoteStorage::new(storage)),
+    let worker = TieringWorker::new(
+        coordinator.clone(),
+        Arc::new(ObjectRemoteStorage::new(e.storage.clone())),
         fetcher,
         e.clock.clone(),
         Arc::new(SeededKeys::new(e.seed)),
         1,
         config.with_part_size(1024).with_read_window(700),
     )
-    .unwrap()
+    .unwrap();
+    (worker, coordinator)
 }
 
 /// `max_concurrent_builds`: that many partitions are consolidated at once, never more, with the
@@ -1270,23 +1243,21 @@ async fn concurrent_builds_overlap_up_to_their_cap(backend: Backend, cap: u32) {
     let mut e = env(backend, topic_config()).await;
     e.produce(20).await;
     e.clock.advance(10 * MINUTE);
-    // One at a time (the default): never two uploads in flight.
-    let one = Arc::new(GatedStorage::new(e.storage.clone(), 2));
-    let worker = gated_worker(
+    // One at a time (the default): never two builds in flight.
+    let (worker, one) = gated_worker(
         &e,
-        one.clone(),
+        2,
         TieringConfig::default().with_max_segments_per_partition(1),
     );
     let report = worker.run_pass().await.unwrap();
     assert_eq!(report.segments, PARTITIONS as u64, "{report:?}");
-    assert_eq!(one.peak.load(Ordering::SeqCst), 1, "{backend:?}");
+    assert_eq!(one.layer().peak.load(Ordering::SeqCst), 1, "{backend:?}");
     e.check(false, "one at a time").await;
-    // `cap` at once: the first `cap` builds meet in their uploads.
+    // `cap` at once: the first `cap` builds meet in their registrations.
     e.seed += 1;
-    let gate = Arc::new(GatedStorage::new(e.storage.clone(), u64::from(cap)));
-    let worker = gated_worker(
+    let (worker, gate) = gated_worker(
         &e,
-        gate.clone(),
+        u64::from(cap),
         TieringConfig::default()
             .with_max_concurrent_builds(cap)
             .with_max_segments_per_partition(1),
@@ -1298,7 +1269,7 @@ async fn concurrent_builds_overlap_up_to_their_cap(backend: Backend, cap: u32) {
         "{backend:?} {report:?}"
     );
     assert_eq!(
-        gate.peak.load(Ordering::SeqCst),
+        gate.layer().peak.load(Ordering::SeqCst),
         u64::from(cap),
         "{backend:?}: builds in flight at once"
     );
@@ -1307,10 +1278,9 @@ async fn concurrent_builds_overlap_up_to_their_cap(backend: Backend, cap: u32) {
     e.produce(20).await;
     e.clock.advance(10 * MINUTE);
     e.seed += 1;
-    let gate = Arc::new(GatedStorage::new(e.storage.clone(), u64::from(cap)));
-    let worker = gated_worker(
+    let (worker, _) = gated_worker(
         &e,
-        gate.clone(),
+        u64::from(cap),
         TieringConfig::default()
             .with_max_concurrent_builds(cap)
             .with_max_segments_per_pass(1),
