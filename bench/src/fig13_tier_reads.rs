@@ -25,11 +25,10 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
 use diskless_coordinator::{
-    BatchCoordinator, Clock, CreateTopicRequest, ErrorCode, ManualClock, TopicConfig,
-    TopicIdPartition,
+    BatchCoordinator, CreateTopicRequest, ErrorCode, ManualClock, TopicConfig, TopicIdPartition,
 };
 use diskless_core::lifecycle::{TieringConfig, TieringWorker};
-use diskless_core::{FetchPartition, Fetcher, ProducePartition, WalWriter, WalWriterConfig};
+use diskless_core::{FetchPartition, Fetcher, WalWriter, WalWriterConfig};
 use diskless_storage::{
     ObjectKey, ObjectMeta, ObjectRemoteStorage, ObjectStorage, ObjectStoreStorage, RequestCounters,
     SeededKeys, StorageError,
@@ -40,7 +39,8 @@ use futures::stream::BoxStream;
 use parking_lot::Mutex;
 
 use crate::report::{Row, rate};
-use crate::util::{make_batch, paused_runtime, random_uuid};
+use crate::tiered::{produce_rounds, tier_everything};
+use crate::util::{paused_runtime, random_uuid};
 
 const FIG: u8 = 13;
 const PARTITIONS: i32 = 16;
@@ -193,26 +193,10 @@ async fn measure(plan: &Plan) -> Vec<Row> {
     };
     let config = Arc::new(config);
     let rounds = plan.per_partition.div_ceil(BATCH);
-    let mut seed = 0u64;
-    for _ in 0..rounds {
-        let request = (0..PARTITIONS)
-            .map(|p| {
-                seed += 1;
-                ProducePartition {
-                    partition: TopicIdPartition::new(topic, p),
-                    config: config.clone(),
-                    records: make_batch(BATCH, clock.now_ms(), seed),
-                    txn_seq: None,
-                }
-            })
-            .collect();
-        let pending = writer.append(request).await;
-        writer.flush().await;
-        for a in pending.await {
-            assert_eq!(a.error, ErrorCode::None, "figure 13: produce {a:?}");
-        }
-        clock.advance(250);
-    }
+    produce_rounds(
+        &writer, &clock, topic, PARTITIONS, &config, rounds, BATCH, 13,
+    )
+    .await;
     writer.close().await;
     let objects = writer.stats().segments_uploaded;
 
@@ -240,18 +224,7 @@ async fn measure(plan: &Plan) -> Vec<Row> {
         Ok(w) => w,
         Err(e) => panic!("figure 13: tiering worker: {e}"),
     };
-    let mut segments = 0u64;
-    loop {
-        let report = match worker.run_pass().await {
-            Ok(r) => r,
-            Err(e) => panic!("figure 13: tiering pass: {e}"),
-        };
-        assert_eq!(report.failed + report.stale, 0, "figure 13: {report:?}");
-        segments += report.segments;
-        if report.segments == 0 && !report.more {
-            break;
-        }
-    }
+    let segments = tier_everything(&worker, 13).await.segments;
 
     sim.on.store(true, Ordering::Relaxed);
     let tiered_one = catch_up(&storage, &coordinator, &counters, topic, &[0]).await;

@@ -17,18 +17,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
-use diskless_coordinator::{
-    BatchCoordinator, Clock, CreateTopicRequest, ErrorCode, ManualClock, TopicConfig,
-    TopicIdPartition,
-};
+use diskless_coordinator::{BatchCoordinator, CreateTopicRequest, ManualClock, TopicConfig};
 use diskless_core::lifecycle::{TieringConfig, TieringWorker};
-use diskless_core::{Fetcher, ProducePartition, WalWriter, WalWriterConfig};
+use diskless_core::{Fetcher, WalWriter, WalWriterConfig};
 use diskless_storage::{ObjectRemoteStorage, ObjectStorage, ObjectStoreStorage, SeededKeys};
 use diskless_testkit::coordinator::InMemoryCoordinator;
 use diskless_testkit::storage::{FaultConfig, FaultyStorage, Latency};
 
 use crate::report::Row;
-use crate::util::{make_batch, paused_runtime, random_uuid};
+use crate::tiered::{Tiered, produce_rounds, tier_everything};
+use crate::util::{paused_runtime, random_uuid};
 
 const FIG: u8 = 14;
 const PARTITIONS: i32 = 16;
@@ -116,26 +114,11 @@ async fn once(plan: &Plan, builds: u32) -> Measured {
         Err(e) => panic!("figure 14: writer: {e}"),
     };
     let config = Arc::new(config);
-    let mut seed = 0u64;
-    for _ in 0..plan.per_partition.div_ceil(BATCH) {
-        let request = (0..PARTITIONS)
-            .map(|p| {
-                seed += 1;
-                ProducePartition {
-                    partition: TopicIdPartition::new(topic, p),
-                    config: config.clone(),
-                    records: make_batch(BATCH, clock.now_ms(), seed),
-                    txn_seq: None,
-                }
-            })
-            .collect();
-        let pending = writer.append(request).await;
-        writer.flush().await;
-        for a in pending.await {
-            assert_eq!(a.error, ErrorCode::None, "figure 14: produce {a:?}");
-        }
-        clock.advance(250);
-    }
+    let rounds = plan.per_partition.div_ceil(BATCH);
+    produce_rounds(
+        &writer, &clock, topic, PARTITIONS, &config, rounds, BATCH, FIG,
+    )
+    .await;
     writer.close().await;
 
     // Consolidate everything through S3-like latency.
@@ -173,19 +156,9 @@ async fn once(plan: &Plan, builds: u32) -> Measured {
     };
     let before = counters.snapshot();
     let start = tokio::time::Instant::now();
-    let (mut segments, mut passes) = (0u64, 0u64);
-    loop {
-        let report = match worker.run_pass().await {
-            Ok(r) => r,
-            Err(e) => panic!("figure 14: tiering pass: {e}"),
-        };
-        passes += 1;
-        assert_eq!(report.failed + report.stale, 0, "figure 14: {report:?}");
-        segments += report.segments;
-        if report.segments == 0 && !report.more {
-            break;
-        }
-    }
+    let Tiered {
+        segments, passes, ..
+    } = tier_everything(&worker, FIG).await;
     let elapsed = start.elapsed();
     let cost = counters.snapshot() - before;
     assert_eq!(

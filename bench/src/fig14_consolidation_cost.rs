@@ -282,20 +282,11 @@ async fn consolidation_once(plan: &Plan, k: i32) -> Measured {
     let before = counters.snapshot();
     let cpu0 = cpu_now();
     let wall0 = Instant::now();
-    let (mut segments, mut tiered, mut passes) = (0u64, 0u64, 0u64);
-    loop {
-        let report = match worker.run_pass().await {
-            Ok(r) => r,
-            Err(e) => panic!("figure 14: tiering pass: {e}"),
-        };
-        passes += 1;
-        assert_eq!(report.failed + report.stale, 0, "figure 14: {report:?}");
-        segments += report.segments;
-        tiered += report.bytes;
-        if report.segments == 0 && !report.more {
-            break;
-        }
-    }
+    let crate::tiered::Tiered {
+        segments,
+        bytes: tiered,
+        passes,
+    } = crate::tiered::tier_everything(&worker, FIG).await;
     let cpu = cpu_now().saturating_sub(cpu0);
     let wall = wall0.elapsed();
     let cost = counters.snapshot() - before;

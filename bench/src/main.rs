@@ -33,6 +33,7 @@ mod fig8_memory;
 mod fig9_timestamp_lookup;
 mod raw;
 mod report;
+mod tiered;
 mod util;
 
 use std::time::Instant;
