@@ -24,14 +24,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
-use diskless_coordinator::{
-    BatchCoordinator, CreateTopicRequest, ErrorCode, ManualClock, TopicConfig, TopicIdPartition,
-};
-use diskless_core::lifecycle::{TieringConfig, TieringWorker};
+use diskless_coordinator::{BatchCoordinator, ErrorCode, ManualClock, TopicIdPartition};
+use diskless_core::lifecycle::TieringConfig;
 use diskless_core::{FetchPartition, Fetcher, WalWriter, WalWriterConfig};
 use diskless_storage::{
-    ObjectKey, ObjectMeta, ObjectRemoteStorage, ObjectStorage, ObjectStoreStorage, RequestCounters,
-    SeededKeys, StorageError,
+    ObjectKey, ObjectMeta, ObjectStorage, ObjectStoreStorage, RequestCounters, StorageError,
 };
 use diskless_testkit::coordinator::InMemoryCoordinator;
 use diskless_testkit::storage::Latency;
@@ -39,8 +36,8 @@ use futures::stream::BoxStream;
 use parking_lot::Mutex;
 
 use crate::report::{Row, rate};
-use crate::tiered::{produce_rounds, tier_everything};
-use crate::util::{paused_runtime, random_uuid};
+use crate::tiered::{create_tiered_topic, produce_rounds, tier_everything, worker};
+use crate::util::paused_runtime;
 
 const FIG: u8 = 13;
 const PARTITIONS: i32 = 16;
@@ -153,25 +150,8 @@ pub(crate) fn run(quick: bool) -> Vec<Row> {
 async fn measure(plan: &Plan) -> Vec<Row> {
     let clock = ManualClock::new(crate::util::now_ms());
     let coordinator: Arc<dyn BatchCoordinator> = Arc::new(InMemoryCoordinator::new(clock.clone()));
-    let config = TopicConfig {
-        retention_ms: -1,
-        retention_bytes: -1,
-        segment_ms: 10 * 60_000,
-        segment_bytes: 64 << 20,
-        ..TopicConfig::default()
-    };
-    let topic = random_uuid();
-    if let Err(e) = coordinator
-        .create_topic(CreateTopicRequest {
-            topic_id: topic,
-            name: "fig13".into(),
-            partitions: PARTITIONS,
-            config: config.clone(),
-        })
-        .await
-    {
-        panic!("figure 13: creating the topic: {e}");
-    }
+    let (topic, config) =
+        create_tiered_topic(coordinator.as_ref(), "fig13", PARTITIONS, 64 << 20, 13).await;
     let store = Arc::new(ObjectStoreStorage::in_memory());
     let counters: RequestCounters = store.counters().clone();
     let sim = Arc::new(GetLatencyStorage {
@@ -208,22 +188,14 @@ async fn measure(plan: &Plan) -> Vec<Row> {
     // Consolidate everything (store latency off: only the reads are measured here).
     sim.on.store(false, Ordering::Relaxed);
     clock.advance(3_600_000);
-    let fetcher = match Fetcher::builder(storage.clone(), coordinator.clone()).build() {
-        Ok(f) => f,
-        Err(e) => panic!("figure 13: fetcher: {e}"),
-    };
-    let worker = match TieringWorker::new(
+    let worker = worker(
         coordinator.clone(),
-        Arc::new(ObjectRemoteStorage::new(storage.clone())),
-        fetcher,
+        storage.clone(),
+        None,
         clock.clone(),
-        Arc::new(SeededKeys::new(13)),
-        1,
         TieringConfig::default(),
-    ) {
-        Ok(w) => w,
-        Err(e) => panic!("figure 13: tiering worker: {e}"),
-    };
+        13,
+    );
     let segments = tier_everything(&worker, 13).await.segments;
 
     sim.on.store(true, Ordering::Relaxed);

@@ -17,16 +17,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
-use diskless_coordinator::{BatchCoordinator, CreateTopicRequest, ManualClock, TopicConfig};
-use diskless_core::lifecycle::{TieringConfig, TieringWorker};
-use diskless_core::{Fetcher, WalWriter, WalWriterConfig};
-use diskless_storage::{ObjectRemoteStorage, ObjectStorage, ObjectStoreStorage, SeededKeys};
+use diskless_coordinator::{BatchCoordinator, ManualClock};
+use diskless_core::lifecycle::TieringConfig;
+use diskless_core::{WalWriter, WalWriterConfig};
+use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use diskless_testkit::coordinator::InMemoryCoordinator;
 use diskless_testkit::storage::{FaultConfig, FaultyStorage, Latency};
 
 use crate::report::Row;
-use crate::tiered::{Tiered, produce_rounds, tier_everything};
-use crate::util::{paused_runtime, random_uuid};
+use crate::tiered::{Tiered, create_tiered_topic, produce_rounds, tier_everything, worker};
+use crate::util::paused_runtime;
 
 const FIG: u8 = 14;
 const PARTITIONS: i32 = 16;
@@ -81,25 +81,15 @@ pub(crate) fn run(quick: bool) -> Vec<Row> {
 async fn once(plan: &Plan, builds: u32) -> Measured {
     let clock = ManualClock::new(crate::util::now_ms());
     let coordinator: Arc<dyn BatchCoordinator> = Arc::new(InMemoryCoordinator::new(clock.clone()));
-    let config = TopicConfig {
-        retention_ms: -1,
-        retention_bytes: -1,
-        segment_ms: 10 * 60_000,
-        segment_bytes: i32::try_from(plan.per_partition).unwrap_or(i32::MAX),
-        ..TopicConfig::default()
-    };
-    let topic = random_uuid();
-    if let Err(e) = coordinator
-        .create_topic(CreateTopicRequest {
-            topic_id: topic,
-            name: "fig14-builds".into(),
-            partitions: PARTITIONS,
-            config: config.clone(),
-        })
-        .await
-    {
-        panic!("figure 14: creating the topic: {e}");
-    }
+    let segment_bytes = i32::try_from(plan.per_partition).unwrap_or(i32::MAX);
+    let (topic, config) = create_tiered_topic(
+        coordinator.as_ref(),
+        "fig14-builds",
+        PARTITIONS,
+        segment_bytes,
+        FIG,
+    )
+    .await;
     let store = Arc::new(ObjectStoreStorage::in_memory());
     let counters = store.counters().clone();
     let plain: Arc<dyn ObjectStorage> = store;
@@ -133,27 +123,16 @@ async fn once(plan: &Plan, builds: u32) -> Measured {
         Ok(c) => Arc::new(c),
         Err(e) => panic!("figure 14: cache: {e}"),
     };
-    let fetcher = match Fetcher::builder(slow.clone(), coordinator.clone())
-        .with_cache(cache)
-        .build()
-    {
-        Ok(f) => f,
-        Err(e) => panic!("figure 14: fetcher: {e}"),
-    };
-    let worker = match TieringWorker::new(
+    let worker = worker(
         coordinator.clone(),
-        Arc::new(ObjectRemoteStorage::new(slow)),
-        fetcher,
+        slow,
+        Some(cache),
         clock.clone(),
-        Arc::new(SeededKeys::new(14)),
-        1,
         TieringConfig::default()
             .with_max_concurrent_builds(builds)
             .with_max_segments_per_pass(u32::try_from(PARTITIONS).unwrap_or(1)),
-    ) {
-        Ok(w) => w,
-        Err(e) => panic!("figure 14: tiering worker: {e}"),
-    };
+        FIG,
+    );
     let before = counters.snapshot();
     let start = tokio::time::Instant::now();
     let Tiered {

@@ -32,9 +32,9 @@ use diskless_coordinator::{
     ErrorCode, Layered, ManualClock, RegisterSegmentOutcome, RegisterSegmentRequest,
     SegmentLayoutSizes, SystemClock, TopicConfig, TopicIdPartition,
 };
-use diskless_core::lifecycle::{TieringConfig, TieringWorker};
-use diskless_core::{Fetcher, ProducePartition, WalWriter, WalWriterConfig};
-use diskless_storage::{ObjectRemoteStorage, ObjectStorage, ObjectStoreStorage, SeededKeys};
+use diskless_core::lifecycle::TieringConfig;
+use diskless_core::{ProducePartition, WalWriter, WalWriterConfig};
+use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Connection};
 
@@ -185,25 +185,8 @@ async fn consolidation_once(plan: &Plan, k: i32) -> Measured {
         RegisterTimes::default(),
     ));
     let coordinator: Arc<dyn BatchCoordinator> = timed.clone();
-    let config = TopicConfig {
-        retention_ms: -1,
-        retention_bytes: -1,
-        segment_ms: 10 * 60_000,
-        segment_bytes: 64 << 20,
-        ..TopicConfig::default()
-    };
-    let topic = random_uuid();
-    if let Err(e) = coordinator
-        .create_topic(CreateTopicRequest {
-            topic_id: topic,
-            name: "fig14".into(),
-            partitions: k,
-            config: config.clone(),
-        })
-        .await
-    {
-        panic!("figure 14: creating the topic: {e}");
-    }
+    let (topic, config) =
+        crate::tiered::create_tiered_topic(coordinator.as_ref(), "fig14", k, 64 << 20, FIG).await;
     let config = Arc::new(config);
     let store = Arc::new(ObjectStoreStorage::in_memory());
     let counters = store.counters().clone();
@@ -260,25 +243,14 @@ async fn consolidation_once(plan: &Plan, k: i32) -> Measured {
         Ok(c) => Arc::new(c),
         Err(e) => panic!("figure 14: cache: {e}"),
     };
-    let fetcher = match Fetcher::builder(storage.clone(), coordinator.clone())
-        .with_cache(cache)
-        .build()
-    {
-        Ok(f) => f,
-        Err(e) => panic!("figure 14: fetcher: {e}"),
-    };
-    let worker = match TieringWorker::new(
+    let worker = crate::tiered::worker(
         coordinator.clone(),
-        Arc::new(ObjectRemoteStorage::new(storage.clone())),
-        fetcher,
+        storage.clone(),
+        Some(cache),
         clock.clone(),
-        Arc::new(SeededKeys::new(14)),
-        1,
         TieringConfig::default(),
-    ) {
-        Ok(w) => w,
-        Err(e) => panic!("figure 14: tiering worker: {e}"),
-    };
+        FIG,
+    );
     let before = counters.snapshot();
     let cpu0 = cpu_now();
     let wall0 = Instant::now();
