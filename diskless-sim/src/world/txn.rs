@@ -438,6 +438,9 @@ impl World {
             let mut live = self.live_partitions();
             rng.shuffle(&mut live);
             live.truncate(rng.usize(2..=3));
+            // The partitions the transaction coordinator has in the transaction: the only ones a
+            // host can have verified a batch of it for (a zombie's verified batches go there).
+            let mut added: Vec<TopicIdPartition> = Vec::new();
             let mut ok = true;
             let rounds = rng.usize(1..=3);
             'send: for round in 0..rounds {
@@ -460,6 +463,9 @@ impl World {
                         );
                         ok = false;
                         break 'send;
+                    }
+                    if !added.contains(&p) {
+                        added.push(p);
                     }
                     batch_no += 1;
                     let id: BatchId = (index, batch_no);
@@ -512,7 +518,7 @@ impl World {
                 // transaction coordinator's timeout aborted the transaction first.
                 ev!(self, "transactional producer {index} abandons {pid}/{seq}");
                 self.stat(|s| s.txns_abandoned += 1);
-                if rng.bool() && !live.is_empty() {
+                if rng.bool() && !added.is_empty() {
                     let zombie_index = self.next_producer.fetch_add(1, Ordering::SeqCst);
                     let world = self.clone();
                     let zombie = Zombie {
@@ -520,7 +526,7 @@ impl World {
                         pid,
                         epoch,
                         seq,
-                        partitions: live.clone(),
+                        partitions: added.clone(),
                         sequences: sequences.clone(),
                     };
                     tokio::spawn(async move { world.zombie(zombie).await });
@@ -963,6 +969,7 @@ struct Zombie {
     pid: i64,
     epoch: i16,
     seq: i64,
+    /// The partitions the transaction coordinator had in its transaction (added successfully).
     partitions: Vec<TopicIdPartition>,
     sequences: BTreeMap<TopicIdPartition, i32>,
 }
