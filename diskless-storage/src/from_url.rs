@@ -4,11 +4,16 @@
 
 use crate::{ObjectStoreStorage, StorageError};
 use object_store::ObjectStore;
+use object_store::multipart::MultipartStore;
 use object_store::path::Path;
 use std::sync::Arc;
 
 /// Backend options in the order they apply (the URL's query first, then the caller's).
 type Options = Vec<(String, String)>;
+
+/// One store built once, as both traits [`ObjectStoreStorage`] uses: its [`ObjectStore`] and its
+/// [`MultipartStore`] API (see [`ObjectStoreStorage::with_multipart_store`]).
+type Stores = (Arc<dyn ObjectStore>, Arc<dyn MultipartStore>);
 
 impl ObjectStoreStorage {
     /// Storage from a URL and backend options:
@@ -30,6 +35,9 @@ impl ObjectStoreStorage {
     /// `timeout`. An unknown key in the URL or `options` is an error, and so is a scheme whose
     /// cargo feature is off (the error names the feature). `object_store`'s own HTTP retries are
     /// turned off: [`ObjectStoreStorage`] retries (and counts) every attempt itself.
+    ///
+    /// Memory, S3, GCS and Azure stores are also given as their [`MultipartStore`] API
+    /// ([`ObjectStoreStorage::with_multipart_store`]): the parts of streamed uploads are retried.
     ///
     /// ```
     /// use diskless_storage::{ObjectStoreStorage, StorageError};
@@ -69,10 +77,11 @@ impl ObjectStoreStorage {
             url,
             base: base.as_str(),
         };
-        let store: Arc<dyn ObjectStore> = match scheme.as_str() {
+        let (store, multipart): Stores = match scheme.as_str() {
             "memory" => {
                 no_options(&scheme, &opts)?;
-                Arc::new(object_store::memory::InMemory::new())
+                let store = Arc::new(object_store::memory::InMemory::new());
+                (store.clone(), store)
             }
             "file" => {
                 no_options(&scheme, &opts)?;
@@ -88,7 +97,7 @@ impl ObjectStoreStorage {
                 )));
             }
         };
-        Self::from_object_store(store, &prefix)
+        Ok(Self::from_object_store(store, &prefix)?.with_multipart_store(multipart))
     }
 }
 
@@ -130,13 +139,13 @@ struct Cloud<'a> {
 }
 
 /// Builds one cloud backend behind its cargo feature: with the feature on, the `object_store`
-/// builder of `$builder` goes through [`cloud_store`]; with it off, the URL is refused with an
-/// error naming the feature.
+/// builder of `$builder` goes through [`cloud_store`] (the store as both its traits); with it
+/// off, the URL is refused with an error naming the feature.
 macro_rules! cloud_backend {
     ($method:ident, $feature:literal, $name:literal, $builder:path, $key:path) => {
         impl Cloud<'_> {
             #[cfg(feature = $feature)]
-            fn $method(&self, opts: Options) -> Result<Arc<dyn ObjectStore>, StorageError> {
+            fn $method(&self, opts: Options) -> Result<Stores, StorageError> {
                 use $builder as Builder;
                 cloud_store::<$key, _, _>(
                     $name,
@@ -149,7 +158,7 @@ macro_rules! cloud_backend {
             }
 
             #[cfg(not(feature = $feature))]
-            fn $method(&self, _opts: Options) -> Result<Arc<dyn ObjectStore>, StorageError> {
+            fn $method(&self, _opts: Options) -> Result<Stores, StorageError> {
                 Err(feature_off(self.scheme, $feature))
             }
         }
@@ -179,7 +188,8 @@ cloud_backend!(
 );
 
 /// The one path of every cloud backend: `builder` (already read from the environment and given
-/// the URL), then each option in order (an unknown key is an error), then `build`.
+/// the URL), then each option in order (an unknown key is an error), then `build`; the store built
+/// is returned as both its [`ObjectStore`] and its [`MultipartStore`].
 #[cfg(any(feature = "s3", feature = "gcs", feature = "azure"))]
 fn cloud_store<K, B, S>(
     name: &str,
@@ -188,10 +198,10 @@ fn cloud_store<K, B, S>(
     opts: Options,
     with_config: impl Fn(B, K, String) -> B,
     build: impl FnOnce(B) -> object_store::Result<S>,
-) -> Result<Arc<dyn ObjectStore>, StorageError>
+) -> Result<Stores, StorageError>
 where
     K: std::str::FromStr,
-    S: ObjectStore,
+    S: ObjectStore + MultipartStore,
 {
     for (k, v) in opts {
         let key: K = k
@@ -202,7 +212,8 @@ where
     }
     let store =
         build(builder).map_err(|e| StorageError::Config(format!("{name} store {url:?}: {e}")))?;
-    Ok(Arc::new(store))
+    let store = Arc::new(store);
+    Ok((store.clone(), store))
 }
 
 /// `object_store`'s internal HTTP retries: off, [`ObjectStoreStorage`] retries itself.

@@ -16,10 +16,11 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::future::Either;
 use futures::stream::{BoxStream, FuturesUnordered};
+use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{
-    GetOptions, MultipartUpload, ObjectStore, ObjectStoreExt, PutMode, PutMultipartOptions,
-    PutOptions, PutPayload, UploadPart,
+    GetOptions, MultipartId, MultipartUpload, ObjectStore, ObjectStoreExt, PutMode,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, UploadPart,
 };
 use std::collections::VecDeque;
 use std::future::Future;
@@ -49,7 +50,9 @@ pub struct StorageOptions {
     pub allow_overwrite_fallback: bool,
     /// Parts of a streamed upload ([`ObjectStorage::upload_stream`]) sent at once (at least 1;
     /// default 1). The chunks of the next part are read while they are sent, so an upload holds
-    /// up to `(parts_in_flight + 1) × part size` bytes, plus one chunk.
+    /// up to `(parts_in_flight + 1) × part size` bytes, plus one chunk. A part that is retried
+    /// (see [`ObjectStoreStorage::with_multipart_store`]) stays in flight, its bytes held, until
+    /// it is stored or fails for good.
     pub parts_in_flight: usize,
 }
 
@@ -123,18 +126,27 @@ impl StorageOptions {
 ///   one part (an empty one included) is one `upload` as above, create-only, retried and
 ///   verified. A larger one is a multipart upload: created (retried as a PUT), then parts of
 ///   exactly the part size (the last one shorter) sent as the chunks arrive, at most
-///   [`StorageOptions::parts_in_flight`] at once, each one request cut at `attempt_timeout`, then
-///   completed (one request, cut at `attempt_timeout`). Parts are not retried (`object_store`'s
-///   `MultipartUpload` cannot resend a part under the same number) and the call has no overall
-///   deadline (the stream's producer sets its pace). On any error — the stream's, a part's, the
-///   completion's, more than [`MAX_PARTS`](crate::MAX_PARTS) parts — the upload is aborted (one
-///   DELETE request, a failure of which is logged) and the error returned; nothing is visible
-///   under the key. If the completion fails with a transient error (e.g. its timeout) and a HEAD
-///   then finds an object of exactly the size sent under the key, the store did complete it
-///   (keys are fresh per attempt) and the call succeeds. A call dropped mid-way does not abort:
-///   on S3 and GCS the parts stay, invisible, until the bucket's lifecycle rule for incomplete
-///   multipart uploads removes them (configure one, e.g. `AbortIncompleteMultipartUpload` after
-///   a day); on the local filesystem the staging file is removed on drop.
+///   [`StorageOptions::parts_in_flight`] at once, then completed (one request, cut at
+///   `attempt_timeout`). With the store's [`MultipartStore`] API (set by `in_memory` and
+///   `from_url` for memory, S3, GCS and Azure; given with
+///   [`ObjectStoreStorage::with_multipart_store`] otherwise), each part is retried with the
+///   storage's [`RetryConfig`] as every call is: after a transient failure or a timeout the same
+///   bytes are resent under the same part number (replacing what the failed attempt may have
+///   stored), each attempt one request counted in [`ObjectStoreStorage::counters`] and cut at
+///   `attempt_timeout`, under a deadline counted from the part's first attempt. Without it (the
+///   local filesystem; a store given to `from_object_store` alone) parts go through
+///   `object_store`'s `MultipartUpload`, which cannot resend a part under the same number: each
+///   part is one request cut at `attempt_timeout`, not retried. The call as a whole has no
+///   deadline (the stream's producer sets its pace). On any error — the stream's, a part's
+///   (after its retries), the completion's, more than [`MAX_PARTS`](crate::MAX_PARTS) parts —
+///   the upload is aborted (one DELETE request, a failure of which is logged) and the error
+///   returned; nothing is visible under the key. If the completion fails with a transient error
+///   (e.g. its timeout) and a HEAD then finds an object of exactly the size sent under the key,
+///   the store did complete it (keys are fresh per attempt) and the call succeeds. A call
+///   dropped mid-way does not abort: on S3 and GCS the parts stay, invisible, until the bucket's
+///   lifecycle rule for incomplete multipart uploads removes them (configure one, e.g.
+///   `AbortIncompleteMultipartUpload` after a day); on the local filesystem the staging file is
+///   removed on drop.
 ///
 ///   **Not create-only**: `object_store` completes multipart uploads unconditionally, so a
 ///   multipart upload replaces an object already under the key, on every backend (S3, GCS,
@@ -172,14 +184,31 @@ impl StorageOptions {
 /// assert_eq!(storage.counters().snapshot().put_requests, 3);
 /// # });
 /// ```
-#[derive(Debug)]
 pub struct ObjectStoreStorage {
     store: Arc<dyn ObjectStore>,
+    /// The same store's multipart API with explicit part numbers, through which a part can be
+    /// resent (see [`ObjectStoreStorage::with_multipart_store`]).
+    multipart: Option<Arc<dyn MultipartStore>>,
     root: String,
     options: StorageOptions,
     counters: RequestCounters,
     rng: parking_lot::Mutex<fastrand::Rng>,
     create_unsupported: AtomicBool,
+}
+
+impl std::fmt::Debug for ObjectStoreStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `MultipartStore` is not `Debug`: only whether there is one is shown.
+        f.debug_struct("ObjectStoreStorage")
+            .field("store", &self.store)
+            .field("multipart_store", &self.multipart.is_some())
+            .field("root", &self.root)
+            .field("options", &self.options)
+            .field("counters", &self.counters)
+            .field("rng", &self.rng)
+            .field("create_unsupported", &self.create_unsupported)
+            .finish()
+    }
 }
 
 impl ObjectStoreStorage {
@@ -191,6 +220,11 @@ impl ObjectStoreStorage {
     /// multiplies with this type's retries and hides requests from the counters. Prefer
     /// `.with_retry(object_store::RetryConfig { max_retries: 0, ..Default::default() })` on the
     /// builder.
+    ///
+    /// The storage cannot know whether `store` also offers `object_store`'s
+    /// [`MultipartStore`] API (S3, GCS and Azure do): give it with
+    /// [`ObjectStoreStorage::with_multipart_store`] so that the parts of streamed uploads are
+    /// retried.
     pub fn from_object_store(
         store: Arc<dyn ObjectStore>,
         prefix: &str,
@@ -201,12 +235,11 @@ impl ObjectStoreStorage {
         Ok(Self::with_root(store, prefix.to_string()))
     }
 
-    /// Storage in memory (lost when dropped), for tests and examples.
+    /// Storage in memory (lost when dropped), for tests and examples. Its streamed uploads go
+    /// through `InMemory`'s [`MultipartStore`] API (parts retried, as on S3).
     pub fn in_memory() -> Self {
-        Self::with_root(
-            Arc::new(object_store::memory::InMemory::new()),
-            String::new(),
-        )
+        let store = Arc::new(object_store::memory::InMemory::new());
+        Self::with_root(store.clone(), String::new()).with_multipart_store(store)
     }
 
     /// Storage over `store` with keys under the (validated) `root`, with default options.
@@ -214,6 +247,7 @@ impl ObjectStoreStorage {
         let options = StorageOptions::default();
         ObjectStoreStorage {
             store,
+            multipart: None,
             root,
             rng: jitter_rng(&options.retry),
             options,
@@ -257,6 +291,41 @@ impl ObjectStoreStorage {
     pub fn with_retry(self, retry: RetryConfig) -> Result<Self, StorageError> {
         let options = self.options.clone().with_retry(retry);
         self.with_options(options)
+    }
+
+    /// Sends the multipart uploads of [`ObjectStorage::upload_stream`] through `multipart`, which
+    /// must be the **same store** as the [`ObjectStore`] this storage was built over (the same
+    /// bucket, with the same root: object paths are given to both as they are), e.g. the same
+    /// `Arc<AmazonS3>` coerced to both traits. `object_store`'s [`MultipartStore`] API numbers
+    /// parts explicitly, so a part that fails transiently (or times out) is resent under its
+    /// number with the storage's [`RetryConfig`], instead of aborting the whole upload.
+    ///
+    /// [`ObjectStoreStorage::from_url`] and [`ObjectStoreStorage::in_memory`] set it for memory,
+    /// S3, GCS and Azure stores; use this method when building your own client for
+    /// [`ObjectStoreStorage::from_object_store`], which cannot know. `LocalFileSystem` has no
+    /// such API: without one, parts go through [`ObjectStore::put_multipart_opts`] and are not
+    /// retried.
+    ///
+    /// ```
+    /// use diskless_storage::ObjectStoreStorage;
+    /// use diskless_storage::object_store::memory::InMemory;
+    /// use std::sync::Arc;
+    ///
+    /// let store = Arc::new(InMemory::new());
+    /// let storage = ObjectStoreStorage::from_object_store(store.clone(), "wal-root")
+    ///     .unwrap()
+    ///     .with_multipart_store(store);
+    /// assert!(storage.multipart_store().is_some());
+    /// ```
+    pub fn with_multipart_store(mut self, multipart: Arc<dyn MultipartStore>) -> Self {
+        self.multipart = Some(multipart);
+        self
+    }
+
+    /// The multipart API of the store, if it was given (see
+    /// [`ObjectStoreStorage::with_multipart_store`]).
+    pub fn multipart_store(&self) -> Option<&Arc<dyn MultipartStore>> {
+        self.multipart.as_ref()
     }
 
     /// Counts into `counters` (e.g. shared by several storages) instead of its own.
@@ -622,6 +691,84 @@ impl ObjectStoreStorage {
 
 /// The multipart half of [`ObjectStorage::upload_stream`] (see [`ObjectStoreStorage`]).
 impl ObjectStoreStorage {
+    /// A multipart upload through `object_store`'s [`MultipartUpload`] (no [`MultipartStore`]
+    /// given): created (retried), parts sent once each, completed; aborted on any error.
+    async fn upload_multipart(
+        &self,
+        path: &Path,
+        key: &ObjectKey,
+        buffer: PartBuffer,
+        chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        let mut upload = self.create_multipart(path, key).await?;
+        tracing::debug!("multipart upload created");
+        let sent = async {
+            // `MultipartUpload::put_part` numbers the parts itself, in call order: a part cannot
+            // be resent, so each is one request.
+            let send = |_index, payload, len| {
+                self.counters.record_put_part(len);
+                self.part_request(upload.put_part(payload), key)
+            };
+            let (size, parts) = self
+                .send_parts(key, buffer, chunks, part_size, send)
+                .await?;
+            self.complete_multipart(upload.complete(), path, key, size, parts.len())
+                .await?;
+            Ok(size)
+        }
+        .await;
+        if sent.is_err() {
+            self.abort_multipart(upload.abort(), key).await;
+        }
+        sent
+    }
+
+    /// A multipart upload through `multipart` (the store's [`MultipartStore`] API, with explicit
+    /// part numbers): created (retried), each part retried ([`Self::put_part_retried`]),
+    /// completed with the parts' ids in order; aborted on any error.
+    async fn upload_parts(
+        &self,
+        multipart: &dyn MultipartStore,
+        path: &Path,
+        key: &ObjectKey,
+        buffer: PartBuffer,
+        chunks: BoxStream<'_, Result<Bytes, StorageError>>,
+        part_size: usize,
+    ) -> Result<u64, StorageError> {
+        let id = self.create_multipart_id(multipart, path, key).await?;
+        tracing::debug!("multipart upload created");
+        let id = &id;
+        let upload = PartUpload {
+            multipart,
+            path,
+            id,
+            key,
+        };
+        let sent = async {
+            let send = |index, payload, len| {
+                // The first attempt counts as the part is handed over, as without a
+                // `MultipartStore`; `put_part_retried` counts the resends.
+                self.counters.record_put_part(len);
+                self.put_part_retried(upload, index, payload, len)
+            };
+            let (size, parts) = self
+                .send_parts(key, buffer, chunks, part_size, send)
+                .await?;
+            let count = parts.len();
+            let complete = multipart.complete_multipart(path, id, parts);
+            self.complete_multipart(complete, path, key, size, count)
+                .await?;
+            Ok(size)
+        }
+        .await;
+        if sent.is_err() {
+            self.abort_multipart(multipart.abort_multipart(path, id), key)
+                .await;
+        }
+        sent
+    }
+
     /// Creates a multipart upload of `path`: a PUT-class request, retried as one.
     async fn create_multipart(
         &self,
@@ -641,24 +788,93 @@ impl ObjectStoreStorage {
         .await
     }
 
-    /// Sends `buffer` and the rest of `chunks` as parts of `upload` and completes it; returns the
-    /// object's size. The caller aborts the upload if this fails.
-    async fn send_parts(
+    /// Creates a multipart upload of `path` through `multipart`: retried as
+    /// [`Self::create_multipart`].
+    async fn create_multipart_id(
         &self,
-        upload: &mut Box<dyn MultipartUpload>,
+        multipart: &dyn MultipartStore,
         path: &Path,
+        key: &ObjectKey,
+    ) -> Result<MultipartId, StorageError> {
+        self.retry_loop("upload-create", key.as_str(), |deadline| {
+            let create = async {
+                self.counters.record_put(0);
+                multipart
+                    .create_multipart_opts(path, PutMultipartOptions::default())
+                    .await
+                    .map_err(|e| map_error(e, key.as_str()))
+            };
+            self.timed("upload-create", deadline, create)
+        })
+        .await
+    }
+
+    /// Sends part `index` (0-based) of `upload`, retried as every call
+    /// ([`Self::retry_loop`]: transient failures, `max_attempts`, backoff, a deadline counted
+    /// from the part's first attempt). Each attempt resends the same payload (shared bytes, not
+    /// a copy) under the same index, replacing whatever an earlier attempt may have stored (the
+    /// same bytes), is cut at the attempt timeout and counts as one part request (the first one
+    /// is counted by the caller).
+    async fn put_part_retried(
+        &self,
+        upload: PartUpload<'_>,
+        index: usize,
+        payload: PutPayload,
+        len: u64,
+    ) -> Result<PartId, StorageError> {
+        let PartUpload {
+            multipart,
+            path,
+            id,
+            key,
+        } = upload;
+        let span = tracing::debug_span!("upload_part", part = index + 1, len);
+        let mut attempts = 0u32;
+        self.retry_loop("upload-part", key.as_str(), |deadline| {
+            attempts += 1;
+            if attempts > 1 {
+                self.counters.record_put_part(len);
+            }
+            let payload = payload.clone();
+            let put = async move {
+                multipart
+                    .put_part(path, id, index, payload)
+                    .await
+                    .map_err(|e| map_error(e, key.as_str()))
+            };
+            self.timed("upload-part", deadline, put)
+        })
+        .instrument(span)
+        .await
+    }
+
+    /// Sends `buffer` and the rest of `chunks` as parts of exactly `part_size` bytes (the last
+    /// one shorter), each through `send(index, payload, len)` (`index` from 0), at most
+    /// [`StorageOptions::parts_in_flight`] at once, reading the next chunks while parts are in
+    /// flight. Returns the object's size and what `send` returned for each part, in part order.
+    /// Fails at the first error (of the stream or a part; the parts still in flight are
+    /// dropped) or past [`MAX_PARTS`](crate::MAX_PARTS) parts; the caller then aborts the upload.
+    async fn send_parts<T, F, Fut>(
+        &self,
         key: &ObjectKey,
         mut buffer: PartBuffer,
         mut chunks: BoxStream<'_, Result<Bytes, StorageError>>,
         part_size: usize,
-    ) -> Result<u64, StorageError> {
+        mut send: F,
+    ) -> Result<(u64, Vec<T>), StorageError>
+    where
+        F: FnMut(usize, PutPayload, u64) -> Fut,
+        Fut: Future<Output = Result<T, StorageError>>,
+    {
         let mut in_flight = FuturesUnordered::new();
+        // What each part's `send` returned, by index (`None` while in flight).
+        let mut sent: Vec<Option<T>> = Vec::new();
         let (mut size, mut parts, mut ended) = (0u64, 0u64, false);
         loop {
             while buffer.len >= part_size || (ended && buffer.len > 0) {
                 while in_flight.len() >= self.options.parts_in_flight {
-                    if let Some(sent) = in_flight.next().await {
-                        sent?;
+                    if let Some(done) = in_flight.next().await {
+                        part_sent(&mut sent, done)?;
                     }
                 }
                 parts += 1;
@@ -675,10 +891,11 @@ impl ObjectStoreStorage {
                 let part = buffer.take(part_size);
                 let len: u64 = part.iter().map(|c| c.len() as u64).sum();
                 size += len;
-                self.counters.record_put_part(len);
                 tracing::trace!(part = parts, len, "sending part");
-                let request = upload.put_part(part.into_iter().collect());
-                in_flight.push(self.part_request(request, key));
+                let index = sent.len();
+                sent.push(None);
+                let request = send(index, part.into_iter().collect(), len);
+                in_flight.push(async move { request.await.map(|value| (index, value)) });
             }
             if ended {
                 break;
@@ -689,9 +906,9 @@ impl ObjectStoreStorage {
             } else {
                 match futures::future::select(chunks.next(), in_flight.next()).await {
                     Either::Left((next, _)) => next,
-                    Either::Right((sent, _)) => {
-                        if let Some(sent) = sent {
-                            sent?;
+                    Either::Right((done, _)) => {
+                        if let Some(done) = done {
+                            part_sent(&mut sent, done)?;
                         }
                         continue;
                     }
@@ -702,12 +919,17 @@ impl ObjectStoreStorage {
                 None => ended = true,
             }
         }
-        while let Some(sent) = in_flight.next().await {
-            sent?;
+        while let Some(done) = in_flight.next().await {
+            part_sent(&mut sent, done)?;
         }
-        self.complete_multipart(upload, path, key, size, parts)
-            .await?;
-        Ok(size)
+        let sent: Option<Vec<T>> = sent.into_iter().collect();
+        match sent {
+            Some(sent) => Ok((size, sent)),
+            // Unreachable: every part pushed was awaited above.
+            None => Err(StorageError::Permanent {
+                source: format!("multipart upload of {key}: a part was never sent").into(),
+            }),
+        }
     }
 
     /// One part request, cut at the attempt timeout.
@@ -725,19 +947,20 @@ impl ObjectStoreStorage {
         }
     }
 
-    /// Completes `upload` (one request). After a transient failure, an object of exactly `size`
-    /// bytes under the key is this upload, completed by the store before the failure.
+    /// Completes a multipart upload (`complete`: one request). After a transient failure, an
+    /// object of exactly `size` bytes under the key is this upload, completed by the store before
+    /// the failure.
     async fn complete_multipart(
         &self,
-        upload: &mut Box<dyn MultipartUpload>,
+        complete: impl Future<Output = object_store::Result<PutResult>>,
         path: &Path,
         key: &ObjectKey,
         size: u64,
-        parts: u64,
+        parts: usize,
     ) -> Result<(), StorageError> {
         let timeout = self.options.retry.attempt_timeout;
         self.counters.record_put(0);
-        let error = match tokio::time::timeout(timeout, upload.complete()).await {
+        let error = match tokio::time::timeout(timeout, complete).await {
             Ok(Ok(_)) => {
                 tracing::debug!(size, parts, "multipart upload completed");
                 return Ok(());
@@ -757,12 +980,16 @@ impl ObjectStoreStorage {
         Err(error)
     }
 
-    /// Aborts `upload` (one DELETE request); a failure is logged, not returned (the caller
-    /// returns the error that made it abort).
-    async fn abort_multipart(&self, mut upload: Box<dyn MultipartUpload>, key: &ObjectKey) {
+    /// Aborts a multipart upload (`abort`: one DELETE request); a failure is logged, not
+    /// returned (the caller returns the error that made it abort).
+    async fn abort_multipart(
+        &self,
+        abort: impl Future<Output = object_store::Result<()>>,
+        key: &ObjectKey,
+    ) {
         let timeout = self.options.retry.attempt_timeout;
         self.counters.record_delete(0);
-        match tokio::time::timeout(timeout, upload.abort()).await {
+        match tokio::time::timeout(timeout, abort).await {
             Ok(Ok(())) => tracing::debug!(%key, "multipart upload aborted"),
             Ok(Err(error)) => tracing::warn!(
                 %key,
@@ -778,6 +1005,27 @@ impl ObjectStoreStorage {
             ),
         }
     }
+}
+
+/// One multipart upload through a [`MultipartStore`]: what each of its part requests needs.
+#[derive(Clone, Copy)]
+struct PartUpload<'a> {
+    multipart: &'a dyn MultipartStore,
+    path: &'a Path,
+    id: &'a MultipartId,
+    key: &'a ObjectKey,
+}
+
+/// Records a part that `send_parts` finished sending (or returns its error).
+fn part_sent<T>(
+    sent: &mut [Option<T>],
+    done: Result<(usize, T), StorageError>,
+) -> Result<(), StorageError> {
+    let (index, value) = done?;
+    if let Some(slot) = sent.get_mut(index) {
+        *slot = Some(value);
+    }
+    Ok(())
 }
 
 /// The chunks of a streamed upload read and not yet sent.
@@ -901,6 +1149,10 @@ impl ObjectStorage for ObjectStoreStorage {
         .await
     }
 
+    /// See [`ObjectStoreStorage`]: at most one part is one create-only `upload`; a larger object
+    /// is a multipart upload whose parts are retried with the storage's [`RetryConfig`] when the
+    /// store's [`MultipartStore`] API is present
+    /// ([`ObjectStoreStorage::with_multipart_store`]), else sent once each; aborted on any error.
     async fn upload_stream(
         &self,
         key: &ObjectKey,
@@ -923,15 +1175,16 @@ impl ObjectStorage for ObjectStoreStorage {
                     }
                 }
             }
-            let mut upload = self.create_multipart(&path, key).await?;
-            tracing::debug!("multipart upload created");
-            let sent = self
-                .send_parts(&mut upload, &path, key, buffer, chunks, part_size)
-                .await;
-            if sent.is_err() {
-                self.abort_multipart(upload, key).await;
+            match &self.multipart {
+                Some(multipart) => {
+                    self.upload_parts(multipart.as_ref(), &path, key, buffer, chunks, part_size)
+                        .await
+                }
+                None => {
+                    self.upload_multipart(&path, key, buffer, chunks, part_size)
+                        .await
+                }
             }
-            sent
         }
         .instrument(span)
         .await

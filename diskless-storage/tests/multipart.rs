@@ -2,6 +2,8 @@
 //! multipart uploads follow a script (slow parts, failing parts, failing or ambiguous
 //! completions), under tokio's paused clock: parts in flight are bounded, every failure aborts
 //! the upload and leaves no object, an ambiguous completion is confirmed by the object's size.
+//! The storage has no `MultipartStore` (`from_object_store` alone): parts go through
+//! `MultipartUpload`, one request each; multipart_retry.rs covers the retried parts.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
