@@ -614,53 +614,74 @@ impl World {
     /// A fenced (or dead) instance of a transactional producer that goes on sending batches of
     /// its old transaction with its old epoch: verified for it (a request the host verified before
     /// the fence) to the transaction's partitions, or unverified anywhere. Each must be refused,
-    /// or land inside that transaction before its ABORT marker.
+    /// or land inside that transaction before its ABORT marker. Like a real client, a zombie whose
+    /// request went unanswered or failed retriably sends the same batch again (same sequence, same
+    /// bytes) rather than a new one under that sequence, which the coordinator would answer as
+    /// the duplicate of the first.
     async fn zombie(self: Arc<Self>, z: Zombie) {
         let mut rng = self.rng("zombie", u64::from(z.index));
         let mut sequences = z.sequences;
-        for batch_no in 1..=rng.u32(1..=3) {
+        // The batch whose outcome is unknown: sent again next.
+        let mut unsettled: Option<ZombieBatch> = None;
+        let mut batch_no = 0u32;
+        for _ in 1..=rng.u32(1..=3) {
             sleep(self.txn.timeout.mul_f64(rng.f64() * 1.5)).await;
             if self.phase() >= QUIET || self.failed() {
                 return;
             }
-            let verified = rng.bool();
-            let p = if verified || rng.bool() {
-                z.partitions[rng.usize(0..z.partitions.len())]
-            } else {
-                let live = self.live_partitions();
-                if live.is_empty() {
-                    return;
+            let b = match unsettled.take() {
+                Some(b) => b,
+                None => {
+                    let verified = rng.bool();
+                    let p = if verified || rng.bool() {
+                        z.partitions[rng.usize(0..z.partitions.len())]
+                    } else {
+                        let live = self.live_partitions();
+                        if live.is_empty() {
+                            return;
+                        }
+                        live[rng.usize(0..live.len())]
+                    };
+                    let Some(config) = self.partition_config(p) else {
+                        continue;
+                    };
+                    batch_no += 1;
+                    let id: BatchId = (z.index, batch_no);
+                    let sequence = sequences.get(&p).copied().unwrap_or(0);
+                    let Some((bytes, records)) = self.txn_batch(
+                        &mut rng,
+                        id,
+                        p,
+                        (z.pid, z.epoch, sequence),
+                        &config,
+                        (z.pid, z.seq),
+                    ) else {
+                        return;
+                    };
+                    let spec = ProducerSpec {
+                        index: z.index,
+                        partition: p,
+                        config,
+                        producer_id: Some(z.pid),
+                        skew_ms: 0,
+                        compression: diskless_core::Compression::None,
+                    };
+                    ZombieBatch {
+                        id,
+                        spec,
+                        bytes,
+                        records,
+                        sequence,
+                        verified,
+                    }
                 }
-                live[rng.usize(0..live.len())]
-            };
-            let Some(config) = self.partition_config(p) else {
-                continue;
             };
             let Some(node) = self.pick_node(&mut rng, None) else {
+                unsettled = Some(b);
                 continue;
             };
-            let id: BatchId = (z.index, batch_no);
-            let sequence = sequences.get(&p).copied().unwrap_or(0);
-            let Some((bytes, records)) = self.txn_batch(
-                &mut rng,
-                id,
-                p,
-                (z.pid, z.epoch, sequence),
-                &config,
-                (z.pid, z.seq),
-            ) else {
-                return;
-            };
-            let spec = ProducerSpec {
-                index: z.index,
-                partition: p,
-                config,
-                producer_id: Some(z.pid),
-                skew_ms: 0,
-                compression: diskless_core::Compression::None,
-            };
             self.stat(|s| s.zombie_batches += 1);
-            let answer = self.submit(&node, &spec, bytes, verified.then_some(z.seq));
+            let answer = self.submit(&node, &b.spec, b.bytes.clone(), b.verified.then_some(z.seq));
             let answer = tokio::select! {
                 biased;
                 a = answer => a.ok().flatten(),
@@ -668,28 +689,34 @@ impl World {
                 _ = sleep(self.p.request_timeout) => None,
             };
             let Some(answer) = answer else {
+                unsettled = Some(b);
                 continue;
             };
+            let p = b.spec.partition;
             ev!(
                 self,
-                "zombie {} of {}/{} (epoch {}, verified {verified}) batch {batch_no} to {p}: {:?} offset {}",
+                "zombie {} of {}/{} (epoch {}, verified {}) batch {} to {p}: {:?} offset {}",
                 z.index,
                 z.pid,
                 z.seq,
                 z.epoch,
+                b.verified,
+                b.id.1,
                 answer.error,
                 answer.base_offset
             );
             if answer.error.is_ok() {
-                sequences.insert(p, diskless_core::increment_sequence(sequence, records));
-                let acked = self
-                    .oracle
-                    .lock()
-                    .ack(id, answer.base_offset, answer.log_append_time);
+                sequences.insert(p, diskless_core::increment_sequence(b.sequence, b.records));
+                let acked =
+                    self.oracle
+                        .lock()
+                        .ack(b.id, answer.base_offset, answer.log_append_time);
                 if let Err(f) = acked {
                     self.fail(f);
                     return;
                 }
+            } else if answer.error.is_retriable() {
+                unsettled = Some(b);
             }
         }
     }
@@ -961,6 +988,16 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// A batch a zombie sent (or is about to send again).
+struct ZombieBatch {
+    id: BatchId,
+    spec: ProducerSpec,
+    bytes: bytes::Bytes,
+    records: i32,
+    sequence: i32,
+    verified: bool,
 }
 
 /// What a zombie remembers of the instance it was.
