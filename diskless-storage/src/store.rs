@@ -900,13 +900,17 @@ impl ObjectStoreStorage {
             if ended {
                 break;
             }
-            // The next chunk, while the parts in flight are sent.
+            // The next chunk, while the parts in flight are sent. The parts are polled first, on
+            // every turn: a stream that is always ready (a builder ahead of the network) must not
+            // leave a part that was woken unpolled until every slot is taken. (A part waiting on
+            // the network still needs this task to return to the runtime, which a stream that is
+            // never pending does not do; the tiering worker's is a bounded channel.)
             let next = if in_flight.is_empty() {
                 chunks.next().await
             } else {
-                match futures::future::select(chunks.next(), in_flight.next()).await {
-                    Either::Left((next, _)) => next,
-                    Either::Right((done, _)) => {
+                match futures::future::select(in_flight.next(), chunks.next()).await {
+                    Either::Right((next, _)) => next,
+                    Either::Left((done, _)) => {
                         if let Some(done) = done {
                             part_sent(&mut sent, done)?;
                         }

@@ -20,8 +20,8 @@ use diskless_storage::{
     StorageOptions,
 };
 use diskless_testkit::storage::S3TestServer;
-use futures::TryStreamExt;
 use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -39,6 +39,9 @@ enum Fault {
     Hang,
     /// Stores the part, then fails with a 503: the ambiguous outcome.
     StoreThenFail,
+    /// Succeeds, but only after yielding to the caller a few times (a request that needs
+    /// polling to progress); records the chunks read by then in [`Plan::chunks_at_done`].
+    Slow,
 }
 
 /// The faults to inject and what the store saw.
@@ -56,6 +59,10 @@ struct Plan {
     /// `MultipartUpload::put_part` calls (the path without a `MultipartStore`).
     upload_parts: AtomicUsize,
     upload_aborts: AtomicUsize,
+    /// Chunks of the upload's stream read so far (counted by [`counted_chunks`]).
+    chunks_read: Arc<AtomicUsize>,
+    /// For each part that ended a [`Fault::Slow`] attempt: the chunks read by then.
+    chunks_at_done: Mutex<HashMap<usize, usize>>,
 }
 
 impl Plan {
@@ -122,6 +129,7 @@ async fn faulted<T>(
         Some(Fault::Transient) => Err(unavailable()),
         Some(Fault::Permanent) => Err(bad_request()),
         Some(Fault::Hang) => std::future::pending().await,
+        Some(Fault::Slow) => put.await,
         Some(Fault::StoreThenFail) => {
             put.await?;
             Err(unavailable())
@@ -152,6 +160,24 @@ impl<S: MultipartStore + std::fmt::Debug> MultipartStore for Faulty<S> {
     ) -> object_store::Result<PartId> {
         *self.plan.part_attempts.lock().entry(part_idx).or_default() += 1;
         let fault = self.plan.next_fault(part_idx);
+        if fault == Some(Fault::Slow) {
+            // Pending three times, each time woken at once (not deferred to the runtime's
+            // next tick, as `tokio::task::yield_now` is): ready to progress whenever polled.
+            let mut left = 3;
+            std::future::poll_fn(|cx| {
+                if left == 0 {
+                    return std::task::Poll::Ready(());
+                }
+                left -= 1;
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            })
+            .await;
+            let done = self.inner.put_part(path, id, part_idx, data).await;
+            let read = self.plan.chunks_read.load(Ordering::SeqCst);
+            self.plan.chunks_at_done.lock().insert(part_idx, read);
+            return done;
+        }
         faulted(fault, self.inner.put_part(path, id, part_idx, data)).await
     }
 
@@ -365,6 +391,42 @@ async fn a_part_that_hangs_or_lands_ambiguously_is_resent_under_its_number() {
     assert_eq!(plan.store_aborts(), 0);
     assert_object(&storage, &data).await;
     assert_eq!(storage.counters().snapshot().put_parts, 6);
+}
+
+/// `data` in chunks of 512 KiB, always ready, each counted in `plan.chunks_read` as it is read.
+fn counted_chunks(
+    plan: &Arc<Plan>,
+    data: &Bytes,
+) -> BoxStream<'static, Result<Bytes, StorageError>> {
+    let read = plan.chunks_read.clone();
+    diskless_testkit::storage::conformance::chunk_stream(data, 512 * 1024)
+        .inspect(move |_| {
+            read.fetch_add(1, Ordering::SeqCst);
+        })
+        .boxed()
+}
+
+/// The parts in flight progress while a stream that is always ready is read: the first part (a
+/// request that needs a few polls) is stored while its successors' chunks are still being read,
+/// not only once every slot is taken or the stream has ended.
+#[tokio::test(start_paused = true)]
+async fn parts_in_flight_progress_while_a_ready_stream_is_read() {
+    let plan = Plan::with([(0, vec![Fault::Slow])]);
+    let storage = storage(&plan, true, options().with_parts_in_flight(4));
+    let data = data(4);
+    let total = data.len().div_ceil(512 * 1024);
+    let chunks = counted_chunks(&plan, &data);
+    storage
+        .upload_stream(&key(), chunks, MIN_PART_SIZE)
+        .await
+        .unwrap();
+    assert_object(&storage, &data).await;
+    let per_part = MIN_PART_SIZE / (512 * 1024);
+    let at_done = plan.chunks_at_done.lock().get(&0).copied().unwrap();
+    assert!(
+        at_done < 2 * per_part,
+        "part 0 was stored only after {at_done} of {total} chunks were read"
+    );
 }
 
 #[tokio::test(start_paused = true)]
