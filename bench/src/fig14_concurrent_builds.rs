@@ -6,8 +6,11 @@
 //! partition), topic `segment.bytes` = a partition's bytes: every partition is one segment due.
 //! Then a `TieringWorker` (default settings but `max_concurrent_builds`, with a fresh cache)
 //! consolidates everything through `FaultyStorage` adding figure 5's S3-like latency (log-normal,
-//! p50 100 ms, p99 400 ms, from a fixed seed) to every request, on tokio's paused clock: the time
-//! is simulated, exact and reproducible, CPU is not in it (it is part 1's). No bandwidth is
+//! p50 100 ms, p99 400 ms) to every request, on tokio's paused clock: the time is simulated, CPU
+//! is not in it (it is part 1's). Which request a latency draw lands on varies from run to run
+//! (the order of concurrent requests is not fixed), and with 80 requests a run's time moves by
+//! ±20%, so each value is the mean of [`Plan::reps`] runs with different latency seeds, with its
+//! range. No bandwidth is
 //! shared between requests, so this is the latency-bound regime (many small WAL ranges per
 //! segment); a build's memory (read window and upload part) is multiplied by the builds. The
 //! baseline is one build at a time, in the same run. Coordinator: the in-memory model (SQLite's
@@ -38,6 +41,8 @@ struct Plan {
     per_partition: usize,
     /// The `max_concurrent_builds` values measured; the first is the baseline.
     builds: &'static [u32],
+    /// Runs per value, each with its own latency seed (the mean is reported).
+    reps: u64,
 }
 
 fn plan(quick: bool) -> Plan {
@@ -45,11 +50,13 @@ fn plan(quick: bool) -> Plan {
         Plan {
             per_partition: 256 << 10,
             builds: &[1, 4],
+            reps: 1,
         }
     } else {
         Plan {
             per_partition: 4 << 20,
             builds: &[1, 2, 4, 8, 16],
+            reps: 8,
         }
     }
 }
@@ -57,8 +64,11 @@ fn plan(quick: bool) -> Plan {
 /// What consolidating the backlog once measured.
 #[derive(Clone, Copy, Debug)]
 struct Measured {
-    /// Simulated time from the first pass to the last.
+    /// Simulated time from the first pass to the last (the mean over the runs, and its least and
+    /// largest).
     elapsed: Duration,
+    fastest: Duration,
+    slowest: Duration,
     segments: u64,
     passes: u64,
     /// Requests sent to the store by the worker (GETs, PUTs).
@@ -72,13 +82,32 @@ pub(crate) fn run(quick: bool) -> Vec<Row> {
     paused_runtime().block_on(async {
         let mut measured = Vec::new();
         for &builds in plan.builds {
-            measured.push((builds, once(&plan, builds).await));
+            let mut runs = Vec::new();
+            for rep in 0..plan.reps {
+                runs.push(once(&plan, builds, 14 + rep).await);
+            }
+            let Some(&last) = runs.last() else {
+                continue;
+            };
+            let total: Duration = runs.iter().map(|m| m.elapsed).sum();
+            let n = u32::try_from(runs.len()).unwrap_or(1);
+            measured.push((
+                builds,
+                Measured {
+                    elapsed: total / n,
+                    fastest: runs.iter().map(|m| m.elapsed).min().unwrap_or_default(),
+                    slowest: runs.iter().map(|m| m.elapsed).max().unwrap_or_default(),
+                    gets: runs.iter().map(|m| m.gets).max().unwrap_or_default(),
+                    puts: runs.iter().map(|m| m.puts).max().unwrap_or_default(),
+                    ..last
+                },
+            ));
         }
         rows_of(&plan, &measured)
     })
 }
 
-async fn once(plan: &Plan, builds: u32) -> Measured {
+async fn once(plan: &Plan, builds: u32, seed: u64) -> Measured {
     let clock = ManualClock::new(crate::util::now_ms());
     let coordinator: Arc<dyn BatchCoordinator> = Arc::new(InMemoryCoordinator::new(clock.clone()));
     let segment_bytes = i32::try_from(plan.per_partition).unwrap_or(i32::MAX);
@@ -116,7 +145,7 @@ async fn once(plan: &Plan, builds: u32) -> Measured {
     let slow: Arc<dyn ObjectStorage> = Arc::new(FaultyStorage::new(
         plain,
         FaultConfig::default()
-            .with_seed(14)
+            .with_seed(seed)
             .with_latency(Some(Latency::s3_like())),
     ));
     let cache: Arc<dyn LocalCache> = match MokaCache::new(MokaCacheConfig::default()) {
@@ -147,6 +176,8 @@ async fn once(plan: &Plan, builds: u32) -> Measured {
     );
     Measured {
         elapsed,
+        fastest: elapsed,
+        slowest: elapsed,
         segments,
         passes,
         gets: cost.get_requests,
@@ -166,12 +197,15 @@ fn rows_of(plan: &Plan, measured: &[(u32, Measured)]) -> Vec<Row> {
             Row::new(
                 FIG,
                 format!(
-                    "consolidating {PARTITIONS} partitions x {mib:.2} MiB (one segment each), S3-like latency, {builds} build{} at once (simulated time)",
-                    if builds == 1 { "" } else { "s" }
+                    "consolidating {PARTITIONS} partitions x {mib:.2} MiB (one segment each), S3-like latency, {builds} build{} at once (simulated time, mean of {} runs)",
+                    if builds == 1 { "" } else { "s" },
+                    plan.reps
                 ),
                 format!(
-                    "{:.1} s ({} segments, {} passes, {} GETs, {} PUTs)",
+                    "{:.2} s ({:.2}-{:.2} s; {} segments, {} passes, {} GETs, {} PUTs)",
                     m.elapsed.as_secs_f64(),
+                    m.fastest.as_secs_f64(),
+                    m.slowest.as_secs_f64(),
                     m.segments,
                     m.passes,
                     m.gets,
@@ -179,7 +213,7 @@ fn rows_of(plan: &Plan, measured: &[(u32, Measured)]) -> Vec<Row> {
                 ),
             )
             .baseline(format!(
-                "one build at a time: {:.1} s ({} GETs, {} PUTs)",
+                "one build at a time: {:.2} s ({} GETs, {} PUTs)",
                 base.elapsed.as_secs_f64(),
                 base.gets,
                 base.puts
