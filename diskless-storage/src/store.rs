@@ -775,15 +775,9 @@ impl ObjectStoreStorage {
         path: &Path,
         key: &ObjectKey,
     ) -> Result<Box<dyn MultipartUpload>, StorageError> {
-        self.retry_loop("upload-create", key.as_str(), |deadline| {
-            let create = async {
-                self.counters.record_put(0);
-                self.store
-                    .put_multipart_opts(path, PutMultipartOptions::default())
-                    .await
-                    .map_err(|e| map_error(e, key.as_str()))
-            };
-            self.timed("upload-create", deadline, create)
+        self.create_retried(key, || {
+            self.store
+                .put_multipart_opts(path, PutMultipartOptions::default())
         })
         .await
     }
@@ -796,15 +790,28 @@ impl ObjectStoreStorage {
         path: &Path,
         key: &ObjectKey,
     ) -> Result<MultipartId, StorageError> {
+        self.create_retried(key, || {
+            multipart.create_multipart_opts(path, PutMultipartOptions::default())
+        })
+        .await
+    }
+
+    /// The create request of a multipart upload (`create` makes one attempt), counted as a PUT
+    /// and retried by [`Self::retry_loop`].
+    async fn create_retried<T, Fut>(
+        &self,
+        key: &ObjectKey,
+        create: impl Fn() -> Fut,
+    ) -> Result<T, StorageError>
+    where
+        Fut: Future<Output = object_store::Result<T>>,
+    {
         self.retry_loop("upload-create", key.as_str(), |deadline| {
-            let create = async {
+            let attempt = async {
                 self.counters.record_put(0);
-                multipart
-                    .create_multipart_opts(path, PutMultipartOptions::default())
-                    .await
-                    .map_err(|e| map_error(e, key.as_str()))
+                create().await.map_err(|e| map_error(e, key.as_str()))
             };
-            self.timed("upload-create", deadline, create)
+            self.timed("upload-create", deadline, attempt)
         })
         .await
     }
