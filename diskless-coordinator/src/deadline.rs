@@ -17,6 +17,18 @@
 //! The deadline only bounds how long a fence must be kept: once `t < now - max_commit_age`, every
 //! commit of the key is refused by rule 1, so fences older than [`FENCE_RETENTION_FACTOR`] ×
 //! `max_commit_age` are dropped.
+//!
+//! The same deadline bounds how long **producer state** must be kept (issue #25). The duplicate
+//! check, the epoch and the transaction guard (`txn_seq` above the last ended transaction) live
+//! in a producer's state in a partition; a commit that finds no state treats the producer as new
+//! and accepts it. A commit can land up to `max_commit_age` after its key's time, so a state must
+//! outlive every commit it could still guard: [`producer_expired`] never expires a state updated
+//! less than [`PRODUCER_STATE_FLOOR_FACTOR`] × `max_commit_age` ago, whatever the topic's
+//! `producer.id.expiration.ms` (one `max_commit_age` for the late commit, one as the allowance for
+//! the skew between the clock that made the key and the coordinator's, and for the time a batch
+//! waits in a writer before its segment's key is made). Every coordinator applies it inside its
+//! expiry transaction (the model's `expire_producers`, SQLite's `EXPIRED_PRODUCERS`, PostgreSQL's
+//! `expire_partition` and its candidate walk, with the schema's largest `max_commit_age`).
 
 use crate::CoordinatorError;
 use std::time::Duration;
@@ -30,6 +42,10 @@ pub const DEFAULT_MAX_COMMIT_AGE: Duration = Duration::from_secs(10 * 60);
 
 /// Fences are kept until their key's time is older than this many `max_commit_age`s.
 pub const FENCE_RETENTION_FACTOR: i64 = 2;
+
+/// Producer state is kept at least this many `max_commit_age`s after its last update, whatever
+/// the topic's `producer.id.expiration.ms` ([`producer_expired`]).
+pub const PRODUCER_STATE_FLOOR_FACTOR: i64 = 2;
 
 /// The most expired fences one `fence_orphans` call drops (bounded work per call).
 pub const FENCE_EXPIRY_BATCH: u32 = 1000;
@@ -81,6 +97,38 @@ pub fn check_commit_deadline(
         )));
     }
     Ok(())
+}
+
+/// The least time (ms) a producer's state is kept after its last update:
+/// [`PRODUCER_STATE_FLOOR_FACTOR`] × `max_commit_age`, saturating.
+pub fn producer_state_floor_ms(max_commit_age: Duration) -> i64 {
+    max_age_ms(max_commit_age).saturating_mul(PRODUCER_STATE_FLOOR_FACTOR)
+}
+
+/// Whether a producer state last updated at `last_append_ms` may be expired at coordinator time
+/// `now_ms` under a topic's `producer.id.expiration.ms` (`expiration_ms`): Kafka's
+/// `isProducerExpired` (`now - last >= expiration`, and no transaction open, which the caller
+/// checks), with the expiration raised to [`producer_state_floor_ms`] so that no commit the state
+/// could guard can land after it is gone (module docs).
+///
+/// ```
+/// use diskless_coordinator::producer_expired;
+/// use std::time::Duration;
+/// let age = Duration::from_secs(600); // the default max_commit_age: a floor of 20 minutes
+/// assert!(!producer_expired(1_000 + 60_000, 1_000, 60_000, age));
+/// assert!(!producer_expired(1_000 + 1_199_999, 1_000, 60_000, age));
+/// assert!(producer_expired(1_000 + 1_200_000, 1_000, 60_000, age));
+/// // A topic setting above the floor rules.
+/// assert!(!producer_expired(1_000 + 1_200_000, 1_000, 86_400_000, age));
+/// ```
+pub fn producer_expired(
+    now_ms: i64,
+    last_append_ms: i64,
+    expiration_ms: i64,
+    max_commit_age: Duration,
+) -> bool {
+    now_ms.saturating_sub(last_append_ms)
+        >= expiration_ms.max(producer_state_floor_ms(max_commit_age))
 }
 
 /// The key time below which fences may be dropped at coordinator time `now_ms`.

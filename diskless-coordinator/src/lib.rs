@@ -33,8 +33,9 @@ pub mod sharded;
 pub mod sqlite;
 
 pub use deadline::{
-    DEFAULT_MAX_COMMIT_AGE, FENCE_EXPIRY_BATCH, FENCE_RETENTION_FACTOR, check_commit_deadline,
-    fence_expiry_before, max_age_ms, object_key_time_ms,
+    DEFAULT_MAX_COMMIT_AGE, FENCE_EXPIRY_BATCH, FENCE_RETENTION_FACTOR,
+    PRODUCER_STATE_FLOOR_FACTOR, check_commit_deadline, fence_expiry_before, max_age_ms,
+    object_key_time_ms, producer_expired, producer_state_floor_ms,
 };
 pub use diskless_common::{BoxError, Clock, ManualClock, SystemClock};
 pub use error::CoordinatorError;
@@ -162,10 +163,17 @@ pub trait BatchCoordinator: Send + Sync + std::fmt::Debug {
 
     /// Expires idempotent-producer state (Kafka's `producer.id.expiration.ms`, per topic in
     /// [`TopicConfig::producer_id_expiration_ms`]): at the coordinator clock's now, deletes the state of
-    /// every (partition, producer id) whose last appended batch was committed at least that long
-    /// ago, in ascending (topic id, partition, producer id) order, at most `max_producers` (a
-    /// `ShardedCoordinator` keeps that order within each shard, shard by shard). A later batch of
-    /// an expired producer is treated as one of a new producer.
+    /// every (partition, producer id) whose last appended batch (or transaction marker) was
+    /// committed at least that long ago and that has no transaction open, in ascending (topic id,
+    /// partition, producer id) order, at most `max_producers` (a `ShardedCoordinator` keeps that
+    /// order within each shard, shard by shard). A later batch of an expired producer is treated
+    /// as one of a new producer.
+    ///
+    /// **Never earlier than [`producer_state_floor_ms`]** (twice the coordinator's
+    /// `max_commit_age`) after the state's last update, whatever the topic says
+    /// ([`producer_expired`]): a commit may land up to `max_commit_age` after its key was made,
+    /// and a state forgotten before it lands would let a stalled resend be appended again or a
+    /// stale transactional batch open a transaction nothing ends (issue #25).
     async fn expire_producers(
         &self,
         max_producers: u32,

@@ -192,7 +192,9 @@ pub struct TopicConfig {
     /// `producer.id.expiration.ms`: how long after its last appended batch a producer's idempotence
     /// state in a partition is kept (see [`crate::BatchCoordinator::expire_producers`]). Kafka has it
     /// as a broker setting; a host passes its broker value here when it creates a topic. At least 1.
-    /// Default one day.
+    /// Default one day. A value below twice the coordinator's `max_commit_age` is accepted (and
+    /// answered back as set) but acts as that floor ([`crate::producer_expired`]): a state is never
+    /// forgotten while a late commit it guards could still land.
     pub producer_id_expiration_ms: i64,
     /// `segment.bytes`: the largest `.log` of a tiered segment; a partition whose WAL batches
     /// reach it is due for consolidation. At least 14 (Kafka's bound), at most `i32::MAX`.

@@ -195,7 +195,8 @@ fn segment_request(
 // clock (`commit_age_for`): the server's deadline then falls where the harness clock's would
 // (within the case's run time), so those cases see the deadline and fences exactly as the model
 // does, `register_segment_refused_past_deadline` included. The clock-sensitive cases (a clock at
-// the real time) keep the default.
+// the real time) keep the default — among them the producer-expiry cases, whose floor is twice
+// the default `max_commit_age` (issue #25).
 diskless_testkit::coordinator_conformance!(
     postgres_conformance,
     async |clock| {
@@ -2618,6 +2619,49 @@ async fn postgres_fence_retention_follows_the_largest_commit_age() {
         .unwrap_err();
     assert_eq!(sqlstate(&e).as_deref(), Some("DL002"));
     for c in [ten_minutes, one_minute, thirty_minutes] {
+        c.close().await;
+    }
+}
+
+/// Issue #25: producer expiry's floor is twice the largest `max_commit_age` any coordinator of
+/// the schema connected with (`coordinator_settings`), not the expiring coordinator's own: a
+/// coordinator at 30 minutes may commit a key that late, so a coordinator at 1 minute keeps a
+/// state for an hour (the topic's 1 ms notwithstanding) and expires it only then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_producer_expiry_floor_follows_the_largest_commit_age() {
+    let Some(schema) = test_schema() else { return };
+    let clock = ManualClock::new(START_MS);
+    let with_max_age = |age: Duration| schema.options().with_max_commit_age(age);
+    let one_minute = connect(with_max_age(Duration::from_secs(60)), clock.clone()).await;
+    let topic = fresh_topic_id();
+    common::create_topic(
+        one_minute.as_ref(),
+        topic,
+        "expiring",
+        1,
+        TopicConfig::default().with_producer_id_expiration_ms(1),
+    )
+    .await;
+    let p = TopicIdPartition::new(topic, 0);
+    let r = one_minute
+        .commit_file(request(&key_aged(0), vec![idempotent(p, 7, 0, 0, 1)]))
+        .await
+        .unwrap();
+    assert_eq!(r[0].error, ErrorCode::None);
+    // The schema's maximum is the default's 10 minutes: a floor of 20.
+    clock.advance(20 * 60_000 - 1);
+    assert_eq!(one_minute.expire_producers(10).await.unwrap().expired, 0);
+    // A coordinator at 30 minutes connects: the floor becomes an hour, for every coordinator.
+    let thirty_minutes = connect(with_max_age(Duration::from_secs(30 * 60)), clock.clone()).await;
+    clock.advance(1);
+    assert_eq!(one_minute.expire_producers(10).await.unwrap().expired, 0);
+    assert!(one_minute.producer_state(p, 7).await.unwrap().is_some());
+    clock.advance(40 * 60_000 - 1);
+    assert_eq!(one_minute.expire_producers(10).await.unwrap().expired, 0);
+    clock.advance(1);
+    assert_eq!(one_minute.expire_producers(10).await.unwrap().expired, 1);
+    assert_eq!(one_minute.producer_state(p, 7).await.unwrap(), None);
+    for c in [one_minute, thirty_minutes] {
         c.close().await;
     }
 }

@@ -813,7 +813,10 @@ async fn capped_producer_expiry_goes_shard_by_shard() {
     r.commit_file(request(&v7_key(START_MS), batches))
         .await
         .unwrap();
-    clock.advance(1_000);
+    // Expiry's floor (twice the shards' max_commit_age) is above the topic's 1 s.
+    clock.advance(diskless_coordinator::producer_state_floor_ms(
+        diskless_coordinator::DEFAULT_MAX_COMMIT_AGE,
+    ));
     let mut expired = 0;
     let mut calls = 0;
     loop {

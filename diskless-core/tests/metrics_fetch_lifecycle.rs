@@ -344,7 +344,12 @@ fn each_lifecycle_pass_records_its_outcome_and_what_it_removed_once() {
             .unwrap();
         env.produce(vec![batch(T0, 10), idempotent]).await;
         env.produce(vec![batch(T0, 10)]).await;
-        env.clock.advance(5_000);
+        // Past producer expiry's floor (twice the default max_commit_age), which rules over the
+        // topic's 1 s.
+        env.clock
+            .advance(diskless_coordinator::producer_state_floor_ms(
+                diskless_coordinator::DEFAULT_MAX_COMMIT_AGE,
+            ));
         Seen::take(&snapshotter);
 
         let expirer =

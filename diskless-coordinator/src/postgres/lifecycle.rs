@@ -272,7 +272,8 @@ async fn trim_partition(
 }
 
 /// Producer expiry of one locked partition: deletes its states expired at `now` (their last
-/// append at least `expiration` ms before, and no transaction open: Kafka's `isProducerExpired`),
+/// append at least `expiration` ms before — the topic's setting raised to the floor of
+/// [`crate::producer_expired`] by the caller — and no transaction open: Kafka's `isProducerExpired`),
 /// in producer id order, at most `budget`. Returns how many.
 async fn expire_partition(
     conn: &mut PgConnection,
@@ -310,8 +311,9 @@ enum Pass {
 impl Pass {
     /// The condition on a partition `pa` (joined with its topic `t`) that the pass may change at
     /// time `$1`. Retention: over its size limit, or with a first batch older than retention.ms.
-    /// Producer expiry: with a producer state expired (none with an open transaction expires).
-    fn candidates(self) -> String {
+    /// Producer expiry: with a producer state expired (none with an open transaction expires, none
+    /// updated less than `floor` ms ago: [`crate::producer_expired`], issue #25).
+    fn candidates(self, floor: i64) -> String {
         match self {
             // The first item is the first tiered segment when the partition has any (one probe
             // of the segments' primary key), else its first batch.
@@ -329,11 +331,12 @@ impl Pass {
                  OR (t.retention_ms >= 0 AND $1::numeric - f.ts > t.retention_ms))",
                 ts = retention_ts()
             ),
-            Pass::ProducerExpiry => "EXISTS (SELECT 1 FROM producer_state s \
+            Pass::ProducerExpiry => format!(
+                "EXISTS (SELECT 1 FROM producer_state s \
                  WHERE s.partition_id = pa.partition_id \
-                 AND $1 - s.last_append_ms >= t.producer_id_expiration_ms \
+                 AND $1 - s.last_append_ms >= GREATEST(t.producer_id_expiration_ms, {floor}::bigint) \
                  AND s.txn_first_offset IS NULL)"
-                .to_string(),
+            ),
         }
     }
 }
@@ -348,9 +351,9 @@ struct CandidateWalk {
 }
 
 impl CandidateWalk {
-    fn new(pass: Pass) -> Self {
+    fn new(pass: Pass, floor: i64) -> Self {
         CandidateWalk {
-            candidates: pass.candidates(),
+            candidates: pass.candidates(floor),
             after: None,
             done: false,
         }
@@ -502,10 +505,14 @@ impl PostgresCoordinator {
             return Ok(Trimmed::default());
         }
         let mut tx = self.write.begin().await.map_err(Attempt::before)?;
+        let floor = match pass {
+            Pass::Retention => 0,
+            Pass::ProducerExpiry => self.producer_state_floor(&mut tx).await?,
+        };
         let mut left = u64::from(budget);
         let mut total = Trimmed::default();
         let mut released = BTreeMap::new();
-        let mut walk = CandidateWalk::new(pass);
+        let mut walk = CandidateWalk::new(pass, floor);
         'walk: while let Some(page) = walk.next_page(&mut tx, now).await? {
             for partition_id in page {
                 let locked = lock_partition(&mut tx, partition_id).await?;
@@ -531,7 +538,7 @@ impl PostgresCoordinator {
                         t.batches + t.segments
                     }
                     (Pass::ProducerExpiry, Some(p)) => {
-                        let expiration = p.producer_id_expiration_ms;
+                        let expiration = p.producer_id_expiration_ms.max(floor);
                         let n =
                             expire_partition(&mut tx, partition_id, expiration, left, now).await?;
                         total.batches += n;
@@ -548,6 +555,23 @@ impl PostgresCoordinator {
         release_objects(&mut tx, &released, now).await?;
         tx.commit().await.map_err(Attempt::sent)?;
         Ok(total)
+    }
+
+    /// The floor of producer expiry ([`crate::producer_state_floor_ms`]) for this schema: from the
+    /// largest `max_commit_age` any coordinator of it connected with (`coordinator_settings`,
+    /// migration 6, raised before a coordinator's first commit), since any of them may commit a
+    /// key that late; never below this coordinator's own. Read in the pass's transaction, the row
+    /// held `FOR SHARE` so that a coordinator raising it waits for the pass (issue #25).
+    async fn producer_state_floor(&self, conn: &mut PgConnection) -> Result<i64, Attempt> {
+        let stored: Option<i64> = sqlx::query_scalar(
+            "SELECT max_commit_age_ms FROM coordinator_settings WHERE id = 1 FOR SHARE",
+        )
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(Attempt::before)?;
+        let own = crate::max_age_ms(self.options.max_commit_age);
+        let age = stored.unwrap_or(own).max(own);
+        Ok(age.saturating_mul(crate::PRODUCER_STATE_FLOOR_FACTOR))
     }
 
     /// The marked objects, on the primary (a replica could list an object already forgotten).

@@ -74,11 +74,12 @@ const RETENTION_CANDIDATE_PAGE: i64 = 64;
 /// Producer expiry: up to `?2` expired (partition, producer id) states at time `?1`, in (topic id,
 /// partition, producer id) order: partitions in the order of their unique index, each one's states
 /// in primary-key order, stopping at the limit. A producer with an open transaction never expires
-/// (Kafka's `isProducerExpired`).
+/// (Kafka's `isProducerExpired`), nor one updated less than `?3` ms ago (the floor of
+/// [`crate::producer_expired`], issue #25).
 pub(super) const EXPIRED_PRODUCERS: &str = "SELECT s.partition_id, s.producer_id \
      FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
      JOIN producer_state s ON s.partition_id = p.partition_id \
-     WHERE ?1 - s.last_append_ms >= t.producer_id_expiration_ms \
+     WHERE ?1 - s.last_append_ms >= MAX(t.producer_id_expiration_ms, ?3) \
      AND s.txn_first_offset IS NULL \
      ORDER BY p.topic_id, p.partition, s.producer_id LIMIT ?2";
 
@@ -480,9 +481,12 @@ impl SqliteCoordinator {
         let now = self.clock.now_ms();
         // Reads producer states in the contract's order until `max_producers` expired ones are
         // found: bounded by the cap when many have expired; a pass that finds few reads them all.
+        // `?3`: the floor of `crate::producer_expired` (issue #25), applied here, inside the
+        // expiry transaction on the one writer, so no state a late commit still needs goes.
         let rows = sqlx::query(EXPIRED_PRODUCERS)
             .bind(now)
             .bind(i64::from(max_producers))
+            .bind(crate::producer_state_floor_ms(self.max_commit_age))
             .fetch_all(&mut *tx)
             .await
             .map_err(not_applied)?;

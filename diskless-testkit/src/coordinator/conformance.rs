@@ -70,7 +70,7 @@ pub enum ClockSource {
 /// Calls back `$callback! { { $($args)* } case, case [tag], ... }` with every case of the suite,
 /// in the order [`run_all`] runs them: the one list of cases. Tags: `clock_sensitive`
 /// ([`CLOCK_SENSITIVE_CASES`]), `manual_clock` ([`MANUAL_CLOCK_CASES`]), `txn` ([`TXN_CASES`]),
-/// `tiered` ([`TIERED_CASES`]).
+/// `tiered` ([`TIERED_CASES`]), `txn_clock_sensitive` (both `txn` and `clock_sensitive`).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __coordinator_conformance_cases {
@@ -121,8 +121,11 @@ macro_rules! __coordinator_conformance_cases {
             fence_orphans_fences_unknown_keys_only [clock_sensitive],
             fenced_and_expired_keys_never_commit [clock_sensitive],
             retention_ages_batches_without_timestamps_by_commit_time,
-            producer_state_expires,
-            producer_expiry_cap_and_order,
+            producer_state_expires [clock_sensitive],
+            producer_expiry_cap_and_order [clock_sensitive],
+            alter_topic_config_changes_producer_expiry [clock_sensitive],
+            late_resend_after_expiration_is_still_a_duplicate [clock_sensitive],
+            producer_state_outlives_every_commit_it_guards [manual_clock],
             the_deadline_and_fences_follow_the_coordinator_clock [manual_clock],
             a_confirmed_deleted_key_is_never_committed_again [clock_sensitive],
             producer_id_blocks_never_overlap,
@@ -149,7 +152,8 @@ macro_rules! __coordinator_conformance_cases {
             read_committed_aborted_range_semantics [txn],
             list_offsets_read_committed [txn],
             delete_records_through_open_txn_clamps_lso [txn],
-            retention_and_expiry_with_transactions [txn],
+            retention_and_expiry_with_transactions [txn_clock_sensitive],
+            late_txn_batch_after_expiration_is_still_refused [txn_clock_sensitive],
             delete_topic_with_open_txn [txn],
             tiered_topic_config_is_kept [tiered],
             tiering_candidates_by_bytes_and_age [tiered],
@@ -184,7 +188,8 @@ macro_rules! define_from_cases {
         /// The names of all cases, in the order [`run_all`] runs them.
         pub const CASES: &[&str] = &[$(stringify!($case)),*];
 
-        /// Cases that read the coordinator's clock to decide the commit deadline and fence expiry.
+        /// Cases that read the coordinator's clock to decide the commit deadline and fence expiry,
+        /// or that expect producer expiry's floor of twice the default `max_commit_age`.
         /// An implementation that reads a server clock instead ([`ClockSource::Server`]) runs them
         /// with a harness whose clock starts at the real time ([`harness_clock_at_system_time`])
         /// instead of [`START_MS`].
@@ -231,6 +236,12 @@ macro_rules! names_tagged {
     };
     (clock_sensitive [$($names:tt)*] $case:ident [clock_sensitive] $(, $($rest:tt)*)?) => {
         names_tagged!(clock_sensitive [$($names)* stringify!($case),] $($($rest)*)?)
+    };
+    (clock_sensitive [$($names:tt)*] $case:ident [txn_clock_sensitive] $(, $($rest:tt)*)?) => {
+        names_tagged!(clock_sensitive [$($names)* stringify!($case),] $($($rest)*)?)
+    };
+    (txn [$($names:tt)*] $case:ident [txn_clock_sensitive] $(, $($rest:tt)*)?) => {
+        names_tagged!(txn [$($names)* stringify!($case),] $($($rest)*)?)
     };
     (manual_clock [$($names:tt)*] $case:ident [manual_clock] $(, $($rest:tt)*)?) => {
         names_tagged!(manual_clock [$($names)* stringify!($case),] $($($rest)*)?)
@@ -2178,22 +2189,30 @@ async fn expiring_topic(h: &Harness, partitions: i32, expiration_ms: i64) -> Uui
     .await
 }
 
+/// The least time producer state is kept whatever the topic says: twice the default
+/// `max_commit_age` of every harness's coordinator ([`diskless_coordinator::producer_expired`]).
+fn floor_ms() -> i64 {
+    diskless_coordinator::producer_state_floor_ms(diskless_coordinator::DEFAULT_MAX_COMMIT_AGE)
+}
+
 /// Producer state expires `producer.id.expiration.ms` after the producer's last appended batch
 /// (Kafka's `>=`); a duplicate does not refresh it; an expired producer is new again (any sequence).
+/// A setting below the floor (twice `max_commit_age`) acts as the floor.
 pub async fn producer_state_expires(h: Harness) {
-    let t = expiring_topic(&h, 1, 5_000).await;
+    let expiration = floor_ms() + 5_000;
+    let t = expiring_topic(&h, 1, expiration).await;
     let p = tp(t, 0);
     let c = &h.coordinator;
     ok_at(&commit_one(&h, idem(p, 1, 0, 0, 1)).await, 0);
     let s = producer(&h, p, 1).await.unwrap();
     assert_eq!(s.last_append_ms, h.clock.now_ms());
-    h.clock.advance(3_000);
+    h.clock.advance(expiration - 2_000);
     ok_at(&commit_one(&h, idem(p, 2, 0, 0, 1)).await, 1);
     h.clock.advance(1_000);
     dup_of(&commit_one(&h, idem(p, 1, 0, 0, 1)).await, 0);
-    h.clock.advance(999); // producer 1: 4 999 ms since its append
+    h.clock.advance(999); // producer 1: expiration - 1 ms since its append
     assert_eq!(c.expire_producers(100).await.unwrap().expired, 0);
-    h.clock.advance(1); // 5 000 ms: expired (>=); producer 2: 2 000 ms
+    h.clock.advance(1); // expiration: expired (>=); producer 2: 2 000 ms
     let r = c.expire_producers(100).await.unwrap();
     assert_eq!((r.expired, r.more), (1, false));
     assert_eq!(producer(&h, p, 1).await, None);
@@ -2201,6 +2220,24 @@ pub async fn producer_state_expires(h: Harness) {
     // Producer 1 is new again: a gap is accepted, and a resend of its old batch is appended again.
     ok_at(&commit_one(&h, idem(p, 1, 0, 7, 1)).await, 2);
     ok_at(&commit_one(&h, idem(p, 1, 1, 0, 1)).await, 3);
+    // A topic setting below the floor (5 s here) keeps the state for the floor, then expires it.
+    let short = tp(expiring_topic(&h, 1, 5_000).await, 0);
+    ok_at(&commit_one(&h, idem(short, 3, 0, 0, 1)).await, 0);
+    h.clock.advance(floor_ms() - 1);
+    assert_eq!(c.expire_producers(100).await.unwrap().expired, 0);
+    assert!(producer(&h, short, 3).await.is_some());
+    h.clock.advance(1);
+    assert_eq!(c.expire_producers(100).await.unwrap().expired, 1);
+    assert_eq!(producer(&h, short, 3).await, None);
+    let topics = c.list_topics().await.unwrap();
+    let listed = topics
+        .iter()
+        .find(|i| i.topic_id == short.topic_id)
+        .unwrap();
+    assert_eq!(
+        listed.config.producer_id_expiration_ms, 5_000,
+        "the setting is answered as set"
+    );
     // The default is one day.
     assert_eq!(TopicConfig::default().producer_id_expiration_ms, 86_400_000);
     // Invalid settings are refused.
@@ -2251,7 +2288,7 @@ pub async fn producer_expiry_cap_and_order(h: Harness) {
         ],
     )
     .await;
-    h.clock.advance(1_000);
+    h.clock.advance(floor_ms()); // the floor: every state may go
     assert_eq!(
         c.expire_producers(0).await.unwrap(),
         diskless_coordinator::ProducerExpiryReport::default()
@@ -2268,6 +2305,90 @@ pub async fn producer_expiry_cap_and_order(h: Harness) {
     let r = c.expire_producers(2).await.unwrap();
     assert_eq!((r.expired, r.more), (1, false));
     assert_eq!(producer(&h, tp(second, 0), 1).await, None);
+}
+
+/// A changed `producer.id.expiration.ms` applies to the next expiry: a state the default (one
+/// day) keeps expires once the new, shorter setting (above the floor) has passed.
+pub async fn alter_topic_config_changes_producer_expiry(h: Harness) {
+    let t = expiring_topic(&h, 1, TopicConfig::default().producer_id_expiration_ms).await;
+    let p = tp(t, 0);
+    let c = &h.coordinator;
+    ok_at(&commit_one(&h, idem(p, 4, 0, 0, 1)).await, 0);
+    let shorter = floor_ms() + 2_000;
+    h.clock.advance(shorter);
+    assert_eq!(c.expire_producers(100).await.unwrap().expired, 0);
+    c.alter_topic_config(
+        t,
+        TopicConfig::default().with_producer_id_expiration_ms(shorter),
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.expire_producers(100).await.unwrap().expired, 1);
+    assert_eq!(producer(&h, p, 4).await, None);
+}
+
+/// Issue #25, reproduction 2: a resend stalled in upload lands after its producer's state would
+/// have expired by the topic's `producer.id.expiration.ms` (60 s), within its commit deadline.
+/// The client's retry was acknowledged at offset 0; the stalled first attempt must be answered as
+/// its duplicate (offset 0), not appended again: the state outlives `producer.id.expiration.ms`
+/// until no commit it guards can still land (twice `max_commit_age`).
+pub async fn late_resend_after_expiration_is_still_a_duplicate(h: Harness) {
+    let p = tp(expiring_topic(&h, 1, 60_000).await, 0);
+    let c = &h.coordinator;
+    // The first attempt's segment is made now, then stalls in upload.
+    let stalled = v7_key(h.clock.now_ms());
+    h.clock.advance(1_000);
+    // The client's retry goes to another broker and is acknowledged at offset 0.
+    ok_at(&commit_one(&h, idem(p, 1, 0, 0, 1)).await, 0);
+    let appended_at = h.clock.now_ms();
+    h.clock.advance(61_000);
+    assert_eq!(c.expire_producers(100).await.unwrap().expired, 0);
+    assert!(producer(&h, p, 1).await.is_some(), "the state is kept");
+    // The stalled attempt commits, 62 s after its key was made (within the 10 min deadline).
+    dup_of(
+        &commit_key(&h, &stalled, vec![idem(p, 1, 0, 0, 1)]).await[0],
+        0,
+    );
+    assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 1, "read once");
+    // The state goes exactly at the floor after the last append (the duplicate did not refresh it).
+    h.clock.set(appended_at + floor_ms() - 1);
+    assert_eq!(c.expire_producers(100).await.unwrap().expired, 0);
+    h.clock.advance(1);
+    assert_eq!(c.expire_producers(100).await.unwrap().expired, 1);
+    assert_eq!(producer(&h, p, 1).await, None);
+}
+
+/// The bound the floor rests on: a state updated at `L` is kept until `L + 2 × max_commit_age`;
+/// a key made up to `max_commit_age` after `L` (the clock-skew allowance: a writer's clock ahead,
+/// or a batch waiting in a writer before its segment's key was made) can commit until `key time +
+/// max_commit_age`, i.e. strictly before the state may go, and from then on the deadline refuses
+/// it. (A [`MANUAL_CLOCK_CASES`] case: the deadline must follow the harness clock.)
+pub async fn producer_state_outlives_every_commit_it_guards(h: Harness) {
+    let p = tp(expiring_topic(&h, 1, 1).await, 0);
+    let c = &h.coordinator;
+    ok_at(&commit_one(&h, idem(p, 1, 0, 0, 1)).await, 0);
+    let l = h.clock.now_ms();
+    // Two resends of that batch, their keys made max_commit_age - 1 ms after the append.
+    let (late, later) = (v7_key(l + max_age_ms() - 1), v7_key(l + max_age_ms() - 1));
+    h.clock.set(l + floor_ms() - 1);
+    assert_eq!(c.expire_producers(100).await.unwrap().expired, 0);
+    // The last moment its deadline accepts `late`: the state is still there, so it is a duplicate.
+    h.clock.set(l + max_age_ms() - 1 + max_age_ms());
+    dup_of(
+        &commit_key(&h, &late, vec![idem(p, 1, 0, 0, 1)]).await[0],
+        0,
+    );
+    // At the floor the state expires, and the deadline refuses every key made that late.
+    h.clock.set(l + floor_ms());
+    let r = c
+        .commit_file(request(&later, vec![idem(p, 1, 0, 0, 1)]))
+        .await;
+    assert!(
+        matches!(r, Err(CoordinatorError::DeadlineExceeded(_))),
+        "expected DeadlineExceeded, got {r:?}"
+    );
+    assert_eq!(c.expire_producers(100).await.unwrap().expired, 1);
+    assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2462,11 +2583,8 @@ pub async fn alter_topic_config_applies_to_later_calls(h: Harness) {
     assert_eq!((report.batches_deleted, report.bytes_deleted), (1, 10));
     let (batches, lso, _) = all_batches(&h, p).await;
     assert_eq!((batches.len(), lso), (1, 1));
-    // Producer expiry by the new producer.id.expiration.ms.
-    h.clock.advance(2_000);
-    let r = c.expire_producers(100).await.unwrap();
-    assert_eq!(r.expired, 1);
-    assert_eq!(producer(&h, tp(t, 1), 4).await, None);
+    // Producer expiry by the new producer.id.expiration.ms: `alter_topic_config_changes_producer_expiry`
+    // (a clock-sensitive case: expiry's floor is twice the default max_commit_age).
 
     // Invalid values and unknown topics change nothing.
     invalid(

@@ -26,7 +26,9 @@
 //!   anything deletable remains.
 //! - **Producer state** survives DeleteRecords and retention (Kafka keeps it since KIP-360); it goes
 //!   with its topic. `expire_producers` deletes the state of a (partition, producer) whose last
-//!   appended batch was committed `producer.id.expiration.ms` or more ago (Kafka's `>=`). Kafka counts
+//!   appended batch was committed `producer.id.expiration.ms` or more ago (Kafka's `>=`), but never
+//!   less than twice `max_commit_age` ago (`diskless_coordinator::producer_expired`: a late commit
+//!   the state guards may still land until then, issue #25). Kafka counts
 //!   from the batch's max timestamp, which a producer sets (and `-1` would expire at once); the
 //!   coordinator counts from its own commit time.
 //! - **Retention of batches without timestamps** (effective max timestamp `< 0`): aged by their
@@ -142,7 +144,8 @@ use diskless_coordinator::{
     RegisterSegmentRequest, RetentionReport, SegmentPlan, SegmentPlanRequest, ShardId,
     TieredSegment, TieringCandidate, TimestampType, TopicConfig, TopicIdPartition, TopicInfo,
     TxnMarker, TxnMarkerResult, check_commit_deadline, check_new_partition_count,
-    fence_expiry_before, next_producer_id_block, object_key_time_ms, producer_field_error,
+    fence_expiry_before, next_producer_id_block, object_key_time_ms, producer_expired,
+    producer_field_error,
 };
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashSet};
@@ -180,6 +183,9 @@ const LATEST_TIERED_TIMESTAMP: i64 = -5;
 pub struct InMemoryCoordinator {
     clock: Arc<dyn Clock>,
     max_commit_age: Duration,
+    /// `false` only in the mutant of the simulation's defect tests
+    /// ([`InMemoryCoordinator::mutant_without_producer_state_floor`]).
+    producer_state_floor: bool,
     state: Mutex<State>,
 }
 
@@ -276,8 +282,19 @@ impl InMemoryCoordinator {
         InMemoryCoordinator {
             clock,
             max_commit_age: diskless_coordinator::DEFAULT_MAX_COMMIT_AGE,
+            producer_state_floor: true,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// **A defect, for mutation tests only**: producer expiry without its floor of twice
+    /// `max_commit_age` (the rule before issue #25), so a state may be forgotten while a late
+    /// commit it guards can still land. The simulation's defect tests run it to show that they
+    /// catch the duplicates and stuck transactions this causes.
+    #[doc(hidden)]
+    pub fn mutant_without_producer_state_floor(mut self) -> Self {
+        self.producer_state_floor = false;
+        self
     }
 
     /// Sets the commit deadline: commits of keys whose UUID v7 time is older than `now -
@@ -1047,6 +1064,7 @@ impl BatchCoordinator for InMemoryCoordinator {
         max_producers: u32,
     ) -> Result<ProducerExpiryReport, CoordinatorError> {
         let now = self.clock.now_ms();
+        let (floor, max_commit_age) = (self.producer_state_floor, self.max_commit_age);
         let mut state = self.state.lock();
         let mut report = ProducerExpiryReport::default();
         let budget = u64::from(max_producers);
@@ -1058,9 +1076,15 @@ impl BatchCoordinator for InMemoryCoordinator {
                     .producers
                     .values()
                     .filter(|p| {
-                        // Kafka's `isProducerExpired`: never while a transaction is open.
+                        // Kafka's `isProducerExpired`: never while a transaction is open; and
+                        // never before a late commit the state guards could still land (issue
+                        // #25: the floor of `producer_expired`).
                         p.current_txn_first_offset.is_none()
-                            && now.saturating_sub(p.last_append_ms) >= expiration
+                            && if floor {
+                                producer_expired(now, p.last_append_ms, expiration, max_commit_age)
+                            } else {
+                                now.saturating_sub(p.last_append_ms) >= expiration
+                            }
                     })
                     .map(|p| p.producer_id)
                     .collect();

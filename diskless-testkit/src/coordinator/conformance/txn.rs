@@ -767,6 +767,8 @@ pub async fn retention_and_expiry_with_transactions(h: Harness) {
     let (batches, log_start, hwm) = all_batches(&h, p).await;
     assert_eq!((batches.len(), log_start, hwm), (0, 3, 3));
     assert_eq!(committed(&h, p, 3).await, (vec![], 3, vec![]));
+    // Producer expiry waits for its floor (twice max_commit_age) over the topic's 1 s.
+    h.clock.advance(floor_ms());
     let expired = h
         .coordinator
         .expire_producers(100)
@@ -779,9 +781,45 @@ pub async fn retention_and_expiry_with_transactions(h: Harness) {
     assert_eq!(producer(&h, p, 1).await, None);
     assert!(producer(&h, p, 2).await.is_some());
     marker_at(&end(&h, marker(p, 2, 0, true, Some(1))).await, 3);
-    h.clock.advance(1_000);
+    h.clock.advance(floor_ms() - 1);
+    let expired = h.coordinator.expire_producers(100).await.expect("expire");
+    assert_eq!(expired.expired, 0, "counted from its marker");
+    h.clock.advance(1);
     let expired = h.coordinator.expire_producers(100).await.expect("expire");
     assert_eq!(expired.expired, 1, "counted from its marker");
+}
+
+/// Issue #25, reproduction 1: a second batch of transaction 1, stalled in upload while the
+/// transaction was aborted, lands after the producer's state would have expired by the topic's
+/// `producer.id.expiration.ms` (60 s), within its commit deadline. It must be refused
+/// (`INVALID_TXN_STATE`, as without expiry), not open a transaction nothing will ever end (a last
+/// stable offset stuck below the high watermark: `read_committed` readers and tiering blocked).
+pub async fn late_txn_batch_after_expiration_is_still_refused(h: Harness) {
+    let t = topic_with(
+        &h,
+        &format!("txn-late-{}", fresh_id()),
+        1,
+        TopicConfig::default().with_producer_id_expiration_ms(60_000),
+    )
+    .await;
+    let p = tp(t, 0);
+    ok_at(&commit_one(&h, txn(p, 1, 0, 0, 1, Some(1))).await, 0);
+    // The second batch's segment is made, then stalls in upload; the transaction is aborted.
+    let stalled = v7_key(h.clock.now_ms());
+    marker_at(&end(&h, marker(p, 1, 0, false, Some(1))).await, 1);
+    h.clock.advance(61_000);
+    let r = h.coordinator.expire_producers(100).await.expect("expire");
+    assert_eq!(r.expired, 0, "the state a late commit needs is kept");
+    rejected(
+        &commit_key(&h, &stalled, vec![txn(p, 1, 0, 1, 1, Some(1))]).await[0],
+        ErrorCode::InvalidTxnState,
+    );
+    assert_eq!(lso(&h, p).await, 2);
+    assert_eq!(list(&h, p, LATEST_TIMESTAMP).await.offset, 2);
+    assert_eq!(
+        committed(&h, p, 0).await,
+        (vec![0, 1], 2, vec![aborted(1, 0, 1)])
+    );
 }
 
 /// Deleting a topic with an open transaction removes it whole; the topic's name can be reused
