@@ -30,6 +30,34 @@ fn ms(rng: &mut fastrand::Rng, lo: u64, hi: u64) -> Duration {
     Duration::from_millis(rng.u64(lo..=hi))
 }
 
+/// The `producer.id.expiration.ms` of the short-lived topic, from a generator of its own (the
+/// other draws stay as they were). A client's own retries reach the coordinator up to the
+/// delivery timeout plus `max_commit_age` after the batch's first commit; Kafka forgets a producer
+/// that retries longer than its expiration (its documented hazard), so the simulation keeps the
+/// *effective* expiration above that: either the setting itself (`max_commit_age + delivery
+/// timeout + 10 s`), or — on three runs in four where the coordinators' floor of twice
+/// `max_commit_age` covers it — a setting **below** the commit age (1 ms up to it), which only the
+/// floor ([`diskless_coordinator::producer_expired`], issue #25) keeps from forgetting a state
+/// that stalled commits still need.
+fn producer_id_expiration_ms(
+    seed: u64,
+    max_commit_age: Duration,
+    delivery_timeout: Duration,
+) -> i64 {
+    let r = &mut rng_for(seed, "producer expiration", 0);
+    let covering = max_commit_age + delivery_timeout + Duration::from_secs(10);
+    let floor = Duration::from_millis(
+        diskless_coordinator::producer_state_floor_ms(max_commit_age).unsigned_abs(),
+    );
+    let low = floor >= covering && r.u8(0..4) != 0;
+    let ms = if low {
+        r.u64(1..=max_commit_age.as_millis().max(1) as u64)
+    } else {
+        covering.as_millis() as u64
+    };
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
 /// One topic to create.
 #[derive(Clone, Debug)]
 pub(crate) struct TopicPlan {
@@ -224,10 +252,11 @@ impl Params {
         let short = TopicConfig {
             retention_ms: r.i64(5_000..=30_000),
             retention_bytes: if r.bool() { r.i64(4_096..=32_768) } else { -1 },
-            producer_id_expiration_ms: i64::try_from(
-                (max_commit_age + delivery_timeout + Duration::from_secs(10)).as_millis(),
-            )
-            .unwrap_or(i64::MAX),
+            producer_id_expiration_ms: producer_id_expiration_ms(
+                seed,
+                max_commit_age,
+                delivery_timeout,
+            ),
             ..TopicConfig::default()
         };
         let append_time = TopicConfig {

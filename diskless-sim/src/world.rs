@@ -38,7 +38,8 @@ use crate::params::{PREFIX, Params, TIERED_PREFIX, TopicPlan, rng_for};
 use crate::sync::{Flag, Stall};
 use crate::trace::Trace;
 use crate::wrappers::{
-    CommitStalls, FaultyCommits, Gate, GatedCoordinator, GatedStorage, LandedAt, PhaseStorage,
+    CommitStalls, FaultyCommits, Gate, GatedCoordinator, GatedStorage, LandedAt, LinkStall,
+    PhaseStorage,
 };
 use crate::{Components, SimConfig, SimReport, SimStats, Violation};
 
@@ -69,6 +70,8 @@ struct Node {
     writer: WalWriter,
     fetcher: Fetcher,
     cache: Arc<SimCache>,
+    /// This broker's commits stall on their way to the coordinator while it is on.
+    link: Arc<Stall>,
     gate: Arc<Gate>,
     crashed: Flag,
     outstanding: AtomicUsize,
@@ -102,7 +105,10 @@ struct ProducerSpec {
 }
 
 enum Delivery {
-    Acked,
+    /// Acknowledged; `retried`: after more than one attempt (an earlier one may still land).
+    Acked {
+        retried: bool,
+    },
     GaveUp,
     Failed(ErrorCode),
     TopicGone,
@@ -251,9 +257,16 @@ impl World {
             gate: gate.clone(),
             inner: self.storage.clone(),
         });
+        let link = Arc::new(Stall::default());
         let coordinator: Arc<dyn BatchCoordinator> = Arc::new(Layered::new(
             self.faulty.clone(),
-            GatedCoordinator { gate: gate.clone() },
+            GatedCoordinator {
+                gate: gate.clone(),
+                link: Some(LinkStall {
+                    stall: link.clone(),
+                    coordinator: self.faulty.clone(),
+                }),
+            },
         ));
         let cache = Arc::new(SimCache::new(self.p.cache_capacity));
         let writer = WalWriter::builder(storage.clone(), coordinator.clone())
@@ -295,6 +308,7 @@ impl World {
             writer,
             fetcher,
             cache,
+            link,
             gate,
             crashed: Flag::default(),
             outstanding: AtomicUsize::new(0),
@@ -452,6 +466,7 @@ impl World {
 
     async fn producer(self: Arc<Self>, spec: ProducerSpec) {
         let mut rng = self.rng("producer", u64::from(spec.index));
+        let mut idle = self.rng("producer idle", u64::from(spec.index));
         let clock = self.clock.skewed(spec.skew_ms);
         let mut epoch: i16 = 0;
         let mut sequence: i32 = 0;
@@ -518,8 +533,26 @@ impl World {
                 .deliver(&spec, &mut rng, id, bytes, epoch, sequence, None)
                 .await;
             match delivery {
-                Delivery::Acked => {
+                Delivery::Acked { retried } => {
                     sequence = diskless_core::increment_sequence(sequence, records as i32);
+                    // A producer may fall idle right after a batch that took a retry, while an
+                    // earlier attempt of it is still stalled on its way to the coordinator: the
+                    // case producer expiry must not forget the producer in (issue #25). From a
+                    // generator of its own, so the producer's other draws stay as they were.
+                    if retried && idle.u32(0..2) == 0 {
+                        let most = self.p.max_commit_age + self.p.max_commit_stall;
+                        let pause = Duration::from_millis(idle.u64(1..=most.as_millis() as u64));
+                        ev!(
+                            self,
+                            "producer {} idle for {pause:?} after a retried batch",
+                            id.0
+                        );
+                        // In steps, so that the idle producer stops with the produce phase.
+                        let until = Instant::now() + pause;
+                        while Instant::now() < until && self.phase() < QUIET && !self.failed() {
+                            sleep((until - Instant::now()).min(Duration::from_secs(1))).await;
+                        }
+                    }
                 }
                 Delivery::GaveUp | Delivery::Failed(_) => {
                     if let Delivery::Failed(code) = &delivery {
@@ -676,7 +709,9 @@ impl World {
                         self.fail(f);
                     }
                     self.stat(|s| s.acked += 1);
-                    return Delivery::Acked;
+                    return Delivery::Acked {
+                        retried: attempt > 1,
+                    };
                 }
                 ErrorCode::UnknownTopicOrPartition if !self.topic_live(spec.partition.topic_id) => {
                     return Delivery::TopicGone;
@@ -1044,6 +1079,42 @@ impl World {
         };
         if let Some(id) = self.create_topic(&plan).await {
             self.start_clients(id);
+        }
+    }
+
+    /// One broker's link to the coordinator stalls now and then during the faulty phase (its
+    /// commits wait, then land; other brokers' go on): a client's retry through another broker is
+    /// acknowledged while its first attempt is still on its way, and lands late (issue #25). An
+    /// actor with a generator of its own, so the other fault draws stay as they were.
+    async fn link_stalls_loop(self: Arc<Self>) {
+        if !self.config.faults.commit_stalls {
+            return;
+        }
+        let mut rng = self.rng("link stalls", 0);
+        while self.phase() == FAULTY && !self.failed() {
+            sleep(Duration::from_millis(rng.u64(1_000..=8_000))).await;
+            if self.phase() != FAULTY {
+                return;
+            }
+            let Some(node) = self.pick_node(&mut rng, None) else {
+                continue;
+            };
+            let d =
+                Duration::from_millis(rng.u64(100..=self.p.max_commit_stall.as_millis() as u64));
+            ev!(
+                self,
+                "fault: broker {} commits stalled on their way for {} ms",
+                node.id,
+                d.as_millis()
+            );
+            self.stat(|s| s.faults += 1);
+            node.link.stall();
+            let world = self.clone();
+            tokio::spawn(async move {
+                sleep(d).await;
+                node.link.release();
+                ev!(world, "fault: broker {} commits released", node.id);
+            });
         }
     }
 
@@ -1868,7 +1939,7 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
     let p = world.p.clone();
     ev!(
         world,
-        "start: seed {} variant {} commit timeout {:?} max commit age {:?} orphan M {:?} R {:?} every {:?} grace {:?} lifecycle skew {} ms",
+        "start: seed {} variant {} commit timeout {:?} max commit age {:?} orphan M {:?} R {:?} every {:?} grace {:?} lifecycle skew {} ms producer expiration {:?} ms",
         world.config.seed,
         world.label,
         p.writer.commit_timeout,
@@ -1877,7 +1948,11 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
         p.orphan.recheck_delay,
         p.orphan_every,
         p.cleaner.grace,
-        world.lifecycle_clock.skew_ms()
+        world.lifecycle_clock.skew_ms(),
+        p.topics
+            .iter()
+            .map(|t| t.config.producer_id_expiration_ms)
+            .min()
     );
     for id in 0..p.brokers {
         world.restart(id);
@@ -1905,6 +1980,7 @@ async fn drive(world: &Arc<World>) -> Result<(), Fail> {
     }
     let mut background = vec![
         tokio::spawn(world.clone().faults_loop()),
+        tokio::spawn(world.clone().link_stalls_loop()),
         tokio::spawn(world.clone().delete_records_loop()),
         tokio::spawn(world.clone().retention_loop()),
         tokio::spawn(world.clone().cleaner_loop()),

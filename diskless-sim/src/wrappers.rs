@@ -341,8 +341,22 @@ impl ObjectStorage for GatedStorage {
 #[derive(Debug)]
 pub(crate) struct GatedCoordinator {
     pub(crate) gate: Arc<Gate>,
+    /// This host's link to the coordinator, whose commits may stall on their way ([`LinkStall`]);
+    /// `None`: never.
+    pub(crate) link: Option<LinkStall>,
 }
 
+/// Commits of one broker stalled on their way to the coordinator (a slow or stuck link of that
+/// broker alone): a commit started while stalled waits in a task of its own (so a writer that gives
+/// up does not stop it) and lands once released, while other brokers' commits go on.
+#[derive(Debug, Clone)]
+pub(crate) struct LinkStall {
+    pub(crate) stall: Arc<Stall>,
+    /// The coordinator behind the link, held by the stalled commit's own task.
+    pub(crate) coordinator: Arc<dyn BatchCoordinator>,
+}
+
+#[async_trait]
 impl CoordinatorLayer for GatedCoordinator {
     fn around<'a, T: Send + 'a>(
         &'a self,
@@ -353,6 +367,23 @@ impl CoordinatorLayer for GatedCoordinator {
             self.gate.coordinator()?;
             call.await
         })
+    }
+
+    async fn commit_file(
+        &self,
+        inner: &dyn BatchCoordinator,
+        request: CommitFileRequest,
+    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
+        let Some(link) = self.link.as_ref().filter(|l| l.stall.is_on()) else {
+            return inner.commit_file(request).await;
+        };
+        let LinkStall { stall, coordinator } = link.clone();
+        let call = tokio::spawn(async move {
+            stall.pass().await;
+            coordinator.commit_file(request).await
+        });
+        call.await
+            .map_err(|e| CoordinatorError::OutcomeUnknown(Box::new(e)))?
     }
 }
 

@@ -51,6 +51,12 @@ enum Bug {
     /// keys answers the unknown ones but records nothing, so a registration stalled on the wire
     /// past the worker's give-up (two RPC timeouts) still lands, on a deleted object.
     NoSegmentFence,
+    /// Producer expiry without its floor (the rule before issue #25): a state goes
+    /// `producer.id.expiration.ms` after its last update even when that is below the commit age,
+    /// so a resend stalled in upload is appended again when it lands, and a stale transactional
+    /// batch opens a transaction nothing ends. The model's own defect switch
+    /// (`InMemoryCoordinator::mutant_without_producer_state_floor`); the layer passes through.
+    NoProducerStateFloor,
 }
 
 /// The reference model with one defect: a layer that changes only the operations with the bug.
@@ -313,7 +319,10 @@ fn first_violation(bug: Bug, max_seeds: u64) -> Option<Box<Violation>> {
         let config = SimConfig::new(seed, Variant::Model);
         let result = run_with(&config, &format!("{bug:?}"), |clock| async move {
             let max_commit_age = Duration::from_secs(60);
-            let model = InMemoryCoordinator::new(clock).with_max_commit_age(max_commit_age);
+            let mut model = InMemoryCoordinator::new(clock).with_max_commit_age(max_commit_age);
+            if matches!(bug, Bug::NoProducerStateFloor) {
+                model = model.mutant_without_producer_state_floor();
+            }
             let mutant = Layered::new(Arc::new(model), Mutant::new(bug));
             Ok(Components::new(
                 Arc::new(ObjectStoreStorage::in_memory()),
@@ -423,6 +432,24 @@ fn a_segment_deleted_without_the_fence_is_caught() {
             diskless_sim::TIERED,
             diskless_sim::OBJECTS,
             diskless_sim::ACKED_READABLE
+        ]
+        .contains(&v.invariant),
+        "{v}"
+    );
+}
+
+#[test]
+fn producer_expiry_without_its_floor_is_caught() {
+    // Needs a seed drawing `producer.id.expiration.ms` below the commit age and a commit that
+    // stalls past it (issue #25).
+    let v = first_violation(Bug::NoProducerStateFloor, 40).expect("no violation in 40 seeds");
+    assert!(
+        [
+            diskless_sim::OFFSETS,
+            diskless_sim::CONSUMER,
+            diskless_sim::LSO,
+            diskless_sim::NO_DIRTY_READ,
+            diskless_sim::ATOMIC
         ]
         .contains(&v.invariant),
         "{v}"

@@ -64,7 +64,10 @@ impl World {
         });
         let coordinator: Arc<dyn BatchCoordinator> = Arc::new(Layered::new(
             self.faulty.clone(),
-            GatedCoordinator { gate: gate.clone() },
+            GatedCoordinator {
+                gate: gate.clone(),
+                link: None,
+            },
         ));
         let fetcher = Fetcher::builder(storage.clone(), coordinator.clone())
             .with_config(self.p.fetcher.clone())

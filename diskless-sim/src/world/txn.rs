@@ -492,7 +492,7 @@ impl World {
                         .deliver(&spec, &mut rng, id, bytes, epoch, sequence, Some(seq))
                         .await;
                     match delivery {
-                        Delivery::Acked => {
+                        Delivery::Acked { .. } => {
                             sequences
                                 .insert(p, diskless_core::increment_sequence(sequence, records));
                         }
