@@ -2,7 +2,7 @@
 //! sits behind its cargo feature (`s3`, `gcs`, `azure`); all of them are built by one path,
 //! [`cloud_store`], that differs only in the `object_store` builder it is given.
 
-use crate::{ObjectStoreStorage, StorageError};
+use crate::{ObjectStoreStorage, StorageError, UploadLister};
 use object_store::ObjectStore;
 use object_store::multipart::MultipartStore;
 use object_store::path::Path;
@@ -12,8 +12,14 @@ use std::sync::Arc;
 type Options = Vec<(String, String)>;
 
 /// One store built once, as both traits [`ObjectStoreStorage`] uses: its [`ObjectStore`] and its
-/// [`MultipartStore`] API (see [`ObjectStoreStorage::with_multipart_store`]).
-type Stores = (Arc<dyn ObjectStore>, Arc<dyn MultipartStore>);
+/// [`MultipartStore`] API (see [`ObjectStoreStorage::with_multipart_store`]); and the lister of
+/// its multipart uploads in progress where there is one (S3: see
+/// [`ObjectStoreStorage::with_upload_lister`]).
+type Stores = (
+    Arc<dyn ObjectStore>,
+    Arc<dyn MultipartStore>,
+    Option<Arc<dyn UploadLister>>,
+);
 
 impl ObjectStoreStorage {
     /// Storage from a URL and backend options:
@@ -38,6 +44,9 @@ impl ObjectStoreStorage {
     ///
     /// Memory, S3, GCS and Azure stores are also given as their [`MultipartStore`] API
     /// ([`ObjectStoreStorage::with_multipart_store`]): the parts of streamed uploads are retried.
+    /// S3 stores are also given an `S3UploadLister` (feature `s3`)
+    /// ([`ObjectStoreStorage::with_upload_lister`]) sending through the store's own HTTP client:
+    /// a multipart upload whose create answer was lost is aborted.
     ///
     /// ```
     /// use diskless_storage::{ObjectStoreStorage, StorageError};
@@ -77,11 +86,11 @@ impl ObjectStoreStorage {
             url,
             base: base.as_str(),
         };
-        let (store, multipart): Stores = match scheme.as_str() {
+        let (store, multipart, lister): Stores = match scheme.as_str() {
             "memory" => {
                 no_options(&scheme, &opts)?;
                 let store = Arc::new(object_store::memory::InMemory::new());
-                (store.clone(), store)
+                (store.clone(), store, None)
             }
             "file" => {
                 no_options(&scheme, &opts)?;
@@ -97,7 +106,11 @@ impl ObjectStoreStorage {
                 )));
             }
         };
-        Ok(Self::from_object_store(store, &prefix)?.with_multipart_store(multipart))
+        let storage = Self::from_object_store(store, &prefix)?.with_multipart_store(multipart);
+        Ok(match lister {
+            Some(lister) => storage.with_upload_lister(lister),
+            None => storage,
+        })
     }
 }
 
@@ -147,14 +160,15 @@ macro_rules! cloud_backend {
             #[cfg(feature = $feature)]
             fn $method(&self, opts: Options) -> Result<Stores, StorageError> {
                 use $builder as Builder;
-                cloud_store::<$key, _, _>(
+                let store = cloud_store::<$key, _, _>(
                     $name,
                     self.url,
                     Builder::from_env().with_url(self.base),
                     opts,
                     Builder::with_config,
                     |builder| builder.with_retry(no_internal_retries()).build(),
-                )
+                )?;
+                Ok((store.clone(), store, None))
             }
 
             #[cfg(not(feature = $feature))]
@@ -165,13 +179,39 @@ macro_rules! cloud_backend {
     };
 }
 
-cloud_backend!(
-    s3,
-    "s3",
-    "s3",
-    object_store::aws::AmazonS3Builder,
-    object_store::aws::AmazonS3ConfigKey
-);
+impl Cloud<'_> {
+    /// S3, as [`cloud_backend`] builds the others, plus an [`S3UploadLister`] sending through
+    /// the HTTP client the store was built with (captured by its connector).
+    ///
+    /// [`S3UploadLister`]: crate::S3UploadLister
+    #[cfg(feature = "s3")]
+    fn s3(&self, opts: Options) -> Result<Stores, StorageError> {
+        use object_store::aws::{AmazonS3Builder as Builder, AmazonS3ConfigKey};
+        let capture = crate::uploads::ClientCapture::default();
+        let store = cloud_store::<AmazonS3ConfigKey, _, _>(
+            "s3",
+            self.url,
+            Builder::from_env().with_url(self.base),
+            opts,
+            Builder::with_config,
+            |builder| {
+                builder
+                    .with_retry(no_internal_retries())
+                    .with_http_connector(capture.clone())
+                    .build()
+            },
+        )?;
+        let lister = capture.last().map(|client| {
+            Arc::new(crate::S3UploadLister::new(store.clone(), client)) as Arc<dyn UploadLister>
+        });
+        Ok((store.clone(), store, lister))
+    }
+
+    #[cfg(not(feature = "s3"))]
+    fn s3(&self, _opts: Options) -> Result<Stores, StorageError> {
+        Err(feature_off(self.scheme, "s3"))
+    }
+}
 cloud_backend!(
     gcs,
     "gcs",
@@ -189,7 +229,7 @@ cloud_backend!(
 
 /// The one path of every cloud backend: `builder` (already read from the environment and given
 /// the URL), then each option in order (an unknown key is an error), then `build`; the store built
-/// is returned as both its [`ObjectStore`] and its [`MultipartStore`].
+/// is returned to be used as both its [`ObjectStore`] and its [`MultipartStore`].
 #[cfg(any(feature = "s3", feature = "gcs", feature = "azure"))]
 fn cloud_store<K, B, S>(
     name: &str,
@@ -198,7 +238,7 @@ fn cloud_store<K, B, S>(
     opts: Options,
     with_config: impl Fn(B, K, String) -> B,
     build: impl FnOnce(B) -> object_store::Result<S>,
-) -> Result<Stores, StorageError>
+) -> Result<Arc<S>, StorageError>
 where
     K: std::str::FromStr,
     S: ObjectStore + MultipartStore,
@@ -212,8 +252,7 @@ where
     }
     let store =
         build(builder).map_err(|e| StorageError::Config(format!("{name} store {url:?}: {e}")))?;
-    let store = Arc::new(store);
-    Ok((store.clone(), store))
+    Ok(Arc::new(store))
 }
 
 /// `object_store`'s internal HTTP retries: off, [`ObjectStoreStorage`] retries itself.

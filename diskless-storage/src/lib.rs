@@ -7,7 +7,9 @@
 //!
 //! - [`ObjectStoreStorage`]: the implementation, with retries, timeouts and request accounting;
 //!   built from a URL ([`ObjectStoreStorage::from_url`]) or an `object_store` store. Large objects
-//!   stream in with [`ObjectStorage::upload_stream`] (a multipart upload).
+//!   stream in with [`ObjectStorage::upload_stream`] (a multipart upload); an [`UploadLister`]
+//!   (`S3UploadLister` on S3, feature `s3`) finds the uploads whose create answer was lost, to
+//!   abort them.
 //! - [`MeteredStorage`]: the storage-call metrics of [`diskless_common::metrics`] around any
 //!   storage; [`CountingStorage`]: request counters around any storage.
 //! - [`ObjectKey`], [`KeySource`]: keys and where their UUIDs come from ([`RandomKeys`],
@@ -39,6 +41,7 @@ mod remote;
 pub mod retry;
 pub mod stats;
 mod store;
+mod uploads;
 
 /// The clock object keys take their time from (re-exported from `diskless-common`, so that
 /// [`ObjectKey::generate`] needs no other crate).
@@ -53,6 +56,10 @@ pub use remote::{
 pub use retry::RetryConfig;
 pub use stats::{CountingStorage, RequestCounters, RequestStats};
 pub use store::{ObjectStoreStorage, StorageOptions};
+#[cfg(feature = "s3")]
+#[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
+pub use uploads::S3UploadLister;
+pub use uploads::UploadLister;
 
 /// The `object_store` crate this crate is built on, re-exported so that users can build their own
 /// configured stores (see [`ObjectStoreStorage::from_object_store`]) with the same version.

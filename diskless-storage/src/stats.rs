@@ -59,7 +59,9 @@ pub struct RequestStats {
     /// Keys sent in DELETE requests.
     pub deleted_keys: u64,
     /// LIST requests: one per page of up to 1000 objects, the first page always counting
-    /// (S3's page size; an estimate on backends paging differently).
+    /// (S3's page size; an estimate on backends paging differently). The listing of a key's
+    /// multipart uploads in progress after an ambiguous create (`ListMultipartUploads` on S3,
+    /// see [`crate::ObjectStoreStorage::with_upload_lister`]) counts one per attempt.
     pub list_requests: u64,
     /// Objects received from LIST requests.
     pub listed_objects: u64,

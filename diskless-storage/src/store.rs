@@ -7,6 +7,7 @@
 use crate::classify::{map_error, timeout_error};
 use crate::retry::Backoff;
 use crate::stats::ListingCounter;
+use crate::uploads::UploadLister;
 use crate::{
     ObjectKey, ObjectMeta, ObjectStorage, RequestCounters, RetryConfig, StorageError,
     validate_prefix,
@@ -142,9 +143,14 @@ impl StorageOptions {
 ///   the upload is aborted (one DELETE request, a failure of which is logged) and the error
 ///   returned; nothing is visible under the key. If the completion fails with a transient error
 ///   (e.g. its timeout) and a HEAD then finds an object of exactly the size sent under the key,
-///   the store did complete it (keys are fresh per attempt) and the call succeeds. A call
-///   dropped mid-way does not abort: on S3 and GCS the parts stay, invisible, until the bucket's
-///   lifecycle rule for incomplete multipart uploads removes them (configure one, e.g.
+///   the store did complete it (keys are fresh per attempt) and the call succeeds. A create
+///   request that fails with a transient error or a timeout may have created an upload whose
+///   id never came back (the retry creates another): once the upload has ended, the key's
+///   uploads still in progress are listed and aborted, with the [`UploadLister`] that `from_url`
+///   gives S3 stores (see [`ObjectStoreStorage::with_upload_lister`]); without one (GCS, a
+///   store given to `from_object_store`), a warning names the key. A call dropped mid-way does
+///   not abort: on S3 and GCS the parts stay, invisible, until the bucket's lifecycle rule for
+///   incomplete multipart uploads removes them (configure one, e.g.
 ///   `AbortIncompleteMultipartUpload` after a day); on the local filesystem the staging file is
 ///   removed on drop.
 ///
@@ -189,6 +195,9 @@ pub struct ObjectStoreStorage {
     /// The same store's multipart API with explicit part numbers, through which a part can be
     /// resent (see [`ObjectStoreStorage::with_multipart_store`]).
     multipart: Option<Arc<dyn MultipartStore>>,
+    /// Lists a key's multipart uploads in progress, to abort those whose create answer was lost
+    /// (see [`ObjectStoreStorage::with_upload_lister`]).
+    lister: Option<Arc<dyn UploadLister>>,
     root: String,
     options: StorageOptions,
     counters: RequestCounters,
@@ -202,6 +211,7 @@ impl std::fmt::Debug for ObjectStoreStorage {
         f.debug_struct("ObjectStoreStorage")
             .field("store", &self.store)
             .field("multipart_store", &self.multipart.is_some())
+            .field("upload_lister", &self.lister)
             .field("root", &self.root)
             .field("options", &self.options)
             .field("counters", &self.counters)
@@ -224,7 +234,9 @@ impl ObjectStoreStorage {
     /// The storage cannot know whether `store` also offers `object_store`'s
     /// [`MultipartStore`] API (S3, GCS and Azure do): give it with
     /// [`ObjectStoreStorage::with_multipart_store`] so that the parts of streamed uploads are
-    /// retried.
+    /// retried, and for S3 an `S3UploadLister` (feature `s3`) with
+    /// [`ObjectStoreStorage::with_upload_lister`] so that an upload whose create answer was lost
+    /// is aborted.
     pub fn from_object_store(
         store: Arc<dyn ObjectStore>,
         prefix: &str,
@@ -248,6 +260,7 @@ impl ObjectStoreStorage {
         ObjectStoreStorage {
             store,
             multipart: None,
+            lister: None,
             root,
             rng: jitter_rng(&options.retry),
             options,
@@ -326,6 +339,33 @@ impl ObjectStoreStorage {
     /// [`ObjectStoreStorage::with_multipart_store`]).
     pub fn multipart_store(&self) -> Option<&Arc<dyn MultipartStore>> {
         self.multipart.as_ref()
+    }
+
+    /// Lists the multipart uploads in progress of a key through `lister` (of the **same store**,
+    /// as for [`ObjectStoreStorage::with_multipart_store`]), so that an upload whose create
+    /// request succeeded on the store but whose answer was lost is aborted instead of being left
+    /// to the bucket's lifecycle rule. `from_url` gives S3 stores an
+    /// `S3UploadLister` (feature `s3`).
+    ///
+    /// When a streamed upload's create request fails with a transient error or a timeout (the
+    /// store may have created an upload whose id never came back), then once the upload has
+    /// ended — completed, failed and aborted, or failed to be created at all — the storage lists
+    /// the key's uploads in progress (one LIST request, retried as every call) and aborts each
+    /// (one DELETE request each, a failure logged) through the [`MultipartStore`] API, which is
+    /// therefore needed too. Keys are fresh per upload, so every upload of the key still in
+    /// progress then is one of this call's. Without a lister (or a multipart store), or when the
+    /// listing fails, a warning names the key: an upload created by the lost request stays, as
+    /// after a dropped call, until the lifecycle rule removes it. A create request still in
+    /// flight on the store's side after its timeout and landing after the listing is not seen.
+    pub fn with_upload_lister(mut self, lister: Arc<dyn UploadLister>) -> Self {
+        self.lister = Some(lister);
+        self
+    }
+
+    /// The lister of multipart uploads in progress, if it was given (see
+    /// [`ObjectStoreStorage::with_upload_lister`]).
+    pub fn upload_lister(&self) -> Option<&Arc<dyn UploadLister>> {
+        self.lister.as_ref()
     }
 
     /// Counts into `counters` (e.g. shared by several storages) instead of its own.
@@ -701,7 +741,15 @@ impl ObjectStoreStorage {
         chunks: BoxStream<'_, Result<Bytes, StorageError>>,
         part_size: usize,
     ) -> Result<u64, StorageError> {
-        let mut upload = self.create_multipart(path, key).await?;
+        let ambiguous = AtomicBool::new(false);
+        let created = self.create_multipart(path, key, &ambiguous).await;
+        let mut upload = match created {
+            Ok(upload) => upload,
+            Err(error) => {
+                self.abort_lost_uploads(&ambiguous, None, path, key).await;
+                return Err(error);
+            }
+        };
         tracing::debug!("multipart upload created");
         let sent = async {
             // `MultipartUpload::put_part` numbers the parts itself, in call order: a part cannot
@@ -721,6 +769,9 @@ impl ObjectStoreStorage {
         if sent.is_err() {
             self.abort_multipart(upload.abort(), key).await;
         }
+        // `object_store`'s `MultipartUpload` API aborts only the upload it created: an upload
+        // whose create answer was lost can only be reported.
+        self.abort_lost_uploads(&ambiguous, None, path, key).await;
         sent
     }
 
@@ -736,7 +787,18 @@ impl ObjectStoreStorage {
         chunks: BoxStream<'_, Result<Bytes, StorageError>>,
         part_size: usize,
     ) -> Result<u64, StorageError> {
-        let id = self.create_multipart_id(multipart, path, key).await?;
+        let ambiguous = AtomicBool::new(false);
+        let created = self
+            .create_multipart_id(multipart, path, key, &ambiguous)
+            .await;
+        let id = match created {
+            Ok(id) => id,
+            Err(error) => {
+                self.abort_lost_uploads(&ambiguous, Some(multipart), path, key)
+                    .await;
+                return Err(error);
+            }
+        };
         tracing::debug!("multipart upload created");
         let id = &id;
         let upload = PartUpload {
@@ -766,16 +828,20 @@ impl ObjectStoreStorage {
             self.abort_multipart(multipart.abort_multipart(path, id), key)
                 .await;
         }
+        self.abort_lost_uploads(&ambiguous, Some(multipart), path, key)
+            .await;
         sent
     }
 
-    /// Creates a multipart upload of `path`: a PUT-class request, retried as one.
+    /// Creates a multipart upload of `path`: a PUT-class request, retried as one (see
+    /// [`Self::create_retried`] for `ambiguous`).
     async fn create_multipart(
         &self,
         path: &Path,
         key: &ObjectKey,
+        ambiguous: &AtomicBool,
     ) -> Result<Box<dyn MultipartUpload>, StorageError> {
-        self.create_retried(key, || {
+        self.create_retried(key, ambiguous, || {
             self.store
                 .put_multipart_opts(path, PutMultipartOptions::default())
         })
@@ -789,18 +855,22 @@ impl ObjectStoreStorage {
         multipart: &dyn MultipartStore,
         path: &Path,
         key: &ObjectKey,
+        ambiguous: &AtomicBool,
     ) -> Result<MultipartId, StorageError> {
-        self.create_retried(key, || {
+        self.create_retried(key, ambiguous, || {
             multipart.create_multipart_opts(path, PutMultipartOptions::default())
         })
         .await
     }
 
     /// The create request of a multipart upload (`create` makes one attempt), counted as a PUT
-    /// and retried by [`Self::retry_loop`].
+    /// and retried by [`Self::retry_loop`]. Sets `ambiguous` when an attempt fails with a
+    /// transient error or a timeout: the store may have created an upload whose id was lost
+    /// (see [`Self::abort_lost_uploads`]).
     async fn create_retried<T, Fut>(
         &self,
         key: &ObjectKey,
+        ambiguous: &AtomicBool,
         create: impl Fn() -> Fut,
     ) -> Result<T, StorageError>
     where
@@ -811,9 +881,80 @@ impl ObjectStoreStorage {
                 self.counters.record_put(0);
                 create().await.map_err(|e| map_error(e, key.as_str()))
             };
-            self.timed("upload-create", deadline, attempt)
+            async move {
+                let created = self.timed("upload-create", deadline, attempt).await;
+                if let Err(error) = &created
+                    && error.is_transient()
+                {
+                    ambiguous.store(true, Ordering::Relaxed);
+                }
+                created
+            }
         })
         .await
+    }
+
+    /// After a multipart upload of `path` has ended (completed, aborted, or never created), if
+    /// one of its create attempts failed ambiguously: lists the uploads of `path` still in
+    /// progress through the storage's [`UploadLister`] (retried as every call) and aborts each
+    /// through `multipart` ([`Self::abort_multipart`]). They are the uploads created by requests
+    /// whose answer was lost (keys are fresh per upload). Without a lister or a multipart store,
+    /// or if the listing fails, logs a warning naming the key instead.
+    async fn abort_lost_uploads(
+        &self,
+        ambiguous: &AtomicBool,
+        multipart: Option<&dyn MultipartStore>,
+        path: &Path,
+        key: &ObjectKey,
+    ) {
+        if !ambiguous.load(Ordering::Relaxed) {
+            return;
+        }
+        let (Some(multipart), Some(lister)) = (multipart, self.lister.as_deref()) else {
+            tracing::warn!(
+                %key,
+                "a create request of a multipart upload failed ambiguously and its uploads cannot \
+                 be listed here: an upload it may have created stays until the store's lifecycle \
+                 rule removes it"
+            );
+            return;
+        };
+        let listed = self
+            .retry_loop("upload-list", key.as_str(), |deadline| {
+                self.counters.record_list();
+                let list = async {
+                    lister
+                        .in_progress(path)
+                        .await
+                        .map_err(|e| map_error(e, key.as_str()))
+                };
+                self.timed("upload-list", deadline, list)
+            })
+            .await;
+        let ids = match listed {
+            Ok(ids) => ids,
+            Err(error) => {
+                tracing::warn!(
+                    %key,
+                    %error,
+                    "could not list the multipart uploads of a key whose create request failed \
+                     ambiguously: an upload it may have created stays until the store's \
+                     lifecycle rule removes it"
+                );
+                return;
+            }
+        };
+        if !ids.is_empty() {
+            tracing::info!(
+                %key,
+                uploads = ids.len(),
+                "aborting multipart uploads whose create answer was lost"
+            );
+        }
+        for id in &ids {
+            self.abort_multipart(multipart.abort_multipart(path, id), key)
+                .await;
+        }
     }
 
     /// Sends part `index` (0-based) of `upload`, retried as every call
