@@ -51,7 +51,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::Mutex as AsyncMutex;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
 use crate::broker::Broker;
@@ -219,7 +219,9 @@ enum InitStep {
 }
 
 /// Kafka's `prepareInitProducerIdTransit` on an initialized transactional id. `fresh_pid` is a
-/// new producer id, needed when the epoch is exhausted (see [`needs_new_producer_id`]).
+/// new producer id, needed when the epoch is exhausted (see [`needs_new_producer_id`] and
+/// [`fence_needs_new_producer_id`]); `transaction_version` is the broker's finalized level, the
+/// one Kafka fences an ongoing transaction with (see [`fence_step`]).
 fn init_step(
     meta: &TxnMeta,
     expected: Option<(i64, i16)>,
@@ -227,6 +229,7 @@ fn init_step(
     now: i64,
     fresh_pid: Option<i64>,
     coordinator_epoch: i32,
+    transaction_version: i16,
 ) -> Result<InitStep, i16> {
     if let Some((pid, epoch)) = expected {
         // `isValidProducerId`.
@@ -242,7 +245,13 @@ fn init_step(
         | TxnState::PrepareAbort
         | TxnState::PrepareEpochFence
         | TxnState::Dead => Err(CONCURRENT_TRANSACTIONS),
-        TxnState::Ongoing => Ok(InitStep::Fence(fence_step(meta, now, coordinator_epoch))),
+        TxnState::Ongoing => Ok(InitStep::Fence(fence_step(
+            meta,
+            now,
+            coordinator_epoch,
+            transaction_version,
+            fresh_pid,
+        )?)),
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
             let mut next = meta.clone();
             if epoch_exhausted(meta.producer_epoch) {
@@ -297,18 +306,73 @@ fn needs_new_producer_id(meta: &TxnMeta) -> bool {
         )
 }
 
-/// Kafka's `prepareFenceProducerEpoch` followed by the abort: `PrepareAbort` with the epoch bumped
-/// (kept at `i16::MAX`), so the fenced producer's epoch is stale everywhere, markers included.
-fn fence_step(meta: &TxnMeta, now: i64, coordinator_epoch: i32) -> TxnMeta {
+/// Whether fencing `meta`'s ongoing transaction (see [`fence_step`]) hands it over to a new
+/// producer id, so one must be allocated: transaction version 2 with the epoch exhausted.
+fn fence_needs_new_producer_id(meta: &TxnMeta, transaction_version: i16) -> bool {
+    meta.is_initialized()
+        && meta.state == TxnState::Ongoing
+        && supports_epoch_bump(transaction_version)
+        && epoch_exhausted(meta.producer_epoch)
+}
+
+/// Kafka's `TransactionVersion.supportsEpochBump`: transaction version 2 (KIP-890 part 2).
+fn supports_epoch_bump(transaction_version: i16) -> bool {
+    transaction_version >= 2
+}
+
+/// The coordinator's own abort of an ongoing transaction, when it times out (Kafka's
+/// `TransactionCoordinator.abortTimedOutTransactions`) or another producer's InitProducerId
+/// fences it (`prepareInitProducerIdTransit`): `TransactionMetadata.prepareFenceProducerEpoch`,
+/// then `endTransaction(ABORT, isFromClient = false)` with the broker's finalized transaction
+/// version (Kafka's `txnManager.transactionVersionLevel()`, not the client's), as one step: the
+/// `PrepareAbort` to store; its markers carry its epoch.
+///
+/// - Transaction version 1 (`endTransactionWithTV1`, `isEpochFence`): the epoch is bumped
+///   (never answered to a client) and `lastProducerEpoch` cleared.
+/// - Transaction version 2 (`endTransaction`, `isEpochFence`): one bump, as every TV2 end
+///   (`prepareAbortOrCommit`; KAFKA-19367 removed the second bump): `lastProducerEpoch` is the
+///   epoch before, and the producer's own late EndTxn is then a retry ([`end_step_v2`]). An
+///   exhausted epoch (`isProducerEpochExhausted`, `i16::MAX - 1`) hands the transaction over to
+///   `fresh_pid` (Kafka's `nextProducerId`, allocated on this path since KAFKA-20090), switched
+///   to at `Complete*`: no client is ever answered `i16::MAX`, and the fenced producer's id is
+///   gone (INVALID_PRODUCER_ID_MAPPING), so it cannot open another transaction.
+///
+/// An epoch already at `i16::MAX` (no client is ever answered it, so only a bug gets there) is
+/// not bumped: since KAFKA-20090 `prepareFenceProducerEpoch` logs an error and keeps it (it threw
+/// `IllegalStateException` before, so the transaction could never be aborted) and the partition
+/// leaders accept markers at that epoch; the caller logs the error.
+fn fence_step(
+    meta: &TxnMeta,
+    now: i64,
+    coordinator_epoch: i32,
+    transaction_version: i16,
+    fresh_pid: Option<i64>,
+) -> Result<TxnMeta, i16> {
     let mut next = meta.clone();
-    if meta.producer_epoch < i16::MAX {
-        next.producer_epoch = meta.producer_epoch + 1;
+    let bumped = meta.producer_epoch.saturating_add(1);
+    if supports_epoch_bump(transaction_version) {
+        if epoch_exhausted(meta.producer_epoch) {
+            let Some(pid) = fresh_pid else {
+                return Err(codes::COORDINATOR_NOT_AVAILABLE);
+            };
+            next.next_producer_id = pid;
+        }
+        next.last_producer_epoch = meta.producer_epoch;
+    } else {
+        next.last_producer_epoch = NO_EPOCH;
     }
-    next.last_producer_epoch = NO_EPOCH;
+    next.producer_epoch = bumped;
     next.state = TxnState::PrepareAbort;
     next.last_update_ms = now;
     next.coordinator_epoch = coordinator_epoch;
-    next
+    Ok(next)
+}
+
+/// Whether `meta` is an ongoing transaction past its timeout at `now` (Kafka's
+/// `TransactionStateManager.timedOutTransactions`).
+fn timed_out(meta: &TxnMeta, now: i64) -> bool {
+    meta.state == TxnState::Ongoing
+        && meta.start_ms.saturating_add(i64::from(meta.timeout_ms)) < now
 }
 
 /// The checks every client call about an ongoing transaction starts with: producer id, then
@@ -405,11 +469,30 @@ enum EndV2 {
 }
 
 /// Kafka's `endTransaction` for transaction version 2 (`TransactionCoordinator`, the TV2 table):
-/// every transaction's end bumps the producer epoch (the markers carry the new epoch, so a late
+/// every transaction's end bumps the producer epoch (the markers carry the new one, so a late
 /// batch or marker of the old epoch is fenced everywhere), and the answer gives the client the
-/// epoch of its next transaction. A retry is recognised by the request's epoch being the previous
-/// one. An ABORT with no transaction open (Empty, Complete*) still bumps the epoch (Kafka: the
-/// client aborts after an error it cannot tell apart).
+/// epoch of its next transaction. An ABORT with no transaction open (Empty, Complete*) still
+/// bumps the epoch (Kafka: the client aborts after an error it cannot tell apart).
+///
+/// The checks, in Kafka's order:
+/// 1. A transaction being ended (`Prepare*`: Kafka's pending `Complete*` while the markers are
+///    written) answers CONCURRENT_TRANSACTIONS before anything else (KAFKA-18464, KAFKA-18660:
+///    a client already on the producer id a rotation handed over must not be fenced).
+/// 2. Another producer id is INVALID_PRODUCER_ID_MAPPING, unless `retryOnOverflow`: the
+///    request names the producer id before a rotation with the last epoch (`i16::MAX - 1`) and
+///    the rotated one is still at epoch 0.
+/// 3. The epoch (`isValidEpoch`): Ongoing and Empty need the current epoch; Complete* take the
+///    current one or a retry: `retryOnEpochBump` (the request's epoch is the current one - 1,
+///    whoever bumped it: the client's own EndTxn or the coordinator's abort of a timed-out or
+///    fenced transaction, see [`fence_step`]) or `retryOnOverflow`. Anything else is
+///    PRODUCER_FENCED.
+/// 4. The state table (`isRetry` = either retry): CompleteCommit answers a COMMIT retry and
+///    bumps for an ABORT at the current epoch; CompleteAbort answers an ABORT retry (so a
+///    producer whose transaction timed out and was aborted for it gets the new epoch and goes
+///    on) and bumps for an ABORT at the current epoch; a COMMIT retry on CompleteAbort is
+///    PRODUCER_FENCED (KAFKA-20785: only the coordinator's abort gets there, and
+///    INVALID_TXN_STATE would be fatal to the client where transaction version 1 answers
+///    PRODUCER_FENCED); every other combination is INVALID_TXN_STATE.
 ///
 /// When the epoch runs out (at `i16::MAX - 1` the end bumps to the last epoch), the transaction
 /// hands over to a new producer id (Kafka's `nextProducerId`), answered with epoch 0.
@@ -422,27 +505,31 @@ fn end_step_v2(
     coordinator_epoch: i32,
     fresh_pid: Option<i64>,
 ) -> Result<EndV2, i16> {
+    if meta.state.is_prepare() {
+        return Err(CONCURRENT_TRANSACTIONS);
+    }
     // Kafka's `retryOnOverflow`: the retry of the end that rotated the producer id.
     let retry_on_overflow = meta.is_initialized()
+        && meta.prev_producer_id != NO_PRODUCER_ID
         && producer_id == meta.prev_producer_id
-        && producer_id != NO_PRODUCER_ID
         && epoch == i16::MAX - 1
         && meta.producer_epoch == 0;
     if !meta.is_initialized() || (meta.producer_id != producer_id && !retry_on_overflow) {
         return Err(INVALID_PRODUCER_ID_MAPPING);
     }
-    let retry = retry_on_overflow
-        || (meta.last_producer_epoch != NO_EPOCH
-            && epoch == meta.last_producer_epoch
-            && meta.producer_epoch == epoch.wrapping_add(1));
+    // Kafka's `retryOnEpochBump`: `txnMetadata.producerEpoch == producerEpoch + 1`.
+    let retry_on_epoch_bump = i32::from(meta.producer_epoch) == i32::from(epoch) + 1;
+    let is_retry = retry_on_epoch_bump || retry_on_overflow;
     // Kafka's TV2 `isValidEpoch`: the same epoch means the next EndTxn, so a retry is accepted
-    // only where one can happen (the transaction being or having been ended).
+    // only where one can happen (the transaction having been ended).
     let valid = match meta.state {
         TxnState::Ongoing | TxnState::Empty | TxnState::Dead | TxnState::PrepareEpochFence => {
             epoch == meta.producer_epoch
         }
-        TxnState::PrepareCommit | TxnState::PrepareAbort => retry,
-        TxnState::CompleteCommit | TxnState::CompleteAbort => retry || epoch == meta.producer_epoch,
+        TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_epoch_bump,
+        TxnState::CompleteCommit | TxnState::CompleteAbort => {
+            is_retry || epoch == meta.producer_epoch
+        }
     };
     if !valid {
         return Err(PRODUCER_FENCED);
@@ -475,10 +562,13 @@ fn end_step_v2(
     match (meta.state, commit) {
         (TxnState::Ongoing, true) => bump(TxnState::PrepareCommit, false),
         (TxnState::Ongoing, false) => bump(TxnState::PrepareAbort, false),
-        (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if retry => {
+        (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if is_retry => {
             Ok(EndV2::Repeat)
         }
-        (TxnState::CompleteCommit | TxnState::CompleteAbort | TxnState::Empty, false) if !retry => {
+        (TxnState::CompleteAbort, true) if is_retry => Err(PRODUCER_FENCED),
+        (TxnState::CompleteCommit | TxnState::CompleteAbort | TxnState::Empty, false)
+            if !is_retry =>
+        {
             bump(TxnState::PrepareAbort, true)
         }
         (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
@@ -494,11 +584,12 @@ fn end_step_v2(
 fn complete_step(meta: &TxnMeta, now: i64) -> TxnMeta {
     let mut next = meta.clone();
     if meta.next_producer_id != NO_PRODUCER_ID {
-        // Transaction version 2's rotation (Kafka's `prepareComplete`).
+        // Transaction version 2's rotation (Kafka's `TransactionMetadata.prepareComplete`).
+        // `lastProducerEpoch` stays the last epoch the client saw (`i16::MAX - 1`), so that an
+        // InitProducerId naming it is the retry it is (`prepareIncrementProducerEpoch`).
         next.prev_producer_id = meta.producer_id;
         next.producer_id = meta.next_producer_id;
         next.producer_epoch = 0;
-        next.last_producer_epoch = NO_EPOCH;
         next.next_producer_id = NO_PRODUCER_ID;
     }
     next.state = if meta.state == TxnState::PrepareCommit {
@@ -703,7 +794,8 @@ pub(crate) async fn load(broker: &Arc<Broker>) -> Result<(), String> {
 }
 
 /// Aborts, every [`SWEEP_INTERVAL`], the Ongoing transactions past their timeout (Kafka's
-/// `abortTimedOutTransactions`: the producer is fenced, epoch + 1).
+/// `abortTimedOutTransactions`: the producer is fenced, see [`fence_step`]). A transaction whose
+/// new producer id cannot be allocated is left for the next pass, as Kafka's is.
 pub(crate) async fn run_sweeper(broker: Arc<Broker>) {
     let mut tick = tokio::time::interval(SWEEP_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -711,27 +803,60 @@ pub(crate) async fn run_sweeper(broker: Arc<Broker>) {
         tick.tick().await;
         for entry in broker.txns.entries() {
             let mut meta = entry.lock().await;
-            let now = broker.clock.now_ms();
-            if meta.state != TxnState::Ongoing
-                || meta.start_ms.saturating_add(i64::from(meta.timeout_ms)) >= now
-            {
+            if !timed_out(&meta, broker.clock.now_ms()) {
                 continue;
             }
-            let next = fence_step(&meta, now, broker.txns.epoch());
+            let fresh = if fence_needs_new_producer_id(&meta, broker.transaction_version) {
+                match new_producer_id(&broker).await {
+                    Ok(pid) => Some(pid),
+                    Err(_) => continue,
+                }
+            } else {
+                None
+            };
+            let now = broker.clock.now_ms();
+            let next = match fence_step(
+                &meta,
+                now,
+                broker.txns.epoch(),
+                broker.transaction_version,
+                fresh,
+            ) {
+                Ok(next) => next,
+                Err(code) => {
+                    warn!(transactional_id = %meta.transactional_id, error_code = code, "cannot abort a timed-out transaction");
+                    continue;
+                }
+            };
             if let Err(e) = broker.store.save_txn(&next).await {
                 warn!(transactional_id = %meta.transactional_id, error = %e, "cannot store the abort of a timed-out transaction");
                 continue;
             }
+            log_fence_at_max_epoch(&meta);
             info!(
                 transactional_id = %meta.transactional_id,
                 producer_id = meta.producer_id,
                 timeout_ms = meta.timeout_ms,
+                epoch = next.producer_epoch,
+                next_producer_id = next.next_producer_id,
                 "transaction timed out: aborting it and fencing its producer"
             );
             *meta = next;
             drop(meta);
             tokio::spawn(complete(broker.clone(), entry.clone()));
         }
+    }
+}
+
+/// Kafka's `prepareFenceProducerEpoch` error (since KAFKA-20090) when the epoch to fence is
+/// already `i16::MAX`: it is kept, and the abort goes on at that epoch (see [`fence_step`]).
+fn log_fence_at_max_epoch(meta: &TxnMeta) {
+    if meta.producer_epoch == i16::MAX {
+        error!(
+            transactional_id = %meta.transactional_id,
+            producer_id = meta.producer_id,
+            "fencing a producer whose epoch is already i16::MAX: the epoch is kept (this must not happen unless there is a bug)"
+        );
     }
 }
 
@@ -894,12 +1019,22 @@ async fn init(
     } else {
         TxnMeta::fresh(tid, new_producer_id(broker).await?, timeout_ms, now, epoch)
     };
-    let fresh = if needs_new_producer_id(&base) {
+    let fresh = if needs_new_producer_id(&base)
+        || fence_needs_new_producer_id(&base, broker.transaction_version)
+    {
         Some(new_producer_id(broker).await?)
     } else {
         None
     };
-    let step = init_step(&base, expected, timeout_ms, now, fresh, epoch)?;
+    let step = init_step(
+        &base,
+        expected,
+        timeout_ms,
+        now,
+        fresh,
+        epoch,
+        broker.transaction_version,
+    )?;
     let next = match &step {
         InitStep::Ready(next) | InitStep::Fence(next) => next.clone(),
     };
@@ -915,6 +1050,7 @@ async fn init(
             Ok((next.producer_id, next.producer_epoch))
         }
         InitStep::Fence(_) => {
+            log_fence_at_max_epoch(&base);
             info!(transactional_id = %tid, producer_id = next.producer_id, "InitProducerId fences the ongoing transaction of an older producer: aborting it");
             complete_and_wait(broker, entry).await;
             Err(CONCURRENT_TRANSACTIONS)
@@ -1105,7 +1241,12 @@ async fn end_v2(broker: &Arc<Broker>, request: &EndTxnRequest) -> Result<Option<
         return Err(INVALID_PRODUCER_ID_MAPPING);
     };
     let mut meta = entry.lock().await;
-    let fresh = if meta.is_initialized() && epoch_exhausted(meta.producer_epoch) {
+    // Allocated only when the end may bump (Kafka's `generateTxnTransitMetadataForTxnCompletion`):
+    // not for the CONCURRENT_TRANSACTIONS of a transaction being ended.
+    let fresh = if meta.is_initialized()
+        && !meta.state.is_prepare()
+        && epoch_exhausted(meta.producer_epoch)
+    {
         Some(new_producer_id(broker).await?)
     } else {
         None
@@ -1398,6 +1539,9 @@ mod tests {
 
     const NOW: i64 = 1_000;
     const CE: i32 = 3;
+    /// The broker's finalized `transaction.version`: 1 (`--transaction-version 1`) or 2.
+    const TV1: i16 = 1;
+    const TV2: i16 = 2;
 
     fn meta(state: TxnState, pid: i64, epoch: i16) -> TxnMeta {
         let mut m = TxnMeta::fresh("t", pid, 60_000, 0, 1);
@@ -1431,7 +1575,7 @@ mod tests {
     #[test]
     fn init_of_a_new_id_gives_epoch_zero_and_each_init_bumps() {
         let fresh = TxnMeta::fresh("t", 10, 60_000, 0, 1);
-        let m = ready(init_step(&fresh, None, 30_000, NOW, None, CE));
+        let m = ready(init_step(&fresh, None, 30_000, NOW, None, CE, TV2));
         assert_eq!((m.producer_id, m.producer_epoch), (10, 0));
         assert_eq!(
             (m.state, m.timeout_ms, m.coordinator_epoch),
@@ -1445,7 +1589,7 @@ mod tests {
             let mut before = meta(state, 10, 4);
             before.partitions = tp(0);
             before.groups.insert("g".into());
-            let m = ready(init_step(&before, None, 30_000, NOW, None, CE));
+            let m = ready(init_step(&before, None, 30_000, NOW, None, CE, TV2));
             assert_eq!(
                 (m.producer_id, m.producer_epoch, m.last_producer_epoch),
                 (10, 5, -1)
@@ -1460,24 +1604,24 @@ mod tests {
     fn init_with_an_expected_epoch_follows_kip_360() {
         let m = meta(TxnState::CompleteAbort, 10, 4);
         // The current epoch: bumped, the old one remembered for a retry.
-        let bumped = ready(init_step(&m, Some((10, 4)), 1, NOW, None, CE));
+        let bumped = ready(init_step(&m, Some((10, 4)), 1, NOW, None, CE, TV2));
         assert_eq!((bumped.producer_epoch, bumped.last_producer_epoch), (5, 4));
         // The retry of that bump (its answer lost): the same epoch again, no second bump.
-        let again = ready(init_step(&bumped, Some((10, 4)), 1, NOW, None, CE));
+        let again = ready(init_step(&bumped, Some((10, 4)), 1, NOW, None, CE, TV2));
         assert_eq!(again.producer_epoch, 5);
         // Another epoch: fenced; another producer id: fenced.
         assert_eq!(
-            init_step(&bumped, Some((10, 3)), 1, NOW, None, CE),
+            init_step(&bumped, Some((10, 3)), 1, NOW, None, CE, TV2),
             Err(PRODUCER_FENCED)
         );
         assert_eq!(
-            init_step(&bumped, Some((11, 5)), 1, NOW, None, CE),
+            init_step(&bumped, Some((11, 5)), 1, NOW, None, CE, TV2),
             Err(PRODUCER_FENCED)
         );
         // A just-created id accepts any expectation (a producer moving to a transactional id).
         let fresh = TxnMeta::fresh("t", 10, 1, 0, 1);
         assert_eq!(
-            ready(init_step(&fresh, Some((99, 3)), 1, NOW, None, CE)).producer_epoch,
+            ready(init_step(&fresh, Some((99, 3)), 1, NOW, None, CE, TV2)).producer_epoch,
             0
         );
     }
@@ -1498,6 +1642,7 @@ mod tests {
             NOW,
             Some(20),
             CE,
+            TV2,
         ));
         assert_eq!(
             (r.producer_id, r.prev_producer_id, r.producer_epoch),
@@ -1505,11 +1650,19 @@ mod tests {
         );
         assert_eq!(r.last_producer_epoch, i16::MAX - 1);
         // A retry naming the previous id with the exhausted epoch is valid and not bumped again.
-        let retry = ready(init_step(&r, Some((10, i16::MAX - 1)), 1, NOW, None, CE));
+        let retry = ready(init_step(
+            &r,
+            Some((10, i16::MAX - 1)),
+            1,
+            NOW,
+            None,
+            CE,
+            TV2,
+        ));
         assert_eq!((retry.producer_id, retry.producer_epoch), (20, 0));
         // Without a fresh id nothing is answered.
         assert_eq!(
-            init_step(&m, None, 1, NOW, None, CE),
+            init_step(&m, None, 1, NOW, None, CE, TV2),
             Err(codes::COORDINATOR_NOT_AVAILABLE)
         );
     }
@@ -1518,7 +1671,7 @@ mod tests {
     fn init_fences_an_ongoing_transaction_and_waits_out_a_prepared_one() {
         let mut m = meta(TxnState::Ongoing, 10, 4);
         m.partitions = tp(1);
-        match init_step(&m, None, 1, NOW, None, CE) {
+        match init_step(&m, None, 1, NOW, None, CE, TV2) {
             Ok(InitStep::Fence(f)) => {
                 assert_eq!(
                     (f.state, f.producer_epoch, f.txn_seq),
@@ -1538,7 +1691,7 @@ mod tests {
             TxnState::PrepareEpochFence,
         ] {
             assert_eq!(
-                init_step(&meta(s, 10, 4), None, 1, NOW, None, CE),
+                init_step(&meta(s, 10, 4), None, 1, NOW, None, CE, TV2),
                 Err(CONCURRENT_TRANSACTIONS)
             );
         }
@@ -1766,31 +1919,291 @@ mod tests {
 
     #[test]
     fn a_timed_out_transaction_is_fenced_then_aborted() {
+        for tv in [TV1, TV2] {
+            let mut m = meta(TxnState::Ongoing, 10, 2);
+            m.partitions = tp(0);
+            let fenced = fence_step(&m, NOW, CE, tv, None).unwrap();
+            assert_eq!(
+                (fenced.state, fenced.producer_epoch),
+                (TxnState::PrepareAbort, 3)
+            );
+            // The old producer's calls are fenced from now on.
+            assert_eq!(
+                end_step(&fenced, 10, 2, true, NOW, CE),
+                Err(PRODUCER_FENCED)
+            );
+            assert_eq!(
+                verify_step(&fenced, 10, 2, (Uuid::from_u128(1), 0), 9),
+                Err(INVALID_PRODUCER_EPOCH)
+            );
+            let done = complete_step(&fenced, NOW);
+            assert_eq!(done.state, TxnState::CompleteAbort);
+            assert_eq!(
+                add_step(&done, 10, 2, &tp(0), &[], NOW, CE),
+                Err(PRODUCER_FENCED)
+            );
+            // The epoch never overflows.
+            let max = meta(TxnState::Ongoing, 10, i16::MAX);
+            assert_eq!(
+                fence_step(&max, NOW, CE, tv, Some(99))
+                    .unwrap()
+                    .producer_epoch,
+                i16::MAX,
+                "transaction version {tv}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_sweeper_takes_ongoing_transactions_past_their_timeout() {
         let mut m = meta(TxnState::Ongoing, 10, 2);
+        m.start_ms = 0;
+        assert!(!timed_out(&m, 60_000));
+        assert!(timed_out(&m, 60_001));
+        m.state = TxnState::CompleteAbort;
+        assert!(!timed_out(&m, 60_001));
+    }
+
+    /// Transaction version 2 (the broker's level): the coordinator's abort of a transaction at
+    /// the last epoch (`isEpochExhausted`) is a TV2 end (`endTransaction` with `isEpochFence`):
+    /// the markers take `i16::MAX` and the transaction hands over to a new producer id (Kafka's
+    /// `nextProducerId`, KAFKA-20090), so the fenced producer can never open a transaction
+    /// again, while its own late EndTxn(ABORT) is the retry that gets the new id.
+    #[test]
+    fn a_tv2_fence_at_the_last_epoch_hands_over_to_a_new_producer_id() {
+        const LAST: i16 = i16::MAX - 1;
+        let mut m = meta(TxnState::Ongoing, 10, LAST);
         m.partitions = tp(0);
-        let fenced = fence_step(&m, NOW, CE);
+        assert!(fence_needs_new_producer_id(&m, TV2));
+        assert!(!fence_needs_new_producer_id(&m, TV1));
+        assert!(!fence_needs_new_producer_id(
+            &meta(TxnState::Ongoing, 10, LAST - 1),
+            TV2
+        ));
         assert_eq!(
-            (fenced.state, fenced.producer_epoch),
-            (TxnState::PrepareAbort, 3)
+            fence_step(&m, NOW, CE, TV2, None),
+            Err(codes::COORDINATOR_NOT_AVAILABLE),
+            "no producer id to hand over to: left for the next pass"
         );
-        // The old producer's calls are fenced from now on.
+        let fenced = fence_step(&m, NOW, CE, TV2, Some(99)).unwrap();
         assert_eq!(
-            end_step(&fenced, 10, 2, true, NOW, CE),
+            (
+                fenced.state,
+                fenced.producer_id,
+                fenced.producer_epoch,
+                fenced.last_producer_epoch,
+                fenced.next_producer_id
+            ),
+            (TxnState::PrepareAbort, 10, i16::MAX, LAST, 99)
+        );
+        assert_eq!(
+            fenced.partitions, m.partitions,
+            "markers on every partition"
+        );
+        // InitProducerId of another producer fences the same way (and answers
+        // CONCURRENT_TRANSACTIONS until the abort is done).
+        match init_step(&m, None, 1, NOW, Some(99), CE, TV2) {
+            Ok(InitStep::Fence(f)) => assert_eq!(f, fenced),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            init_step(&m, None, 1, NOW, None, CE, TV2),
+            Err(codes::COORDINATOR_NOT_AVAILABLE)
+        );
+
+        // While the markers are written, the producer's EndTxn waits.
+        for commit in [false, true] {
+            assert_eq!(
+                end_step_v2(&fenced, 10, LAST, commit, NOW, CE, None),
+                Err(CONCURRENT_TRANSACTIONS)
+            );
+        }
+        let done = complete_step(&fenced, NOW);
+        assert_eq!(
+            (
+                done.state,
+                done.producer_id,
+                done.producer_epoch,
+                done.prev_producer_id,
+                done.last_producer_epoch,
+                done.next_producer_id
+            ),
+            (TxnState::CompleteAbort, 99, 0, 10, LAST, NO_PRODUCER_ID)
+        );
+        // The fenced producer id opens nothing, whatever its epoch.
+        for epoch in [LAST, i16::MAX] {
+            assert_eq!(
+                add_step(&done, 10, epoch, &tp(0), &[], NOW, CE),
+                Err(INVALID_PRODUCER_ID_MAPPING)
+            );
+            assert_eq!(
+                verify_step(&done, 10, epoch, (Uuid::from_u128(1), 0), 11),
+                Err(INVALID_PRODUCER_ID_MAPPING)
+            );
+        }
+        // Its late EndTxn v5: ABORT is `retryOnOverflow` (answered with the new id at epoch 0),
+        // COMMIT is fenced (KAFKA-20785).
+        assert_eq!(
+            end_step_v2(&done, 10, LAST, false, NOW, CE, None),
+            Ok(EndV2::Repeat)
+        );
+        assert_eq!(
+            end_step_v2(&done, 10, LAST, true, NOW, CE, None),
             Err(PRODUCER_FENCED)
         );
+        // A classic client's InitProducerId naming its last epoch is the retry it is
+        // (`prepareIncrementProducerEpoch` with `lastProducerEpoch` kept by `prepareComplete`).
+        let retried = ready(init_step(&done, Some((10, LAST)), 1, NOW, None, CE, TV2));
+        assert_eq!((retried.producer_id, retried.producer_epoch), (99, 0));
+        let other = ready(init_step(&done, None, 1, NOW, None, CE, TV2));
+        assert_eq!((other.producer_id, other.producer_epoch), (99, 1));
+
+        // An epoch already at i16::MAX (only a bug gets there) is kept, and still handed over.
+        let mut max = meta(TxnState::Ongoing, 10, i16::MAX);
+        max.partitions = tp(0);
+        let fenced = fence_step(&max, NOW, CE, TV2, Some(99)).unwrap();
         assert_eq!(
-            verify_step(&fenced, 10, 2, (Uuid::from_u128(1), 0), 9),
-            Err(INVALID_PRODUCER_EPOCH)
+            (fenced.producer_epoch, fenced.next_producer_id),
+            (i16::MAX, 99)
         );
         let done = complete_step(&fenced, NOW);
-        assert_eq!(done.state, TxnState::CompleteAbort);
+        assert_eq!((done.producer_id, done.producer_epoch), (99, 0));
         assert_eq!(
-            add_step(&done, 10, 2, &tp(0), &[], NOW, CE),
+            add_step(&done, 10, i16::MAX, &tp(0), &[], NOW, CE),
+            Err(INVALID_PRODUCER_ID_MAPPING)
+        );
+    }
+
+    /// Transaction version 1 (`--transaction-version 1`, `endTransactionWithTV1`): the fence at
+    /// the last epoch takes `i16::MAX` and keeps the producer id; the next InitProducerId
+    /// rotates it (`prepareProducerIdRotation`). At `i16::MAX` the epoch is kept.
+    #[test]
+    fn a_tv1_fence_at_the_last_epoch_keeps_the_producer_id_until_the_next_init() {
+        const LAST: i16 = i16::MAX - 1;
+        let mut m = meta(TxnState::Ongoing, 10, LAST);
+        m.partitions = tp(0);
+        let fenced = fence_step(&m, NOW, CE, TV1, None).unwrap();
+        assert_eq!(
+            (
+                fenced.producer_id,
+                fenced.producer_epoch,
+                fenced.last_producer_epoch,
+                fenced.next_producer_id
+            ),
+            (10, i16::MAX, NO_EPOCH, NO_PRODUCER_ID)
+        );
+        let done = complete_step(&fenced, NOW);
+        assert_eq!(
+            (done.state, done.producer_id, done.producer_epoch),
+            (TxnState::CompleteAbort, 10, i16::MAX)
+        );
+        assert_eq!(
+            end_step(&done, 10, LAST, false, NOW, CE),
             Err(PRODUCER_FENCED)
         );
-        // The epoch never overflows.
-        let max = meta(TxnState::Ongoing, 10, i16::MAX);
-        assert_eq!(fence_step(&max, NOW, CE).producer_epoch, i16::MAX);
+        assert_eq!(
+            add_step(&done, 10, LAST, &tp(0), &[], NOW, CE),
+            Err(PRODUCER_FENCED)
+        );
+        assert!(needs_new_producer_id(&done));
+        let next = ready(init_step(&done, None, 1, NOW, Some(20), CE, TV1));
+        assert_eq!((next.producer_id, next.producer_epoch), (20, 0));
+    }
+
+    /// Transaction version 2: after the coordinator aborted a producer's transaction (timeout, or
+    /// another producer's InitProducerId), the producer's EndTxn v5 with its old epoch follows
+    /// Kafka's `endTransaction`: CONCURRENT_TRANSACTIONS while the markers are written (the
+    /// pending check comes first), then ABORT is a retry (`retryOnEpochBump`, answered with the
+    /// bumped epoch, the producer goes on) and COMMIT is PRODUCER_FENCED (KAFKA-20785).
+    #[test]
+    fn a_tv2_producers_late_end_txn_after_the_coordinators_abort() {
+        let mut m = meta(TxnState::Ongoing, 10, 4);
+        m.partitions = tp(0);
+        let fenced = fence_step(&m, NOW, CE, TV2, None).unwrap();
+        assert_eq!(
+            (
+                fenced.state,
+                fenced.producer_epoch,
+                fenced.last_producer_epoch
+            ),
+            (TxnState::PrepareAbort, 5, 4)
+        );
+        for (pid, epoch, commit) in [(10, 4, false), (10, 4, true), (10, 5, false), (11, 4, true)] {
+            assert_eq!(
+                end_step_v2(&fenced, pid, epoch, commit, NOW, CE, None),
+                Err(CONCURRENT_TRANSACTIONS),
+                "({pid}, {epoch}) commit={commit} while the markers are written"
+            );
+        }
+        let done = complete_step(&fenced, NOW);
+        assert_eq!(
+            (done.state, done.producer_epoch, done.last_producer_epoch),
+            (TxnState::CompleteAbort, 5, 4)
+        );
+        let prepared = |r: Result<EndV2, i16>| match r {
+            Ok(EndV2::Prepare(m)) => Ok(Some((m.state, m.producer_epoch, m.partitions.len()))),
+            Ok(EndV2::Repeat) => Ok(None),
+            Err(code) => Err(code),
+        };
+        use TxnState::*;
+        let cases = [
+            // The old epoch: ABORT is the retry of the coordinator's abort, COMMIT is fenced.
+            ((10, 4, false), Ok(None)),
+            ((10, 4, true), Err(PRODUCER_FENCED)),
+            // The bumped epoch (a client that already has it): an empty abort, no commit.
+            ((10, 5, false), Ok(Some((PrepareAbort, 6, 0)))),
+            ((10, 5, true), Err(INVALID_TXN_STATE)),
+            // Older or unknown epochs, another producer id.
+            ((10, 3, false), Err(PRODUCER_FENCED)),
+            ((10, 6, false), Err(PRODUCER_FENCED)),
+            ((11, 4, false), Err(INVALID_PRODUCER_ID_MAPPING)),
+        ];
+        for ((pid, epoch, commit), want) in cases {
+            assert_eq!(
+                prepared(end_step_v2(&done, pid, epoch, commit, NOW, CE, None)),
+                want,
+                "({pid}, {epoch}) commit={commit}"
+            );
+        }
+        // The retry needs no remembered epoch (`retryOnEpochBump` is `producerEpoch + 1`): the
+        // same after a fence of transaction version 1 (a broker restarted with version 2).
+        let done_tv1 = complete_step(&fence_step(&m, NOW, CE, TV1, None).unwrap(), NOW);
+        assert_eq!(done_tv1.last_producer_epoch, NO_EPOCH);
+        assert_eq!(
+            end_step_v2(&done_tv1, 10, 4, false, NOW, CE, None),
+            Ok(EndV2::Repeat)
+        );
+        assert_eq!(
+            end_step_v2(&done_tv1, 10, 4, true, NOW, CE, None),
+            Err(PRODUCER_FENCED)
+        );
+        // The producer's InitProducerId with its old epoch (KIP-360) is the retry of the bump
+        // under version 2 (`lastProducerEpoch`), fenced under version 1.
+        let resumed = ready(init_step(&done, Some((10, 4)), 1, NOW, None, CE, TV2));
+        assert_eq!((resumed.producer_id, resumed.producer_epoch), (10, 5));
+        assert_eq!(
+            init_step(&done_tv1, Some((10, 4)), 1, NOW, None, CE, TV1),
+            Err(PRODUCER_FENCED)
+        );
+    }
+
+    /// A client already on the producer id a rotation hands over gets CONCURRENT_TRANSACTIONS
+    /// while the ending transaction's markers are written, not INVALID_PRODUCER_ID_MAPPING
+    /// (Kafka checks the pending transition first, KAFKA-18660).
+    #[test]
+    fn end_txn_v2_waits_for_a_rotation_in_progress() {
+        let last = meta(TxnState::Ongoing, 10, i16::MAX - 1);
+        let Ok(EndV2::Prepare(ending)) =
+            end_step_v2(&last, 10, i16::MAX - 1, true, NOW, CE, Some(99))
+        else {
+            panic!("the end must be prepared");
+        };
+        for commit in [false, true] {
+            assert_eq!(
+                end_step_v2(&ending, 99, 0, commit, NOW, CE, None),
+                Err(CONCURRENT_TRANSACTIONS)
+            );
+        }
     }
 
     #[test]
