@@ -442,3 +442,89 @@ async fn producer_expiry_pass_expires_idle_producers() {
     );
     e.writer.close().await;
 }
+
+/// Issue #25, end to end: an idempotent producer's first attempt stalls on its way from one
+/// broker; the client's retry through another broker is acknowledged at offset 0; the topic's
+/// `producer.id.expiration.ms` (60 s) passes and the expiry worker runs; then the first attempt
+/// lands, within its commit deadline. It is answered as the duplicate of offset 0, and the record
+/// is read once: the coordinator kept the state (floor: twice `max_commit_age`). With the old
+/// expiry the first attempt was appended again at offset 1.
+#[tokio::test(start_paused = true)]
+async fn a_resend_stalled_past_the_topics_expiration_is_still_a_duplicate() {
+    let mut e = env(Duration::from_secs(3600)).await;
+    e.config = TopicConfig::default().with_producer_id_expiration_ms(60_000);
+    e.model
+        .alter_topic_config(e.partition.topic_id, e.config.clone())
+        .await
+        .unwrap();
+    let batch = records(Some((9, 0, 0)), &["once"]);
+    e.faulty.stall_commits();
+    let first = e.produce(batch.clone()).await;
+    e.wait_stalled(1).await;
+
+    // The retry, through a broker whose link is fine.
+    let other = WalWriter::builder(e.storage.clone(), e.model.clone())
+        .with_config(WalWriterConfig::default().with_commit_interval(Duration::from_millis(10)))
+        .with_clock(e.clock.clone())
+        .build()
+        .unwrap();
+    let retry = other
+        .produce(vec![ProducePartition::new(
+            e.partition,
+            Arc::new(e.config.clone()),
+            batch,
+        )])
+        .await;
+    assert_eq!((retry[0].error, retry[0].base_offset), (ErrorCode::None, 0));
+
+    e.clock.advance(61_000);
+    let expirer = ProducerExpirer::new(e.model.clone(), ProducerExpiryConfig::default()).unwrap();
+    assert_eq!(expirer.run_pass().await.unwrap().expired, 0);
+
+    e.faulty.release_commits();
+    let answer = first.await.unwrap();
+    assert_eq!(
+        (answer[0].error, answer[0].base_offset),
+        (ErrorCode::None, 0),
+        "answered as the duplicate of the retry: {answer:?}"
+    );
+    e.check_readable(1).await;
+    other.close().await;
+    e.writer.close().await;
+}
+
+/// The key of a segment carries the time its oldest request reached the writer, not the seal's:
+/// the commit deadline (and so producer expiry's floor) counts from when a batch was handed over,
+/// however long it then waited in the writer.
+#[tokio::test(start_paused = true)]
+async fn a_segment_key_carries_its_oldest_request_time() {
+    let e = env(Duration::from_secs(3600)).await;
+    // A writer that seals only on its interval timer.
+    let writer = WalWriter::builder(e.storage.clone(), e.model.clone())
+        .with_config(
+            WalWriterConfig::default()
+                .with_seal_policy(SealPolicy::Interval)
+                .with_commit_interval(Duration::from_secs(1)),
+        )
+        .with_clock(e.clock.clone())
+        .build()
+        .unwrap();
+    let appended_at = e.clock.now_ms();
+    let pending = writer
+        .append(vec![ProducePartition::new(
+            e.partition,
+            Arc::new(e.config.clone()),
+            records(None, &["waited"]),
+        )])
+        .await;
+    // The writer's clock moves on while the request waits for the seal.
+    e.clock.advance(5_000);
+    assert!(e.objects().await.is_empty(), "not sealed yet");
+    let answer = pending.await;
+    assert_eq!(answer[0].error, ErrorCode::None, "{answer:?}");
+    let keys = e.objects().await;
+    assert_eq!(keys.len(), 1);
+    assert_eq!(object_key_time_ms(&keys[0]), Some(appended_at), "{keys:?}");
+    writer.close().await;
+    e.writer.close().await;
+}

@@ -445,6 +445,7 @@ fn producer_expiry_without_its_floor_is_caught() {
     let v = first_violation(Bug::NoProducerStateFloor, 40).expect("no violation in 40 seeds");
     assert!(
         [
+            diskless_sim::ACKED_READABLE,
             diskless_sim::OFFSETS,
             diskless_sim::CONSUMER,
             diskless_sim::LSO,

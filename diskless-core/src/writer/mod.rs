@@ -477,6 +477,8 @@ impl WalWriter {
     async fn append_inner(&self, partitions: Vec<ProducePartition>) -> PendingProduce {
         let started = Instant::now();
         let shared = &self.shared;
+        // Before any wait: the segment's key carries the earliest of these (see `Buffer`).
+        let appended_ms = shared.clock.now_ms();
         let names: Vec<TopicIdPartition> = partitions.iter().map(|p| p.partition).collect();
         if shared.closed.load(Ordering::Acquire) {
             return ready_errors(
@@ -571,6 +573,11 @@ impl WalWriter {
             _uncommitted: uncommitted,
         });
         buffer.bytes += bytes;
+        buffer.first_append_ms = Some(
+            buffer
+                .first_append_ms
+                .map_or(appended_ms, |t| t.min(appended_ms)),
+        );
         metrics::counter!(m::PRODUCE_BYTES).increment(bytes as u64);
         metrics::gauge!(m::WRITER_BUFFERED_BYTES).increment(bytes as f64);
         if buffer.opened_at.is_none() {

@@ -42,6 +42,10 @@ pub(super) struct Buffer {
     pub(super) waiters: Vec<Waiter>,
     pub(super) bytes: usize,
     pub(super) opened_at: Option<Instant>,
+    /// The writer clock's time (ms) when the earliest request in the buffer was handed to
+    /// `append`: the segment's key carries it ([`seal_locked`]), so the commit deadline counts
+    /// from when its oldest batch reached the writer, not from the seal (issue #25).
+    pub(super) first_append_ms: Option<i64>,
     /// When the previous segment was sealed (for `SealPolicy::Adaptive`'s `min_interval`). Kept
     /// across seals (not reset by `std::mem::take` of the rest of the buffer).
     pub(super) last_seal: Option<Instant>,
@@ -77,12 +81,20 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
         entries,
         waiters,
         bytes: buffered,
+        first_append_ms,
         ..
     } = std::mem::take(buffer);
     buffer.last_seal = Some(Instant::now());
     metrics::gauge!(m::WRITER_BUFFERED_BYTES).decrement(buffered as f64);
     let mut waiters = waiters;
-    let uuid = shared.keys.next_uuid(shared.clock.now_ms());
+    // The key's time is when the segment's oldest request reached the writer (never later than
+    // now): a commit lands at most `max_commit_age` after any of its batches was handed over,
+    // however long the batch waited for memory or for the seal. Producer expiry's floor rests on
+    // it (`diskless_coordinator::producer_expired`).
+    let now_ms = shared.clock.now_ms();
+    let uuid = shared
+        .keys
+        .next_uuid(first_append_ms.map_or(now_ms, |t| t.min(now_ms)));
     let key = match ObjectKey::generate_with_uuid(&shared.config.object_prefix, uuid) {
         Ok(key) => key,
         Err(e) => {
