@@ -48,6 +48,11 @@ pub enum CoordinatorError {
     /// object is being deleted. The producer may retry (a new segment will be written).
     #[error("object fenced as an orphan: {0}")]
     ObjectFenced(String),
+    /// An operation of a capability this coordinator does not serve
+    /// ([`crate::BatchCoordinator::capabilities`]): nothing applied. A host answers Kafka's
+    /// `UNSUPPORTED_VERSION`, as for an API it does not serve.
+    #[error("the coordinator does not serve {0} (capability {cap})", cap = .0.capability())]
+    Unsupported(crate::CoordinatorOp),
 }
 
 impl CoordinatorError {
@@ -66,6 +71,7 @@ impl CoordinatorError {
             CoordinatorError::Unavailable(_)
             | CoordinatorError::Storage(_)
             | CoordinatorError::Closed => ErrorCode::KafkaStorageError,
+            CoordinatorError::Unsupported(_) => ErrorCode::UnsupportedVersion,
         }
     }
 
@@ -88,6 +94,7 @@ impl CoordinatorError {
                 | CoordinatorError::ObjectFenced(_)
                 | CoordinatorError::TopicAlreadyExists(_)
                 | CoordinatorError::UnknownTopic(_)
+                | CoordinatorError::Unsupported(_)
         )
     }
 }

@@ -29,6 +29,9 @@ pub enum ErrorCode {
     NotEnoughReplicas = 19,
     /// A record's timestamp is out of the accepted range (32).
     InvalidTimestamp = 32,
+    /// The version of the API is not supported (35); also what a host answers for an operation
+    /// its coordinator does not serve ([`crate::CoordinatorError::Unsupported`]).
+    UnsupportedVersion = 35,
     /// The topic already exists (36).
     TopicAlreadyExists = 36,
     /// The partition count is invalid (37).
@@ -102,6 +105,7 @@ impl ErrorCode {
             MessageTooLarge,
             NotEnoughReplicas,
             InvalidTimestamp,
+            UnsupportedVersion,
             TopicAlreadyExists,
             InvalidPartitions,
             InvalidConfig,
@@ -136,6 +140,7 @@ impl std::fmt::Display for ErrorCode {
             ErrorCode::MessageTooLarge => "MESSAGE_TOO_LARGE",
             ErrorCode::NotEnoughReplicas => "NOT_ENOUGH_REPLICAS",
             ErrorCode::InvalidTimestamp => "INVALID_TIMESTAMP",
+            ErrorCode::UnsupportedVersion => "UNSUPPORTED_VERSION",
             ErrorCode::TopicAlreadyExists => "TOPIC_ALREADY_EXISTS",
             ErrorCode::InvalidPartitions => "INVALID_PARTITIONS",
             ErrorCode::InvalidConfig => "INVALID_CONFIG",

@@ -9,10 +9,11 @@
 //! - one method per trait method, each given the inner coordinator, changes one operation's
 //!   arguments or answer; the defaults pass the call through.
 //!
-//! The trait stays one trait (rather than splitting rarely-wrapped admin and lifecycle methods into
-//! a sub-trait): a host wires one `Arc<dyn BatchCoordinator>` everywhere, and a new trait method
-//! is added in three places — the trait, the layer's default, and [`Layered`] — not in every
-//! wrapper. `Arc<T>` and `Box<T>` of a coordinator are coordinators too (blanket impls below).
+//! The trait stays one trait (its optional capabilities default to
+//! [`CoordinatorError::Unsupported`]): a host wires one `Arc<dyn BatchCoordinator>` everywhere.
+//! [`CoordinatorOp`], the layer's defaults, [`Layered`] and the blanket impls for `Arc<T>` and
+//! `Box<T>` are generated from the one table of operations (`ops.rs`), so a new operation is
+//! written there, not here nor in any wrapper.
 //!
 //! ```
 //! use diskless_coordinator::{BatchCoordinator, CoordinatorError, CoordinatorLayer, CoordinatorOp, Layered};
@@ -54,401 +55,299 @@ use std::time::Instant;
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 
-use crate::{
-    BatchCoordinator, CommitBatchResult, CommitFileRequest, CoordinatorError, CreateTopicRequest,
-    DeleteRecordsRequest, DeleteRecordsResponse, FindBatchesRequest, FindBatchesResponse,
-    ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectToDelete, ProducerExpiryReport,
-    ProducerIdBlock, ProducerState, RegisterSegmentOutcome, RegisterSegmentRequest,
-    RetentionReport, SegmentPlan, SegmentPlanRequest, TieredSegment, TieringCandidate, TopicConfig,
-    TopicIdPartition, TopicInfo, TxnMarker, TxnMarkerResult,
-};
+use crate::{BatchCoordinator, CoordinatorError};
 
-/// One operation of [`BatchCoordinator`], as a [`CoordinatorLayer`] sees it.
+/// A group of [`BatchCoordinator`] operations that a coordinator serves or not
+/// ([`BatchCoordinator::capabilities`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
-pub enum CoordinatorOp {
-    /// [`BatchCoordinator::create_topic`].
-    CreateTopic,
-    /// [`BatchCoordinator::delete_topic`].
-    DeleteTopic,
-    /// [`BatchCoordinator::list_topics`].
-    ListTopics,
-    /// [`BatchCoordinator::commit_file`].
-    CommitFile,
-    /// [`BatchCoordinator::find_batches`].
-    FindBatches,
-    /// [`BatchCoordinator::list_offsets`].
-    ListOffsets,
-    /// [`BatchCoordinator::delete_records`].
-    DeleteRecords,
-    /// [`BatchCoordinator::enforce_retention`].
-    EnforceRetention,
-    /// [`BatchCoordinator::objects_to_delete`].
-    ObjectsToDelete,
-    /// [`BatchCoordinator::confirm_deleted`].
-    ConfirmDeleted,
-    /// [`BatchCoordinator::fence_orphans`].
-    FenceOrphans,
-    /// [`BatchCoordinator::expire_producers`].
-    ExpireProducers,
-    /// [`BatchCoordinator::known_objects`].
-    KnownObjects,
-    /// [`BatchCoordinator::object_info`].
-    ObjectInfo,
-    /// [`BatchCoordinator::producer_state`].
-    ProducerState,
-    /// [`BatchCoordinator::allocate_producer_ids`].
-    AllocateProducerIds,
-    /// [`BatchCoordinator::create_partitions`].
-    CreatePartitions,
-    /// [`BatchCoordinator::alter_topic_config`].
-    AlterTopicConfig,
-    /// [`BatchCoordinator::list_producers`].
-    ListProducers,
-    /// [`BatchCoordinator::write_txn_markers`].
-    WriteTxnMarkers,
-    /// [`BatchCoordinator::tiering_candidates`].
-    TieringCandidates,
-    /// [`BatchCoordinator::segment_plan`].
-    SegmentPlan,
-    /// [`BatchCoordinator::register_segment`].
-    RegisterSegment,
-    /// [`BatchCoordinator::list_tiered_segments`].
-    ListTieredSegments,
+pub enum Capability {
+    /// Topics, `commit_file`, `find_batches`, `list_offsets`, `producer_state`: required of every
+    /// coordinator.
+    Log,
+    /// DeleteRecords, CreatePartitions, topic configs, producer-id blocks, DescribeProducers.
+    Admin,
+    /// Retention, object deletion, orphan fences, producer expiry, object queries.
+    Lifecycle,
+    /// Transaction markers (KIP-98, the partition leader's part).
+    Transactions,
+    /// Consolidated tiered segments (KIP-1163's tiered storage).
+    Tiering,
 }
 
-impl CoordinatorOp {
-    /// Every operation, in the trait's order.
-    pub const ALL: [CoordinatorOp; 24] = [
-        CoordinatorOp::CreateTopic,
-        CoordinatorOp::DeleteTopic,
-        CoordinatorOp::ListTopics,
-        CoordinatorOp::CommitFile,
-        CoordinatorOp::FindBatches,
-        CoordinatorOp::ListOffsets,
-        CoordinatorOp::DeleteRecords,
-        CoordinatorOp::EnforceRetention,
-        CoordinatorOp::ObjectsToDelete,
-        CoordinatorOp::ConfirmDeleted,
-        CoordinatorOp::FenceOrphans,
-        CoordinatorOp::ExpireProducers,
-        CoordinatorOp::KnownObjects,
-        CoordinatorOp::ObjectInfo,
-        CoordinatorOp::ProducerState,
-        CoordinatorOp::AllocateProducerIds,
-        CoordinatorOp::CreatePartitions,
-        CoordinatorOp::AlterTopicConfig,
-        CoordinatorOp::ListProducers,
-        CoordinatorOp::WriteTxnMarkers,
-        CoordinatorOp::TieringCandidates,
-        CoordinatorOp::SegmentPlan,
-        CoordinatorOp::RegisterSegment,
-        CoordinatorOp::ListTieredSegments,
+impl Capability {
+    /// Every capability.
+    pub const ALL: [Capability; 5] = [
+        Capability::Log,
+        Capability::Admin,
+        Capability::Lifecycle,
+        Capability::Transactions,
+        Capability::Tiering,
     ];
 
-    /// The method's name (`"commit_file"`), as used in metric labels and logs.
+    /// Its name (`"lifecycle"`), as in the table of operations and in logs.
     pub fn name(self) -> &'static str {
         match self {
-            CoordinatorOp::CreateTopic => "create_topic",
-            CoordinatorOp::DeleteTopic => "delete_topic",
-            CoordinatorOp::ListTopics => "list_topics",
-            CoordinatorOp::CommitFile => "commit_file",
-            CoordinatorOp::FindBatches => "find_batches",
-            CoordinatorOp::ListOffsets => "list_offsets",
-            CoordinatorOp::DeleteRecords => "delete_records",
-            CoordinatorOp::EnforceRetention => "enforce_retention",
-            CoordinatorOp::ObjectsToDelete => "objects_to_delete",
-            CoordinatorOp::ConfirmDeleted => "confirm_deleted",
-            CoordinatorOp::FenceOrphans => "fence_orphans",
-            CoordinatorOp::ExpireProducers => "expire_producers",
-            CoordinatorOp::KnownObjects => "known_objects",
-            CoordinatorOp::ObjectInfo => "object_info",
-            CoordinatorOp::ProducerState => "producer_state",
-            CoordinatorOp::AllocateProducerIds => "allocate_producer_ids",
-            CoordinatorOp::CreatePartitions => "create_partitions",
-            CoordinatorOp::AlterTopicConfig => "alter_topic_config",
-            CoordinatorOp::ListProducers => "list_producers",
-            CoordinatorOp::WriteTxnMarkers => "write_txn_markers",
-            CoordinatorOp::TieringCandidates => "tiering_candidates",
-            CoordinatorOp::SegmentPlan => "segment_plan",
-            CoordinatorOp::RegisterSegment => "register_segment",
-            CoordinatorOp::ListTieredSegments => "list_tiered_segments",
+            Capability::Log => "log",
+            Capability::Admin => "admin",
+            Capability::Lifecycle => "lifecycle",
+            Capability::Transactions => "transactions",
+            Capability::Tiering => "tiering",
         }
     }
 
-    /// Whether the operation changes the coordinator's state (a retry of it after an unknown
-    /// outcome may find it applied).
-    pub fn is_write(self) -> bool {
-        !matches!(
-            self,
-            CoordinatorOp::ListTopics
-                | CoordinatorOp::FindBatches
-                | CoordinatorOp::ListOffsets
-                | CoordinatorOp::ObjectsToDelete
-                | CoordinatorOp::KnownObjects
-                | CoordinatorOp::ObjectInfo
-                | CoordinatorOp::ProducerState
-                | CoordinatorOp::ListProducers
-                | CoordinatorOp::TieringCandidates
-                | CoordinatorOp::SegmentPlan
-                | CoordinatorOp::ListTieredSegments
-        )
+    const fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+
+    /// The capability of a name in the table of operations.
+    fn named(name: &str) -> Capability {
+        match name {
+            "admin" => Capability::Admin,
+            "lifecycle" => Capability::Lifecycle,
+            "transactions" => Capability::Transactions,
+            "tiering" => Capability::Tiering,
+            _ => Capability::Log,
+        }
     }
 }
 
-impl std::fmt::Display for CoordinatorOp {
+impl std::fmt::Display for Capability {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
 }
 
-/// What a wrapper of a [`BatchCoordinator`] changes; [`Layered`] applies it. Every method has a
-/// default that passes the call through, so a layer implements only what it changes.
+/// A set of [`Capability`]s; [`Capability::Log`] is always in it.
 ///
-/// For each call, [`Layered`] runs `around(op, typed)`, where `typed` is the layer's method of the
-/// same name (called with the inner coordinator). So `around` sees every call — after the typed
-/// method has shaped it — and may run it, skip it, or wrap it.
-#[async_trait]
-pub trait CoordinatorLayer: Send + Sync + Debug {
-    /// Runs around every call: return `call` to pass through, or a future that does something
-    /// before or after awaiting it (time it, delay it, fail it without running it, run it and
-    /// answer [`CoordinatorError::OutcomeUnknown`]).
-    fn around<'a, T: Send + 'a>(
-        &'a self,
-        op: CoordinatorOp,
-        call: BoxFuture<'a, Result<T, CoordinatorError>>,
-    ) -> BoxFuture<'a, Result<T, CoordinatorError>> {
-        let _ = op;
-        call
+/// ```
+/// use diskless_coordinator::{Capabilities, Capability};
+/// let c = Capabilities::LOG.with(Capability::Lifecycle);
+/// assert!(c.contains(Capability::Log) && c.contains(Capability::Lifecycle));
+/// assert!(!c.contains(Capability::Tiering));
+/// assert!(Capabilities::ALL.contains(Capability::Tiering));
+/// assert_eq!(c.without(Capability::Log), c, "the log stays");
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Capabilities(u8);
+
+impl Capabilities {
+    /// The log alone: the smallest correct coordinator.
+    pub const LOG: Capabilities = Capabilities(Capability::Log.bit());
+    /// Every capability.
+    pub const ALL: Capabilities = Capabilities(0b1_1111);
+
+    /// This set and `capability`.
+    #[must_use]
+    pub const fn with(self, capability: Capability) -> Capabilities {
+        Capabilities(self.0 | capability.bit())
     }
 
-    /// [`BatchCoordinator::create_topic`] on `inner`.
-    async fn create_topic(
-        &self,
-        inner: &dyn BatchCoordinator,
-        request: CreateTopicRequest,
-    ) -> Result<(), CoordinatorError> {
-        inner.create_topic(request).await
+    /// This set without `capability` (never without [`Capability::Log`]).
+    #[must_use]
+    pub fn without(self, capability: Capability) -> Capabilities {
+        if capability == Capability::Log {
+            return self;
+        }
+        Capabilities(self.0 & !capability.bit())
     }
 
-    /// [`BatchCoordinator::delete_topic`] on `inner`.
-    async fn delete_topic(
-        &self,
-        inner: &dyn BatchCoordinator,
-        topic_id: uuid::Uuid,
-    ) -> Result<(), CoordinatorError> {
-        inner.delete_topic(topic_id).await
+    /// The capabilities in both sets.
+    #[must_use]
+    pub const fn intersection(self, other: Capabilities) -> Capabilities {
+        Capabilities((self.0 & other.0) | Capability::Log.bit())
     }
 
-    /// [`BatchCoordinator::list_topics`] on `inner`.
-    async fn list_topics(
-        &self,
-        inner: &dyn BatchCoordinator,
-    ) -> Result<Vec<TopicInfo>, CoordinatorError> {
-        inner.list_topics().await
+    /// Whether `capability` is in the set.
+    pub fn contains(self, capability: Capability) -> bool {
+        self.0 & capability.bit() != 0
     }
 
-    /// [`BatchCoordinator::commit_file`] on `inner`.
-    async fn commit_file(
-        &self,
-        inner: &dyn BatchCoordinator,
-        request: CommitFileRequest,
-    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
-        inner.commit_file(request).await
+    /// The capabilities in the set, in [`Capability::ALL`]'s order.
+    pub fn iter(self) -> impl Iterator<Item = Capability> {
+        Capability::ALL
+            .into_iter()
+            .filter(move |c| self.contains(*c))
     }
+}
 
-    /// [`BatchCoordinator::find_batches`] on `inner`.
-    async fn find_batches(
-        &self,
-        inner: &dyn BatchCoordinator,
-        requests: &[FindBatchesRequest],
-        fetch_max_bytes: u32,
-    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
-        inner.find_batches(requests, fetch_max_bytes).await
+impl std::fmt::Debug for Capabilities {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
     }
+}
 
-    /// [`BatchCoordinator::list_offsets`] on `inner`.
-    async fn list_offsets(
-        &self,
-        inner: &dyn BatchCoordinator,
-        requests: &[ListOffsetsRequest],
-    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
-        inner.list_offsets(requests).await
-    }
+/// Defines [`CoordinatorOp`], [`CoordinatorLayer`], [`Layered`]'s [`BatchCoordinator`] impl and
+/// the blanket impls for `Arc` and `Box`, from the table of operations (`ops.rs`).
+macro_rules! define_layering {
+    (
+        {}
+        required $rcap:ident {
+            $(
+                $(#[$rmeta:meta])*
+                [$ROp:ident $rkind:ident $rbackend:ident]
+                fn $rname:ident($($rarg:ident: $rty:ty),*) -> $rret:ty;
+            )*
+        }
+        $(
+            optional $cap:ident {
+                $(
+                    $(#[$meta:meta])*
+                    [$Op:ident $kind:ident $backend:ident]
+                    fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;
+                )*
+            }
+        )*
+    ) => {
+        /// One operation of [`BatchCoordinator`], as a [`CoordinatorLayer`] sees it.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum CoordinatorOp {
+            $(
+                #[doc = concat!("[`BatchCoordinator::", stringify!($rname), "`].")]
+                $ROp,
+            )*
+            $($(
+                #[doc = concat!("[`BatchCoordinator::", stringify!($name), "`].")]
+                $Op,
+            )*)*
+        }
 
-    /// [`BatchCoordinator::delete_records`] on `inner`.
-    async fn delete_records(
-        &self,
-        inner: &dyn BatchCoordinator,
-        requests: &[DeleteRecordsRequest],
-    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
-        inner.delete_records(requests).await
-    }
+        impl CoordinatorOp {
+            /// Every operation, in the order of the table (capability by capability).
+            pub const ALL: &'static [CoordinatorOp] = &[
+                $(CoordinatorOp::$ROp,)*
+                $($(CoordinatorOp::$Op,)*)*
+            ];
 
-    /// [`BatchCoordinator::enforce_retention`] on `inner`.
-    async fn enforce_retention(
-        &self,
-        inner: &dyn BatchCoordinator,
-        max_batches: u32,
-    ) -> Result<RetentionReport, CoordinatorError> {
-        inner.enforce_retention(max_batches).await
-    }
+            /// The method's name (`"commit_file"`), as used in metric labels and logs.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(CoordinatorOp::$ROp => stringify!($rname),)*
+                    $($(CoordinatorOp::$Op => stringify!($name),)*)*
+                }
+            }
 
-    /// [`BatchCoordinator::objects_to_delete`] on `inner`.
-    async fn objects_to_delete(
-        &self,
-        inner: &dyn BatchCoordinator,
-        marked_before_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
-        inner.objects_to_delete(marked_before_ms, limit).await
-    }
+            /// Whether the operation changes the coordinator's state (a retry of it after an
+            /// unknown outcome may find it applied).
+            pub fn is_write(self) -> bool {
+                match self {
+                    $(CoordinatorOp::$ROp => stringify!($rkind) == "write",)*
+                    $($(CoordinatorOp::$Op => stringify!($kind) == "write",)*)*
+                }
+            }
 
-    /// [`BatchCoordinator::confirm_deleted`] on `inner`.
-    async fn confirm_deleted(
-        &self,
-        inner: &dyn BatchCoordinator,
-        object_keys: &[String],
-    ) -> Result<(), CoordinatorError> {
-        inner.confirm_deleted(object_keys).await
-    }
+            /// The capability the operation belongs to.
+            pub fn capability(self) -> Capability {
+                match self {
+                    $(CoordinatorOp::$ROp => Capability::named(stringify!($rcap)),)*
+                    $($(CoordinatorOp::$Op => Capability::named(stringify!($cap)),)*)*
+                }
+            }
+        }
 
-    /// [`BatchCoordinator::fence_orphans`] on `inner`.
-    async fn fence_orphans(
-        &self,
-        inner: &dyn BatchCoordinator,
-        object_keys: &[String],
-    ) -> Result<Vec<String>, CoordinatorError> {
-        inner.fence_orphans(object_keys).await
-    }
+        /// What a wrapper of a [`BatchCoordinator`] changes; [`Layered`] applies it. Every method
+        /// has a default that passes the call through, so a layer implements only what it changes.
+        ///
+        /// For each call, [`Layered`] runs `around(op, typed)`, where `typed` is the layer's method
+        /// of the same name (called with the inner coordinator). So `around` sees every call — after
+        /// the typed method has shaped it — and may run it, skip it, or wrap it.
+        #[async_trait]
+        pub trait CoordinatorLayer: Send + Sync + Debug {
+            /// Runs around every call: return `call` to pass through, or a future that does
+            /// something before or after awaiting it (time it, delay it, fail it without running
+            /// it, run it and answer [`CoordinatorError::OutcomeUnknown`]).
+            fn around<'a, T: Send + 'a>(
+                &'a self,
+                op: CoordinatorOp,
+                call: BoxFuture<'a, Result<T, CoordinatorError>>,
+            ) -> BoxFuture<'a, Result<T, CoordinatorError>> {
+                let _ = op;
+                call
+            }
 
-    /// [`BatchCoordinator::expire_producers`] on `inner`.
-    async fn expire_producers(
-        &self,
-        inner: &dyn BatchCoordinator,
-        max_producers: u32,
-    ) -> Result<ProducerExpiryReport, CoordinatorError> {
-        inner.expire_producers(max_producers).await
-    }
+            /// [`BatchCoordinator::capabilities`] of the layered coordinator: `inner`'s.
+            fn capabilities(&self, inner: &dyn BatchCoordinator) -> Capabilities {
+                inner.capabilities()
+            }
 
-    /// [`BatchCoordinator::known_objects`] on `inner`.
-    async fn known_objects(
-        &self,
-        inner: &dyn BatchCoordinator,
-        object_keys: &[String],
-    ) -> Result<Vec<String>, CoordinatorError> {
-        inner.known_objects(object_keys).await
-    }
+            $(
+                #[doc = concat!("[`BatchCoordinator::", stringify!($rname), "`] on `inner`.")]
+                async fn $rname(&self, inner: &dyn BatchCoordinator, $($rarg: $rty),*) -> $rret {
+                    inner.$rname($($rarg),*).await
+                }
+            )*
+            $($(
+                #[doc = concat!("[`BatchCoordinator::", stringify!($name), "`] on `inner`.")]
+                async fn $name(&self, inner: &dyn BatchCoordinator, $($arg: $ty),*) -> $ret {
+                    inner.$name($($arg),*).await
+                }
+            )*)*
+        }
 
-    /// [`BatchCoordinator::object_info`] on `inner`.
-    async fn object_info(
-        &self,
-        inner: &dyn BatchCoordinator,
-        object_key: &str,
-    ) -> Result<Option<ObjectInfo>, CoordinatorError> {
-        inner.object_info(object_key).await
-    }
+        #[async_trait]
+        impl<L: CoordinatorLayer> BatchCoordinator for Layered<L> {
+            fn capabilities(&self) -> Capabilities {
+                self.layer.capabilities(&*self.inner)
+            }
 
-    /// [`BatchCoordinator::producer_state`] on `inner`.
-    async fn producer_state(
-        &self,
-        inner: &dyn BatchCoordinator,
-        partition: TopicIdPartition,
-        producer_id: i64,
-    ) -> Result<Option<ProducerState>, CoordinatorError> {
-        inner.producer_state(partition, producer_id).await
-    }
+            $(
+                async fn $rname(&self, $($rarg: $rty),*) -> $rret {
+                    let call = self.layer.$rname(&*self.inner, $($rarg),*);
+                    self.layer.around(CoordinatorOp::$ROp, call).await
+                }
+            )*
+            $($(
+                async fn $name(&self, $($arg: $ty),*) -> $ret {
+                    let call = self.layer.$name(&*self.inner, $($arg),*);
+                    self.layer.around(CoordinatorOp::$Op, call).await
+                }
+            )*)*
+        }
 
-    /// [`BatchCoordinator::allocate_producer_ids`] on `inner`.
-    async fn allocate_producer_ids(
-        &self,
-        inner: &dyn BatchCoordinator,
-        count: u32,
-    ) -> Result<ProducerIdBlock, CoordinatorError> {
-        inner.allocate_producer_ids(count).await
-    }
+        /// `Arc<T>` of a coordinator is a coordinator.
+        #[async_trait]
+        impl<T: BatchCoordinator + ?Sized> BatchCoordinator for Arc<T> {
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            $(
+                async fn $rname(&self, $($rarg: $rty),*) -> $rret {
+                    (**self).$rname($($rarg),*).await
+                }
+            )*
+            $($(
+                async fn $name(&self, $($arg: $ty),*) -> $ret {
+                    (**self).$name($($arg),*).await
+                }
+            )*)*
+        }
 
-    /// [`BatchCoordinator::create_partitions`] on `inner`.
-    async fn create_partitions(
-        &self,
-        inner: &dyn BatchCoordinator,
-        topic_id: uuid::Uuid,
-        new_total: i32,
-    ) -> Result<(), CoordinatorError> {
-        inner.create_partitions(topic_id, new_total).await
-    }
+        /// `Box<T>` of a coordinator is a coordinator.
+        #[async_trait]
+        impl<T: BatchCoordinator + ?Sized> BatchCoordinator for Box<T> {
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            $(
+                async fn $rname(&self, $($rarg: $rty),*) -> $rret {
+                    (**self).$rname($($rarg),*).await
+                }
+            )*
+            $($(
+                async fn $name(&self, $($arg: $ty),*) -> $ret {
+                    (**self).$name($($arg),*).await
+                }
+            )*)*
+        }
+    };
+}
 
-    /// [`BatchCoordinator::alter_topic_config`] on `inner`.
-    async fn alter_topic_config(
-        &self,
-        inner: &dyn BatchCoordinator,
-        topic_id: uuid::Uuid,
-        config: TopicConfig,
-    ) -> Result<(), CoordinatorError> {
-        inner.alter_topic_config(topic_id, config).await
-    }
+crate::ops::coordinator_ops!(define_layering {});
 
-    /// [`BatchCoordinator::list_producers`] on `inner`.
-    async fn list_producers(
-        &self,
-        inner: &dyn BatchCoordinator,
-        partition: TopicIdPartition,
-    ) -> Result<Vec<ProducerState>, CoordinatorError> {
-        inner.list_producers(partition).await
-    }
-
-    /// [`BatchCoordinator::write_txn_markers`] on `inner`.
-    async fn write_txn_markers(
-        &self,
-        inner: &dyn BatchCoordinator,
-        markers: &[TxnMarker],
-    ) -> Result<Vec<TxnMarkerResult>, CoordinatorError> {
-        inner.write_txn_markers(markers).await
-    }
-
-    /// [`BatchCoordinator::tiering_candidates`] on `inner`.
-    async fn tiering_candidates(
-        &self,
-        inner: &dyn BatchCoordinator,
-        now_ms: i64,
-        min_age_ms: i64,
-        after: Option<TopicIdPartition>,
-        limit: u32,
-    ) -> Result<Vec<TieringCandidate>, CoordinatorError> {
-        inner
-            .tiering_candidates(now_ms, min_age_ms, after, limit)
-            .await
-    }
-
-    /// [`BatchCoordinator::segment_plan`] on `inner`.
-    async fn segment_plan(
-        &self,
-        inner: &dyn BatchCoordinator,
-        request: &SegmentPlanRequest,
-    ) -> Result<SegmentPlan, CoordinatorError> {
-        inner.segment_plan(request).await
-    }
-
-    /// [`BatchCoordinator::register_segment`] on `inner`.
-    async fn register_segment(
-        &self,
-        inner: &dyn BatchCoordinator,
-        request: RegisterSegmentRequest,
-    ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
-        inner.register_segment(request).await
-    }
-
-    /// [`BatchCoordinator::list_tiered_segments`] on `inner`.
-    async fn list_tiered_segments(
-        &self,
-        inner: &dyn BatchCoordinator,
-        partition: TopicIdPartition,
-        from_offset: i64,
-        limit: u32,
-    ) -> Result<Vec<TieredSegment>, CoordinatorError> {
-        inner
-            .list_tiered_segments(partition, from_offset, limit)
-            .await
+impl std::fmt::Display for CoordinatorOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -486,221 +385,6 @@ impl<L> std::ops::Deref for Layered<L> {
     }
 }
 
-#[async_trait]
-impl<L: CoordinatorLayer> BatchCoordinator for Layered<L> {
-    async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
-        let call = self.layer.create_topic(&*self.inner, request);
-        self.layer.around(CoordinatorOp::CreateTopic, call).await
-    }
-
-    async fn delete_topic(&self, topic_id: uuid::Uuid) -> Result<(), CoordinatorError> {
-        let call = self.layer.delete_topic(&*self.inner, topic_id);
-        self.layer.around(CoordinatorOp::DeleteTopic, call).await
-    }
-
-    async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
-        let call = self.layer.list_topics(&*self.inner);
-        self.layer.around(CoordinatorOp::ListTopics, call).await
-    }
-
-    async fn commit_file(
-        &self,
-        request: CommitFileRequest,
-    ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
-        let call = self.layer.commit_file(&*self.inner, request);
-        self.layer.around(CoordinatorOp::CommitFile, call).await
-    }
-
-    async fn find_batches(
-        &self,
-        requests: &[FindBatchesRequest],
-        fetch_max_bytes: u32,
-    ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
-        let call = self
-            .layer
-            .find_batches(&*self.inner, requests, fetch_max_bytes);
-        self.layer.around(CoordinatorOp::FindBatches, call).await
-    }
-
-    async fn list_offsets(
-        &self,
-        requests: &[ListOffsetsRequest],
-    ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
-        let call = self.layer.list_offsets(&*self.inner, requests);
-        self.layer.around(CoordinatorOp::ListOffsets, call).await
-    }
-
-    async fn delete_records(
-        &self,
-        requests: &[DeleteRecordsRequest],
-    ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
-        let call = self.layer.delete_records(&*self.inner, requests);
-        self.layer.around(CoordinatorOp::DeleteRecords, call).await
-    }
-
-    async fn enforce_retention(
-        &self,
-        max_batches: u32,
-    ) -> Result<RetentionReport, CoordinatorError> {
-        let call = self.layer.enforce_retention(&*self.inner, max_batches);
-        self.layer
-            .around(CoordinatorOp::EnforceRetention, call)
-            .await
-    }
-
-    async fn objects_to_delete(
-        &self,
-        marked_before_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
-        let call = self
-            .layer
-            .objects_to_delete(&*self.inner, marked_before_ms, limit);
-        self.layer
-            .around(CoordinatorOp::ObjectsToDelete, call)
-            .await
-    }
-
-    async fn confirm_deleted(&self, object_keys: &[String]) -> Result<(), CoordinatorError> {
-        let call = self.layer.confirm_deleted(&*self.inner, object_keys);
-        self.layer.around(CoordinatorOp::ConfirmDeleted, call).await
-    }
-
-    async fn fence_orphans(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
-        let call = self.layer.fence_orphans(&*self.inner, object_keys);
-        self.layer.around(CoordinatorOp::FenceOrphans, call).await
-    }
-
-    async fn expire_producers(
-        &self,
-        max_producers: u32,
-    ) -> Result<ProducerExpiryReport, CoordinatorError> {
-        let call = self.layer.expire_producers(&*self.inner, max_producers);
-        self.layer
-            .around(CoordinatorOp::ExpireProducers, call)
-            .await
-    }
-
-    async fn known_objects(&self, object_keys: &[String]) -> Result<Vec<String>, CoordinatorError> {
-        let call = self.layer.known_objects(&*self.inner, object_keys);
-        self.layer.around(CoordinatorOp::KnownObjects, call).await
-    }
-
-    async fn object_info(&self, object_key: &str) -> Result<Option<ObjectInfo>, CoordinatorError> {
-        let call = self.layer.object_info(&*self.inner, object_key);
-        self.layer.around(CoordinatorOp::ObjectInfo, call).await
-    }
-
-    async fn producer_state(
-        &self,
-        partition: TopicIdPartition,
-        producer_id: i64,
-    ) -> Result<Option<ProducerState>, CoordinatorError> {
-        let call = self
-            .layer
-            .producer_state(&*self.inner, partition, producer_id);
-        self.layer.around(CoordinatorOp::ProducerState, call).await
-    }
-
-    async fn allocate_producer_ids(&self, count: u32) -> Result<ProducerIdBlock, CoordinatorError> {
-        let call = self.layer.allocate_producer_ids(&*self.inner, count);
-        self.layer
-            .around(CoordinatorOp::AllocateProducerIds, call)
-            .await
-    }
-
-    async fn create_partitions(
-        &self,
-        topic_id: uuid::Uuid,
-        new_total: i32,
-    ) -> Result<(), CoordinatorError> {
-        let call = self
-            .layer
-            .create_partitions(&*self.inner, topic_id, new_total);
-        self.layer
-            .around(CoordinatorOp::CreatePartitions, call)
-            .await
-    }
-
-    async fn alter_topic_config(
-        &self,
-        topic_id: uuid::Uuid,
-        config: TopicConfig,
-    ) -> Result<(), CoordinatorError> {
-        let call = self
-            .layer
-            .alter_topic_config(&*self.inner, topic_id, config);
-        self.layer
-            .around(CoordinatorOp::AlterTopicConfig, call)
-            .await
-    }
-
-    async fn list_producers(
-        &self,
-        partition: TopicIdPartition,
-    ) -> Result<Vec<ProducerState>, CoordinatorError> {
-        let call = self.layer.list_producers(&*self.inner, partition);
-        self.layer.around(CoordinatorOp::ListProducers, call).await
-    }
-
-    async fn write_txn_markers(
-        &self,
-        markers: &[TxnMarker],
-    ) -> Result<Vec<TxnMarkerResult>, CoordinatorError> {
-        let call = self.layer.write_txn_markers(&*self.inner, markers);
-        self.layer
-            .around(CoordinatorOp::WriteTxnMarkers, call)
-            .await
-    }
-
-    async fn tiering_candidates(
-        &self,
-        now_ms: i64,
-        min_age_ms: i64,
-        after: Option<TopicIdPartition>,
-        limit: u32,
-    ) -> Result<Vec<TieringCandidate>, CoordinatorError> {
-        let call = self
-            .layer
-            .tiering_candidates(&*self.inner, now_ms, min_age_ms, after, limit);
-        self.layer
-            .around(CoordinatorOp::TieringCandidates, call)
-            .await
-    }
-
-    async fn segment_plan(
-        &self,
-        request: &SegmentPlanRequest,
-    ) -> Result<SegmentPlan, CoordinatorError> {
-        let call = self.layer.segment_plan(&*self.inner, request);
-        self.layer.around(CoordinatorOp::SegmentPlan, call).await
-    }
-
-    async fn register_segment(
-        &self,
-        request: RegisterSegmentRequest,
-    ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
-        let call = self.layer.register_segment(&*self.inner, request);
-        self.layer
-            .around(CoordinatorOp::RegisterSegment, call)
-            .await
-    }
-
-    async fn list_tiered_segments(
-        &self,
-        partition: TopicIdPartition,
-        from_offset: i64,
-        limit: u32,
-    ) -> Result<Vec<TieredSegment>, CoordinatorError> {
-        let call = self
-            .layer
-            .list_tiered_segments(&*self.inner, partition, from_offset, limit);
-        self.layer
-            .around(CoordinatorOp::ListTieredSegments, call)
-            .await
-    }
-}
-
 /// The metrics layer: records [`diskless_common::metrics::COORDINATOR_SECONDS`] for every call,
 /// labelled with the operation and its outcome. Wrap the coordinator once, where the host wires
 /// it, and share the result; see [`MeteredCoordinator`].
@@ -734,166 +418,3 @@ impl CoordinatorLayer for CoordinatorMetrics {
 /// # }
 /// ```
 pub type MeteredCoordinator = Layered<CoordinatorMetrics>;
-
-macro_rules! forward_through_pointer {
-    ($pointer:ident) => {
-        #[async_trait]
-        impl<T: BatchCoordinator + ?Sized> BatchCoordinator for $pointer<T> {
-            async fn create_topic(
-                &self,
-                request: CreateTopicRequest,
-            ) -> Result<(), CoordinatorError> {
-                (**self).create_topic(request).await
-            }
-            async fn delete_topic(&self, topic_id: uuid::Uuid) -> Result<(), CoordinatorError> {
-                (**self).delete_topic(topic_id).await
-            }
-            async fn list_topics(&self) -> Result<Vec<TopicInfo>, CoordinatorError> {
-                (**self).list_topics().await
-            }
-            async fn commit_file(
-                &self,
-                request: CommitFileRequest,
-            ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
-                (**self).commit_file(request).await
-            }
-            async fn find_batches(
-                &self,
-                requests: &[FindBatchesRequest],
-                fetch_max_bytes: u32,
-            ) -> Result<Vec<FindBatchesResponse>, CoordinatorError> {
-                (**self).find_batches(requests, fetch_max_bytes).await
-            }
-            async fn list_offsets(
-                &self,
-                requests: &[ListOffsetsRequest],
-            ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
-                (**self).list_offsets(requests).await
-            }
-            async fn delete_records(
-                &self,
-                requests: &[DeleteRecordsRequest],
-            ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
-                (**self).delete_records(requests).await
-            }
-            async fn enforce_retention(
-                &self,
-                max_batches: u32,
-            ) -> Result<RetentionReport, CoordinatorError> {
-                (**self).enforce_retention(max_batches).await
-            }
-            async fn objects_to_delete(
-                &self,
-                marked_before_ms: i64,
-                limit: u32,
-            ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
-                (**self).objects_to_delete(marked_before_ms, limit).await
-            }
-            async fn confirm_deleted(
-                &self,
-                object_keys: &[String],
-            ) -> Result<(), CoordinatorError> {
-                (**self).confirm_deleted(object_keys).await
-            }
-            async fn fence_orphans(
-                &self,
-                object_keys: &[String],
-            ) -> Result<Vec<String>, CoordinatorError> {
-                (**self).fence_orphans(object_keys).await
-            }
-            async fn expire_producers(
-                &self,
-                max_producers: u32,
-            ) -> Result<ProducerExpiryReport, CoordinatorError> {
-                (**self).expire_producers(max_producers).await
-            }
-            async fn known_objects(
-                &self,
-                object_keys: &[String],
-            ) -> Result<Vec<String>, CoordinatorError> {
-                (**self).known_objects(object_keys).await
-            }
-            async fn object_info(
-                &self,
-                object_key: &str,
-            ) -> Result<Option<ObjectInfo>, CoordinatorError> {
-                (**self).object_info(object_key).await
-            }
-            async fn producer_state(
-                &self,
-                partition: TopicIdPartition,
-                producer_id: i64,
-            ) -> Result<Option<ProducerState>, CoordinatorError> {
-                (**self).producer_state(partition, producer_id).await
-            }
-            async fn allocate_producer_ids(
-                &self,
-                count: u32,
-            ) -> Result<ProducerIdBlock, CoordinatorError> {
-                (**self).allocate_producer_ids(count).await
-            }
-            async fn create_partitions(
-                &self,
-                topic_id: uuid::Uuid,
-                new_total: i32,
-            ) -> Result<(), CoordinatorError> {
-                (**self).create_partitions(topic_id, new_total).await
-            }
-            async fn alter_topic_config(
-                &self,
-                topic_id: uuid::Uuid,
-                config: TopicConfig,
-            ) -> Result<(), CoordinatorError> {
-                (**self).alter_topic_config(topic_id, config).await
-            }
-            async fn list_producers(
-                &self,
-                partition: TopicIdPartition,
-            ) -> Result<Vec<ProducerState>, CoordinatorError> {
-                (**self).list_producers(partition).await
-            }
-            async fn write_txn_markers(
-                &self,
-                markers: &[TxnMarker],
-            ) -> Result<Vec<TxnMarkerResult>, CoordinatorError> {
-                (**self).write_txn_markers(markers).await
-            }
-            async fn tiering_candidates(
-                &self,
-                now_ms: i64,
-                min_age_ms: i64,
-                after: Option<TopicIdPartition>,
-                limit: u32,
-            ) -> Result<Vec<TieringCandidate>, CoordinatorError> {
-                (**self)
-                    .tiering_candidates(now_ms, min_age_ms, after, limit)
-                    .await
-            }
-            async fn segment_plan(
-                &self,
-                request: &SegmentPlanRequest,
-            ) -> Result<SegmentPlan, CoordinatorError> {
-                (**self).segment_plan(request).await
-            }
-            async fn register_segment(
-                &self,
-                request: RegisterSegmentRequest,
-            ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
-                (**self).register_segment(request).await
-            }
-            async fn list_tiered_segments(
-                &self,
-                partition: TopicIdPartition,
-                from_offset: i64,
-                limit: u32,
-            ) -> Result<Vec<TieredSegment>, CoordinatorError> {
-                (**self)
-                    .list_tiered_segments(partition, from_offset, limit)
-                    .await
-            }
-        }
-    };
-}
-
-forward_through_pointer!(Arc);
-forward_through_pointer!(Box);

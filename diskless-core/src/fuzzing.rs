@@ -481,8 +481,14 @@ mod stub {
 
     use super::{SegmentsOnlyCoordinator, refused};
 
+    /// The log capability alone (seven methods and `capabilities`): the fetch path needs
+    /// `find_batches` and `list_offsets`, the others are refused; every operation of another
+    /// capability answers `Unsupported` by the trait's defaults.
     #[async_trait]
     impl BatchCoordinator for SegmentsOnlyCoordinator {
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::LOG
+        }
         async fn create_topic(&self, _request: CreateTopicRequest) -> Result<(), CoordinatorError> {
             refused("create_topic")
         }
@@ -511,128 +517,12 @@ mod stub {
         ) -> Result<Vec<ListOffsetsResponse>, CoordinatorError> {
             Ok(requests.iter().map(|r| self.list(r)).collect())
         }
-        async fn delete_records(
-            &self,
-            _requests: &[DeleteRecordsRequest],
-        ) -> Result<Vec<DeleteRecordsResponse>, CoordinatorError> {
-            refused("delete_records")
-        }
-        async fn enforce_retention(
-            &self,
-            _max_batches: u32,
-        ) -> Result<RetentionReport, CoordinatorError> {
-            refused("enforce_retention")
-        }
-        async fn objects_to_delete(
-            &self,
-            _marked_before_ms: i64,
-            _limit: u32,
-        ) -> Result<Vec<ObjectToDelete>, CoordinatorError> {
-            refused("objects_to_delete")
-        }
-        async fn confirm_deleted(&self, _object_keys: &[String]) -> Result<(), CoordinatorError> {
-            refused("confirm_deleted")
-        }
-        async fn fence_orphans(
-            &self,
-            _object_keys: &[String],
-        ) -> Result<Vec<String>, CoordinatorError> {
-            refused("fence_orphans")
-        }
-        async fn expire_producers(
-            &self,
-            _max_producers: u32,
-        ) -> Result<ProducerExpiryReport, CoordinatorError> {
-            refused("expire_producers")
-        }
-        async fn known_objects(
-            &self,
-            _object_keys: &[String],
-        ) -> Result<Vec<String>, CoordinatorError> {
-            refused("known_objects")
-        }
-        async fn object_info(
-            &self,
-            _object_key: &str,
-        ) -> Result<Option<ObjectInfo>, CoordinatorError> {
-            refused("object_info")
-        }
         async fn producer_state(
             &self,
             _partition: TopicIdPartition,
             _producer_id: i64,
         ) -> Result<Option<ProducerState>, CoordinatorError> {
             refused("producer_state")
-        }
-        async fn allocate_producer_ids(
-            &self,
-            _count: u32,
-        ) -> Result<ProducerIdBlock, CoordinatorError> {
-            refused("allocate_producer_ids")
-        }
-        async fn create_partitions(
-            &self,
-            _topic_id: uuid::Uuid,
-            _new_total: i32,
-        ) -> Result<(), CoordinatorError> {
-            refused("create_partitions")
-        }
-        async fn alter_topic_config(
-            &self,
-            _topic_id: uuid::Uuid,
-            _config: TopicConfig,
-        ) -> Result<(), CoordinatorError> {
-            refused("alter_topic_config")
-        }
-        async fn list_producers(
-            &self,
-            _partition: TopicIdPartition,
-        ) -> Result<Vec<ProducerState>, CoordinatorError> {
-            refused("list_producers")
-        }
-        async fn write_txn_markers(
-            &self,
-            _markers: &[TxnMarker],
-        ) -> Result<Vec<TxnMarkerResult>, CoordinatorError> {
-            refused("write_txn_markers")
-        }
-        async fn tiering_candidates(
-            &self,
-            _now_ms: i64,
-            _min_age_ms: i64,
-            _after: Option<TopicIdPartition>,
-            _limit: u32,
-        ) -> Result<Vec<TieringCandidate>, CoordinatorError> {
-            refused("tiering_candidates")
-        }
-        async fn segment_plan(
-            &self,
-            _request: &SegmentPlanRequest,
-        ) -> Result<SegmentPlan, CoordinatorError> {
-            refused("segment_plan")
-        }
-        async fn register_segment(
-            &self,
-            _request: RegisterSegmentRequest,
-        ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
-            refused("register_segment")
-        }
-        async fn list_tiered_segments(
-            &self,
-            partition: TopicIdPartition,
-            from_offset: i64,
-            limit: u32,
-        ) -> Result<Vec<TieredSegment>, CoordinatorError> {
-            if partition != self.partition {
-                return Ok(Vec::new());
-            }
-            Ok(self
-                .segments
-                .iter()
-                .filter(|s| s.end_offset >= from_offset)
-                .take(limit as usize)
-                .cloned()
-                .collect())
         }
     }
 }

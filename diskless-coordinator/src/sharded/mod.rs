@@ -78,7 +78,7 @@ pub use map::{FileShardMap, MemoryShardMap, Placements, ShardMapStore};
 use crate::config::{at_least_one, positive, with_setters};
 use crate::rules::in_request_order;
 use crate::{
-    BatchCoordinator, Clock, CommitBatchResult, CommitFileRequest, CoordinatorError,
+    BatchCoordinator, Capabilities, Clock, CommitBatchResult, CommitFileRequest, CoordinatorError,
     CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode, FindBatchesRequest,
     FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectKind,
     ObjectToDelete, ProducerExpiryReport, ProducerIdBlock, ProducerState, RegisterSegmentOutcome,
@@ -904,6 +904,13 @@ fn merge_commit(
 /// the [module docs](self)). A dropped `create_topic` is completed by retrying it.
 #[async_trait]
 impl BatchCoordinator for ShardedCoordinator {
+    /// What every shard serves.
+    fn capabilities(&self) -> Capabilities {
+        self.shards.iter().fold(Capabilities::ALL, |all, s| {
+            all.intersection(s.capabilities())
+        })
+    }
+
     async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
         let partitions = usize::try_from(request.partitions)
             .ok()

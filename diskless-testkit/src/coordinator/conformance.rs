@@ -31,6 +31,8 @@ use diskless_coordinator::{
     NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo, ProducerIdBlock, ProducerState, RetentionReport,
     SystemClock, TimestampType, TopicConfig, TopicIdPartition,
 };
+use diskless_coordinator::{Capabilities, Capability};
+use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use uuid::Uuid;
@@ -43,6 +45,115 @@ pub use txn::*;
 /// The clock's start time in every harness of the suite (any positive value works), except the
 /// [`CLOCK_SENSITIVE_CASES`] of an implementation with a server clock.
 pub const START_MS: i64 = 1_700_000_000_000;
+
+/// The capabilities a case needs besides [`Capability::Log`] (every case not listed needs the
+/// log alone). A coordinator runs a case only when it serves all of them
+/// ([`BatchCoordinator::capabilities`]); a unit test checks each entry against the calls the
+/// case makes, so the table cannot drift from the cases.
+#[rustfmt::skip]
+const CASE_CAPABILITIES: &[(&str, &[Capability])] = &[
+    ("delete_topic", &[Capability::Lifecycle]),
+    ("large_files_and_many_keys", &[Capability::Admin, Capability::Lifecycle]),
+    ("duplicate_within_one_file", &[Capability::Lifecycle]),
+    ("commit_validation", &[Capability::Lifecycle]),
+    ("object_live_bytes_and_marking", &[Capability::Admin, Capability::Lifecycle]),
+    ("object_with_only_rejected_batches_is_marked", &[Capability::Lifecycle]),
+    ("objects_to_delete_and_confirm", &[Capability::Admin, Capability::Lifecycle]),
+    ("find_batches_offsets_and_errors", &[Capability::Admin]),
+    ("list_offsets_earliest_latest", &[Capability::Admin]),
+    ("list_offsets_by_timestamp", &[Capability::Admin]),
+    ("list_offsets_max_timestamp", &[Capability::Admin]),
+    ("delete_records_moves_log_start", &[Capability::Admin]),
+    ("cannot_move_log_start_past_high_watermark", &[Capability::Admin]),
+    ("retention_by_time", &[Capability::Lifecycle]),
+    ("retention_by_size", &[Capability::Lifecycle]),
+    ("retention_cap_reports_more", &[Capability::Lifecycle]),
+    ("retention_disabled_and_log_append_time", &[Capability::Lifecycle]),
+    ("producer_state_survives_delete_records", &[Capability::Admin]),
+    ("producer_fields_judged_per_batch", &[Capability::Lifecycle]),
+    ("commit_deadline_checked_at_commit", &[Capability::Lifecycle]),
+    ("fence_orphans_fences_unknown_keys_only", &[Capability::Lifecycle]),
+    ("fenced_and_expired_keys_never_commit", &[Capability::Lifecycle]),
+    ("retention_ages_batches_without_timestamps_by_commit_time", &[Capability::Lifecycle]),
+    ("producer_state_expires", &[Capability::Lifecycle]),
+    ("producer_expiry_cap_and_order", &[Capability::Lifecycle]),
+    ("alter_topic_config_changes_producer_expiry", &[Capability::Admin, Capability::Lifecycle]),
+    ("late_resend_after_expiration_is_still_a_duplicate", &[Capability::Lifecycle]),
+    ("producer_state_outlives_every_commit_it_guards", &[Capability::Lifecycle]),
+    ("the_deadline_and_fences_follow_the_coordinator_clock", &[Capability::Lifecycle]),
+    ("a_confirmed_deleted_key_is_never_committed_again", &[Capability::Lifecycle]),
+    ("producer_id_blocks_never_overlap", &[Capability::Admin]),
+    ("create_partitions_grows_a_topic", &[Capability::Admin]),
+    ("create_partitions_only_grows", &[Capability::Admin]),
+    ("alter_topic_config_applies_to_later_calls", &[Capability::Admin, Capability::Lifecycle]),
+    ("list_producers_of_a_partition", &[Capability::Admin]),
+    ("txn_plain_batch_during_txn_rejected", &[Capability::Transactions]),
+    ("txn_next_epoch_before_marker_rejected", &[Capability::Transactions]),
+    ("txn_commit_marker_ends_txn_and_moves_lso", &[Capability::Transactions]),
+    ("txn_abort_marker_records_aborted_txn", &[Capability::Transactions]),
+    ("txn_marker_without_data_takes_an_offset", &[Capability::Transactions]),
+    ("txn_marker_is_idempotent_per_txn_seq", &[Capability::Transactions]),
+    ("txn_stale_verified_batch_after_marker_rejected", &[Capability::Transactions]),
+    ("txn_duplicate_after_end_answers_original_offsets", &[Capability::Transactions]),
+    ("txn_marker_epoch_checks", &[Capability::Transactions]),
+    ("txn_fence_marker_bumps_epoch_and_rejects_zombie", &[Capability::Transactions]),
+    ("txn_markers_many_partitions", &[Capability::Transactions]),
+    ("read_committed_stops_at_lso", &[Capability::Transactions]),
+    ("read_uncommitted_reports_lso_without_aborted", &[Capability::Transactions]),
+    ("two_producers_interleaved_lso_is_min", &[Capability::Transactions]),
+    ("read_committed_aborted_range_semantics", &[Capability::Transactions]),
+    ("list_offsets_read_committed", &[Capability::Transactions]),
+    ("delete_records_through_open_txn_clamps_lso", &[Capability::Admin, Capability::Lifecycle, Capability::Transactions]),
+    ("retention_and_expiry_with_transactions", &[Capability::Lifecycle, Capability::Transactions]),
+    ("late_txn_batch_after_expiration_is_still_refused", &[Capability::Lifecycle, Capability::Transactions]),
+    ("delete_topic_with_open_txn", &[Capability::Admin, Capability::Transactions]),
+    ("tiered_topic_config_is_kept", &[Capability::Admin]),
+    ("tiering_candidates_by_bytes_and_age", &[Capability::Tiering]),
+    ("segment_plan_prefix_below_bounds", &[Capability::Tiering]),
+    ("register_segment_moves_range_to_tier", &[Capability::Lifecycle, Capability::Tiering]),
+    ("register_segment_is_idempotent_on_key", &[Capability::Lifecycle, Capability::Tiering]),
+    ("register_segment_stale_after_retention", &[Capability::Lifecycle, Capability::Tiering]),
+    ("register_segment_stale_after_delete_records", &[Capability::Admin, Capability::Lifecycle, Capability::Tiering]),
+    ("register_segment_stale_after_other_segment", &[Capability::Lifecycle, Capability::Tiering]),
+    ("register_segment_refused_when_fenced", &[Capability::Lifecycle, Capability::Tiering]),
+    ("register_segment_refused_past_deadline", &[Capability::Lifecycle, Capability::Tiering]),
+    ("register_segment_range_checks", &[Capability::Lifecycle, Capability::Tiering]),
+    ("find_batches_across_tiers", &[Capability::Admin, Capability::Tiering]),
+    ("list_offsets_across_tiers", &[Capability::Admin, Capability::Tiering]),
+    ("retention_by_time_deletes_whole_segments", &[Capability::Lifecycle, Capability::Tiering]),
+    ("retention_by_size_counts_segments", &[Capability::Lifecycle, Capability::Tiering]),
+    ("delete_records_inside_segment_keeps_it", &[Capability::Admin, Capability::Lifecycle, Capability::Tiering]),
+    ("delete_records_past_segment_deletes_it", &[Capability::Admin, Capability::Lifecycle, Capability::Tiering]),
+    ("delete_topic_releases_segments", &[Capability::Lifecycle, Capability::Tiering]),
+    ("segment_objects_in_object_lifecycle", &[Capability::Admin, Capability::Lifecycle, Capability::Tiering]),
+    ("fence_orphans_leaves_registered_segment_alone", &[Capability::Lifecycle, Capability::Tiering]),
+    ("retention_budget_counts_segments", &[Capability::Lifecycle, Capability::Tiering]),
+    ("shared_wal_object_released_by_two_partitions", &[Capability::Lifecycle, Capability::Tiering]),
+    ("tiered_segments_with_transactions", &[Capability::Lifecycle, Capability::Transactions, Capability::Tiering]),
+];
+
+/// The capabilities case `name` needs (the log, and the groups of the operations it calls).
+pub fn case_capabilities(name: &str) -> Capabilities {
+    CASE_CAPABILITIES
+        .iter()
+        .find(|(case, _)| *case == name)
+        .map_or(Capabilities::LOG, |(_, needs)| {
+            needs.iter().fold(Capabilities::LOG, |all, c| all.with(*c))
+        })
+}
+
+/// The cases a coordinator serving `capabilities` runs.
+pub fn cases_for(capabilities: Capabilities) -> Vec<&'static str> {
+    CASES
+        .iter()
+        .copied()
+        .filter(|c| {
+            case_capabilities(c)
+                .iter()
+                .all(|n| capabilities.contains(n))
+        })
+        .collect()
+}
 
 /// A fresh coordinator under test and the clock it reads.
 #[derive(Debug, Clone)]
@@ -188,6 +299,15 @@ macro_rules! define_from_cases {
         /// The names of all cases, in the order [`run_all`] runs them.
         pub const CASES: &[&str] = &[$(stringify!($case)),*];
 
+        /// The case named `name`, as a function of the harness (for drivers that pick cases at
+        /// run time).
+        pub fn case_named(name: &str) -> Option<fn(Harness) -> BoxFuture<'static, ()>> {
+            match name {
+                $(stringify!($case) => Some(|h| Box::pin($case(h))),)*
+                _ => None,
+            }
+        }
+
         /// Cases that read the coordinator's clock to decide the commit deadline and fence expiry,
         /// or that expect producer expiry's floor of twice the default `max_commit_age`.
         /// An implementation that reads a server clock instead ([`ClockSource::Server`]) runs them
@@ -286,6 +406,15 @@ where
     let Some((coordinator, guard)) = factory(clock.clone()).await.into_parts() else {
         return;
     };
+    let (needs, serves) = (case_capabilities(name), coordinator.capabilities());
+    if let Some(missing) = needs.iter().find(|c| !serves.contains(*c)) {
+        tracing::info!(
+            case = name,
+            %missing,
+            "coordinator conformance: skipped, the coordinator does not serve the capability"
+        );
+        return;
+    }
     tracing::info!(case = name, "coordinator conformance");
     case(Harness { coordinator, clock }).await;
     drop(guard);
@@ -306,6 +435,9 @@ where
 ///   its own ([`ClockSource::Server`]): the [`MANUAL_CLOCK_CASES`] are left out, the
 ///   [`CLOCK_SENSITIVE_CASES`] get a clock at the real time. (`clock = harness`, the default:
 ///   every case runs with the clock at [`START_MS`].)
+/// - A case needing a capability the coordinator does not serve
+///   ([`BatchCoordinator::capabilities`], [`case_capabilities`]) passes without running, with
+///   a log line saying why: declare what you serve and exactly those cases run.
 /// - `skip = [case, ...]`: cases left out, for an implementation that defines something
 ///   differently on purpose (say which, and why, next to the list). Each must name a case.
 ///
@@ -2668,6 +2800,32 @@ pub async fn list_producers_of_a_partition(h: Harness) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each case declares exactly the capabilities of the operations it calls (run on the model
+    /// through a [`crate::coordinator::CapabilityRecorder`]), so a smaller coordinator skips
+    /// exactly the cases it cannot serve.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_case_declares_the_capabilities_it_uses() {
+        use crate::coordinator::{CapabilityRecorder, InMemoryCoordinator};
+        use diskless_coordinator::Layered;
+        let mut wrong = Vec::new();
+        for name in CASES {
+            let clock = ManualClock::new(START_MS);
+            let model = Arc::new(InMemoryCoordinator::new(clock.clone()));
+            let recorded = Arc::new(Layered::new(model, CapabilityRecorder::default()));
+            let case = case_named(name).expect("every listed case has a function");
+            case(Harness {
+                coordinator: recorded.clone(),
+                clock,
+            })
+            .await;
+            let (used, declared) = (recorded.used(), case_capabilities(name));
+            if used != declared {
+                wrong.push(format!("{name}: uses {used:?}, declares {declared:?}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
 
     /// The case list names every case of this file once, so that a new case cannot be left out of
     /// [`run_all`] and the macro's tests.

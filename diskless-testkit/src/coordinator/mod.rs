@@ -6,14 +6,18 @@
 //! - [`conformance`]: the cases every implementation must pass, one test each with
 //!   [`coordinator_conformance!`](crate::coordinator_conformance) (or all at once with
 //!   [`conformance::run_all`]).
+//! - [`OnlyCapabilities`] and [`CapabilityRecorder`]: layers serving only some capabilities of a
+//!   coordinator, and recording which ones calls used.
 //! - [`ops`]: proptest strategies for random operation sequences and
 //!   [`ops::check_against_model`], the driver of model-based tests.
 
+mod capabilities;
 pub mod conformance;
 mod faulty;
 pub mod model;
 pub mod ops;
 
+pub use capabilities::{CapabilityRecorder, OnlyCapabilities, Recorded};
 pub use faulty::{CommitFaults, FaultyCoordinator, InjectedCommitFault};
 pub use model::InMemoryCoordinator;
 
@@ -36,6 +40,35 @@ mod tests {
     crate::coordinator_conformance!(model_conformance, async |clock| {
         Arc::new(InMemoryCoordinator::new(clock))
     });
+
+    // The model as a coordinator of the log capability alone: the cases needing more are skipped
+    // (`conformance::case_capabilities`), the others pass without any other capability.
+    crate::coordinator_conformance!(log_only_model_conformance, async |clock| {
+        Arc::new(diskless_coordinator::Layered::new(
+            Arc::new(InMemoryCoordinator::new(clock)),
+            OnlyCapabilities(diskless_coordinator::Capabilities::LOG),
+        ))
+    });
+
+    /// A log-only coordinator runs the log cases and no other; the full model runs them all.
+    #[test]
+    fn a_log_only_coordinator_runs_the_log_cases() {
+        use diskless_coordinator::Capabilities;
+        let log = conformance::cases_for(Capabilities::LOG);
+        assert_eq!(
+            conformance::cases_for(Capabilities::ALL).len(),
+            conformance::CASES.len()
+        );
+        assert!(log.contains(&"commit_assigns_consecutive_offsets"));
+        assert!(log.contains(&"producer_sequence_gap_rejected"));
+        assert!(!log.contains(&"retention_by_time"));
+        // 23 of 101 today: most cases also read what other groups serve (object_info, retention).
+        assert!(
+            log.len() >= 20 && log.len() < conformance::CASES.len() / 2,
+            "{}",
+            log.len()
+        );
+    }
 
     /// `run_all` runs every case (the macro's tests run them one by one).
     #[tokio::test]

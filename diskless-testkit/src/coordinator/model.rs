@@ -135,12 +135,12 @@
 //!   nothing was tiered).
 
 use diskless_coordinator::{
-    AbortedTxn, BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult,
-    CommitFileRequest, CoordinatorError, CreateTopicRequest, DeleteRecordsRequest,
-    DeleteRecordsResponse, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, FindBatchesResponse,
-    IsolationLevel, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
-    NO_TIMESTAMP, ObjectInfo, ObjectKind, ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch,
-    ProducerExpiryReport, ProducerIdBlock, ProducerState, RegisterSegmentOutcome,
+    AbortedTxn, BatchCoordinate, BatchCoordinator, Capabilities, Clock, CommitBatch,
+    CommitBatchResult, CommitFileRequest, CoordinatorError, CreateTopicRequest,
+    DeleteRecordsRequest, DeleteRecordsResponse, EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest,
+    FindBatchesResponse, IsolationLevel, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse,
+    MAX_TIMESTAMP, NO_TIMESTAMP, ObjectInfo, ObjectKind, ObjectToDelete, PRODUCER_BATCH_WINDOW,
+    ProducerBatch, ProducerExpiryReport, ProducerIdBlock, ProducerState, RegisterSegmentOutcome,
     RegisterSegmentRequest, RetentionReport, SegmentPlan, SegmentPlanRequest, ShardId,
     TieredSegment, TieringCandidate, TimestampType, TopicConfig, TopicIdPartition, TopicInfo,
     TxnMarker, TxnMarkerResult, check_commit_deadline, check_new_partition_count,
@@ -517,6 +517,11 @@ fn retention_count(
 
 #[async_trait::async_trait]
 impl BatchCoordinator for InMemoryCoordinator {
+    /// The reference model serves every capability.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
     async fn create_topic(&self, request: CreateTopicRequest) -> Result<(), CoordinatorError> {
         request.validate()?;
         let mut state = self.state.lock();
