@@ -48,6 +48,7 @@ pub mod fetcher;
 pub mod fuzzing;
 pub mod gateway;
 pub mod lifecycle;
+pub mod node;
 pub mod offsets;
 pub mod records;
 pub mod rewrite;
@@ -65,6 +66,7 @@ pub use fetcher::{
     DEFAULT_CACHE_BLOCK_SIZE, FetchError, FetchPartition, FetchedPartition, Fetcher,
     FetcherBuilder, FetcherConfig,
 };
+pub use node::{DisklessNode, DisklessNodeBuilder, NodeConfig, NodeLifecycleConfig};
 pub use offsets::{
     EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP, ListOffsetsPartition, ListedOffset,
     list_offsets_min_version,
