@@ -177,8 +177,8 @@ impl std::fmt::Debug for Capabilities {
     }
 }
 
-/// Defines [`CoordinatorOp`], [`CoordinatorLayer`], [`Layered`]'s [`BatchCoordinator`] impl and
-/// the blanket impls for `Arc` and `Box`, from the table of operations (`ops.rs`).
+/// Defines [`CoordinatorOp`], [`CoordinatorLayer`] and [`Layered`]'s [`BatchCoordinator`] impl
+/// from the table of operations (`ops.rs`).
 macro_rules! define_layering {
     (
         {}
@@ -304,28 +304,36 @@ macro_rules! define_layering {
                 }
             )*)*
         }
+    };
+}
 
-        /// `Arc<T>` of a coordinator is a coordinator.
-        #[async_trait]
-        impl<T: BatchCoordinator + ?Sized> BatchCoordinator for Arc<T> {
-            fn capabilities(&self) -> Capabilities {
-                (**self).capabilities()
-            }
+crate::ops::coordinator_ops!(define_layering {});
+
+/// `impl BatchCoordinator for $pointer<T>` (`Arc`, `Box`) from the table of operations: a
+/// pointer to a coordinator is a coordinator.
+macro_rules! define_pointer_impl {
+    (
+        { $pointer:ident }
+        required $rcap:ident {
             $(
-                async fn $rname(&self, $($rarg: $rty),*) -> $rret {
-                    (**self).$rname($($rarg),*).await
-                }
+                $(#[$rmeta:meta])*
+                [$ROp:ident $rkind:ident $rbackend:ident]
+                fn $rname:ident($($rarg:ident: $rty:ty),*) -> $rret:ty;
             )*
-            $($(
-                async fn $name(&self, $($arg: $ty),*) -> $ret {
-                    (**self).$name($($arg),*).await
-                }
-            )*)*
         }
-
-        /// `Box<T>` of a coordinator is a coordinator.
+        $(
+            optional $cap:ident {
+                $(
+                    $(#[$meta:meta])*
+                    [$Op:ident $kind:ident $backend:ident]
+                    fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;
+                )*
+            }
+        )*
+    ) => {
+        #[doc = concat!("`", stringify!($pointer), "<T>` of a coordinator is a coordinator.")]
         #[async_trait]
-        impl<T: BatchCoordinator + ?Sized> BatchCoordinator for Box<T> {
+        impl<T: BatchCoordinator + ?Sized> BatchCoordinator for $pointer<T> {
             fn capabilities(&self) -> Capabilities {
                 (**self).capabilities()
             }
@@ -343,7 +351,8 @@ macro_rules! define_layering {
     };
 }
 
-crate::ops::coordinator_ops!(define_layering {});
+crate::ops::coordinator_ops!(define_pointer_impl { Arc });
+crate::ops::coordinator_ops!(define_pointer_impl { Box });
 
 impl std::fmt::Display for CoordinatorOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
