@@ -8,14 +8,18 @@
 //! - [`BoxError`] — the boxed error source the crates' error enums carry;
 //! - [`metrics`] — the names, units and labels of every metric the crates emit through the
 //!   [`metrics`](https://docs.rs/metrics) facade;
-//! - [`with_setters!`] — the `with_<field>` setters of every settings struct, from one list.
+//! - [`with_setters!`] — the `with_<field>` setters of every settings struct, from one list;
+//! - [`SegmentLayout`] and [`Section`] — the layout of a tiered segment object, which storage reads
+//!   sections by and the coordinator stores with each segment.
 
 mod clock;
 pub mod metrics;
 mod seed;
+mod segment_layout;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use seed::entropy_seed;
+pub use segment_layout::{Section, SegmentLayout};
 
 /// A boxed error source, as carried by `StorageError`, `CoordinatorError` and `CacheError`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

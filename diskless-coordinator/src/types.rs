@@ -739,44 +739,15 @@ impl ProducerState {
 }
 
 /// The length of a tiered segment object's trailer, after its sections
-/// (`diskless_core::tiered::format::TRAILER_LEN`).
-pub const SEGMENT_TRAILER_LEN: u64 = 80;
+/// ([`SegmentLayoutSizes::TRAILER_LEN`]).
+pub const SEGMENT_TRAILER_LEN: u64 = SegmentLayoutSizes::TRAILER_LEN;
 
 /// The sizes of a tiered segment object's sections (the `.log` at byte 0, then `.index`,
 /// `.timeindex`, `.txnindex`, the producer snapshot and the leader-epoch checkpoint, then the
 /// [`SEGMENT_TRAILER_LEN`]-byte trailer), as the coordinator stores them so that reads never need
-/// the trailer. The same fields as `diskless_core::tiered::format::SegmentLayout`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct SegmentLayoutSizes {
-    /// `.log` bytes (at most `i32::MAX`): the segment's batches, back to back.
-    pub log: u64,
-    /// `.index` bytes.
-    pub offset_index: u32,
-    /// `.timeindex` bytes.
-    pub time_index: u32,
-    /// `.txnindex` bytes (0: no aborted transaction).
-    pub txn_index: u32,
-    /// Producer-state snapshot bytes.
-    pub producer_snapshot: u32,
-    /// `leader-epoch-checkpoint` bytes.
-    pub leader_epochs: u32,
-}
-
-impl SegmentLayoutSizes {
-    /// The size of the object these sections make, trailer included (saturating).
-    pub fn object_size(&self) -> u64 {
-        [
-            u64::from(self.offset_index),
-            u64::from(self.time_index),
-            u64::from(self.txn_index),
-            u64::from(self.producer_snapshot),
-            u64::from(self.leader_epochs),
-            SEGMENT_TRAILER_LEN,
-        ]
-        .iter()
-        .fold(self.log, |a, s| a.saturating_add(*s))
-    }
-}
+/// the trailer: `diskless_common::SegmentLayout`, the one description of a segment's layout
+/// (storage reads sections by the same type), under the name this crate exports it by.
+pub use diskless_common::SegmentLayout as SegmentLayoutSizes;
 
 /// A registered tiered segment of one partition (KIP-405's `COPY_SEGMENT_FINISHED`): a Kafka log
 /// segment in one immutable object holding the partition's batches `base_offset..=end_offset`.

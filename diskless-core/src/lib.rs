@@ -42,8 +42,10 @@
 pub mod batch;
 pub mod builder;
 pub mod compression;
+mod config_error;
 pub mod control;
 pub mod fetcher;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;
@@ -62,6 +64,7 @@ pub use batch::{
 };
 pub use builder::{NewRecord, RecordBatchBuilder};
 pub use compression::CompressionError;
+pub use config_error::ConfigError;
 pub use fetcher::{
     DEFAULT_CACHE_BLOCK_SIZE, FetchError, FetchPartition, FetchedPartition, Fetcher,
     FetcherBuilder, FetcherConfig,
@@ -84,8 +87,8 @@ pub use validate::{
     default_decompression_limit, validate_batch, validate_produce_records, verify_stored_batch,
 };
 pub use writer::{
-    Backpressure, ConfigError, PartitionResponse, PendingProduce, ProducePartition,
-    ProduceRecordError, SealPolicy, WalWriter, WalWriterBuilder, WalWriterConfig, WriterStats,
+    Backpressure, PartitionResponse, PendingProduce, ProducePartition, ProduceRecordError,
+    SealPolicy, WalWriter, WalWriterBuilder, WalWriterConfig, WriterStats,
 };
 
 /// The README's embedding snippet, compiled with the crate's doc tests so that it stays true.

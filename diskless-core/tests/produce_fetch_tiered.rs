@@ -1,6 +1,7 @@
-//! Fetch across tiers (issue #15 step 8): batches produced through `WalWriter`, consolidated into
-//! tiered segments by a small test-only helper (segment plan → stored WAL bytes →
-//! `TieredSegmentBuilder` → one object → `register_segment`), then fetched through `Fetcher`.
+//! Fetch across tiers (docs/tiered-consolidation.md §2.7, §3.5): batches produced through
+//! `WalWriter`, consolidated into tiered segments by a small test-only helper (segment plan →
+//! stored WAL bytes → `TieredSegmentBuilder` → one object → `register_segment`), then fetched
+//! through `Fetcher`.
 //!
 //! The reference is the WAL tier itself: a fetch must answer byte for byte the same before and
 //! after consolidation (same leader epoch), from every offset and under many KIP-74 limits, or the

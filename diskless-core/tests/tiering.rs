@@ -1,5 +1,5 @@
-//! The tiering worker (issue #15 step 9) against the model and SQLite coordinators, with a crash at
-//! every step of a pass (docs/tiered-consolidation.md §3.4).
+//! The tiering worker (docs/tiered-consolidation.md §2.8) against the model and SQLite
+//! coordinators, with a crash at every step of a pass (§3.4).
 //!
 //! Records are produced through a `WalWriter` (one WAL object per append, holding every
 //! partition's batch); the test keeps every acknowledged batch. After any mix of tiering,

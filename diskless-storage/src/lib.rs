@@ -46,13 +46,14 @@ mod uploads;
 /// The clock object keys take their time from (re-exported from `diskless-common`, so that
 /// [`ObjectKey::generate`] needs no other crate).
 pub use diskless_common::{Clock, ManualClock, SystemClock};
+/// The layout of a tiered segment object (re-exported from `diskless-common`, where the
+/// coordinator's rows take it from too).
+pub use diskless_common::{Section, SegmentLayout};
 pub use error::{BoxError, StorageError};
 pub use key::{KeySource, MAX_KEY_LEN, ObjectKey, RandomKeys, SeededKeys, validate_prefix};
 pub use metered::MeteredStorage;
 pub use ranges::{RangeReadConfig, ReadPlan, fetch_ranges, plan_ranged_reads};
-pub use remote::{
-    ObjectRemoteStorage, RemoteStorage, Section, SegmentData, SegmentLayout, SegmentTail,
-};
+pub use remote::{ObjectRemoteStorage, RemoteStorage, SegmentData, SegmentTail};
 pub use retry::RetryConfig;
 pub use stats::{CountingStorage, RequestCounters, RequestStats};
 pub use store::{ObjectStoreStorage, StorageOptions};

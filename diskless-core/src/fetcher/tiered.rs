@@ -15,7 +15,8 @@
 //!    `partitionLeaderEpoch` overwritten by the host's epoch — outside the CRC, so no CRC work: a
 //!    batch is byte-identical to what the WAL tier serves for the same offsets;
 //! 4. at the end of a segment the next one is read from position 0 (no index), and after the last
-//!    segment the WAL batches follow (today's path) while the limits allow.
+//!    segment the WAL batches follow (read as for a partition without tiered segments) while the
+//!    limits allow.
 //!
 //! A segment that does not frame, whose index points at the wrong batch or whose batches leave its
 //! range fails the partition with `KAFKA_STORAGE_ERROR` after the batches already taken, as a WAL
@@ -39,7 +40,7 @@ use crate::batch::{
 };
 use crate::tiered::format::{
     AbortedTxnEntry, OffsetIndex, ProducerSnapshotEntry, Section, SegmentLayout, TimeIndex,
-    collect_aborted_txns, layout_of_row, parse_producer_snapshot, parse_txn_index,
+    collect_aborted_txns, parse_producer_snapshot, parse_txn_index,
 };
 
 /// Segments listed per coordinator call when the aborted-transaction search goes past the
@@ -102,7 +103,7 @@ pub(crate) struct SegmentReader<'a> {
 impl<'a> SegmentReader<'a> {
     /// A reader of `segment`, or why its coordinator row cannot describe a segment object.
     pub(crate) fn new(fetcher: &'a Fetcher, segment: &'a TieredSegment) -> Result<Self, String> {
-        let layout = layout_of_row(&segment.layout);
+        let layout = segment.layout;
         if layout.log == 0
             || layout.log > SegmentLayout::MAX_LOG_LEN
             || layout.object_size() > segment.object_size

@@ -10,7 +10,7 @@ use super::{LifecycleError, Worker, millis, record_pass};
 use crate::ConfigError;
 use crate::control::{MarkerBatch, end_txn_marker};
 use crate::fetcher::Fetcher;
-use crate::tiered::format::{layout_of_row, parse_producer_snapshot, row_sizes};
+use crate::tiered::format::parse_producer_snapshot;
 use crate::tiered::{
     AbortedTxnEntry, BuiltSegment, FinishInputs, ProducerSnapshotEntry, PushOutcome,
     TIERED_LEADER_EPOCH, TieredBuildError, TieredSegmentBuilder, TieredSegmentConfig,
@@ -580,7 +580,7 @@ impl TieringWorker {
             object_key: key.to_string(),
             object_size: layout.object_size(),
             uploader_broker_id: self.broker_id,
-            layout: row_sizes(&layout),
+            layout,
             base_offset: built.base_offset,
             end_offset: built.end_offset,
             batch_count: built.batch_count,
@@ -689,7 +689,7 @@ impl TieringWorker {
         let Some(previous) = previous else {
             return Ok(Vec::new());
         };
-        let layout = layout_of_row(&previous.layout);
+        let layout = previous.layout;
         if layout.producer_snapshot == 0 {
             return Ok(Vec::new());
         }

@@ -25,7 +25,7 @@
 //! Every parser here reads stored, untrusted bytes: it returns a [`FormatError`], never panics.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use diskless_coordinator::{SegmentLayoutSizes, TopicIdPartition};
+use diskless_coordinator::TopicIdPartition;
 use uuid::Uuid;
 
 use crate::batch::{
@@ -134,9 +134,10 @@ pub enum FormatError {
     },
 }
 
-/// The sections of a segment object and their sizes are storage's (`RemoteStorage` stores and
-/// reads them): one definition for the writer, the reader and the store.
-pub use diskless_storage::{Section, SegmentLayout};
+/// The sections of a segment object and their sizes: `diskless-common`'s, the one definition for
+/// the builder, the reader, the store (`diskless_storage::RemoteStorage`) and the coordinator's
+/// rows (`diskless_coordinator::TieredSegment::layout`).
+pub use diskless_common::{Section, SegmentLayout};
 
 /// The trailer: what the object holds, so that a stray object describes itself.
 ///
@@ -1188,31 +1189,6 @@ fn be_i64(b: &[u8], at: usize) -> i64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     i64::from_be_bytes(a)
-}
-
-/// The layout a coordinator row records (`TieredSegment::layout`): the same six sizes. The
-/// coordinator and storage crates know nothing of each other, so the conversion lives here.
-pub(crate) fn layout_of_row(sizes: &SegmentLayoutSizes) -> SegmentLayout {
-    SegmentLayout {
-        log: sizes.log,
-        offset_index: sizes.offset_index,
-        time_index: sizes.time_index,
-        txn_index: sizes.txn_index,
-        producer_snapshot: sizes.producer_snapshot,
-        leader_epochs: sizes.leader_epochs,
-    }
-}
-
-/// The sizes a coordinator row records for `layout` (the inverse of [`layout_of_row`]).
-pub(crate) fn row_sizes(layout: &SegmentLayout) -> SegmentLayoutSizes {
-    SegmentLayoutSizes {
-        log: layout.log,
-        offset_index: layout.offset_index,
-        time_index: layout.time_index,
-        txn_index: layout.txn_index,
-        producer_snapshot: layout.producer_snapshot,
-        leader_epochs: layout.leader_epochs,
-    }
 }
 
 #[cfg(test)]

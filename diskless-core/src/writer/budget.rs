@@ -3,12 +3,9 @@
 
 use std::sync::Arc;
 
-use diskless_coordinator::ErrorCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
-use super::commit::{Slot, fill_errors};
-use super::{Backpressure, PendingProduce};
-use tokio::time::Instant;
+use super::config::Backpressure;
 
 /// A bound on bytes: a semaphore of `bound` permits, one per byte, whose use a gauge mirrors.
 pub(super) struct Budget {
@@ -99,23 +96,5 @@ impl GaugeGuard {
 impl Drop for GaugeGuard {
     fn drop(&mut self) {
         metrics::gauge!(self.name).decrement(self.amount);
-    }
-}
-
-/// Answers a request refused by a memory bound.
-pub(super) fn refuse(slots: Vec<Slot>, refused: Acquired, started: Instant) -> PendingProduce {
-    match refused {
-        Acquired::Closed => fill_errors(
-            slots,
-            ErrorCode::KafkaStorageError,
-            "the writer is closed",
-            started,
-        ),
-        _ => fill_errors(
-            slots,
-            ErrorCode::KafkaStorageError,
-            "the broker's produce buffer is full; retry later",
-            started,
-        ),
     }
 }

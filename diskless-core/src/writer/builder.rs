@@ -2,12 +2,32 @@
 
 use std::sync::Arc;
 
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+
 use diskless_cache::LocalCache;
+use diskless_common::metrics as m;
 use diskless_common::{Clock, SystemClock, entropy_seed};
 use diskless_coordinator::BatchCoordinator;
 use diskless_storage::{KeySource, ObjectStorage, SeededKeys};
+use parking_lot::Mutex;
+use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
-use super::{ConfigError, WalWriter, WalWriterConfig};
+use super::WalWriter;
+use super::budget::Budget;
+use super::config::WalWriterConfig;
+use super::state::{Buffer, Counters, Shared};
+use super::{commit, seal};
+use crate::ConfigError;
+
+impl WalWriter {
+    /// A builder of a writer over `storage` and `coordinator`; see [`WalWriterBuilder`].
+    pub fn builder(
+        storage: Arc<dyn ObjectStorage>,
+        coordinator: Arc<dyn BatchCoordinator>,
+    ) -> WalWriterBuilder {
+        WalWriterBuilder::new(storage, coordinator)
+    }
+}
 
 /// Builds a [`WalWriter`]: [`WalWriter::builder`] takes the object storage and the coordinator;
 /// everything else has a default.
@@ -72,14 +92,14 @@ enum Keys {
     Source(Arc<dyn KeySource>),
 }
 
-/// What `WalWriter::start` receives from a validated builder.
-pub(super) struct Parts {
-    pub(super) config: WalWriterConfig,
-    pub(super) storage: Arc<dyn ObjectStorage>,
-    pub(super) coordinator: Arc<dyn BatchCoordinator>,
-    pub(super) cache: Option<Arc<dyn LocalCache>>,
-    pub(super) clock: Arc<dyn Clock>,
-    pub(super) keys: Arc<dyn KeySource>,
+/// What [`start`] receives from a validated builder.
+struct Parts {
+    config: WalWriterConfig,
+    storage: Arc<dyn ObjectStorage>,
+    coordinator: Arc<dyn BatchCoordinator>,
+    cache: Option<Arc<dyn LocalCache>>,
+    clock: Arc<dyn Clock>,
+    keys: Arc<dyn KeySource>,
 }
 
 impl std::fmt::Debug for WalWriterBuilder {
@@ -94,10 +114,7 @@ impl std::fmt::Debug for WalWriterBuilder {
 }
 
 impl WalWriterBuilder {
-    pub(super) fn new(
-        storage: Arc<dyn ObjectStorage>,
-        coordinator: Arc<dyn BatchCoordinator>,
-    ) -> Self {
+    fn new(storage: Arc<dyn ObjectStorage>, coordinator: Arc<dyn BatchCoordinator>) -> Self {
         WalWriterBuilder {
             storage,
             coordinator,
@@ -151,7 +168,7 @@ impl WalWriterBuilder {
             Keys::Seed(seed) => Arc::new(SeededKeys::new(seed)),
             Keys::Source(keys) => keys,
         };
-        WalWriter::start(Parts {
+        start(Parts {
             config: self.config,
             storage: self.storage,
             coordinator: self.coordinator,
@@ -160,4 +177,61 @@ impl WalWriterBuilder {
             keys,
         })
     }
+}
+
+/// Starts the writer's tasks (called by [`WalWriterBuilder::build`], after validation).
+fn start(parts: Parts) -> Result<WalWriter, ConfigError> {
+    let Parts {
+        config,
+        storage,
+        coordinator,
+        cache,
+        clock,
+        keys,
+    } = parts;
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
+    let bound = |field: &'static str, bytes: usize| {
+        u32::try_from(bytes)
+            .map_err(|_| ConfigError::invalid(field, "must be at most u32::MAX (4 GiB - 1)"))
+    };
+    let budget = Budget::new(
+        bound("max_pending_bytes", config.max_pending_bytes)?,
+        m::WRITER_PENDING_BYTES,
+    );
+    let uncommitted = Budget::new(
+        bound("max_uncommitted_bytes", config.max_uncommitted_bytes)?,
+        m::WRITER_UNCOMMITTED_BYTES,
+    );
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (answered_tx, answered) = watch::channel(0u64);
+    let shared = Arc::new(Shared {
+        runtime: runtime.clone(),
+        validations: Semaphore::new(config.max_concurrent_validations),
+        finished: watch::Sender::new(false),
+        sealed: AtomicU64::new(0),
+        answered,
+        budget,
+        uncommitted,
+        uploads: Arc::new(Semaphore::new(config.max_concurrent_uploads)),
+        uploading: AtomicUsize::new(0),
+        config,
+        storage,
+        coordinator,
+        cache,
+        clock,
+        keys,
+        buffer: Mutex::new(Buffer::default()),
+        pipeline: Mutex::new(Some(tx)),
+        timer: Notify::new(),
+        closed: AtomicBool::new(false),
+        counters: Counters::default(),
+        deletes: Mutex::new(Vec::new()),
+    });
+    let timer = runtime.spawn(seal::run_timer(shared.clone()));
+    let committer = runtime.spawn(commit::run_committer(shared.clone(), rx, answered_tx));
+    Ok(WalWriter {
+        shared,
+        tasks: Mutex::new(vec![timer, committer]),
+        closing: tokio::sync::Mutex::new(()),
+    })
 }

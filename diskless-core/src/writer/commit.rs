@@ -4,97 +4,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use diskless_common::metrics as m;
-use diskless_coordinator::{CoordinatorError, ErrorCode, TopicIdPartition};
+use diskless_coordinator::{CoordinatorError, ErrorCode};
 use diskless_storage::{ObjectKey, StorageError};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{Instrument, info_span, warn};
 
-use super::budget::Held;
-use super::seal::Sealed;
-use super::{PartitionResponse, PendingProduce, PendingState, Shared};
-
-/// The answer slot of one partition of a buffered request.
-pub(super) enum Slot {
-    /// Waiting for the coordinator.
-    Pending(TopicIdPartition),
-    /// Answered (validation failure, or the commit result of its first batch).
-    Done(PartitionResponse),
-}
-
-/// A request waiting in the buffer for its segment's commit.
-pub(super) struct Waiter {
-    pub(super) tx: oneshot::Sender<Vec<PartitionResponse>>,
-    pub(super) slots: Vec<Slot>,
-    /// When `append` was called (for `PRODUCE_SECONDS`).
-    pub(super) started: Instant,
-    /// The request's share of the pending-bytes budget. At seal it moves to the upload task and is
-    /// released once the segment's bytes are uploaded (or failed): a segment waiting for its turn to
-    /// commit holds only metadata, so one slow upload does not hold the budget of later ones.
-    pub(super) permit: Option<Held>,
-    /// The request's share of the uncommitted-bytes bound, released when it is answered.
-    pub(super) _uncommitted: Held,
-}
-
-/// Records one request's [`m::PRODUCE_SECONDS`]: `ok` when every partition succeeded.
-pub(super) fn record_produce(started: Instant, answers: &[PartitionResponse]) {
-    let outcome = if answers.iter().all(|r| r.error.is_ok()) {
-        m::OK
-    } else {
-        m::ERROR
-    };
-    metrics::histogram!(m::PRODUCE_SECONDS, m::OUTCOME => outcome)
-        .record(started.elapsed().as_secs_f64());
-}
-
-/// A request answered at once, without entering the buffer.
-pub(super) fn ready(answers: Vec<PartitionResponse>, started: Instant) -> PendingProduce {
-    record_produce(started, &answers);
-    PendingProduce {
-        state: PendingState::Ready(Some(answers)),
-    }
-}
-
-/// Answers a request that never entered the buffer: pending slots get `error`.
-pub(super) fn fill_errors(
-    slots: Vec<Slot>,
-    error: ErrorCode,
-    message: &str,
-    started: Instant,
-) -> PendingProduce {
-    ready(finish_slots(slots, error, message), started)
-}
-
-/// Turns slots into answers; slots still pending get `error`.
-pub(super) fn finish_slots(
-    slots: Vec<Slot>,
-    error: ErrorCode,
-    message: &str,
-) -> Vec<PartitionResponse> {
-    slots
-        .into_iter()
-        .map(|slot| match slot {
-            Slot::Done(r) => r,
-            Slot::Pending(p) => PartitionResponse::error(p, error, message),
-        })
-        .collect()
-}
-
-/// Answers every request of a segment that never reached the committer.
-pub(super) fn fail_sealed(sealed: Sealed, error: ErrorCode, message: &str) {
-    sealed.upload.abort();
-    for w in sealed.waiters {
-        complete_all(w, error, message);
-    }
-}
-
-/// Answers a request; its still-pending slots get `error`.
-pub(super) fn complete_all(waiter: Waiter, error: ErrorCode, message: &str) {
-    let answers = finish_slots(waiter.slots, error, message);
-    record_produce(waiter.started, &answers);
-    // The requester may have gone away (its `PendingProduce` dropped); nothing to do then.
-    let _ = waiter.tx.send(answers);
-}
+use super::answer::{PartitionResponse, Slot, complete_all};
+use super::state::{Sealed, Shared};
 
 /// Takes closed segments in order: waits for each upload, commits, answers. `done` counts the
 /// segments answered (what `WalWriter::flush` waits for); it is dropped when the task ends, which

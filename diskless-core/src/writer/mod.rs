@@ -42,11 +42,11 @@
 //! # Building, flushing, closing
 //!
 //! [`WalWriter::builder`] takes the two required parts (object storage and coordinator); a cache,
-//! a [`Clock`], a [`KeySource`] (or a seed) and a [`WalWriterConfig`] are optional, and
-//! [`WalWriterBuilder::build`] rejects an invalid configuration with a [`ConfigError`].
-//! [`WalWriter::flush`] seals the buffer and waits until every request appended before it is
-//! answered; [`WalWriter::seal_now`] only seals. [`WalWriter::close`] answers everything, stops the
-//! writer and waits for its background deletes.
+//! a [`Clock`](diskless_common::Clock), a [`KeySource`](diskless_storage::KeySource) (or a seed)
+//! and a [`WalWriterConfig`] are optional, and [`WalWriterBuilder::build`] rejects an invalid
+//! configuration with a [`ConfigError`]. [`WalWriter::flush`] seals the buffer and waits until
+//! every request appended before it is answered; [`WalWriter::seal_now`] only seals.
+//! [`WalWriter::close`] answers everything, stops the writer and waits for its background deletes.
 //!
 //! # Metrics and tracing
 //!
@@ -61,38 +61,40 @@
 //! `tracing` spans: `produce` (debug, one `append`), and per segment `seal` (info, a root span,
 //! with the key, bytes and batches), its child `upload`, and `commit` (info).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use diskless_cache::LocalCache;
 use diskless_common::metrics as m;
-use diskless_coordinator::{
-    BatchCoordinator, Clock, CommitBatch, ErrorCode, NO_TIMESTAMP, TopicConfig, TopicIdPartition,
-};
-use diskless_storage::{KeySource, ObjectStorage};
+use diskless_coordinator::{CommitBatch, ErrorCode, TopicConfig, TopicIdPartition};
 use parking_lot::Mutex;
-use tokio::sync::{Notify, Semaphore, mpsc, oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{Instrument, debug_span, warn};
 
+// The parts, lowest first; each uses only parts below it, so their imports form no circle:
+// `config`; `budget` (config); `answer` (budget); `state` (answer, budget, config); `seal` and
+// `commit` (state and what it uses; not each other); this module (the requests' API: all of
+// them); `builder` (all, and this module's `WalWriter`, which it assembles and starts).
+mod answer;
 mod budget;
 mod builder;
 mod commit;
 mod config;
 mod seal;
+mod state;
 
+pub use crate::ConfigError;
+pub use answer::{PartitionResponse, PendingProduce, ProduceRecordError};
 pub use builder::WalWriterBuilder;
-pub use config::{Backpressure, ConfigError, SealPolicy, WalWriterConfig};
+pub use config::{Backpressure, SealPolicy, WalWriterConfig};
 
 use crate::validate::Validator;
-use budget::{Acquired, Budget, refuse};
-use commit::{Slot, Waiter, fill_errors, ready};
-use seal::{Buffer, Entry, Sealed, Target, adaptive_ready, seal_locked};
+use answer::{Slot, Waiter, fill_errors, ready, refuse};
+use budget::Acquired;
+use seal::{adaptive_ready, seal_locked};
+use state::{Entry, Shared, Target};
 
 /// One partition of a Produce request.
 #[derive(Clone, Debug)]
@@ -129,73 +131,6 @@ impl ProducePartition {
     }
 }
 
-/// A record that failed validation (Kafka's `BatchIndexAndErrorMessage`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ProduceRecordError {
-    /// The index of the failing record within its batch.
-    pub batch_index: i32,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-impl ProduceRecordError {
-    /// The error of the record at `batch_index`.
-    pub fn new(batch_index: i32, message: impl Into<String>) -> Self {
-        ProduceRecordError {
-            batch_index,
-            message: message.into(),
-        }
-    }
-}
-
-/// The answer for one partition of a Produce request (Kafka's `PartitionProduceResponse`).
-/// Built by the writer; [`PartitionResponse::error`] builds an error answer (e.g. for a host's
-/// own refusals, or in tests).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PartitionResponse {
-    /// The partition.
-    pub partition: TopicIdPartition,
-    /// [`ErrorCode::None`] on success.
-    pub error: ErrorCode,
-    /// A human-readable reason on error.
-    pub error_message: Option<String>,
-    /// The offset given to the partition's first record; `-1` on error.
-    pub base_offset: i64,
-    /// The commit time for LogAppendTime topics, else `-1`.
-    pub log_append_time: i64,
-    /// The partition's log start offset; `-1` when unknown.
-    pub log_start_offset: i64,
-    /// Per-record validation errors (Kafka's `record_errors`).
-    pub record_errors: Vec<ProduceRecordError>,
-}
-
-impl PartitionResponse {
-    /// An error answer: `error` with `message`, offsets and times `-1`, no record errors.
-    pub fn error(
-        partition: TopicIdPartition,
-        error: ErrorCode,
-        message: impl Into<String>,
-    ) -> Self {
-        PartitionResponse {
-            partition,
-            error,
-            error_message: Some(message.into()),
-            base_offset: -1,
-            log_append_time: NO_TIMESTAMP,
-            log_start_offset: -1,
-            record_errors: Vec::new(),
-        }
-    }
-
-    /// Adds a per-record validation error.
-    pub fn with_record_error(mut self, record_error: ProduceRecordError) -> Self {
-        self.record_errors.push(record_error);
-        self
-    }
-}
-
 /// Counters of a writer ([`WalWriter::stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -225,120 +160,9 @@ pub struct WriterStats {
     pub uncommitted_bytes: u64,
 }
 
-#[derive(Default)]
-struct Counters {
-    segments_closed: AtomicU64,
-    segments_uploaded: AtomicU64,
-    upload_failures: AtomicU64,
-    hedged_uploads: AtomicU64,
-    segments_committed: AtomicU64,
-    commit_failures: AtomicU64,
-    commit_timeouts: AtomicU64,
-    bytes_uploaded: AtomicU64,
-    batches_committed: AtomicU64,
-}
-
-/// The future of one request's answers, returned by [`WalWriter::append`]. It resolves, to one
-/// answer per partition in request order, once the request's segment is committed (or failed).
-///
-/// # Cancel safety
-///
-/// Dropping a `PendingProduce` does not withdraw the request: by the time `append` returned it, the
-/// request was in the writer's buffer, and it is sealed, uploaded and committed as if it were
-/// still awaited (its batches get offsets and consumers see them). Only the answer is lost — the
-/// assigned offsets, or the error. A host that drops it (a client disconnect, say) must assume the
-/// request may be committed; a producer that retries it is deduplicated only if it is idempotent.
-/// Polling it again after it resolved gives an empty `Vec`.
-#[must_use = "the answers arrive through this future; dropping it does not cancel the request"]
-pub struct PendingProduce {
-    state: PendingState,
-}
-
-impl std::fmt::Debug for PendingProduce {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match &self.state {
-            PendingState::Ready(_) => "ready",
-            PendingState::Waiting { .. } => "waiting",
-        };
-        f.debug_struct("PendingProduce")
-            .field("state", &state)
-            .finish()
-    }
-}
-
-enum PendingState {
-    Ready(Option<Vec<PartitionResponse>>),
-    Waiting {
-        rx: oneshot::Receiver<Vec<PartitionResponse>>,
-        partitions: Vec<TopicIdPartition>,
-    },
-}
-
-impl Future for PendingProduce {
-    type Output = Vec<PartitionResponse>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.state {
-            PendingState::Ready(v) => Poll::Ready(v.take().unwrap_or_default()),
-            PendingState::Waiting { rx, partitions } => match Pin::new(rx).poll(cx) {
-                Poll::Ready(Ok(v)) => Poll::Ready(v),
-                // The writer went away without answering: every partition gets a storage error.
-                Poll::Ready(Err(_)) => Poll::Ready(
-                    partitions
-                        .iter()
-                        .map(|p| {
-                            PartitionResponse::error(
-                                *p,
-                                ErrorCode::KafkaStorageError,
-                                "the writer shut down before the request was committed",
-                            )
-                        })
-                        .collect(),
-                ),
-                Poll::Pending => Poll::Pending,
-            },
-        }
-    }
-}
-
 /// A partition of a request that passed validation: its answer slot, its batch (the one batch
 /// `validate_produce_records` allows) and what the commit needs of it.
 type ValidPartition = (usize, Bytes, CommitBatch);
-
-struct Shared {
-    config: WalWriterConfig,
-    /// The runtime the writer's tasks run on (so that `seal_now` and `Drop` work from any thread).
-    runtime: tokio::runtime::Handle,
-    validations: Semaphore,
-    /// Becomes true when the committer has answered everything and stopped.
-    finished: watch::Sender<bool>,
-    /// Segments handed to the committer so far (counted under the buffer lock).
-    sealed: AtomicU64,
-    /// Segments the committer has answered so far; closed when the committer ends.
-    answered: watch::Receiver<u64>,
-    storage: Arc<dyn ObjectStorage>,
-    coordinator: Arc<dyn BatchCoordinator>,
-    cache: Option<Arc<dyn LocalCache>>,
-    clock: Arc<dyn Clock>,
-    /// Object keys: a UUID v7 at the clock's time (so fences and the coordinator see one time).
-    keys: Arc<dyn KeySource>,
-    buffer: Mutex<Buffer>,
-    /// `None` once the writer is closed.
-    pipeline: Mutex<Option<mpsc::UnboundedSender<Sealed>>>,
-    /// Bytes buffered or uploading (see `WalWriterConfig::max_pending_bytes`).
-    budget: Budget,
-    /// Bytes of requests not yet answered (see `WalWriterConfig::max_uncommitted_bytes`).
-    uncommitted: Budget,
-    uploads: Arc<Semaphore>,
-    /// Segments sealed whose upload has not ended (uploading or waiting for a slot).
-    uploading: AtomicUsize,
-    /// Wakes the timer when a buffer gets its first batch, when an upload ends, or on close.
-    timer: Notify,
-    closed: AtomicBool,
-    counters: Counters,
-    /// Background deletes of objects the writer will not commit; `close` waits for them.
-    deletes: Mutex<Vec<JoinHandle<()>>>,
-}
 
 /// The produce path: buffers batches of many partitions into WAL segments, uploads them, commits
 /// their coordinates and answers the requests. See the [module documentation](self).
@@ -390,71 +214,6 @@ impl std::fmt::Debug for WalWriter {
 }
 
 impl WalWriter {
-    /// A builder of a writer over `storage` and `coordinator`; see [`WalWriterBuilder`].
-    pub fn builder(
-        storage: Arc<dyn ObjectStorage>,
-        coordinator: Arc<dyn BatchCoordinator>,
-    ) -> WalWriterBuilder {
-        WalWriterBuilder::new(storage, coordinator)
-    }
-
-    /// Starts the writer's tasks (called by [`WalWriterBuilder::build`], after validation).
-    fn start(parts: builder::Parts) -> Result<WalWriter, ConfigError> {
-        let builder::Parts {
-            config,
-            storage,
-            coordinator,
-            cache,
-            clock,
-            keys,
-        } = parts;
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
-        let bound = |field: &'static str, bytes: usize| {
-            u32::try_from(bytes)
-                .map_err(|_| ConfigError::invalid(field, "must be at most u32::MAX (4 GiB - 1)"))
-        };
-        let budget = Budget::new(
-            bound("max_pending_bytes", config.max_pending_bytes)?,
-            m::WRITER_PENDING_BYTES,
-        );
-        let uncommitted = Budget::new(
-            bound("max_uncommitted_bytes", config.max_uncommitted_bytes)?,
-            m::WRITER_UNCOMMITTED_BYTES,
-        );
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (answered_tx, answered) = watch::channel(0u64);
-        let shared = Arc::new(Shared {
-            runtime: runtime.clone(),
-            validations: Semaphore::new(config.max_concurrent_validations),
-            finished: watch::Sender::new(false),
-            sealed: AtomicU64::new(0),
-            answered,
-            budget,
-            uncommitted,
-            uploads: Arc::new(Semaphore::new(config.max_concurrent_uploads)),
-            uploading: AtomicUsize::new(0),
-            config,
-            storage,
-            coordinator,
-            cache,
-            clock,
-            keys,
-            buffer: Mutex::new(Buffer::default()),
-            pipeline: Mutex::new(Some(tx)),
-            timer: Notify::new(),
-            closed: AtomicBool::new(false),
-            counters: Counters::default(),
-            deletes: Mutex::new(Vec::new()),
-        });
-        let timer = runtime.spawn(seal::run_timer(shared.clone()));
-        let committer = runtime.spawn(commit::run_committer(shared.clone(), rx, answered_tx));
-        Ok(WalWriter {
-            shared,
-            tasks: Mutex::new(vec![timer, committer]),
-            closing: tokio::sync::Mutex::new(()),
-        })
-    }
-
     /// Validates and buffers one Produce request's partitions. Returns once the request is buffered
     /// (after waiting for memory, see [`Backpressure`]); the returned future resolves to one answer per
     /// partition, in request order, once the request's segment is committed.
@@ -588,12 +347,7 @@ impl WalWriter {
             seal_locked(shared, &mut buffer);
         }
         drop(buffer);
-        PendingProduce {
-            state: PendingState::Waiting {
-                rx,
-                partitions: names,
-            },
-        }
+        PendingProduce::waiting(rx, names)
     }
 
     /// [`append`](Self::append) and wait for the answers.

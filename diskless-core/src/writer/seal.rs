@@ -7,62 +7,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use diskless_cache::{BlockKey, LocalCache};
 use diskless_common::metrics as m;
-use diskless_coordinator::{CommitBatch, CommitFileRequest, ErrorCode};
+use diskless_coordinator::{CommitFileRequest, ErrorCode};
 use diskless_storage::{ObjectKey, ObjectStorage, StorageError};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, field, info_span};
 
+use super::answer::complete_all;
 use super::budget::{GaugeGuard, Held};
-use super::commit::{Waiter, complete_all, fail_sealed};
-use super::{SealPolicy, Shared};
-use crate::segment::PartitionGroups;
-
-/// A batch waiting in the buffer: what its commit needs (built at `append`, so validation's
-/// output is not kept; the byte offset is filled in at seal), its bytes, and where its answer goes.
-pub(super) struct Entry {
-    pub(super) commit: CommitBatch,
-    pub(super) batch: Bytes,
-    pub(super) target: Target,
-}
-
-/// Where a committed batch's result goes: its request (index into `Buffer::waiters`) and the
-/// partition slot in that request's answer (the slot names the partition).
-#[derive(Clone, Copy)]
-pub(super) struct Target {
-    pub(super) request: usize,
-    pub(super) slot: usize,
-}
-
-#[derive(Default)]
-pub(super) struct Buffer {
-    /// The buffered batches, grouped by partition as the segment will lay them out.
-    pub(super) entries: PartitionGroups<Entry>,
-    pub(super) waiters: Vec<Waiter>,
-    pub(super) bytes: usize,
-    pub(super) opened_at: Option<Instant>,
-    /// The writer clock's time (ms) when the earliest request in the buffer was handed to
-    /// `append`: the segment's key carries it ([`seal_locked`]), so the commit deadline counts
-    /// from when its oldest batch reached the writer, not from the seal (issue #25).
-    pub(super) first_append_ms: Option<i64>,
-    /// When the previous segment was sealed (for `SealPolicy::Adaptive`'s `min_interval`). Kept
-    /// across seals (not reset by `std::mem::take` of the rest of the buffer).
-    pub(super) last_seal: Option<Instant>,
-}
-
-/// A closed segment on its way through upload and commit. Its bytes live only in the upload task.
-pub(super) struct Sealed {
-    pub(super) key: ObjectKey,
-    pub(super) size: u64,
-    /// For each batch in the order of the commit request: where its result goes.
-    pub(super) targets: Vec<Target>,
-    pub(super) commit: CommitFileRequest,
-    pub(super) waiters: Vec<Waiter>,
-    pub(super) upload: JoinHandle<Result<(), StorageError>>,
-    /// Keeps the segment counted in `WRITER_SEGMENTS_IN_FLIGHT` until it is answered.
-    pub(super) gauge: GaugeGuard,
-}
+use super::config::SealPolicy;
+use super::state::{Buffer, Entry, Sealed, Shared, fail_sealed};
 
 /// Closes the buffer into a segment and starts its upload. Called with the buffer locked, so that
 /// segments enter the commit pipeline in the order they were closed.
