@@ -15,7 +15,7 @@ medium load (messages at a fixed rate: 100/s and 5,000/s of 1 KiB) and at satura
 the client goes): PUTs per second and per GiB, and latency, which at a fixed rate has no client queue
 in it.
 
-Usage: cargo build --release -p diskless-examples --bin kafka-broker
+Usage: cargo build --release -p diskless-kafka-broker --features testkit --bin kafka-broker
        cargo build --release -p diskless-bench --bin s3-server          # for --s3
        python3 bench/clients/produce_throughput.py [--messages N] [--latency 100:400] [--s3]
                                                    [--settings NAMES] [--load] [--hedge-ms MS]
@@ -276,7 +276,7 @@ def main():
     parser.add_argument("--idle-s", type=int, default=10)
     parser.add_argument("--load-s", type=int, default=10, help="seconds of low and medium load")
     opts = parser.parse_args()
-    for binary, build in ((BROKER, "-p diskless-examples --bin kafka-broker"),
+    for binary, build in ((BROKER, "-p diskless-kafka-broker --features testkit --bin kafka-broker"),
                           (S3_SERVER, "-p diskless-bench --bin s3-server")):
         if (binary == BROKER or opts.s3) and not os.path.exists(binary):
             sys.exit(f"{binary} is missing: cargo build --release {build}")

@@ -1,0 +1,655 @@
+//! The state shared by every logical broker of the process, and how it is built from the
+//! configuration: object storage, coordinator, cache, one `WalWriter` per broker, the `Fetcher`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use diskless_cache::{
+    DiskCache, DiskCacheConfig, LocalCache, MokaCache, MokaCacheConfig, TwoTierCache,
+};
+use diskless_coordinator::postgres::{PostgresCoordinator, PostgresOptions};
+use diskless_coordinator::sharded::{
+    FileShardMap, MemoryShardMap, ShardMapStore, ShardedConfig, ShardedCoordinator,
+};
+use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions};
+use diskless_coordinator::{
+    BatchCoordinator, Clock, CoordinatorMetrics, MeteredCoordinator, SystemClock,
+};
+use diskless_core::lifecycle::{
+    CleanerConfig, Lifecycle, LifecycleHandle, ObjectCleaner, OrphanCollector, OrphanConfig,
+    ProducerExpirer, ProducerExpiryConfig, RetentionConfig, RetentionEnforcer, TieringConfig,
+    TieringWorker,
+};
+use diskless_core::{ConfigError, Fetcher, WalWriter, WalWriterConfig};
+use diskless_storage::{
+    MeteredStorage, ObjectRemoteStorage, ObjectStorage, ObjectStoreStorage, RandomKeys,
+};
+use tokio::sync::watch;
+use tracing::info;
+
+use crate::cluster::{Cluster, GatewayLeaders, Node};
+use crate::config::Config;
+#[cfg(not(feature = "testkit"))]
+use crate::config::testkit_only;
+use crate::group_coordinator::GroupCoordinator;
+use crate::producer_ids::ProducerIds;
+use crate::store::Store;
+use crate::topics::{TopicDefaults, Topics};
+use crate::txn_coordinator::TxnCoordinator;
+
+/// Everything the request handlers need.
+pub(crate) struct Broker {
+    pub cluster: Cluster,
+    pub coordinator: Arc<dyn BatchCoordinator>,
+    pub clock: Arc<dyn Clock>,
+    /// One writer per logical broker (node id → writer): each broker uploads its own WAL segments.
+    pub writers: HashMap<i32, Arc<WalWriter>>,
+    pub fetcher: Fetcher,
+    pub topics: Topics,
+    pub groups: Arc<GroupCoordinator>,
+    /// The transaction coordinator (transactional ids, their state in `store`).
+    pub txns: Arc<TxnCoordinator>,
+    pub store: Store,
+    /// Producer ids, in blocks from the coordinator.
+    pub producer_ids: ProducerIds,
+    /// Bumped after every successful produce: wakes long-polling fetches.
+    pub commits: watch::Sender<u64>,
+    /// The finalized `transaction.version` feature (1 or 2, `--transaction-version`).
+    pub transaction_version: i16,
+    /// The router when the coordinator is sharded (`--shards N > 1`).
+    pub sharded: Option<Arc<ShardedCoordinator>>,
+    /// The produce-gateway leaders of the current placements (sharded only), rebuilt when they change.
+    gateways: parking_lot::Mutex<Option<Arc<GatewayLeaders>>>,
+    /// Every SQLite coordinator (one per shard), closed at shutdown.
+    sqlite: Vec<Arc<SqliteCoordinator>>,
+    /// Retention, deletion of dead objects, orphans (WAL and tiered prefixes), consolidation.
+    lifecycle: parking_lot::Mutex<Option<LifecycleHandle>>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The sharded router's early commit refusal. Every coordinator enforces the same deadline
+/// (`diskless_coordinator::DEFAULT_MAX_COMMIT_AGE`) and the orphan fences inside its own commit
+/// transaction, so nothing here is needed for safety; the orphan collector's 15-minute candidate age
+/// stays above it.
+const MAX_COMMIT_AGE: Duration = diskless_coordinator::DEFAULT_MAX_COMMIT_AGE;
+
+/// The partition → shard map of a sharded coordinator, in the data directory.
+pub(crate) const SHARD_MAP_FILE: &str = "coordinator-shards.map";
+
+/// The coordinator(s) the configuration asks for.
+struct Coordinators {
+    /// What every component uses: the single coordinator, or the sharded router.
+    coordinator: Arc<dyn BatchCoordinator>,
+    sharded: Option<Arc<ShardedCoordinator>>,
+    sqlite: Vec<Arc<SqliteCoordinator>>,
+    /// Whether the coordinator survives a restart (not `memory://`).
+    persistent: bool,
+}
+
+/// The coordinator kinds of `--coordinator`.
+enum Kind<'a> {
+    /// `<data-dir>/coordinator.db` (sharded: `coordinator-shard-<i>.db`).
+    DefaultSqlite,
+    SqliteUrl(&'a str),
+    Postgres(&'a str),
+    Memory,
+}
+
+impl<'a> Kind<'a> {
+    fn of(url: Option<&'a str>) -> Result<Self, String> {
+        Ok(match url {
+            None => Kind::DefaultSqlite,
+            Some(u) if u.starts_with("sqlite:") => Kind::SqliteUrl(u),
+            Some(u) if u.starts_with("postgres:") || u.starts_with("postgresql:") => {
+                Kind::Postgres(u)
+            }
+            Some(u) if u.starts_with("memory:") => Kind::Memory,
+            Some(u) => return Err(format!("unsupported coordinator URL {u:?}")),
+        })
+    }
+}
+
+/// Opens one coordinator of `kind`: shard `shard` of a sharded set, or the only one (`None`).
+async fn open_one(
+    kind: &Kind<'_>,
+    shard: Option<u32>,
+    data_dir: &Path,
+    clock: &Arc<dyn Clock>,
+    sqlite: &mut Vec<Arc<SqliteCoordinator>>,
+) -> Result<Arc<dyn BatchCoordinator>, String> {
+    let what = match shard {
+        Some(i) => format!("coordinator shard {i}"),
+        None => "coordinator".to_string(),
+    };
+    Ok(match kind {
+        Kind::DefaultSqlite => {
+            let file = match shard {
+                Some(i) => format!("coordinator-shard-{i}.db"),
+                None => "coordinator.db".to_string(),
+            };
+            let c = Arc::new(
+                SqliteCoordinator::open(
+                    data_dir.join(file),
+                    SqliteOptions::default(),
+                    clock.clone(),
+                )
+                .await
+                .map_err(|e| format!("{what}: {e}"))?,
+            );
+            sqlite.push(c.clone());
+            c
+        }
+        Kind::SqliteUrl(url) => {
+            let c = Arc::new(
+                SqliteCoordinator::open_url(url, SqliteOptions::default(), clock.clone())
+                    .await
+                    .map_err(|e| format!("{what} {url}: {e}"))?,
+            );
+            sqlite.push(c.clone());
+            c
+        }
+        Kind::Postgres(url) => {
+            let mut options = PostgresOptions::new(*url);
+            if let Some(i) = shard {
+                options = options.with_schema(format!("diskless_shard_{i}"));
+            }
+            Arc::new(
+                PostgresCoordinator::connect(options, clock.clone())
+                    .await
+                    .map_err(|e| format!("{what} {url}: {e}"))?,
+            )
+        }
+        #[cfg(feature = "testkit")]
+        Kind::Memory => Arc::new(diskless_testkit::coordinator::InMemoryCoordinator::new(
+            clock.clone(),
+        )),
+        // The command line refuses it already (`Config::parse`).
+        #[cfg(not(feature = "testkit"))]
+        Kind::Memory => return Err(testkit_only("--coordinator memory://")),
+    })
+}
+
+/// Opens the coordinator, or with `--shards N > 1` the N shards under a [`ShardedCoordinator`]
+/// whose partition → shard map is stored in the data directory (in memory for `memory://`).
+async fn open_coordinator(
+    config: &Config,
+    data_dir: &Path,
+    clock: &Arc<dyn Clock>,
+) -> Result<Coordinators, String> {
+    let kind = Kind::of(config.coordinator_url.as_deref())?;
+    let persistent = !matches!(kind, Kind::Memory);
+    let map_path = data_dir.join(SHARD_MAP_FILE);
+    let mut sqlite = Vec::new();
+    if config.shards <= 1 {
+        if persistent && map_path.exists() {
+            return Err(format!(
+                "{} exists: this data directory was used with --shards > 1; give the same --shards",
+                map_path.display()
+            ));
+        }
+        let coordinator = open_one(&kind, None, data_dir, clock, &mut sqlite).await?;
+        return Ok(Coordinators {
+            coordinator,
+            sharded: None,
+            sqlite,
+            persistent,
+        });
+    }
+    match kind {
+        Kind::SqliteUrl(url) => {
+            return Err(format!(
+                "--shards {} needs one database per shard: give no --coordinator (SQLite files in \
+                 the data directory) instead of {url:?}",
+                config.shards
+            ));
+        }
+        Kind::DefaultSqlite if data_dir.join("coordinator.db").exists() => {
+            return Err(format!(
+                "{} exists: this data directory was used without --shards; its topics would be \
+                 invisible (and its objects orphans) with --shards {}",
+                data_dir.join("coordinator.db").display(),
+                config.shards
+            ));
+        }
+        _ => {}
+    }
+    let mut shards = Vec::with_capacity(config.shards as usize);
+    for i in 0..config.shards {
+        shards.push(open_one(&kind, Some(i), data_dir, clock, &mut sqlite).await?);
+    }
+    let map: Arc<dyn ShardMapStore> = if persistent {
+        Arc::new(
+            FileShardMap::open(&map_path)
+                .await
+                .map_err(|e| format!("shard map {}: {e}", map_path.display()))?,
+        )
+    } else {
+        Arc::new(MemoryShardMap::new())
+    };
+    let router = Arc::new(
+        ShardedCoordinator::open(
+            shards,
+            map,
+            clock.clone(),
+            ShardedConfig::default().with_max_commit_age(MAX_COMMIT_AGE),
+        )
+        .await
+        .map_err(|e| format!("sharded coordinator: {e}"))?,
+    );
+    Ok(Coordinators {
+        coordinator: router.clone(),
+        sharded: Some(router),
+        sqlite,
+        persistent,
+    })
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, String> {
+    std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+impl Broker {
+    /// Opens storage, coordinator and the broker store, and starts the writers.
+    pub(crate) async fn open(config: &Config) -> Result<Arc<Broker>, String> {
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
+        let data_dir = absolute(&config.data_dir)?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+
+        let storage: Arc<dyn ObjectStorage> = match &config.storage_url {
+            None => Arc::new(
+                ObjectStoreStorage::local_fs(data_dir.join("objects"))
+                    .map_err(|e| format!("object storage: {e}"))?,
+            ),
+            Some(url) => Arc::new(
+                ObjectStoreStorage::from_url(url, std::iter::empty::<(&str, &str)>())
+                    .map_err(|e| format!("object storage {url}: {e}"))?,
+            ),
+        };
+        // Benchmarks only: an S3-like latency on every storage call (log-normal, seeded).
+        #[cfg(feature = "testkit")]
+        let storage: Arc<dyn ObjectStorage> = match config.storage_latency {
+            Some((p50, p99)) => Arc::new(diskless_testkit::storage::FaultyStorage::new(
+                storage,
+                diskless_testkit::storage::FaultConfig::default().with_latency(Some(
+                    diskless_testkit::storage::Latency::log_normal(p50, p99),
+                )),
+            )),
+            None => storage,
+        };
+        // The command line refuses it already (`Config::parse`).
+        #[cfg(not(feature = "testkit"))]
+        if config.storage_latency.is_some() {
+            return Err(testkit_only("--storage-latency-ms"));
+        }
+
+        let Coordinators {
+            coordinator,
+            sharded,
+            sqlite,
+            persistent,
+        } = open_coordinator(config, &data_dir, &clock).await?;
+        // Metrics of every storage and coordinator call (`diskless_storage_*`,
+        // `diskless_coordinator_seconds`), wrapped once here and shared by every component. Without
+        // `--metrics-addr` no recorder is installed and each emission is a no-op.
+        let storage: Arc<dyn ObjectStorage> = Arc::new(MeteredStorage::new(storage));
+        let coordinator: Arc<dyn BatchCoordinator> =
+            Arc::new(MeteredCoordinator::new(coordinator, CoordinatorMetrics));
+        // No commit fence to wire: every coordinator checks the commit deadline and the orphan
+        // collector's fences inside its commit transaction.
+        let orphan_check = config.orphan_check.filter(|_| persistent);
+        let commit_path: Arc<dyn BatchCoordinator> = coordinator.clone();
+
+        let memory =
+            MokaCache::new(MokaCacheConfig::default().with_max_bytes(config.cache_max_bytes))
+                .map_err(|e| format!("cache: {e}"))?;
+        // `--local-cache-dir`: the memory cache in front of verified blocks on local disk, which
+        // survive a restart (KIP-1163's local segments for reads).
+        let cache: Arc<dyn LocalCache> = match &config.local_cache_dir {
+            Some(dir) => {
+                let dir = absolute(dir)?;
+                let disk = DiskCache::open(
+                    DiskCacheConfig::new(&dir).with_max_bytes(config.local_cache_bytes),
+                )
+                .await
+                .map_err(|e| format!("local cache {}: {e}", dir.display()))?;
+                Arc::new(TwoTierCache::new(memory, disk))
+            }
+            None => Arc::new(memory),
+        };
+
+        let mut writers = HashMap::new();
+        for l in &config.listeners {
+            let writer_config = WalWriterConfig::default()
+                .with_broker_id(l.node_id)
+                .with_commit_interval(config.commit_interval)
+                .with_seal_policy(config.seal_policy)
+                .with_hedge_uploads_after(config.hedge_uploads_after)
+                .with_buffer_max_bytes(config.buffer_max_bytes)
+                .with_max_pending_bytes(config.buffer_max_bytes.saturating_mul(8).max(64 << 20));
+            let writer = WalWriter::builder(storage.clone(), commit_path.clone())
+                .with_config(writer_config)
+                .with_cache(cache.clone())
+                .with_clock(clock.clone())
+                .build()
+                .map_err(|e| format!("writer of broker {}: {e}", l.node_id))?;
+            writers.insert(l.node_id, Arc::new(writer));
+        }
+        let fetcher = Fetcher::builder(storage.clone(), coordinator.clone())
+            .with_cache(cache.clone())
+            .build()
+            .map_err(|e| format!("fetcher: {e}"))?;
+        let lifecycle_error = |e: ConfigError| format!("lifecycle: {e}");
+        let mut lifecycle = Lifecycle::new()
+            .retention(
+                RetentionEnforcer::new(coordinator.clone(), RetentionConfig::default())
+                    .map_err(lifecycle_error)?,
+                config.retention_check,
+            )
+            .cleaner(
+                ObjectCleaner::new(
+                    coordinator.clone(),
+                    storage.clone(),
+                    Some(cache),
+                    clock.clone(),
+                    CleanerConfig::default(),
+                )
+                .map_err(lifecycle_error)?,
+                config.retention_check,
+            );
+        // Kafka's producer.id.expiration.check.interval.ms default.
+        lifecycle = lifecycle.producer_expiry(
+            ProducerExpirer::new(coordinator.clone(), ProducerExpiryConfig::default())
+                .map_err(lifecycle_error)?,
+            Duration::from_secs(600),
+        );
+        if let Some(interval) = orphan_check {
+            // Default thresholds: candidates older than 15 min (> MAX_COMMIT_AGE), deleted after
+            // a second check 5 min later.
+            lifecycle = lifecycle.orphans(
+                OrphanCollector::new(
+                    coordinator.clone(),
+                    storage.clone(),
+                    clock.clone(),
+                    OrphanConfig::new(WalWriterConfig::default().object_prefix),
+                )
+                .map_err(lifecycle_error)?,
+                interval,
+            );
+        }
+        // Consolidation into tiered segments (issue 15), gated like the orphan collector: with a
+        // coordinator that forgets everything at a restart, the segment objects of a previous run
+        // would be neither readable nor collectable.
+        let tiering = config.tiering_interval.filter(|_| persistent);
+        if let Some(interval) = tiering {
+            let mut tiering_config = TieringConfig::default();
+            if let Some(age) = config.tiering_min_age {
+                tiering_config = tiering_config.with_min_age(age);
+            }
+            if let Some(builds) = config.tiering_builds {
+                tiering_config = tiering_config.with_max_concurrent_builds(builds);
+            }
+            let prefix = tiering_config.prefix.clone();
+            let broker_id = config.listeners.first().map_or(1, |l| l.node_id);
+            lifecycle = lifecycle.tiering(
+                TieringWorker::new(
+                    coordinator.clone(),
+                    Arc::new(ObjectRemoteStorage::new(storage.clone())),
+                    fetcher.clone(),
+                    clock.clone(),
+                    Arc::new(RandomKeys::new()),
+                    broker_id,
+                    tiering_config,
+                )
+                .map_err(lifecycle_error)?,
+                interval,
+            );
+            // A second orphan collector, on the segments' prefix: uploads never registered.
+            if let Some(orphan_interval) = orphan_check {
+                lifecycle = lifecycle.orphans(
+                    OrphanCollector::new(
+                        coordinator.clone(),
+                        storage.clone(),
+                        clock.clone(),
+                        OrphanConfig::new(prefix),
+                    )
+                    .map_err(lifecycle_error)?,
+                    orphan_interval,
+                );
+            }
+        }
+        let lifecycle = lifecycle.spawn().map_err(lifecycle_error)?;
+        let store = Store::open(&data_dir.join("broker.db"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let cluster = Cluster {
+            nodes: config
+                .listeners
+                .iter()
+                .map(|l| Node {
+                    id: l.node_id,
+                    host: l.advertised_host.clone(),
+                    port: i32::from(l.bind.port()),
+                    rack: l.rack.clone(),
+                })
+                .collect(),
+            cluster_id: config.cluster_id.clone(),
+        };
+        info!(
+            data_dir = %data_dir.display(),
+            storage = config.storage_url.as_deref().unwrap_or("file://<data-dir>/objects"),
+            coordinator = config.coordinator_url.as_deref().unwrap_or("sqlite://<data-dir>/coordinator.db"),
+            commit_interval_ms = config.commit_interval.as_millis() as u64,
+            seal_policy = ?config.seal_policy,
+            hedge_uploads_after = ?config.hedge_uploads_after,
+            shards = config.shards,
+            orphan_collection = orphan_check.is_some(),
+            tiering_interval = ?tiering,
+            local_cache = ?config.local_cache_dir,
+            segment_ms = config.segment_ms,
+            segment_bytes = config.segment_bytes,
+            "diskless broker state opened"
+        );
+        let topics = Topics::with_defaults(
+            coordinator.clone(),
+            TopicDefaults::of(config),
+            store.clone(),
+        );
+        Ok(Arc::new(Broker {
+            cluster,
+            coordinator,
+            clock,
+            writers,
+            fetcher,
+            topics,
+            groups: GroupCoordinator::new(),
+            txns: TxnCoordinator::new(),
+            store,
+            producer_ids: ProducerIds::default(),
+            commits: watch::channel(0).0,
+            transaction_version: config.transaction_version,
+            sharded,
+            gateways: parking_lot::Mutex::new(None),
+            sqlite,
+            lifecycle: parking_lot::Mutex::new(Some(lifecycle)),
+        }))
+    }
+
+    /// The produce-gateway leaders of the current placements, when the coordinator is sharded.
+    pub(crate) fn gateway_leaders(&self) -> Option<Arc<GatewayLeaders>> {
+        let router = self.sharded.as_ref()?;
+        let placements = router.placements();
+        let mut cached = self.gateways.lock();
+        if let Some(g) = cached.as_ref().filter(|g| g.is_for(&placements)) {
+            return Some(g.clone());
+        }
+        let g = Arc::new(GatewayLeaders::new(&self.cluster.nodes, placements));
+        *cached = Some(g.clone());
+        Some(g)
+    }
+
+    /// Creates the topics of `--create-topic` that do not exist yet.
+    pub(crate) async fn create_startup_topics(
+        &self,
+        topics: &[(String, i32)],
+    ) -> Result<(), String> {
+        for (name, partitions) in topics {
+            match self.topics.by_name(name).await {
+                Ok(Some(t)) => info!(topic = %name, partitions = t.partitions, "topic exists"),
+                Ok(None) => {
+                    let topic_id = crate::random_uuid();
+                    self.coordinator
+                        .create_topic(diskless_coordinator::CreateTopicRequest {
+                            topic_id,
+                            name: name.clone(),
+                            partitions: *partitions,
+                            config: self.topics.defaults().topic_config(),
+                        })
+                        .await
+                        .map_err(|e| format!("cannot create topic {name}: {e}"))?;
+                    self.topics.invalidate();
+                    info!(topic = %name, %topic_id, partitions, "diskless topic created");
+                }
+                Err(e) => return Err(format!("cannot list topics: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes and stops the writers, closes the databases.
+    pub(crate) async fn close(&self) {
+        let lifecycle = self.lifecycle.lock().take();
+        if let Some(handle) = lifecycle {
+            handle.shutdown().await;
+        }
+        for writer in self.writers.values() {
+            writer.close().await;
+        }
+        self.store.close().await;
+        for c in &self.sqlite {
+            c.close().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Parsed;
+    use diskless_coordinator::{CreateTopicRequest, TopicConfig};
+
+    fn config(args: &[&str]) -> Config {
+        match Config::parse(args.iter().map(|s| s.to_string())).unwrap() {
+            Parsed::Run(c) => *c,
+            Parsed::Help => panic!("help"),
+        }
+    }
+
+    async fn close(c: Coordinators) {
+        for s in &c.sqlite {
+            s.close().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn sharded_sqlite_files_and_map_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let sharded = config(&["--shards", "3"]);
+        let c = open_coordinator(&sharded, dir.path(), &clock)
+            .await
+            .unwrap();
+        assert!(c.persistent);
+        assert_eq!(c.sqlite.len(), 3);
+        let topic_id = crate::random_uuid();
+        c.coordinator
+            .create_topic(CreateTopicRequest {
+                topic_id,
+                name: "t".into(),
+                partitions: 7,
+                config: TopicConfig::default(),
+            })
+            .await
+            .unwrap();
+        let placements = c.sharded.as_ref().unwrap().placements();
+        let mut used: Vec<u32> = placements[&topic_id].to_vec();
+        used.sort_unstable();
+        used.dedup();
+        assert_eq!(used, vec![0, 1, 2]);
+        close(c).await;
+        for i in 0..3 {
+            assert!(
+                dir.path()
+                    .join(format!("coordinator-shard-{i}.db"))
+                    .exists()
+            );
+        }
+        assert!(dir.path().join(SHARD_MAP_FILE).exists());
+        assert!(!dir.path().join("coordinator.db").exists());
+
+        // A restart routes identically and sees the topic.
+        let c = open_coordinator(&sharded, dir.path(), &clock)
+            .await
+            .unwrap();
+        assert_eq!(c.sharded.as_ref().unwrap().placements(), placements);
+        let topics = c.coordinator.list_topics().await.unwrap();
+        assert!(topics.iter().any(|t| t.topic_id == topic_id));
+        close(c).await;
+
+        // The sharded data directory is refused without --shards, and a SQLite URL with --shards.
+        let err = open_coordinator(&config(&[]), dir.path(), &clock)
+            .await
+            .err()
+            .unwrap();
+        assert!(err.contains("--shards"), "{err}");
+        let url = format!("sqlite://{}/x.db", dir.path().display());
+        let with_url = config(&["--shards", "3", "--coordinator", &url]);
+        assert!(
+            open_coordinator(&with_url, dir.path(), &clock)
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unsharded_data_directory_is_refused_with_shards() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let c = open_coordinator(&config(&[]), dir.path(), &clock)
+            .await
+            .unwrap();
+        assert!(c.sharded.is_none() && c.persistent);
+        close(c).await;
+        let err = open_coordinator(&config(&["--shards", "2"]), dir.path(), &clock)
+            .await
+            .err()
+            .unwrap();
+        assert!(err.contains("coordinator.db"), "{err}");
+    }
+
+    #[cfg(feature = "testkit")]
+    #[tokio::test]
+    async fn sharded_memory_coordinators_keep_their_map_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let c = open_coordinator(
+            &config(&["--shards", "4", "--coordinator", "memory://"]),
+            dir.path(),
+            &clock,
+        )
+        .await
+        .unwrap();
+        assert!(!c.persistent);
+        assert_eq!(c.sharded.as_ref().unwrap().shard_count(), 4);
+        assert!(!dir.path().join(SHARD_MAP_FILE).exists());
+    }
+}
