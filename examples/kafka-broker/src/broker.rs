@@ -14,18 +14,12 @@ use diskless_coordinator::sharded::{
     FileShardMap, MemoryShardMap, ShardMapStore, ShardedConfig, ShardedCoordinator,
 };
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions};
-use diskless_coordinator::{
-    BatchCoordinator, Clock, CoordinatorMetrics, MeteredCoordinator, SystemClock,
+use diskless_coordinator::{BatchCoordinator, Clock, SystemClock};
+use diskless_core::lifecycle::TieringConfig;
+use diskless_core::{
+    DisklessNode, Fetcher, NodeConfig, NodeLifecycleConfig, WalWriter, WalWriterConfig,
 };
-use diskless_core::lifecycle::{
-    CleanerConfig, Lifecycle, LifecycleHandle, ObjectCleaner, OrphanCollector, OrphanConfig,
-    ProducerExpirer, ProducerExpiryConfig, RetentionConfig, RetentionEnforcer, TieringConfig,
-    TieringWorker,
-};
-use diskless_core::{ConfigError, Fetcher, WalWriter, WalWriterConfig};
-use diskless_storage::{
-    MeteredStorage, ObjectRemoteStorage, ObjectStorage, ObjectStoreStorage, RandomKeys,
-};
+use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use tokio::sync::watch;
 use tracing::info;
 
@@ -64,8 +58,9 @@ pub(crate) struct Broker {
     gateways: parking_lot::Mutex<Option<Arc<GatewayLeaders>>>,
     /// Every SQLite coordinator (one per shard), closed at shutdown.
     sqlite: Vec<Arc<SqliteCoordinator>>,
-    /// Retention, deletion of dead objects, orphans (WAL and tiered prefixes), consolidation.
-    lifecycle: parking_lot::Mutex<Option<LifecycleHandle>>,
+    /// The library's parts (writers, fetcher, lifecycle workers: retention, deletion of dead
+    /// objects, orphans on the WAL and tiered prefixes, consolidation), closed at shutdown.
+    node: parking_lot::Mutex<Option<DisklessNode>>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -298,16 +293,12 @@ impl Broker {
             sqlite,
             persistent,
         } = open_coordinator(config, &data_dir, &clock).await?;
-        // Metrics of every storage and coordinator call (`diskless_storage_*`,
-        // `diskless_coordinator_seconds`), wrapped once here and shared by every component. Without
-        // `--metrics-addr` no recorder is installed and each emission is a no-op.
-        let storage: Arc<dyn ObjectStorage> = Arc::new(MeteredStorage::new(storage));
-        let coordinator: Arc<dyn BatchCoordinator> =
-            Arc::new(MeteredCoordinator::new(coordinator, CoordinatorMetrics));
         // No commit fence to wire: every coordinator checks the commit deadline and the orphan
-        // collector's fences inside its commit transaction.
+        // collector's fences inside its commit transaction. Orphan collection and consolidation
+        // are gated on a coordinator that remembers across restarts: with one that forgets
+        // everything, the objects of a previous run would be neither readable nor collectable.
         let orphan_check = config.orphan_check.filter(|_| persistent);
-        let commit_path: Arc<dyn BatchCoordinator> = coordinator.clone();
+        let tiering = config.tiering_interval.filter(|_| persistent);
 
         let memory =
             MokaCache::new(MokaCacheConfig::default().with_max_bytes(config.cache_max_bytes))
@@ -327,107 +318,50 @@ impl Broker {
             None => Arc::new(memory),
         };
 
-        let mut writers = HashMap::new();
-        for l in &config.listeners {
-            let writer_config = WalWriterConfig::default()
-                .with_broker_id(l.node_id)
-                .with_commit_interval(config.commit_interval)
-                .with_seal_policy(config.seal_policy)
-                .with_hedge_uploads_after(config.hedge_uploads_after)
-                .with_buffer_max_bytes(config.buffer_max_bytes)
-                .with_max_pending_bytes(config.buffer_max_bytes.saturating_mul(8).max(64 << 20));
-            let writer = WalWriter::builder(storage.clone(), commit_path.clone())
-                .with_config(writer_config)
-                .with_cache(cache.clone())
-                .with_clock(clock.clone())
-                .build()
-                .map_err(|e| format!("writer of broker {}: {e}", l.node_id))?;
-            writers.insert(l.node_id, Arc::new(writer));
+        let mut tiering_config = TieringConfig::default();
+        if let Some(age) = config.tiering_min_age {
+            tiering_config = tiering_config.with_min_age(age);
         }
-        let fetcher = Fetcher::builder(storage.clone(), coordinator.clone())
-            .with_cache(cache.clone())
-            .build()
-            .map_err(|e| format!("fetcher: {e}"))?;
-        let lifecycle_error = |e: ConfigError| format!("lifecycle: {e}");
-        let mut lifecycle = Lifecycle::new()
-            .retention(
-                RetentionEnforcer::new(coordinator.clone(), RetentionConfig::default())
-                    .map_err(lifecycle_error)?,
-                config.retention_check,
+        if let Some(builds) = config.tiering_builds {
+            tiering_config = tiering_config.with_max_concurrent_builds(builds);
+        }
+        let node_config = NodeConfig::default()
+            .with_broker_ids(config.listeners.iter().map(|l| l.node_id).collect())
+            .with_writer(
+                WalWriterConfig::default()
+                    .with_commit_interval(config.commit_interval)
+                    .with_seal_policy(config.seal_policy)
+                    .with_hedge_uploads_after(config.hedge_uploads_after)
+                    .with_buffer_max_bytes(config.buffer_max_bytes)
+                    .with_max_pending_bytes(
+                        config.buffer_max_bytes.saturating_mul(8).max(64 << 20),
+                    ),
             )
-            .cleaner(
-                ObjectCleaner::new(
-                    coordinator.clone(),
-                    storage.clone(),
-                    Some(cache),
-                    clock.clone(),
-                    CleanerConfig::default(),
-                )
-                .map_err(lifecycle_error)?,
-                config.retention_check,
+            .with_lifecycle(
+                NodeLifecycleConfig::default()
+                    .with_retention_interval(Some(config.retention_check))
+                    .with_cleaner_interval(Some(config.retention_check))
+                    .with_orphans_interval(orphan_check)
+                    .with_tiering_interval(tiering)
+                    .with_tiering(tiering_config),
             );
-        // Kafka's producer.id.expiration.check.interval.ms default.
-        lifecycle = lifecycle.producer_expiry(
-            ProducerExpirer::new(coordinator.clone(), ProducerExpiryConfig::default())
-                .map_err(lifecycle_error)?,
-            Duration::from_secs(600),
-        );
-        if let Some(interval) = orphan_check {
-            // Default thresholds: candidates older than 15 min (> MAX_COMMIT_AGE), deleted after
-            // a second check 5 min later.
-            lifecycle = lifecycle.orphans(
-                OrphanCollector::new(
-                    coordinator.clone(),
-                    storage.clone(),
-                    clock.clone(),
-                    OrphanConfig::new(WalWriterConfig::default().object_prefix),
-                )
-                .map_err(lifecycle_error)?,
-                interval,
-            );
-        }
-        // Consolidation into tiered segments (issue 15), gated like the orphan collector: with a
-        // coordinator that forgets everything at a restart, the segment objects of a previous run
-        // would be neither readable nor collectable.
-        let tiering = config.tiering_interval.filter(|_| persistent);
-        if let Some(interval) = tiering {
-            let mut tiering_config = TieringConfig::default();
-            if let Some(age) = config.tiering_min_age {
-                tiering_config = tiering_config.with_min_age(age);
-            }
-            if let Some(builds) = config.tiering_builds {
-                tiering_config = tiering_config.with_max_concurrent_builds(builds);
-            }
-            let prefix = tiering_config.prefix.clone();
-            let broker_id = config.listeners.first().map_or(1, |l| l.node_id);
-            lifecycle = lifecycle.tiering(
-                TieringWorker::new(
-                    coordinator.clone(),
-                    Arc::new(ObjectRemoteStorage::new(storage.clone())),
-                    fetcher.clone(),
-                    clock.clone(),
-                    Arc::new(RandomKeys::new()),
-                    broker_id,
-                    tiering_config,
-                )
-                .map_err(lifecycle_error)?,
-                interval,
-            );
-            // A second orphan collector, on the segments' prefix: uploads never registered.
-            if let Some(orphan_interval) = orphan_check {
-                lifecycle = lifecycle.orphans(
-                    OrphanCollector::new(
-                        coordinator.clone(),
-                        storage.clone(),
-                        clock.clone(),
-                        OrphanConfig::new(prefix),
-                    )
-                    .map_err(lifecycle_error)?,
-                    orphan_interval,
-                );
-            }
-        }
-        let lifecycle = lifecycle.spawn().map_err(lifecycle_error)?;
+        // The one composition point: metrics layers on storage and coordinator (every storage
+        // and coordinator call: `diskless_storage_*`, `diskless_coordinator_seconds`; without
+        // `--metrics-addr` no recorder is installed and each emission is a no-op), one writer per
+        // logical broker, the fetcher, and the lifecycle workers.
+        let node = DisklessNode::builder(storage, coordinator)
+            .with_cache(cache)
+            .with_clock(clock.clone())
+            .with_config(node_config)
+            .build()
+            .map_err(|e| format!("diskless node: {e}"))?;
+        let coordinator = node.coordinator().clone();
+        let writers: HashMap<i32, Arc<WalWriter>> = node
+            .writers()
+            .iter()
+            .map(|(id, w)| (*id, w.clone()))
+            .collect();
+        let fetcher = node.fetcher().clone();
         let store = Store::open(&data_dir.join("broker.db"))
             .await
             .map_err(|e| e.to_string())?;
@@ -480,7 +414,7 @@ impl Broker {
             sharded,
             gateways: parking_lot::Mutex::new(None),
             sqlite,
-            lifecycle: parking_lot::Mutex::new(Some(lifecycle)),
+            node: parking_lot::Mutex::new(Some(node)),
         }))
     }
 
@@ -527,12 +461,9 @@ impl Broker {
 
     /// Flushes and stops the writers, closes the databases.
     pub(crate) async fn close(&self) {
-        let lifecycle = self.lifecycle.lock().take();
-        if let Some(handle) = lifecycle {
-            handle.shutdown().await;
-        }
-        for writer in self.writers.values() {
-            writer.close().await;
+        let node = self.node.lock().take();
+        if let Some(node) = node {
+            node.close().await;
         }
         self.store.close().await;
         for c in &self.sqlite {

@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use diskless_cache::{LocalCache, MokaCache};
 use diskless_common::entropy_seed;
 use diskless_coordinator::postgres::PostgresCoordinator;
 use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions};
@@ -33,8 +32,8 @@ use diskless_coordinator::{
     TopicIdPartition,
 };
 use diskless_core::{
-    Compression, FetchPartition, Fetcher, ProducePartition, RecordBatchBuilder, WalWriter,
-    WalWriterConfig, split_batches, verify_stored_batch,
+    Compression, DisklessNode, FetchPartition, Fetcher, NodeConfig, NodeLifecycleConfig,
+    ProducePartition, RecordBatchBuilder, WalWriterConfig, split_batches, verify_stored_batch,
 };
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use futures::TryStreamExt;
@@ -178,22 +177,30 @@ async fn run(args: Args) -> Result<bool, Error> {
         .await?;
     let config = Arc::new(config);
 
-    // Produce: one WalWriter per broker, each with an idempotent producer per partition, all at once.
+    // Produce: one WalWriter per broker (the node's, sharing its cache), each with an idempotent
+    // producer per partition, all at once. The demo is short: no lifecycle workers.
+    let node = DisklessNode::builder(
+        storage.clone() as Arc<dyn ObjectStorage>,
+        coordinator.clone(),
+    )
+    .with_clock(clock.clone())
+    .with_config(
+        NodeConfig::default()
+            .with_broker_ids((0..args.brokers).collect())
+            .with_writer(
+                WalWriterConfig::default()
+                    .with_commit_interval(Duration::from_millis(args.commit_interval_ms)),
+            )
+            .with_lifecycle(NodeLifecycleConfig::none()),
+    )
+    .build()?;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for broker in 0..args.brokers {
-        let cache: Arc<dyn LocalCache> = Arc::new(MokaCache::default());
-        let writer = Arc::new(
-            WalWriter::builder(storage.clone(), coordinator.clone())
-                .with_config(
-                    WalWriterConfig::default()
-                        .with_broker_id(broker)
-                        .with_commit_interval(Duration::from_millis(args.commit_interval_ms)),
-                )
-                .with_cache(cache)
-                .with_clock(clock.clone())
-                .build()?,
-        );
+        let writer = node
+            .writer(broker)
+            .ok_or("the node writes for every broker id")?
+            .clone();
         let config = config.clone();
         let (partitions, batches, records) = (args.partitions, args.batches, args.records);
         tasks.push(tokio::spawn(async move {
@@ -240,17 +247,16 @@ async fn run(args: Args) -> Result<bool, Error> {
                     acked.push((answer.partition.partition, answer.base_offset, bytes));
                 }
             }
-            writer.close().await;
-            Ok::<_, String>((acked, latencies, writer.stats()))
+            Ok::<_, String>((acked, latencies, writer))
         }));
     }
     let mut acked: BTreeMap<(i32, i64), Bytes> = BTreeMap::new();
     let mut latencies = Vec::new();
-    let mut segments = 0;
     let mut produced_bytes = 0usize;
+    let mut writers = Vec::new();
     for task in tasks {
-        let (batches, lat, stats) = task.await??;
-        segments += stats.segments_committed;
+        let (batches, lat, writer) = task.await??;
+        writers.push(writer);
         latencies.extend(lat);
         for (p, offset, bytes) in batches {
             produced_bytes += bytes.len();
@@ -261,10 +267,13 @@ async fn run(args: Args) -> Result<bool, Error> {
         }
     }
     let produce_time = started.elapsed();
+    node.close().await;
+    let segments: u64 = writers.iter().map(|w| w.stats().segments_committed).sum();
     let puts = storage.counters().snapshot();
 
     // Consume: like a consumer of the whole topic, fetch every partition in each request, with a
-    // cold fetcher (no cache), so each object touched costs one ranged GET.
+    // cold fetcher of its own (not the node's, whose cache holds what was just written), so each
+    // object touched costs one ranged GET.
     let fetcher = Fetcher::builder(storage.clone(), coordinator.clone()).build()?;
     let mut ok = true;
     let mut offsets: BTreeMap<i32, i64> = (0..args.partitions).map(|p| (p, 0)).collect();
