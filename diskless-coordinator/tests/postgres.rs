@@ -805,6 +805,283 @@ async fn postgres_migrations() {
     assert!(matches!(r, Err(CoordinatorError::Storage(_))), "{r:?}");
 }
 
+// -------------------------------------------------------------------------------------------------
+// Server-side functions: defined once (src/postgres/functions.sql), re-applied on every connect
+
+/// `functions.sql`, the one definition of the server-side functions.
+const FUNCTIONS_SQL: &str = include_str!("../src/postgres/functions.sql");
+
+/// The signature of `commit_file` this build calls (postgres/commit.rs).
+const COMMIT_FILE: &str = "commit_file(text,integer,bigint,bigint[],bigint,uuid[],integer[],\
+    bigint[],bigint[],integer[],bigint[],bigint[],bigint[],smallint[],integer[],integer[],bigint,\
+    bigint,smallint[],boolean[],bigint[])";
+
+/// Every server-side function of a migrated schema, as `name(argument types) -> result`: those
+/// this build calls (commit_file's current signature, write_txn_markers, register_segment,
+/// fence_orphans, confirm_deleted), those they call (and the trigger's), and the previous
+/// commit_file signatures, kept for brokers not yet upgraded (a rolling upgrade, a rollback).
+const FUNCTIONS: &[&str] = &[
+    "check_commit_point(text,bigint,bigint) -> void",
+    // The first signature (brokers before migration 5).
+    "commit_file(text,integer,bigint,bigint[],bigint,uuid[],integer[],bigint[],bigint[],integer[],\
+     bigint[],bigint[],bigint[],smallint[],integer[],integer[]) -> TABLE(r_batch_index integer, \
+     r_error_code smallint, r_base_offset bigint, r_log_append_time bigint, r_log_start_offset \
+     bigint, r_duplicate boolean)",
+    // The previous signature (brokers before migration 11).
+    "commit_file(text,integer,bigint,bigint[],bigint,uuid[],integer[],bigint[],bigint[],integer[],\
+     bigint[],bigint[],bigint[],smallint[],integer[],integer[],bigint,bigint,smallint[]) -> \
+     TABLE(r_batch_index integer, r_error_code smallint, r_base_offset bigint, r_log_append_time \
+     bigint, r_log_start_offset bigint, r_duplicate boolean)",
+    // The current one.
+    "commit_file(text,integer,bigint,bigint[],bigint,uuid[],integer[],bigint[],bigint[],integer[],\
+     bigint[],bigint[],bigint[],smallint[],integer[],integer[],bigint,bigint,smallint[],boolean[],\
+     bigint[]) -> TABLE(r_batch_index integer, r_error_code smallint, r_base_offset bigint, \
+     r_log_append_time bigint, r_log_start_offset bigint, r_duplicate boolean)",
+    "confirm_deleted(text[],bigint,integer) -> void",
+    "expire_fences(bigint,integer) -> bigint",
+    "fence_deleted_objects() -> trigger",
+    "fence_expiry_before(bigint) -> bigint",
+    "fence_orphans(text[],bigint[],bigint,integer) -> TABLE(r_object_key text)",
+    "object_key_time_ms(text) -> bigint",
+    "register_segment(text,integer,bigint,bigint,bigint,uuid,integer,bigint,bigint,integer,bigint,\
+     integer,integer,integer,integer,integer,bigint,bigint,bigint,bigint) -> TABLE(r_outcome \
+     smallint, r_released integer)",
+    "write_txn_markers(bigint,uuid[],integer[],bigint[],smallint[],integer[],boolean[],bigint[]) -> \
+     TABLE(r_index integer, r_error_code smallint, r_offset bigint, r_duplicate boolean)",
+];
+
+/// The functions of `schema` as `name(argument types) -> result`, sorted; with `definitions`,
+/// each followed by its whole definition (the schema's name replaced by `SCHEMA`).
+async fn functions_of(conn: &mut PgConnection, schema: &str, definitions: bool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT p.proname || '(' || \
+         coalesce((SELECT string_agg(format_type(t, NULL), ',' ORDER BY i) \
+                   FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, i)), '') \
+         || ') -> ' || pg_get_function_result(p.oid) \
+         || CASE WHEN $2 THEN E'\\n' || replace(pg_get_functiondef(p.oid), $1, 'SCHEMA') ELSE '' END \
+         FROM pg_proc p WHERE p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1) \
+         ORDER BY 1",
+    )
+    .bind(schema)
+    .bind(definitions)
+    .fetch_all(conn)
+    .await
+    .unwrap()
+}
+
+/// A migrated schema holds exactly [`FUNCTIONS`] (what this build calls, what they call, the
+/// signatures older brokers call), and the trigger that fences deleted objects.
+#[tokio::test]
+async fn postgres_functions_the_code_calls_exist() {
+    let Some(schema) = test_schema() else { return };
+    migrate(&schema.options()).await.unwrap();
+    let mut conn = side_connection(&schema, "-inspector").await;
+    let mut expected: Vec<String> = FUNCTIONS.iter().map(|f| f.to_string()).collect();
+    expected.sort();
+    assert_eq!(functions_of(&mut conn, &schema.name, false).await, expected);
+    assert!(expected.iter().any(|f| f.starts_with(COMMIT_FILE)));
+    let trigger: String = sqlx::query_scalar(
+        "SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t \
+         WHERE t.tgrelid = 'objects'::regclass AND t.tgname = 'objects_deleted_fence'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert!(
+        trigger.contains("AFTER DELETE")
+            && trigger.ends_with("EXECUTE FUNCTION fence_deleted_objects()"),
+        "{trigger}"
+    );
+}
+
+/// `functions.sql` alone, run in an empty schema (bodies unchecked: there are no tables), defines
+/// every function a migrated schema holds, with the same definitions: no function lives only in a
+/// migration (a signature dropped from the file would survive on old schemas only, and be missing
+/// from new ones), and what runs is the file's text.
+#[tokio::test]
+async fn postgres_functions_file_defines_every_function() {
+    let Some(migrated) = test_schema() else {
+        return;
+    };
+    migrate(&migrated.options()).await.unwrap();
+    let alone = Schema::new(&migrated.url);
+    let mut conn = side_connection(&alone, "-functions").await;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "CREATE SCHEMA \"{}\"; SET check_function_bodies = off",
+        alone.name
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::raw_sql(FUNCTIONS_SQL)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let from_file = functions_of(&mut conn, &alone.name, true).await;
+    assert_eq!(from_file.len(), FUNCTIONS.len());
+    assert_eq!(
+        functions_of(&mut conn, &migrated.name, true).await,
+        from_file
+    );
+}
+
+/// The functions are re-applied after the migrations on every connect, one migrator at a time,
+/// while commits run. A schema migrated before `functions.sql` existed (no `schema_functions`), or
+/// whose functions were altered, gets this build's; a newer build's (a higher revision, or a
+/// schema with migrations this build does not know) are left as they are; the same revision with
+/// another text is refused, like an edited migration. Without `migrate_on_start`, a schema whose
+/// functions are older than the build is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_functions_are_reapplied_on_every_connect() {
+    let Some(schema) = test_schema() else { return };
+    let clock = ManualClock::new(START_MS);
+    let options = schema.options().with_max_connections(8);
+    let c = connect(options.clone(), clock.clone()).await;
+    let topic = create_topic(c.as_ref(), 4).await;
+    let mut conn = side_connection(&schema, "-inspector").await;
+    let revision: i32 = sqlx::query_scalar("SELECT max(revision) FROM schema_functions")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert!(revision >= 1);
+    async fn definition(conn: &mut PgConnection) -> String {
+        sqlx::query_scalar("SELECT pg_get_functiondef(to_regprocedure($1))")
+            .bind(COMMIT_FILE)
+            .fetch_one(conn)
+            .await
+            .unwrap()
+    }
+    // A function's COST is part of its definition; CREATE OR REPLACE without one sets the
+    // default (100): the mark of a function altered by hand, and of its replacement.
+    async fn cost(conn: &mut PgConnection) -> f64 {
+        sqlx::query_scalar("SELECT procost::float8 FROM pg_proc WHERE oid = to_regprocedure($1)")
+            .bind(COMMIT_FILE)
+            .fetch_one(conn)
+            .await
+            .unwrap()
+    }
+    let original = definition(&mut conn).await;
+    let alter = format!("ALTER FUNCTION {COMMIT_FILE} COST 7");
+
+    // As the build before functions.sql left it, with a function altered by hand.
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP TABLE schema_functions; {alter}"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(cost(&mut conn).await, 7.0);
+    let r =
+        PostgresCoordinator::connect(options.clone().with_migrate_on_start(false), clock.clone())
+            .await;
+    match r {
+        Err(CoordinatorError::Storage(e)) => assert!(e.to_string().contains("functions"), "{e}"),
+        other => panic!(
+            "connected to a schema without this build's functions: {:?}",
+            other.map(|_| ())
+        ),
+    }
+
+    // Coordinators connecting at once while commits run: each re-applies the functions, one at a
+    // time; no commit fails.
+    let commits: Vec<_> = (0..4)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let p = TopicIdPartition::new(topic, i);
+                for _ in 0..25 {
+                    let r = c
+                        .commit_file(request(&key_aged(0), vec![plain(p, 1)]))
+                        .await
+                        .unwrap();
+                    assert_eq!(r[0].error, ErrorCode::None);
+                }
+            })
+        })
+        .collect();
+    let migrators: Vec<_> = (0..6)
+        .map(|_| {
+            let options = options.clone();
+            tokio::spawn(async move { migrate(&options).await })
+        })
+        .collect();
+    for m in migrators {
+        assert_eq!(m.await.unwrap().unwrap(), 0);
+    }
+    for t in commits {
+        t.await.unwrap();
+    }
+    for i in 0..4 {
+        let p = TopicIdPartition::new(topic, i);
+        assert_eq!(find_from(c.as_ref(), p, 0).await.high_watermark, 25);
+    }
+    assert_eq!(cost(&mut conn).await, 100.0);
+    assert_eq!(definition(&mut conn).await, original);
+    let recorded: Vec<i32> = sqlx::query_scalar("SELECT revision FROM schema_functions")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(recorded, vec![revision]);
+    PostgresCoordinator::connect(options.clone().with_migrate_on_start(false), clock.clone())
+        .await
+        .unwrap()
+        .close()
+        .await;
+
+    // A newer build's functions are left as they are; once they are gone from the record, this
+    // build's come back.
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "INSERT INTO schema_functions (revision, checksum) VALUES ({}, 'newer'); {alter}",
+        revision + 1
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(migrate(&options).await.unwrap(), 0);
+    assert_eq!(cost(&mut conn).await, 7.0);
+    PostgresCoordinator::connect(options.clone().with_migrate_on_start(false), clock.clone())
+        .await
+        .unwrap()
+        .close()
+        .await;
+    sqlx::query("DELETE FROM schema_functions WHERE revision > $1")
+        .bind(revision)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(migrate(&options).await.unwrap(), 0);
+    assert_eq!(cost(&mut conn).await, 100.0);
+
+    // So are the functions of a schema with migrations this build does not know.
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "INSERT INTO schema_migrations (version, name, checksum) VALUES (100000, 'future', '-'); \
+         {alter}"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(migrate(&options).await.unwrap(), 0);
+    assert_eq!(cost(&mut conn).await, 7.0);
+    sqlx::query("DELETE FROM schema_migrations WHERE version = 100000")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(migrate(&options).await.unwrap(), 0);
+    assert_eq!(cost(&mut conn).await, 100.0);
+
+    // The same revision with another text: refused, nothing replaced.
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "UPDATE schema_functions SET checksum = 'edited'; {alter}"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let r = migrate(&options).await;
+    assert!(matches!(r, Err(CoordinatorError::Storage(_))), "{r:?}");
+    assert_eq!(cost(&mut conn).await, 7.0);
+    c.close().await;
+}
+
 /// Errors before anything reaches a server: bad options are invalid, an unreachable server is
 /// unavailable (retriable). Needs no server.
 #[tokio::test]

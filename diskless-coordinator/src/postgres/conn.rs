@@ -1,7 +1,8 @@
-//! Connecting and closing a [`PostgresCoordinator`] (migrations, the write and read pools, the
-//! replica heartbeat), and what a database error means for a call: [`sql_error`], and the retry of
+//! Connecting and closing a [`PostgresCoordinator`] (migrations and server-side functions, the
+//! write and read pools, the replica heartbeat), and what a database error means for a call: [`sql_error`], and the retry of
 //! a write attempt after a conflict ([`PostgresCoordinator::retrying`]).
 
+use super::migrate::functions;
 use super::options::PostgresOptions;
 use super::{Counters, PostgresCoordinator, reads};
 use crate::rows::corrupt;
@@ -14,8 +15,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Applies the embedded migrations to the schema of `options` (creating the schema if needed) on a
-/// connection of its own, and returns how many were applied. Safe to call from several processes
-/// at once: they take turns. Invalid `options` are refused ([`PostgresOptions::validate`]).
+/// connection of its own, then this build's server-side functions (`src/postgres/functions.sql`,
+/// unless a newer build's are in place), and returns how many migrations were applied. Safe to
+/// call from several processes at once: they take turns. Invalid `options` are refused
+/// ([`PostgresOptions::validate`]).
 pub async fn migrate(options: &PostgresOptions) -> Result<usize, CoordinatorError> {
     options.validate()?;
     let mut conn = options
@@ -55,9 +58,10 @@ async fn register_max_commit_age(
 
 impl PostgresCoordinator {
     /// Connects to the primary (failing with [`CoordinatorError::Unavailable`] when it cannot be
-    /// reached), applies pending migrations when [`PostgresOptions::migrate_on_start`] is set (else
-    /// checks that the schema is at this build's version), and opens the read pool lazily. Invalid
-    /// `options` are refused ([`PostgresOptions::validate`]).
+    /// reached), applies pending migrations and this build's functions when
+    /// [`PostgresOptions::migrate_on_start`] is set (else checks that the schema and its functions
+    /// are at this build's version or newer), and opens the read pool lazily. Invalid `options` are
+    /// refused ([`PostgresOptions::validate`]).
     pub async fn connect(
         options: PostgresOptions,
         clock: Arc<dyn Clock>,
@@ -84,6 +88,18 @@ impl PostgresCoordinator {
                          migrations (diskless_coordinator::postgres::migrate)",
                         options.schema,
                         super::migrate::latest_version()
+                    )
+                    .into(),
+                ));
+            }
+            let revision = functions::applied_revision(&mut conn, &options.schema).await?;
+            if revision < functions::REVISION {
+                return Err(CoordinatorError::Storage(
+                    format!(
+                        "the functions of schema {} are at revision {revision}, this build needs \
+                         {}: apply the migrations (diskless_coordinator::postgres::migrate)",
+                        options.schema,
+                        functions::REVISION
                     )
                     .into(),
                 ));

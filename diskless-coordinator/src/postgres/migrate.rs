@@ -1,4 +1,13 @@
-//! Embedded schema migrations of the PostgreSQL coordinator.
+//! Embedded schema migrations of the PostgreSQL coordinator, and the server-side functions
+//! applied after them.
+//!
+//! **Where what lives.** The schema (tables, columns, indexes, triggers, data backfills) changes by
+//! migrations, `migrations/postgres/NNNN_name.sql`, each applied once and recorded. The
+//! server-side functions live once each, in their current version, in `src/postgres/functions.sql`,
+//! which [`run`] applies after the pending migrations on every run ([`functions`]: why, and how an
+//! older build never replaces a newer build's functions). Migrations 1 to 13 predate that file and
+//! also create the functions of their time; they are frozen (their checksums are recorded in every
+//! schema they were applied to), and from migration 14 on a migration creates no function.
 //!
 //! A **transactional** migration runs in one transaction that first takes a transaction-scoped
 //! advisory lock for the schema (so brokers starting at once migrate one after the other) and sets a
@@ -11,12 +20,15 @@
 //! migrations are recorded in `schema_migrations` in the coordinator's schema, with a checksum of
 //! their text; a changed text is reported, never re-run.
 //!
-//! Rules for future migrations (they run against live clusters): add tables, nullable columns,
-//! functions (`CREATE OR REPLACE`) and indexes; build indexes on large tables with
+//! Rules for future migrations (they run against live clusters): add tables, nullable columns
+//! (or columns with a constant default) and indexes; build indexes on large tables with
 //! `CREATE INDEX CONCURRENTLY` in a non-transactional migration; never rewrite a table
 //! (`ALTER COLUMN ... TYPE`, `ADD COLUMN ... DEFAULT volatile`, an `UPDATE` of every row) or take an
-//! `ACCESS EXCLUSIVE` lock for longer than a catalog update. Keep old function signatures working
-//! (a broker of the previous version may still call them during a rolling upgrade).
+//! `ACCESS EXCLUSIVE` lock for longer than a catalog update. Functions are not created here but
+//! changed in `functions.sql`; a migration must keep the previous build's functions working (they
+//! serve commits until `functions.sql` replaces them, right after the migrations), and old function
+//! signatures keep working (a broker of the previous version may still call them during a rolling
+//! upgrade).
 
 use super::PostgresOptions;
 use super::conn::sql_error;
@@ -24,6 +36,8 @@ use crate::CoordinatorError;
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Connection, Row};
 use std::time::Duration;
+
+pub(super) mod functions;
 
 /// One embedded migration.
 pub(super) struct Migration {
@@ -54,7 +68,8 @@ macro_rules! migration {
     };
 }
 
-/// The embedded migrations, in version order.
+/// The embedded migrations, in version order. Migrations up to
+/// `LAST_MIGRATION_WITH_FUNCTIONS` (13) also create functions (frozen history, see the module docs).
 #[rustfmt::skip]
 pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(1, "0001", "initial", transactional: true),
@@ -71,6 +86,10 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(12, "0012", "open_txn_index", transactional: false),
     migration!(13, "0013", "tiered_segments", transactional: true),
 ];
+
+/// The last migration that creates functions: later ones leave them to `functions.sql`.
+#[cfg(test)]
+const LAST_MIGRATION_WITH_FUNCTIONS: i32 = 13;
 
 /// The latest schema version this build knows.
 pub(super) fn latest_version() -> i32 {
@@ -102,14 +121,16 @@ async fn exec(conn: &mut PgConnection, sql: String) -> Result<(), CoordinatorErr
         .map_err(|e| sql_error(e, false))
 }
 
-/// Applies the pending migrations to `options.schema` on `conn`, creating the schema if needed.
-/// Returns how many migrations were applied.
+/// Applies the pending migrations to `options.schema` on `conn`, creating the schema if needed,
+/// then this build's server-side functions ([`functions::apply`]). Returns how many migrations
+/// were applied.
 ///
 /// The migrators of a schema are serialized by a session-level advisory lock, taken by polling
 /// `pg_try_advisory_lock` between statements: a migrator waiting inside a statement would hold a
 /// snapshot, which a concurrent `CREATE INDEX CONCURRENTLY` of the lock holder waits for (a
 /// deadlock). A migrator waits for a concurrent one as long as that one runs; it holds nothing
-/// meanwhile.
+/// meanwhile. The functions are applied under the same lock, so concurrent migrators never replace
+/// a function at the same time.
 pub(super) async fn run(
     conn: &mut PgConnection,
     options: &PostgresOptions,
@@ -149,6 +170,18 @@ async fn run_locked(
     conn: &mut PgConnection,
     options: &PostgresOptions,
 ) -> Result<usize, CoordinatorError> {
+    let (count, schema_newer) = apply_migrations(conn, options, MIGRATIONS).await?;
+    functions::apply(conn, options, schema_newer).await?;
+    Ok(count)
+}
+
+/// Applies the pending ones of `migrations` (a prefix of [`MIGRATIONS`]). Returns how many were
+/// applied, and whether the schema holds migrations this build does not know.
+async fn apply_migrations(
+    conn: &mut PgConnection,
+    options: &PostgresOptions,
+    migrations: &[Migration],
+) -> Result<(usize, bool), CoordinatorError> {
     let schema = options.schema.as_str();
     {
         let mut tx = conn.begin().await.map_err(|e| sql_error(e, false))?;
@@ -182,8 +215,10 @@ async fn run_locked(
         let sum: String = row.try_get(1).map_err(|e| sql_error(e, false))?;
         done.insert(version, sum);
     }
-    if let Some(newest) = done.keys().max()
-        && *newest > latest_version()
+    let newest = done.keys().max().copied();
+    let schema_newer = newest.is_some_and(|v| v > latest_version());
+    if let Some(newest) = newest
+        && schema_newer
     {
         tracing::warn!(
             schema,
@@ -193,7 +228,7 @@ async fn run_locked(
         );
     }
     let mut count = 0;
-    for m in MIGRATIONS {
+    for m in migrations {
         let sum = checksum(m.sql);
         match done.get(&m.version) {
             Some(existing) if *existing == sum => continue,
@@ -238,7 +273,7 @@ async fn run_locked(
         }
         count += 1;
     }
-    Ok(count)
+    Ok((count, schema_newer))
 }
 
 /// Records `m` as applied (the search path is the schema).
@@ -340,6 +375,128 @@ pub(super) async fn applied_version(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use diskless_testkit::postgres::{Schema, pg_url};
+
+    /// The schema `$1` as sorted lines, its name replaced by `SCHEMA`: every function with its full
+    /// definition, every relation, column (type, nullability, default), constraint, index and
+    /// trigger. The migrator's own tables are left out.
+    const CATALOG: &str = "\
+        WITH ns AS (SELECT oid FROM pg_namespace WHERE nspname = $1), \
+        rel AS (SELECT c.* FROM pg_class c WHERE c.relnamespace = (SELECT oid FROM ns) \
+                AND c.relname NOT LIKE 'schema\\_migrations%' \
+                AND c.relname NOT LIKE 'schema\\_functions%'), \
+        items AS ( \
+          SELECT 'function ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) \
+                 || ')' || E'\\n' || pg_get_functiondef(p.oid) AS item \
+          FROM pg_proc p WHERE p.pronamespace = (SELECT oid FROM ns) \
+          UNION ALL \
+          SELECT 'relation ' || c.relname || ' ' || c.relkind::text FROM rel c \
+          UNION ALL \
+          SELECT 'column ' || c.relname || '.' || lpad(a.attnum::text, 3, '0') || ' ' || a.attname \
+                 || ' ' || format_type(a.atttypid, a.atttypmod) \
+                 || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END \
+                 || coalesce(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), '') \
+                 || CASE WHEN a.attisdropped THEN ' dropped' ELSE '' END \
+          FROM pg_attribute a JOIN rel c ON c.oid = a.attrelid \
+          LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+          WHERE a.attnum > 0 AND c.relkind = 'r' \
+          UNION ALL \
+          SELECT 'constraint ' || c.relname || '.' || k.conname || ' ' || pg_get_constraintdef(k.oid) \
+          FROM pg_constraint k JOIN rel c ON c.oid = k.conrelid \
+          UNION ALL \
+          SELECT 'index ' || pg_get_indexdef(i.indexrelid) || ' valid=' || i.indisvalid::text \
+          FROM pg_index i JOIN rel c ON c.oid = i.indexrelid \
+          UNION ALL \
+          SELECT 'trigger ' || pg_get_triggerdef(t.oid) FROM pg_trigger t \
+          JOIN rel c ON c.oid = t.tgrelid WHERE NOT t.tgisinternal) \
+        SELECT replace(item, $1, 'SCHEMA') FROM items ORDER BY 1";
+
+    /// [`CATALOG`] of `schema`, and the rows of its one-row tables (the migrations' data).
+    async fn catalog(conn: &mut PgConnection, schema: &str) -> Vec<String> {
+        let mut lines: Vec<String> = sqlx::query_scalar(CATALOG)
+            .bind(schema)
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+        for table in ["coordinator_settings", "producer_ids", "replica_heartbeat"] {
+            let rows: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT '{table} ' || t::text FROM \"{schema}\".{table} t ORDER BY 1"
+            )))
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+            lines.extend(rows);
+        }
+        lines
+    }
+
+    /// The differences between two catalogs, for a readable failure.
+    fn diff(left: &[String], right: &[String]) -> String {
+        let only = |a: &[String], b: &[String]| -> Vec<String> {
+            a.iter().filter(|l| !b.contains(l)).cloned().collect()
+        };
+        format!(
+            "only in the first: {:#?}\nonly in the second: {:#?}",
+            only(left, right),
+            only(right, left)
+        )
+    }
+
+    /// A schema migrated by any earlier build (the migrations up to its version, each creating
+    /// the functions of its time; nothing recorded in `schema_functions`) upgrades to exactly the
+    /// catalog of a fresh schema: the pending migrations, then this build's functions. And at
+    /// revision 1 of `functions.sql`, what migrations 1 to 13 alone leave (the build before the
+    /// file) is exactly that catalog too: the file holds the functions as they left them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_earlier_version_upgrades_to_a_fresh_schema() {
+        let Some(url) = pg_url() else { return };
+        let mut conn = PgConnection::connect(&url).await.unwrap();
+        let options =
+            |schema: &Schema| PostgresOptions::new(url.clone()).with_schema(schema.name.clone());
+        let fresh = Schema::new(&url);
+        assert_eq!(
+            run(&mut conn, &options(&fresh)).await.unwrap(),
+            MIGRATIONS.len()
+        );
+        let expected = catalog(&mut conn, &fresh.name).await;
+        assert!(
+            expected
+                .iter()
+                .any(|l| l.starts_with("function commit_file("))
+        );
+        for n in 1..=MIGRATIONS.len() {
+            let old = Schema::new(&url);
+            let (applied, _) = apply_migrations(&mut conn, &options(&old), &MIGRATIONS[..n])
+                .await
+                .unwrap();
+            assert_eq!(applied, n);
+            if n == MIGRATIONS.len() && functions::REVISION == 1 {
+                let before = catalog(&mut conn, &old.name).await;
+                assert!(
+                    before == expected,
+                    "migrations 1 to {n} alone: {}",
+                    diff(&before, &expected)
+                );
+            }
+            assert_eq!(
+                run(&mut conn, &options(&old)).await.unwrap(),
+                MIGRATIONS.len() - n
+            );
+            let upgraded = catalog(&mut conn, &old.name).await;
+            assert!(
+                upgraded == expected,
+                "a schema at version {n}, upgraded: {}",
+                diff(&upgraded, &expected)
+            );
+            assert_eq!(
+                functions::applied_revision(&mut conn, &old.name)
+                    .await
+                    .unwrap(),
+                functions::REVISION
+            );
+        }
+        conn.close().await.unwrap();
+    }
 
     #[test]
     fn migrations_are_ordered_and_checksummed() {
@@ -351,6 +508,67 @@ mod tests {
         }
         assert_ne!(checksum("a"), checksum("b"));
         assert_eq!(latest_version(), last);
+    }
+
+    /// Functions live in `functions.sql`: a migration after the frozen ones creates none (it may
+    /// drop an obsolete one).
+    #[test]
+    fn later_migrations_create_no_functions() {
+        assert!(
+            MIGRATIONS
+                .iter()
+                .any(|m| m.version == LAST_MIGRATION_WITH_FUNCTIONS)
+        );
+        for m in MIGRATIONS
+            .iter()
+            .filter(|m| m.version > LAST_MIGRATION_WITH_FUNCTIONS)
+        {
+            let code: String = m
+                .sql
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join(" ")
+                .to_ascii_uppercase();
+            let words: Vec<&str> = code.split_whitespace().collect();
+            for w in words.windows(4) {
+                let creates = w[0] == "CREATE"
+                    && (w[1] == "FUNCTION"
+                        || w[1] == "PROCEDURE"
+                        || w[1..4] == ["OR", "REPLACE", "FUNCTION"]
+                        || w[1..4] == ["OR", "REPLACE", "PROCEDURE"]);
+                assert!(
+                    !creates,
+                    "migration {} creates a function: functions live in src/postgres/functions.sql",
+                    m.version
+                );
+            }
+        }
+    }
+
+    /// Migrations 1 to 13 keep the text they were released with (checksums recorded in every
+    /// schema they were applied to; a schema whose text differs from its build's is refused).
+    #[test]
+    fn frozen_migrations_keep_their_text() {
+        let released = [
+            "a0ae09755495b300",
+            "7022cff6c26ad66c",
+            "b6445da5ae634641",
+            "af7f561d454ce198",
+            "4a4809b9e5f479f9",
+            "4e0c8dde32d3ba9e",
+            "e1634fa5403fe591",
+            "5ff5de2bd5fe7e3a",
+            "a738b79e34ad4a0b",
+            "d03723399f4dee38",
+            "ce49ed28006c7025",
+            "c1f4aff1988c68f7",
+            "924ef6ac14c9e125",
+        ];
+        assert_eq!(released.len(), LAST_MIGRATION_WITH_FUNCTIONS as usize);
+        for (m, sum) in MIGRATIONS.iter().zip(released) {
+            assert_eq!(checksum(m.sql), sum, "migration {} was edited", m.version);
+        }
     }
 
     #[test]
