@@ -5,7 +5,8 @@
 //! - `options.rs`: [`PostgresOptions`] and the connection and pool options made from them;
 //! - `conn.rs`: connecting (migrations, pools, the replica heartbeat), closing, and what a
 //!   database error means for a call, with the retry of a write after a conflict;
-//! - `migrate.rs`: the embedded migrations and how they are applied;
+//! - `migrate.rs`: the embedded migrations and how they are applied; `migrate/functions.rs` +
+//!   `functions.sql`: the server-side functions, defined once, re-applied after the migrations;
 //! - `topics.rs`: `create_topic`, `delete_topic`, `create_partitions`, `alter_topic_config`,
 //!   `allocate_producer_ids` (one `UPDATE ... RETURNING` of a counter row, migration 8);
 //! - `commit.rs`: `commit_file` (one call of the server-side function);
