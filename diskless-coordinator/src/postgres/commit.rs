@@ -4,7 +4,7 @@
 //! producer's rules, then the transaction rules: migration 11).
 
 use super::PostgresCoordinator;
-use super::conn::Attempt;
+use super::attempt::Attempt;
 use crate::rows::{SqlRow, col, corrupt};
 use crate::{CommitBatchResult, CommitFileRequest, CoordinatorError, ErrorCode};
 

@@ -4,9 +4,9 @@
 //! object id order, as commits do, so they cannot deadlock; passes stop as soon as their budget is
 //! spent, so they hold row locks for bounded work.
 
-use super::conn::{Attempt, sql_error};
-use super::reads::object_kind;
-use super::{PostgresCoordinator, partition_arrays};
+use super::PostgresCoordinator;
+use super::attempt::{Attempt, sql_error};
+use super::sql::{EFFECTIVE_TS, object_kind, partition_arrays};
 use crate::rows::{
     OBJECTS_TO_DELETE, SqlRow, object_to_delete_from_row, parse_topic_id, retention_rows, to_u64,
 };
@@ -22,11 +22,6 @@ use std::sync::atomic::Ordering;
 
 /// Candidate partitions fetched per round trip by retention and producer expiry.
 const CANDIDATES_PAGE: i64 = 32;
-
-/// The effective max timestamp of a batch row `b` (the expression of the `batches_effective_ts`
-/// index, migration 4).
-pub(super) const EFFECTIVE_TS: &str =
-    "(CASE WHEN b.timestamp_type = 1 THEN b.log_append_time ELSE b.max_timestamp END)";
 
 /// The time retention ages a batch row `b` by: its effective max timestamp, or, for a batch without
 /// any timestamp (`< 0`), its commit time (its object's), as Kafka ages a segment without

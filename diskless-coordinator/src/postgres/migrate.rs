@@ -30,8 +30,8 @@
 //! signatures keep working (a broker of the previous version may still call them during a rolling
 //! upgrade).
 
-use super::PostgresOptions;
-use super::conn::sql_error;
+use super::attempt::sql_error;
+use super::options::PostgresOptions;
 use crate::CoordinatorError;
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Connection, Row};

@@ -3,8 +3,12 @@
 //! See [`PostgresCoordinator`] and [`PostgresOptions`]. Where each part lives:
 //!
 //! - `options.rs`: [`PostgresOptions`] and the connection and pool options made from them;
-//! - `conn.rs`: connecting (migrations, pools, the replica heartbeat), closing, and what a
-//!   database error means for a call, with the retry of a write after a conflict;
+//! - `attempt.rs`: what a database error means for a call, the attempts of a write and their
+//!   retry after a conflict, and the other guards of every call (closed, the primary's pool);
+//! - `sql.rs`: SQL fragments and row readers several modules share (the read transaction's
+//!   `BEGIN`, the last stable offset, the effective timestamp, partition arrays, object kinds);
+//! - `conn.rs`: connecting (migrations, pools, the replica heartbeat), closing, and the event
+//!   counters;
 //! - `migrate.rs`: the embedded migrations and how they are applied; `migrate/functions.rs` +
 //!   `functions.sql`: the server-side functions, defined once, re-applied after the migrations;
 //! - `topics.rs`: `create_topic`, `delete_topic`, `create_partitions`, `alter_topic_config`,
@@ -23,13 +27,24 @@
 //! Each [`BatchCoordinator`] method `x` is `write_x` or `read_x` in one of those files; a write
 //! runs its attempts (`try_x`, one transaction each) through `PostgresCoordinator::retrying`, which
 //! retries them after a conflict.
+//!
+//! The modules use each other without a cycle, each only those below it (`tests/module_graph.rs`
+//! checks it): `options`, `attempt` and `sql` use none; `migrate` uses `options` and `attempt`;
+//! `commit`, `txn`, `lifecycle`, `topics`, `tiering` and `reads` use `attempt`, `sql` and each
+//! other in that order (`txn` → `commit`, `topics` → `lifecycle`, `tiering` → `commit` and
+//! `topics`, `reads` → `tiering` and `topics`); `conn` uses `attempt`, `migrate`, `options` and
+//! `reads` (the replica heartbeat); this file uses them all. The methods of
+//! [`PostgresCoordinator`] are spread over the modules (`impl` blocks), which therefore name the
+//! type defined here, and nothing else of this file.
 
+mod attempt;
 mod commit;
 mod conn;
 mod lifecycle;
 mod migrate;
 mod options;
 mod reads;
+mod sql;
 mod tiering;
 mod topics;
 mod txn;
@@ -37,12 +52,13 @@ mod txn;
 pub use conn::migrate;
 pub use options::{DEFAULT_SCHEMA, PostgresOptions};
 
+use crate::Clock;
 #[cfg(doc)]
 use crate::{BatchCoordinator, CoordinatorError};
-use crate::{Clock, TopicIdPartition};
+use conn::Counters;
 use sqlx::postgres::PgPool;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A [`BatchCoordinator`] on PostgreSQL: one source of truth for many brokers.
 ///
@@ -166,16 +182,6 @@ pub struct PostgresCoordinator {
     heartbeat: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
-/// Event counters behind [`PostgresCoordinator::stats`].
-#[derive(Default)]
-struct Counters {
-    conflict_retries: AtomicU64,
-    replica_reads: AtomicU64,
-    replica_bypassed: AtomicU64,
-    primary_rechecks: AtomicU64,
-    retention_partitions: AtomicU64,
-}
-
 /// What a [`PostgresCoordinator`] did since it connected (for monitoring).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -234,13 +240,6 @@ impl PostgresCoordinator {
             retention_partitions_examined: c.retention_partitions.load(Ordering::Relaxed),
         }
     }
-}
-
-/// Topic ids and partition indexes of `partitions` as bindable arrays.
-fn partition_arrays(partitions: impl Iterator<Item = TopicIdPartition>) -> (Vec<String>, Vec<i32>) {
-    partitions
-        .map(|p| (crate::rows::topic_key(p.topic_id), p.partition))
-        .unzip()
 }
 
 crate::backend::sql_batch_coordinator! {

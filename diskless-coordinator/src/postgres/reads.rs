@@ -16,11 +16,11 @@
 //!   came from a fresher view than the replica's therefore never resets it; Kafka's fetch from a
 //!   follower (KIP-392) answers such a fetch with an empty response instead.
 
-use super::conn::sql_error;
-use super::lifecycle::EFFECTIVE_TS;
+use super::PostgresCoordinator;
+use super::attempt::sql_error;
+use super::sql::{BEGIN_READ, EFFECTIVE_TS, LAST_STABLE_OFFSET, object_kind, partition_arrays};
 use super::tiering::segments_from;
 use super::topics::{topic_columns, topic_from_row};
-use super::{PostgresCoordinator, partition_arrays};
 use crate::rows::{
     OBJECT_INFO, SqlRow, batch_columns, batch_from_row, col, corrupt, object_info_from_row,
     topic_key,
@@ -29,7 +29,7 @@ use crate::rules::{in_request_order, list_offsets_answer, looks_up_batch};
 use crate::{
     AbortedTxn, BatchCoordinate, CoordinatorError, ErrorCode, FindBatchesRequest,
     FindBatchesResponse, IsolationLevel, ListOffsetsRequest, ListOffsetsResponse, MAX_TIMESTAMP,
-    NO_TIMESTAMP, ObjectInfo, ObjectKind, ProducerBatch, ProducerState, ShardId, TieredSegment,
+    NO_TIMESTAMP, ObjectInfo, ProducerBatch, ProducerState, ShardId, TieredSegment,
     TopicIdPartition, TopicInfo,
 };
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
@@ -42,9 +42,6 @@ use std::time::{Duration, Instant};
 const FIRST_PAGE: i64 = 64;
 /// Batches per follow-up page.
 const PAGE: i64 = 512;
-
-/// `BEGIN` of every multi-statement read: one snapshot for the call, also on a hot standby.
-pub(super) const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
 /// The replica's lag bound, in the reading transaction's snapshot: its clock minus the newest
 /// primary heartbeat it holds (ms).
@@ -101,14 +98,6 @@ enum Source {
     Replica,
     Primary,
 }
-
-/// The last stable offset of partition row `pa`: the smallest first offset of its open
-/// transactions (one probe of the partial index `producer_state_open_txn`, migration 12), raised
-/// to the log start offset, never above the high watermark; the high watermark when none is open.
-pub(super) const LAST_STABLE_OFFSET: &str = "least(pa.high_watermark, greatest(pa.log_start_offset, \
-     coalesce((SELECT min(s.txn_first_offset) FROM producer_state s \
-     WHERE s.partition_id = pa.partition_id AND s.txn_first_offset IS NOT NULL), \
-     pa.high_watermark)))";
 
 /// A partition as one snapshot sees it: its id, bounds, last stable offset and the first page of
 /// batches from the fetch offset (empty when the offset is out of range).
@@ -234,15 +223,6 @@ impl PartitionTake<'_> {
                     .ok_or_else(|| corrupt("a last offset is i64::MAX"))
             })
             .transpose()
-    }
-}
-
-/// A stored object kind (migration 13: 0 WAL, 1 tiered segment).
-pub(super) fn object_kind(code: i16) -> Result<ObjectKind, CoordinatorError> {
-    match code {
-        0 => Ok(ObjectKind::Wal),
-        1 => Ok(ObjectKind::TieredSegment),
-        other => Err(corrupt(format!("unknown object kind {other}"))),
     }
 }
 

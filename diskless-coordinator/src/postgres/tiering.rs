@@ -17,9 +17,9 @@
 //! consolidated (harmless, `register_segment` answers `Stale`, but wasted work).
 
 use super::PostgresCoordinator;
+use super::attempt::{Attempt, sql_error};
 use super::commit::commit_point_error;
-use super::conn::{Attempt, sql_error};
-use super::reads::{BEGIN_READ, LAST_STABLE_OFFSET};
+use super::sql::{BEGIN_READ, LAST_STABLE_OFFSET};
 use super::topics::{CONFIG_COLUMNS, config_from_row};
 use crate::rows::topic_key;
 use crate::rows::{SqlRow, batch_columns, batch_from_row, corrupt, parse_topic_id, to_u32, to_u64};

@@ -1,7 +1,7 @@
 //! Topics (creation, deletion, CreatePartitions, config changes) and producer-id blocks.
 
 use super::PostgresCoordinator;
-use super::conn::{Attempt, sql_error};
+use super::attempt::{Attempt, sql_error};
 use super::lifecycle::delete_segments_below;
 use super::lifecycle::{delete_batches_below, release_objects};
 use crate::rows::{SqlRow, parse_topic_id, topic_key, ts_type, ts_type_code};

@@ -4,8 +4,8 @@
 //! and decides and appends every marker in request order, each seeing the earlier ones.
 
 use super::PostgresCoordinator;
+use super::attempt::Attempt;
 use super::commit::indexed_results;
-use super::conn::Attempt;
 use crate::rows::{SqlRow, col};
 use crate::{CoordinatorError, TxnMarker, TxnMarkerResult};
 

@@ -5,9 +5,9 @@
 //! batches, the producer states (with their open transactions: the last stable offset is read
 //! from them) and the partitions are written back in multi-row statements.
 
-use super::conn::{at_commit, not_applied};
+use super::SqliteCoordinator;
 use super::producer::{self, Decision, STATE_COLUMNS};
-use super::{SqliteCoordinator, encode_owners, execute_rows, fetch_pairs};
+use super::sql::{at_commit, encode_owners, execute_rows, fetch_pairs, not_applied};
 use crate::rows::{SqlRow, parse_topic_id, topic_key, ts_type, ts_type_code};
 use crate::{
     CommitBatch, CommitBatchResult, CommitFileRequest, CoordinatorError, ErrorCode, NO_TIMESTAMP,
@@ -110,7 +110,8 @@ impl SqliteCoordinator {
     }
 }
 
-/// Every partition of `touched` that exists, in one statement per [`CHUNK`] partitions.
+/// Every partition of `touched` that exists, in one statement per
+/// [`CHUNK`](super::sql::CHUNK) partitions.
 pub(super) async fn load_partitions(
     conn: &mut SqliteConnection,
     touched: impl IntoIterator<Item = TopicIdPartition>,
@@ -143,7 +144,8 @@ pub(super) async fn load_partitions(
 }
 
 /// The producer states of `(partition id, producer id)`s (distinct), in one statement per
-/// [`CHUNK`] keys: an entry for each key, with no state when the producer has none there.
+/// [`CHUNK`](super::sql::CHUNK) keys: an entry for each key, with no state when the producer has
+/// none there.
 pub(super) async fn load_producers(
     conn: &mut SqliteConnection,
     wanted: &[(i64, i64)],
@@ -304,7 +306,7 @@ async fn insert_object(
     .map_err(not_applied)
 }
 
-/// The appended batches, [`CHUNK`] rows per statement.
+/// The appended batches, [`CHUNK`](super::sql::CHUNK) rows per statement.
 async fn insert_batches(
     conn: &mut SqliteConnection,
     object_id: i64,

@@ -1,8 +1,9 @@
 //! Opening and closing a [`SqliteCoordinator`]: the schema migrations, the single write connection
-//! and the read pool, and what their errors mean for a call.
+//! and the read pool, and the event counters.
 
+use super::SqliteCoordinator;
 use super::options::{SqliteOptions, Synchronous};
-use super::{Counters, SqliteCoordinator, SqliteQuery};
+use super::sql::{SqliteQuery, not_applied, unavailable};
 use crate::{Clock, CoordinatorError};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::pool::PoolConnection;
@@ -13,9 +14,16 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection, SqlSafeStr, Sqlite, Transaction};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{Mutex, MutexGuard};
+
+/// Event counters behind [`SqliteCoordinator::stats`].
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) retention_partitions: AtomicU64,
+    pub(super) retention_batches_read: AtomicU64,
+}
 
 /// The embedded migrations: (version, description, SQL).
 const MIGRATIONS: [(i64, &str, &str); 7] = [
@@ -280,52 +288,5 @@ impl Reader<'_> {
     /// Starts a read transaction: the call's reads see one snapshot.
     pub(super) async fn begin(&mut self) -> Result<Transaction<'_, Sqlite>, CoordinatorError> {
         self.conn()?.begin().await.map_err(not_applied)
-    }
-}
-
-/// SQLite primary result codes that mean "try again later": BUSY, LOCKED, IOERR, FULL, CANTOPEN.
-fn is_transient(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Database(_) => primary_code_in(e, &[5, 6, 10, 13, 14]),
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        _ => false,
-    }
-}
-
-/// Whether `e` is a database error whose primary result code is one of `codes`.
-fn primary_code_in(e: &sqlx::Error, codes: &[i32]) -> bool {
-    match e {
-        sqlx::Error::Database(d) => d
-            .code()
-            .and_then(|c| c.parse::<i32>().ok())
-            .is_some_and(|c| codes.contains(&(c & 0xff))),
-        _ => false,
-    }
-}
-
-/// An error reaching the database: nothing was applied, retry later.
-pub(super) fn unavailable(e: sqlx::Error) -> CoordinatorError {
-    CoordinatorError::Unavailable(Box::new(e))
-}
-
-/// An error before COMMIT: nothing was applied.
-pub(super) fn not_applied(e: sqlx::Error) -> CoordinatorError {
-    if is_transient(&e) {
-        CoordinatorError::Unavailable(Box::new(e))
-    } else {
-        CoordinatorError::Storage(Box::new(e))
-    }
-}
-
-/// An error of COMMIT: unknown whether it was applied, unless SQLite says it was not (BUSY,
-/// LOCKED).
-pub(super) fn at_commit(e: sqlx::Error) -> CoordinatorError {
-    if primary_code_in(&e, &[5, 6]) {
-        CoordinatorError::Unavailable(Box::new(e))
-    } else {
-        CoordinatorError::OutcomeUnknown(Box::new(e))
     }
 }

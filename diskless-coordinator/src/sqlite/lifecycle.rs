@@ -2,9 +2,9 @@
 //! the object cleaner's calls (`objects_to_delete`, `confirm_deleted`) and the orphan collector's
 //! fences. Every write holds the single writer for work bounded by its budget.
 
-use super::conn::{at_commit, not_applied};
+use super::SqliteCoordinator;
 use super::reads::{Bounds, known_keys, partition_bounds};
-use super::{CHUNK, SqliteCoordinator, execute_rows};
+use super::sql::{CHUNK, at_commit, execute_rows, not_applied};
 use crate::rows::{SqlRow, object_kind, object_to_delete_from_row, retention_rows, to_u64};
 use crate::rules::{RetentionRule, RetentionScan, delete_records_target};
 use crate::{

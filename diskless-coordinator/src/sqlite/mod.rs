@@ -3,8 +3,10 @@
 //! See [`SqliteCoordinator`]. Where each part lives:
 //!
 //! - `options.rs`: [`SqliteOptions`] and [`Synchronous`];
-//! - `conn.rs`: opening (migrations, the write connection, the read pool), closing, and what a
-//!   database error means for a call;
+//! - `sql.rs`: multi-row statements, the stored owner list, and what a database error means for
+//!   a call;
+//! - `conn.rs`: opening (migrations, the write connection, the read pool), closing, the event
+//!   counters;
 //! - `topics.rs`: `create_topic`, `delete_topic`, `create_partitions`, `alter_topic_config`,
 //!   `allocate_producer_ids` (a counter row, migration 5);
 //! - `commit.rs`: `commit_file`, with `producer.rs` (the idempotent-producer and transaction
@@ -21,6 +23,14 @@
 //!
 //! Each [`BatchCoordinator`] method `x` is `write_x` (one `BEGIN IMMEDIATE` transaction on the
 //! single writer) or `read_x` (on the read pool) in one of those files.
+//!
+//! The modules use each other without a cycle, each only those below it (`tests/module_graph.rs`
+//! checks it): `options` and `sql` use none; `conn` uses them; `producer`, `commit`, `txn`,
+//! `reads`, `lifecycle`, `topics` and `tiering` use `sql`, `conn` (the connections, as methods) and
+//! each other in that order (`commit` → `producer`, `txn` → `commit`, `lifecycle` → `reads`,
+//! `topics` → `lifecycle`, `tiering` → `lifecycle` and `reads`); this file uses them all. The
+//! methods of [`SqliteCoordinator`] are spread over the modules (`impl` blocks), which therefore
+//! name the type defined here, and nothing else of this file.
 
 mod commit;
 mod conn;
@@ -28,6 +38,7 @@ mod lifecycle;
 mod options;
 mod producer;
 mod reads;
+mod sql;
 #[cfg(test)]
 mod tests;
 mod tiering;
@@ -37,14 +48,13 @@ mod txn;
 pub use conn::migrator;
 pub use options::{SqliteOptions, Synchronous};
 
+use crate::Clock;
 #[cfg(doc)]
-use crate::BatchCoordinator;
-use crate::rows::corrupt;
-use crate::{Clock, CoordinatorError, ShardId};
-use sqlx::sqlite::{SqliteConnection, SqlitePool, SqliteRow};
-use sqlx::{AssertSqlSafe, Encode, Sqlite, Type};
+use crate::{BatchCoordinator, CoordinatorError};
+use conn::Counters;
+use sqlx::sqlite::{SqliteConnection, SqlitePool};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::Mutex;
 
@@ -175,13 +185,6 @@ pub struct SqliteCoordinator {
     counters: Counters,
 }
 
-/// Event counters behind [`SqliteCoordinator::stats`].
-#[derive(Debug, Default)]
-struct Counters {
-    retention_partitions: AtomicU64,
-    retention_batches_read: AtomicU64,
-}
-
 /// What a [`SqliteCoordinator`] did since it was opened (for monitoring: the work its lifecycle
 /// passes did while holding the write lock).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -216,88 +219,6 @@ impl SqliteCoordinator {
             retention_batches_read: c.retention_batches_read.load(Ordering::Relaxed),
         }
     }
-}
-
-/// Rows per multi-row statement (a 100-batch commit inserts in two statements).
-const CHUNK: usize = 64;
-
-/// `(?,?,?),(?,?,?)` for `rows` rows of `cols` columns.
-fn placeholders(rows: usize, cols: usize) -> String {
-    let row = format!("({})", vec!["?"; cols].join(","));
-    vec![row; rows].join(",")
-}
-
-/// One statement over a `VALUES` list of `rows` (`{values}` in `sql` stands for their
-/// placeholders, `cols` a row), each row's values bound by `bind`.
-fn rows_query<T>(
-    sql: &str,
-    cols: usize,
-    rows: &[T],
-    bind: impl Fn(SqliteQuery, &T) -> SqliteQuery,
-) -> SqliteQuery {
-    let sql = sql.replace("{values}", &placeholders(rows.len(), cols));
-    rows.iter().fold(sqlx::query(AssertSqlSafe(sql)), bind)
-}
-
-/// The rows `sql` reads for all of `keys` (pairs of values, `{values}` in `sql` standing for
-/// their placeholders), [`CHUNK`] keys a statement.
-async fn fetch_pairs<A, B>(
-    conn: &mut SqliteConnection,
-    sql: &str,
-    keys: &[(A, B)],
-) -> Result<Vec<SqliteRow>, CoordinatorError>
-where
-    A: for<'e> Encode<'e, Sqlite> + Type<Sqlite>,
-    B: for<'e> Encode<'e, Sqlite> + Type<Sqlite>,
-{
-    let mut rows = Vec::new();
-    for chunk in keys.chunks(CHUNK) {
-        let q = rows_query(sql, 2, chunk, |q, (a, b)| q.bind(a).bind(b));
-        rows.extend(q.fetch_all(&mut *conn).await.map_err(conn::not_applied)?);
-    }
-    Ok(rows)
-}
-
-/// Runs [`rows_query`] over all of `rows`, [`CHUNK`] rows a statement.
-async fn execute_rows<T>(
-    conn: &mut SqliteConnection,
-    sql: &str,
-    cols: usize,
-    rows: &[T],
-    bind: impl Fn(SqliteQuery, &T) -> SqliteQuery,
-) -> Result<(), CoordinatorError> {
-    for chunk in rows.chunks(CHUNK) {
-        rows_query(sql, cols, chunk, &bind)
-            .execute(&mut *conn)
-            .await
-            .map_err(conn::not_applied)?;
-    }
-    Ok(())
-}
-
-/// A statement of the SQLite coordinator, with its arguments.
-type SqliteQuery = sqlx::query::Query<'static, Sqlite, <Sqlite as sqlx::Database>::Arguments>;
-
-/// An owner list as stored: comma-separated shard ids.
-fn encode_owners(owners: &[ShardId]) -> String {
-    owners
-        .iter()
-        .map(|o| o.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// A stored owner list.
-fn decode_owners(s: &str) -> Result<Vec<ShardId>, CoordinatorError> {
-    if s.is_empty() {
-        return Ok(Vec::new());
-    }
-    s.split(',')
-        .map(|x| {
-            x.parse::<ShardId>()
-                .map_err(|_| corrupt(format!("bad owner list {s:?}")))
-        })
-        .collect()
 }
 
 crate::backend::sql_batch_coordinator! {

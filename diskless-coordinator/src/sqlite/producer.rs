@@ -1,7 +1,7 @@
 //! Idempotent-producer and transaction rules, and the compact encoding of a producer's batch
 //! window.
 
-use super::execute_rows;
+use super::sql::execute_rows;
 use crate::rows::{SqlRow, col, corrupt};
 use crate::{
     CommitBatch, CoordinatorError, ErrorCode, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerState,

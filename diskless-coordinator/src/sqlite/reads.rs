@@ -2,9 +2,9 @@
 //! `producer_state` and `list_producers`, each on a read connection (in one read transaction when
 //! it reads twice).
 
-use super::conn::not_applied;
+use super::SqliteCoordinator;
 use super::producer::{STATE_COLUMNS, state_from_row};
-use super::{CHUNK, SqliteCoordinator, decode_owners};
+use super::sql::{CHUNK, decode_owners, not_applied};
 use crate::rows::{
     SqlRow, TOPIC_COLUMNS, TOPIC_TIERING_COLUMNS, batch_columns, batch_from_row,
     object_info_from_row, object_kind, segment_columns, segment_from_row, tiering_from_row,

@@ -11,12 +11,12 @@
 //! checks, then the covered batches go (their objects' live bytes with them) and the segment row
 //! comes.
 
-use super::conn::{at_commit, not_applied};
+use super::SqliteCoordinator;
 use super::lifecycle::release_objects_sql;
 use super::reads::{
     Bounds, last_stable_offset, partition_bounds, segments_from, topic_with_tiering_from_row,
 };
-use super::{SqliteCoordinator, encode_owners};
+use super::sql::{at_commit, encode_owners, not_applied};
 use crate::rows::{
     SqlRow, TOPIC_COLUMNS, TOPIC_TIERING_COLUMNS, batch_columns, batch_from_row, object_kind_code,
     segment_columns, segment_from_row, topic_key,

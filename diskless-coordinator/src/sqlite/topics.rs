@@ -1,8 +1,8 @@
 //! Topics (creation, deletion, CreatePartitions, config changes) and producer-id blocks.
 
 use super::SqliteCoordinator;
-use super::conn::{at_commit, not_applied};
 use super::lifecycle::release_objects_sql;
+use super::sql::{at_commit, not_applied};
 use crate::rows::{
     TOPIC_COLUMNS, TOPIC_TIERING_COLUMNS, bind_topic, bind_topic_config, bind_topic_tiering,
     corrupt, topic_config_set, topic_key, topic_tiering_set,

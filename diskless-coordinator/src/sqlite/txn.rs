@@ -5,10 +5,10 @@
 //! the marker rows, the aborted transactions, the producer states and the partitions are written
 //! in multi-row statements.
 
+use super::SqliteCoordinator;
 use super::commit::{Partitions, Producers, load_partitions, load_producers, write_back};
-use super::conn::{at_commit, not_applied};
 use super::producer::{STATE_COLUMNS, state_from_row};
-use super::{CHUNK, SqliteCoordinator, execute_rows};
+use super::sql::{CHUNK, at_commit, execute_rows, not_applied};
 use crate::rows::{CONTROL_ABORT, CONTROL_COMMIT, SqlRow, ts_type_code};
 use crate::{
     BatchCoordinate, CoordinatorError, ErrorCode, ProducerState, TXN_MARKER_SIZE, TxnMarker,

@@ -43,8 +43,8 @@
 
 use super::{checksum, exec};
 use crate::CoordinatorError;
-use crate::postgres::PostgresOptions;
-use crate::postgres::conn::sql_error;
+use crate::postgres::attempt::sql_error;
+use crate::postgres::options::PostgresOptions;
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Connection};
 
