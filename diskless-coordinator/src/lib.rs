@@ -17,7 +17,9 @@ mod config;
 mod deadline;
 mod error;
 mod error_code;
+mod kafka_config;
 mod layer;
+mod open;
 mod ops;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod rows;
@@ -41,9 +43,14 @@ pub use deadline::{
 pub use diskless_common::{BoxError, Clock, ManualClock, SystemClock};
 pub use error::CoordinatorError;
 pub use error_code::ErrorCode;
+pub use kafka_config::TOPIC_CONFIG_NAMES;
 pub use layer::{
     Capabilities, Capability, CoordinatorLayer, CoordinatorMetrics, CoordinatorOp, Layered,
     MeteredCoordinator,
+};
+pub use open::{
+    MemoryFactory, OpenError, OpenOptions, OpenedCoordinator, SHARD_MAP_FILE, SQLITE_FILE,
+    open_coordinator,
 };
 pub use types::{
     AbortedTxn, BatchCoordinate, CommitBatch, CommitBatchResult, CommitFileRequest,

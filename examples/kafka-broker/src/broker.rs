@@ -4,17 +4,16 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use diskless_cache::{
     DiskCache, DiskCacheConfig, LocalCache, MokaCache, MokaCacheConfig, TwoTierCache,
 };
-use diskless_coordinator::postgres::{PostgresCoordinator, PostgresOptions};
-use diskless_coordinator::sharded::{
-    FileShardMap, MemoryShardMap, ShardMapStore, ShardedConfig, ShardedCoordinator,
+#[cfg(not(feature = "testkit"))]
+use diskless_coordinator::OpenError;
+use diskless_coordinator::sharded::ShardedCoordinator;
+use diskless_coordinator::{
+    BatchCoordinator, Clock, OpenOptions, OpenedCoordinator, SystemClock, open_coordinator,
 };
-use diskless_coordinator::sqlite::{SqliteCoordinator, SqliteOptions};
-use diskless_coordinator::{BatchCoordinator, Clock, SystemClock};
 use diskless_core::lifecycle::TieringConfig;
 use diskless_core::{
     DisklessNode, Fetcher, NodeConfig, NodeLifecycleConfig, WalWriter, WalWriterConfig,
@@ -56,8 +55,9 @@ pub(crate) struct Broker {
     pub sharded: Option<Arc<ShardedCoordinator>>,
     /// The produce-gateway leaders of the current placements (sharded only), rebuilt when they change.
     gateways: parking_lot::Mutex<Option<Arc<GatewayLeaders>>>,
-    /// Every SQLite coordinator (one per shard), closed at shutdown.
-    sqlite: Vec<Arc<SqliteCoordinator>>,
+    /// The coordinator(s) as opened (every SQLite or PostgreSQL coordinator, one per shard),
+    /// closed at shutdown.
+    coordinators: OpenedCoordinator,
     /// The library's parts (writers, fetcher, lifecycle workers: retention, deletion of dead
     /// objects, orphans on the WAL and tiered prefixes, consolidation), closed at shutdown.
     node: parking_lot::Mutex<Option<DisklessNode>>,
@@ -71,181 +71,31 @@ impl std::fmt::Debug for Broker {
     }
 }
 
-/// The sharded router's early commit refusal. Every coordinator enforces the same deadline
-/// (`diskless_coordinator::DEFAULT_MAX_COMMIT_AGE`) and the orphan fences inside its own commit
-/// transaction, so nothing here is needed for safety; the orphan collector's 15-minute candidate age
-/// stays above it.
-const MAX_COMMIT_AGE: Duration = diskless_coordinator::DEFAULT_MAX_COMMIT_AGE;
-
-/// The partition → shard map of a sharded coordinator, in the data directory.
-pub(crate) const SHARD_MAP_FILE: &str = "coordinator-shards.map";
-
-/// The coordinator(s) the configuration asks for.
-struct Coordinators {
-    /// What every component uses: the single coordinator, or the sharded router.
-    coordinator: Arc<dyn BatchCoordinator>,
-    sharded: Option<Arc<ShardedCoordinator>>,
-    sqlite: Vec<Arc<SqliteCoordinator>>,
-    /// Whether the coordinator survives a restart (not `memory://`).
-    persistent: bool,
-}
-
-/// The coordinator kinds of `--coordinator`.
-enum Kind<'a> {
-    /// `<data-dir>/coordinator.db` (sharded: `coordinator-shard-<i>.db`).
-    DefaultSqlite,
-    SqliteUrl(&'a str),
-    Postgres(&'a str),
-    Memory,
-}
-
-impl<'a> Kind<'a> {
-    fn of(url: Option<&'a str>) -> Result<Self, String> {
-        Ok(match url {
-            None => Kind::DefaultSqlite,
-            Some(u) if u.starts_with("sqlite:") => Kind::SqliteUrl(u),
-            Some(u) if u.starts_with("postgres:") || u.starts_with("postgresql:") => {
-                Kind::Postgres(u)
-            }
-            Some(u) if u.starts_with("memory:") => Kind::Memory,
-            Some(u) => return Err(format!("unsupported coordinator URL {u:?}")),
-        })
-    }
-}
-
-/// Opens one coordinator of `kind`: shard `shard` of a sharded set, or the only one (`None`).
-async fn open_one(
-    kind: &Kind<'_>,
-    shard: Option<u32>,
-    data_dir: &Path,
-    clock: &Arc<dyn Clock>,
-    sqlite: &mut Vec<Arc<SqliteCoordinator>>,
-) -> Result<Arc<dyn BatchCoordinator>, String> {
-    let what = match shard {
-        Some(i) => format!("coordinator shard {i}"),
-        None => "coordinator".to_string(),
-    };
-    Ok(match kind {
-        Kind::DefaultSqlite => {
-            let file = match shard {
-                Some(i) => format!("coordinator-shard-{i}.db"),
-                None => "coordinator.db".to_string(),
-            };
-            let c = Arc::new(
-                SqliteCoordinator::open(
-                    data_dir.join(file),
-                    SqliteOptions::default(),
-                    clock.clone(),
-                )
-                .await
-                .map_err(|e| format!("{what}: {e}"))?,
-            );
-            sqlite.push(c.clone());
-            c
-        }
-        Kind::SqliteUrl(url) => {
-            let c = Arc::new(
-                SqliteCoordinator::open_url(url, SqliteOptions::default(), clock.clone())
-                    .await
-                    .map_err(|e| format!("{what} {url}: {e}"))?,
-            );
-            sqlite.push(c.clone());
-            c
-        }
-        Kind::Postgres(url) => {
-            let mut options = PostgresOptions::new(*url);
-            if let Some(i) = shard {
-                options = options.with_schema(format!("diskless_shard_{i}"));
-            }
-            Arc::new(
-                PostgresCoordinator::connect(options, clock.clone())
-                    .await
-                    .map_err(|e| format!("{what} {url}: {e}"))?,
-            )
-        }
-        #[cfg(feature = "testkit")]
-        Kind::Memory => Arc::new(diskless_testkit::coordinator::InMemoryCoordinator::new(
-            clock.clone(),
-        )),
-        // The command line refuses it already (`Config::parse`).
-        #[cfg(not(feature = "testkit"))]
-        Kind::Memory => return Err(testkit_only("--coordinator memory://")),
-    })
-}
-
-/// Opens the coordinator, or with `--shards N > 1` the N shards under a [`ShardedCoordinator`]
-/// whose partition → shard map is stored in the data directory (in memory for `memory://`).
-async fn open_coordinator(
+/// Opens the coordinator of `--coordinator` and `--shards` (the library's [`open_coordinator`]:
+/// SQLite files in the data directory, `sqlite:`, `postgres:`, and `memory:` with the `testkit`
+/// feature), refusing a data directory used with another `--shards`.
+async fn open_coordinators(
     config: &Config,
     data_dir: &Path,
     clock: &Arc<dyn Clock>,
-) -> Result<Coordinators, String> {
-    let kind = Kind::of(config.coordinator_url.as_deref())?;
-    let persistent = !matches!(kind, Kind::Memory);
-    let map_path = data_dir.join(SHARD_MAP_FILE);
-    let mut sqlite = Vec::new();
-    if config.shards <= 1 {
-        if persistent && map_path.exists() {
-            return Err(format!(
-                "{} exists: this data directory was used with --shards > 1; give the same --shards",
-                map_path.display()
-            ));
-        }
-        let coordinator = open_one(&kind, None, data_dir, clock, &mut sqlite).await?;
-        return Ok(Coordinators {
-            coordinator,
-            sharded: None,
-            sqlite,
-            persistent,
-        });
-    }
-    match kind {
-        Kind::SqliteUrl(url) => {
-            return Err(format!(
-                "--shards {} needs one database per shard: give no --coordinator (SQLite files in \
-                 the data directory) instead of {url:?}",
-                config.shards
-            ));
-        }
-        Kind::DefaultSqlite if data_dir.join("coordinator.db").exists() => {
-            return Err(format!(
-                "{} exists: this data directory was used without --shards; its topics would be \
-                 invisible (and its objects orphans) with --shards {}",
-                data_dir.join("coordinator.db").display(),
-                config.shards
-            ));
-        }
-        _ => {}
-    }
-    let mut shards = Vec::with_capacity(config.shards as usize);
-    for i in 0..config.shards {
-        shards.push(open_one(&kind, Some(i), data_dir, clock, &mut sqlite).await?);
-    }
-    let map: Arc<dyn ShardMapStore> = if persistent {
-        Arc::new(
-            FileShardMap::open(&map_path)
-                .await
-                .map_err(|e| format!("shard map {}: {e}", map_path.display()))?,
-        )
-    } else {
-        Arc::new(MemoryShardMap::new())
-    };
-    let router = Arc::new(
-        ShardedCoordinator::open(
-            shards,
-            map,
-            clock.clone(),
-            ShardedConfig::default().with_max_commit_age(MAX_COMMIT_AGE),
-        )
+) -> Result<OpenedCoordinator, String> {
+    let options = OpenOptions::new(data_dir)
+        .with_url(config.coordinator_url.clone())
+        .with_shards(config.shards);
+    #[cfg(feature = "testkit")]
+    let options = options.with_memory(|clock| {
+        Arc::new(diskless_testkit::coordinator::InMemoryCoordinator::new(
+            clock,
+        ))
+    });
+    open_coordinator(&options, clock.clone())
         .await
-        .map_err(|e| format!("sharded coordinator: {e}"))?,
-    );
-    Ok(Coordinators {
-        coordinator: router.clone(),
-        sharded: Some(router),
-        sqlite,
-        persistent,
-    })
+        .map_err(|e| match e {
+            // The command line refuses it already (`Config::parse`).
+            #[cfg(not(feature = "testkit"))]
+            OpenError::NoMemoryFactory { .. } => testkit_only("--coordinator memory://"),
+            e => e.to_string(),
+        })
 }
 
 fn absolute(path: &Path) -> Result<PathBuf, String> {
@@ -287,12 +137,12 @@ impl Broker {
             return Err(testkit_only("--storage-latency-ms"));
         }
 
-        let Coordinators {
-            coordinator,
-            sharded,
-            sqlite,
-            persistent,
-        } = open_coordinator(config, &data_dir, &clock).await?;
+        let coordinators = open_coordinators(config, &data_dir, &clock).await?;
+        let (coordinator, sharded, persistent) = (
+            coordinators.coordinator.clone(),
+            coordinators.sharded.clone(),
+            coordinators.persistent,
+        );
         // No commit fence to wire: every coordinator checks the commit deadline and the orphan
         // collector's fences inside its commit transaction. Orphan collection and consolidation
         // are gated on a coordinator that remembers across restarts: with one that forgets
@@ -413,7 +263,7 @@ impl Broker {
             transaction_version: config.transaction_version,
             sharded,
             gateways: parking_lot::Mutex::new(None),
-            sqlite,
+            coordinators,
             node: parking_lot::Mutex::new(Some(node)),
         }))
     }
@@ -466,17 +316,17 @@ impl Broker {
             node.close().await;
         }
         self.store.close().await;
-        for c in &self.sqlite {
-            c.close().await;
-        }
+        self.coordinators.close().await;
     }
 }
 
+// The kinds, files and guard rails of `open_coordinator` are tested in diskless-coordinator
+// (tests/open.rs); these check that the command line reaches it.
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Parsed;
-    use diskless_coordinator::{CreateTopicRequest, TopicConfig};
+    use diskless_coordinator::SHARD_MAP_FILE;
 
     fn config(args: &[&str]) -> Config {
         match Config::parse(args.iter().map(|s| s.to_string())).unwrap() {
@@ -485,38 +335,17 @@ mod tests {
         }
     }
 
-    async fn close(c: Coordinators) {
-        for s in &c.sqlite {
-            s.close().await;
-        }
-    }
-
     #[tokio::test]
-    async fn sharded_sqlite_files_and_map_survive_a_restart() {
+    async fn shards_and_the_coordinator_url_reach_the_library() {
         let dir = tempfile::tempdir().unwrap();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let sharded = config(&["--shards", "3"]);
-        let c = open_coordinator(&sharded, dir.path(), &clock)
+        let c = open_coordinators(&config(&["--shards", "3"]), dir.path(), &clock)
             .await
             .unwrap();
         assert!(c.persistent);
         assert_eq!(c.sqlite.len(), 3);
-        let topic_id = crate::random_uuid();
-        c.coordinator
-            .create_topic(CreateTopicRequest {
-                topic_id,
-                name: "t".into(),
-                partitions: 7,
-                config: TopicConfig::default(),
-            })
-            .await
-            .unwrap();
-        let placements = c.sharded.as_ref().unwrap().placements();
-        let mut used: Vec<u32> = placements[&topic_id].to_vec();
-        used.sort_unstable();
-        used.dedup();
-        assert_eq!(used, vec![0, 1, 2]);
-        close(c).await;
+        assert_eq!(c.sharded.as_ref().unwrap().shard_count(), 3);
+        c.close().await;
         for i in 0..3 {
             assert!(
                 dir.path()
@@ -524,47 +353,25 @@ mod tests {
                     .exists()
             );
         }
-        assert!(dir.path().join(SHARD_MAP_FILE).exists());
-        assert!(!dir.path().join("coordinator.db").exists());
 
-        // A restart routes identically and sees the topic.
-        let c = open_coordinator(&sharded, dir.path(), &clock)
-            .await
-            .unwrap();
-        assert_eq!(c.sharded.as_ref().unwrap().placements(), placements);
-        let topics = c.coordinator.list_topics().await.unwrap();
-        assert!(topics.iter().any(|t| t.topic_id == topic_id));
-        close(c).await;
-
-        // The sharded data directory is refused without --shards, and a SQLite URL with --shards.
-        let err = open_coordinator(&config(&[]), dir.path(), &clock)
+        // The guard rail's message names the option.
+        let err = open_coordinators(&config(&[]), dir.path(), &clock)
             .await
             .err()
             .unwrap();
         assert!(err.contains("--shards"), "{err}");
-        let url = format!("sqlite://{}/x.db", dir.path().display());
-        let with_url = config(&["--shards", "3", "--coordinator", &url]);
-        assert!(
-            open_coordinator(&with_url, dir.path(), &clock)
-                .await
-                .is_err()
-        );
-    }
 
-    #[tokio::test]
-    async fn an_unsharded_data_directory_is_refused_with_shards() {
-        let dir = tempfile::tempdir().unwrap();
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let c = open_coordinator(&config(&[]), dir.path(), &clock)
-            .await
-            .unwrap();
+        let url = format!("sqlite://{}/x.db", dir.path().display());
+        let c = open_coordinators(
+            &config(&["--coordinator", &url]),
+            &dir.path().join("elsewhere"),
+            &clock,
+        )
+        .await
+        .unwrap();
         assert!(c.sharded.is_none() && c.persistent);
-        close(c).await;
-        let err = open_coordinator(&config(&["--shards", "2"]), dir.path(), &clock)
-            .await
-            .err()
-            .unwrap();
-        assert!(err.contains("coordinator.db"), "{err}");
+        c.close().await;
+        assert!(dir.path().join("x.db").exists());
     }
 
     #[cfg(feature = "testkit")]
@@ -572,7 +379,7 @@ mod tests {
     async fn sharded_memory_coordinators_keep_their_map_in_memory() {
         let dir = tempfile::tempdir().unwrap();
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let c = open_coordinator(
+        let c = open_coordinators(
             &config(&["--shards", "4", "--coordinator", "memory://"]),
             dir.path(),
             &clock,

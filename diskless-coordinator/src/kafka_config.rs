@@ -1,0 +1,224 @@
+//! Kafka's topic config names for [`TopicConfig`]: every host turns `CreateTopics` and
+//! `IncrementalAlterConfigs` entries into a `TopicConfig`, and describes one back, with the same
+//! names, parsing and bounds as Kafka's `LogConfig`. One table here, so that hosts do not each
+//! carry their own copy.
+
+use crate::{CoordinatorError, TimestampType, TopicConfig};
+
+/// The Kafka topic configs a [`TopicConfig`] holds (the ones that take effect on a diskless
+/// topic's data path), in Kafka's spelling.
+pub const TOPIC_CONFIG_NAMES: &[&str] = &[
+    "message.timestamp.type",
+    "retention.ms",
+    "retention.bytes",
+    "max.message.bytes",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms",
+    "producer.id.expiration.ms",
+    "segment.bytes",
+    "segment.ms",
+    "index.interval.bytes",
+    "segment.index.bytes",
+];
+
+impl TopicConfig {
+    /// Sets the field named by Kafka config `name` from its text `value`, as Kafka parses it: longs
+    /// and ints in decimal (an int above `i32::MAX` is refused), `message.timestamp.type` one of
+    /// `CreateTime` / `LogAppendTime`, `retention.bytes` below `-1` read as `-1` (Kafka treats
+    /// any negative size as "no limit"). Returns `Ok(false)` for a name that is not one of
+    /// [`TOPIC_CONFIG_NAMES`] (the host keeps it as it likes); a value that does not parse or is
+    /// out of Kafka's range is [`CoordinatorError::InvalidRequest`] naming the config, and leaves
+    /// `self` unchanged.
+    ///
+    /// ```
+    /// use diskless_coordinator::{TimestampType, TopicConfig};
+    /// let mut config = TopicConfig::default();
+    /// assert!(config.set_kafka_config("retention.ms", "1000").unwrap());
+    /// assert!(config.set_kafka_config("message.timestamp.type", "LogAppendTime").unwrap());
+    /// assert!(!config.set_kafka_config("cleanup.policy", "delete").unwrap());
+    /// assert!(config.set_kafka_config("segment.bytes", "13").is_err());
+    /// assert_eq!(config.retention_ms, 1000);
+    /// assert_eq!(config.timestamp_type, TimestampType::LogAppendTime);
+    /// assert_eq!(config.kafka_config_value("retention.ms").as_deref(), Some("1000"));
+    /// ```
+    pub fn set_kafka_config(&mut self, name: &str, value: &str) -> Result<bool, CoordinatorError> {
+        let invalid = |why: &str| {
+            CoordinatorError::InvalidRequest(format!(
+                "invalid value {value:?} for configuration {name}: {why}"
+            ))
+        };
+        let long = || {
+            value
+                .trim()
+                .parse::<i64>()
+                .map_err(|_| invalid("not a long"))
+        };
+        let int = || {
+            value
+                .trim()
+                .parse::<i32>()
+                .map_err(|_| invalid("not an int"))
+        };
+        let at_least_long = |min: i64| {
+            long().and_then(|v| {
+                if v >= min {
+                    Ok(v)
+                } else {
+                    Err(invalid(&format!("value must be at least {min}")))
+                }
+            })
+        };
+        let at_least_int = |min: i32| {
+            int().and_then(|v| {
+                if v >= min {
+                    Ok(v)
+                } else {
+                    Err(invalid(&format!("value must be at least {min}")))
+                }
+            })
+        };
+        match name {
+            "message.timestamp.type" => {
+                self.timestamp_type = match value {
+                    "CreateTime" => TimestampType::CreateTime,
+                    "LogAppendTime" => TimestampType::LogAppendTime,
+                    _ => return Err(invalid("String must be one of: CreateTime, LogAppendTime")),
+                }
+            }
+            "retention.ms" => self.retention_ms = at_least_long(-1)?,
+            "retention.bytes" => self.retention_bytes = long()?.max(-1),
+            "max.message.bytes" => self.max_message_bytes = at_least_int(0)?,
+            "message.timestamp.before.max.ms" => {
+                self.message_timestamp_before_max_ms = at_least_long(0)?
+            }
+            "message.timestamp.after.max.ms" => {
+                self.message_timestamp_after_max_ms = at_least_long(0)?
+            }
+            "producer.id.expiration.ms" => self.producer_id_expiration_ms = at_least_long(1)?,
+            "segment.bytes" => self.segment_bytes = at_least_int(14)?,
+            "segment.ms" => self.segment_ms = at_least_long(1)?,
+            "index.interval.bytes" => self.index_interval_bytes = at_least_int(0)?,
+            "segment.index.bytes" => self.segment_index_bytes = at_least_int(4)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// A `TopicConfig` from Kafka config entries: [`TopicConfig::default`] (or `base`'s values)
+    /// with each entry of [`TOPIC_CONFIG_NAMES`] applied by [`TopicConfig::set_kafka_config`]; other
+    /// names are skipped; an entry without a value (`None`, Kafka's "use the default") keeps the
+    /// base value.
+    pub fn from_kafka_configs<'a>(
+        base: TopicConfig,
+        entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> Result<TopicConfig, CoordinatorError> {
+        let mut config = base;
+        for (name, value) in entries {
+            if let Some(value) = value {
+                config.set_kafka_config(name, value)?;
+            }
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The text of Kafka config `name` as Kafka describes it, for the names in
+    /// [`TOPIC_CONFIG_NAMES`]; `None` for any other name.
+    pub fn kafka_config_value(&self, name: &str) -> Option<String> {
+        Some(match name {
+            "message.timestamp.type" => match self.timestamp_type {
+                TimestampType::CreateTime => "CreateTime".to_string(),
+                TimestampType::LogAppendTime => "LogAppendTime".to_string(),
+            },
+            "retention.ms" => self.retention_ms.to_string(),
+            "retention.bytes" => self.retention_bytes.to_string(),
+            "max.message.bytes" => self.max_message_bytes.to_string(),
+            "message.timestamp.before.max.ms" => self.message_timestamp_before_max_ms.to_string(),
+            "message.timestamp.after.max.ms" => self.message_timestamp_after_max_ms.to_string(),
+            "producer.id.expiration.ms" => self.producer_id_expiration_ms.to_string(),
+            "segment.bytes" => self.segment_bytes.to_string(),
+            "segment.ms" => self.segment_ms.to_string(),
+            "index.interval.bytes" => self.index_interval_bytes.to_string(),
+            "segment.index.bytes" => self.segment_index_bytes.to_string(),
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_round_trips_through_its_text() {
+        let mut changed = TopicConfig::default();
+        let values = [
+            ("message.timestamp.type", "LogAppendTime"),
+            ("retention.ms", "-1"),
+            ("retention.bytes", "1048576"),
+            ("max.message.bytes", "2000000"),
+            ("message.timestamp.before.max.ms", "5000"),
+            ("message.timestamp.after.max.ms", "6000"),
+            ("producer.id.expiration.ms", "70000"),
+            ("segment.bytes", "1000000"),
+            ("segment.ms", "80000"),
+            ("index.interval.bytes", "100"),
+            ("segment.index.bytes", "4096"),
+        ];
+        assert_eq!(values.len(), TOPIC_CONFIG_NAMES.len());
+        for (name, value) in values {
+            assert!(TOPIC_CONFIG_NAMES.contains(&name));
+            assert_eq!(changed.set_kafka_config(name, value).ok(), Some(true));
+            assert_eq!(changed.kafka_config_value(name).as_deref(), Some(value));
+        }
+        assert_ne!(changed, TopicConfig::default());
+        let rebuilt = TopicConfig::from_kafka_configs(
+            TopicConfig::default(),
+            values.iter().map(|(n, v)| (*n, Some(*v))),
+        );
+        assert_eq!(rebuilt.ok(), Some(changed));
+    }
+
+    #[test]
+    fn out_of_range_and_malformed_values_are_refused_and_change_nothing() {
+        let mut config = TopicConfig::default();
+        for (name, value) in [
+            ("retention.ms", "-2"),
+            ("max.message.bytes", "-1"),
+            ("max.message.bytes", "3000000000"),
+            ("producer.id.expiration.ms", "0"),
+            ("segment.bytes", "13"),
+            ("segment.ms", "0"),
+            ("segment.index.bytes", "3"),
+            ("index.interval.bytes", "x"),
+            ("message.timestamp.type", "createtime"),
+        ] {
+            let err = config.set_kafka_config(name, value);
+            assert!(
+                matches!(&err, Err(CoordinatorError::InvalidRequest(m)) if m.contains(name)),
+                "{name}={value}: {err:?}"
+            );
+        }
+        assert_eq!(config, TopicConfig::default());
+    }
+
+    #[test]
+    fn negative_retention_bytes_means_no_limit_and_unknown_names_are_skipped() {
+        let mut config = TopicConfig::default();
+        assert_eq!(
+            config.set_kafka_config("retention.bytes", "-5").ok(),
+            Some(true)
+        );
+        assert_eq!(config.retention_bytes, -1);
+        assert_eq!(
+            config.set_kafka_config("cleanup.policy", "compact").ok(),
+            Some(false)
+        );
+        assert_eq!(config.kafka_config_value("cleanup.policy"), None);
+        let kept = TopicConfig::from_kafka_configs(
+            TopicConfig::default().with_retention_ms(5),
+            [("retention.ms", None), ("diskless.enable", Some("true"))],
+        );
+        assert_eq!(kept.map(|c| c.retention_ms).ok(), Some(5));
+    }
+}
