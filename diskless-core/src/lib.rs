@@ -14,8 +14,9 @@
 //! - [`tiered`] — tiered segment objects (Kafka's segment, index and snapshot files) and their builder.
 //!
 //! And the façade a host broker calls: [`WalWriter`] (the produce path, made by
-//! [`WalWriter::builder`]) and [`Fetcher`] (the consume path). Their settings are rejected, never
-//! clamped, with a [`ConfigError`].
+//! [`WalWriter::builder`]) and [`Fetcher`] (the consume path; [`Fetcher::fetch_wait`] long-polls,
+//! woken by the writers' [`CommitSignal`]). Their settings are rejected, never clamped, with a
+//! [`ConfigError`].
 //!
 //! ```
 //! use diskless_core::{validate_batch, RecordBatchBuilder, SegmentBuilder, SegmentReader};
@@ -41,6 +42,7 @@
 
 pub mod batch;
 pub mod builder;
+mod commit_signal;
 pub mod compression;
 mod config_error;
 pub mod control;
@@ -63,11 +65,12 @@ pub use batch::{
     Attributes, BatchError, Compression, HEADER_LEN, RecordBatch, increment_sequence, split_batches,
 };
 pub use builder::{NewRecord, RecordBatchBuilder};
+pub use commit_signal::CommitSignal;
 pub use compression::CompressionError;
 pub use config_error::ConfigError;
 pub use fetcher::{
-    DEFAULT_CACHE_BLOCK_SIZE, FetchError, FetchPartition, FetchedPartition, Fetcher,
-    FetcherBuilder, FetcherConfig,
+    DEFAULT_CACHE_BLOCK_SIZE, DEFAULT_LONG_POLL_INTERVAL, DEFAULT_MAX_WAIT_LIMIT, FetchError,
+    FetchPartition, FetchedPartition, Fetcher, FetcherBuilder, FetcherConfig,
 };
 pub use node::{DisklessNode, DisklessNodeBuilder, NodeConfig, NodeLifecycleConfig};
 pub use offsets::{

@@ -10,6 +10,11 @@
 //! found in the cache) and the writers' key prefix (the orphan collector lists it). Workers of a
 //! capability the coordinator does not serve ([`BatchCoordinator::capabilities`]) are not started.
 //!
+//! One [`CommitSignal`] ([`DisklessNode::commit_signal`]) ties the writers to the fetcher's
+//! long polling ([`Fetcher::fetch_wait`]): every writer notifies it after a commit, and so does
+//! the node's coordinator after transaction markers were written through it; a fetch waiting for
+//! `min_bytes` reads again at once instead of at its next poll.
+//!
 //! ```
 //! use diskless_core::{DisklessNode, NodeConfig};
 //! use diskless_coordinator::ManualClock;
@@ -39,11 +44,12 @@ use std::time::Duration;
 
 use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
 use diskless_coordinator::{
-    BatchCoordinator, Capability, Clock, CoordinatorMetrics, MeteredCoordinator, SystemClock,
+    BatchCoordinator, Capability, Clock, CoordinatorMetrics, Layered, MeteredCoordinator,
+    SystemClock,
 };
 use diskless_storage::{KeySource, MeteredStorage, ObjectRemoteStorage, ObjectStorage, RandomKeys};
 
-use crate::ConfigError;
+use crate::commit_signal::NotifyOnMarkers;
 use crate::fetcher::{Fetcher, FetcherConfig};
 use crate::lifecycle::{
     CleanerConfig, Lifecycle, LifecycleHandle, LifecycleStats, ObjectCleaner, OrphanCollector,
@@ -51,6 +57,7 @@ use crate::lifecycle::{
     TieringConfig, TieringWorker,
 };
 use crate::writer::{WalWriter, WalWriterConfig};
+use crate::{CommitSignal, ConfigError};
 
 /// The default memory cache of a node without one: 256 MiB.
 pub const DEFAULT_NODE_CACHE_BYTES: u64 = 256 << 20;
@@ -142,7 +149,10 @@ pub struct NodeConfig {
     /// The writers' settings; each writer's `broker_id` is one of `broker_ids`, its
     /// `cache_block_size` is [`NodeConfig::cache_block_size`].
     pub writer: WalWriterConfig,
-    /// The fetcher's settings; its `cache_block_size` is [`NodeConfig::cache_block_size`].
+    /// The fetcher's settings (among them the long polling's
+    /// [`long_poll_interval`](FetcherConfig::long_poll_interval) and
+    /// [`max_wait_limit`](FetcherConfig::max_wait_limit)); its `cache_block_size` is
+    /// [`NodeConfig::cache_block_size`].
     pub fetcher: FetcherConfig,
     /// The block size of the shared cache, for the writers and the fetcher alike. Default the
     /// writer's default.
@@ -261,6 +271,13 @@ impl DisklessNodeBuilder {
             } else {
                 (storage, coordinator)
             };
+        // Markers written through the node's coordinator (by the host's transaction
+        // coordinator) wake the long-polling fetches as the writers' commits do.
+        let commit_signal = CommitSignal::new();
+        let coordinator: Arc<dyn BatchCoordinator> = Arc::new(Layered::new(
+            coordinator,
+            NotifyOnMarkers(commit_signal.clone()),
+        ));
         let cache = match cache {
             Some(cache) => cache,
             None => Arc::new(
@@ -282,6 +299,7 @@ impl DisklessNodeBuilder {
                 .with_cache(cache.clone())
                 .with_clock(clock.clone())
                 .with_keys(keys.clone())
+                .with_commit_signal(commit_signal.clone())
                 .build()?;
             writers.insert(*id, Arc::new(writer));
         }
@@ -293,6 +311,7 @@ impl DisklessNodeBuilder {
                     .with_cache_block_size(config.cache_block_size),
             )
             .with_cache(cache.clone())
+            .with_commit_signal(commit_signal.clone())
             .build()?;
 
         let lifecycle = lifecycle(
@@ -313,6 +332,7 @@ impl DisklessNodeBuilder {
             clock,
             writers,
             fetcher,
+            commit_signal,
             lifecycle: lifecycle.map(LifecycleRun::new),
         })
     }
@@ -429,6 +449,7 @@ pub struct DisklessNode {
     clock: Arc<dyn Clock>,
     writers: BTreeMap<i32, Arc<WalWriter>>,
     fetcher: Fetcher,
+    commit_signal: CommitSignal,
     lifecycle: Option<LifecycleRun>,
 }
 
@@ -464,7 +485,15 @@ impl DisklessNode {
         &self.fetcher
     }
 
-    /// The coordinator every part uses (metered when the node wraps it).
+    /// The signal every writer notifies after a commit, and the coordinator after transaction
+    /// markers, that wakes the fetcher's long-polling fetches ([`Fetcher::fetch_wait`]; the same
+    /// as [`Fetcher::commit_signal`]). A host notifies it after appending to a log any other way.
+    pub fn commit_signal(&self) -> &CommitSignal {
+        &self.commit_signal
+    }
+
+    /// The coordinator every part uses (metered when the node wraps it; it notifies
+    /// [`DisklessNode::commit_signal`] after writing transaction markers).
     pub fn coordinator(&self) -> &Arc<dyn BatchCoordinator> {
         &self.coordinator
     }

@@ -1,14 +1,21 @@
 //! [`FetcherConfig`] and [`FetcherBuilder`]: how a [`Fetcher`] is set up.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use diskless_cache::LocalCache;
 use diskless_coordinator::{BatchCoordinator, TopicConfig};
 use diskless_storage::{ObjectStorage, RangeReadConfig};
 
 use super::Fetcher;
-use crate::ConfigError;
 use crate::validate::default_decompression_limit;
+use crate::{CommitSignal, ConfigError};
+
+/// The default [`FetcherConfig::long_poll_interval`]: 250 ms.
+pub const DEFAULT_LONG_POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The default [`FetcherConfig::max_wait_limit`]: 30 seconds.
+pub const DEFAULT_MAX_WAIT_LIMIT: Duration = Duration::from_secs(30);
 
 /// The default block size of the object cache: 4 MiB (a WAL segment of the default 8 MiB is two
 /// blocks).
@@ -44,6 +51,13 @@ pub struct FetcherConfig {
     /// host with topics whose `max.message.bytes` is larger than 1 MiB sets it to the limit of the
     /// largest.
     pub max_decompressed_bytes: usize,
+    /// How often a long-polling fetch ([`Fetcher::fetch_wait`]) reads again without being woken
+    /// by its [`CommitSignal`]: the longest it takes to see a commit of a writer in another
+    /// process sharing the coordinator. At least 1 ms. Default [`DEFAULT_LONG_POLL_INTERVAL`].
+    pub long_poll_interval: Duration,
+    /// The longest a long-polling fetch waits, whatever the request's `max_wait_ms` asks.
+    /// Default [`DEFAULT_MAX_WAIT_LIMIT`]; zero makes every fetch answer after its first read.
+    pub max_wait_limit: Duration,
 }
 
 impl Default for FetcherConfig {
@@ -55,6 +69,8 @@ impl Default for FetcherConfig {
             max_decompressed_bytes: default_decompression_limit(
                 TopicConfig::default().max_message_bytes,
             ),
+            long_poll_interval: DEFAULT_LONG_POLL_INTERVAL,
+            max_wait_limit: DEFAULT_MAX_WAIT_LIMIT,
         }
     }
 }
@@ -64,6 +80,8 @@ diskless_common::with_setters!(FetcherConfig {
     with_range_read => range_read: [RangeReadConfig],
     with_max_concurrent_objects => max_concurrent_objects: [usize],
     with_max_decompressed_bytes => max_decompressed_bytes: [usize],
+    with_long_poll_interval => long_poll_interval: [Duration],
+    with_max_wait_limit => max_wait_limit: [Duration],
 });
 
 impl FetcherConfig {
@@ -91,6 +109,12 @@ impl FetcherConfig {
             return Err(ConfigError::invalid(
                 "max_decompressed_bytes",
                 "must be at least 1",
+            ));
+        }
+        if self.long_poll_interval < Duration::from_millis(1) {
+            return Err(ConfigError::invalid(
+                "long_poll_interval",
+                "must be at least 1 ms",
             ));
         }
         Ok(())
@@ -126,6 +150,7 @@ pub struct FetcherBuilder {
     coordinator: Arc<dyn BatchCoordinator>,
     cache: Option<Arc<dyn LocalCache>>,
     config: FetcherConfig,
+    commit_signal: Option<CommitSignal>,
 }
 
 impl FetcherBuilder {
@@ -138,6 +163,7 @@ impl FetcherBuilder {
             coordinator,
             cache: None,
             config: FetcherConfig::default(),
+            commit_signal: None,
         }
     }
 
@@ -154,6 +180,14 @@ impl FetcherBuilder {
         self
     }
 
+    /// The signal that wakes its long-polling fetches ([`Fetcher::fetch_wait`]): give it the
+    /// one of the writers ([`WalWriterBuilder::with_commit_signal`](crate::WalWriterBuilder::with_commit_signal)).
+    /// Default a signal of its own ([`Fetcher::commit_signal`]), which only the host notifies.
+    pub fn with_commit_signal(mut self, signal: CommitSignal) -> Self {
+        self.commit_signal = Some(signal);
+        self
+    }
+
     /// The fetcher, or the first setting of its configuration that is out of range.
     pub fn build(self) -> Result<Fetcher, ConfigError> {
         self.config.validate()?;
@@ -162,6 +196,7 @@ impl FetcherBuilder {
             self.storage,
             self.coordinator,
             self.cache,
+            self.commit_signal.unwrap_or_default(),
         ))
     }
 }

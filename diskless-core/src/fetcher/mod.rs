@@ -24,14 +24,22 @@
 //! The answer per partition carries the high watermark and log start offset, so a consumer sees
 //! exactly what a classic topic returns.
 //!
+//! [`Fetcher::fetch_wait`] is Kafka's long-polling Fetch (`DelayedFetch`): it reads again while
+//! fewer than `min_bytes` are there, woken by the writers' [`CommitSignal`] or every
+//! [`FetcherConfig::long_poll_interval`], until `max_wait` (`wait.rs`).
+//!
 //! The fetcher also answers ListOffsets at record granularity ([`Fetcher::list_offsets`], in
 //! [`crate::offsets`]), reading through the same cache and storage path the one batch it needs.
 
 mod config;
 mod read;
 mod tiered;
+mod wait;
 
-pub use config::{DEFAULT_CACHE_BLOCK_SIZE, FetcherBuilder, FetcherConfig};
+pub use config::{
+    DEFAULT_CACHE_BLOCK_SIZE, DEFAULT_LONG_POLL_INTERVAL, DEFAULT_MAX_WAIT_LIMIT, FetcherBuilder,
+    FetcherConfig,
+};
 pub(crate) use read::ReadStats;
 pub(crate) use tiered::{SegmentBatch, SegmentReader};
 
@@ -50,6 +58,7 @@ use diskless_coordinator::{
 use diskless_storage::ObjectStorage;
 use tracing::warn;
 
+use crate::CommitSignal;
 use crate::batch::{HEADER_LEN, RecordBatch};
 use crate::control;
 use crate::rewrite::{BatchRewrite, RewrittenBatch, rewrite_batch_verified};
@@ -149,6 +158,8 @@ pub struct Fetcher {
     pub(crate) coordinator: Arc<dyn BatchCoordinator>,
     cache: Option<Arc<dyn LocalCache>>,
     pub(crate) config: FetcherConfig,
+    /// What wakes the long-polling fetches (`wait.rs`).
+    commit_signal: CommitSignal,
 }
 
 /// Where a batch to serve is: (partition index in the request, batch index in its selection).
@@ -200,18 +211,26 @@ impl Fetcher {
         storage: Arc<dyn ObjectStorage>,
         coordinator: Arc<dyn BatchCoordinator>,
         cache: Option<Arc<dyn LocalCache>>,
+        commit_signal: CommitSignal,
     ) -> Fetcher {
         Fetcher {
             storage,
             coordinator,
             cache,
             config,
+            commit_signal,
         }
     }
 
     /// The configuration.
     pub fn config(&self) -> &FetcherConfig {
         &self.config
+    }
+
+    /// The signal that wakes its long-polling fetches ([`Fetcher::fetch_wait`]): notify it after
+    /// appending to a log other than through a writer that shares it.
+    pub fn commit_signal(&self) -> &CommitSignal {
+        &self.commit_signal
     }
 
     /// The cache it reads through, if any (the tiering worker puts a new segment's index

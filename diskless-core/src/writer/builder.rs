@@ -17,7 +17,7 @@ use super::budget::Budget;
 use super::config::WalWriterConfig;
 use super::state::{Buffer, Counters, Shared};
 use super::{commit, seal};
-use crate::ConfigError;
+use crate::{CommitSignal, ConfigError};
 
 impl WalWriter {
     /// A builder of a writer over `storage` and `coordinator`; see [`WalWriterBuilder`].
@@ -38,6 +38,7 @@ impl WalWriter {
 /// | [`with_cache`](Self::with_cache) | none (freshly uploaded segments are not cached) |
 /// | [`with_clock`](Self::with_clock) | [`SystemClock`] |
 /// | [`with_keys`](Self::with_keys) / [`with_seed`](Self::with_seed) | [`SeededKeys`] seeded from [`entropy_seed`] |
+/// | [`with_commit_signal`](Self::with_commit_signal) | none (no fetch is woken by its commits) |
 ///
 /// Object keys are UUID v7s whose time is the writer's clock's and whose random bits come from the
 /// key source, so a test or a simulation that injects a `ManualClock` and a seed decides every
@@ -79,6 +80,7 @@ pub struct WalWriterBuilder {
     cache: Option<Arc<dyn LocalCache>>,
     clock: Option<Arc<dyn Clock>>,
     keys: Keys,
+    commit_signal: Option<CommitSignal>,
 }
 
 /// Where the builder's key source comes from.
@@ -100,6 +102,7 @@ struct Parts {
     cache: Option<Arc<dyn LocalCache>>,
     clock: Arc<dyn Clock>,
     keys: Arc<dyn KeySource>,
+    commit_signal: Option<CommitSignal>,
 }
 
 impl std::fmt::Debug for WalWriterBuilder {
@@ -109,6 +112,7 @@ impl std::fmt::Debug for WalWriterBuilder {
             .field("cache", &self.cache.is_some())
             .field("clock", &self.clock.is_some())
             .field("keys", &self.keys)
+            .field("commit_signal", &self.commit_signal.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -122,6 +126,7 @@ impl WalWriterBuilder {
             cache: None,
             clock: None,
             keys: Keys::Entropy,
+            commit_signal: None,
         }
     }
 
@@ -159,6 +164,17 @@ impl WalWriterBuilder {
         self
     }
 
+    /// A signal the writer notifies once per committed segment that added at least one batch
+    /// (not for a segment whose batches were all rejected or duplicates), after the
+    /// coordinator's commit returned: give the same one to the [`Fetcher`](crate::Fetcher)
+    /// ([`FetcherBuilder::with_commit_signal`](crate::FetcherBuilder::with_commit_signal)) so
+    /// that its long-polling fetches ([`Fetcher::fetch_wait`](crate::Fetcher::fetch_wait)) wake
+    /// up at once. A [`DisklessNode`](crate::DisklessNode) does this for its writers.
+    pub fn with_commit_signal(mut self, signal: CommitSignal) -> Self {
+        self.commit_signal = Some(signal);
+        self
+    }
+
     /// Validates the configuration and starts the writer's timer and commit tasks on the current
     /// tokio runtime ([`ConfigError::NoRuntime`] outside one).
     pub fn build(self) -> Result<WalWriter, ConfigError> {
@@ -175,6 +191,7 @@ impl WalWriterBuilder {
             cache: self.cache,
             clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
             keys,
+            commit_signal: self.commit_signal,
         })
     }
 }
@@ -188,6 +205,7 @@ fn start(parts: Parts) -> Result<WalWriter, ConfigError> {
         cache,
         clock,
         keys,
+        commit_signal,
     } = parts;
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
     let bound = |field: &'static str, bytes: usize| {
@@ -220,6 +238,7 @@ fn start(parts: Parts) -> Result<WalWriter, ConfigError> {
         cache,
         clock,
         keys,
+        commit_signal,
         buffer: Mutex::new(Buffer::default()),
         pipeline: Mutex::new(Some(tx)),
         timer: Notify::new(),

@@ -100,6 +100,12 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
     match answer {
         Ok(results) => {
             counters.segments_committed.fetch_add(1, Ordering::Relaxed);
+            // Wake the long-polling fetches: the logs grew (a duplicate added nothing).
+            if let Some(signal) = &shared.commit_signal
+                && results.iter().any(|r| r.error.is_ok() && !r.duplicate)
+            {
+                signal.notify();
+            }
             for (entry, result) in targets.iter().zip(results.iter()) {
                 if result.error.is_ok() && !result.duplicate {
                     counters.batches_committed.fetch_add(1, Ordering::Relaxed);

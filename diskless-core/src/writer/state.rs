@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::answer::{Waiter, complete_all};
 use super::budget::{Budget, GaugeGuard};
 use super::config::WalWriterConfig;
+use crate::CommitSignal;
 use crate::segment::PartitionGroups;
 
 /// The counters behind [`WriterStats`](crate::WriterStats).
@@ -51,6 +52,8 @@ pub(super) struct Shared {
     pub(super) clock: Arc<dyn Clock>,
     /// Object keys: a UUID v7 at the clock's time (so fences and the coordinator see one time).
     pub(super) keys: Arc<dyn KeySource>,
+    /// Notified after each commit that added a batch (`WalWriterBuilder::with_commit_signal`).
+    pub(super) commit_signal: Option<CommitSignal>,
     pub(super) buffer: Mutex<Buffer>,
     /// `None` once the writer is closed.
     pub(super) pipeline: Mutex<Option<mpsc::UnboundedSender<Sealed>>>,

@@ -2,10 +2,12 @@
 //!
 //! Fetch goes through the shared `Fetcher` (KIP-74 byte limits, offsets injected into the stored
 //! batches), versions 4-17: fetch sessions (KIP-227) from version 7, kept as Kafka keeps them
-//! ([`crate::fetch_session`]), topic ids from version 13. It long-polls as Kafka does: while fewer
-//! than `min_bytes` are available, no read failed and `max_wait_ms` has not passed, it waits for a
-//! commit of any broker of the process (or re-checks every [`POLL_INTERVAL`], for writers in other
-//! processes sharing the coordinator) and fetches again. `read_committed` fetches stop at the last
+//! ([`crate::fetch_session`]), topic ids from version 13. It long-polls as Kafka does, through the
+//! library's `Fetcher::fetch_wait`: while fewer than `min_bytes` are available, no read failed and
+//! `max_wait_ms` (at most the fetcher's `max_wait_limit`, 30 s) has not passed, it waits for a
+//! commit of any broker of the process or a transaction marker (the node's commit signal), or
+//! re-checks every `long_poll_interval` (250 ms, for writers in other processes sharing the
+//! coordinator), and fetches again. `read_committed` fetches stop at the last
 //! stable offset and carry the aborted transactions of what they return (the library's
 //! `Fetcher`); transaction markers are served as Kafka's control batches.
 //!
@@ -48,10 +50,6 @@ use crate::fetch_session::{
 };
 use crate::topics::Topic;
 
-/// Longest sleep of a long-polling fetch between two looks at the coordinator.
-const POLL_INTERVAL: Duration = Duration::from_millis(250);
-/// Upper bound on `max_wait_ms`.
-const MAX_WAIT: Duration = Duration::from_secs(30);
 /// Kafka's UNSUPPORTED_VERSION error code.
 const UNSUPPORTED_VERSION: i16 = 35;
 
@@ -209,35 +207,15 @@ pub(crate) async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest
     }
 
     let max_bytes = u32::try_from(request.max_bytes).unwrap_or(0);
-    let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
-    let max_wait =
-        Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
-    let deadline = Instant::now() + max_wait;
-    let mut commits = broker.commits.subscribe();
-
-    // Kafka's `DelayedFetch`: answer at once when nothing is to be read, enough bytes are there or
-    // a read failed; partitions answered with an error do not cut the wait short.
-    let fetched = loop {
-        commits.borrow_and_update();
-        let result = if wanted.is_empty() {
-            Ok(Vec::new())
-        } else {
-            broker.fetcher.fetch(&wanted, max_bytes).await
-        };
-        let done = match &result {
-            Err(_) => true,
-            Ok(parts) => {
-                let bytes: usize = parts.iter().map(|p| p.records_len()).sum();
-                bytes >= min_bytes || parts.iter().any(|p| !p.error.is_ok())
-            }
-        };
-        let now = Instant::now();
-        if done || now >= deadline || wanted.is_empty() {
-            break result;
-        }
-        let wait = (deadline - now).min(POLL_INTERVAL);
-        let _ = tokio::time::timeout(wait, commits.changed()).await;
-    };
+    let min_bytes = u32::try_from(request.min_bytes).unwrap_or(0);
+    let max_wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
+    // Kafka's `DelayedFetch` (the library caps the wait): answer at once when nothing is to be
+    // read, enough bytes are there or a read failed; partitions answered with an error here (not
+    // handed to the fetcher) do not cut the wait short.
+    let fetched = broker
+        .fetcher
+        .fetch_wait(&wanted, max_bytes, min_bytes, max_wait)
+        .await;
 
     let (parts, whole_error) = match fetched {
         Ok(parts) => (parts, None),

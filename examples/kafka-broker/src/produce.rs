@@ -160,15 +160,11 @@ pub(crate) async fn produce(
         Some(writer.append(partitions).await)
     };
     let acks = request.acks;
-    let broker = broker.clone();
     let task = tokio::spawn(async move {
         let answers: Vec<PartitionResponse> = match pending {
             Some(p) => p.await,
             None => Vec::new(),
         };
-        if answers.iter().any(|a| a.error.is_ok()) {
-            broker.commits.send_modify(|n| *n = n.wrapping_add(1));
-        }
         for a in answers.iter().filter(|a| !a.error.is_ok()) {
             debug!(
                 partition = %a.partition,
