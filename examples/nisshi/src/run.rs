@@ -1,0 +1,205 @@
+//! Starting a `nisshi-diskless` node: Nisshi's engine, the diskless node, the group coordinator,
+//! the listener. The binary and the tests start nodes the same way.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
+use diskless_coordinator::{
+    BatchCoordinator, Clock, SystemClock,
+    postgres::{PostgresCoordinator, PostgresOptions},
+    sqlite::{SqliteCoordinator, SqliteOptions},
+};
+use diskless_core::{DisklessNode, NodeConfig, WalWriterConfig};
+use diskless_storage::{ObjectStorage, ObjectStoreStorage};
+use tansu_broker::coordinator::group::administrator::Controller;
+use tansu_storage::{BrokerRegistrationRequest, Storage, StorageContainer};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+use url::Url;
+
+use crate::config::Config;
+use crate::storage::{DisklessSettings, DisklessStorage};
+
+/// A running node.
+#[derive(Debug)]
+pub struct Running {
+    /// The address the listener is bound to.
+    pub local_addr: std::net::SocketAddr,
+    /// The storage the node serves (clone it to look inside in tests).
+    pub storage: DisklessStorage<StorageContainer>,
+    cancel: CancellationToken,
+    server: JoinHandle<Result<(), tansu_broker::Error>>,
+}
+
+impl Running {
+    /// Stops accepting, ends the connections, and closes the diskless node (every accepted
+    /// produce answered first).
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        match self.server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = ?e, "the listener ended with an error"),
+            Err(e) => tracing::warn!(error = %e, "the listener task failed"),
+        }
+        self.storage.close().await;
+    }
+
+    /// Waits until the listener ends (it ends on [`Running::shutdown`] or a fatal error).
+    pub async fn wait(&mut self) -> Result<(), String> {
+        match (&mut self.server).await {
+            Ok(r) => r.map_err(|e| format!("{e:?}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// Nisshi's SQLite engine URL for the file at `path`. Nisshi reads a `sqlite://` URL's path
+/// relative to its working directory (it strips one leading `/`), so an absolute file takes a
+/// doubled slash: `sqlite:////abs/file.db`.
+fn sqlite_url(path: &Path) -> Result<Url, String> {
+    let abs = std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Url::parse(&format!("sqlite:///{}", abs.display())).map_err(|e| e.to_string())
+}
+
+async fn open_coordinator(
+    config: &Config,
+    data_dir: &Path,
+    clock: Arc<dyn Clock>,
+) -> Result<Arc<dyn BatchCoordinator>, String> {
+    match config.diskless_coordinator.as_deref() {
+        None => Ok(Arc::new(
+            SqliteCoordinator::open(
+                data_dir.join("coordinator.db"),
+                SqliteOptions::default(),
+                clock,
+            )
+            .await
+            .map_err(|e| format!("coordinator: {e}"))?,
+        )),
+        Some(url) if url.starts_with("sqlite:") => Ok(Arc::new(
+            SqliteCoordinator::open_url(url, SqliteOptions::default(), clock)
+                .await
+                .map_err(|e| format!("coordinator {url}: {e}"))?,
+        )),
+        Some(url) if url.starts_with("postgres:") || url.starts_with("postgresql:") => {
+            Ok(Arc::new(
+                PostgresCoordinator::connect(PostgresOptions::new(url), clock)
+                    .await
+                    .map_err(|e| format!("coordinator {url}: {e}"))?,
+            ))
+        }
+        Some(url) => Err(format!("unsupported coordinator URL {url:?}")),
+    }
+}
+
+/// Starts a node as `config` says; `listener` overrides `config.listener` (tests bind port 0).
+pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Running, String> {
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
+    let data_dir = std::path::absolute(&config.data_dir).map_err(|e| e.to_string())?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+
+    let listener = match listener {
+        Some(l) => l,
+        None => {
+            let host = config.listener.host_str().unwrap_or("[::]");
+            let port = config.listener.port().unwrap_or(9092);
+            TcpListener::bind(format!("{host}:{port}"))
+                .await
+                .map_err(|e| format!("cannot listen on {}: {e}", config.listener))?
+        }
+    };
+    let local_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let mut advertised = config.advertised_listener.clone();
+    if advertised.port() == Some(0) {
+        advertised
+            .set_port(Some(local_addr.port()))
+            .map_err(|()| "cannot set the advertised port".to_string())?;
+    }
+
+    let cancel = CancellationToken::new();
+    let engine_url = match &config.storage_engine {
+        Some(u) => u.clone(),
+        None => sqlite_url(&data_dir.join("nisshi.db"))?,
+    };
+    let engine = StorageContainer::builder()
+        .cluster_id(config.cluster_id.clone())
+        .node_id(config.node_id)
+        .advertised_listener(advertised.clone())
+        .storage(engine_url.clone())
+        .cancellation(cancel.clone())
+        .silent(true)
+        .build()
+        .await
+        .map_err(|e| format!("Nisshi engine {engine_url}: {e:?}"))?;
+
+    let objects: Arc<dyn ObjectStorage> = match &config.diskless_storage {
+        None => Arc::new(
+            ObjectStoreStorage::local_fs(data_dir.join("objects"))
+                .map_err(|e| format!("object storage: {e}"))?,
+        ),
+        Some(url) => Arc::new(
+            ObjectStoreStorage::from_url(url, std::iter::empty::<(&str, &str)>())
+                .map_err(|e| format!("object storage {url}: {e}"))?,
+        ),
+    };
+    let coordinator = open_coordinator(config, &data_dir, clock.clone()).await?;
+    let cache: Arc<dyn LocalCache> = Arc::new(
+        MokaCache::new(MokaCacheConfig::default().with_max_bytes(config.cache_bytes))
+            .map_err(|e| format!("cache: {e}"))?,
+    );
+    let mut writer = WalWriterConfig::default();
+    if let Some(bytes) = config.segment_bytes {
+        writer = writer.with_buffer_max_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
+    if let Some(ms) = config.linger_ms {
+        writer = writer.with_commit_interval(Duration::from_millis(ms));
+    }
+    let node = DisklessNode::builder(objects, coordinator)
+        .with_cache(cache)
+        .with_clock(clock)
+        .with_config(
+            NodeConfig::default()
+                .with_broker_ids(vec![config.node_id])
+                .with_writer(writer),
+        )
+        .build()
+        .map_err(|e| format!("diskless node: {e}"))?;
+    let storage = DisklessStorage::new(
+        engine,
+        node,
+        DisklessSettings::default()
+            .with_broker_id(config.node_id)
+            .with_default_diskless(config.diskless_default),
+    )
+    .map_err(|e| e.to_string())?;
+    storage
+        .register_broker(BrokerRegistrationRequest {
+            broker_id: config.node_id,
+            cluster_id: config.cluster_id.clone(),
+            incarnation_id: uuid::Uuid::now_v7(),
+            rack: None,
+        })
+        .await
+        .map_err(|e| format!("broker registration: {e:?}"))?;
+    let groups = Controller::with_storage(storage.clone()).map_err(|e| format!("{e:?}"))?;
+    info!(%local_addr, engine = %engine_url, "nisshi-diskless listening");
+    let server = tokio::spawn(crate::server::serve(
+        listener,
+        config.cluster_id.clone(),
+        storage.clone(),
+        groups,
+        config.maintenance_interval(),
+        cancel.clone(),
+    ));
+    Ok(Running {
+        local_addr,
+        storage,
+        cancel,
+        server,
+    })
+}

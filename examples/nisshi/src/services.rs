@@ -1,0 +1,267 @@
+//! The request handlers this crate gives Nisshi in place of (or beside) its own.
+//!
+//! - **Produce** ([`ProduceService`]): Nisshi's produce service awaits the partitions of a
+//!   request one after another; with diskless storage that costs one commit wait per partition.
+//!   This one appends every diskless partition of a request to the writer in one call (one WAL
+//!   segment, one commit wait) while the classic partitions go to Nisshi's own produce service at
+//!   the same time; it also answers diskless partitions with their `log_append_time_ms`,
+//!   `log_start_offset` and record errors, which Nisshi's service always answers as -1 / 0 / none.
+//! - **EndTxn** ([`EndTxnService`]): tansu 0.6.0 has no route for EndTxn (its storage has
+//!   `txn_end`, nothing calls it), so a transactional producer could never commit; this route
+//!   calls `Storage::txn_end`, which [`DisklessStorage`] extends with the diskless markers.
+
+use std::collections::BTreeMap;
+
+use bytes::{Bytes, BytesMut};
+use diskless_coordinator::TopicIdPartition;
+use diskless_core::{PartitionResponse, ProducePartition};
+use rama::{Context, Service};
+use tansu_sans_io::{
+    ApiKey, EndTxnRequest, EndTxnResponse, ErrorCode, ProduceRequest, ProduceResponse,
+    produce_request::{PartitionProduceData, TopicProduceData},
+    produce_response::{BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse},
+};
+use tansu_storage::{Error, Storage};
+
+use crate::convert;
+use crate::storage::DisklessStorage;
+
+/// Produce with diskless partitions committed together. See the [module documentation](self).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProduceService;
+
+impl ApiKey for ProduceService {
+    const KEY: i16 = ProduceRequest::KEY;
+}
+
+/// Where one partition of the request is answered from.
+enum Slot {
+    /// The n-th partition handed to the writer.
+    Diskless(usize),
+    /// Nisshi's answer (topic name, partition index).
+    Classic,
+    /// Answered here.
+    Error(ErrorCode, String),
+}
+
+impl<S: Storage> Service<DisklessStorage<S>, ProduceRequest> for ProduceService {
+    type Response = ProduceResponse;
+    type Error = Error;
+
+    async fn serve(
+        &self,
+        ctx: Context<DisklessStorage<S>>,
+        req: ProduceRequest,
+    ) -> Result<ProduceResponse, Error> {
+        let storage = ctx.state().clone();
+        let transactional_id = req.transactional_id.clone();
+        let mut layout: Vec<(String, Vec<(i32, Slot)>)> = Vec::new();
+        let mut diskless: Vec<ProducePartition> = Vec::new();
+        let mut classic: Vec<TopicProduceData> = Vec::new();
+        for topic in req.topic_data.unwrap_or_default() {
+            let info = storage.diskless_topic(&topic.name).await?;
+            let mut slots = Vec::new();
+            let mut classic_partitions: Vec<PartitionProduceData> = Vec::new();
+            for p in topic.partition_data.unwrap_or_default() {
+                let Some(info) = &info else {
+                    slots.push((p.index, Slot::Classic));
+                    classic_partitions.push(p);
+                    continue;
+                };
+                let slot = if p.index < 0 || p.index >= info.partitions {
+                    Slot::Error(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("topic {:?} has no partition {}", info.name, p.index),
+                    )
+                } else {
+                    match p.records {
+                        None => Slot::Error(ErrorCode::InvalidRecord, "no records".into()),
+                        Some(frame) => {
+                            let mut bytes = BytesMut::new();
+                            for batch in frame.batches {
+                                bytes.extend_from_slice(&convert::batch_bytes(batch));
+                            }
+                            let bytes: Bytes = bytes.freeze();
+                            let tp = TopicIdPartition::new(info.topic_id, p.index);
+                            let txn_seq = transactional_id
+                                .as_deref()
+                                .and_then(|tid| storage.txn_seq_for(tid, tp, &bytes));
+                            let mut produce = ProducePartition::new(
+                                tp,
+                                std::sync::Arc::new(info.config.clone()),
+                                bytes,
+                            );
+                            if let Some(seq) = txn_seq {
+                                produce = produce.with_txn_seq(seq);
+                            }
+                            diskless.push(produce);
+                            Slot::Diskless(diskless.len() - 1)
+                        }
+                    }
+                };
+                slots.push((p.index, slot));
+            }
+            if !classic_partitions.is_empty() {
+                classic.push(
+                    TopicProduceData::default()
+                        .name(topic.name.clone())
+                        .partition_data(Some(classic_partitions)),
+                );
+            }
+            layout.push((topic.name, slots));
+        }
+
+        let writer = storage.shared.writer.clone();
+        let diskless_answers = async move {
+            if diskless.is_empty() {
+                Vec::new()
+            } else {
+                writer.append(diskless).await.await
+            }
+        };
+        let classic_request = ProduceRequest::default()
+            .transactional_id(req.transactional_id)
+            .acks(req.acks)
+            .timeout_ms(req.timeout_ms)
+            .topic_data(Some(classic));
+        let has_classic = classic_request
+            .topic_data
+            .as_ref()
+            .is_some_and(|t| !t.is_empty());
+        let classic_ctx = ctx.clone();
+        let classic_answers = async move {
+            if has_classic {
+                tansu_storage::ProduceService
+                    .serve(classic_ctx, classic_request)
+                    .await
+                    .map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let (answers, classic_response) = futures::join!(diskless_answers, classic_answers);
+        let classic_response = classic_response?;
+
+        let mut from_classic: BTreeMap<(String, i32), PartitionProduceResponse> = BTreeMap::new();
+        for topic in classic_response
+            .and_then(|r| r.responses)
+            .unwrap_or_default()
+        {
+            for p in topic.partition_responses.unwrap_or_default() {
+                from_classic.insert((topic.name.clone(), p.index), p);
+            }
+        }
+
+        let responses = layout
+            .into_iter()
+            .map(|(name, slots)| {
+                let partitions = slots
+                    .into_iter()
+                    .map(|(index, slot)| match slot {
+                        Slot::Diskless(i) => answers
+                            .get(i)
+                            .map_or_else(|| no_answer(index), |a| diskless_answer(index, a)),
+                        Slot::Classic => from_classic
+                            .remove(&(name.clone(), index))
+                            .unwrap_or_else(|| no_answer(index)),
+                        Slot::Error(code, message) => error_answer(index, code, message),
+                    })
+                    .collect();
+                TopicProduceResponse::default()
+                    .name(name)
+                    .partition_responses(Some(partitions))
+            })
+            .collect();
+        Ok(ProduceResponse::default()
+            .responses(Some(responses))
+            .throttle_time_ms(Some(0))
+            .node_endpoints(None))
+    }
+}
+
+fn diskless_answer(index: i32, a: &PartitionResponse) -> PartitionProduceResponse {
+    if !a.error.is_ok() {
+        return error_answer(
+            index,
+            convert::code(a.error),
+            a.error_message.clone().unwrap_or_default(),
+        )
+        .record_errors(Some(record_errors(a)));
+    }
+    PartitionProduceResponse::default()
+        .index(index)
+        .error_code(ErrorCode::None.into())
+        .base_offset(a.base_offset)
+        .log_append_time_ms(Some(a.log_append_time))
+        .log_start_offset(Some(a.log_start_offset))
+        .record_errors(Some(Vec::new()))
+        .error_message(None)
+        .current_leader(None)
+}
+
+fn record_errors(a: &PartitionResponse) -> Vec<BatchIndexAndErrorMessage> {
+    a.record_errors
+        .iter()
+        .map(|e| {
+            BatchIndexAndErrorMessage::default()
+                .batch_index(e.batch_index)
+                .batch_index_error_message(Some(e.message.clone()))
+        })
+        .collect()
+}
+
+fn error_answer(index: i32, code: ErrorCode, message: String) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .index(index)
+        .error_code(code.into())
+        .base_offset(-1)
+        .log_append_time_ms(Some(-1))
+        .log_start_offset(Some(-1))
+        .record_errors(Some(Vec::new()))
+        .error_message(Some(message))
+        .current_leader(None)
+}
+
+fn no_answer(index: i32) -> PartitionProduceResponse {
+    error_answer(
+        index,
+        ErrorCode::UnknownServerError,
+        "no answer for the partition".into(),
+    )
+}
+
+/// EndTxn, which tansu 0.6.0 does not route. See the [module documentation](self).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EndTxnService;
+
+impl ApiKey for EndTxnService {
+    const KEY: i16 = EndTxnRequest::KEY;
+}
+
+impl<S: Storage> Service<S, EndTxnRequest> for EndTxnService {
+    type Response = EndTxnResponse;
+    type Error = Error;
+
+    async fn serve(&self, ctx: Context<S>, req: EndTxnRequest) -> Result<EndTxnResponse, Error> {
+        let code = match ctx
+            .state()
+            .txn_end(
+                &req.transactional_id,
+                req.producer_id,
+                req.producer_epoch,
+                req.committed,
+            )
+            .await
+        {
+            Ok(code) => code,
+            Err(Error::Api(code)) => code,
+            Err(e) => {
+                tracing::warn!(error = ?e, "EndTxn failed");
+                ErrorCode::UnknownServerError
+            }
+        };
+        Ok(EndTxnResponse::default()
+            .throttle_time_ms(0)
+            .error_code(code.into()))
+    }
+}

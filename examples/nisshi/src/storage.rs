@@ -1,0 +1,1119 @@
+//! [`DisklessStorage`]: Nisshi's `Storage` trait, diskless topics served by the library and
+//! everything else by Nisshi's own engine.
+//!
+//! Who owns which fact (one source of truth each):
+//!
+//! | fact | owner | why |
+//! |---|---|---|
+//! | topic names, ids, partition counts, configs as described | Nisshi's engine `S` | Metadata, DescribeConfigs, DescribeTopicPartitions and the group coordinator read them there; a diskless topic is created in `S` first and takes the id `S` gives it |
+//! | which topics are diskless | the batch coordinator (a live topic there is diskless) | the data path must not depend on `S` to route a partition; `S` also keeps `diskless.enable=true` in the topic's configs for DescribeConfigs |
+//! | a diskless partition's batches, offsets, log start, high watermark, LSO, producer sequences | the batch coordinator | KIP-1164 |
+//! | the applied copy of a diskless topic's configs ([`TopicConfig`]) | the batch coordinator, rebuilt from `S`'s configs on every alter | the writer and the lifecycle workers read it there |
+//! | producer ids and epochs, transaction state, group offsets, SCRAM, brokers | `S` | Nisshi's transaction and group handling own them; the coordinator only checks sequences and markers |
+//!
+//! Transactions: Nisshi's `txn_end` decides (its engine records the outcome); the markers of the
+//! transaction's diskless partitions are then written through the batch coordinator
+//! (`write_txn_markers`), and any that could not be written are retried on every `maintain` and
+//! [`DisklessStorage::retry_markers`] until they are (numbered by the transaction, so a retry
+//! of a marker already written is answered as a duplicate). A read_committed consumer of a diskless
+//! partition does not read past the open transaction until its marker is written (the LSO), so
+//! the outcome is the same in both kinds of partition; what is not yet durable is the list of
+//! markers still to write: a node killed between Nisshi's decision and the markers leaves the
+//! diskless side of that transaction open (see README.md, "What is left").
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use diskless_coordinator::{
+    BatchCoordinator, CreateTopicRequest, DeleteRecordsRequest, EARLIEST_TIMESTAMP,
+    IsolationLevel as DisklessIsolation, LATEST_TIMESTAMP, TopicConfig, TopicIdPartition,
+    TopicInfo, TxnMarker,
+};
+use diskless_core::{
+    DisklessNode, FetchPartition, Fetcher, ListOffsetsPartition, ListedOffset, PartitionResponse,
+    ProducePartition, WalWriter,
+};
+use tansu_sans_io::ScramMechanism;
+use tansu_sans_io::delete_groups_response::DeletableGroupResult;
+use tansu_sans_io::{
+    ConfigResource, ErrorCode, IsolationLevel, ListOffset,
+    add_partitions_to_txn_request::AddPartitionsToTxnTopic,
+    create_topics_request::{CreatableTopic, CreatableTopicConfig},
+    delete_records_request::DeleteRecordsTopic,
+    delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult},
+    describe_cluster_response::DescribeClusterBroker,
+    describe_configs_response::DescribeConfigsResult,
+    describe_topic_partitions_response::DescribeTopicPartitionsResponseTopic,
+    incremental_alter_configs_request::AlterConfigsResource,
+    incremental_alter_configs_response::AlterConfigsResourceResponse,
+    list_groups_response::ListedGroup,
+    record::deflated,
+    txn_offset_commit_response::TxnOffsetCommitResponseTopic,
+};
+use tansu_storage::{
+    BrokerRegistrationRequest, Error, GroupDetail, ListOffsetResponse, MetadataResponse,
+    NamedGroupDetail, OffsetCommitRequest, OffsetStage, ProducerIdResponse, Result,
+    ScramCredential, Storage, TopicId, Topition, TxnAddPartitionsRequest, TxnAddPartitionsResponse,
+    TxnOffsetCommitRequest, UpdateError, Version,
+};
+use tracing::{debug, warn};
+use url::Url;
+use uuid::Uuid;
+
+use crate::convert;
+use crate::topics::DisklessTopics;
+
+/// KIP-1150's topic config: `true` makes a topic diskless. Fixed at creation.
+pub const DISKLESS_ENABLE: &str = "diskless.enable";
+
+/// Nisshi's config resource type number for a topic (Kafka's `ConfigResource.Type.TOPIC`).
+const TOPIC_RESOURCE: i8 = 2;
+
+/// Kafka's `IncrementalAlterConfigs` operation `DELETE`.
+const OP_DELETE: i8 = 1;
+
+/// What [`DisklessStorage`] is configured with besides its parts.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct DisklessSettings {
+    /// A topic created without `diskless.enable` is diskless (the broker option making diskless
+    /// the default). Default `false`: only `diskless.enable=true` makes a topic diskless.
+    pub default_diskless: bool,
+    /// The broker id whose writer this storage appends with (the node's id).
+    pub broker_id: i32,
+    /// The base of every diskless topic's [`TopicConfig`] before its Kafka configs are applied:
+    /// the broker-level defaults (e.g. `producer.id.expiration.ms`).
+    pub topic_defaults: TopicConfig,
+}
+
+impl Default for DisklessSettings {
+    fn default() -> Self {
+        DisklessSettings {
+            default_diskless: false,
+            broker_id: 1,
+            topic_defaults: TopicConfig::default(),
+        }
+    }
+}
+
+diskless_common::with_setters!(DisklessSettings {
+    with_default_diskless => default_diskless: [bool],
+    with_broker_id => broker_id: [i32],
+    with_topic_defaults => topic_defaults: [TopicConfig],
+});
+
+/// The transaction of one transactional id as far as its diskless partitions go.
+#[derive(Clone, Debug, Default)]
+struct OpenTxn {
+    producer_id: i64,
+    producer_epoch: i16,
+    /// The transaction's number for the batch coordinator (`ProducePartition::with_txn_seq`,
+    /// `TxnMarker::txn_seq`): the coordinator opens a transaction in a partition only for a
+    /// number above every transaction a marker already ended there (KIP-890's verification).
+    txn_seq: i64,
+    partitions: BTreeSet<TopicIdPartition>,
+}
+
+/// The parts every clone of a [`DisklessStorage`] shares.
+pub(crate) struct Shared {
+    pub(crate) node: parking_lot::Mutex<Option<DisklessNode>>,
+    pub(crate) writer: Arc<WalWriter>,
+    pub(crate) fetcher: Fetcher,
+    pub(crate) coordinator: Arc<dyn BatchCoordinator>,
+    pub(crate) topics: DisklessTopics,
+    pub(crate) settings: DisklessSettings,
+    txns: parking_lot::Mutex<HashMap<String, OpenTxn>>,
+    last_txn_seq: parking_lot::Mutex<i64>,
+    pending_markers: parking_lot::Mutex<Vec<TxnMarker>>,
+}
+
+/// Nisshi's [`Storage`] with diskless topics: calls about a diskless partition's data go to the
+/// library's [`WalWriter`], [`Fetcher`] and [`BatchCoordinator`] (through one [`DisklessNode`]);
+/// every other call goes to Nisshi's own engine `S`. See the [module documentation](self) for who
+/// owns which fact.
+#[derive(Clone)]
+pub struct DisklessStorage<S> {
+    inner: S,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for DisklessStorage<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DisklessStorage")
+            .field("inner", &self.inner)
+            .field("settings", &self.shared.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What went wrong building a [`DisklessStorage`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The node has no writer for the configured broker id.
+    #[error("the diskless node has no writer for broker id {0}")]
+    NoWriter(i32),
+}
+
+impl<S: Storage> DisklessStorage<S> {
+    /// Diskless topics through `node` (its writer for `settings.broker_id`, its fetcher and
+    /// coordinator) beside Nisshi's engine `inner`.
+    pub fn new(
+        inner: S,
+        node: DisklessNode,
+        settings: DisklessSettings,
+    ) -> Result<Self, BuildError> {
+        let writer = node
+            .writer(settings.broker_id)
+            .cloned()
+            .ok_or(BuildError::NoWriter(settings.broker_id))?;
+        let fetcher = node.fetcher().clone();
+        let coordinator = node.coordinator().clone();
+        Ok(DisklessStorage {
+            inner,
+            shared: Arc::new(Shared {
+                writer,
+                fetcher,
+                topics: DisklessTopics::new(coordinator.clone()),
+                coordinator,
+                settings,
+                node: parking_lot::Mutex::new(Some(node)),
+                txns: parking_lot::Mutex::new(HashMap::new()),
+                last_txn_seq: parking_lot::Mutex::new(0),
+                pending_markers: parking_lot::Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// Nisshi's engine.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The diskless node, until [`DisklessStorage::close`].
+    pub fn with_node<T>(&self, f: impl FnOnce(&DisklessNode) -> T) -> Option<T> {
+        self.shared.node.lock().as_ref().map(f)
+    }
+
+    /// Stops the diskless node (writers answer what they accepted; lifecycle workers stop). Calls
+    /// after it fail.
+    pub async fn close(&self) {
+        let node = self.shared.node.lock().take();
+        if let Some(node) = node {
+            node.close().await;
+        }
+    }
+
+    /// The diskless topic named `name`, if it is one.
+    pub async fn diskless_topic(&self, name: &str) -> Result<Option<TopicInfo>> {
+        self.shared
+            .topics
+            .get(name)
+            .await
+            .map_err(|e| convert::api_error(&e))
+    }
+
+    /// Writes the transaction markers that could not be written when their transaction ended.
+    /// Returns how many are still pending.
+    pub async fn retry_markers(&self) -> usize {
+        let markers = std::mem::take(&mut *self.shared.pending_markers.lock());
+        if markers.is_empty() {
+            return 0;
+        }
+        let failed = self.write_markers(markers).await;
+        let left = failed.len();
+        self.shared.pending_markers.lock().extend(failed);
+        left
+    }
+
+    /// Writes `markers`, returning those that failed (to retry).
+    async fn write_markers(&self, markers: Vec<TxnMarker>) -> Vec<TxnMarker> {
+        match self.shared.coordinator.write_txn_markers(&markers).await {
+            Ok(results) => markers
+                .into_iter()
+                .zip(results)
+                .filter(|(marker, result)| {
+                    let retry = !result.error.is_ok()
+                        && result.error != diskless_coordinator::ErrorCode::UnknownTopicOrPartition;
+                    if retry {
+                        warn!(partition = %marker.partition, error = ?result.error, "transaction marker not written; will retry");
+                    }
+                    retry
+                })
+                .map(|(marker, _)| marker)
+                .collect(),
+            Err(e) => {
+                warn!(error = %e, "transaction markers not written; will retry");
+                markers
+            }
+        }
+    }
+
+    /// Whether a new topic with `configs` is diskless.
+    fn wants_diskless(&self, configs: Option<&[CreatableTopicConfig]>) -> Result<bool> {
+        match configs
+            .unwrap_or_default()
+            .iter()
+            .find(|c| c.name == DISKLESS_ENABLE)
+            .and_then(|c| c.value.as_deref())
+        {
+            None => Ok(self.shared.settings.default_diskless),
+            Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
+            Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
+            Some(_) => Err(Error::Api(ErrorCode::InvalidConfig)),
+        }
+    }
+
+    /// The [`TopicConfig`] of a diskless topic from Kafka config entries.
+    fn topic_config<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> Result<TopicConfig> {
+        TopicConfig::from_kafka_configs(self.shared.settings.topic_defaults.clone(), entries)
+            .map_err(|e| {
+                debug!(error = %e, "invalid diskless topic config");
+                Error::Api(ErrorCode::InvalidConfig)
+            })
+    }
+
+    /// The partition of a diskless topic named in a Nisshi call.
+    async fn partition_of(
+        &self,
+        topition: &Topition,
+    ) -> Result<Option<(TopicInfo, TopicIdPartition)>> {
+        Ok(self.diskless_topic(topition.topic()).await?.map(|t| {
+            let p = TopicIdPartition::new(t.topic_id, topition.partition());
+            (t, p)
+        }))
+    }
+
+    /// Appends one batch to a diskless partition and waits for its commit.
+    pub(crate) async fn produce_diskless(
+        &self,
+        transaction_id: Option<&str>,
+        topic: &TopicInfo,
+        partition: i32,
+        records: bytes::Bytes,
+    ) -> PartitionResponse {
+        let tp = TopicIdPartition::new(topic.topic_id, partition);
+        if partition < 0 || partition >= topic.partitions {
+            return PartitionResponse::error(
+                tp,
+                diskless_coordinator::ErrorCode::UnknownTopicOrPartition,
+                format!("topic {:?} has no partition {partition}", topic.name),
+            );
+        }
+        let txn_seq = transaction_id.and_then(|tid| self.txn_seq_for(tid, tp, &records));
+        let config = Arc::new(topic.config.clone());
+        let mut produce = ProducePartition::new(tp, config, records);
+        if let Some(seq) = txn_seq {
+            produce = produce.with_txn_seq(seq);
+        }
+        let pending = self.shared.writer.append(vec![produce]).await;
+        let answer = pending.await.into_iter().next().unwrap_or_else(|| {
+            PartitionResponse::error(
+                tp,
+                diskless_coordinator::ErrorCode::UnknownServerError,
+                "the writer gave no answer",
+            )
+        });
+        if answer.error == diskless_coordinator::ErrorCode::UnknownTopicOrPartition {
+            // Deleted through another node: forget it here too.
+            self.shared.topics.remove(&topic.name).await;
+        }
+        answer
+    }
+
+    /// The transaction number a transactional batch to `tp` carries: its transaction's, when
+    /// `tp` was added to the ongoing transaction of `transaction_id` with the batch's producer id
+    /// and epoch (the host's verification, as Kafka's `AddPartitionsToTxnManager`). `None` for a
+    /// batch that is not transactional or not verified; the coordinator refuses an unverified
+    /// transactional batch with `INVALID_TXN_STATE`, as Kafka does.
+    pub(crate) fn txn_seq_for(
+        &self,
+        transaction_id: &str,
+        tp: TopicIdPartition,
+        records: &bytes::Bytes,
+    ) -> Option<i64> {
+        let batch = diskless_core::RecordBatch::parse(records.clone()).ok()?;
+        if !batch.attributes().is_transactional() || batch.attributes().is_control() {
+            return None;
+        }
+        let txns = self.shared.txns.lock();
+        let txn = txns.get(transaction_id)?;
+        (txn.producer_id == batch.producer_id()
+            && txn.producer_epoch == batch.producer_epoch()
+            && txn.partitions.contains(&tp))
+        .then_some(txn.txn_seq)
+    }
+
+    /// A transaction number above every one this process handed out and, being taken from the
+    /// wall clock (microseconds), above those of earlier runs.
+    fn next_txn_seq(&self) -> i64 {
+        let now = i64::try_from(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros()),
+        )
+        .unwrap_or(i64::MAX);
+        let mut last = self.shared.last_txn_seq.lock();
+        *last = (*last + 1).max(now);
+        *last
+    }
+
+    /// The diskless fetch of one partition, as Nisshi's `fetch` answers it: whole batches from
+    /// `offset`, at most `max_bytes` (at least one batch), read_committed stopping at the LSO and
+    /// leaving out the batches of aborted transactions (Nisshi's fetch service sends no aborted
+    /// transaction list).
+    async fn fetch_diskless(
+        &self,
+        tp: TopicIdPartition,
+        offset: i64,
+        max_bytes: u32,
+        isolation: IsolationLevel,
+    ) -> Result<Vec<deflated::Batch>> {
+        let isolation = match isolation {
+            IsolationLevel::ReadCommitted => DisklessIsolation::ReadCommitted,
+            IsolationLevel::ReadUncommitted => DisklessIsolation::ReadUncommitted,
+        };
+        let answer = self
+            .shared
+            .fetcher
+            .fetch(
+                &[FetchPartition {
+                    partition: tp,
+                    fetch_offset: offset,
+                    partition_max_bytes: max_bytes,
+                    leader_epoch: 0,
+                    isolation,
+                }],
+                max_bytes,
+            )
+            .await
+            .map_err(|e| Error::Api(convert::code(e.error_code())))?;
+        let Some(part) = answer.into_iter().next() else {
+            return Ok(Vec::new());
+        };
+        if !part.error.is_ok() {
+            return Err(Error::Api(convert::code(part.error)));
+        }
+        let mut batches = convert::batches(&part.records_bytes())?;
+        if let Some(aborted) = &part.aborted_transactions {
+            batches.retain(|b| {
+                !(b.is_transactional()
+                    && !b.is_control()
+                    && aborted.iter().any(|a| {
+                        a.producer_id == b.producer_id
+                            && a.first_offset <= b.base_offset
+                            && b.base_offset <= a.last_offset
+                    }))
+            });
+        }
+        Ok(batches)
+    }
+
+    /// Log start, high watermark and last stable offset of a diskless partition.
+    pub(crate) async fn stage_diskless(&self, tp: TopicIdPartition) -> Result<(i64, i64, i64)> {
+        let ask = |timestamp, isolation| diskless_coordinator::ListOffsetsRequest {
+            partition: tp,
+            timestamp,
+            isolation,
+        };
+        let answers = self
+            .shared
+            .coordinator
+            .list_offsets(&[
+                ask(EARLIEST_TIMESTAMP, DisklessIsolation::ReadUncommitted),
+                ask(LATEST_TIMESTAMP, DisklessIsolation::ReadUncommitted),
+                ask(LATEST_TIMESTAMP, DisklessIsolation::ReadCommitted),
+            ])
+            .await
+            .map_err(|e| convert::api_error(&e))?;
+        if let Some(bad) = answers.iter().find(|a| !a.error.is_ok()) {
+            return Err(Error::Api(convert::code(bad.error)));
+        }
+        match answers.as_slice() {
+            [start, hw, lso] => Ok((start.offset, hw.offset, lso.offset)),
+            _ => Err(Error::Message(
+                "the coordinator answered the wrong number of offsets".into(),
+            )),
+        }
+    }
+
+    /// Record-level ListOffsets of diskless partitions (every special timestamp).
+    pub(crate) async fn list_offsets_diskless(
+        &self,
+        requests: &[ListOffsetsPartition],
+    ) -> Result<Vec<ListedOffset>> {
+        self.shared
+            .fetcher
+            .list_offsets(requests)
+            .await
+            .map_err(|e| Error::Api(convert::code(e.error_code())))
+    }
+
+    /// The diskless partitions of a transaction-add request, recorded under their transaction.
+    async fn note_added_partitions(
+        &self,
+        transaction_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        topics: &[AddPartitionsToTxnTopic],
+    ) -> Result<()> {
+        for topic in topics {
+            if let Some(info) = self.diskless_topic(&topic.name).await? {
+                let fresh = self.next_txn_seq();
+                let mut txns = self.shared.txns.lock();
+                let txn = txns
+                    .entry(transaction_id.to_string())
+                    .or_insert_with(|| OpenTxn {
+                        txn_seq: fresh,
+                        ..OpenTxn::default()
+                    });
+                if txn.producer_id != producer_id || txn.producer_epoch != producer_epoch {
+                    // Another producer id or epoch: the old one was fenced; a new transaction.
+                    txn.partitions.clear();
+                    txn.txn_seq = fresh;
+                }
+                txn.producer_id = producer_id;
+                txn.producer_epoch = producer_epoch;
+                for p in topic.partitions.as_deref().unwrap_or_default() {
+                    txn.partitions
+                        .insert(TopicIdPartition::new(info.topic_id, *p));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuilds a diskless topic's applied config from Nisshi's stored configs and gives it to the
+    /// coordinator.
+    async fn sync_config(&self, info: &TopicInfo) -> Result<()> {
+        let described = self
+            .inner
+            .describe_config(&info.name, ConfigResource::Topic, None)
+            .await?;
+        let entries: Vec<(String, Option<String>)> = described
+            .configs
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| (c.name, c.value))
+            .collect();
+        let config = self.topic_config(entries.iter().map(|(n, v)| (n.as_str(), v.as_deref())))?;
+        self.shared
+            .coordinator
+            .alter_topic_config(info.topic_id, config.clone())
+            .await
+            .map_err(|e| convert::api_error(&e))?;
+        self.shared
+            .topics
+            .insert(TopicInfo {
+                config,
+                ..info.clone()
+            })
+            .await;
+        Ok(())
+    }
+}
+
+fn system_time_ms(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(_) => -1,
+    }
+}
+
+/// Nisshi's `OffsetStage` (its fields are private; it is built through its serde form).
+fn offset_stage(log_start: i64, high_watermark: i64, last_stable: i64) -> Result<OffsetStage> {
+    serde_json::from_value(serde_json::json!({
+        "last_stable": last_stable,
+        "high_watermark": high_watermark,
+        "log_start": log_start,
+    }))
+    .map_err(|e| Error::Message(format!("offset stage: {e}")))
+}
+
+#[async_trait]
+impl<S: Storage> Storage for DisklessStorage<S> {
+    async fn register_broker(&self, broker_registration: BrokerRegistrationRequest) -> Result<()> {
+        self.inner.register_broker(broker_registration).await
+    }
+
+    async fn create_topic(&self, mut topic: CreatableTopic, validate_only: bool) -> Result<Uuid> {
+        if !self.wants_diskless(topic.configs.as_deref())? {
+            return self.inner.create_topic(topic, validate_only).await;
+        }
+        let config = self.topic_config(
+            topic
+                .configs
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .map(|c| (c.name.as_str(), c.value.as_deref())),
+        )?;
+        // Nisshi keeps the flag with the topic's configs, so DescribeConfigs shows it.
+        let configs = topic.configs.get_or_insert_with(Vec::new);
+        if !configs.iter().any(|c| c.name == DISKLESS_ENABLE) {
+            configs.push(
+                CreatableTopicConfig::default()
+                    .name(DISKLESS_ENABLE.into())
+                    .value(Some("true".into())),
+            );
+        }
+        let name = topic.name.clone();
+        let id = self.inner.create_topic(topic, validate_only).await?;
+        if validate_only {
+            return Ok(id);
+        }
+        let partitions = match self.inner.metadata(Some(&[TopicId::Id(id)])).await {
+            Ok(m) => m
+                .topics()
+                .first()
+                .and_then(|t| t.partitions.as_ref())
+                .map_or(0, |p| i32::try_from(p.len()).unwrap_or(i32::MAX)),
+            Err(e) => {
+                warn!(error = ?e, topic = %name, "cannot read the new topic's partition count");
+                0
+            }
+        };
+        let request = CreateTopicRequest {
+            topic_id: id,
+            name: name.clone(),
+            partitions,
+            config: config.clone(),
+        };
+        if let Err(e) = self.shared.coordinator.create_topic(request).await {
+            warn!(error = %e, topic = %name, "the coordinator refused the diskless topic; removing it from Nisshi");
+            if let Err(undo) = self.inner.delete_topic(&TopicId::Id(id)).await {
+                warn!(error = ?undo, topic = %name, "could not remove the half-created topic");
+            }
+            return Err(convert::api_error(&e));
+        }
+        self.shared
+            .topics
+            .insert(TopicInfo {
+                topic_id: id,
+                name,
+                partitions,
+                config,
+            })
+            .await;
+        Ok(id)
+    }
+
+    async fn incremental_alter_resource(
+        &self,
+        resource: AlterConfigsResource,
+    ) -> Result<AlterConfigsResourceResponse> {
+        let diskless = if resource.resource_type == TOPIC_RESOURCE {
+            self.diskless_topic(&resource.resource_name).await?
+        } else {
+            None
+        };
+        let Some(info) = diskless else {
+            if resource.resource_type == TOPIC_RESOURCE
+                && resource
+                    .configs
+                    .as_deref()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.name == DISKLESS_ENABLE && c.value.as_deref() == Some("true"))
+            {
+                return Ok(refusal(
+                    &resource,
+                    "diskless.enable cannot be changed after creation",
+                ));
+            }
+            return self.inner.incremental_alter_resource(resource).await;
+        };
+        // Checked before Nisshi stores anything: the flag is fixed, values must parse.
+        let mut probe = info.config.clone();
+        for c in resource.configs.as_deref().unwrap_or_default() {
+            if c.name == DISKLESS_ENABLE {
+                return Ok(refusal(
+                    &resource,
+                    "diskless.enable cannot be changed after creation",
+                ));
+            }
+            if c.config_operation != OP_DELETE
+                && let Some(value) = c.value.as_deref()
+                && let Err(e) = probe.set_kafka_config(&c.name, value)
+            {
+                return Ok(refusal(&resource, &e.to_string()));
+            }
+        }
+        let response = self.inner.incremental_alter_resource(resource).await?;
+        if response.error_code == i16::from(ErrorCode::None) {
+            self.sync_config(&info).await?;
+        }
+        Ok(response)
+    }
+
+    async fn delete_records(
+        &self,
+        topics: &[DeleteRecordsTopic],
+    ) -> Result<Vec<DeleteRecordsTopicResult>> {
+        let mut out: Vec<Option<DeleteRecordsTopicResult>> = vec![None; topics.len()];
+        let mut classic = Vec::new();
+        let mut classic_at = Vec::new();
+        for (i, topic) in topics.iter().enumerate() {
+            let Some(info) = self.diskless_topic(&topic.name).await? else {
+                classic.push(topic.clone());
+                classic_at.push(i);
+                continue;
+            };
+            let partitions = topic.partitions.as_deref().unwrap_or_default();
+            let requests: Vec<DeleteRecordsRequest> = partitions
+                .iter()
+                .map(|p| DeleteRecordsRequest {
+                    partition: TopicIdPartition::new(info.topic_id, p.partition_index),
+                    offset: p.offset,
+                })
+                .collect();
+            let answers = self.shared.coordinator.delete_records(&requests).await;
+            let results = partitions
+                .iter()
+                .enumerate()
+                .map(|(j, p)| {
+                    let (code, low) = match &answers {
+                        Ok(a) => a.get(j).map_or((ErrorCode::UnknownServerError, -1), |r| {
+                            (convert::code(r.error), r.low_watermark)
+                        }),
+                        Err(e) => (convert::code(e.error_code()), -1),
+                    };
+                    DeleteRecordsPartitionResult::default()
+                        .partition_index(p.partition_index)
+                        .low_watermark(low)
+                        .error_code(code.into())
+                })
+                .collect();
+            out[i] = Some(
+                DeleteRecordsTopicResult::default()
+                    .name(topic.name.clone())
+                    .partitions(Some(results)),
+            );
+        }
+        if !classic.is_empty() {
+            let answers = self.inner.delete_records(&classic).await?;
+            for (i, answer) in classic_at.into_iter().zip(answers) {
+                out[i] = Some(answer);
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    async fn delete_topic(&self, topic: &TopicId) -> Result<ErrorCode> {
+        let info = match topic {
+            TopicId::Name(name) => self.diskless_topic(name).await?,
+            TopicId::Id(id) => self
+                .shared
+                .topics
+                .by_id(*id)
+                .await
+                .map_err(|e| convert::api_error(&e))?,
+        };
+        if let Some(info) = info {
+            // The coordinator first: once it forgets the topic its data is logically deleted and
+            // its objects go to the lifecycle workers; a failure of Nisshi's delete after it is
+            // retried by the client (the coordinator then answers "unknown", taken as done).
+            match self.shared.coordinator.delete_topic(info.topic_id).await {
+                Ok(()) => {}
+                Err(e)
+                    if e.error_code()
+                        == diskless_coordinator::ErrorCode::UnknownTopicOrPartition => {}
+                Err(e) => return Err(convert::api_error(&e)),
+            }
+            self.shared.topics.remove(&info.name).await;
+        }
+        self.inner.delete_topic(topic).await
+    }
+
+    async fn brokers(&self) -> Result<Vec<DescribeClusterBroker>> {
+        self.inner.brokers().await
+    }
+
+    async fn produce(
+        &self,
+        transaction_id: Option<&str>,
+        topition: &Topition,
+        batch: deflated::Batch,
+    ) -> Result<i64> {
+        let Some(info) = self.diskless_topic(topition.topic()).await? else {
+            return self.inner.produce(transaction_id, topition, batch).await;
+        };
+        let answer = self
+            .produce_diskless(
+                transaction_id,
+                &info,
+                topition.partition(),
+                convert::batch_bytes(batch),
+            )
+            .await;
+        if answer.error.is_ok() {
+            Ok(answer.base_offset)
+        } else {
+            Err(Error::Api(convert::code(answer.error)))
+        }
+    }
+
+    async fn fetch(
+        &self,
+        topition: &'_ Topition,
+        offset: i64,
+        min_bytes: u32,
+        max_bytes: u32,
+        isolation: IsolationLevel,
+    ) -> Result<Vec<deflated::Batch>> {
+        match self.partition_of(topition).await? {
+            Some((_, tp)) => self.fetch_diskless(tp, offset, max_bytes, isolation).await,
+            None => {
+                self.inner
+                    .fetch(topition, offset, min_bytes, max_bytes, isolation)
+                    .await
+            }
+        }
+    }
+
+    async fn offset_stage(&self, topition: &Topition) -> Result<OffsetStage> {
+        match self.partition_of(topition).await? {
+            Some((_, tp)) => {
+                let (start, hw, lso) = self.stage_diskless(tp).await?;
+                offset_stage(start, hw, lso)
+            }
+            None => self.inner.offset_stage(topition).await,
+        }
+    }
+
+    async fn list_offsets(
+        &self,
+        isolation_level: IsolationLevel,
+        offsets: &[(Topition, ListOffset)],
+    ) -> Result<Vec<(Topition, ListOffsetResponse)>> {
+        let mut out: Vec<Option<(Topition, ListOffsetResponse)>> = vec![None; offsets.len()];
+        let mut classic = Vec::new();
+        let mut classic_at = Vec::new();
+        let mut diskless = Vec::new();
+        let mut diskless_at = Vec::new();
+        let isolation = match isolation_level {
+            IsolationLevel::ReadCommitted => DisklessIsolation::ReadCommitted,
+            IsolationLevel::ReadUncommitted => DisklessIsolation::ReadUncommitted,
+        };
+        for (i, (topition, asked)) in offsets.iter().enumerate() {
+            match self.partition_of(topition).await? {
+                Some((_, tp)) => {
+                    let timestamp = match asked {
+                        ListOffset::Earliest => EARLIEST_TIMESTAMP,
+                        ListOffset::Latest => LATEST_TIMESTAMP,
+                        ListOffset::Timestamp(t) => system_time_ms(*t),
+                    };
+                    diskless.push(ListOffsetsPartition {
+                        partition: tp,
+                        timestamp,
+                        leader_epoch: 0,
+                        isolation,
+                    });
+                    diskless_at.push(i);
+                }
+                None => {
+                    classic.push((topition.clone(), *asked));
+                    classic_at.push(i);
+                }
+            }
+        }
+        if !diskless.is_empty() {
+            let answers = self.list_offsets_diskless(&diskless).await?;
+            for ((i, answer), asked) in diskless_at.into_iter().zip(answers).zip(&diskless) {
+                let _ = asked;
+                let response = ListOffsetResponse {
+                    error_code: convert::code(answer.error),
+                    timestamp: (answer.timestamp >= 0).then(|| {
+                        UNIX_EPOCH + Duration::from_millis(answer.timestamp.unsigned_abs())
+                    }),
+                    offset: (answer.offset >= 0).then_some(answer.offset),
+                };
+                out[i] = Some((offsets[i].0.clone(), response));
+            }
+        }
+        if !classic.is_empty() {
+            let answers = self.inner.list_offsets(isolation_level, &classic).await?;
+            for (i, answer) in classic_at.into_iter().zip(answers) {
+                out[i] = Some(answer);
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    async fn offset_commit(
+        &self,
+        group_id: &str,
+        retention_time_ms: Option<Duration>,
+        offsets: &[(Topition, OffsetCommitRequest)],
+    ) -> Result<Vec<(Topition, ErrorCode)>> {
+        self.inner
+            .offset_commit(group_id, retention_time_ms, offsets)
+            .await
+    }
+
+    async fn offset_fetch(
+        &self,
+        group_id: Option<&str>,
+        topics: &[Topition],
+        require_stable: Option<bool>,
+    ) -> Result<BTreeMap<Topition, i64>> {
+        self.inner
+            .offset_fetch(group_id, topics, require_stable)
+            .await
+    }
+
+    async fn committed_offset_topitions(&self, group_id: &str) -> Result<BTreeMap<Topition, i64>> {
+        self.inner.committed_offset_topitions(group_id).await
+    }
+
+    async fn metadata(&self, topics: Option<&[TopicId]>) -> Result<MetadataResponse> {
+        self.inner.metadata(topics).await
+    }
+
+    async fn upsert_user_scram_credential(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+        credential: ScramCredential,
+    ) -> Result<()> {
+        self.inner
+            .upsert_user_scram_credential(user, mechanism, credential)
+            .await
+    }
+
+    async fn delete_user_scram_credential(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+    ) -> Result<()> {
+        self.inner
+            .delete_user_scram_credential(user, mechanism)
+            .await
+    }
+
+    async fn user_scram_credential(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+    ) -> Result<Option<ScramCredential>> {
+        self.inner.user_scram_credential(user, mechanism).await
+    }
+
+    async fn describe_config(
+        &self,
+        name: &str,
+        resource: ConfigResource,
+        keys: Option<&[String]>,
+    ) -> Result<DescribeConfigsResult> {
+        self.inner.describe_config(name, resource, keys).await
+    }
+
+    async fn list_groups(&self, states_filter: Option<&[String]>) -> Result<Vec<ListedGroup>> {
+        self.inner.list_groups(states_filter).await
+    }
+
+    async fn delete_groups(
+        &self,
+        group_ids: Option<&[String]>,
+    ) -> Result<Vec<DeletableGroupResult>> {
+        self.inner.delete_groups(group_ids).await
+    }
+
+    async fn describe_groups(
+        &self,
+        group_ids: Option<&[String]>,
+        include_authorized_operations: bool,
+    ) -> Result<Vec<NamedGroupDetail>> {
+        self.inner
+            .describe_groups(group_ids, include_authorized_operations)
+            .await
+    }
+
+    async fn describe_topic_partitions(
+        &self,
+        topics: Option<&[TopicId]>,
+        partition_limit: i32,
+        cursor: Option<Topition>,
+    ) -> Result<Vec<DescribeTopicPartitionsResponseTopic>> {
+        self.inner
+            .describe_topic_partitions(topics, partition_limit, cursor)
+            .await
+    }
+
+    async fn update_group(
+        &self,
+        group_id: &str,
+        detail: GroupDetail,
+        version: Option<Version>,
+    ) -> Result<Version, UpdateError<GroupDetail>> {
+        self.inner.update_group(group_id, detail, version).await
+    }
+
+    async fn init_producer(
+        &self,
+        transaction_id: Option<&str>,
+        transaction_timeout_ms: i32,
+        producer_id: Option<i64>,
+        producer_epoch: Option<i16>,
+    ) -> Result<ProducerIdResponse> {
+        let answer = self
+            .inner
+            .init_producer(
+                transaction_id,
+                transaction_timeout_ms,
+                producer_id,
+                producer_epoch,
+            )
+            .await?;
+        if let Some(tid) = transaction_id
+            && answer.error == ErrorCode::None
+        {
+            // Nisshi aborts the transaction an InitProducerId fences; the diskless side too.
+            let fenced = self.shared.txns.lock().remove(tid);
+            if let Some(txn) = fenced.filter(|t| !t.partitions.is_empty()) {
+                let markers = markers_of(&txn, answer.id, answer.epoch, false);
+                let failed = self.write_markers(markers).await;
+                self.shared.pending_markers.lock().extend(failed);
+            }
+        }
+        Ok(answer)
+    }
+
+    async fn txn_add_offsets(
+        &self,
+        transaction_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        group_id: &str,
+    ) -> Result<ErrorCode> {
+        self.inner
+            .txn_add_offsets(transaction_id, producer_id, producer_epoch, group_id)
+            .await
+    }
+
+    async fn txn_add_partitions(
+        &self,
+        partitions: TxnAddPartitionsRequest,
+    ) -> Result<TxnAddPartitionsResponse> {
+        match &partitions {
+            TxnAddPartitionsRequest::VersionZeroToThree {
+                transaction_id,
+                producer_id,
+                producer_epoch,
+                topics,
+            } => {
+                self.note_added_partitions(transaction_id, *producer_id, *producer_epoch, topics)
+                    .await?
+            }
+            TxnAddPartitionsRequest::VersionFourPlus { transactions } => {
+                for t in transactions {
+                    if !t.verify_only {
+                        self.note_added_partitions(
+                            &t.transactional_id,
+                            t.producer_id,
+                            t.producer_epoch,
+                            t.topics.as_deref().unwrap_or_default(),
+                        )
+                        .await?;
+                    }
+                }
+            }
+        }
+        self.inner.txn_add_partitions(partitions).await
+    }
+
+    async fn txn_offset_commit(
+        &self,
+        offsets: TxnOffsetCommitRequest,
+    ) -> Result<Vec<TxnOffsetCommitResponseTopic>> {
+        self.inner.txn_offset_commit(offsets).await
+    }
+
+    async fn txn_end(
+        &self,
+        transaction_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        committed: bool,
+    ) -> Result<ErrorCode> {
+        let code = self
+            .inner
+            .txn_end(transaction_id, producer_id, producer_epoch, committed)
+            .await?;
+        if code != ErrorCode::None {
+            return Ok(code);
+        }
+        let txn = {
+            let mut txns = self.shared.txns.lock();
+            match txns.get(transaction_id) {
+                Some(t) if t.producer_id == producer_id => txns.remove(transaction_id),
+                _ => None,
+            }
+        };
+        if let Some(txn) = txn.filter(|t| !t.partitions.is_empty()) {
+            let markers = markers_of(&txn, producer_id, producer_epoch, committed);
+            let failed = self.write_markers(markers).await;
+            self.shared.pending_markers.lock().extend(failed);
+        }
+        Ok(code)
+    }
+
+    async fn maintain(&self, now: SystemTime) -> Result<()> {
+        let left = self.retry_markers().await;
+        if left > 0 {
+            warn!(left, "transaction markers still pending");
+        }
+        self.inner.maintain(now).await
+    }
+
+    async fn cluster_id(&self) -> Result<String> {
+        self.inner.cluster_id().await
+    }
+
+    async fn node(&self) -> Result<i32> {
+        self.inner.node().await
+    }
+
+    async fn advertised_listener(&self) -> Result<Url> {
+        self.inner.advertised_listener().await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.inner.ping().await
+    }
+}
+
+/// The markers ending `txn` in each of its diskless partitions.
+fn markers_of(
+    txn: &OpenTxn,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+) -> Vec<TxnMarker> {
+    txn.partitions
+        .iter()
+        .map(|p| TxnMarker {
+            partition: *p,
+            producer_id,
+            producer_epoch,
+            coordinator_epoch: 0,
+            commit,
+            txn_seq: Some(txn.txn_seq),
+        })
+        .collect()
+}
+
+/// An IncrementalAlterConfigs answer refusing `resource` with `INVALID_CONFIG`.
+fn refusal(resource: &AlterConfigsResource, message: &str) -> AlterConfigsResourceResponse {
+    AlterConfigsResourceResponse::default()
+        .error_code(ErrorCode::InvalidConfig.into())
+        .error_message(Some(message.to_string()))
+        .resource_type(resource.resource_type)
+        .resource_name(resource.resource_name.clone())
+}
