@@ -6,11 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
-use diskless_coordinator::{
-    BatchCoordinator, Clock, SystemClock,
-    postgres::{PostgresCoordinator, PostgresOptions},
-    sqlite::{SqliteCoordinator, SqliteOptions},
-};
+use diskless_coordinator::{Clock, OpenOptions, OpenedCoordinator, SystemClock, open_coordinator};
 use diskless_core::{DisklessNode, NodeConfig, WalWriterConfig};
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use tansu_broker::coordinator::group::administrator::Controller;
@@ -33,6 +29,7 @@ pub struct Running {
     pub storage: DisklessStorage<StorageContainer>,
     cancel: CancellationToken,
     server: JoinHandle<Result<(), tansu_broker::Error>>,
+    coordinators: OpenedCoordinator,
 }
 
 impl Running {
@@ -46,6 +43,7 @@ impl Running {
             Err(e) => tracing::warn!(error = %e, "the listener task failed"),
         }
         self.storage.close().await;
+        self.coordinators.close().await;
     }
 
     /// Waits until the listener ends (it ends on [`Running::shutdown`] or a fatal error).
@@ -63,37 +61,6 @@ impl Running {
 fn sqlite_url(path: &Path) -> Result<Url, String> {
     let abs = std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))?;
     Url::parse(&format!("sqlite:///{}", abs.display())).map_err(|e| e.to_string())
-}
-
-async fn open_coordinator(
-    config: &Config,
-    data_dir: &Path,
-    clock: Arc<dyn Clock>,
-) -> Result<Arc<dyn BatchCoordinator>, String> {
-    match config.diskless_coordinator.as_deref() {
-        None => Ok(Arc::new(
-            SqliteCoordinator::open(
-                data_dir.join("coordinator.db"),
-                SqliteOptions::default(),
-                clock,
-            )
-            .await
-            .map_err(|e| format!("coordinator: {e}"))?,
-        )),
-        Some(url) if url.starts_with("sqlite:") => Ok(Arc::new(
-            SqliteCoordinator::open_url(url, SqliteOptions::default(), clock)
-                .await
-                .map_err(|e| format!("coordinator {url}: {e}"))?,
-        )),
-        Some(url) if url.starts_with("postgres:") || url.starts_with("postgresql:") => {
-            Ok(Arc::new(
-                PostgresCoordinator::connect(PostgresOptions::new(url), clock)
-                    .await
-                    .map_err(|e| format!("coordinator {url}: {e}"))?,
-            ))
-        }
-        Some(url) => Err(format!("unsupported coordinator URL {url:?}")),
-    }
 }
 
 /// Starts a node as `config` says; `listener` overrides `config.listener` (tests bind port 0).
@@ -147,7 +114,17 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
                 .map_err(|e| format!("object storage {url}: {e}"))?,
         ),
     };
-    let coordinator = open_coordinator(config, &data_dir, clock.clone()).await?;
+    // The library's one way of opening a coordinator (the example broker's too): SQLite files in
+    // the data directory by default, `sqlite:`/`postgres:` URLs, shards behind a router.
+    let coordinators = open_coordinator(
+        &OpenOptions::new(&data_dir)
+            .with_url(config.diskless_coordinator.clone())
+            .with_shards(config.shards),
+        clock.clone(),
+    )
+    .await
+    .map_err(|e| format!("coordinator: {e}"))?;
+    let coordinator = coordinators.coordinator.clone();
     let cache: Arc<dyn LocalCache> = Arc::new(
         MokaCache::new(MokaCacheConfig::default().with_max_bytes(config.cache_bytes))
             .map_err(|e| format!("cache: {e}"))?,
@@ -181,7 +158,11 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
         .register_broker(BrokerRegistrationRequest {
             broker_id: config.node_id,
             cluster_id: config.cluster_id.clone(),
-            incarnation_id: uuid::Uuid::now_v7(),
+            // Random per start, drawn as the library draws its ids (no global RNG).
+            incarnation_id: uuid::Uuid::from_u64_pair(
+                diskless_common::entropy_seed(),
+                diskless_common::entropy_seed(),
+            ),
             rack: None,
         })
         .await
@@ -201,5 +182,6 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
         storage,
         cancel,
         server,
+        coordinators,
     })
 }

@@ -6,7 +6,7 @@
 //! spinners), building the same routes from tansu's public per-API route functions.
 
 use std::net::SocketAddr;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use rama::layer::{MapErrLayer, MapStateLayer};
 use rama::{Context, Layer as _, Service as _};
@@ -156,7 +156,7 @@ where
             _ = interval.tick() => {
                 let storage = storage.clone();
                 set.spawn(async move {
-                    if let Err(e) = storage.maintain(SystemTime::now()).await {
+                    if let Err(e) = storage.maintain(storage.now()).await {
                         debug!(error = ?e, "maintenance failed");
                     }
                 });

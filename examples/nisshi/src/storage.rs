@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use diskless_coordinator::{
-    BatchCoordinator, CreateTopicRequest, DeleteRecordsRequest, EARLIEST_TIMESTAMP,
+    BatchCoordinator, Clock, CreateTopicRequest, DeleteRecordsRequest, EARLIEST_TIMESTAMP,
     IsolationLevel as DisklessIsolation, LATEST_TIMESTAMP, TopicConfig, TopicIdPartition,
     TopicInfo, TxnMarker,
 };
@@ -119,6 +119,9 @@ struct OpenTxn {
 
 /// The parts every clone of a [`DisklessStorage`] shares.
 pub(crate) struct Shared {
+    /// The diskless node's clock: every time this adapter reads (transaction numbers, the
+    /// maintenance tick).
+    clock: Arc<dyn Clock>,
     pub(crate) node: parking_lot::Mutex<Option<DisklessNode>>,
     pub(crate) writer: Arc<WalWriter>,
     pub(crate) fetcher: Fetcher,
@@ -172,6 +175,7 @@ impl<S: Storage> DisklessStorage<S> {
             .ok_or(BuildError::NoWriter(settings.broker_id))?;
         let fetcher = node.fetcher().clone();
         let coordinator = node.coordinator().clone();
+        let clock = node.clock().clone();
         Ok(DisklessStorage {
             inner,
             shared: Arc::new(Shared {
@@ -180,6 +184,7 @@ impl<S: Storage> DisklessStorage<S> {
                 topics: DisklessTopics::new(coordinator.clone()),
                 coordinator,
                 settings,
+                clock,
                 node: parking_lot::Mutex::new(Some(node)),
                 txns: parking_lot::Mutex::new(HashMap::new()),
                 last_txn_seq: parking_lot::Mutex::new(0),
@@ -353,15 +358,15 @@ impl<S: Storage> DisklessStorage<S> {
     /// A transaction number above every one this process handed out and, being taken from the
     /// wall clock (microseconds), above those of earlier runs.
     fn next_txn_seq(&self) -> i64 {
-        let now = i64::try_from(
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_micros()),
-        )
-        .unwrap_or(i64::MAX);
+        let now = self.shared.clock.now_ms().saturating_mul(1000);
         let mut last = self.shared.last_txn_seq.lock();
         *last = (*last + 1).max(now);
         *last
+    }
+
+    /// Now, by the diskless node's clock (what the maintenance tick gives [`Storage::maintain`]).
+    pub fn now(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(u64::try_from(self.shared.clock.now_ms()).unwrap_or(0))
     }
 
     /// The diskless fetch of one partition, as Nisshi's `fetch` answers it: whole batches from
