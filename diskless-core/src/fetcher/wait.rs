@@ -42,12 +42,8 @@ impl Fetcher {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
-        let deadline = Instant::now() + max_wait.min(self.config.max_wait_limit);
-        let mut commits = self.commit_signal.subscribe();
         let min_bytes = usize::try_from(min_bytes).unwrap_or(usize::MAX);
-        loop {
-            // Seen before the read: a commit from here on ends the next wait at once.
-            commits.borrow_and_update();
+        self.long_poll(max_wait, || async {
             let result = self.fetch(requests, fetch_max_bytes).await;
             let done = match &result {
                 Err(_) => true,
@@ -60,6 +56,65 @@ impl Fetcher {
                             >= min_bytes
                 }
             };
+            (result, done)
+        })
+        .await
+    }
+
+    /// The waiting of [`Fetcher::fetch_wait`] around a read of the host's own: calls `read`,
+    /// which answers its result and whether that ends the wait (`true`: enough bytes, an error),
+    /// and calls it again each time the [`CommitSignal`](crate::CommitSignal) is notified or
+    /// [`FetcherConfig::long_poll_interval`](super::FetcherConfig::long_poll_interval) passes,
+    /// until it answers `true` or `max_wait` (at most
+    /// [`FetcherConfig::max_wait_limit`](super::FetcherConfig::max_wait_limit)) has passed since the
+    /// call; returns the last result. `read` runs at least once.
+    ///
+    /// For a host whose Fetch mixes these diskless partitions with partitions of its own (classic
+    /// topics): its `read` reads both, and it notifies the signal after its own appends, so one
+    /// wait serves the whole request as Kafka's `DelayedFetch` does.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use diskless_core::Fetcher;
+    /// # use diskless_coordinator::{BatchCoordinator, ManualClock};
+    /// # use diskless_storage::{ObjectStorage, ObjectStoreStorage};
+    /// # use diskless_testkit::coordinator::InMemoryCoordinator;
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+    /// # let storage: Arc<dyn ObjectStorage> = Arc::new(ObjectStoreStorage::in_memory());
+    /// # let coordinator: Arc<dyn BatchCoordinator> =
+    /// #     Arc::new(InMemoryCoordinator::new(ManualClock::new(1_700_000_000_000)));
+    /// let fetcher = Fetcher::builder(storage, coordinator).build().unwrap();
+    /// let signal = fetcher.commit_signal().clone();
+    /// let mut reads = 0;
+    /// let answer = fetcher
+    ///     .long_poll(Duration::from_secs(5), || {
+    ///         reads += 1;
+    ///         if reads == 1 {
+    ///             signal.notify(); // what the host's own append does
+    ///         }
+    ///         let done = reads == 2;
+    ///         async move { (reads, done) }
+    ///     })
+    ///     .await;
+    /// assert_eq!(answer, 2, "woken by the signal, read again, done");
+    /// # });
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe when `read`'s futures are: it only reads and waits.
+    pub async fn long_poll<T, F, Fut>(&self, max_wait: Duration, mut read: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = (T, bool)>,
+    {
+        let deadline = Instant::now() + max_wait.min(self.config.max_wait_limit);
+        let mut commits = self.commit_signal.subscribe();
+        loop {
+            // Seen before the read: a commit from here on ends the next wait at once.
+            commits.borrow_and_update();
+            let (result, done) = read().await;
             let now = Instant::now();
             if done || now >= deadline {
                 return result;

@@ -11,8 +11,10 @@
 //!
 //! See README.md for what a host had to write and what moving to Nisshi 0.8 takes.
 
+pub mod admin;
 pub mod config;
 mod convert;
+pub mod fetch;
 pub mod run;
 pub mod server;
 pub mod services;

@@ -151,7 +151,9 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
         node,
         DisklessSettings::default()
             .with_broker_id(config.node_id)
-            .with_default_diskless(config.diskless_default),
+            .with_default_diskless(config.diskless_default)
+            // tansu 0.6.0: its PostgreSQL engine deletes records, its SQLite engine panics.
+            .with_engine_delete_records(engine_url.scheme().starts_with("postgres")),
     )
     .map_err(|e| e.to_string())?;
     storage

@@ -12,7 +12,10 @@ use rama::layer::{MapErrLayer, MapStateLayer};
 use rama::{Context, Layer as _, Service as _};
 use tansu_broker::coordinator::group::Coordinator;
 use tansu_broker::service::{auth, coordinator, storage as routes};
-use tansu_sans_io::{ApiKey as _, EndTxnRequest, ProduceRequest};
+use tansu_sans_io::{
+    ApiKey as _, CreatePartitionsRequest, EndTxnRequest, FetchRequest, ListOffsetsRequest,
+    ProduceRequest,
+};
 use tansu_service::{
     BytesFrameLayer, FrameRequestLayer, FrameRouteBuilder, FrameRouteService, TcpBytesLayer,
     TcpContext, TcpContextLayer,
@@ -23,17 +26,19 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::admin::CreatePartitionsService;
+use crate::fetch::{FetchService, ListOffsetsService};
 use crate::services::{EndTxnService, ProduceService};
 use crate::storage::DisklessStorage;
 
-/// Nisshi's route-builder functions this server keeps (every one but Produce, which
-/// [`ProduceService`] replaces).
+/// Nisshi's route-builder functions this server keeps (every one but Produce, Fetch and
+/// ListOffsets, which [`ProduceService`], [`FetchService`] and [`ListOffsetsService`] replace).
 type Route<S> = fn(
     FrameRouteBuilder<(), tansu_broker::Error>,
     DisklessStorage<S>,
 ) -> Result<FrameRouteBuilder<(), tansu_broker::Error>, tansu_broker::Error>;
 
-fn nisshi_routes<S: Storage>() -> [Route<S>; 25] {
+fn nisshi_routes<S: Storage>() -> [Route<S>; 23] {
     [
         routes::add_offsets_to_txn,
         routes::add_partitions_to_txn,
@@ -50,13 +55,11 @@ fn nisshi_routes<S: Storage>() -> [Route<S>; 25] {
         routes::describe_groups,
         routes::describe_topic_partitions,
         routes::describe_user_scram_credentials,
-        routes::fetch,
         routes::find_coordinator,
         routes::get_telemetry_subscriptions,
         routes::incremental_alter_configs,
         routes::init_producer_id,
         routes::list_groups,
-        routes::list_offsets,
         routes::list_partition_reassignments,
         routes::metadata,
         routes::txn_offset_commit_request,
@@ -85,6 +88,39 @@ where
             FrameRequestLayer::<ProduceRequest>::new(),
         )
             .into_layer(ProduceService)
+            .boxed(),
+    )?;
+    let fetch_storage = storage.clone();
+    let builder = builder.with_route(
+        FetchRequest::KEY,
+        (
+            MapErrLayer::new(tansu_broker::Error::from),
+            MapStateLayer::new(move |_| fetch_storage),
+            FrameRequestLayer::<FetchRequest>::new(),
+        )
+            .into_layer(FetchService)
+            .boxed(),
+    )?;
+    let list_storage = storage.clone();
+    let builder = builder.with_route(
+        ListOffsetsRequest::KEY,
+        (
+            MapErrLayer::new(tansu_broker::Error::from),
+            MapStateLayer::new(move |_| list_storage),
+            FrameRequestLayer::<ListOffsetsRequest>::new(),
+        )
+            .into_layer(ListOffsetsService)
+            .boxed(),
+    )?;
+    let partitions_storage = storage.clone();
+    let builder = builder.with_route(
+        CreatePartitionsRequest::KEY,
+        (
+            MapErrLayer::new(tansu_broker::Error::from),
+            MapStateLayer::new(move |_| partitions_storage),
+            FrameRequestLayer::<CreatePartitionsRequest>::new(),
+        )
+            .into_layer(CreatePartitionsService)
             .boxed(),
     )?;
     let builder = builder.with_route(

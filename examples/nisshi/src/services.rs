@@ -141,6 +141,11 @@ impl<S: Storage> Service<DisklessStorage<S>, ProduceRequest> for ProduceService 
         };
         let (answers, classic_response) = futures::join!(diskless_answers, classic_answers);
         let classic_response = classic_response?;
+        if has_classic {
+            // Wakes long-polling fetches of classic partitions too (the writer notifies for the
+            // diskless ones).
+            storage.shared.fetcher.commit_signal().notify();
+        }
 
         let mut from_classic: BTreeMap<(String, i32), PartitionProduceResponse> = BTreeMap::new();
         for topic in classic_response

@@ -74,6 +74,8 @@ const TOPIC_RESOURCE: i8 = 2;
 
 /// Kafka's `IncrementalAlterConfigs` operation `DELETE`.
 const OP_DELETE: i8 = 1;
+const OP_APPEND: i8 = 2;
+const OP_SUBTRACT: i8 = 3;
 
 /// What [`DisklessStorage`] is configured with besides its parts.
 #[derive(Clone, Debug)]
@@ -87,6 +89,11 @@ pub struct DisklessSettings {
     /// The base of every diskless topic's [`TopicConfig`] before its Kafka configs are applied:
     /// the broker-level defaults (e.g. `producer.id.expiration.ms`).
     pub topic_defaults: TopicConfig,
+    /// Nisshi's engine implements DeleteRecords (tansu 0.6.0: PostgreSQL does; its SQLite
+    /// engine panics with `todo!()`, which ends its request loop and with it every later call).
+    /// When `false`, classic partitions are refused with `POLICY_VIOLATION` without asking the
+    /// engine. Default `false`.
+    pub engine_delete_records: bool,
 }
 
 impl Default for DisklessSettings {
@@ -95,6 +102,7 @@ impl Default for DisklessSettings {
             default_diskless: false,
             broker_id: 1,
             topic_defaults: TopicConfig::default(),
+            engine_delete_records: false,
         }
     }
 }
@@ -103,6 +111,7 @@ diskless_common::with_setters!(DisklessSettings {
     with_default_diskless => default_diskless: [bool],
     with_broker_id => broker_id: [i32],
     with_topic_defaults => topic_defaults: [TopicConfig],
+    with_engine_delete_records => engine_delete_records: [bool],
 });
 
 /// The transaction of one transactional id as far as its diskless partitions go.
@@ -209,6 +218,27 @@ impl<S: Storage> DisklessStorage<S> {
         let node = self.shared.node.lock().take();
         if let Some(node) = node {
             node.close().await;
+        }
+    }
+
+    /// Records what this node just changed of a diskless topic (before the next refresh).
+    pub(crate) async fn note_topic(&self, info: TopicInfo) {
+        self.shared.topics.insert(info).await;
+    }
+
+    /// The diskless topic with id `id`, if it is one.
+    pub async fn diskless_topic_by_id(&self, id: Uuid) -> Result<Option<TopicInfo>> {
+        self.shared
+            .topics
+            .by_id(id)
+            .await
+            .map_err(|e| convert::api_error(&e))
+    }
+
+    async fn diskless_named(&self, name: Option<&str>) -> Result<Option<TopicInfo>> {
+        match name {
+            Some(name) => self.diskless_topic(name).await,
+            None => Ok(None),
         }
     }
 
@@ -524,6 +554,47 @@ impl<S: Storage> DisklessStorage<S> {
     }
 }
 
+/// Appends copies of the last partition (renumbered by `set_index`) until there are `total`;
+/// whether any was added.
+fn grow_partitions<P: Clone>(
+    partitions: &mut Option<Vec<P>>,
+    total: i32,
+    set_index: impl Fn(&mut P, i32),
+) -> bool {
+    let Some(list) = partitions.as_mut() else {
+        return false;
+    };
+    let Some(template) = list.last().cloned() else {
+        return false;
+    };
+    let have = i32::try_from(list.len()).unwrap_or(i32::MAX);
+    for i in have..total {
+        let mut p = template.clone();
+        set_index(&mut p, i);
+        list.push(p);
+    }
+    have < total
+}
+
+fn delete_records_error(topic: &DeleteRecordsTopic, code: ErrorCode) -> DeleteRecordsTopicResult {
+    DeleteRecordsTopicResult::default()
+        .name(topic.name.clone())
+        .partitions(Some(
+            topic
+                .partitions
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .map(|p| {
+                    DeleteRecordsPartitionResult::default()
+                        .partition_index(p.partition_index)
+                        .low_watermark(-1)
+                        .error_code(code.into())
+                })
+                .collect(),
+        ))
+}
+
 fn system_time_ms(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
@@ -613,6 +684,9 @@ impl<S: Storage> Storage for DisklessStorage<S> {
         &self,
         resource: AlterConfigsResource,
     ) -> Result<AlterConfigsResourceResponse> {
+        if let Some(why) = unsupported_op(&resource) {
+            return Ok(refusal(&resource, why));
+        }
         let diskless = if resource.resource_type == TOPIC_RESOURCE {
             self.diskless_topic(&resource.resource_name).await?
         } else {
@@ -702,7 +776,14 @@ impl<S: Storage> Storage for DisklessStorage<S> {
             );
         }
         if !classic.is_empty() {
-            let answers = self.inner.delete_records(&classic).await?;
+            let answers = if self.shared.settings.engine_delete_records {
+                self.inner.delete_records(&classic).await?
+            } else {
+                classic
+                    .iter()
+                    .map(|t| delete_records_error(t, ErrorCode::PolicyViolation))
+                    .collect()
+            };
             for (i, answer) in classic_at.into_iter().zip(answers) {
                 out[i] = Some(answer);
             }
@@ -878,7 +959,26 @@ impl<S: Storage> Storage for DisklessStorage<S> {
     }
 
     async fn metadata(&self, topics: Option<&[TopicId]>) -> Result<MetadataResponse> {
-        self.inner.metadata(topics).await
+        let response = self.inner.metadata(topics).await?;
+        // A diskless topic's partition count is the coordinator's (CreatePartitions grows it
+        // there only): Nisshi's engine lists the partitions it was created with.
+        let mut listed = response.topics().to_vec();
+        let mut grown = false;
+        for t in &mut listed {
+            if let Some(info) = self.diskless_named(t.name.as_deref()).await? {
+                grown |= grow_partitions(&mut t.partitions, info.partitions, |p, i| {
+                    p.partition_index = i;
+                });
+            }
+        }
+        if !grown {
+            return Ok(response);
+        }
+        let mut value = serde_json::to_value(&response)
+            .map_err(|e| Error::Message(format!("metadata: {e}")))?;
+        value["topics"] =
+            serde_json::to_value(&listed).map_err(|e| Error::Message(format!("metadata: {e}")))?;
+        serde_json::from_value(value).map_err(|e| Error::Message(format!("metadata: {e}")))
     }
 
     async fn upsert_user_scram_credential(
@@ -946,9 +1046,18 @@ impl<S: Storage> Storage for DisklessStorage<S> {
         partition_limit: i32,
         cursor: Option<Topition>,
     ) -> Result<Vec<DescribeTopicPartitionsResponseTopic>> {
-        self.inner
+        let mut listed = self
+            .inner
             .describe_topic_partitions(topics, partition_limit, cursor)
-            .await
+            .await?;
+        for t in &mut listed {
+            if let Some(info) = self.diskless_named(t.name.as_deref()).await? {
+                // Up to the coordinator's count, within the request's partition limit.
+                let total = info.partitions.min(partition_limit.max(1));
+                grow_partitions(&mut t.partitions, total, |p, i| p.partition_index = i);
+            }
+        }
+        Ok(listed)
     }
 
     async fn update_group(
@@ -967,14 +1076,15 @@ impl<S: Storage> Storage for DisklessStorage<S> {
         producer_id: Option<i64>,
         producer_epoch: Option<i16>,
     ) -> Result<ProducerIdResponse> {
+        // Nisshi 0.6.0's engines only handle a fresh InitProducerId (id and epoch -1) and panic
+        // (`todo!()`, ending the engine's request loop) on anything else: versions 0-2 (no id
+        // fields) and KIP-360's re-initialisation with the current id and epoch. Both are asked
+        // as a fresh one: a new id, or for a transactional id the next epoch, fencing the old
+        // one, which KIP-360 clients accept.
+        let _ = (producer_id, producer_epoch);
         let answer = self
             .inner
-            .init_producer(
-                transaction_id,
-                transaction_timeout_ms,
-                producer_id,
-                producer_epoch,
-            )
+            .init_producer(transaction_id, transaction_timeout_ms, Some(-1), Some(-1))
             .await?;
         if let Some(tid) = transaction_id
             && answer.error == ErrorCode::None
@@ -1016,18 +1126,10 @@ impl<S: Storage> Storage for DisklessStorage<S> {
                 self.note_added_partitions(transaction_id, *producer_id, *producer_epoch, topics)
                     .await?
             }
-            TxnAddPartitionsRequest::VersionFourPlus { transactions } => {
-                for t in transactions {
-                    if !t.verify_only {
-                        self.note_added_partitions(
-                            &t.transactional_id,
-                            t.producer_id,
-                            t.producer_epoch,
-                            t.topics.as_deref().unwrap_or_default(),
-                        )
-                        .await?;
-                    }
-                }
+            TxnAddPartitionsRequest::VersionFourPlus { .. } => {
+                // Versions 4+ are broker-to-broker (KIP-890); Nisshi 0.6.0's engines panic on
+                // them (`todo!()`, ending their request loop).
+                return Err(Error::Api(ErrorCode::UnsupportedVersion));
             }
         }
         self.inner.txn_add_partitions(partitions).await
@@ -1115,6 +1217,18 @@ fn markers_of(
 }
 
 /// An IncrementalAlterConfigs answer refusing `resource` with `INVALID_CONFIG`.
+/// Why Nisshi's engine cannot take `resource`'s operations: tansu 0.6.0 panics on APPEND and
+/// SUBTRACT (`todo!()`, ending the engine's request loop).
+fn unsupported_op(resource: &AlterConfigsResource) -> Option<&'static str> {
+    resource
+        .configs
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.config_operation == OP_APPEND || c.config_operation == OP_SUBTRACT)
+        .then_some("APPEND and SUBTRACT are not supported by Nisshi 0.6.0's engine")
+}
+
 fn refusal(resource: &AlterConfigsResource, message: &str) -> AlterConfigsResourceResponse {
     AlterConfigsResourceResponse::default()
         .error_code(ErrorCode::InvalidConfig.into())

@@ -42,9 +42,8 @@ impl DisklessTopics {
     /// The diskless topic named `name`, or `None` when it is not one (as of the last read).
     pub(crate) async fn get(&self, name: &str) -> Result<Option<TopicInfo>, CoordinatorError> {
         let mut state = self.state.lock().await;
-        if let Some(info) = state.by_name.get(name) {
-            return Ok(Some(info.clone()));
-        }
+        // Read again once a REFRESH_INTERVAL: topics other nodes created, grew, altered or
+        // deleted are seen within it.
         let stale = state
             .read_at
             .is_none_or(|at| at.elapsed() >= REFRESH_INTERVAL);
@@ -71,7 +70,7 @@ impl DisklessTopics {
         Ok(())
     }
 
-    /// Records a topic this node just created or altered.
+    /// Records a topic this node just created, grew or altered.
     pub(crate) async fn insert(&self, info: TopicInfo) {
         self.state
             .lock()

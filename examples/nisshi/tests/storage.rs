@@ -4,127 +4,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+mod common;
 
-use bytes::Bytes;
-use clap::Parser;
+use common::{base_timestamp, batch, batch_from, node, read_all, topic, values};
 use diskless_core::RecordBatchBuilder;
-use diskless_nisshi::config::Config;
-use diskless_nisshi::run::{Running, start};
 use tansu_sans_io::{
     ErrorCode, IsolationLevel, ListOffset,
     add_partitions_to_txn_request::AddPartitionsToTxnTopic,
-    create_topics_request::{CreatableTopic, CreatableTopicConfig},
     delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic},
-    record::deflated,
 };
 use tansu_storage::{Storage, TopicId, Topition, TxnAddPartitionsRequest};
-
-async fn node(dir: &Path) -> Running {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let config = Config::parse_from([
-        "nisshi-diskless",
-        "--data-dir",
-        dir.to_str().unwrap(),
-        "--kafka-advertised-listener-url",
-        "tcp://127.0.0.1:0",
-        "--maintenance-interval-ms",
-        "3600000",
-        "--diskless-linger-ms",
-        "20",
-    ]);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    start(&config, Some(listener)).await.unwrap()
-}
-
-fn topic(name: &str, partitions: i32, diskless: Option<bool>) -> CreatableTopic {
-    let configs = diskless.map(|d| {
-        vec![
-            CreatableTopicConfig::default()
-                .name("diskless.enable".into())
-                .value(Some(d.to_string())),
-        ]
-    });
-    CreatableTopic::default()
-        .name(name.into())
-        .num_partitions(partitions)
-        .replication_factor(1)
-        .assignments(Some(vec![]))
-        .configs(configs)
-}
-
-/// The first record timestamp of every batch: a minute before the test started (recent: with
-/// 1970 or 2023 timestamps the default `retention.ms` of 7 days deletes what the test reads).
-fn base_timestamp() -> i64 {
-    static BASE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
-    *BASE.get_or_init(|| {
-        use diskless_coordinator::Clock;
-        diskless_coordinator::SystemClock.now_ms() - 60_000
-    })
-}
-
-fn batch(values: &[&str]) -> deflated::Batch {
-    batch_from(RecordBatchBuilder::new(), values)
-}
-
-fn batch_from(builder: RecordBatchBuilder, values: &[&str]) -> deflated::Batch {
-    let mut b = builder;
-    for (i, v) in values.iter().enumerate() {
-        b = b.record(base_timestamp() + i as i64, None, Some(v.as_bytes()));
-    }
-    let bytes: Bytes = b.build().unwrap().into_bytes();
-    deflated::Batch::try_from(bytes).unwrap()
-}
-
-/// The values of every record in `batches`, in order (control batches skipped).
-fn values(batches: &[deflated::Batch]) -> Vec<String> {
-    let mut out = Vec::new();
-    for b in batches {
-        if b.is_control() {
-            continue;
-        }
-        let parsed = diskless_core::RecordBatch::parse(Bytes::from(b.clone())).unwrap();
-        let bytes = parsed.records_bytes();
-        let count = usize::try_from(b.record_count).unwrap();
-        for r in diskless_core::RecordIter::new(&bytes, count) {
-            let r = r.unwrap();
-            out.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
-        }
-    }
-    out
-}
-
-async fn read_all<S: Storage>(
-    s: &S,
-    tp: &Topition,
-    isolation: IsolationLevel,
-) -> Vec<deflated::Batch> {
-    // Up to the high watermark (read_uncommitted) or the last stable offset (read_committed):
-    // Nisshi's own engine answers a fetch at the end with an empty batch rather than nothing.
-    let stage = s.offset_stage(tp).await.unwrap();
-    let end = match isolation {
-        IsolationLevel::ReadCommitted => stage.last_stable(),
-        IsolationLevel::ReadUncommitted => stage.high_watermark(),
-    };
-    let mut out = Vec::new();
-    let mut offset = stage.log_start();
-    while offset < end {
-        let got = s.fetch(tp, offset, 1, 1 << 20, isolation).await.unwrap();
-        let before = offset;
-        for b in got.into_iter().filter(|b| b.record_count > 0) {
-            offset = offset.max(b.base_offset + i64::from(b.last_offset_delta) + 1);
-            out.push(b);
-        }
-        if offset == before {
-            // Nothing more below `end` (read_committed: the rest was aborted and left out).
-            return out;
-        }
-    }
-    out
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classic_and_diskless_topics_side_by_side_and_after_a_restart() {
@@ -245,6 +134,39 @@ async fn classic_and_diskless_topics_side_by_side_and_after_a_restart() {
         .unwrap();
     let low = deleted[0].partitions.as_ref().unwrap()[0].low_watermark;
     assert_eq!(low, 2);
+    // Nisshi's SQLite engine has no DeleteRecords (it panics in tansu 0.6.0, ending its request
+    // loop): the classic partition is refused without asking it, the diskless one in the same
+    // request is done, and the engine still answers afterwards.
+    let mixed = s
+        .delete_records(&[
+            DeleteRecordsTopic::default()
+                .name("classic".into())
+                .partitions(Some(vec![
+                    DeleteRecordsPartition::default()
+                        .partition_index(0)
+                        .offset(1),
+                ])),
+            DeleteRecordsTopic::default()
+                .name("wal".into())
+                .partitions(Some(vec![
+                    DeleteRecordsPartition::default()
+                        .partition_index(0)
+                        .offset(2),
+                ])),
+        ])
+        .await
+        .unwrap();
+    let codes: Vec<(String, i16)> = mixed
+        .iter()
+        .map(|t| (t.name.clone(), t.partitions.as_ref().unwrap()[0].error_code))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            ("classic".to_string(), i16::from(ErrorCode::PolicyViolation)),
+            ("wal".to_string(), 0)
+        ]
+    );
     assert_eq!(s.offset_stage(&wal0).await.unwrap().log_start(), 2);
 
     // An unknown partition of a diskless topic is refused, not sent to Nisshi's engine.
@@ -379,5 +301,59 @@ async fn a_transaction_over_a_classic_and_a_diskless_partition_ends_in_both() {
     assert_eq!(all_d, ["dropped", "kept"]);
     let committed_c = values(&read_all(&s, &c0, IsolationLevel::ReadCommitted).await);
     assert!(committed_c.contains(&"kept".to_string()), "{committed_c:?}");
+    running.shutdown().await;
+}
+
+/// Requests on which Nisshi 0.6.0's engine panics (`todo!()`, ending its request loop and with it
+/// every later call) are answered without reaching it, and the engine keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_nisshis_engine_panics_on_are_answered_and_it_keeps_working() {
+    use tansu_sans_io::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let running = node(dir.path()).await;
+    let s = running.storage.clone();
+    s.create_topic(topic("c", 1, Some(false)), false)
+        .await
+        .unwrap();
+
+    // KIP-360's re-initialisation with the current id and epoch, and versions 0-2 (no id).
+    let first = s
+        .init_producer(None, 60_000, Some(-1), Some(-1))
+        .await
+        .unwrap();
+    let again = s
+        .init_producer(None, 60_000, Some(first.id), Some(first.epoch))
+        .await
+        .unwrap();
+    assert_eq!(again.error, ErrorCode::None);
+    let old = s.init_producer(None, 60_000, None, None).await.unwrap();
+    assert_eq!(old.error, ErrorCode::None);
+
+    // APPEND (2) and SUBTRACT (3).
+    for op in [2, 3] {
+        let answer = s
+            .incremental_alter_resource(
+                AlterConfigsResource::default()
+                    .resource_type(2)
+                    .resource_name("c".into())
+                    .configs(Some(vec![
+                        AlterableConfig::default()
+                            .name("cleanup.policy".into())
+                            .config_operation(op)
+                            .value(Some("delete".into())),
+                    ])),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer.error_code, i16::from(ErrorCode::InvalidConfig));
+    }
+
+    // Still answering: a produce to the classic topic.
+    assert_eq!(
+        s.produce(None, &Topition::new("c", 0), batch(&["x"]))
+            .await
+            .unwrap(),
+        0
+    );
     running.shutdown().await;
 }
