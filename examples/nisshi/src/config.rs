@@ -36,8 +36,10 @@ pub struct Config {
         default_value = "tcp://localhost:9092"
     )]
     pub advertised_listener: Url,
-    /// Nisshi's own engine, for everything but diskless data: `sqlite://FILE` or
-    /// `postgres://...`. Default: `sqlite://<data-dir>/nisshi.db`.
+    /// Nisshi's own engine, for everything but diskless data: `sqlite://FILE`,
+    /// `postgres://...` (its schema provisioned from Nisshi's repository) or `s3://BUCKET` (its
+    /// state as objects; several nodes can share it; `AWS_*` variables as for the diskless
+    /// storage). Default: `sqlite://<data-dir>/nisshi.db`.
     #[arg(long = "storage-engine", env = "STORAGE_ENGINE")]
     pub storage_engine: Option<Url>,
     /// Where local state lives (Nisshi's SQLite file, diskless objects and coordinator by default).
@@ -51,6 +53,13 @@ pub struct Config {
     /// `<data-dir>/coordinator.db`.
     #[arg(long = "diskless-coordinator", env = "DISKLESS_COORDINATOR")]
     pub diskless_coordinator: Option<String>,
+    /// The PostgreSQL schema of the coordinator (several clusters can share one database).
+    #[arg(
+        long = "diskless-coordinator-schema",
+        env = "DISKLESS_COORDINATOR_SCHEMA",
+        default_value = "diskless"
+    )]
+    pub coordinator_schema: String,
     /// Coordinator shards (each its own SQLite file or PostgreSQL schema).
     #[arg(long = "diskless-shards", default_value_t = 1)]
     pub shards: u32,

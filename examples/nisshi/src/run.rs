@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
+use diskless_coordinator::postgres::PostgresOptions;
 use diskless_coordinator::{Clock, OpenOptions, OpenedCoordinator, SystemClock, open_coordinator};
 use diskless_core::{DisklessNode, NodeConfig, WalWriterConfig};
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
@@ -119,7 +120,10 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
     let coordinators = open_coordinator(
         &OpenOptions::new(&data_dir)
             .with_url(config.diskless_coordinator.clone())
-            .with_shards(config.shards),
+            .with_shards(config.shards)
+            .with_postgres(
+                PostgresOptions::default().with_schema(config.coordinator_schema.clone()),
+            ),
         clock.clone(),
     )
     .await

@@ -1,8 +1,16 @@
 //! Helpers of the integration tests: a node on a temporary directory, topics, batches, reads.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, dead_code, unreachable_pub)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stderr,
+    dead_code,
+    unreachable_pub
+)]
 
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Parser;
@@ -120,4 +128,73 @@ pub async fn read_all<S: Storage>(
         }
     }
     out
+}
+
+pub fn clients_available() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import confluent_kafka"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var("DISKLESS_REQUIRE_KAFKA_CLIENTS").as_deref() != Ok("1"),
+            "DISKLESS_REQUIRE_KAFKA_CLIENTS=1 but python3 with confluent_kafka is missing"
+        );
+        eprintln!("skipped: python3 with confluent_kafka not found (pip install confluent-kafka)");
+    }
+    ok
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `nisshi-diskless` process, killed on drop.
+pub struct Broker(pub std::process::Child);
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `nisshi-diskless` on `dir` and `port` with `args` added and `env` set, and waits
+/// until it listens.
+pub fn start_process(
+    dir: &std::path::Path,
+    port: u16,
+    args: &[String],
+    env: &[(String, String)],
+) -> Broker {
+    let child = Command::new(env!("CARGO_BIN_EXE_nisshi-diskless"))
+        .args([
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--kafka-listener-url",
+            &format!("tcp://127.0.0.1:{port}"),
+            "--kafka-advertised-listener-url",
+            &format!("tcp://127.0.0.1:{port}"),
+        ])
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .unwrap();
+    let mut broker = Broker(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = broker.0.try_wait() {
+            panic!("nisshi-diskless exited before listening: {status}");
+        }
+        assert!(Instant::now() < deadline, "nisshi-diskless did not listen");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    broker
 }
