@@ -66,7 +66,8 @@ fn nisshi_routes<S: Storage>() -> [Route<S>; 23] {
     ]
 }
 
-/// Every route: Nisshi's, this crate's Produce and EndTxn, the group coordinator's and SASL's.
+/// Every route: Nisshi's, this crate's (Produce, Fetch, ListOffsets, CreatePartitions, EndTxn),
+/// the group coordinator's and SASL's.
 pub fn route_service<S, G>(
     storage: DisklessStorage<S>,
     groups: G,
@@ -79,60 +80,27 @@ where
         FrameRouteService::<(), tansu_broker::Error>::builder(),
         |b, route| route(b, storage.clone()),
     )?;
-    let produce_storage = storage.clone();
-    let builder = builder.with_route(
-        ProduceRequest::KEY,
-        (
-            MapErrLayer::new(tansu_broker::Error::from),
-            MapStateLayer::new(move |_| produce_storage),
-            FrameRequestLayer::<ProduceRequest>::new(),
-        )
-            .into_layer(ProduceService)
-            .boxed(),
-    )?;
-    let fetch_storage = storage.clone();
-    let builder = builder.with_route(
-        FetchRequest::KEY,
-        (
-            MapErrLayer::new(tansu_broker::Error::from),
-            MapStateLayer::new(move |_| fetch_storage),
-            FrameRequestLayer::<FetchRequest>::new(),
-        )
-            .into_layer(FetchService)
-            .boxed(),
-    )?;
-    let list_storage = storage.clone();
-    let builder = builder.with_route(
-        ListOffsetsRequest::KEY,
-        (
-            MapErrLayer::new(tansu_broker::Error::from),
-            MapStateLayer::new(move |_| list_storage),
-            FrameRequestLayer::<ListOffsetsRequest>::new(),
-        )
-            .into_layer(ListOffsetsService)
-            .boxed(),
-    )?;
-    let partitions_storage = storage.clone();
-    let builder = builder.with_route(
-        CreatePartitionsRequest::KEY,
-        (
-            MapErrLayer::new(tansu_broker::Error::from),
-            MapStateLayer::new(move |_| partitions_storage),
-            FrameRequestLayer::<CreatePartitionsRequest>::new(),
-        )
-            .into_layer(CreatePartitionsService)
-            .boxed(),
-    )?;
-    let builder = builder.with_route(
-        EndTxnRequest::KEY,
-        (
-            MapErrLayer::new(tansu_broker::Error::from),
-            MapStateLayer::new(move |_| storage),
-            FrameRequestLayer::<EndTxnRequest>::new(),
-        )
-            .into_layer(EndTxnService)
-            .boxed(),
-    )?;
+    // Each route of this crate: its request type and service, over a clone of the storage.
+    macro_rules! route {
+        ($builder:expr, $request:ty, $service:expr) => {{
+            let storage = storage.clone();
+            $builder.with_route(
+                <$request>::KEY,
+                (
+                    MapErrLayer::new(tansu_broker::Error::from),
+                    MapStateLayer::new(move |_| storage),
+                    FrameRequestLayer::<$request>::new(),
+                )
+                    .into_layer($service)
+                    .boxed(),
+            )?
+        }};
+    }
+    let builder = route!(builder, ProduceRequest, ProduceService);
+    let builder = route!(builder, FetchRequest, FetchService);
+    let builder = route!(builder, ListOffsetsRequest, ListOffsetsService);
+    let builder = route!(builder, CreatePartitionsRequest, CreatePartitionsService);
+    let builder = route!(builder, EndTxnRequest, EndTxnService);
     let builder = coordinator::services(builder, groups)?;
     let builder = auth::services(builder)?;
     builder.build().map_err(Into::into)

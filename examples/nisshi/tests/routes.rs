@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{base_timestamp, batch, batch_from, node, topic, values};
+use common::{base_timestamp, batch, begin_txn, node_with_c_and_d, txn_batch, values};
 use diskless_core::RecordBatchBuilder;
 use diskless_nisshi::DisklessStorage;
 use diskless_nisshi::fetch::{FetchService, ListOffsetsService};
@@ -16,14 +16,13 @@ use diskless_nisshi::services::ProduceService;
 use rama::{Context, Service};
 use tansu_sans_io::{
     ErrorCode, FetchRequest, FetchResponse, ListOffsetsRequest, ProduceRequest,
-    add_partitions_to_txn_request::AddPartitionsToTxnTopic,
     fetch_request::{FetchPartition, FetchTopic},
     fetch_response::PartitionData,
     list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic},
     produce_request::{PartitionProduceData, TopicProduceData},
     record::deflated::{self, Frame},
 };
-use tansu_storage::{Storage, StorageContainer, Topition, TxnAddPartitionsRequest};
+use tansu_storage::{Storage, StorageContainer, Topition};
 
 type Node = DisklessStorage<StorageContainer>;
 
@@ -107,15 +106,8 @@ async fn produce_via_route(s: &Node, topic: &str, b: deflated::Batch) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_fetch_lists_aborted_transactions_and_answers_each_partition() {
-    let dir = tempfile::tempdir().unwrap();
-    let running = node(dir.path()).await;
+    let (_dir, running) = node_with_c_and_d(2).await;
     let s = running.storage.clone();
-    s.create_topic(topic("c", 1, Some(false)), false)
-        .await
-        .unwrap();
-    s.create_topic(topic("d", 2, Some(true)), false)
-        .await
-        .unwrap();
     let (c0, d0) = (Topition::new("c", 0), Topition::new("d", 0));
     assert_eq!(s.produce(None, &c0, batch(&["c-a"])).await.unwrap(), 0);
     assert_eq!(s.produce(None, &d0, batch(&["d-a"])).await.unwrap(), 0);
@@ -123,29 +115,9 @@ async fn a_mixed_fetch_lists_aborted_transactions_and_answers_each_partition() {
     // An aborted transaction on the diskless partition, then a committed one.
     let mut aborted_at = None;
     for commit in [false, true] {
-        let producer = s
-            .init_producer(Some("tx"), 60_000, Some(-1), Some(-1))
-            .await
-            .unwrap();
-        s.txn_add_partitions(TxnAddPartitionsRequest::VersionZeroToThree {
-            transaction_id: "tx".into(),
-            producer_id: producer.id,
-            producer_epoch: producer.epoch,
-            topics: vec![
-                AddPartitionsToTxnTopic::default()
-                    .name("d".into())
-                    .partitions(Some(vec![0])),
-            ],
-        })
-        .await
-        .unwrap();
+        let producer = begin_txn(&s, "tx", &[("d", 0)]).await;
         let word = if commit { "kept" } else { "dropped" };
-        let b = batch_from(
-            RecordBatchBuilder::new()
-                .transactional(true)
-                .producer(producer.id, producer.epoch, 0),
-            &[word],
-        );
+        let b = txn_batch(&producer, &[word]);
         let at = s.produce(Some("tx"), &d0, b).await.unwrap();
         if !commit {
             aborted_at = Some((producer.id, at));
@@ -206,15 +178,8 @@ async fn a_mixed_fetch_lists_aborted_transactions_and_answers_each_partition() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_fetch_is_woken_by_an_append_of_either_kind() {
-    let dir = tempfile::tempdir().unwrap();
-    let running = node(dir.path()).await;
+    let (_dir, running) = node_with_c_and_d(1).await;
     let s = running.storage.clone();
-    s.create_topic(topic("c", 1, Some(false)), false)
-        .await
-        .unwrap();
-    s.create_topic(topic("d", 1, Some(true)), false)
-        .await
-        .unwrap();
     // Far longer than a wake-up takes: a fetch answered with data well before it was woken.
     const MAX_WAIT_MS: i32 = 25_000;
 
@@ -260,15 +225,8 @@ async fn a_waiting_fetch_is_woken_by_an_append_of_either_kind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_offsets_answers_every_special_timestamp() {
-    let dir = tempfile::tempdir().unwrap();
-    let running = node(dir.path()).await;
+    let (_dir, running) = node_with_c_and_d(1).await;
     let s = running.storage.clone();
-    s.create_topic(topic("c", 1, Some(false)), false)
-        .await
-        .unwrap();
-    s.create_topic(topic("d", 1, Some(true)), false)
-        .await
-        .unwrap();
     let base = base_timestamp();
     // Record timestamps base, base + 5, base + 1: the largest is the second record (offset 1).
     let b = || {
@@ -357,15 +315,8 @@ async fn create_partitions_grows_a_diskless_topic_and_refuses_the_rest() {
     };
     use tansu_storage::TopicId;
 
-    let dir = tempfile::tempdir().unwrap();
-    let running = node(dir.path()).await;
+    let (_dir, running) = node_with_c_and_d(2).await;
     let s = running.storage.clone();
-    s.create_topic(topic("c", 1, Some(false)), false)
-        .await
-        .unwrap();
-    s.create_topic(topic("d", 2, Some(true)), false)
-        .await
-        .unwrap();
     let grow = |topics: Vec<(&str, i32)>, validate_only: bool| {
         let s = s.clone();
         let topics: Vec<CreatePartitionsTopic> = topics

@@ -6,14 +6,25 @@
 
 mod common;
 
-use common::{base_timestamp, batch, batch_from, node, read_all, topic, values};
-use diskless_core::RecordBatchBuilder;
+use common::{
+    base_timestamp, batch, begin_txn, node, node_with_c_and_d, read_all, topic, txn_batch, values,
+};
 use tansu_sans_io::{
     ErrorCode, IsolationLevel, ListOffset,
-    add_partitions_to_txn_request::AddPartitionsToTxnTopic,
     delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic},
 };
-use tansu_storage::{Storage, TopicId, Topition, TxnAddPartitionsRequest};
+use tansu_storage::{Storage, TopicId, Topition};
+
+/// DeleteRecords of `topic`'s partition 0 below `offset`.
+fn delete_up_to(topic: &str, offset: i64) -> DeleteRecordsTopic {
+    DeleteRecordsTopic::default()
+        .name(topic.into())
+        .partitions(Some(vec![
+            DeleteRecordsPartition::default()
+                .partition_index(0)
+                .offset(offset),
+        ]))
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classic_and_diskless_topics_side_by_side_and_after_a_restart() {
@@ -122,38 +133,14 @@ async fn classic_and_diskless_topics_side_by_side_and_after_a_restart() {
     );
 
     // DeleteRecords moves the diskless log start.
-    let deleted = s
-        .delete_records(&[DeleteRecordsTopic::default()
-            .name("wal".into())
-            .partitions(Some(vec![
-                DeleteRecordsPartition::default()
-                    .partition_index(0)
-                    .offset(2),
-            ]))])
-        .await
-        .unwrap();
+    let deleted = s.delete_records(&[delete_up_to("wal", 2)]).await.unwrap();
     let low = deleted[0].partitions.as_ref().unwrap()[0].low_watermark;
     assert_eq!(low, 2);
     // Nisshi's SQLite engine has no DeleteRecords (it panics in tansu 0.6.0, ending its request
     // loop): the classic partition is refused without asking it, the diskless one in the same
     // request is done, and the engine still answers afterwards.
     let mixed = s
-        .delete_records(&[
-            DeleteRecordsTopic::default()
-                .name("classic".into())
-                .partitions(Some(vec![
-                    DeleteRecordsPartition::default()
-                        .partition_index(0)
-                        .offset(1),
-                ])),
-            DeleteRecordsTopic::default()
-                .name("wal".into())
-                .partitions(Some(vec![
-                    DeleteRecordsPartition::default()
-                        .partition_index(0)
-                        .offset(2),
-                ])),
-        ])
+        .delete_records(&[delete_up_to("classic", 1), delete_up_to("wal", 2)])
         .await
         .unwrap();
     let codes: Vec<(String, i16)> = mixed
@@ -223,49 +210,13 @@ async fn classic_and_diskless_topics_side_by_side_and_after_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_over_a_classic_and_a_diskless_partition_ends_in_both() {
-    let dir = tempfile::tempdir().unwrap();
-    let running = node(dir.path()).await;
+    let (_dir, running) = node_with_c_and_d(1).await;
     let s = running.storage.clone();
-    s.create_topic(topic("c", 1, Some(false)), false)
-        .await
-        .unwrap();
-    s.create_topic(topic("d", 1, Some(true)), false)
-        .await
-        .unwrap();
     let (c0, d0) = (Topition::new("c", 0), Topition::new("d", 0));
 
     for (round, commit) in [(0, false), (1, true)] {
-        let producer = s
-            .init_producer(Some("tx"), 60_000, Some(-1), Some(-1))
-            .await
-            .unwrap();
-        assert_eq!(producer.error, ErrorCode::None);
-        let added = s
-            .txn_add_partitions(TxnAddPartitionsRequest::VersionZeroToThree {
-                transaction_id: "tx".into(),
-                producer_id: producer.id,
-                producer_epoch: producer.epoch,
-                topics: vec![
-                    AddPartitionsToTxnTopic::default()
-                        .name("c".into())
-                        .partitions(Some(vec![0])),
-                    AddPartitionsToTxnTopic::default()
-                        .name("d".into())
-                        .partitions(Some(vec![0])),
-                ],
-            })
-            .await;
-        assert!(added.is_ok(), "{added:?}");
-        let txn = |v: &str| {
-            batch_from(
-                RecordBatchBuilder::new().transactional(true).producer(
-                    producer.id,
-                    producer.epoch,
-                    0,
-                ),
-                &[v],
-            )
-        };
+        let producer = begin_txn(&s, "tx", &[("c", 0), ("d", 0)]).await;
+        let txn = |v: &str| txn_batch(&producer, &[v]);
         let word = if commit { "kept" } else { "dropped" };
         s.produce(Some("tx"), &c0, txn(word)).await.unwrap();
         s.produce(Some("tx"), &d0, txn(word)).await.unwrap();

@@ -44,6 +44,63 @@ pub async fn node(dir: &Path) -> Running {
     start(&config, Some(listener)).await.unwrap()
 }
 
+/// A node on a fresh directory with a classic topic `c` (1 partition) and a diskless topic `d`
+/// (`diskless` partitions); the directory goes when the returned guard does.
+pub async fn node_with_c_and_d(diskless: i32) -> (tempfile::TempDir, Running) {
+    let dir = tempfile::tempdir().unwrap();
+    let running = node(dir.path()).await;
+    let s = &running.storage;
+    s.create_topic(topic("c", 1, Some(false)), false)
+        .await
+        .unwrap();
+    s.create_topic(topic("d", diskless, Some(true)), false)
+        .await
+        .unwrap();
+    (dir, running)
+}
+
+/// Starts a transaction of `tid` (InitProducerId, AddPartitionsToTxn of `partitions`, each
+/// `(topic, partition)`); its producer.
+pub async fn begin_txn<S: Storage>(
+    s: &S,
+    tid: &str,
+    partitions: &[(&str, i32)],
+) -> tansu_storage::ProducerIdResponse {
+    let producer = s
+        .init_producer(Some(tid), 60_000, Some(-1), Some(-1))
+        .await
+        .unwrap();
+    assert_eq!(producer.error, tansu_sans_io::ErrorCode::None);
+    let topics = partitions
+        .iter()
+        .map(|(t, p)| {
+            tansu_sans_io::add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                .name((*t).into())
+                .partitions(Some(vec![*p]))
+        })
+        .collect();
+    let added = s
+        .txn_add_partitions(tansu_storage::TxnAddPartitionsRequest::VersionZeroToThree {
+            transaction_id: tid.into(),
+            producer_id: producer.id,
+            producer_epoch: producer.epoch,
+            topics,
+        })
+        .await;
+    assert!(added.is_ok(), "{added:?}");
+    producer
+}
+
+/// One transactional batch of `producer` holding `values`.
+pub fn txn_batch(producer: &tansu_storage::ProducerIdResponse, values: &[&str]) -> deflated::Batch {
+    batch_from(
+        RecordBatchBuilder::new()
+            .transactional(true)
+            .producer(producer.id, producer.epoch, 0),
+        values,
+    )
+}
+
 pub fn topic(name: &str, partitions: i32, diskless: Option<bool>) -> CreatableTopic {
     let configs = diskless.map(|d| {
         vec![
