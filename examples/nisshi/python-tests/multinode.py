@@ -92,8 +92,11 @@ def consume_all(topic, bootstrap, group, expect, idle=5.0):
     while time.time() < deadline and len(got) < expect:
         msg = c.poll(0.5)
         if msg is None:
-            if got and time.time() - last > idle:
+            # Idle: after the last record, or since the group gave this member its partitions.
+            if (got or c.assignment()) and time.time() - last > idle:
                 break
+            if not got and not c.assignment():
+                last = time.time()
             continue
         check(msg.error() is None, f"consume {topic}: {msg.error()}")
         last = time.time()
@@ -185,9 +188,10 @@ def phase_kill():
 
 
 def main():
-    phase_across_nodes()
-    phase_group()
-    phase_kill()
+    for phase in (phase_across_nodes, phase_group, phase_kill):
+        started = time.time()
+        phase()
+        print(f"{phase.__name__}: {time.time() - started:.1f} s", file=sys.stderr, flush=True)
     say("ok")
 
 

@@ -113,6 +113,7 @@ async fn two_nodes_share_diskless_topics_a_group_and_survive_a_kill() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(said.last().map(String::as_str), Some("ok"), "{said:?}");
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
     drop(nodes);
     // Let the nodes' connections go before the schema is dropped.
     tokio::time::sleep(Duration::from_millis(200)).await;
