@@ -20,6 +20,7 @@ pub mod server;
 pub mod services;
 pub mod storage;
 mod topics;
+mod txn_state;
 
 pub use storage::{BuildError, DISKLESS_ENABLE, DisklessSettings, DisklessStorage};
 pub use topics::REFRESH_INTERVAL;

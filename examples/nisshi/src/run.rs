@@ -21,6 +21,9 @@ use url::Url;
 use crate::config::Config;
 use crate::storage::{DisklessSettings, DisklessStorage};
 
+/// The adapter's transaction state in the data directory ([`DisklessSettings::txn_state_file`]).
+pub const TXN_STATE_FILE: &str = "diskless-txns.json";
+
 /// A running node.
 #[derive(Debug)]
 pub struct Running {
@@ -157,7 +160,8 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
             .with_broker_id(config.node_id)
             .with_default_diskless(config.diskless_default)
             // tansu 0.6.0: its PostgreSQL engine deletes records, its SQLite engine panics.
-            .with_engine_delete_records(engine_url.scheme().starts_with("postgres")),
+            .with_engine_delete_records(engine_url.scheme().starts_with("postgres"))
+            .with_txn_state_file(Some(data_dir.join(TXN_STATE_FILE))),
     )
     .map_err(|e| e.to_string())?;
     storage

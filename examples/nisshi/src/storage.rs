@@ -5,7 +5,8 @@
 //!
 //! | fact | owner | why |
 //! |---|---|---|
-//! | topic names, ids, partition counts, configs as described | Nisshi's engine `S` | Metadata, DescribeConfigs, DescribeTopicPartitions and the group coordinator read them there; a diskless topic is created in `S` first and takes the id `S` gives it |
+//! | topic names, ids, configs as described; classic partition counts | Nisshi's engine `S` | Metadata, DescribeConfigs, DescribeTopicPartitions and the group coordinator read them there; a diskless topic is created in `S` first and takes the id `S` gives it |
+//! | a diskless topic's partition count | the batch coordinator | CreatePartitions grows it there only ([`crate::admin`]); Metadata and DescribeTopicPartitions answers are extended to it |
 //! | which topics are diskless | the batch coordinator (a live topic there is diskless) | the data path must not depend on `S` to route a partition; `S` also keeps `diskless.enable=true` in the topic's configs for DescribeConfigs |
 //! | a diskless partition's batches, offsets, log start, high watermark, LSO, producer sequences | the batch coordinator | KIP-1164 |
 //! | the applied copy of a diskless topic's configs ([`TopicConfig`]) | the batch coordinator, rebuilt from `S`'s configs on every alter | the writer and the lifecycle workers read it there |
@@ -17,12 +18,14 @@
 //! [`DisklessStorage::retry_markers`] until they are (numbered by the transaction, so a retry
 //! of a marker already written is answered as a duplicate). A read_committed consumer of a diskless
 //! partition does not read past the open transaction until its marker is written (the LSO), so
-//! the outcome is the same in both kinds of partition; what is not yet durable is the list of
-//! markers still to write: a node killed between Nisshi's decision and the markers leaves the
-//! diskless side of that transaction open (see README.md, "What is left").
+//! the outcome is the same in both kinds of partition. The open transactions' diskless partitions
+//! and the markers still to write are saved to a file ([`DisklessSettings::txn_state_file`],
+//! [`crate::txn_state`]) so that a restarted node writes them; see README.md, "What is left", for
+//! the window that remains.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -65,6 +68,7 @@ use uuid::Uuid;
 
 use crate::convert;
 use crate::topics::DisklessTopics;
+use crate::txn_state::{OpenTxn, TxnState};
 
 /// KIP-1150's topic config: `true` makes a topic diskless. Fixed at creation.
 pub const DISKLESS_ENABLE: &str = "diskless.enable";
@@ -94,6 +98,10 @@ pub struct DisklessSettings {
     /// When `false`, classic partitions are refused with `POLICY_VIOLATION` without asking the
     /// engine. Default `false`.
     pub engine_delete_records: bool,
+    /// Where the open transactions' diskless partitions and the markers still to write are kept
+    /// across restarts ([`crate::txn_state`]). Default `None`: in memory only (a restart between
+    /// a transaction's end and its diskless markers leaves those partitions' LSO behind).
+    pub txn_state_file: Option<PathBuf>,
 }
 
 impl Default for DisklessSettings {
@@ -103,6 +111,7 @@ impl Default for DisklessSettings {
             broker_id: 1,
             topic_defaults: TopicConfig::default(),
             engine_delete_records: false,
+            txn_state_file: None,
         }
     }
 }
@@ -112,19 +121,8 @@ diskless_common::with_setters!(DisklessSettings {
     with_broker_id => broker_id: [i32],
     with_topic_defaults => topic_defaults: [TopicConfig],
     with_engine_delete_records => engine_delete_records: [bool],
+    with_txn_state_file => txn_state_file: [Option<PathBuf>],
 });
-
-/// The transaction of one transactional id as far as its diskless partitions go.
-#[derive(Clone, Debug, Default)]
-struct OpenTxn {
-    producer_id: i64,
-    producer_epoch: i16,
-    /// The transaction's number for the batch coordinator (`ProducePartition::with_txn_seq`,
-    /// `TxnMarker::txn_seq`): the coordinator opens a transaction in a partition only for a
-    /// number above every transaction a marker already ended there (KIP-890's verification).
-    txn_seq: i64,
-    partitions: BTreeSet<TopicIdPartition>,
-}
 
 /// The parts every clone of a [`DisklessStorage`] shares.
 pub(crate) struct Shared {
@@ -137,9 +135,12 @@ pub(crate) struct Shared {
     pub(crate) coordinator: Arc<dyn BatchCoordinator>,
     pub(crate) topics: DisklessTopics,
     pub(crate) settings: DisklessSettings,
-    txns: parking_lot::Mutex<HashMap<String, OpenTxn>>,
+    /// Open transactions' diskless partitions and the markers still to write, saved to
+    /// `settings.txn_state_file` after every change ([`crate::txn_state`]).
+    txn_state: parking_lot::Mutex<TxnState>,
+    /// Held while the state is saved: the last save writes the latest state.
+    txn_state_saving: parking_lot::Mutex<()>,
     last_txn_seq: parking_lot::Mutex<i64>,
-    pending_markers: parking_lot::Mutex<Vec<TxnMarker>>,
 }
 
 /// Nisshi's [`Storage`] with diskless topics: calls about a diskless partition's data go to the
@@ -168,6 +169,9 @@ pub enum BuildError {
     /// The node has no writer for the configured broker id.
     #[error("the diskless node has no writer for broker id {0}")]
     NoWriter(i32),
+    /// The saved transaction state cannot be read.
+    #[error("transaction state: {0}")]
+    TxnState(String),
 }
 
 impl<S: Storage> DisklessStorage<S> {
@@ -185,6 +189,10 @@ impl<S: Storage> DisklessStorage<S> {
         let fetcher = node.fetcher().clone();
         let coordinator = node.coordinator().clone();
         let clock = node.clock().clone();
+        let txn_state = match &settings.txn_state_file {
+            Some(path) => TxnState::load(path).map_err(BuildError::TxnState)?,
+            None => TxnState::default(),
+        };
         Ok(DisklessStorage {
             inner,
             shared: Arc::new(Shared {
@@ -195,9 +203,9 @@ impl<S: Storage> DisklessStorage<S> {
                 settings,
                 clock,
                 node: parking_lot::Mutex::new(Some(node)),
-                txns: parking_lot::Mutex::new(HashMap::new()),
+                txn_state: parking_lot::Mutex::new(txn_state),
+                txn_state_saving: parking_lot::Mutex::new(()),
                 last_txn_seq: parking_lot::Mutex::new(0),
-                pending_markers: parking_lot::Mutex::new(Vec::new()),
             }),
         })
     }
@@ -254,14 +262,49 @@ impl<S: Storage> DisklessStorage<S> {
     /// Writes the transaction markers that could not be written when their transaction ended.
     /// Returns how many are still pending.
     pub async fn retry_markers(&self) -> usize {
-        let markers = std::mem::take(&mut *self.shared.pending_markers.lock());
+        let markers = std::mem::take(&mut self.shared.txn_state.lock().pending);
         if markers.is_empty() {
             return 0;
         }
         let failed = self.write_markers(markers).await;
         let left = failed.len();
-        self.shared.pending_markers.lock().extend(failed);
+        self.shared.txn_state.lock().pending.extend(failed);
+        if let Err(e) = self.save_txn_state() {
+            // The markers written are duplicates if written again after a restart.
+            warn!(error = ?e, "transaction state not saved");
+        }
         left
+    }
+
+    /// Saves the transaction state to `settings.txn_state_file`, if set.
+    fn save_txn_state(&self) -> Result<()> {
+        let Some(path) = &self.shared.settings.txn_state_file else {
+            return Ok(());
+        };
+        let _saving = self.shared.txn_state_saving.lock();
+        let state = self.shared.txn_state.lock().clone();
+        state
+            .save(path)
+            .map_err(|e| Error::Message(format!("saving {}: {e}", path.display())))
+    }
+
+    /// Ends `txn` on its diskless partitions: its markers are saved as pending, then written.
+    async fn end_diskless(
+        &self,
+        txn: &OpenTxn,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) {
+        if txn.partitions.is_empty() {
+            return;
+        }
+        let markers = markers_of(txn, producer_id, producer_epoch, commit);
+        self.shared.txn_state.lock().pending.extend(markers);
+        if let Err(e) = self.save_txn_state() {
+            warn!(error = ?e, "transaction markers not saved before writing them");
+        }
+        self.retry_markers().await;
     }
 
     /// Writes `markers`, returning those that failed (to retry).
@@ -377,8 +420,8 @@ impl<S: Storage> DisklessStorage<S> {
         if !batch.attributes().is_transactional() || batch.attributes().is_control() {
             return None;
         }
-        let txns = self.shared.txns.lock();
-        let txn = txns.get(transaction_id)?;
+        let state = self.shared.txn_state.lock();
+        let txn = state.txns.get(transaction_id)?;
         (txn.producer_id == batch.producer_id()
             && txn.producer_epoch == batch.producer_epoch()
             && txn.partitions.contains(&tp))
@@ -501,8 +544,9 @@ impl<S: Storage> DisklessStorage<S> {
         for topic in topics {
             if let Some(info) = self.diskless_topic(&topic.name).await? {
                 let fresh = self.next_txn_seq();
-                let mut txns = self.shared.txns.lock();
-                let txn = txns
+                let mut state = self.shared.txn_state.lock();
+                let txn = state
+                    .txns
                     .entry(transaction_id.to_string())
                     .or_insert_with(|| OpenTxn {
                         txn_seq: fresh,
@@ -521,7 +565,8 @@ impl<S: Storage> DisklessStorage<S> {
                 }
             }
         }
-        Ok(())
+        // On disk before the partitions are answered as added.
+        self.save_txn_state()
     }
 
     /// Rebuilds a diskless topic's applied config from Nisshi's stored configs and gives it to the
@@ -1090,11 +1135,10 @@ impl<S: Storage> Storage for DisklessStorage<S> {
             && answer.error == ErrorCode::None
         {
             // Nisshi aborts the transaction an InitProducerId fences; the diskless side too.
-            let fenced = self.shared.txns.lock().remove(tid);
-            if let Some(txn) = fenced.filter(|t| !t.partitions.is_empty()) {
-                let markers = markers_of(&txn, answer.id, answer.epoch, false);
-                let failed = self.write_markers(markers).await;
-                self.shared.pending_markers.lock().extend(failed);
+            let fenced = self.shared.txn_state.lock().txns.remove(tid);
+            if let Some(txn) = fenced {
+                self.end_diskless(&txn, answer.id, answer.epoch, false)
+                    .await;
             }
         }
         Ok(answer)
@@ -1157,16 +1201,15 @@ impl<S: Storage> Storage for DisklessStorage<S> {
             return Ok(code);
         }
         let txn = {
-            let mut txns = self.shared.txns.lock();
-            match txns.get(transaction_id) {
-                Some(t) if t.producer_id == producer_id => txns.remove(transaction_id),
+            let mut state = self.shared.txn_state.lock();
+            match state.txns.get(transaction_id) {
+                Some(t) if t.producer_id == producer_id => state.txns.remove(transaction_id),
                 _ => None,
             }
         };
-        if let Some(txn) = txn.filter(|t| !t.partitions.is_empty()) {
-            let markers = markers_of(&txn, producer_id, producer_epoch, committed);
-            let failed = self.write_markers(markers).await;
-            self.shared.pending_markers.lock().extend(failed);
+        if let Some(txn) = txn {
+            self.end_diskless(&txn, producer_id, producer_epoch, committed)
+                .await;
         }
         Ok(code)
     }
@@ -1216,7 +1259,6 @@ fn markers_of(
         .collect()
 }
 
-/// An IncrementalAlterConfigs answer refusing `resource` with `INVALID_CONFIG`.
 /// Why Nisshi's engine cannot take `resource`'s operations: tansu 0.6.0 panics on APPEND and
 /// SUBTRACT (`todo!()`, ending the engine's request loop).
 fn unsupported_op(resource: &AlterConfigsResource) -> Option<&'static str> {
@@ -1229,6 +1271,7 @@ fn unsupported_op(resource: &AlterConfigsResource) -> Option<&'static str> {
         .then_some("APPEND and SUBTRACT are not supported by Nisshi 0.6.0's engine")
 }
 
+/// An IncrementalAlterConfigs answer refusing `resource` with `INVALID_CONFIG`.
 fn refusal(resource: &AlterConfigsResource, message: &str) -> AlterConfigsResourceResponse {
     AlterConfigsResourceResponse::default()
         .error_code(ErrorCode::InvalidConfig.into())

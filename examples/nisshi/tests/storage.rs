@@ -308,3 +308,43 @@ async fn requests_nisshis_engine_panics_on_are_answered_and_it_keeps_working() {
     );
     running.shutdown().await;
 }
+
+/// The adapter keeps an open transaction's diskless partitions on disk: a node restarted between
+/// a transaction's produce and its EndTxn (the client's retry) still ends it on both kinds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_open_across_a_restart_ends_on_its_diskless_partition() {
+    let (dir, running) = node_with_c_and_d(1).await;
+    let s = running.storage.clone();
+    let (c0, d0) = (Topition::new("c", 0), Topition::new("d", 0));
+    let producer = begin_txn(&s, "tx", &[("c", 0), ("d", 0)]).await;
+    s.produce(Some("tx"), &c0, txn_batch(&producer, &["kept"]))
+        .await
+        .unwrap();
+    s.produce(Some("tx"), &d0, txn_batch(&producer, &["kept"]))
+        .await
+        .unwrap();
+    drop(s);
+    running.shutdown().await;
+
+    let running = node(dir.path()).await;
+    let s = running.storage.clone();
+    let stage = s.offset_stage(&d0).await.unwrap();
+    assert!(stage.last_stable() < stage.high_watermark(), "{stage:?}");
+    let ended = s
+        .txn_end("tx", producer.id, producer.epoch, true)
+        .await
+        .unwrap();
+    assert_eq!(ended, ErrorCode::None);
+    assert_eq!(s.retry_markers().await, 0);
+    let stage = s.offset_stage(&d0).await.unwrap();
+    assert_eq!(
+        stage.last_stable(),
+        stage.high_watermark(),
+        "the marker was written"
+    );
+    assert_eq!(
+        values(&read_all(&s, &d0, IsolationLevel::ReadCommitted).await),
+        ["kept"]
+    );
+    running.shutdown().await;
+}
