@@ -54,6 +54,9 @@ pub mod gateway;
 pub mod lifecycle;
 pub mod node;
 pub mod offsets;
+#[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
+pub mod prometheus;
 pub mod records;
 pub mod rewrite;
 pub mod segment;

@@ -55,6 +55,61 @@ impl SealPolicy {
             max_in_flight,
         }
     }
+
+    /// The policy a host's two options name (the example broker's `--seal-policy` and
+    /// `--seal-min-interval-ms`, the Nisshi host's `--diskless-seal-*`), so every host reads them
+    /// alike: neither is the default policy; `interval` is [`SealPolicy::Interval`]; a minimum
+    /// interval alone means `adaptive` with it (0: `interval`); `adaptive` alone keeps the default
+    /// adaptive minimum interval. An adaptive policy keeps the default `max_in_flight` (the
+    /// default `max_concurrent_uploads`). Anything else is [`ConfigError::Invalid`] (field
+    /// `seal_policy`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use diskless_core::SealPolicy;
+    ///
+    /// assert_eq!(SealPolicy::from_options(None, None).unwrap(), SealPolicy::default());
+    /// assert_eq!(SealPolicy::from_options(None, Some(0)).unwrap(), SealPolicy::Interval);
+    /// assert_eq!(
+    ///     SealPolicy::from_options(Some("adaptive"), Some(20)).unwrap(),
+    ///     SealPolicy::adaptive(Duration::from_millis(20), 4)
+    /// );
+    /// assert!(SealPolicy::from_options(Some("interval"), Some(20)).is_err());
+    /// assert!(SealPolicy::from_options(Some("eager"), None).is_err());
+    /// ```
+    pub fn from_options(
+        name: Option<&str>,
+        min_interval_ms: Option<u64>,
+    ) -> Result<SealPolicy, ConfigError> {
+        let default = SealPolicy::default();
+        let SealPolicy::Adaptive {
+            min_interval: default_min,
+            max_in_flight,
+        } = default
+        else {
+            return Err(ConfigError::invalid(
+                "seal_policy",
+                "the default policy is not adaptive",
+            ));
+        };
+        let adaptive = |min: Duration| SealPolicy::adaptive(min, max_in_flight);
+        match (name, min_interval_ms) {
+            (None, None) => Ok(default),
+            (None | Some("interval"), Some(0)) | (Some("interval"), None) => {
+                Ok(SealPolicy::Interval)
+            }
+            (Some("interval"), Some(_)) => Err(ConfigError::invalid(
+                "seal_policy",
+                "a minimum seal interval applies to the adaptive policy only",
+            )),
+            (None | Some("adaptive"), Some(ms)) => Ok(adaptive(Duration::from_millis(ms))),
+            (Some("adaptive"), None) => Ok(adaptive(default_min)),
+            (Some(other), _) => Err(ConfigError::invalid(
+                "seal_policy",
+                format!("expected interval or adaptive, not {other:?}"),
+            )),
+        }
+    }
 }
 
 /// What [`WalWriter::append`](crate::WalWriter::append) does when the pending-bytes bound is reached.

@@ -4,7 +4,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use diskless_core::{SealPolicy, WalWriterConfig};
+use diskless_core::SealPolicy;
 
 /// `--help` text.
 pub const USAGE: &str = "\
@@ -182,35 +182,6 @@ fn value(
     match inline {
         Some(v) => Ok(v),
         None => args.next().ok_or_else(|| format!("{name} needs a value")),
-    }
-}
-
-/// Segments an adaptive writer of the example broker may have uploading at once (its
-/// `max_concurrent_uploads`, the library's default).
-const ADAPTIVE_IN_FLIGHT: usize = 4;
-
-/// The seal policy from `--seal-policy` and `--seal-min-interval-ms`: neither is the library's
-/// default; a minimum interval alone means `adaptive` (0: `interval`); `adaptive` alone takes the
-/// library's default adaptive minimum interval (or 50 ms if the library's default is `interval`).
-fn seal_policy(name: Option<&str>, min_interval_ms: Option<u64>) -> Result<SealPolicy, String> {
-    let default = WalWriterConfig::default().seal_policy;
-    let adaptive = |ms: u64| SealPolicy::adaptive(Duration::from_millis(ms), ADAPTIVE_IN_FLIGHT);
-    match (name, min_interval_ms) {
-        (None, None) => Ok(default),
-        (None | Some("interval"), Some(0)) | (Some("interval"), None) => Ok(SealPolicy::Interval),
-        (Some("interval"), Some(_)) => {
-            Err("--seal-min-interval-ms applies to --seal-policy adaptive only".into())
-        }
-        (None | Some("adaptive"), Some(ms)) => Ok(adaptive(ms)),
-        (Some("adaptive"), None) => Ok(match default {
-            SealPolicy::Adaptive { min_interval, .. } => {
-                SealPolicy::adaptive(min_interval, ADAPTIVE_IN_FLIGHT)
-            }
-            _ => adaptive(50),
-        }),
-        (Some(other), _) => Err(format!(
-            "--seal-policy: expected interval or adaptive, not {other:?}"
-        )),
     }
 }
 
@@ -434,7 +405,9 @@ impl Config {
                 return Err(testkit_only("--storage-latency-ms"));
             }
         }
-        let seal_policy = seal_policy(seal_policy_name.as_deref(), seal_min_interval_ms)?;
+        let seal_policy =
+            SealPolicy::from_options(seal_policy_name.as_deref(), seal_min_interval_ms)
+                .map_err(|e| format!("--seal-policy / --seal-min-interval-ms: {e}"))?;
         let addrs: Vec<(String, u16)> = match (listeners, base_port) {
             (Some(_), Some(_)) => return Err("give --listeners or --base-port, not both".into()),
             (Some(list), None) => list
@@ -619,9 +592,13 @@ mod tests {
     #[test]
     fn seal_policy_and_hedging() {
         let c = parse(&[]).unwrap();
-        assert_eq!(c.seal_policy, WalWriterConfig::default().seal_policy);
+        assert_eq!(
+            c.seal_policy,
+            diskless_core::WalWriterConfig::default().seal_policy
+        );
         assert_eq!(c.hedge_uploads_after, None);
-        let adaptive = |ms| SealPolicy::adaptive(Duration::from_millis(ms), ADAPTIVE_IN_FLIGHT);
+        // The library's parser (`SealPolicy::from_options`) with the default in-flight bound.
+        let adaptive = |ms| SealPolicy::adaptive(Duration::from_millis(ms), 4);
         let c = parse(&[
             "--seal-min-interval-ms",
             "20",

@@ -23,7 +23,7 @@
 //! 1. Foundations: `config` (command line), `codes` (Kafka error codes), `ctx` (the request
 //!    context, response encoding and error answers every handler shares), `cluster` (the logical
 //!    brokers, leaders and racks), `authz` (the authorized operations of an authorizer-less
-//!    broker), `fetch_session` (KIP-227 session state), `metrics` (`--metrics-addr`), `alloc_guard`
+//!    broker), `fetch_session` (KIP-227 session state), `alloc_guard`
 //!    (malformed array lengths must not abort the process).
 //! 2. State: `txn_coordinator` (the transaction coordinator's state and Kafka's rules for it),
 //!    `store` (committed offsets, group metadata and transactions in `broker.db`), `topics` (the
@@ -61,7 +61,6 @@ mod fetch_session;
 mod group_coordinator;
 mod groups;
 mod metadata;
-mod metrics;
 mod offsets;
 mod produce;
 mod producer_ids;

@@ -45,9 +45,13 @@ pub async fn run(config: Config) -> Result<(), String> {
     // The recorder first, so that every series the library emits from the start is kept.
     let metrics_task = match config.metrics_addr {
         Some(addr) => {
-            let listener = crate::metrics::bind(addr).await?;
-            let handle = crate::metrics::install()?;
-            Some(tokio::spawn(crate::metrics::serve(listener, handle)))
+            let listener = diskless_core::prometheus::bind(addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let handle = diskless_core::prometheus::install().map_err(|e| e.to_string())?;
+            Some(tokio::spawn(diskless_core::prometheus::serve(
+                listener, handle,
+            )))
         }
         None => None,
     };

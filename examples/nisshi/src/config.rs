@@ -73,9 +73,21 @@ pub struct Config {
     /// when not given).
     #[arg(long = "diskless-linger-ms")]
     pub linger_ms: Option<u64>,
+    /// When a WAL segment is sealed besides a full buffer: `interval` (after the linger) or
+    /// `adaptive` (as soon as an upload slot is free, at most once per
+    /// --diskless-seal-min-interval-ms). Default: the library's (adaptive, 100 ms).
+    #[arg(long = "diskless-seal-policy")]
+    pub seal_policy: Option<String>,
+    /// The least time between two seals of the adaptive policy, in ms (0: `interval`).
+    #[arg(long = "diskless-seal-min-interval-ms")]
+    pub seal_min_interval_ms: Option<u64>,
     /// The memory cache of object blocks, in bytes.
     #[arg(long = "diskless-cache-bytes", default_value_t = 256 << 20)]
     pub cache_bytes: u64,
+    /// Serve the library's metrics in Prometheus text format on this address (e.g.
+    /// `127.0.0.1:9464`; `curl http://127.0.0.1:9464/metrics`). Default: no endpoint.
+    #[arg(long = "metrics-addr", env = "METRICS_ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// Nisshi's maintenance tick (its engine's housekeeping; pending transaction markers).
     #[arg(long = "maintenance-interval-ms", default_value_t = 10_000)]
     pub maintenance_interval_ms: u64,

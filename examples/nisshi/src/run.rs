@@ -8,7 +8,7 @@ use std::time::Duration;
 use diskless_cache::{LocalCache, MokaCache, MokaCacheConfig};
 use diskless_coordinator::postgres::PostgresOptions;
 use diskless_coordinator::{Clock, OpenOptions, OpenedCoordinator, SystemClock, open_coordinator};
-use diskless_core::{DisklessNode, NodeConfig, WalWriterConfig};
+use diskless_core::{DisklessNode, NodeConfig, SealPolicy, WalWriterConfig};
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use tansu_broker::coordinator::group::administrator::Controller;
 use tansu_storage::{BrokerRegistrationRequest, Storage, StorageContainer};
@@ -34,6 +34,7 @@ pub struct Running {
     cancel: CancellationToken,
     server: JoinHandle<Result<(), tansu_broker::Error>>,
     coordinators: OpenedCoordinator,
+    metrics: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -48,6 +49,9 @@ impl Running {
         }
         self.storage.close().await;
         self.coordinators.close().await;
+        if let Some(metrics) = self.metrics {
+            metrics.abort();
+        }
     }
 
     /// Waits until the listener ends (it ends on [`Running::shutdown`] or a fatal error).
@@ -92,6 +96,19 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
             .map_err(|()| "cannot set the advertised port".to_string())?;
     }
 
+    // The recorder first, so that every series the library emits from the start is kept.
+    let metrics = match config.metrics_addr {
+        Some(addr) => {
+            let listener = diskless_core::prometheus::bind(addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let handle = diskless_core::prometheus::install().map_err(|e| e.to_string())?;
+            Some(tokio::spawn(diskless_core::prometheus::serve(
+                listener, handle,
+            )))
+        }
+        None => None,
+    };
     let cancel = CancellationToken::new();
     let engine_url = match &config.storage_engine {
         Some(u) => u.clone(),
@@ -143,6 +160,12 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
     if let Some(ms) = config.linger_ms {
         writer = writer.with_commit_interval(Duration::from_millis(ms));
     }
+    writer = writer.with_seal_policy(
+        SealPolicy::from_options(config.seal_policy.as_deref(), config.seal_min_interval_ms)
+            .map_err(|e| {
+                format!("--diskless-seal-policy / --diskless-seal-min-interval-ms: {e}")
+            })?,
+    );
     let node = DisklessNode::builder(objects, coordinator)
         .with_cache(cache)
         .with_clock(clock)
@@ -193,5 +216,6 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
         cancel,
         server,
         coordinators,
+        metrics,
     })
 }

@@ -1,14 +1,18 @@
-//! `--metrics-addr`: the library's metrics (see `diskless_common::metrics`) in Prometheus text
-//! format, on a plain HTTP endpoint: `curl http://127.0.0.1:9464/metrics`.
+//! The library's metrics (see `diskless_common::metrics`) in Prometheus text format, on a plain
+//! HTTP endpoint (`curl http://127.0.0.1:9464/metrics`), for hosts (feature `prometheus`; the
+//! example broker's and the Nisshi host's `--metrics-addr`).
 //!
-//! The library only emits through the `metrics` facade; this broker installs the Prometheus
-//! recorder from `metrics-exporter-prometheus` and serves its rendering itself (one small HTTP/1.1
-//! handler on the broker's runtime, so no second HTTP stack is pulled in).
+//! The library only emits through the `metrics` facade; [`install`] makes the Prometheus recorder
+//! of `metrics-exporter-prometheus` the process's recorder, with the buckets the library's
+//! histograms are meant for, and [`serve`] answers scrapes itself (one small HTTP/1.1 handler on
+//! the host's runtime, so no second HTTP stack is pulled in). A host with its own recorder or
+//! HTTP server needs neither: the catalogue is `diskless_common::metrics`.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusBuilder;
+pub use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, info, warn};
@@ -30,9 +34,28 @@ const BYTES_BUCKETS: &[f64] = &[
     67_108_864.0,
 ];
 
+/// Why the metrics endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PrometheusError {
+    /// The recorder could not be built or installed (e.g. a recorder is already installed).
+    #[error("metrics: cannot install the Prometheus recorder: {0}")]
+    Install(String),
+    /// The endpoint's address could not be bound.
+    #[error("metrics: cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// Installs the Prometheus recorder as the process's `metrics` recorder and describes the
-/// library's series. Call before the broker opens its storage and coordinator.
-pub(crate) fn install() -> Result<PrometheusHandle, String> {
+/// library's series (`diskless_common::metrics::describe`). Call before the storage and the
+/// coordinator are opened, so every series is kept from the start; a process has one recorder
+/// (a second call fails).
+pub fn install() -> Result<PrometheusHandle, PrometheusError> {
     use diskless_common::metrics as m;
     let seconds = [
         m::PRODUCE_SECONDS,
@@ -49,32 +72,32 @@ pub(crate) fn install() -> Result<PrometheusHandle, String> {
                 metrics_exporter_prometheus::Matcher::Full(name.to_string()),
                 SECONDS_BUCKETS,
             )
-            .map_err(|e| format!("metrics: {e}"))?;
+            .map_err(|e| PrometheusError::Install(e.to_string()))?;
     }
     builder = builder
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Full(m::SEGMENT_BYTES.to_string()),
             BYTES_BUCKETS,
         )
-        .map_err(|e| format!("metrics: {e}"))?;
+        .map_err(|e| PrometheusError::Install(e.to_string()))?;
     let handle = builder
         .install_recorder()
-        .map_err(|e| format!("metrics: cannot install the Prometheus recorder: {e}"))?;
+        .map_err(|e| PrometheusError::Install(e.to_string()))?;
     m::describe();
     Ok(handle)
 }
 
 /// Binds the metrics endpoint (so that a taken port fails the start, not a background task).
-pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, PrometheusError> {
     let listener = TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("metrics: cannot listen on {addr}: {e}"))?;
+        .map_err(|source| PrometheusError::Bind { addr, source })?;
     info!(%addr, "metrics in Prometheus text format at http://{addr}/metrics");
     Ok(listener)
 }
 
 /// Serves `GET /metrics` (any path, in fact) until the task is aborted.
-pub(crate) async fn serve(listener: TcpListener, handle: PrometheusHandle) {
+pub async fn serve(listener: TcpListener, handle: PrometheusHandle) {
     let upkeep = handle.clone();
     tokio::spawn(async move {
         // Histograms are summarised lazily; upkeep keeps their memory bounded between scrapes.
