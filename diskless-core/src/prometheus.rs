@@ -87,6 +87,14 @@ pub fn install() -> Result<PrometheusHandle, PrometheusError> {
     Ok(handle)
 }
 
+/// [`bind`], [`install`] and [`serve`] in a spawned task: the endpoint of a host's
+/// `--metrics-addr`, serving until the returned task is aborted. Call it first (see [`install`]).
+pub async fn start(addr: SocketAddr) -> Result<tokio::task::JoinHandle<()>, PrometheusError> {
+    let listener = bind(addr).await?;
+    let handle = install()?;
+    Ok(tokio::spawn(serve(listener, handle)))
+}
+
 /// Binds the metrics endpoint (so that a taken port fails the start, not a background task).
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, PrometheusError> {
     let listener = TcpListener::bind(addr)

@@ -44,15 +44,11 @@ type Reply = JoinHandle<Result<Option<Bytes>, String>>;
 pub async fn run(config: Config) -> Result<(), String> {
     // The recorder first, so that every series the library emits from the start is kept.
     let metrics_task = match config.metrics_addr {
-        Some(addr) => {
-            let listener = diskless_core::prometheus::bind(addr)
+        Some(addr) => Some(
+            diskless_core::prometheus::start(addr)
                 .await
-                .map_err(|e| e.to_string())?;
-            let handle = diskless_core::prometheus::install().map_err(|e| e.to_string())?;
-            Some(tokio::spawn(diskless_core::prometheus::serve(
-                listener, handle,
-            )))
-        }
+                .map_err(|e| e.to_string())?,
+        ),
         None => None,
     };
     let broker = Broker::open(&config).await?;
