@@ -269,6 +269,23 @@ impl ObjectStoreStorage {
         }
     }
 
+    /// A host's object storage option: the store at `url` ([`ObjectStoreStorage::from_url`],
+    /// no extra options: the backends' environment variables and the URL's query), or, without a
+    /// URL, the local filesystem under `<data_dir>/objects` (the embedded default of the example
+    /// hosts). The error names the URL.
+    #[cfg(feature = "fs")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fs")))]
+    pub fn from_url_or_data_dir(
+        url: Option<&str>,
+        data_dir: impl AsRef<std::path::Path>,
+    ) -> Result<Self, StorageError> {
+        match url {
+            None => ObjectStoreStorage::local_fs(data_dir.as_ref().join("objects")),
+            Some(url) => ObjectStoreStorage::from_url(url, std::iter::empty::<(&str, &str)>())
+                .map_err(|e| StorageError::Config(format!("{url}: {e}"))),
+        }
+    }
+
     /// Storage in a directory of the local filesystem (created if missing), one file per object.
     ///
     /// Durability: `object_store`'s `LocalFileSystem` is built with `with_fsync(true)`, so an

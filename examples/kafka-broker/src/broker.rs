@@ -110,16 +110,10 @@ impl Broker {
         let data_dir = absolute(&config.data_dir)?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
 
-        let storage: Arc<dyn ObjectStorage> = match &config.storage_url {
-            None => Arc::new(
-                ObjectStoreStorage::local_fs(data_dir.join("objects"))
-                    .map_err(|e| format!("object storage: {e}"))?,
-            ),
-            Some(url) => Arc::new(
-                ObjectStoreStorage::from_url(url, std::iter::empty::<(&str, &str)>())
-                    .map_err(|e| format!("object storage {url}: {e}"))?,
-            ),
-        };
+        let storage: Arc<dyn ObjectStorage> = Arc::new(
+            ObjectStoreStorage::from_url_or_data_dir(config.storage_url.as_deref(), &data_dir)
+                .map_err(|e| format!("object storage: {e}"))?,
+        );
         // Benchmarks only: an S3-like latency on every storage call (log-normal, seeded).
         #[cfg(feature = "testkit")]
         let storage: Arc<dyn ObjectStorage> = match config.storage_latency {
