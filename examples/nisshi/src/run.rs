@@ -110,27 +110,34 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
         Some(u) => u.clone(),
         None => sqlite_url(&data_dir.join("nisshi.db"))?,
     };
-    let engine = StorageContainer::builder()
-        .cluster_id(config.cluster_id.clone())
-        .node_id(config.node_id)
-        .advertised_listener(advertised.clone())
-        .storage(engine_url.clone())
-        .cancellation(cancel.clone())
-        .silent(true)
-        .build()
-        .await
-        .map_err(|e| format!("Nisshi engine {engine_url}: {e:?}"))?;
-
-    let objects: Arc<dyn ObjectStorage> = match &config.diskless_storage {
-        None => Arc::new(
-            ObjectStoreStorage::local_fs(data_dir.join("objects"))
-                .map_err(|e| format!("object storage: {e}"))?,
-        ),
-        Some(url) => Arc::new(
-            ObjectStoreStorage::from_url(url, std::iter::empty::<(&str, &str)>())
-                .map_err(|e| format!("object storage {url}: {e}"))?,
-        ),
+    // Nisshi's SQLite engine closes its file when its request task ends, which happens after
+    // the last handle of a previous engine on the same file is dropped (a restart in the same
+    // process): "database is locked" is retried for up to two seconds.
+    let mut attempts = 0;
+    let engine = loop {
+        let built = StorageContainer::builder()
+            .cluster_id(config.cluster_id.clone())
+            .node_id(config.node_id)
+            .advertised_listener(advertised.clone())
+            .storage(engine_url.clone())
+            .cancellation(cancel.clone())
+            .silent(true)
+            .build()
+            .await;
+        match built {
+            Ok(engine) => break engine,
+            Err(e) if attempts < 20 && format!("{e:?}").contains("database is locked") => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(format!("Nisshi engine {engine_url}: {e:?}")),
+        }
     };
+
+    let objects: Arc<dyn ObjectStorage> = Arc::new(
+        ObjectStoreStorage::from_url_or_data_dir(config.diskless_storage.as_deref(), &data_dir)
+            .map_err(|e| format!("object storage: {e}"))?,
+    );
     // The library's one way of opening a coordinator (the example broker's too): SQLite files in
     // the data directory by default, `sqlite:`/`postgres:` URLs, shards behind a router.
     let coordinators = open_coordinator(
