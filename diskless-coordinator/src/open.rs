@@ -155,14 +155,29 @@ pub struct OpenedCoordinator {
 impl OpenedCoordinator {
     /// Closes every SQLite and PostgreSQL coordinator opened (at shutdown, after the last call).
     pub async fn close(&self) {
-        #[cfg(feature = "sqlite")]
-        for c in &self.sqlite {
-            c.close().await;
-        }
-        #[cfg(feature = "postgres")]
-        for c in &self.postgres {
-            c.close().await;
-        }
+        close_all(
+            #[cfg(feature = "sqlite")]
+            &self.sqlite,
+            #[cfg(feature = "postgres")]
+            &self.postgres,
+        )
+        .await;
+    }
+}
+
+/// Closes these coordinators, SQLite first ([`OpenedCoordinator::close`], and `open_coordinator`
+/// when a later step fails).
+async fn close_all(
+    #[cfg(feature = "sqlite")] sqlite: &[Arc<SqliteCoordinator>],
+    #[cfg(feature = "postgres")] postgres: &[Arc<PostgresCoordinator>],
+) {
+    #[cfg(feature = "sqlite")]
+    for c in sqlite {
+        c.close().await;
+    }
+    #[cfg(feature = "postgres")]
+    for c in postgres {
+        c.close().await;
     }
 }
 
@@ -349,14 +364,13 @@ struct Backends {
 
 impl Backends {
     async fn close(&self) {
-        #[cfg(feature = "sqlite")]
-        for c in &self.sqlite {
-            c.close().await;
-        }
-        #[cfg(feature = "postgres")]
-        for c in &self.postgres {
-            c.close().await;
-        }
+        close_all(
+            #[cfg(feature = "sqlite")]
+            &self.sqlite,
+            #[cfg(feature = "postgres")]
+            &self.postgres,
+        )
+        .await;
     }
 }
 

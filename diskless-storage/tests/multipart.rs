@@ -7,18 +7,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod support;
+use support::unavailable;
+
 use async_trait::async_trait;
 use bytes::Bytes;
 use diskless_storage::object_store::{
-    self, CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, UploadPart, memory::InMemory,
-    path::Path,
+    self, MultipartUpload, PutMultipartOptions, PutPayload, PutResult, UploadPart,
+    memory::InMemory, path::Path,
 };
 use diskless_storage::{
     MIN_PART_SIZE, ObjectKey, ObjectStorage, ObjectStoreStorage, RetryConfig, StorageError,
     StorageOptions,
 };
-use futures::stream::BoxStream;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -63,27 +64,11 @@ impl Default for Script {
     }
 }
 
-fn unavailable() -> object_store::Error {
-    #[derive(Debug, thiserror::Error)]
-    #[error("Server returned non-2xx status code: 503 Service Unavailable: <Error/>")]
-    struct Status;
-    object_store::Error::Generic {
-        store: "scripted",
-        source: Box::new(Status),
-    }
-}
-
 /// An in-memory store whose multipart uploads follow a [`Script`].
 #[derive(Debug, Default)]
 struct Scripted {
     inner: InMemory,
     script: Arc<Script>,
-}
-
-impl std::fmt::Display for Scripted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Scripted")
-    }
 }
 
 #[derive(Debug)]
@@ -129,17 +114,7 @@ impl MultipartUpload for ScriptedUpload {
     }
 }
 
-#[async_trait]
-impl ObjectStore for Scripted {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
+support::object_store_wrapper!(impl for Scripted {
     async fn put_multipart_opts(
         &self,
         location: &Path,
@@ -154,39 +129,7 @@ impl ObjectStore for Scripted {
             sent: 0,
         }))
     }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
+});
 
 fn storage(script: Script, options: StorageOptions) -> (ObjectStoreStorage, Arc<Script>) {
     let script = Arc::new(script);

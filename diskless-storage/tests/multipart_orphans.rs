@@ -8,15 +8,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod support;
+use support::status;
+
 use async_trait::async_trait;
 use bytes::Bytes;
 use diskless_storage::object_store::aws::AmazonS3Builder;
 use diskless_storage::object_store::client::{ClientOptions, HttpConnector, ReqwestConnector};
 use diskless_storage::object_store::multipart::{MultipartStore, PartId};
 use diskless_storage::object_store::{
-    self, CopyOptions, GetOptions, GetResult, ListResult, MultipartId, MultipartUpload, ObjectMeta,
-    ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, memory::InMemory,
-    path::Path,
+    self, MultipartId, MultipartUpload, ObjectStore, PutMultipartOptions, PutPayload, PutResult,
+    memory::InMemory, path::Path,
 };
 use diskless_storage::{
     MIN_PART_SIZE, ObjectKey, ObjectStorage, ObjectStoreStorage, RetryConfig, S3UploadLister,
@@ -24,7 +26,6 @@ use diskless_storage::{
 };
 use diskless_testkit::storage::S3TestServer;
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -43,16 +44,6 @@ enum CreateFault {
     Unavailable,
     /// Answers 400 without creating anything.
     BadRequest,
-}
-
-fn status(text: &'static str) -> object_store::Error {
-    #[derive(Debug, thiserror::Error)]
-    #[error("Server returned non-2xx status code: {0}: <Error/>")]
-    struct Status(&'static str);
-    object_store::Error::Generic {
-        store: "faulty",
-        source: Box::new(Status(text)),
-    }
 }
 
 /// A store whose create requests fail as scripted, through both multipart APIs, and which keeps
@@ -115,12 +106,6 @@ impl<S> Faulty<S> {
     }
 }
 
-impl<S> std::fmt::Display for Faulty<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Faulty")
-    }
-}
-
 #[async_trait]
 impl<S: MultipartStore + std::fmt::Debug> MultipartStore for Faulty<S> {
     async fn create_multipart(&self, path: &Path) -> object_store::Result<MultipartId> {
@@ -175,17 +160,7 @@ impl<S: MultipartStore + std::fmt::Debug> MultipartStore for Faulty<S> {
     }
 }
 
-#[async_trait]
-impl<S: ObjectStore> ObjectStore for Faulty<S> {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
+support::object_store_wrapper!(impl<S: ObjectStore> for Faulty<S> {
     async fn put_multipart_opts(
         &self,
         location: &Path,
@@ -195,39 +170,7 @@ impl<S: ObjectStore> ObjectStore for Faulty<S> {
         let create = self.inner.put_multipart_opts(location, opts);
         self.create(create, |_| {}).await
     }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
+});
 
 /// An [`UploadLister`] over the model of [`Faulty`] (`InMemory` cannot list its uploads), whose
 /// listings fail as scripted.

@@ -7,13 +7,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod support;
+use support::{bad_request, unavailable};
+
 use async_trait::async_trait;
 use bytes::Bytes;
 use diskless_storage::object_store::multipart::{MultipartStore, PartId};
 use diskless_storage::object_store::{
-    self, CopyOptions, GetOptions, GetResult, ListResult, MultipartId, MultipartUpload, ObjectMeta,
-    ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, UploadPart,
-    memory::InMemory, path::Path,
+    self, MultipartId, MultipartUpload, ObjectStore, PutMultipartOptions, PutPayload, PutResult,
+    UploadPart, memory::InMemory, path::Path,
 };
 use diskless_storage::{
     MIN_PART_SIZE, ObjectKey, ObjectStorage, ObjectStoreStorage, RetryConfig, StorageError,
@@ -87,36 +89,12 @@ impl Plan {
     }
 }
 
-fn status(text: &'static str) -> object_store::Error {
-    #[derive(Debug, thiserror::Error)]
-    #[error("Server returned non-2xx status code: {0}: <Error/>")]
-    struct Status(&'static str);
-    object_store::Error::Generic {
-        store: "faulty",
-        source: Box::new(Status(text)),
-    }
-}
-
-fn unavailable() -> object_store::Error {
-    status("503 Service Unavailable")
-}
-
-fn bad_request() -> object_store::Error {
-    status("400 Bad Request")
-}
-
 /// A store (in memory or S3) whose parts fail as its [`Plan`] says, through both its
 /// `MultipartStore` API and the `MultipartUpload`s of its `ObjectStore` API.
 #[derive(Debug)]
 struct Faulty<S> {
     inner: Arc<S>,
     plan: Arc<Plan>,
-}
-
-impl<S> std::fmt::Display for Faulty<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Faulty")
-    }
 }
 
 /// Runs `put` (the part request) as `fault` says.
@@ -226,17 +204,7 @@ impl MultipartUpload for FaultyUpload {
     }
 }
 
-#[async_trait]
-impl<S: ObjectStore> ObjectStore for Faulty<S> {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
+support::object_store_wrapper!(impl<S: ObjectStore> for Faulty<S> {
     async fn put_multipart_opts(
         &self,
         location: &Path,
@@ -248,39 +216,7 @@ impl<S: ObjectStore> ObjectStore for Faulty<S> {
             sent: 0,
         }))
     }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
+});
 
 fn options() -> StorageOptions {
     StorageOptions::default().with_retry(
