@@ -66,6 +66,13 @@ pub struct Config {
     /// Topics created without `diskless.enable` are diskless.
     #[arg(long = "diskless-default")]
     pub diskless_default: bool,
+    /// Create a topic that a Metadata request names and allows to create (Kafka's
+    /// `auto.create.topics.enable`; tansu 0.6.0 has no automatic creation).
+    #[arg(long = "auto-create-topics", env = "AUTO_CREATE_TOPICS")]
+    pub auto_create_topics: bool,
+    /// The partition count of automatically created topics (Kafka's `num.partitions`).
+    #[arg(long = "num-partitions", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..))]
+    pub num_partitions: i32,
     /// Seal a WAL segment at this many bytes (the writer's default when not given).
     #[arg(long = "diskless-segment-bytes")]
     pub segment_bytes: Option<u64>,

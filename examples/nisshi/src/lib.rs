@@ -15,6 +15,7 @@ pub mod admin;
 pub mod config;
 mod convert;
 pub mod fetch;
+pub mod metadata;
 pub mod run;
 pub mod server;
 pub mod services;

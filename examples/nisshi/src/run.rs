@@ -187,7 +187,12 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
             .with_default_diskless(config.diskless_default)
             // tansu 0.6.0: its PostgreSQL engine deletes records, its SQLite engine panics.
             .with_engine_delete_records(engine_url.scheme().starts_with("postgres"))
-            .with_txn_state_file(Some(data_dir.join(TXN_STATE_FILE))),
+            // tansu 0.6.0: its SQL engines delete every topic of the cluster for one.
+            .with_engine_delete_topic(engine_url.scheme() == "s3")
+            .with_txn_state_file(Some(data_dir.join(TXN_STATE_FILE)))
+            .with_auto_create_partitions(
+                config.auto_create_topics.then_some(config.num_partitions),
+            ),
     )
     .map_err(|e| e.to_string())?;
     storage

@@ -14,7 +14,7 @@ use tansu_broker::coordinator::group::Coordinator;
 use tansu_broker::service::{auth, coordinator, storage as routes};
 use tansu_sans_io::{
     ApiKey as _, CreatePartitionsRequest, EndTxnRequest, FetchRequest, ListOffsetsRequest,
-    ProduceRequest,
+    MetadataRequest, ProduceRequest,
 };
 use tansu_service::{
     BytesFrameLayer, FrameRequestLayer, FrameRouteBuilder, FrameRouteService, TcpBytesLayer,
@@ -28,17 +28,19 @@ use tracing::{debug, warn};
 
 use crate::admin::CreatePartitionsService;
 use crate::fetch::{FetchService, ListOffsetsService};
+use crate::metadata::MetadataService;
 use crate::services::{EndTxnService, ProduceService};
 use crate::storage::DisklessStorage;
 
-/// Nisshi's route-builder functions this server keeps (every one but Produce, Fetch and
-/// ListOffsets, which [`ProduceService`], [`FetchService`] and [`ListOffsetsService`] replace).
+/// Nisshi's route-builder functions this server keeps (every one but Produce, Fetch, ListOffsets
+/// and Metadata, which [`ProduceService`], [`FetchService`], [`ListOffsetsService`] and
+/// [`MetadataService`] replace).
 type Route<S> = fn(
     FrameRouteBuilder<(), tansu_broker::Error>,
     DisklessStorage<S>,
 ) -> Result<FrameRouteBuilder<(), tansu_broker::Error>, tansu_broker::Error>;
 
-fn nisshi_routes<S: Storage>() -> [Route<S>; 23] {
+fn nisshi_routes<S: Storage>() -> [Route<S>; 22] {
     [
         routes::add_offsets_to_txn,
         routes::add_partitions_to_txn,
@@ -61,13 +63,12 @@ fn nisshi_routes<S: Storage>() -> [Route<S>; 23] {
         routes::init_producer_id,
         routes::list_groups,
         routes::list_partition_reassignments,
-        routes::metadata,
         routes::txn_offset_commit_request,
     ]
 }
 
-/// Every route: Nisshi's, this crate's (Produce, Fetch, ListOffsets, CreatePartitions, EndTxn),
-/// the group coordinator's and SASL's.
+/// Every route: Nisshi's, this crate's (Produce, Fetch, ListOffsets, Metadata, CreatePartitions,
+/// EndTxn), the group coordinator's and SASL's.
 pub fn route_service<S, G>(
     storage: DisklessStorage<S>,
     groups: G,
@@ -99,6 +100,7 @@ where
     let builder = route!(builder, ProduceRequest, ProduceService);
     let builder = route!(builder, FetchRequest, FetchService);
     let builder = route!(builder, ListOffsetsRequest, ListOffsetsService);
+    let builder = route!(builder, MetadataRequest, MetadataService);
     let builder = route!(builder, CreatePartitionsRequest, CreatePartitionsService);
     let builder = route!(builder, EndTxnRequest, EndTxnService);
     let builder = coordinator::services(builder, groups)?;

@@ -62,7 +62,7 @@ use tansu_storage::{
     ScramCredential, Storage, TopicId, Topition, TxnAddPartitionsRequest, TxnAddPartitionsResponse,
     TxnOffsetCommitRequest, UpdateError, Version,
 };
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 use url::Url;
 use uuid::Uuid;
 
@@ -75,6 +75,10 @@ pub const DISKLESS_ENABLE: &str = "diskless.enable";
 
 /// Nisshi's config resource type number for a topic (Kafka's `ConfigResource.Type.TOPIC`).
 const TOPIC_RESOURCE: i8 = 2;
+
+/// Kafka's broker default `transaction.max.timeout.ms` (15 minutes): the longest transaction
+/// timeout an InitProducerId may ask for.
+pub const TRANSACTION_MAX_TIMEOUT_MS: i32 = 900_000;
 
 /// Kafka's `IncrementalAlterConfigs` operation `DELETE`.
 const OP_DELETE: i8 = 1;
@@ -98,10 +102,22 @@ pub struct DisklessSettings {
     /// When `false`, classic partitions are refused with `POLICY_VIOLATION` without asking the
     /// engine. Default `false`.
     pub engine_delete_records: bool,
+    /// Nisshi's engine deletes one topic when asked to delete one. tansu 0.6.0's SQL engines
+    /// (SQLite and PostgreSQL) do not: their `topic_delete_by.sql` deletes every topic row of
+    /// the cluster that holds the named topic, so one DeleteTopics wipes every topic's metadata
+    /// (classic and diskless); its `s3://` engine deletes the one topic. When `false`, DeleteTopics
+    /// is answered `TOPIC_DELETION_DISABLED` (Kafka's answer with `delete.topic.enable=false`)
+    /// without touching either side, and a topic the coordinator refused is left in Nisshi's
+    /// engine rather than undone through that delete. Default `false`.
+    pub engine_delete_topic: bool,
     /// Where the open transactions' diskless partitions and the markers still to write are kept
     /// across restarts ([`crate::txn_state`]). Default `None`: in memory only (a restart between
     /// a transaction's end and its diskless markers leaves those partitions' LSO behind).
     pub txn_state_file: Option<PathBuf>,
+    /// Kafka's `auto.create.topics.enable` (tansu 0.6.0 has no automatic creation): `Some(n)`
+    /// creates a topic a Metadata request names and allows to create, with `n` partitions
+    /// ([`crate::metadata`]). Default `None`: off, as in Nisshi.
+    pub auto_create_partitions: Option<i32>,
 }
 
 impl Default for DisklessSettings {
@@ -111,7 +127,9 @@ impl Default for DisklessSettings {
             broker_id: 1,
             topic_defaults: TopicConfig::default(),
             engine_delete_records: false,
+            engine_delete_topic: false,
             txn_state_file: None,
+            auto_create_partitions: None,
         }
     }
 }
@@ -121,7 +139,9 @@ diskless_common::with_setters!(DisklessSettings {
     with_broker_id => broker_id: [i32],
     with_topic_defaults => topic_defaults: [TopicConfig],
     with_engine_delete_records => engine_delete_records: [bool],
+    with_engine_delete_topic => engine_delete_topic: [bool],
     with_txn_state_file => txn_state_file: [Option<PathBuf>],
+    with_auto_create_partitions => auto_create_partitions: [Option<i32>],
 });
 
 /// The parts every clone of a [`DisklessStorage`] shares.
@@ -208,6 +228,12 @@ impl<S: Storage> DisklessStorage<S> {
                 last_txn_seq: parking_lot::Mutex::new(0),
             }),
         })
+    }
+
+    /// The partition count of automatically created topics, when automatic creation is on
+    /// ([`DisklessSettings::auto_create_partitions`]).
+    pub fn auto_create_partitions(&self) -> Option<i32> {
+        self.shared.settings.auto_create_partitions
     }
 
     /// Nisshi's engine.
@@ -664,6 +690,14 @@ impl<S: Storage> Storage for DisklessStorage<S> {
     }
 
     async fn create_topic(&self, mut topic: CreatableTopic, validate_only: bool) -> Result<Uuid> {
+        // Manual replica assignments give the partition count (Kafka requires
+        // num_partitions = -1 with them); tansu 0.6.0's CreateTopics route has already turned
+        // that -1 into its default of 3 partitions.
+        if let Some(assignments) = topic.assignments.as_deref()
+            && !assignments.is_empty()
+        {
+            topic.num_partitions = i32::try_from(assignments.len()).unwrap_or(i32::MAX);
+        }
         if !self.wants_diskless(topic.configs.as_deref())? {
             return self.inner.create_topic(topic, validate_only).await;
         }
@@ -707,9 +741,15 @@ impl<S: Storage> Storage for DisklessStorage<S> {
             config: config.clone(),
         };
         if let Err(e) = self.shared.coordinator.create_topic(request).await {
-            warn!(error = %e, topic = %name, "the coordinator refused the diskless topic; removing it from Nisshi");
-            if let Err(undo) = self.inner.delete_topic(&TopicId::Id(id)).await {
-                warn!(error = ?undo, topic = %name, "could not remove the half-created topic");
+            if self.shared.settings.engine_delete_topic {
+                warn!(error = %e, topic = %name, "the coordinator refused the diskless topic; removing it from Nisshi");
+                if let Err(undo) = self.inner.delete_topic(&TopicId::Id(id)).await {
+                    warn!(error = ?undo, topic = %name, "could not remove the half-created topic");
+                }
+            } else {
+                // Undoing through this engine's delete would delete every topic of the cluster
+                // (DisklessSettings::engine_delete_topic).
+                error!(error = %e, topic = %name, "the coordinator refused the diskless topic; it stays in Nisshi's engine without diskless data (this engine cannot delete one topic)");
             }
             return Err(convert::api_error(&e));
         }
@@ -837,6 +877,15 @@ impl<S: Storage> Storage for DisklessStorage<S> {
     }
 
     async fn delete_topic(&self, topic: &TopicId) -> Result<ErrorCode> {
+        if !self.shared.settings.engine_delete_topic {
+            // Nothing deleted on either side: this engine would delete every topic of the
+            // cluster (DisklessSettings::engine_delete_topic).
+            warn!(
+                ?topic,
+                "DeleteTopics refused: Nisshi's engine cannot delete a single topic"
+            );
+            return Ok(ErrorCode::TopicDeletionDisabled);
+        }
         let info = match topic {
             TopicId::Name(name) => self.diskless_topic(name).await?,
             TopicId::Id(id) => self
@@ -1127,6 +1176,17 @@ impl<S: Storage> Storage for DisklessStorage<S> {
         // as a fresh one: a new id, or for a transactional id the next epoch, fencing the old
         // one, which KIP-360 clients accept.
         let _ = (producer_id, producer_epoch);
+        // Kafka refuses a transaction timeout outside (0, transaction.max.timeout.ms] before
+        // anything else; tansu 0.6.0 accepts any (librdkafka 0103_transactions).
+        if transaction_id.is_some()
+            && !(1..=TRANSACTION_MAX_TIMEOUT_MS).contains(&transaction_timeout_ms)
+        {
+            return Ok(ProducerIdResponse {
+                error: ErrorCode::InvalidTransactionTimeout,
+                id: -1,
+                epoch: -1,
+            });
+        }
         let answer = self
             .inner
             .init_producer(transaction_id, transaction_timeout_ms, Some(-1), Some(-1))

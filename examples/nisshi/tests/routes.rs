@@ -402,3 +402,100 @@ async fn create_partitions_grows_a_diskless_topic_and_refuses_the_rest() {
     );
     running.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_creates_named_topics_only_when_asked_and_allowed() {
+    use diskless_nisshi::metadata::MetadataService;
+    use tansu_sans_io::{MetadataRequest, metadata_request::MetadataRequestTopic};
+
+    let metadata = |s: Node, names: &[&str], allow: Option<bool>| {
+        let topics: Vec<MetadataRequestTopic> = names
+            .iter()
+            .map(|n| MetadataRequestTopic::default().name(Some((*n).into())))
+            .collect();
+        async move {
+            let r = MetadataService
+                .serve(
+                    Context::with_state(s),
+                    MetadataRequest::default()
+                        .topics(Some(topics))
+                        .allow_auto_topic_creation(allow),
+                )
+                .await
+                .unwrap();
+            r.topics
+                .unwrap()
+                .into_iter()
+                .map(|t| {
+                    (
+                        t.name.unwrap_or_default(),
+                        t.error_code,
+                        t.partitions.map_or(0, |p| p.len()),
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let unknown = i16::from(ErrorCode::UnknownTopicOrPartition);
+    let invalid = i16::from(ErrorCode::InvalidTopicException);
+
+    // Off (Nisshi's behaviour): an unknown topic stays unknown.
+    let dir = tempfile::tempdir().unwrap();
+    let running = common::node_with_args(dir.path(), &["--diskless-default"]).await;
+    let s = running.storage.clone();
+    assert_eq!(
+        metadata(s.clone(), &["a", "a$#!"], Some(true)).await,
+        [
+            ("a".to_string(), unknown, 0),
+            ("a$#!".to_string(), invalid, 0)
+        ]
+    );
+    running.shutdown().await;
+
+    // On: created when the request allows it (v4+ says so; older versions always do), with the
+    // configured partition count, diskless under --diskless-default; invalid names (answered
+    // INVALID_TOPIC_EXCEPTION, as by Kafka) and internal ones are not created.
+    let dir = tempfile::tempdir().unwrap();
+    let running = common::node_with_args(
+        dir.path(),
+        &[
+            "--diskless-default",
+            "--auto-create-topics",
+            "--num-partitions",
+            "3",
+        ],
+    )
+    .await;
+    let s = running.storage.clone();
+    assert_eq!(
+        metadata(s.clone(), &["a"], Some(false)).await,
+        [("a".to_string(), unknown, 0)]
+    );
+    assert_eq!(
+        metadata(
+            s.clone(),
+            &["a", "bad name", "__consumer_offsets"],
+            Some(true)
+        )
+        .await,
+        [
+            ("a".to_string(), 0, 3),
+            ("bad name".to_string(), invalid, 0),
+            ("__consumer_offsets".to_string(), unknown, 0),
+        ]
+    );
+    assert_eq!(
+        metadata(s.clone(), &["b"], None).await,
+        [("b".to_string(), 0, 3)]
+    );
+    assert!(
+        s.diskless_topic("a").await.unwrap().is_some(),
+        "a is diskless"
+    );
+    // Asked again: the same topic, not a second one.
+    assert_eq!(
+        metadata(s.clone(), &["a"], Some(true)).await,
+        [("a".to_string(), 0, 3)]
+    );
+    running.shutdown().await;
+}

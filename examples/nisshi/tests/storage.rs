@@ -189,12 +189,13 @@ async fn classic_and_diskless_topics_side_by_side_and_after_a_restart() {
         ["x"]
     );
 
-    // DeleteTopics removes the diskless topic from both sides.
+    // DeleteTopics is refused on this engine (it would delete every topic of the cluster, see
+    // the next test) and changes nothing on either side.
     assert_eq!(
         s.delete_topic(&TopicId::Name("wal".into())).await.unwrap(),
-        ErrorCode::None
+        ErrorCode::TopicDeletionDisabled
     );
-    assert!(s.diskless_topic("wal").await.unwrap().is_none());
+    assert!(s.diskless_topic("wal").await.unwrap().is_some());
     let left: Vec<String> = s
         .with_node(|n| n.coordinator().clone())
         .unwrap()
@@ -204,7 +205,58 @@ async fn classic_and_diskless_topics_side_by_side_and_after_a_restart() {
         .into_iter()
         .map(|t| t.name)
         .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(left, ["wal"]);
+    assert_eq!(
+        engine_topics(&s, &["classic", "wal"]).await,
+        ["classic", "wal"]
+    );
+    assert_eq!(
+        values(&read_all(&s, &classic0, IsolationLevel::ReadUncommitted).await),
+        ["x"]
+    );
+    running.shutdown().await;
+}
+
+/// The names of `names` that Nisshi's engine knows.
+async fn engine_topics<S: Storage>(s: &S, names: &[&str]) -> Vec<String> {
+    let ids: Vec<TopicId> = names.iter().map(|n| TopicId::Name((*n).into())).collect();
+    s.metadata(Some(&ids))
+        .await
+        .unwrap()
+        .topics()
+        .iter()
+        .filter(|t| t.error_code == i16::from(ErrorCode::None))
+        .filter_map(|t| t.name.clone())
+        .collect()
+}
+
+/// Why DeleteTopics is refused on Nisshi's SQL engines (`DisklessSettings::engine_delete_topic`):
+/// tansu 0.6.0's SQLite engine, asked to delete one topic, deletes every topic of the cluster. When
+/// this fails after a tansu upgrade, the engine deletes one topic and the refusal can go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_0_6_0s_sqlite_engine_deletes_every_topic_for_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = node(dir.path()).await;
+    let s = running.storage.clone();
+    s.create_topic(topic("kept", 1, Some(false)), false)
+        .await
+        .unwrap();
+    s.create_topic(topic("gone", 1, Some(false)), false)
+        .await
+        .unwrap();
+    assert_eq!(engine_topics(&s, &["kept", "gone"]).await, ["kept", "gone"]);
+    assert_eq!(
+        s.inner()
+            .delete_topic(&TopicId::Name("gone".into()))
+            .await
+            .unwrap(),
+        ErrorCode::None
+    );
+    assert_eq!(
+        engine_topics(&s, &["kept", "gone"]).await,
+        Vec::<String>::new(),
+        "tansu's engine deleted only the named topic: lift the DeleteTopics refusal"
+    );
     running.shutdown().await;
 }
 
@@ -345,6 +397,77 @@ async fn a_transaction_open_across_a_restart_ends_on_its_diskless_partition() {
     assert_eq!(
         values(&read_all(&s, &d0, IsolationLevel::ReadCommitted).await),
         ["kept"]
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_timeout_out_of_kafkas_bounds_is_refused() {
+    let (_dir, running) = node_with_c_and_d(1).await;
+    let s = &running.storage;
+    for timeout in [
+        0,
+        -1,
+        diskless_nisshi::storage::TRANSACTION_MAX_TIMEOUT_MS + 1,
+        i32::MAX,
+    ] {
+        let r = s
+            .init_producer(Some("t-bounds"), timeout, Some(-1), Some(-1))
+            .await
+            .unwrap();
+        assert_eq!(
+            r.error,
+            tansu_sans_io::ErrorCode::InvalidTransactionTimeout,
+            "{timeout}"
+        );
+    }
+    // Within the bounds, and any timeout without a transactional id (an idempotent producer).
+    let r = s
+        .init_producer(Some("t-bounds"), 60_000, Some(-1), Some(-1))
+        .await
+        .unwrap();
+    assert_eq!(r.error, tansu_sans_io::ErrorCode::None);
+    let r = s
+        .init_producer(None, i32::MAX, Some(-1), Some(-1))
+        .await
+        .unwrap();
+    assert_eq!(r.error, tansu_sans_io::ErrorCode::None);
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_replica_assignments_give_the_partition_count() {
+    use tansu_sans_io::create_topics_request::CreatableReplicaAssignment;
+
+    let (_dir, running) = node_with_c_and_d(1).await;
+    let s = &running.storage;
+    let assignments: Vec<CreatableReplicaAssignment> = (0..2)
+        .map(|i| {
+            CreatableReplicaAssignment::default()
+                .partition_index(i)
+                .broker_ids(Some(vec![111]))
+        })
+        .collect();
+    // As tansu 0.6.0's CreateTopics route passes it on: num_partitions -1 already turned into 3.
+    for (name, diskless) in [("assigned-d", true), ("assigned-c", false)] {
+        let t = topic(name, 3, Some(diskless)).assignments(Some(assignments.clone()));
+        s.create_topic(t, false).await.unwrap();
+        let meta = s
+            .metadata(Some(&[TopicId::Name(name.into())]))
+            .await
+            .unwrap();
+        assert_eq!(
+            meta.topics()[0].partitions.as_ref().map(Vec::len),
+            Some(2),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        s.diskless_topic("assigned-d")
+            .await
+            .unwrap()
+            .map(|t| t.partitions),
+        Some(2)
     );
     running.shutdown().await;
 }

@@ -25,21 +25,30 @@ use tansu_sans_io::{
 use tansu_storage::{Storage, Topition};
 
 pub async fn node(dir: &Path) -> Running {
+    node_with_args(dir, &[]).await
+}
+
+/// A node on `dir` with `extra` command-line options besides the tests' usual ones.
+pub async fn node_with_args(dir: &Path, extra: &[&str]) -> Running {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    let config = Config::parse_from([
-        "nisshi-diskless",
-        "--data-dir",
-        dir.to_str().unwrap(),
-        "--kafka-advertised-listener-url",
-        "tcp://127.0.0.1:0",
-        "--maintenance-interval-ms",
-        "3600000",
-        "--diskless-linger-ms",
-        "20",
-    ]);
+    let config = Config::parse_from(
+        [
+            "nisshi-diskless",
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--kafka-advertised-listener-url",
+            "tcp://127.0.0.1:0",
+            "--maintenance-interval-ms",
+            "3600000",
+            "--diskless-linger-ms",
+            "20",
+        ]
+        .into_iter()
+        .chain(extra.iter().copied()),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     start(&config, Some(listener)).await.unwrap()
 }
