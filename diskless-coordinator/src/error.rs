@@ -12,6 +12,9 @@ pub enum CoordinatorError {
     /// A topic with this name or id already exists.
     #[error("topic already exists: {0}")]
     TopicAlreadyExists(String),
+    /// A topic name Kafka refuses ([`crate::is_valid_topic_name`]; `INVALID_TOPIC_EXCEPTION`).
+    #[error("invalid topic name: {0}")]
+    InvalidTopic(String),
     /// No live topic has this id.
     #[error("unknown topic: {0}")]
     UnknownTopic(String),
@@ -61,6 +64,7 @@ impl CoordinatorError {
         match self {
             CoordinatorError::TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists,
             CoordinatorError::UnknownTopic(_) => ErrorCode::UnknownTopicOrPartition,
+            CoordinatorError::InvalidTopic(_) => ErrorCode::InvalidTopicException,
             CoordinatorError::InvalidPartitions(_) => ErrorCode::InvalidPartitions,
             CoordinatorError::ObjectAlreadyCommitted(_) | CoordinatorError::InvalidRequest(_) => {
                 ErrorCode::InvalidRequest
@@ -93,6 +97,7 @@ impl CoordinatorError {
                 | CoordinatorError::DeadlineExceeded(_)
                 | CoordinatorError::ObjectFenced(_)
                 | CoordinatorError::TopicAlreadyExists(_)
+                | CoordinatorError::InvalidTopic(_)
                 | CoordinatorError::UnknownTopic(_)
                 | CoordinatorError::Unsupported(_)
         )

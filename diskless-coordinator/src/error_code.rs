@@ -24,6 +24,9 @@ pub enum ErrorCode {
     RequestTimedOut = 7,
     /// A batch is larger than `max.message.bytes` (10).
     MessageTooLarge = 10,
+    /// A topic name Kafka refuses: empty, longer than 249 characters, `.` or `..`, or with a
+    /// character outside `[a-zA-Z0-9._-]` (17; [`crate::is_valid_topic_name`]).
+    InvalidTopicException = 17,
     /// Fewer in-sync replicas than required; Kafka's partition leader also answers it for a
     /// transaction verification that could not complete, so old clients retry (19).
     NotEnoughReplicas = 19,
@@ -103,6 +106,7 @@ impl ErrorCode {
             NotLeaderOrFollower,
             RequestTimedOut,
             MessageTooLarge,
+            InvalidTopicException,
             NotEnoughReplicas,
             InvalidTimestamp,
             UnsupportedVersion,
@@ -138,6 +142,7 @@ impl std::fmt::Display for ErrorCode {
             ErrorCode::NotLeaderOrFollower => "NOT_LEADER_OR_FOLLOWER",
             ErrorCode::RequestTimedOut => "REQUEST_TIMED_OUT",
             ErrorCode::MessageTooLarge => "MESSAGE_TOO_LARGE",
+            ErrorCode::InvalidTopicException => "INVALID_TOPIC_EXCEPTION",
             ErrorCode::NotEnoughReplicas => "NOT_ENOUGH_REPLICAS",
             ErrorCode::InvalidTimestamp => "INVALID_TIMESTAMP",
             ErrorCode::UnsupportedVersion => "UNSUPPORTED_VERSION",

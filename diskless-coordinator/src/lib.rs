@@ -65,8 +65,8 @@ pub use types::{
     TopicInfo, TxnMarker, TxnMarkerResult,
 };
 pub use validate::{
-    check_new_partition_count, last_sequence, next_producer_id_block, producer_field_error,
-    validate_producer_id_count,
+    check_new_partition_count, is_valid_topic_name, last_sequence, next_producer_id_block,
+    producer_field_error, validate_producer_id_count,
 };
 
 use async_trait::async_trait;

@@ -21,17 +21,42 @@ pub fn last_sequence(base_sequence: i32, record_count: i32) -> i32 {
     i32::try_from(last).unwrap_or(-1)
 }
 
+/// Whether Kafka accepts `name` as a topic name (`org.apache.kafka.common.internals.Topic.validate`):
+/// 1 to 249 characters of `[a-zA-Z0-9._-]`, neither `.` nor `..`. Every coordinator refuses other
+/// names ([`CreateTopicRequest::validate`]); a host checks a name with it before creating anything
+/// of its own (Kafka's CreateTopics and automatic creation answer `INVALID_TOPIC_EXCEPTION`).
+///
+/// ```
+/// use diskless_coordinator::is_valid_topic_name;
+/// assert!(is_valid_topic_name("orders.v2_eu-1"));
+/// assert!(!is_valid_topic_name(".."));
+/// assert!(!is_valid_topic_name("a/b"));
+/// assert!(!is_valid_topic_name(&"n".repeat(250)));
+/// ```
+pub fn is_valid_topic_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 impl CreateTopicRequest {
-    /// Checks the request: a non-nil id, a name of 1 to 249 characters, at least one partition, and
-    /// config values in range ([`TopicConfig::validate`]). Errors are
-    /// [`CoordinatorError::InvalidRequest`].
+    /// Checks the request: a non-nil id, a name Kafka accepts ([`is_valid_topic_name`];
+    /// [`CoordinatorError::InvalidTopic`] otherwise), at least one partition, and config values in
+    /// range ([`TopicConfig::validate`]). Other errors are [`CoordinatorError::InvalidRequest`].
     pub fn validate(&self) -> Result<(), CoordinatorError> {
         let bad = |m: &str| Err(CoordinatorError::InvalidRequest(m.to_string()));
         if self.topic_id.is_nil() {
             return bad("the topic id must not be the nil UUID");
         }
-        if self.name.is_empty() || self.name.len() > 249 {
-            return bad("the topic name must have 1 to 249 characters");
+        if !is_valid_topic_name(&self.name) {
+            return Err(CoordinatorError::InvalidTopic(format!(
+                "{:?}: a topic name has 1 to 249 characters of [a-zA-Z0-9._-] and is not . or ..",
+                self.name
+            )));
         }
         if self.partitions < 1 {
             return bad("a topic needs at least one partition");

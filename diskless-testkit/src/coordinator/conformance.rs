@@ -791,11 +791,23 @@ pub async fn create_topic_validation(h: Harness) {
     let c = &h.coordinator;
     invalid(c.create_topic(req("x", 0, TopicConfig::default())).await);
     invalid(c.create_topic(req("x", -1, TopicConfig::default())).await);
-    invalid(c.create_topic(req("", 1, TopicConfig::default())).await);
-    invalid(
-        c.create_topic(req(&"n".repeat(250), 1, TopicConfig::default()))
-            .await,
-    );
+    // Names Kafka refuses (Topic.validate): INVALID_TOPIC_EXCEPTION, not INVALID_REQUEST.
+    for name in [
+        String::new(),
+        "n".repeat(250),
+        ".".into(),
+        "..".into(),
+        "a/b".into(),
+        "with space".into(),
+        "caf\u{e9}".into(),
+    ] {
+        let r = c.create_topic(req(&name, 1, TopicConfig::default())).await;
+        assert!(
+            matches!(&r, Err(e @ CoordinatorError::InvalidTopic(_))
+                if e.error_code() == ErrorCode::InvalidTopicException),
+            "{name:?}: expected InvalidTopic, got {r:?}"
+        );
+    }
     for config in [
         TopicConfig {
             retention_ms: -2,
@@ -845,6 +857,14 @@ pub async fn create_topic_validation(h: Harness) {
     let topics = c.list_topics().await.unwrap();
     assert_eq!(topics.len(), 1);
     assert_eq!(topics[0].partitions, 2);
+
+    // The longest name and every allowed character are accepted.
+    c.create_topic(req(&"n".repeat(249), 1, TopicConfig::default()))
+        .await
+        .expect("a 249-character name");
+    c.create_topic(req("Az09._-", 1, TopicConfig::default()))
+        .await
+        .expect("[a-zA-Z0-9._-]");
 }
 
 /// Deleting a topic deletes its batches logically, frees its name and id, and releases the bytes of

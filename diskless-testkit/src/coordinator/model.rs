@@ -37,7 +37,7 @@
 //!   `BatchCoordinator::fence_orphans`; both are checked under the one state mutex, with the clock read
 //!   there, before anything is applied.
 //! - **Request validation** (whole call fails with `InvalidRequest`, nothing applied): a topic needs a
-//!   non-nil id, a name of 1..=249 bytes, at least one partition, `retention.ms`/`retention.bytes`
+//!   non-nil id, a name Kafka accepts (`is_valid_topic_name`; `InvalidTopic` otherwise), at least one partition, `retention.ms`/`retention.bytes`
 //!   `>= -1` and the other config values `>= 0`; a commit needs a non-empty key and owner list, an
 //!   object size `<= i64::MAX`, and batches with at least one record and one byte lying inside the
 //!   object; idempotent batches (producer id `>= 0`) with a base sequence `>= 0` need a last sequence

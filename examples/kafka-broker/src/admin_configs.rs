@@ -852,6 +852,9 @@ fn describe_entry(
 
 /// Kafka's `Topic.validate`: why `name` is not a legal topic name, if it is not.
 pub(crate) fn invalid_topic_name(name: &str) -> Option<String> {
+    if diskless_coordinator::is_valid_topic_name(name) {
+        return None;
+    }
     let reason = if name.is_empty() {
         "the empty string is not allowed".to_string()
     } else if name == "." {
@@ -868,7 +871,7 @@ pub(crate) fn invalid_topic_name(name: &str) -> Option<String> {
             "'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
         )
     } else {
-        return None;
+        format!("'{name}' is not a legal topic name")
     };
     Some(format!("Topic name is invalid: {reason}"))
 }

@@ -111,17 +111,6 @@ pub(crate) async fn describe_cluster(
     response
 }
 
-/// Kafka's `Topic.validate` of a name: 1..=249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
-fn valid_topic_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 249
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
 /// DescribeProducers.
 pub(crate) async fn describe_producers(
     broker: &Arc<Broker>,
@@ -132,7 +121,7 @@ pub(crate) async fn describe_producers(
     for topic_request in request.topics {
         let mut topic = TopicResponse::default();
         let name = topic_request.name.as_str().to_string();
-        let found = if valid_topic_name(&name) {
+        let found = if diskless_coordinator::is_valid_topic_name(&name) {
             broker
                 .topics
                 .by_name(&name)
@@ -192,18 +181,4 @@ pub(crate) async fn describe_producers(
         response.topics.push(topic);
     }
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn topic_names_are_checked_as_kafka() {
-        assert!(valid_topic_name("a.b_c-1"));
-        assert!(!valid_topic_name(""));
-        assert!(!valid_topic_name(".."));
-        assert!(!valid_topic_name("a b"));
-        assert!(!valid_topic_name(&"x".repeat(250)));
-    }
 }

@@ -11,6 +11,7 @@
 //! configured partition count and replication factor 1. A named topic whose name Kafka would
 //! refuse is answered `INVALID_TOPIC_EXCEPTION`, as Kafka does.
 
+use diskless_coordinator::is_valid_topic_name;
 use rama::{Context, Service};
 use tansu_sans_io::create_topics_request::CreatableTopic;
 use tansu_sans_io::{ApiKey, ErrorCode, MetadataRequest, MetadataResponse};
@@ -25,18 +26,6 @@ pub struct MetadataService;
 
 impl ApiKey for MetadataService {
     const KEY: i16 = MetadataRequest::KEY;
-}
-
-/// Kafka's topic name rule (`org.apache.kafka.common.internals.Topic.validate`): 1 to 249
-/// characters of `[a-zA-Z0-9._-]`, neither `.` nor `..`.
-pub fn valid_topic_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 249
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 impl<S: Storage> Service<DisklessStorage<S>, MetadataRequest> for MetadataService {
@@ -64,7 +53,7 @@ impl<S: Storage> Service<DisklessStorage<S>, MetadataRequest> for MetadataServic
                 .filter_map(|t| t.name.clone())
                 // Named in the request (not looked up by id), a valid name, not internal.
                 .filter(|name| {
-                    valid_topic_name(name)
+                    is_valid_topic_name(name)
                         && !name.starts_with("__")
                         && topics.as_deref().is_some_and(|ids| {
                             ids.iter()
@@ -102,7 +91,7 @@ impl<S: Storage> Service<DisklessStorage<S>, MetadataRequest> for MetadataServic
             if t.error_code == i16::from(ErrorCode::UnknownTopicOrPartition)
                 && t.name
                     .as_deref()
-                    .is_some_and(|name| !valid_topic_name(name))
+                    .is_some_and(|name| !is_valid_topic_name(name))
             {
                 t.error_code = ErrorCode::InvalidTopicException.into();
             }
@@ -114,24 +103,5 @@ impl<S: Storage> Service<DisklessStorage<S>, MetadataRequest> for MetadataServic
             .controller_id(response.controller())
             .topics(Some(listed))
             .cluster_authorized_operations(Some(-1)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::valid_topic_name;
-
-    #[test]
-    fn topic_names_follow_kafka() {
-        assert!(valid_topic_name("rdkafkatest_rnd1_0001"));
-        assert!(valid_topic_name("a.b-c_D9"));
-        assert!(valid_topic_name(&"x".repeat(249)));
-        assert!(!valid_topic_name(&"x".repeat(250)));
-        assert!(!valid_topic_name(""));
-        assert!(!valid_topic_name("."));
-        assert!(!valid_topic_name(".."));
-        assert!(!valid_topic_name("a b"));
-        assert!(!valid_topic_name("a/b"));
-        assert!(!valid_topic_name("tópico"));
     }
 }
