@@ -44,8 +44,8 @@ import uuid
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from produce_throughput import (BROKER, PARTITIONS, ROOT, S3_SERVER, VALUE, S3Server, free_port,
-                                pct, produce, producer, wait_port)
+from produce_throughput import (BROKER, PARTITIONS, ROOT, S3_SERVER, VALUE, S3Server, cpu_seconds,
+                                free_port, pct, produce, producer, wait_port)
 
 NISSHI = os.path.join(ROOT, "target", "release", "nisshi-diskless")
 ENGINE_BUCKET = "nisshi-engine"
@@ -166,12 +166,7 @@ class Server:
             raise
 
     def cpu_seconds(self):
-        try:
-            with open(f"/proc/{self.proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except OSError:
-            return float("nan")
+        return cpu_seconds(self.proc.pid)
 
     def stop(self, keep_log=False):
         self.proc.terminate()

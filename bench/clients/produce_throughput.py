@@ -59,6 +59,16 @@ def wait_port(port, timeout=30.0):
     raise RuntimeError(f"broker did not listen on {port}")
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of process `pid` so far (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return float("nan")
+
+
 def count_objects(directory):
     n = 0
     for _, _, files in os.walk(directory):
@@ -117,13 +127,7 @@ class Broker:
         return count_objects(self.objects)
 
     def cpu_seconds(self):
-        """User + system CPU time of the broker process so far (Linux /proc)."""
-        try:
-            with open(f"/proc/{self.proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except OSError:
-            return float("nan")
+        return cpu_seconds(self.proc.pid)
 
     def stop(self):
         self.proc.terminate()
