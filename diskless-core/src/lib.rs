@@ -45,6 +45,9 @@ pub mod builder;
 mod commit_signal;
 pub mod compression;
 mod config_error;
+#[cfg(feature = "connection")]
+#[cfg_attr(docsrs, doc(cfg(feature = "connection")))]
+pub mod connection;
 pub mod control;
 pub mod fetcher;
 #[cfg(feature = "fuzzing")]

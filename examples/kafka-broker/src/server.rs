@@ -1,10 +1,12 @@
 //! Listeners, connections, framing and dispatch.
 //!
-//! A connection reads size-prefixed frames, decodes the request header and body with
-//! `kafka-protocol`, and hands the request to its handler. Handlers run concurrently, but responses
-//! go out in request order (Kafka's rule); Produce requests enter the `WalWriter` in the order they
-//! were read, so an idempotent producer's pipelined requests keep their sequence order. A frame that
-//! is too large, truncated or does not decode closes the connection with a log line; a request of an
+//! A connection is served by the library's [`diskless_core::connection::serve`] (framing, Kafka's
+//! request ordering, consecutive Produce requests in flight together); this module decodes each
+//! request's header and body with `kafka-protocol` and hands it to its handler. Handlers run
+//! concurrently, but responses go out in request order (Kafka's rule); Produce requests enter the
+//! `WalWriter` in the order they were read, so an idempotent producer's pipelined requests keep
+//! their sequence order. A frame that is too large, truncated or does not decode closes the
+//! connection with a log line; a request of an
 //! API or version this broker does not serve too (after logging why), except ApiVersions, which gets
 //! `UNSUPPORTED_VERSION` (see [`crate::api_versions`]).
 
@@ -12,6 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
+use diskless_core::connection::{self, ConnectionLimits, RequestFrame};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
     FetchRequest, FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest,
@@ -19,11 +22,7 @@ use kafka_protocol::messages::{
     OffsetFetchRequest, ProduceRequest, RequestHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::Decodable;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::broker::Broker;
@@ -31,14 +30,9 @@ use crate::config::Config;
 use crate::ctx::{Ctx, encode_response};
 use crate::{api_versions, fetch, groups, metadata, offsets, produce};
 
-/// Largest request accepted (Kafka's `socket.request.max.bytes` default).
-const MAX_FRAME: usize = 100 << 20;
-/// Requests of one connection being handled or waiting to be answered.
-const MAX_IN_FLIGHT: usize = 32;
-
 /// The encoded response of one request (`None`: no response, as for `acks=0`), or why the
 /// connection must close.
-type Reply = JoinHandle<Result<Option<Bytes>, String>>;
+type Reply = connection::Answer;
 
 /// Runs the brokers until Ctrl-C or SIGTERM.
 pub async fn run(config: Config) -> Result<(), String> {
@@ -140,125 +134,24 @@ async fn accept_loop(node: i32, listener: TcpListener, broker: Arc<Broker>) {
     }
 }
 
-/// Serves one connection.
-///
-/// Requests take effect in the order they arrive, as on a Kafka broker (which reads the next
-/// request of a connection only after answering the previous one): a request starts only once
-/// every earlier request of the connection is answered — except that consecutive Produce requests
-/// overlap. A Produce appends to the writer before the next request is read (its effect is in
-/// order), and its answer comes with its segment's commit; a client keeping several produce
-/// requests in flight (idempotent producers keep up to 5) is not held to one per commit. Any
-/// other request, and a Produce after one, waits for the earlier answers, so it sees their
-/// effects (a ListOffsets after a DeleteRecords, a Fetch after an acknowledged Produce). Answers
-/// are written in request order.
+/// Serves one connection with the library's connection discipline
+/// ([`diskless_core::connection::serve`]): requests take effect in the order they arrive, as on a
+/// Kafka broker, except that consecutive Produce requests overlap (a Produce appends to the writer
+/// before the next request is read, and its answer comes with its segment's commit), so a client
+/// keeping several produce requests in flight (idempotent producers keep up to 5) is not held to
+/// one per commit. Answers are written in request order.
 async fn connection(node: i32, stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>) {
     debug!(node, %peer, "connection opened");
-    let (mut rd, wr) = stream.into_split();
-    let (tx, rx) = mpsc::channel::<Reply>(MAX_IN_FLIGHT);
-    // How many replies the writer has finished (written, or completed without a response).
-    let (done_tx, mut done) = watch::channel(0u64);
-    let writer = tokio::spawn(write_loop(wr, rx, peer, done_tx));
-    let mut sent = 0u64;
-    let mut previous_was_produce = false;
-    loop {
-        let frame = tokio::select! {
-            frame = read_frame(&mut rd) => frame,
-            _ = tx.closed() => break,
-        };
-        let frame = match frame {
-            Ok(Some(frame)) => frame,
-            Ok(None) => break,
-            Err(e) => {
-                warn!(node, %peer, "closing connection: {e}");
-                break;
-            }
-        };
-        let is_produce = frame.len() >= 2 && i16::from_be_bytes([frame[0], frame[1]]) == 0;
-        if !(is_produce && previous_was_produce) && sent > 0 {
-            // Every earlier request answered first; a closed writer (the connection is closing)
-            // ends the wait too.
-            if done.wait_for(|n| *n >= sent).await.is_err() {
-                break;
-            }
-        }
-        previous_was_produce = is_produce;
-        match dispatch(node, peer, frame, &broker).await {
-            Ok(Some(reply)) => {
-                if tx.send(reply).await.is_err() {
-                    break;
-                }
-                sent += 1;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                warn!(node, %peer, "closing connection: {e}");
-                break;
-            }
-        }
-    }
-    drop(tx);
-    // Answer what was accepted before closing.
-    let _ = writer.await;
+    let (rd, wr) = stream.into_split();
+    connection::serve(
+        rd,
+        wr,
+        ConnectionLimits::default(),
+        peer,
+        |frame: RequestFrame| dispatch(node, peer, frame.request(), &broker),
+    )
+    .await;
     debug!(node, %peer, "connection closed");
-}
-
-/// Reads one size-prefixed frame; `None` at a clean end of stream.
-async fn read_frame(rd: &mut OwnedReadHalf) -> Result<Option<Bytes>, String> {
-    let mut len = [0u8; 4];
-    match rd.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(format!("read failed: {e}")),
-    }
-    let len = i32::from_be_bytes(len);
-    let len = usize::try_from(len).map_err(|_| format!("negative frame size {len}"))?;
-    if len > MAX_FRAME {
-        return Err(format!(
-            "frame of {len} bytes exceeds the limit of {MAX_FRAME}"
-        ));
-    }
-    // Grow with what actually arrives: announcing a large frame costs a peer nothing.
-    let mut buf = Vec::with_capacity(len.min(64 << 10));
-    let read = (&mut *rd)
-        .take(len as u64)
-        .read_to_end(&mut buf)
-        .await
-        .map_err(|e| format!("read failed: {e}"))?;
-    if read != len {
-        return Err(format!("truncated frame: {read} of {len} announced bytes"));
-    }
-    Ok(Some(Bytes::from(buf)))
-}
-
-async fn write_loop(
-    mut wr: OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Reply>,
-    peer: SocketAddr,
-    done: watch::Sender<u64>,
-) {
-    while let Some(reply) = rx.recv().await {
-        match reply.await {
-            Ok(Ok(Some(bytes))) => {
-                if let Err(e) = wr.write_all(&bytes).await {
-                    debug!(%peer, error = %e, "write failed");
-                    break;
-                }
-                done.send_modify(|n| *n += 1);
-            }
-            Ok(Ok(None)) => {
-                done.send_modify(|n| *n += 1);
-            }
-            Ok(Err(e)) => {
-                warn!(%peer, "closing connection: {e}");
-                break;
-            }
-            Err(e) => {
-                warn!(%peer, "closing connection: a request handler failed: {e}");
-                break;
-            }
-        }
-    }
-    let _ = wr.shutdown().await;
 }
 
 fn ready(bytes: Result<Bytes, String>) -> Reply {

@@ -212,7 +212,6 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
     info!(%local_addr, engine = %engine_url, "nisshi-diskless listening");
     let server = tokio::spawn(crate::server::serve(
         listener,
-        config.cluster_id.clone(),
         storage.clone(),
         groups,
         config.maintenance_interval(),

@@ -112,11 +112,13 @@ impl<S: Storage> Service<DisklessStorage<S>, ProduceRequest> for ProduceService 
         }
 
         let writer = storage.shared.writer.clone();
-        let diskless_answers = async move {
+        // Phase one: the diskless partitions enter the writer (in the order of this connection's
+        // requests, see `server::produce_ordered`); their commit is awaited below.
+        let diskless_appended = async move {
             if diskless.is_empty() {
-                Vec::new()
+                None
             } else {
-                writer.append(diskless).await.await
+                Some(writer.append(diskless).await)
             }
         };
         let classic_request = ProduceRequest::default()
@@ -139,7 +141,14 @@ impl<S: Storage> Service<DisklessStorage<S>, ProduceRequest> for ProduceService 
                 Ok(None)
             }
         };
-        let (answers, classic_response) = futures::join!(diskless_answers, classic_answers);
+        let (pending, classic_response) = futures::join!(diskless_appended, classic_answers);
+        // This request's effect is now ordered: the listener may start the connection's next
+        // Produce while this one waits for its commit.
+        crate::server::produce_ordered();
+        let answers = match pending {
+            Some(pending) => pending.await,
+            None => Vec::new(),
+        };
         let classic_response = classic_response?;
         if has_classic {
             // Wakes long-polling fetches of classic partitions too (the writer notifies for the

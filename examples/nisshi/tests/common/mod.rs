@@ -43,10 +43,15 @@ pub async fn node_with_args(dir: &Path, extra: &[&str]) -> Running {
             "tcp://127.0.0.1:0",
             "--maintenance-interval-ms",
             "3600000",
-            "--diskless-linger-ms",
-            "20",
         ]
         .into_iter()
+        // The tests' linger unless `extra` sets one.
+        .chain(
+            (!extra.contains(&"--diskless-linger-ms"))
+                .then_some(["--diskless-linger-ms", "20"])
+                .into_iter()
+                .flatten(),
+        )
         .chain(extra.iter().copied()),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
