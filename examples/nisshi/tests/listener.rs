@@ -167,4 +167,3 @@ async fn a_frame_larger_than_the_limit_closes_the_connection() {
     assert_eq!(conn.read(&mut buf).await.unwrap(), 0, "connection closed");
     running.shutdown().await;
 }
-
