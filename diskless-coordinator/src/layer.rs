@@ -99,17 +99,36 @@ impl Capability {
     const fn bit(self) -> u8 {
         1 << (self as u8)
     }
+}
 
-    /// The capability of a name in the table of operations.
-    fn named(name: &str) -> Capability {
-        match name {
-            "admin" => Capability::Admin,
-            "lifecycle" => Capability::Lifecycle,
-            "transactions" => Capability::Transactions,
-            "tiering" => Capability::Tiering,
-            _ => Capability::Log,
-        }
-    }
+/// The capability of a name in the table of operations; any other token does not compile (a typo
+/// in the table must not quietly make an operation part of the log).
+macro_rules! capability_named {
+    (log) => {
+        Capability::Log
+    };
+    (admin) => {
+        Capability::Admin
+    };
+    (lifecycle) => {
+        Capability::Lifecycle
+    };
+    (transactions) => {
+        Capability::Transactions
+    };
+    (tiering) => {
+        Capability::Tiering
+    };
+}
+
+/// Whether an operation's kind in the table is `write`; only `read` and `write` compile.
+macro_rules! kind_is_write {
+    (read) => {
+        false
+    };
+    (write) => {
+        true
+    };
 }
 
 impl std::fmt::Display for Capability {
@@ -232,16 +251,16 @@ macro_rules! define_layering {
             /// unknown outcome may find it applied).
             pub fn is_write(self) -> bool {
                 match self {
-                    $(CoordinatorOp::$ROp => stringify!($rkind) == "write",)*
-                    $($(CoordinatorOp::$Op => stringify!($kind) == "write",)*)*
+                    $(CoordinatorOp::$ROp => kind_is_write!($rkind),)*
+                    $($(CoordinatorOp::$Op => kind_is_write!($kind),)*)*
                 }
             }
 
             /// The capability the operation belongs to.
             pub fn capability(self) -> Capability {
                 match self {
-                    $(CoordinatorOp::$ROp => Capability::named(stringify!($rcap)),)*
-                    $($(CoordinatorOp::$Op => Capability::named(stringify!($cap)),)*)*
+                    $(CoordinatorOp::$ROp => capability_named!($rcap),)*
+                    $($(CoordinatorOp::$Op => capability_named!($cap),)*)*
                 }
             }
         }
@@ -249,9 +268,10 @@ macro_rules! define_layering {
         /// What a wrapper of a [`BatchCoordinator`] changes; [`Layered`] applies it. Every method
         /// has a default that passes the call through, so a layer implements only what it changes.
         ///
-        /// For each call, [`Layered`] runs `around(op, typed)`, where `typed` is the layer's method
-        /// of the same name (called with the inner coordinator). So `around` sees every call — after
-        /// the typed method has shaped it — and may run it, skip it, or wrap it.
+        /// For each call, [`Layered`] runs `around(op, typed)`, where `typed` is the future of the
+        /// layer's method of the same name (called with the inner coordinator, not yet polled). So
+        /// `around` sees every call and may run it, skip it, or wrap it; its own code before it
+        /// awaits `call` runs before the typed method's body.
         #[async_trait]
         pub trait CoordinatorLayer: Send + Sync + Debug {
             /// Runs around every call: return `call` to pass through, or a future that does

@@ -195,8 +195,8 @@ macro_rules! coordinator_ops {
                 /// `limit`. A partition is listed when its first WAL batch is below the last stable offset
                 /// and was committed before `now_ms − min_age_ms`, and either its WAL batches hold at least
                 /// `segment.bytes` or that first batch was committed at least `segment.ms` before `now_ms`
-                /// (coordinator clock). A coordinator that does not implement tiered storage refuses with
-                /// [`CoordinatorError::InvalidRequest`] (as every tiering method).
+                /// (coordinator clock). A coordinator that does not serve the `tiering` capability answers
+                /// [`CoordinatorError::Unsupported`] (as for every tiering method).
                 [TieringCandidates read read_tiering_candidates]
                 fn tiering_candidates(now_ms: i64, min_age_ms: i64, after: Option<$crate::TopicIdPartition>, limit: u32) -> Result<Vec<$crate::TieringCandidate>, $crate::CoordinatorError>;
                 /// The batches of a partition's next tiered segment (see [`SegmentPlan::batches`]), with what

@@ -8,7 +8,9 @@
 //! them all with one [`DisklessNode::close`]. Settings shared by several parts are set once: the
 //! cache block size (the writers' and the fetcher's must agree for freshly written segments to be
 //! found in the cache) and the writers' key prefix (the orphan collector lists it). Workers of a
-//! capability the coordinator does not serve ([`BatchCoordinator::capabilities`]) are not started.
+//! capability the coordinator does not serve ([`BatchCoordinator::capabilities`]) are not started;
+//! tiering also needs the lifecycle capability (its unregistered segments are fenced and
+//! collected as orphans, and the cleaner deletes the WAL objects it emptied).
 //!
 //! One [`CommitSignal`] ([`DisklessNode::commit_signal`]) ties the writers to the fetcher's
 //! long polling ([`Fetcher::fetch_wait`]): every writer notifies it after a commit, and so does
@@ -248,8 +250,8 @@ impl DisklessNodeBuilder {
     }
 
     /// Builds the parts and spawns the lifecycle workers on the current tokio runtime (refused
-    /// outside one: [`ConfigError::NoRuntime`]). Every setting is checked first; nothing is
-    /// started when one is invalid.
+    /// outside one: [`ConfigError::NoRuntime`]). Every setting is checked before anything is
+    /// started (the writers' tasks, the workers): nothing runs when one is refused.
     pub fn build(self) -> Result<DisklessNode, ConfigError> {
         let DisklessNodeBuilder {
             storage,
@@ -286,6 +288,36 @@ impl DisklessNodeBuilder {
             ),
         };
 
+        // Everything that can be refused is built and checked before the writers start their
+        // tasks: the fetcher, then the lifecycle workers (built, not spawned).
+        let fetcher = Fetcher::builder(storage.clone(), coordinator.clone())
+            .with_config(
+                config
+                    .fetcher
+                    .clone()
+                    .with_cache_block_size(config.cache_block_size),
+            )
+            .with_cache(cache.clone())
+            .with_commit_signal(commit_signal.clone())
+            .build()?;
+        let workers = lifecycle(
+            &config,
+            Parts {
+                storage: &storage,
+                coordinator: &coordinator,
+                cache: &cache,
+                clock: &clock,
+                keys: &keys,
+                fetcher: &fetcher,
+            },
+        )?;
+        if let Some(workers) = &workers {
+            workers.check()?;
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(ConfigError::NoRuntime);
+        }
+
         let mut writers = BTreeMap::new();
         for id in &config.broker_ids {
             let writer = WalWriter::builder(storage.clone(), coordinator.clone())
@@ -303,28 +335,7 @@ impl DisklessNodeBuilder {
                 .build()?;
             writers.insert(*id, Arc::new(writer));
         }
-        let fetcher = Fetcher::builder(storage.clone(), coordinator.clone())
-            .with_config(
-                config
-                    .fetcher
-                    .clone()
-                    .with_cache_block_size(config.cache_block_size),
-            )
-            .with_cache(cache.clone())
-            .with_commit_signal(commit_signal.clone())
-            .build()?;
-
-        let lifecycle = lifecycle(
-            &config,
-            Parts {
-                storage: &storage,
-                coordinator: &coordinator,
-                cache: &cache,
-                clock: &clock,
-                keys: &keys,
-                fetcher: &fetcher,
-            },
-        )?;
+        let lifecycle = workers.map(Lifecycle::spawn).transpose()?;
         Ok(DisklessNode {
             storage,
             coordinator,
@@ -348,9 +359,9 @@ struct Parts<'a> {
     fetcher: &'a Fetcher,
 }
 
-/// The standard workers of `config` that the coordinator's capabilities allow, spawned; `None`
-/// when there is none.
-fn lifecycle(config: &NodeConfig, p: Parts<'_>) -> Result<Option<LifecycleHandle>, ConfigError> {
+/// The standard workers of `config` that the coordinator's capabilities allow, not yet spawned;
+/// `None` when there is none.
+fn lifecycle(config: &NodeConfig, p: Parts<'_>) -> Result<Option<Lifecycle>, ConfigError> {
     let serves = p.coordinator.capabilities();
     let l = &config.lifecycle;
     let mut workers = Lifecycle::new();
@@ -390,7 +401,11 @@ fn lifecycle(config: &NodeConfig, p: Parts<'_>) -> Result<Option<LifecycleHandle
             any = true;
         }
     }
+    // Tiering needs the lifecycle capability too: a segment it cannot register is fenced
+    // (`fence_orphans`) and left to the orphan collector, and the WAL bytes it moves are deleted
+    // by the cleaner; without them every tiered byte would stay stored twice.
     if serves.contains(Capability::Tiering)
+        && serves.contains(Capability::Lifecycle)
         && let Some(interval) = l.tiering_interval
     {
         let broker_id = config.broker_ids.first().copied().unwrap_or(1);
@@ -406,9 +421,7 @@ fn lifecycle(config: &NodeConfig, p: Parts<'_>) -> Result<Option<LifecycleHandle
         workers = workers.tiering(worker, interval);
         any = true;
         // Uploads of segments never registered: a collector of their own prefix.
-        if serves.contains(Capability::Lifecycle)
-            && let Some(interval) = l.orphans_interval
-        {
+        if let Some(interval) = l.orphans_interval {
             let collector = OrphanCollector::new(
                 p.coordinator.clone(),
                 p.storage.clone(),
@@ -418,10 +431,7 @@ fn lifecycle(config: &NodeConfig, p: Parts<'_>) -> Result<Option<LifecycleHandle
             workers = workers.orphans(collector, interval);
         }
     }
-    if !any {
-        return Ok(None);
-    }
-    workers.spawn().map(Some)
+    Ok(any.then_some(workers))
 }
 
 /// The running workers and their counters.
@@ -518,20 +528,17 @@ impl DisklessNode {
         self.lifecycle.as_ref().map(|l| &l.stats)
     }
 
-    /// Stops everything: the writers answer every request they accepted and wait for their
-    /// background deletes (`WalWriter::close`), then the lifecycle workers finish their pass in
-    /// progress and stop.
+    /// Stops everything: the writers, all at once, seal what they hold, answer every request they
+    /// accepted and wait for their background deletes (`WalWriter::close`), then the lifecycle
+    /// workers finish their pass in progress and stop.
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future stops the waiting, not the shutdown already started: each writer told
-    /// to close still answers its requests; workers not told yet run on until the node's parts
-    /// are dropped.
+    /// Dropping the future stops the waiting, not the shutdown already started: every writer is
+    /// told to close at the first poll and still answers its requests; workers not told yet run
+    /// on until the node's parts are dropped.
     pub async fn close(self) {
-        for writer in self.writers.values() {
-            writer.flush().await;
-            writer.close().await;
-        }
+        futures::future::join_all(self.writers.values().map(|w| w.close())).await;
         if let Some(run) = self.lifecycle {
             run.handle.shutdown().await;
         }

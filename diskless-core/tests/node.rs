@@ -95,7 +95,8 @@ async fn one_config_builds_writers_fetcher_and_the_standard_workers() {
 }
 
 /// Workers of a capability the coordinator does not serve are not started: a coordinator of the
-/// log alone gets none, one without tiering gets no tiering worker and no segment collector.
+/// log alone gets none, one without tiering gets no tiering worker and no segment collector, one
+/// with tiering but without lifecycle no tiering worker.
 #[tokio::test(start_paused = true)]
 async fn workers_follow_the_coordinators_capabilities() {
     let clock = ManualClock::new(T0);
@@ -121,6 +122,12 @@ async fn workers_follow_the_coordinators_capabilities() {
     tokio::time::sleep(Duration::from_secs(120)).await;
     assert_eq!(stats.tiering.passes(), 0);
     no_tiering.close().await;
+
+    // Tiering without lifecycle: the segments it could not register would never be collected
+    // and the WAL bytes it moved never deleted, so it is not started either.
+    let tiering_alone = build(Capabilities::LOG.with(Capability::Tiering));
+    assert!(tiering_alone.lifecycle_stats().is_none());
+    tiering_alone.close().await;
 }
 
 /// Settings are checked before anything starts: no broker id, a broker id twice, or an invalid

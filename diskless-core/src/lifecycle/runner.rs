@@ -70,7 +70,8 @@ type Pass = Arc<dyn Fn() -> BoxFuture<'static, Result<(), LifecycleError>> + Sen
 /// pass that overruns its interval delays the next tick rather than bunching ticks up).
 ///
 /// Suggested intervals: retention 30 s–5 min (Kafka's `log.retention.check.interval.ms` is 5 min),
-/// cleaner 30 s, orphans 1 h (orphans are rare and listing costs money), producer expiry 10 min
+/// cleaner 30 s, orphans 1 min–1 h (orphans are rare; a pass lists the prefix, one LIST request per
+/// 1,000 keys), producer expiry 10 min
 /// (Kafka's `producer.id.expiration.check.interval.ms`), tiering 30 s (a pass is capped by its
 /// settings). An interval must not be zero ([`Lifecycle::spawn`] refuses it).
 ///
@@ -223,11 +224,9 @@ impl Lifecycle {
         self
     }
 
-    /// Spawns the tasks on the current tokio runtime. Fails with [`ConfigError::NoRuntime`]
-    /// outside one, and with [`ConfigError::Invalid`] for a zero interval (naming the worker) or
-    /// two orphan collectors on the same prefix (`orphans`).
-    pub fn spawn(self) -> Result<LifecycleHandle, ConfigError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
+    /// The checks [`Lifecycle::spawn`] makes before it starts anything: no zero interval, one
+    /// orphan collector per prefix.
+    pub(crate) fn check(&self) -> Result<(), ConfigError> {
         let intervals = [
             ("retention", self.retention.as_ref().map(|w| w.1)),
             ("cleaner", self.cleaner.as_ref().map(|w| w.1)),
@@ -259,6 +258,15 @@ impl Lifecycle {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Spawns the tasks on the current tokio runtime. Fails with [`ConfigError::NoRuntime`]
+    /// outside one, and with [`ConfigError::Invalid`] for a zero interval (naming the worker) or
+    /// two orphan collectors on the same prefix (`orphans`).
+    pub fn spawn(self) -> Result<LifecycleHandle, ConfigError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
+        self.check()?;
         let (shutdown, _) = tokio::sync::watch::channel(false);
         let stats = Arc::new(LifecycleStats {
             orphans_by_prefix: self
