@@ -96,8 +96,8 @@ pub use validate::{
     default_decompression_limit, validate_batch, validate_produce_records, verify_stored_batch,
 };
 pub use writer::{
-    Backpressure, PartitionResponse, PendingProduce, ProducePartition, ProduceRecordError,
-    SealPolicy, WalWriter, WalWriterBuilder, WalWriterConfig, WriterStats,
+    Backpressure, DEFAULT_EARLY_SEAL_BYTES, PartitionResponse, PendingProduce, ProducePartition,
+    ProduceRecordError, SealPolicy, WalWriter, WalWriterBuilder, WalWriterConfig, WriterStats,
 };
 
 /// The README's embedding snippet, compiled with the crate's doc tests so that it stays true.

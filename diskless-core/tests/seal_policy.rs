@@ -150,6 +150,55 @@ async fn adaptive_fills_segments_while_the_pipeline_is_busy() {
     }
 }
 
+/// A buffer holding `early_bytes` is sealed before `min_interval` has passed (a producer's closed
+/// loop of requests in flight is not held to one segment per interval), at once when the pipeline
+/// has room, else as soon as an upload ends; below `early_bytes` the interval still holds.
+#[tokio::test(start_paused = true)]
+async fn adaptive_seals_early_bytes_without_waiting_for_the_interval() {
+    let batch = records().len();
+    let e = env(SealPolicy::adaptive(Duration::from_secs(1), 1).with_early_bytes(3 * batch)).await;
+    let first = e.produce().await; // the first seal: at once
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(e.writer.stats().segments_closed, 1);
+    // Two batches: below early_bytes, so they wait for min_interval (and the upload slot).
+    let mut rest = vec![e.produce().await, e.produce().await];
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        e.writer.stats().segments_closed,
+        1,
+        "below early_bytes: wait"
+    );
+    // The third reaches early_bytes; the first upload is done (100 ms), so the slot is free.
+    rest.push(e.produce().await);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(
+        e.writer.stats().segments_closed,
+        2,
+        "early_bytes buffered: sealed at once"
+    );
+
+    // The pipeline full (max_in_flight 1, the upload stalled): early_bytes waits for the slot,
+    // then is sealed when the upload ends, long before min_interval and commit_interval.
+    e.storage.stall_uploads();
+    for _ in 0..3 {
+        rest.push(e.produce().await);
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(e.writer.stats().segments_closed, 2, "the pipeline is full");
+    e.storage.release_uploads();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        e.writer.stats().segments_closed,
+        3,
+        "sealed when the slot freed"
+    );
+    assert_eq!(first.await.unwrap().0, ErrorCode::None);
+    for r in rest {
+        assert_eq!(r.await.unwrap().0, ErrorCode::None);
+    }
+    e.writer.close().await;
+}
+
 /// `commit_interval` stays the longest a batch waits to be sealed, even when the pipeline is full.
 #[tokio::test(start_paused = true)]
 async fn the_commit_interval_still_bounds_the_wait_when_uploads_stall() {

@@ -10,10 +10,12 @@ use crate::ConfigError;
 /// When the writer closes its buffer into a segment (besides a full buffer, which always does).
 ///
 /// The default ([`WalWriterConfig::default`]) is [`SealPolicy::Adaptive`] with a 100 ms minimum
-/// interval and 4 segments in flight ([`SealPolicy::default`]). Measured with real idempotent
-/// clients (BENCHMARKS.md, "Real clients"): about 3× the produce throughput of the fixed 250 ms
-/// interval and a third of its latency at low load, at the same PUTs per GiB at high load and at
-/// most 10 PUTs per second at low load (the interval makes at most 4); an idle writer makes none.
+/// interval, 4 segments in flight and 2 MiB `early_bytes` ([`SealPolicy::default`]). Measured with
+/// real idempotent clients (BENCHMARKS.md, "Real clients"): about 3× the produce throughput of the
+/// fixed 250 ms interval and a third of its latency at low load, at the same PUTs per GiB at high
+/// load and at most 10 PUTs per second at low load (the interval makes at most 4); an idle writer
+/// makes none. `early_bytes` took one producer's throughput from ~45 to ~146 MB/s (BENCHMARKS.md,
+/// "Nisshi: throughput").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SealPolicy {
@@ -22,37 +24,74 @@ pub enum SealPolicy {
     Interval,
     /// Group commit: seal as soon as the upload pipeline has room — fewer than `max_in_flight`
     /// segments sealed and not yet uploaded — but not sooner than `min_interval` after the previous
-    /// seal (which bounds the PUT rate of one writer to `1 / min_interval`). While the pipeline is
-    /// busy, requests accumulate and the next segment is bigger, up to `buffer_max_bytes`; so a
-    /// request waits about one upload at high load and `min_interval` at most at low load.
-    /// `commit_interval` stays the longest a batch ever waits. An idle writer makes no PUT.
+    /// seal (which bounds the PUT rate of one writer to `1 / min_interval`) unless the buffer
+    /// already holds `early_bytes`. While the pipeline is busy, requests accumulate and the next
+    /// segment is bigger, up to `buffer_max_bytes`; so a request waits about one upload at high
+    /// load and `min_interval` at most at low load. `commit_interval` stays the longest a batch
+    /// ever waits. An idle writer makes no PUT.
+    ///
+    /// `early_bytes` is for the closed loop of a Kafka producer: one connection keeps at most 5
+    /// requests of at most 1 MB (librdkafka's and the Java client's defaults) in flight, then
+    /// waits for answers, so with `min_interval` alone it produces at most 5 MB per
+    /// `min_interval` (~45 MB/s at 100 ms, BENCHMARKS.md "Nisshi: throughput"). A buffer of
+    /// `early_bytes` is sealed at once: a segment that big costs few PUTs per byte (at most one per
+    /// `early_bytes`), so the PUT bound becomes `1 / min_interval` per second or one per
+    /// `early_bytes`, whichever allows more.
     Adaptive {
-        /// The least time between two seals (at most `1 / min_interval` PUTs per second).
+        /// The least time between two seals of less than `early_bytes` (at most
+        /// `1 / min_interval` such PUTs per second).
         min_interval: Duration,
         /// Seal only while fewer segments than this are uploading or waiting for an upload slot
         /// (1: one upload at a time, the classic group commit; `max_concurrent_uploads`: a free slot).
         max_in_flight: usize,
+        /// A buffer holding this many bytes is sealed without waiting for `min_interval` (when the
+        /// pipeline has room). At least 1; `usize::MAX` never seals early.
+        early_bytes: usize,
     },
 }
 
+/// [`SealPolicy::Adaptive`]'s default `early_bytes`: 2 MiB (at most one PUT per 2 MiB sealed
+/// early; about 0.5 PUTs per 1,000 messages of 1 KiB).
+pub const DEFAULT_EARLY_SEAL_BYTES: usize = 2 << 20;
+
 impl Default for SealPolicy {
     /// [`SealPolicy::Adaptive`], at most one seal per 100 ms (10 PUTs per second per writer at
-    /// low load), up to 4 segments in flight (the default `max_concurrent_uploads`).
+    /// low load) unless 2 MiB are buffered, up to 4 segments in flight (the default
+    /// `max_concurrent_uploads`).
     fn default() -> Self {
         SealPolicy::Adaptive {
             min_interval: Duration::from_millis(100),
             max_in_flight: 4,
+            early_bytes: DEFAULT_EARLY_SEAL_BYTES,
         }
     }
 }
 
 impl SealPolicy {
-    /// Group commit with a PUT-rate bound of 1 / `min_interval` and up to `max_in_flight` segments
-    /// uploading.
+    /// Group commit with a PUT-rate bound of 1 / `min_interval` (or one per
+    /// [`DEFAULT_EARLY_SEAL_BYTES`]) and up to `max_in_flight` segments uploading.
     pub fn adaptive(min_interval: Duration, max_in_flight: usize) -> Self {
         SealPolicy::Adaptive {
             min_interval,
             max_in_flight,
+            early_bytes: DEFAULT_EARLY_SEAL_BYTES,
+        }
+    }
+
+    /// This policy with `early_bytes` (see [`SealPolicy::Adaptive`]; `usize::MAX`: never early).
+    /// [`SealPolicy::Interval`] is returned unchanged.
+    pub fn with_early_bytes(self, bytes: usize) -> Self {
+        match self {
+            SealPolicy::Adaptive {
+                min_interval,
+                max_in_flight,
+                ..
+            } => SealPolicy::Adaptive {
+                min_interval,
+                max_in_flight,
+                early_bytes: bytes,
+            },
+            other => other,
         }
     }
 
@@ -85,6 +124,7 @@ impl SealPolicy {
         let SealPolicy::Adaptive {
             min_interval: default_min,
             max_in_flight,
+            ..
         } = default
         else {
             return Err(ConfigError::invalid(
@@ -270,8 +310,12 @@ impl WalWriterConfig {
         if let SealPolicy::Adaptive {
             min_interval,
             max_in_flight,
+            early_bytes,
         } = self.seal_policy
         {
+            if early_bytes == 0 {
+                return invalid("seal_policy", "SealPolicy::Adaptive needs early_bytes >= 1");
+            }
             if max_in_flight == 0 {
                 return invalid(
                     "seal_policy",

@@ -88,7 +88,7 @@ mod state;
 pub use crate::ConfigError;
 pub use answer::{PartitionResponse, PendingProduce, ProduceRecordError};
 pub use builder::WalWriterBuilder;
-pub use config::{Backpressure, SealPolicy, WalWriterConfig};
+pub use config::{Backpressure, DEFAULT_EARLY_SEAL_BYTES, SealPolicy, WalWriterConfig};
 
 use crate::validate::Validator;
 use answer::{Slot, Waiter, fill_errors, ready, refuse};

@@ -216,25 +216,28 @@ impl Drop for InFlight {
     }
 }
 
-/// Whether an adaptive writer seals the (non-empty) buffer now: the pipeline has room and
-/// `min_interval` has passed since the previous seal.
+/// Whether an adaptive writer seals the (non-empty) buffer now: the pipeline has room, and
+/// `min_interval` has passed since the previous seal or the buffer holds `early_bytes`.
 pub(super) fn adaptive_ready(shared: &Shared, buffer: &Buffer) -> bool {
     let SealPolicy::Adaptive {
         min_interval,
         max_in_flight,
+        early_bytes,
     } = shared.config.seal_policy
     else {
         return false;
     };
     !buffer.entries.is_empty()
         && shared.uploading.load(Ordering::Acquire) < max_in_flight
-        && buffer
-            .last_seal
-            .is_none_or(|t| t + min_interval <= Instant::now())
+        && (buffer.bytes >= early_bytes
+            || buffer
+                .last_seal
+                .is_none_or(|t| t + min_interval <= Instant::now()))
 }
 
 /// Closes the buffer `commit_interval` after its first batch, and, for an adaptive writer, when the
-/// pipeline has room once `min_interval` has passed since the previous seal.
+/// pipeline has room once `min_interval` has passed since the previous seal (at once when the
+/// buffer holds `early_bytes`: a buffer that reached them while the pipeline was full).
 pub(super) async fn run_timer(shared: Arc<Shared>) {
     loop {
         if shared.closed.load(Ordering::Acquire) {
@@ -247,11 +250,15 @@ pub(super) async fn run_timer(shared: Arc<Shared>) {
                 if let SealPolicy::Adaptive {
                     min_interval,
                     max_in_flight,
+                    early_bytes,
                 } = shared.config.seal_policy
                     && shared.uploading.load(Ordering::Acquire) < max_in_flight
-                    && let Some(last) = buffer.last_seal
                 {
-                    deadline = deadline.min(last + min_interval);
+                    if buffer.bytes >= early_bytes {
+                        deadline = Instant::now();
+                    } else if let Some(last) = buffer.last_seal {
+                        deadline = deadline.min(last + min_interval);
+                    }
                 }
                 deadline
             })
