@@ -74,6 +74,20 @@ pub struct ConnectionLimits {
     pub max_in_flight: usize,
 }
 
+impl ConnectionLimits {
+    /// These limits with `max_frame` bytes as the largest request.
+    pub fn with_max_frame(mut self, max_frame: usize) -> Self {
+        self.max_frame = max_frame;
+        self
+    }
+
+    /// These limits with `max_in_flight` requests per connection (at least 1 is used).
+    pub fn with_max_in_flight(mut self, max_in_flight: usize) -> Self {
+        self.max_in_flight = max_in_flight;
+        self
+    }
+}
+
 impl Default for ConnectionLimits {
     fn default() -> Self {
         Self {
@@ -362,6 +376,33 @@ mod tests {
         assert_eq!(dispatched, [1, 2, 3]);
         assert_eq!(answered, [1, 2, 3]);
         assert_eq!(most, 1, "never two requests at once");
+    }
+
+    #[tokio::test]
+    async fn a_smaller_frame_limit_is_kept() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (rd, wr) = tokio::io::split(server);
+        let server = tokio::spawn(serve(
+            rd,
+            wr,
+            ConnectionLimits::default()
+                .with_max_frame(7)
+                .with_max_in_flight(1),
+            "test",
+            |_f: RequestFrame| async {
+                Ok(Some(tokio::spawn(async {
+                    Ok(Some(Bytes::from_static(b"answered")))
+                })))
+            },
+        ));
+        let (mut crd, mut cwr) = tokio::io::split(client);
+        // An 8-byte request against a 7-byte limit: closed without an answer.
+        cwr.write_all(&frame(0, 1)).await.unwrap();
+        cwr.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        crd.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        server.await.unwrap();
     }
 
     #[tokio::test]
