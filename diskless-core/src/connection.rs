@@ -275,6 +275,40 @@ mod tests {
         i32::from_be_bytes([r[4], r[5], r[6], r[7]])
     }
 
+    /// The test hosts' answer to request `id`: a 4-byte body holding the id.
+    fn answer(id: i32) -> Bytes {
+        Bytes::from([4i32.to_be_bytes(), id.to_be_bytes()].concat())
+    }
+
+    type Client = (
+        tokio::io::ReadHalf<tokio::io::DuplexStream>,
+        tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    );
+
+    /// A connection served by [`serve`] with `limits` and `dispatch` over an in-memory pipe: the
+    /// client's halves and the server's task.
+    fn connect<F, Fut>(limits: ConnectionLimits, dispatch: F) -> (Client, JoinHandle<()>)
+    where
+        F: FnMut(RequestFrame) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Option<Answer>, String>> + Send + 'static,
+    {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (rd, wr) = tokio::io::split(server);
+        let server = tokio::spawn(serve(rd, wr, limits, "test", dispatch));
+        (tokio::io::split(client), server)
+    }
+
+    /// Writes `bytes`, ends the client's sending side, and reads everything the server writes
+    /// until it closes the connection.
+    async fn send_all_then_read_all(client: Client, bytes: &[u8]) -> Vec<u8> {
+        let (mut crd, mut cwr) = client;
+        cwr.write_all(bytes).await.unwrap();
+        cwr.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        crd.read_to_end(&mut rest).await.unwrap();
+        rest
+    }
+
     /// A host whose Produce answers wait for `commit`; every answer is the correlation id. Records
     /// the order requests were dispatched in and how many answers were running at once.
     struct Host {
@@ -291,20 +325,14 @@ mod tests {
             running: Arc::default(),
             most_running: Arc::default(),
         };
-        let (client, server) = tokio::io::duplex(1 << 16);
-        let (rd, wr) = tokio::io::split(server);
         let (commit, dispatched, running, most) = (
             host.commit.clone(),
             host.dispatched.clone(),
             host.running.clone(),
             host.most_running.clone(),
         );
-        let server = tokio::spawn(serve(
-            rd,
-            wr,
-            ConnectionLimits::default(),
-            "test",
-            move |f: RequestFrame| {
+        let ((mut crd, mut cwr), server) =
+            connect(ConnectionLimits::default(), move |f: RequestFrame| {
                 let id = correlation_id(&f);
                 dispatched.lock().push(id);
                 let (commit, running, most) = (commit.clone(), running.clone(), most.clone());
@@ -316,14 +344,10 @@ mod tests {
                             commit.notified().await;
                         }
                         running.fetch_sub(1, Ordering::SeqCst);
-                        Ok(Some(Bytes::from(
-                            [4i32.to_be_bytes(), id.to_be_bytes()].concat(),
-                        )))
+                        Ok(Some(answer(id)))
                     })))
                 }
-            },
-        ));
-        let (mut crd, mut cwr) = tokio::io::split(client);
+            });
         let n = requests.len();
         cwr.write_all(&requests.concat()).await.unwrap();
         // Let the server read what it will before any commit.
@@ -380,28 +404,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_smaller_frame_limit_is_kept() {
-        let (client, server) = tokio::io::duplex(1 << 16);
-        let (rd, wr) = tokio::io::split(server);
-        let server = tokio::spawn(serve(
-            rd,
-            wr,
+        let (client, server) = connect(
             ConnectionLimits::default()
                 .with_max_frame(7)
                 .with_max_in_flight(1),
-            "test",
-            |_f: RequestFrame| async {
-                Ok(Some(tokio::spawn(async {
-                    Ok(Some(Bytes::from_static(b"answered")))
-                })))
-            },
-        ));
-        let (mut crd, mut cwr) = tokio::io::split(client);
+            |_f: RequestFrame| async { Ok(Some(tokio::spawn(async { Ok(Some(answer(1))) }))) },
+        );
         // An 8-byte request against a 7-byte limit: closed without an answer.
-        cwr.write_all(&frame(0, 1)).await.unwrap();
-        cwr.shutdown().await.unwrap();
-        let mut rest = Vec::new();
-        crd.read_to_end(&mut rest).await.unwrap();
-        assert!(rest.is_empty());
+        assert!(
+            send_all_then_read_all(client, &frame(0, 1))
+                .await
+                .is_empty()
+        );
         server.await.unwrap();
     }
 
@@ -413,26 +427,13 @@ mod tests {
             // Announces 8 bytes, sends 2, then ends.
             [8i32.to_be_bytes().to_vec(), vec![0, 0]].concat(),
         ] {
-            let (client, server) = tokio::io::duplex(1 << 16);
-            let (rd, wr) = tokio::io::split(server);
             let calls = Arc::new(AtomicUsize::new(0));
             let c = calls.clone();
-            let server = tokio::spawn(serve(
-                rd,
-                wr,
-                ConnectionLimits::default(),
-                "test",
-                move |_f: RequestFrame| {
-                    c.fetch_add(1, Ordering::SeqCst);
-                    async { Ok(None) }
-                },
-            ));
-            let (mut crd, mut cwr) = tokio::io::split(client);
-            cwr.write_all(&bytes).await.unwrap();
-            cwr.shutdown().await.unwrap();
-            let mut rest = Vec::new();
-            crd.read_to_end(&mut rest).await.unwrap();
-            assert!(rest.is_empty());
+            let (client, server) = connect(ConnectionLimits::default(), move |_f: RequestFrame| {
+                c.fetch_add(1, Ordering::SeqCst);
+                async { Ok(None) }
+            });
+            assert!(send_all_then_read_all(client, &bytes).await.is_empty());
             server.await.unwrap();
             assert_eq!(calls.load(Ordering::SeqCst), 0, "{bytes:?}");
         }
@@ -440,32 +441,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_request_ends_the_connection_after_the_earlier_answers() {
-        let (client, server) = tokio::io::duplex(1 << 16);
-        let (rd, wr) = tokio::io::split(server);
-        let server = tokio::spawn(serve(
-            rd,
-            wr,
-            ConnectionLimits::default(),
-            "test",
-            |f: RequestFrame| async move {
-                let id = correlation_id(&f);
-                if id == 2 {
-                    return Err("cannot decode".to_string());
-                }
-                Ok(Some(tokio::spawn(async move {
-                    Ok(Some(Bytes::from(
-                        [4i32.to_be_bytes(), id.to_be_bytes()].concat(),
-                    )))
-                })))
-            },
-        ));
-        let (mut crd, mut cwr) = tokio::io::split(client);
-        cwr.write_all(&[frame(0, 1), frame(0, 2), frame(0, 3)].concat())
-            .await
-            .unwrap();
-        let mut rest = Vec::new();
-        crd.read_to_end(&mut rest).await.unwrap();
-        assert_eq!(rest, [4i32.to_be_bytes(), 1i32.to_be_bytes()].concat());
+        let (client, server) = connect(ConnectionLimits::default(), |f: RequestFrame| async move {
+            let id = correlation_id(&f);
+            if id == 2 {
+                return Err("cannot decode".to_string());
+            }
+            Ok(Some(tokio::spawn(async move { Ok(Some(answer(id))) })))
+        });
+        let requests = [frame(0, 1), frame(0, 2), frame(0, 3)].concat();
+        assert_eq!(send_all_then_read_all(client, &requests).await, answer(1));
         server.await.unwrap();
     }
 }

@@ -314,9 +314,7 @@ impl DisklessNodeBuilder {
         if let Some(workers) = &workers {
             workers.check()?;
         }
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(ConfigError::NoRuntime);
-        }
+        // Outside a runtime the first writer's build refuses (NoRuntime) before it spawns.
 
         let mut writers = BTreeMap::new();
         for id in &config.broker_ids {

@@ -163,3 +163,14 @@ async fn invalid_settings_are_refused() {
     .unwrap_err();
     assert!(e.to_string().contains("retention"), "{e}");
 }
+
+/// Outside a tokio runtime the build is refused (nothing can be spawned), not a panic.
+#[test]
+fn building_outside_a_runtime_is_refused() {
+    let built = DisklessNode::builder(
+        Arc::new(ObjectStoreStorage::in_memory()),
+        Arc::new(InMemoryCoordinator::new(ManualClock::new(T0))),
+    )
+    .build();
+    assert!(matches!(built, Err(ConfigError::NoRuntime)), "{built:?}");
+}

@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-
 use diskless_core::connection::{self, ConnectionLimits, RequestFrame};
 use rama::layer::{MapErrLayer, MapStateLayer};
 use rama::{Layer as _, Service as _};
@@ -145,8 +144,8 @@ where
                     }
                 };
                 let route = route_service(storage.clone(), groups.clone())?;
-                let service = Arc::new(BytesFrameLayer::default().with_sasl_config(None).into_layer(route));
-                set.spawn(connection(service, stream, addr));
+                let frames = BytesFrameLayer::default().with_sasl_config(None);
+                set.spawn(connection(Arc::new(frames.into_layer(route)), stream, addr));
             }
             _ = interval.tick() => {
                 let storage = storage.clone();
