@@ -26,6 +26,7 @@ Usage: cargo build --release -p diskless-kafka-broker --features testkit --bin k
        (cd examples/nisshi && CARGO_TARGET_DIR=../../target cargo build --release --locked \\
            --bin nisshi-diskless)
        python3 bench/clients/nisshi_throughput.py [--messages N] [--rows broker,diskless,...]
+           [--repeat R]
 """
 
 import argparse
@@ -267,6 +268,10 @@ def main():
                         help=f"comma-separated, the first is the baseline; known: {', '.join(ROWS)}")
     parser.add_argument("--stall-s", type=float, default=60.0,
                         help="give up consuming after this long without a message")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of all rows, interleaved (row order within each round); "
+                             "with more than one, a summary of min / median / max per row and "
+                             "of each row's ratio to the baseline of the same round follows")
     opts = parser.parse_args()
     names = opts.rows.split(",")
     if unknown := [n for n in names if n not in ROWS]:
@@ -280,13 +285,56 @@ def main():
     print("| row | produce MB/s | ratio | latency p50 / p99 | consume MB/s | ratio "
           "| group join s | PUTs per 1,000 msgs (WAL + engine) | broker CPU s (produce) |")
     print("|---|---|---|---|---|---|---|---|---|")
+    rounds = []
+    for _ in range(max(1, opts.repeat)):
+        rounds.append(run_round(names, opts))
+    if len(rounds) > 1:
+        summarize(names, rounds)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
+def spread(values):
+    """min / median / max of `values`, as text."""
+    v = sorted(values)
+    mid = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+    return v[0], mid, v[-1]
+
+
+def summarize(names, rounds):
+    """Per row over the rounds: produce and consume MB/s and the ratios to the same round's
+    baseline (first row), as min / median / max."""
+    print()
+    print(f"Summary over {len(rounds)} rounds (min / median / max; ratios to the baseline row "
+          "of the same round):")
+    print("| row | produce MB/s | produce ratio | consume MB/s | consume ratio | p99 ms |")
+    print("|---|---|---|---|---|---|")
+    for name in names:
+        runs = [(rd[0], rd[1][name]) for rd in rounds if name in rd[1] and rd[0] is not None]
+        if not runs:
+            continue
+
+        def fmt(key, ratio):
+            vals = [(r[key] / b[key]) if ratio else r[key] for b, r in runs]
+            lo, mid, hi = spread(vals)
+            return f"{lo:.2f}x / {mid:.2f}x / {hi:.2f}x" if ratio else \
+                f"{lo:.1f} / {mid:.1f} / {hi:.1f}"
+        print(f"| {rounds[0][2][name]} | {fmt('produce', False)} | {fmt('produce', True)} "
+              f"| {fmt('consume', False)} | {fmt('consume', True)} | {fmt('p99', False)} |",
+              flush=True)
+
+
+def run_round(names, opts):
+    """One row after another; returns (baseline result, {name: result}, {name: label})."""
     base = None
+    results, labels = {}, {}
     for name in names:
         label, r = run_row(name, opts)
+        labels[name] = label
         if isinstance(r, str):
             print(f"| {label} | {r} | | | | | | | |", flush=True)
             continue
         base = base or r
+        results[name] = r
         read = "" if r["read"] == opts.messages + 1 else f" (read {r['read'] - 1})"
         puts = " + ".join(f"{v:.2f}" for v in r["puts"].values())
         if len(r["puts"]) > 1:
@@ -297,7 +345,7 @@ def main():
               f"| {r['p50']:.0f} ms / {r['p99']:.0f} ms | {r['consume']:.1f}{read} "
               f"| {r['consume'] / base['consume']:.2f}x | {r['join']:.1f} | {puts} "
               f"| {r['cpu']:.1f} |", flush=True)
-    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    return base, results, labels
 
 
 if __name__ == "__main__":

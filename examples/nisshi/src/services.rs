@@ -270,8 +270,11 @@ impl<S: Storage> Service<S, EndTxnRequest> for EndTxnService {
             Ok(code) => code,
             Err(Error::Api(code)) => code,
             Err(e) => {
-                tracing::warn!(error = ?e, "EndTxn failed");
-                ErrorCode::UnknownServerError
+                // The end is saved before the engine is asked (DisklessStorage::txn_end) and is
+                // finished later; the client's retry finishes it now. Kafka answers a failed
+                // transaction-log append with this retriable code too.
+                tracing::warn!(error = ?e, "EndTxn failed; the client retries");
+                ErrorCode::CoordinatorNotAvailable
             }
         };
         Ok(EndTxnResponse::default()

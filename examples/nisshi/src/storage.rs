@@ -20,8 +20,17 @@
 //! partition does not read past the open transaction until its marker is written (the LSO), so
 //! the outcome is the same in both kinds of partition. The open transactions' diskless partitions
 //! and the markers still to write are saved to a file ([`DisklessSettings::txn_state_file`],
-//! [`crate::txn_state`]) so that a restarted node writes them; see README.md, "What is left", for
-//! the window that remains.
+//! [`crate::txn_state`]) so that a restarted node writes them. An EndTxn is saved there (with
+//! its markers) *before* Nisshi's engine is asked to decide, and is driven to its end (the
+//! engine's `txn_end` again, then the markers) before anything else touches that transactional
+//! id — InitProducerId, AddPartitionsToTxn, a retried EndTxn — and on every `maintain`
+//! ([`DisklessStorage::finish_endings`]). So a node killed after the engine decided still writes
+//! the decided markers, and a client that starts over with InitProducerId cannot fence a
+//! transaction whose commit the engine already recorded into an abort on the diskless side.
+//! This rests on tansu 0.6.0's `txn_end` deciding whatever it is asked (it checks no state and
+//! answers `NONE`; asked again, it finds nothing left and answers `NONE`): the saved outcome is
+//! the engine's decision. `tests/storage.rs`
+//! (`an_end_txn_decided_before_a_crash_is_finished_after_it`) kills the adapter at that point.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -68,7 +77,7 @@ use uuid::Uuid;
 
 use crate::convert;
 use crate::topics::DisklessTopics;
-use crate::txn_state::{OpenTxn, TxnState};
+use crate::txn_state::{EndingTxn, MAX_TIMEOUT_MS, OpenTxn, TxnState};
 
 /// KIP-1150's topic config: `true` makes a topic diskless. Fixed at creation.
 pub const DISKLESS_ENABLE: &str = "diskless.enable";
@@ -161,6 +170,11 @@ pub(crate) struct Shared {
     /// Held while the state is saved: the last save writes the latest state.
     txn_state_saving: parking_lot::Mutex<()>,
     last_txn_seq: parking_lot::Mutex<i64>,
+    /// Fail point for tests: `txn_end` stops right after Nisshi's engine decided, as a process
+    /// killed there would ([`DisklessStorage::stop_after_engine_decides`]).
+    stop_after_engine_decides: std::sync::atomic::AtomicBool,
+    /// `transaction.timeout.ms` of each transactional id's last InitProducerId on this node.
+    txn_timeouts: parking_lot::Mutex<std::collections::HashMap<String, i64>>,
 }
 
 /// Nisshi's [`Storage`] with diskless topics: calls about a diskless partition's data go to the
@@ -226,6 +240,8 @@ impl<S: Storage> DisklessStorage<S> {
                 txn_state: parking_lot::Mutex::new(txn_state),
                 txn_state_saving: parking_lot::Mutex::new(()),
                 last_txn_seq: parking_lot::Mutex::new(0),
+                stop_after_engine_decides: std::sync::atomic::AtomicBool::new(false),
+                txn_timeouts: parking_lot::Mutex::new(std::collections::HashMap::new()),
             }),
         })
     }
@@ -300,6 +316,185 @@ impl<S: Storage> DisklessStorage<S> {
             warn!(error = ?e, "transaction state not saved");
         }
         left
+    }
+
+    /// Drives the saved EndTxn of `transaction_id` (every one when `None`) to its end: Nisshi's
+    /// engine decides again (the module documentation says why that repeats its first decision),
+    /// then the markers are written. Returns whether none is left undecided.
+    pub async fn finish_endings(&self, transaction_id: Option<&str>) -> bool {
+        let endings: Vec<(String, EndingTxn)> = {
+            let state = self.shared.txn_state.lock();
+            state
+                .ending
+                .iter()
+                .filter(|(tid, _)| transaction_id.is_none_or(|only| only == tid.as_str()))
+                .map(|(tid, e)| (tid.clone(), e.clone()))
+                .collect()
+        };
+        let mut done = true;
+        for (tid, ending) in endings {
+            match self.drive_ending(&tid, &ending).await {
+                Ok(ErrorCode::None) => {
+                    if self.shared.txn_state.lock().ending.contains_key(&tid) {
+                        done = false;
+                    }
+                }
+                Ok(code) => {
+                    warn!(
+                        transactional_id = tid,
+                        ?code,
+                        "Nisshi's engine refused a saved EndTxn; kept"
+                    );
+                    done = false;
+                }
+                Err(e) => {
+                    warn!(transactional_id = tid, error = ?e, "a saved EndTxn not decided yet");
+                    done = false;
+                }
+            }
+        }
+        done
+    }
+
+    /// Asks Nisshi's engine to decide the saved `ending` (unless it already has), then writes its
+    /// markers; the saved end is dropped once every marker is written. Two callers driving the
+    /// same end at once (a client's retry and `maintain`) both write the markers, which the
+    /// coordinator answers as duplicates the second time (they carry the transaction's number),
+    /// and neither returns `NONE` before the markers are written or known decided.
+    async fn drive_ending(&self, transaction_id: &str, ending: &EndingTxn) -> Result<ErrorCode> {
+        let same = |e: &EndingTxn| {
+            e.producer_id == ending.producer_id
+                && e.producer_epoch == ending.producer_epoch
+                && e.commit == ending.commit
+        };
+        if !ending.decided {
+            let code = self
+                .inner
+                .txn_end(
+                    transaction_id,
+                    ending.producer_id,
+                    ending.producer_epoch,
+                    ending.commit,
+                )
+                .await?;
+            if self
+                .shared
+                .stop_after_engine_decides
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(Error::Message(
+                    "fail point: stopped after the engine decided".into(),
+                ));
+            }
+            if code != ErrorCode::None {
+                return Ok(code);
+            }
+            if let Some(e) = self.shared.txn_state.lock().ending.get_mut(transaction_id)
+                && same(e)
+            {
+                e.decided = true;
+            }
+        }
+        let failed = self.write_markers(ending.markers.clone()).await;
+        let left = failed.len();
+        {
+            let mut state = self.shared.txn_state.lock();
+            if let Some(e) = state.ending.get_mut(transaction_id)
+                && same(e)
+            {
+                if failed.is_empty() {
+                    state.ending.remove(transaction_id);
+                } else {
+                    e.markers = failed;
+                }
+            }
+        }
+        if let Err(e) = self.save_txn_state() {
+            warn!(error = ?e, "transaction state not saved");
+        }
+        if left > 0 {
+            // Decided; the markers are retried by `maintain` and by the next request of this
+            // transactional id (which waits for them, Kafka's CONCURRENT_TRANSACTIONS).
+            warn!(
+                transactional_id = transaction_id,
+                left, "transaction markers not written yet"
+            );
+        }
+        Ok(ErrorCode::None)
+    }
+
+    /// Whether `producer_id`/`producer_epoch` of `transaction_id` lost its transaction to the
+    /// transaction timeout (and has not been initialised again since).
+    fn timed_out(&self, transaction_id: &str, producer_id: i64, producer_epoch: i16) -> bool {
+        self.shared.txn_state.lock().timed_out.get(transaction_id)
+            == Some(&(producer_id, producer_epoch))
+    }
+
+    /// Aborts every open transaction with a diskless partition that has been open longer than its
+    /// `transaction.timeout.ms` at `now_ms`, as Kafka's transaction coordinator does (tansu 0.6.0
+    /// has no timeout: a producer that died mid-transaction would hold its diskless partitions'
+    /// LSO, and every read_committed consumer of them, forever). The abort is saved and driven
+    /// like a client's EndTxn (Nisshi's engine aborts the classic side, then the diskless markers);
+    /// the producer's epoch is fenced until its next InitProducerId (`PRODUCER_FENCED`, as after
+    /// Kafka's epoch bump). Returns how many were aborted.
+    pub async fn abort_timed_out(&self, now_ms: i64) -> usize {
+        let expired: Vec<(String, EndingTxn)> = {
+            let mut state = self.shared.txn_state.lock();
+            let ids: Vec<String> = state
+                .txns
+                .iter()
+                .filter(|(tid, t)| {
+                    !state.ending.contains_key(tid.as_str())
+                        && t.started_ms.saturating_add(t.timeout_ms) < now_ms
+                })
+                .map(|(tid, _)| tid.clone())
+                .collect();
+            let mut expired = Vec::new();
+            for tid in ids {
+                let Some(txn) = state.txns.remove(&tid) else {
+                    continue;
+                };
+                let ending = EndingTxn {
+                    producer_id: txn.producer_id,
+                    producer_epoch: txn.producer_epoch,
+                    commit: false,
+                    markers: markers_of(&txn, txn.producer_id, txn.producer_epoch, false),
+                    decided: false,
+                };
+                state
+                    .timed_out
+                    .insert(tid.clone(), (txn.producer_id, txn.producer_epoch));
+                state.ending.insert(tid.clone(), ending.clone());
+                expired.push((tid, ending));
+            }
+            expired
+        };
+        if expired.is_empty() {
+            return 0;
+        }
+        if let Err(e) = self.save_txn_state() {
+            warn!(error = ?e, "transaction state not saved before timeout aborts");
+        }
+        for (tid, ending) in &expired {
+            warn!(
+                transactional_id = tid,
+                producer_id = ending.producer_id,
+                "transaction timed out; aborting it"
+            );
+            if let Err(e) = self.drive_ending(tid, ending).await {
+                warn!(transactional_id = tid, error = ?e, "timeout abort not decided yet; retried");
+            }
+        }
+        expired.len()
+    }
+
+    /// Fail point for tests: from now on, `txn_end` stops right after Nisshi's engine decided
+    /// (answering an error), as a process killed at that moment would.
+    #[doc(hidden)]
+    pub fn stop_after_engine_decides(&self) {
+        self.shared
+            .stop_after_engine_decides
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Saves the transaction state to `settings.txn_state_file`, if set.
@@ -570,18 +765,30 @@ impl<S: Storage> DisklessStorage<S> {
         for topic in topics {
             if let Some(info) = self.diskless_topic(&topic.name).await? {
                 let fresh = self.next_txn_seq();
+                let now_ms = self.shared.clock.now_ms();
+                let timeout_ms = self
+                    .shared
+                    .txn_timeouts
+                    .lock()
+                    .get(transaction_id)
+                    .copied()
+                    .unwrap_or(MAX_TIMEOUT_MS);
                 let mut state = self.shared.txn_state.lock();
                 let txn = state
                     .txns
                     .entry(transaction_id.to_string())
                     .or_insert_with(|| OpenTxn {
                         txn_seq: fresh,
+                        started_ms: now_ms,
+                        timeout_ms,
                         ..OpenTxn::default()
                     });
                 if txn.producer_id != producer_id || txn.producer_epoch != producer_epoch {
                     // Another producer id or epoch: the old one was fenced; a new transaction.
                     txn.partitions.clear();
                     txn.txn_seq = fresh;
+                    txn.started_ms = now_ms;
+                    txn.timeout_ms = timeout_ms;
                 }
                 txn.producer_id = producer_id;
                 txn.producer_epoch = producer_epoch;
@@ -1187,6 +1394,17 @@ impl<S: Storage> Storage for DisklessStorage<S> {
                 epoch: -1,
             });
         }
+        // A transaction of this id whose end was asked is finished first (Kafka answers
+        // CONCURRENT_TRANSACTIONS while one completes): fencing must not turn it into an abort.
+        if let Some(tid) = transaction_id
+            && !self.finish_endings(Some(tid)).await
+        {
+            return Ok(ProducerIdResponse {
+                error: ErrorCode::ConcurrentTransactions,
+                id: -1,
+                epoch: -1,
+            });
+        }
         let answer = self
             .inner
             .init_producer(transaction_id, transaction_timeout_ms, Some(-1), Some(-1))
@@ -1194,6 +1412,15 @@ impl<S: Storage> Storage for DisklessStorage<S> {
         if let Some(tid) = transaction_id
             && answer.error == ErrorCode::None
         {
+            self.shared
+                .txn_timeouts
+                .lock()
+                .insert(tid.to_string(), i64::from(transaction_timeout_ms));
+            if self.shared.txn_state.lock().timed_out.remove(tid).is_some()
+                && let Err(e) = self.save_txn_state()
+            {
+                warn!(error = ?e, "transaction state not saved");
+            }
             // Nisshi aborts the transaction an InitProducerId fences; the diskless side too.
             let fenced = self.shared.txn_state.lock().txns.remove(tid);
             if let Some(txn) = fenced {
@@ -1211,6 +1438,9 @@ impl<S: Storage> Storage for DisklessStorage<S> {
         producer_epoch: i16,
         group_id: &str,
     ) -> Result<ErrorCode> {
+        if self.timed_out(transaction_id, producer_id, producer_epoch) {
+            return Ok(ErrorCode::ProducerFenced);
+        }
         self.inner
             .txn_add_offsets(transaction_id, producer_id, producer_epoch, group_id)
             .await
@@ -1227,6 +1457,13 @@ impl<S: Storage> Storage for DisklessStorage<S> {
                 producer_epoch,
                 topics,
             } => {
+                if self.timed_out(transaction_id, *producer_id, *producer_epoch) {
+                    return Err(Error::Api(ErrorCode::ProducerFenced));
+                }
+                // The previous transaction's end goes first (Kafka: CONCURRENT_TRANSACTIONS).
+                if !self.finish_endings(Some(transaction_id)).await {
+                    return Err(Error::Api(ErrorCode::ConcurrentTransactions));
+                }
                 self.note_added_partitions(transaction_id, *producer_id, *producer_epoch, topics)
                     .await?
             }
@@ -1253,28 +1490,94 @@ impl<S: Storage> Storage for DisklessStorage<S> {
         producer_epoch: i16,
         committed: bool,
     ) -> Result<ErrorCode> {
-        let code = self
-            .inner
-            .txn_end(transaction_id, producer_id, producer_epoch, committed)
-            .await?;
-        if code != ErrorCode::None {
-            return Ok(code);
+        if self.timed_out(transaction_id, producer_id, producer_epoch) {
+            // Aborted for its timeout: Kafka has bumped the epoch, this producer is fenced.
+            return Ok(ErrorCode::ProducerFenced);
+        }
+        let saved = self
+            .shared
+            .txn_state
+            .lock()
+            .ending
+            .get(transaction_id)
+            .cloned();
+        if let Some(ending) = saved {
+            if ending.producer_id == producer_id && ending.producer_epoch == producer_epoch {
+                // A retry of the EndTxn saved: the same outcome is driven on; the other one is
+                // Kafka's INVALID_TXN_STATE (a transaction preparing one end cannot take the other).
+                if ending.commit != committed {
+                    return Ok(ErrorCode::InvalidTxnState);
+                }
+                return self.drive_ending(transaction_id, &ending).await;
+            }
+            // An earlier producer's end is still undecided: it goes first.
+            if !self.finish_endings(Some(transaction_id)).await {
+                return Ok(ErrorCode::ConcurrentTransactions);
+            }
         }
         let txn = {
             let mut state = self.shared.txn_state.lock();
             match state.txns.get(transaction_id) {
-                Some(t) if t.producer_id == producer_id => state.txns.remove(transaction_id),
+                Some(t) if t.producer_id == producer_id && !t.partitions.is_empty() => {
+                    state.txns.remove(transaction_id)
+                }
+                Some(t) if t.producer_id == producer_id => {
+                    state.txns.remove(transaction_id);
+                    None
+                }
                 _ => None,
             }
         };
-        if let Some(txn) = txn {
-            self.end_diskless(&txn, producer_id, producer_epoch, committed)
+        let Some(txn) = txn else {
+            // No diskless partition in the transaction: Nisshi's engine alone.
+            return self
+                .inner
+                .txn_end(transaction_id, producer_id, producer_epoch, committed)
                 .await;
+        };
+        let ending = EndingTxn {
+            producer_id,
+            producer_epoch,
+            commit: committed,
+            markers: markers_of(&txn, producer_id, producer_epoch, committed),
+            decided: false,
+        };
+        // On disk before the engine decides (module documentation).
+        self.shared
+            .txn_state
+            .lock()
+            .ending
+            .insert(transaction_id.to_string(), ending.clone());
+        if let Err(e) = self.save_txn_state() {
+            // Nothing decided: the transaction stays open, the client's retry tries again.
+            let mut state = self.shared.txn_state.lock();
+            state.ending.remove(transaction_id);
+            state.txns.insert(transaction_id.to_string(), txn);
+            return Err(e);
+        }
+        let code = self.drive_ending(transaction_id, &ending).await?;
+        if code != ErrorCode::None {
+            // The engine refused this end (tansu 0.6.0's never does): the transaction stays open.
+            {
+                let mut state = self.shared.txn_state.lock();
+                if state.ending.get(transaction_id) == Some(&ending) {
+                    state.ending.remove(transaction_id);
+                    state.txns.insert(transaction_id.to_string(), txn);
+                }
+            }
+            self.save_txn_state()?;
         }
         Ok(code)
     }
 
     async fn maintain(&self, now: SystemTime) -> Result<()> {
+        let now_ms = now
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        self.abort_timed_out(now_ms).await;
+        if !self.finish_endings(None).await {
+            warn!("transaction ends still to be decided by Nisshi's engine");
+        }
         let left = self.retry_markers().await;
         if left > 0 {
             warn!(left, "transaction markers still pending");

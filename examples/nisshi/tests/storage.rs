@@ -401,6 +401,198 @@ async fn a_transaction_open_across_a_restart_ends_on_its_diskless_partition() {
     running.shutdown().await;
 }
 
+/// The control types (0 abort, 1 commit) of the control batches among `batches`, in order.
+fn markers_in(batches: &[tansu_sans_io::record::deflated::Batch]) -> Vec<i16> {
+    let mut out = Vec::new();
+    for b in batches.iter().filter(|b| b.is_control()) {
+        let parsed = diskless_core::RecordBatch::parse(bytes::Bytes::from(b.clone())).unwrap();
+        let records = parsed.records_bytes();
+        for r in diskless_core::RecordIter::new(&records, 1) {
+            let key = r.unwrap().key.unwrap();
+            out.push(i16::from_be_bytes([key[2], key[3]]));
+        }
+    }
+    out
+}
+
+/// A transaction over `c` 0 (classic) and `d` 0 (diskless) whose EndTxn(commit) stops right after
+/// Nisshi's engine decided it, as a node killed there would; the node restarted on the same data.
+async fn killed_after_the_engine_committed() -> (
+    tempfile::TempDir,
+    diskless_nisshi::run::Running,
+    tansu_storage::ProducerIdResponse,
+) {
+    let (dir, running) = node_with_c_and_d(1).await;
+    let s = running.storage.clone();
+    let producer = begin_txn(&s, "tx", &[("c", 0), ("d", 0)]).await;
+    for tp in [Topition::new("c", 0), Topition::new("d", 0)] {
+        s.produce(Some("tx"), &tp, txn_batch(&producer, &["kept"]))
+            .await
+            .unwrap();
+    }
+    s.stop_after_engine_decides();
+    assert!(
+        s.txn_end("tx", producer.id, producer.epoch, true)
+            .await
+            .is_err()
+    );
+    drop(s);
+    running.shutdown().await;
+    let running = node(dir.path()).await;
+    (dir, running, producer)
+}
+
+/// Both kinds committed: the classic partition ends with a commit marker, the diskless one's
+/// records are read_committed.
+async fn assert_committed_in_both(s: &diskless_nisshi::storage::DisklessStorage<impl Storage>) {
+    let (c0, d0) = (Topition::new("c", 0), Topition::new("d", 0));
+    let stage = s.offset_stage(&d0).await.unwrap();
+    assert_eq!(stage.last_stable(), stage.high_watermark(), "{stage:?}");
+    let diskless = read_all(s, &d0, IsolationLevel::ReadCommitted).await;
+    assert_eq!(values(&diskless), ["kept"]);
+    assert_eq!(
+        markers_in(&diskless),
+        [1],
+        "a commit marker on the diskless side"
+    );
+    let classic = read_all(s, &c0, IsolationLevel::ReadUncommitted).await;
+    assert_eq!(
+        markers_in(&classic),
+        [1],
+        "Nisshi's engine committed the classic side"
+    );
+}
+
+/// A node killed after Nisshi's engine decided an EndTxn(commit) and before the diskless markers
+/// were written: the client starts over (InitProducerId, which fences the transaction) on the
+/// restarted node. The saved end is finished first, so the diskless side commits as the engine
+/// decided, not aborted by the fence. (Before the EndTxn was saved ahead of the engine's decision,
+/// this read nothing on the diskless side: the fence aborted it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_txn_decided_before_a_crash_is_finished_after_it() {
+    let (_dir, running, _producer) = killed_after_the_engine_committed().await;
+    let s = running.storage.clone();
+    let again = s
+        .init_producer(Some("tx"), 60_000, Some(-1), Some(-1))
+        .await
+        .unwrap();
+    assert_eq!(again.error, ErrorCode::None);
+    assert_committed_in_both(&s).await;
+    running.shutdown().await;
+}
+
+/// The same crash, then the client retries its EndTxn: the opposite outcome is refused with
+/// Kafka's `INVALID_TXN_STATE`, the same one finishes it on both kinds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_txn_decided_before_a_crash_is_finished_by_its_retry() {
+    let (_dir, running, producer) = killed_after_the_engine_committed().await;
+    let s = running.storage.clone();
+    assert_eq!(
+        s.txn_end("tx", producer.id, producer.epoch, false)
+            .await
+            .unwrap(),
+        ErrorCode::InvalidTxnState
+    );
+    assert_eq!(
+        s.txn_end("tx", producer.id, producer.epoch, true)
+            .await
+            .unwrap(),
+        ErrorCode::None
+    );
+    assert_committed_in_both(&s).await;
+    running.shutdown().await;
+}
+
+/// A producer that never ends its transaction (it died): once `transaction.timeout.ms` has passed,
+/// `maintain` aborts it on both kinds, as Kafka's transaction coordinator does, so read_committed
+/// consumers of the diskless partition move on; the old producer is fenced until it initialises
+/// again, and then transacts as before. (tansu 0.6.0 has no transaction timeout: without the
+/// adapter's abort the diskless partition's LSO stayed below the records forever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_open_past_its_timeout_is_aborted_on_both_kinds() {
+    let (_dir, running) = node_with_c_and_d(1).await;
+    let s = running.storage.clone();
+    let (c0, d0) = (Topition::new("c", 0), Topition::new("d", 0));
+    // begin_txn's InitProducerId asks for a 60 s transaction timeout.
+    let producer = begin_txn(&s, "slow", &[("c", 0), ("d", 0)]).await;
+    for tp in [&c0, &d0] {
+        s.produce(Some("slow"), tp, txn_batch(&producer, &["lost"]))
+            .await
+            .unwrap();
+    }
+    let stage = s.offset_stage(&d0).await.unwrap();
+    assert!(stage.last_stable() < stage.high_watermark(), "{stage:?}");
+
+    // Within the timeout (60 s, begin_txn's): nothing happens.
+    s.maintain(s.now() + std::time::Duration::from_secs(50))
+        .await
+        .unwrap();
+    let stage = s.offset_stage(&d0).await.unwrap();
+    assert!(stage.last_stable() < stage.high_watermark(), "{stage:?}");
+
+    // Past it: aborted on both kinds.
+    s.maintain(s.now() + std::time::Duration::from_secs(61))
+        .await
+        .unwrap();
+    let stage = s.offset_stage(&d0).await.unwrap();
+    assert_eq!(stage.last_stable(), stage.high_watermark(), "{stage:?}");
+    let diskless = read_all(&s, &d0, IsolationLevel::ReadCommitted).await;
+    assert!(values(&diskless).is_empty(), "{:?}", values(&diskless));
+    assert_eq!(
+        markers_in(&diskless),
+        [0],
+        "an abort marker on the diskless side"
+    );
+    let classic = read_all(&s, &c0, IsolationLevel::ReadUncommitted).await;
+    assert_eq!(
+        markers_in(&classic),
+        [0],
+        "Nisshi's engine aborted the classic side"
+    );
+
+    // The old producer is fenced: it cannot commit what was aborted, nor go on.
+    assert_eq!(
+        s.txn_end("slow", producer.id, producer.epoch, true)
+            .await
+            .unwrap(),
+        ErrorCode::ProducerFenced
+    );
+    let added = s
+        .txn_add_partitions(tansu_storage::TxnAddPartitionsRequest::VersionZeroToThree {
+            transaction_id: "slow".into(),
+            producer_id: producer.id,
+            producer_epoch: producer.epoch,
+            topics: vec![
+                tansu_sans_io::add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                    .name("d".into())
+                    .partitions(Some(vec![0])),
+            ],
+        })
+        .await;
+    assert!(
+        matches!(
+            added,
+            Err(tansu_storage::Error::Api(ErrorCode::ProducerFenced))
+        ),
+        "{added:?}"
+    );
+
+    // Initialised again, it transacts as before.
+    let again = begin_txn(&s, "slow", &[("d", 0)]).await;
+    s.produce(Some("slow"), &d0, txn_batch(&again, &["kept"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.txn_end("slow", again.id, again.epoch, true)
+            .await
+            .unwrap(),
+        ErrorCode::None
+    );
+    let diskless = read_all(&s, &d0, IsolationLevel::ReadCommitted).await;
+    assert_eq!(values(&diskless), ["kept"]);
+    running.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_timeout_out_of_kafkas_bounds_is_refused() {
     let (_dir, running) = node_with_c_and_d(1).await;
