@@ -20,6 +20,11 @@ Rows (`--rows`, comma-separated, the first is the baseline):
                   S3 engine (tansu dynostore) on the same server
   classic-sqlite  Nisshi's own classic topic on its SQLite engine
   diskless-sqlite diskless topic, WAL on the S3 server, Nisshi's engine SQLite
+  classic-pg      Nisshi's own classic topic on its PostgreSQL engine (a fresh database)
+  diskless-pg     diskless topic, WAL on the S3 server, Nisshi's engine PostgreSQL
+The PostgreSQL rows need Nisshi's schema, which no published crate carries:
+`--nisshi-pg-schema FILE` (etc/initdb.d/010-schema.sql of Nisshi's repository at v0.6.0) and a
+server at DISKLESS_POSTGRES_URL (default postgres://postgres@127.0.0.1:5432/test; psql on PATH).
 
 Usage: cargo build --release -p diskless-kafka-broker --features testkit --bin kafka-broker \\
            -p diskless-bench --bin s3-server
@@ -121,8 +126,9 @@ class PutCounter:
 class Server:
     """One broker process (the example broker or nisshi-diskless) with its own S3 server."""
 
-    def __init__(self, kind, engine=None, diskless_default=False):
+    def __init__(self, kind, engine=None, diskless_default=False, pg_schema=None):
         self.data = tempfile.mkdtemp(prefix="nisshi-throughput-")
+        self.database = None
         self.log = open(os.path.join(self.data, "broker.log"), "w")
         self.s3 = S3Server(self.log)
         s3root = os.path.dirname(self.s3.objects)
@@ -147,6 +153,9 @@ class Server:
                 os.makedirs(os.path.join(s3root, ENGINE_BUCKET), exist_ok=True)
                 args += ["--storage-engine", f"s3://{ENGINE_BUCKET}"]
                 buckets["engine"] = os.path.join(s3root, ENGINE_BUCKET)
+            elif engine == "pg":
+                self.database = PgDatabase(pg_schema)
+                args += ["--storage-engine", self.database.url]
             if diskless_default:
                 args.append("--diskless-default")
         self.puts = PutCounter(buckets)
@@ -178,11 +187,38 @@ class Server:
         self.puts.stop()
         self.s3.stop()
         self.log.close()
+        if self.database is not None:
+            self.database.drop()
         if keep_log:
             with open(os.path.join(self.data, "broker.log")) as f:
                 tail = f.read()[-3000:]
             print(f"broker log tail ({self.data}):\n{tail}", file=sys.stderr)
         shutil.rmtree(self.data, ignore_errors=True)
+
+
+class PgDatabase:
+    """A fresh database with Nisshi's PostgreSQL schema (psql), dropped by `drop`."""
+
+    def __init__(self, schema_file):
+        if not schema_file:
+            raise RuntimeError("the PostgreSQL rows need --nisshi-pg-schema (see the docstring)")
+        self.admin = os.environ.get("DISKLESS_POSTGRES_URL",
+                                    "postgres://postgres@127.0.0.1:5432/test")
+        self.name = f"nisshi_bench_{uuid.uuid4().hex}"
+        plain = self.admin.split("?")[0].rsplit("/", 1)[0] + "/" + self.name
+        self._psql(self.admin, "-c", f"CREATE DATABASE {self.name}")
+        self._psql(plain, "-f", schema_file)
+        # Nisshi's engine tries TLS first and checks the certificate against the host name; a
+        # local server's certificate names "localhost", not 127.0.0.1.
+        self.url = plain + "?sslmode=disable"
+
+    @staticmethod
+    def _psql(url, *args):
+        subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1", *args], check=True,
+                       stdout=subprocess.DEVNULL)
+
+    def drop(self):
+        self._psql(self.admin, "-c", f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
 
 
 def consume(bootstrap, expected, stall_s):
@@ -224,13 +260,15 @@ ROWS = {
     "classic-s3": ("Nisshi classic topic, engine s3:// (dynostore)", "nisshi", "s3", False),
     "classic-sqlite": ("Nisshi classic topic, engine SQLite", "nisshi", None, False),
     "diskless-sqlite": ("nisshi-diskless, diskless topic, engine SQLite", "nisshi", None, True),
+    "classic-pg": ("Nisshi classic topic, engine PostgreSQL", "nisshi", "pg", False),
+    "diskless-pg": ("nisshi-diskless, diskless topic, engine PostgreSQL", "nisshi", "pg", True),
 }
 
 
 def run_row(name, opts):
     label, kind, engine, diskless_default = ROWS[name]
     try:
-        server = Server(kind, engine, diskless_default)
+        server = Server(kind, engine, diskless_default, opts.nisshi_pg_schema)
     except Exception as e:  # noqa: BLE001 - reported in the table
         if name == "diskless":
             print(f"(diskless with engine s3:// did not start: {e}; engine SQLite instead)",
@@ -268,6 +306,8 @@ def main():
                         help=f"comma-separated, the first is the baseline; known: {', '.join(ROWS)}")
     parser.add_argument("--stall-s", type=float, default=60.0,
                         help="give up consuming after this long without a message")
+    parser.add_argument("--nisshi-pg-schema",
+                        help="Nisshi's PostgreSQL schema file, for the -pg rows (see above)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="rounds of all rows, interleaved (row order within each round); "
                              "with more than one, a summary of min / median / max per row and "

@@ -77,11 +77,18 @@ impl<S: Storage> Service<DisklessStorage<S>, ProduceRequest> for ProduceService 
                     match p.records {
                         None => Slot::Error(ErrorCode::InvalidRecord, "no records".into()),
                         Some(frame) => {
-                            let mut bytes = BytesMut::new();
-                            for batch in frame.batches {
-                                bytes.extend_from_slice(&convert::batch_bytes(batch));
-                            }
-                            let bytes: Bytes = bytes.freeze();
+                            let mut batches = frame.batches.into_iter();
+                            let bytes: Bytes = match (batches.next(), batches.len()) {
+                                // One batch (Produce v3+): its bytes as they are, no second copy.
+                                (Some(only), 0) => convert::batch_bytes(only),
+                                (first, _) => {
+                                    let mut bytes = BytesMut::new();
+                                    for batch in first.into_iter().chain(batches) {
+                                        bytes.extend_from_slice(&convert::batch_bytes(batch));
+                                    }
+                                    bytes.freeze()
+                                }
+                            };
                             let tp = TopicIdPartition::new(info.topic_id, p.index);
                             let txn_seq = transactional_id
                                 .as_deref()
