@@ -54,15 +54,15 @@ pub use open::{
 };
 pub use types::{
     AbortedTxn, BatchCoordinate, CommitBatch, CommitBatchResult, CommitFileRequest,
-    CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, EARLIEST_TIMESTAMP,
-    EndTxnMarker, FindBatchesRequest, FindBatchesResponse, IsolationLevel, LATEST_TIMESTAMP,
-    ListOffsetsRequest, ListOffsetsResponse, MAX_PRODUCER_ID_BLOCK, MAX_TIMESTAMP,
-    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo, ObjectKind,
-    ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport, ProducerIdBlock,
-    ProducerState, RegisterSegmentOutcome, RegisterSegmentRequest, RetentionReport,
-    SEGMENT_TRAILER_LEN, SegmentLayoutSizes, SegmentPlan, SegmentPlanRequest, ShardId,
-    TXN_MARKER_SIZE, TieredSegment, TieringCandidate, TimestampType, TopicConfig, TopicIdPartition,
-    TopicInfo, TxnMarker, TxnMarkerResult,
+    CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, DescribedProducer,
+    EARLIEST_TIMESTAMP, EndTxnMarker, FindBatchesRequest, FindBatchesResponse, IsolationLevel,
+    LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_PRODUCER_ID_BLOCK,
+    MAX_TIMESTAMP, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo,
+    ObjectKind, ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport,
+    ProducerIdBlock, ProducerState, RegisterSegmentOutcome, RegisterSegmentRequest,
+    RetentionReport, SEGMENT_TRAILER_LEN, SegmentLayoutSizes, SegmentPlan, SegmentPlanRequest,
+    ShardId, TXN_MARKER_SIZE, TieredSegment, TieringCandidate, TimestampType, TopicConfig,
+    TopicIdPartition, TopicInfo, TxnMarker, TxnMarkerResult,
 };
 pub use validate::{
     check_new_partition_count, is_valid_topic_name, last_sequence, next_producer_id_block,

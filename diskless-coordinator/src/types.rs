@@ -736,6 +736,61 @@ impl ProducerState {
             last_marker_offset: -1,
         }
     }
+
+    /// The fields of Kafka's DescribeProducers answer for this producer
+    /// (`KafkaApis.handleDescribeProducersRequest`), as every host answers them.
+    ///
+    /// ```
+    /// use diskless_coordinator::{ProducerState, ProducerBatch, NO_TIMESTAMP};
+    ///
+    /// let mut state = ProducerState::new(7, 2, 1_000);
+    /// assert_eq!(state.described().last_sequence, -1);
+    /// state.batches.push(ProducerBatch {
+    ///     base_sequence: 0,
+    ///     last_sequence: 4,
+    ///     base_offset: 10,
+    ///     last_offset: 14,
+    ///     log_append_time: NO_TIMESTAMP,
+    /// });
+    /// state.current_txn_first_offset = Some(10);
+    /// let d = state.described();
+    /// assert_eq!((d.producer_epoch, d.last_sequence, d.last_timestamp), (2, 4, 1_000));
+    /// assert_eq!((d.coordinator_epoch, d.current_txn_start_offset), (-1, 10));
+    /// ```
+    pub fn described(&self) -> DescribedProducer {
+        let last = self.batches.last();
+        DescribedProducer {
+            producer_id: self.producer_id,
+            producer_epoch: i32::from(self.producer_epoch),
+            last_sequence: last.map_or(-1, |b| b.last_sequence),
+            last_timestamp: match last {
+                Some(b) if b.log_append_time != crate::NO_TIMESTAMP => b.log_append_time,
+                _ => self.last_append_ms,
+            },
+            coordinator_epoch: self.coordinator_epoch,
+            current_txn_start_offset: self.current_txn_first_offset.unwrap_or(-1),
+        }
+    }
+}
+
+/// One producer of a partition as Kafka's DescribeProducers (API 61) answers it
+/// ([`ProducerState::described`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DescribedProducer {
+    /// The producer id.
+    pub producer_id: i64,
+    /// Its latest epoch.
+    pub producer_epoch: i32,
+    /// The last sequence of its last batch kept, else `-1`.
+    pub last_sequence: i32,
+    /// The last batch's log append time on a LogAppendTime topic; otherwise the commit time of
+    /// the producer's last append (the coordinator keeps no batch max timestamp, which Kafka
+    /// answers here).
+    pub last_timestamp: i64,
+    /// The transaction coordinator epoch of its last marker, else `-1`.
+    pub coordinator_epoch: i32,
+    /// The first offset of its open transaction in the partition, else `-1`.
+    pub current_txn_start_offset: i64,
 }
 
 /// The length of a tiered segment object's trailer, after its sections

@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 
-use diskless_coordinator::{NO_TIMESTAMP, TopicIdPartition};
+use diskless_coordinator::TopicIdPartition;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
@@ -150,20 +150,14 @@ pub(crate) async fn describe_producers(
                             p.active_producers = states
                                 .into_iter()
                                 .map(|s| {
-                                    let last = s.batches.last();
+                                    let d = s.described();
                                     let mut out = ProducerState::default();
-                                    out.producer_id = ProducerId(s.producer_id);
-                                    out.producer_epoch = i32::from(s.producer_epoch);
-                                    out.last_sequence = last.map_or(-1, |b| b.last_sequence);
-                                    out.last_timestamp = match last {
-                                        Some(b) if b.log_append_time != NO_TIMESTAMP => {
-                                            b.log_append_time
-                                        }
-                                        _ => s.last_append_ms,
-                                    };
-                                    out.coordinator_epoch = s.coordinator_epoch;
-                                    out.current_txn_start_offset =
-                                        s.current_txn_first_offset.unwrap_or(-1);
+                                    out.producer_id = ProducerId(d.producer_id);
+                                    out.producer_epoch = d.producer_epoch;
+                                    out.last_sequence = d.last_sequence;
+                                    out.last_timestamp = d.last_timestamp;
+                                    out.coordinator_epoch = d.coordinator_epoch;
+                                    out.current_txn_start_offset = d.current_txn_start_offset;
                                     out
                                 })
                                 .collect();

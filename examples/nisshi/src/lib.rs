@@ -5,7 +5,8 @@
 //!   through the library's `WalWriter` / `Fetcher` / `BatchCoordinator` (one `DisklessNode`),
 //!   every other call to Nisshi's own engine (SQLite, PostgreSQL).
 //! - [`services`] replaces Nisshi's Produce handler (diskless partitions of a request committed
-//!   together, not one after another) and adds the EndTxn route tansu 0.6.0 lacks.
+//!   together, not one after another) and adds the EndTxn route tansu 0.6.0 lacks;
+//!   [`txn_admin`] adds DescribeProducers and WriteTxnMarkers (ending a hanging transaction).
 //! - [`server`] is the accept loop with those routes; [`run`] starts a node; the
 //!   `nisshi-diskless` binary is [`config::Config`] on the command line.
 //!
@@ -21,6 +22,7 @@ pub mod server;
 pub mod services;
 pub mod storage;
 mod topics;
+pub mod txn_admin;
 mod txn_state;
 
 pub use storage::{BuildError, DISKLESS_ENABLE, DisklessSettings, DisklessStorage};

@@ -24,8 +24,8 @@ use rama::{Layer as _, Service as _};
 use tansu_broker::coordinator::group::Coordinator;
 use tansu_broker::service::{auth, coordinator, storage as routes};
 use tansu_sans_io::{
-    ApiKey as _, CreatePartitionsRequest, EndTxnRequest, FetchRequest, ListOffsetsRequest,
-    MetadataRequest, ProduceRequest,
+    ApiKey as _, CreatePartitionsRequest, DescribeProducersRequest, EndTxnRequest, FetchRequest,
+    ListOffsetsRequest, MetadataRequest, ProduceRequest, WriteTxnMarkersRequest,
 };
 use tansu_service::{BytesFrameLayer, FrameRequestLayer, FrameRouteBuilder, FrameRouteService};
 use tansu_storage::Storage;
@@ -40,6 +40,7 @@ use crate::fetch::{FetchService, ListOffsetsService};
 use crate::metadata::MetadataService;
 use crate::services::{EndTxnService, ProduceService};
 use crate::storage::DisklessStorage;
+use crate::txn_admin;
 
 /// Nisshi's route-builder functions this server keeps (every one but Produce, Fetch, ListOffsets
 /// and Metadata, which [`ProduceService`], [`FetchService`], [`ListOffsetsService`] and
@@ -77,7 +78,7 @@ fn nisshi_routes<S: Storage>() -> [Route<S>; 22] {
 }
 
 /// Every route: Nisshi's, this crate's (Produce, Fetch, ListOffsets, Metadata, CreatePartitions,
-/// EndTxn), the group coordinator's and SASL's.
+/// EndTxn, DescribeProducers, WriteTxnMarkers), the group coordinator's and SASL's.
 pub fn route_service<S, G>(
     storage: DisklessStorage<S>,
     groups: G,
@@ -112,6 +113,16 @@ where
     let builder = route!(builder, MetadataRequest, MetadataService);
     let builder = route!(builder, CreatePartitionsRequest, CreatePartitionsService);
     let builder = route!(builder, EndTxnRequest, EndTxnService);
+    let builder = route!(
+        builder,
+        DescribeProducersRequest,
+        txn_admin::DescribeProducersService
+    );
+    let builder = route!(
+        builder,
+        WriteTxnMarkersRequest,
+        txn_admin::WriteTxnMarkersService
+    );
     let builder = coordinator::services(builder, groups)?;
     let builder = auth::services(builder)?;
     builder.build().map_err(Into::into)

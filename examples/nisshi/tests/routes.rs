@@ -499,3 +499,115 @@ async fn metadata_creates_named_topics_only_when_asked_and_allowed() {
     );
     running.shutdown().await;
 }
+
+/// A transaction whose producer is gone (it never ends it) holds a diskless partition's LSO.
+/// Kafka's tooling finds it (DescribeProducers: the producer and the first offset of its open
+/// transaction) and ends it (WriteTxnMarkers with an abort, as `Admin.abortTransaction` sends);
+/// a classic partition and an unknown topic are answered with errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_transaction_is_found_and_aborted_with_kafkas_tooling_requests() {
+    use diskless_nisshi::txn_admin::{DescribeProducersService, WriteTxnMarkersService};
+    use tansu_sans_io::{
+        DescribeProducersRequest, WriteTxnMarkersRequest,
+        describe_producers_request::TopicRequest,
+        write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic},
+    };
+
+    let (_dir, running) = node_with_c_and_d(1).await;
+    let s = running.storage.clone();
+    let d0 = Topition::new("d", 0);
+    let producer = begin_txn(&s, "gone", &[("d", 0)]).await;
+    s.produce(Some("gone"), &d0, txn_batch(&producer, &["hanging"]))
+        .await
+        .unwrap();
+    let stage = s.offset_stage(&d0).await.unwrap();
+    assert!(stage.last_stable() < stage.high_watermark(), "{stage:?}");
+
+    let describe = |names: &[&str]| {
+        let topics = names
+            .iter()
+            .map(|n| {
+                TopicRequest::default()
+                    .name((*n).into())
+                    .partition_indexes(Some(vec![0]))
+            })
+            .collect();
+        let s = s.clone();
+        async move {
+            DescribeProducersService
+                .serve(
+                    Context::with_state(s),
+                    DescribeProducersRequest::default().topics(Some(topics)),
+                )
+                .await
+                .unwrap()
+                .topics
+                .unwrap()
+        }
+    };
+    let topics = describe(&["d", "c", "nope"]).await;
+    let d = &topics[0].partitions.as_ref().unwrap()[0];
+    assert_eq!(d.error_code, i16::from(ErrorCode::None));
+    let producers = d.active_producers.as_ref().unwrap();
+    assert_eq!(producers.len(), 1, "{producers:?}");
+    assert_eq!(producers[0].producer_id, producer.id);
+    assert_eq!(producers[0].producer_epoch, i32::from(producer.epoch));
+    assert_eq!(
+        producers[0].current_txn_start_offset, 0,
+        "the open transaction"
+    );
+    let classic = &topics[1].partitions.as_ref().unwrap()[0];
+    assert_eq!(classic.error_code, i16::from(ErrorCode::UnknownServerError));
+    let unknown = &topics[2].partitions.as_ref().unwrap()[0];
+    assert_eq!(
+        unknown.error_code,
+        i16::from(ErrorCode::UnknownTopicOrPartition)
+    );
+
+    let marker = WritableTxnMarker::default()
+        .producer_id(producer.id)
+        .producer_epoch(producer.epoch)
+        .transaction_result(false)
+        .coordinator_epoch(producers[0].coordinator_epoch)
+        .topics(Some(
+            ["d", "c"]
+                .iter()
+                .map(|n| {
+                    WritableTxnMarkerTopic::default()
+                        .name((*n).into())
+                        .partition_indexes(Some(vec![0]))
+                })
+                .collect(),
+        ));
+    let written = WriteTxnMarkersService
+        .serve(
+            Context::with_state(s.clone()),
+            WriteTxnMarkersRequest::default().markers(Some(vec![marker])),
+        )
+        .await
+        .unwrap();
+    let results = written.markers.unwrap();
+    let topics = results[0].topics.as_ref().unwrap();
+    let code = |i: usize| topics[i].partitions.as_ref().unwrap()[0].error_code;
+    assert_eq!(
+        code(0),
+        i16::from(ErrorCode::None),
+        "the diskless partition"
+    );
+    assert_eq!(code(1), i16::from(ErrorCode::UnknownServerError), "classic");
+
+    let stage = s.offset_stage(&d0).await.unwrap();
+    assert_eq!(stage.last_stable(), stage.high_watermark(), "{stage:?}");
+    let read = common::read_all(&s, &d0, tansu_sans_io::IsolationLevel::ReadCommitted).await;
+    assert!(values(&read).is_empty(), "{:?}", values(&read));
+    let topics = describe(&["d"]).await;
+    let producers = topics[0].partitions.as_ref().unwrap()[0]
+        .active_producers
+        .clone()
+        .unwrap();
+    assert_eq!(
+        producers[0].current_txn_start_offset, -1,
+        "no open transaction"
+    );
+    running.shutdown().await;
+}
