@@ -126,11 +126,12 @@ class PutCounter:
 class Server:
     """One broker process (the example broker or nisshi-diskless) with its own S3 server."""
 
-    def __init__(self, kind, engine=None, diskless_default=False, pg_schema=None):
+    def __init__(self, kind, engine=None, diskless_default=False, pg_schema=None,
+                 s3_latency=None):
         self.data = tempfile.mkdtemp(prefix="nisshi-throughput-")
         self.database = None
         self.log = open(os.path.join(self.data, "broker.log"), "w")
-        self.s3 = S3Server(self.log)
+        self.s3 = S3Server(self.log, s3_latency)
         s3root = os.path.dirname(self.s3.objects)
         port = free_port()
         env = dict(os.environ)
@@ -268,13 +269,13 @@ ROWS = {
 def run_row(name, opts):
     label, kind, engine, diskless_default = ROWS[name]
     try:
-        server = Server(kind, engine, diskless_default, opts.nisshi_pg_schema)
+        server = Server(kind, engine, diskless_default, opts.nisshi_pg_schema, opts.s3_latency)
     except Exception as e:  # noqa: BLE001 - reported in the table
         if name == "diskless":
             print(f"(diskless with engine s3:// did not start: {e}; engine SQLite instead)",
                   file=sys.stderr)
             label, server = "nisshi-diskless, diskless topic, engine SQLite (S3 failed)", \
-                Server(kind, None, True)
+                Server(kind, None, True, None, opts.s3_latency)
         else:
             return label, f"did not start: {e}"
     p = None
@@ -306,6 +307,9 @@ def main():
                         help=f"comma-separated, the first is the baseline; known: {', '.join(ROWS)}")
     parser.add_argument("--stall-s", type=float, default=60.0,
                         help="give up consuming after this long without a message")
+    parser.add_argument("--s3-latency",
+                        help="every S3 request held for a log-normal delay: P50MS:P99MS, "
+                             "`standard` (60:250) or `express` (5:20); the s3-server's --latency")
     parser.add_argument("--nisshi-pg-schema",
                         help="Nisshi's PostgreSQL schema file, for the -pg rows (see above)")
     parser.add_argument("--repeat", type=int, default=1,
@@ -320,7 +324,8 @@ def main():
         if not os.path.exists(binary):
             sys.exit(f"{binary} is missing (see the usage in {__file__})")
     print(f"idempotent, acks=all, linger 50 ms, {PARTITIONS} partitions, {opts.messages} x 1 KiB "
-          f"messages per row; S3 server process (s3s-fs) per row; "
+          f"messages per row; S3 server process (s3s-fs) per row"
+          f"{f', latency {opts.s3_latency}' if opts.s3_latency else ''}; "
           f"load average {os.getloadavg()[0]:.1f}")
     print("| row | produce MB/s | ratio | latency p50 / p99 | consume MB/s | ratio "
           "| group join s | PUTs per 1,000 msgs (WAL + engine) | broker CPU s (produce) |")

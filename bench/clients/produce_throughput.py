@@ -79,8 +79,10 @@ def count_objects(directory):
 class S3Server:
     """A fresh `s3-server` process; stops (and removes its data) when its stdin is closed."""
 
-    def __init__(self, log):
-        self.proc = subprocess.Popen([S3_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    def __init__(self, log, latency=None):
+        """`latency`: the s3-server's `--latency` (`P50MS:P99MS`, `standard`, `express`)."""
+        args = [S3_SERVER] + (["--latency", latency] if latency else [])
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=log, text=True)
         line = self.proc.stdout.readline()
         fields = dict(kv.split("=", 1) for kv in line.split())

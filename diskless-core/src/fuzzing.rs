@@ -139,6 +139,37 @@ pub fn fuzz_txn_marker(data: &[u8]) {
     }
 }
 
+/// Target `produce_request`: read the input as a Produce request frame; an accepted one has every
+/// partition's records inside the input, and its answer (one per partition) encodes with the size
+/// it says.
+pub fn fuzz_produce_request(data: &[u8]) {
+    use crate::produce_request::{PartitionAnswer, ProduceRequest, encode_produce_response};
+    let frame = bytes::Bytes::copy_from_slice(data);
+    if let Ok(request) = ProduceRequest::parse(frame) {
+        let mut topics = Vec::new();
+        for t in &request.topics {
+            let mut answers = Vec::new();
+            for p in &t.partitions {
+                if let Some(records) = &p.records {
+                    assert!(records.len() <= data.len(), "records beyond the input");
+                }
+                let mut answer = PartitionAnswer::new(p.index, 0).base_offset(7);
+                answer.record_errors.push((0, Some(t.name.clone())));
+                answer.error_message = t.name.get(..1).map(str::to_string);
+                answers.push(answer);
+            }
+            topics.push((t.name.clone(), answers));
+        }
+        let response = encode_produce_response(&request, &topics);
+        let size = i32::from_be_bytes([response[0], response[1], response[2], response[3]]);
+        assert_eq!(
+            usize::try_from(size).ok(),
+            Some(response.len() - 4),
+            "the response's size field"
+        );
+    }
+}
+
 /// The coordinate a commit would give `batch` at `base_offset` (tiered segment tests and the
 /// `tiered_segment_reader` target; the one place they construct a
 /// [`diskless_coordinator::BatchCoordinate`]). `max_timestamp` is the records' largest timestamp;

@@ -57,6 +57,7 @@ pub mod gateway;
 pub mod lifecycle;
 pub mod node;
 pub mod offsets;
+pub mod produce_request;
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub mod prometheus;

@@ -8,7 +8,9 @@
 //! is closed, and removes its data directory on the way out.
 //!
 //! Usage: `cargo run --release -p diskless-bench --bin s3-server` (options: `--threads N`, tokio
-//! worker threads, default 1).
+//! worker threads, default 1; `--latency P50MS:P99MS` or `standard` (60:250) or `express` (5:20):
+//! hold every request for a log-normal delay with that median and 99th percentile,
+//! `diskless_testkit::storage::InjectedLatency`; `--latency-seed N`, default 1).
 
 #![allow(
     clippy::print_stdout,
@@ -18,20 +20,35 @@
 
 use std::io::{Read, Write};
 
-use diskless_testkit::storage::S3TestServer;
+use diskless_testkit::storage::{InjectedLatency, S3TestServer};
 
 fn main() {
     let mut threads = 1usize;
+    let mut latency: Option<InjectedLatency> = None;
+    let mut seed = 1u64;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        match (arg.as_str(), args.next().map(|v| v.parse::<usize>())) {
-            ("--threads", Some(Ok(n))) if n > 0 => threads = n,
+        let value = args.next();
+        match (arg.as_str(), value.as_deref()) {
+            ("--threads", Some(v)) if v.parse::<usize>().is_ok_and(|n| n > 0) => {
+                threads = v.parse().unwrap_or(1);
+            }
+            ("--latency", Some(v)) if InjectedLatency::parse(v).is_some() => {
+                latency = InjectedLatency::parse(v);
+            }
+            ("--latency-seed", Some(v)) if v.parse::<u64>().is_ok() => {
+                seed = v.parse().unwrap_or(1);
+            }
             _ => {
-                eprintln!("usage: s3-server [--threads N]   (serves until stdin is closed)");
+                eprintln!(
+                    "usage: s3-server [--threads N] [--latency P50MS:P99MS|standard|express] \
+                     [--latency-seed N]   (serves until stdin is closed)"
+                );
                 std::process::exit(2);
             }
         }
     }
+    let latency = latency.map(|l| InjectedLatency { seed, ..l });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
@@ -44,7 +61,7 @@ fn main() {
         }
     };
     runtime.block_on(async {
-        let server = match S3TestServer::start().await {
+        let server = match S3TestServer::start_with_latency(latency).await {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("s3-server: cannot start: {e}");

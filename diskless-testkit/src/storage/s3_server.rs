@@ -12,6 +12,11 @@
 //! August 2024: one of two concurrent conditional PUTs gets 412, or 409 `ConditionalRequestConflict`
 //! while the other is in flight). Tests here never race two uploads of one key.
 //!
+//! Benchmarks can make it as slow as a real object store: [`S3TestServer::start_with_latency`]
+//! holds every request for a delay drawn from a log-normal distribution with a given median and
+//! 99th percentile ([`InjectedLatency`], e.g. [`InjectedLatency::S3_STANDARD`]), from a seeded
+//! generator.
+//!
 //! ```
 //! # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
 //! use diskless_storage::{ObjectKey, ObjectStorage};
@@ -30,8 +35,115 @@ use diskless_storage::object_store::aws::{AmazonS3, AmazonS3Builder};
 use diskless_storage::{ObjectStoreStorage, StorageError};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::task::JoinHandle;
+
+/// A delay added to every request: log-normal with median `p50` and 99th percentile `p99`,
+/// drawn from a generator seeded with `seed` (the same seed, the same sequence of delays in the
+/// order requests arrive).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InjectedLatency {
+    /// The median delay.
+    pub p50: Duration,
+    /// The 99th percentile (at most `p50`: every request waits exactly `p50`).
+    pub p99: Duration,
+    /// The generator's seed.
+    pub seed: u64,
+}
+
+impl InjectedLatency {
+    /// Roughly S3 Standard's first-byte latency for small objects: median 60 ms, p99 250 ms.
+    pub const S3_STANDARD: InjectedLatency = InjectedLatency {
+        p50: Duration::from_millis(60),
+        p99: Duration::from_millis(250),
+        seed: 1,
+    };
+    /// Roughly S3 Express One Zone's: median 5 ms, p99 20 ms.
+    pub const S3_EXPRESS: InjectedLatency = InjectedLatency {
+        p50: Duration::from_millis(5),
+        p99: Duration::from_millis(20),
+        seed: 1,
+    };
+
+    /// Parses `P50MS:P99MS` (milliseconds, e.g. `60:250`), `standard` or `express`.
+    ///
+    /// ```
+    /// use diskless_testkit::storage::InjectedLatency;
+    /// use std::time::Duration;
+    ///
+    /// assert_eq!(InjectedLatency::parse("standard"), Some(InjectedLatency::S3_STANDARD));
+    /// let l = InjectedLatency::parse("10:40").unwrap();
+    /// assert_eq!((l.p50, l.p99), (Duration::from_millis(10), Duration::from_millis(40)));
+    /// assert_eq!(InjectedLatency::parse("10"), None);
+    /// ```
+    pub fn parse(text: &str) -> Option<InjectedLatency> {
+        match text {
+            "standard" => Some(Self::S3_STANDARD),
+            "express" => Some(Self::S3_EXPRESS),
+            _ => {
+                let (p50, p99) = text.split_once(':')?;
+                Some(InjectedLatency {
+                    p50: Duration::from_millis(p50.trim().parse().ok()?),
+                    p99: Duration::from_millis(p99.trim().parse().ok()?),
+                    seed: 1,
+                })
+            }
+        }
+    }
+
+    /// One delay: `exp(mu + sigma * z)` with `mu = ln(p50)`, `sigma = ln(p99 / p50) / 2.3263`
+    /// (the standard normal's 99th percentile) and `z` standard normal (Box-Muller), capped at
+    /// ten times `p99`.
+    pub fn sample(&self, rng: &mut fastrand::Rng) -> Duration {
+        let p50 = self.p50.as_secs_f64();
+        let p99 = self.p99.as_secs_f64();
+        if p50 <= 0.0 || p99 <= p50 {
+            return self.p50;
+        }
+        let sigma = (p99 / p50).ln() / 2.326_347_874;
+        // u1 in (0, 1]: its logarithm is finite.
+        let u1 = 1.0 - rng.f64();
+        let u2 = rng.f64();
+        let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+        let secs = (p50.ln() + sigma * z).exp().min(10.0 * p99);
+        Duration::from_secs_f64(secs)
+    }
+}
+
+type Answer = Result<s3s::HttpResponse, s3s::HttpError>;
+
+/// The S3 service, each request held for an [`InjectedLatency`] delay first.
+#[derive(Clone)]
+struct Delayed {
+    inner: s3s::service::S3Service,
+    latency: Option<(InjectedLatency, Arc<Mutex<fastrand::Rng>>)>,
+}
+
+impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Delayed {
+    type Response = s3s::HttpResponse;
+    type Error = s3s::HttpError;
+    type Future = Pin<Box<dyn Future<Output = Answer> + Send>>;
+
+    fn call(&self, req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        let delay = self.latency.as_ref().map(|(latency, rng)| {
+            let mut rng = rng
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            latency.sample(&mut rng)
+        });
+        let answer = hyper::service::Service::call(&self.inner, req);
+        Box::pin(async move {
+            if let Some(delay) = delay {
+                tokio::time::sleep(delay).await;
+            }
+            answer.await
+        })
+    }
+}
 
 /// A running in-process S3 server. Stops when [`S3TestServer::shutdown`] is called or when
 /// dropped; its data lives in a temporary directory removed then.
@@ -62,6 +174,12 @@ impl S3TestServer {
     /// SigV4 authentication with [`S3TestServer::ACCESS_KEY`] / [`S3TestServer::SECRET_KEY`].
     /// Must be called within a tokio runtime with I/O and time enabled.
     pub async fn start() -> std::io::Result<Self> {
+        Self::start_with_latency(None).await
+    }
+
+    /// [`S3TestServer::start`], every request held for a delay drawn from `latency` first (none
+    /// when `None`).
+    pub async fn start_with_latency(latency: Option<InjectedLatency>) -> std::io::Result<Self> {
         let root = tempfile::tempdir()?;
         std::fs::create_dir(root.path().join(Self::BUCKET))?;
         let fs = s3s_fs::FileSystem::new(root.path())
@@ -72,7 +190,11 @@ impl S3TestServer {
                 Self::ACCESS_KEY,
                 Self::SECRET_KEY,
             ));
-            builder.build()
+            Delayed {
+                inner: builder.build(),
+                latency: latency
+                    .map(|l| (l, Arc::new(Mutex::new(fastrand::Rng::with_seed(l.seed))))),
+            }
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -222,5 +344,52 @@ impl Drop for S3TestServer {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn injected_latency_has_the_asked_median_and_99th_percentile() {
+        for latency in [InjectedLatency::S3_STANDARD, InjectedLatency::S3_EXPRESS] {
+            let mut rng = fastrand::Rng::with_seed(latency.seed);
+            let mut samples: Vec<Duration> =
+                (0..20_000).map(|_| latency.sample(&mut rng)).collect();
+            samples.sort();
+            let p50 = samples[samples.len() / 2].as_secs_f64();
+            let p99 = samples[samples.len() * 99 / 100].as_secs_f64();
+            let (want50, want99) = (latency.p50.as_secs_f64(), latency.p99.as_secs_f64());
+            assert!((p50 / want50 - 1.0).abs() < 0.05, "{latency:?}: p50 {p50}");
+            assert!((p99 / want99 - 1.0).abs() < 0.10, "{latency:?}: p99 {p99}");
+            assert!(samples.iter().all(|d| *d <= latency.p99 * 10));
+        }
+        // p99 not above p50: a constant delay.
+        let flat = InjectedLatency::parse("7:7").unwrap();
+        let mut rng = fastrand::Rng::with_seed(3);
+        assert_eq!(flat.sample(&mut rng), Duration::from_millis(7));
+    }
+
+    #[tokio::test]
+    async fn every_request_waits_the_injected_latency() {
+        let latency = InjectedLatency::parse("150:150").unwrap();
+        let server = S3TestServer::start_with_latency(Some(latency))
+            .await
+            .unwrap();
+        let storage = server.storage("slow").unwrap();
+        let key = diskless_storage::ObjectKey::parse("k").unwrap();
+        use diskless_storage::ObjectStorage as _;
+        let started = std::time::Instant::now();
+        storage
+            .upload(&key, &[bytes::Bytes::from_static(b"x")])
+            .await
+            .unwrap();
+        assert_eq!(storage.fetch(&key, 0..1).await.unwrap(), "x");
+        // Two requests, each held 150 ms before it is served (a lower bound, whatever the load).
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        server.shutdown().await;
     }
 }

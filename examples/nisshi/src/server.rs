@@ -156,7 +156,12 @@ where
                 };
                 let route = route_service(storage.clone(), groups.clone())?;
                 let frames = BytesFrameLayer::default().with_sasl_config(None);
-                set.spawn(connection(Arc::new(frames.into_layer(route)), stream, addr));
+                set.spawn(connection(
+                    Arc::new(frames.into_layer(route)),
+                    storage.clone(),
+                    stream,
+                    addr,
+                ));
             }
             _ = interval.tick() => {
                 let storage = storage.clone();
@@ -198,9 +203,17 @@ pub(crate) fn produce_ordered() {
 /// idempotent producer's pipelined requests keep their sequence order; it is answered with its
 /// commit. Answers are written in request order; a failed request ends the connection after the
 /// earlier answers, as tansu's own listener does.
-async fn connection<Svc>(service: Arc<Svc>, stream: TcpStream, addr: SocketAddr)
-where
+///
+/// A Produce whose topics are all diskless skips Nisshi's codec
+/// ([`crate::services::produce_direct`]); every other request goes through Nisshi's routes.
+async fn connection<Svc, S>(
+    service: Arc<Svc>,
+    storage: DisklessStorage<S>,
+    stream: TcpStream,
+    addr: SocketAddr,
+) where
     Svc: rama::Service<(), Bytes, Response = Bytes, Error = tansu_broker::Error>,
+    S: Storage,
 {
     if let Err(e) = stream.set_nodelay(true) {
         debug!(error = %e, "set_nodelay failed");
@@ -213,8 +226,16 @@ where
         addr,
         |frame: RequestFrame| {
             let service = service.clone();
+            let storage = storage.clone();
             async move {
                 let is_produce = frame.api_key() == Some(ProduceRequest::KEY);
+                if is_produce
+                    && let Some(answer) =
+                        crate::services::produce_direct(&storage, frame.sized()).await
+                {
+                    // Its batches are in the writer: ordered.
+                    return Ok(Some(answer));
+                }
                 let (ordered_tx, ordered) = oneshot::channel();
                 let answer = tokio::spawn(PRODUCE_ORDERED.scope(
                     RefCell::new(Some(ordered_tx)),

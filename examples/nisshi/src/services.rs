@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use bytes::{Bytes, BytesMut};
-use diskless_coordinator::TopicIdPartition;
+use diskless_coordinator::{TopicIdPartition, TopicInfo};
 use diskless_core::{PartitionResponse, ProducePartition};
 use rama::{Context, Service};
 use tansu_sans_io::{
@@ -68,43 +68,32 @@ impl<S: Storage> Service<DisklessStorage<S>, ProduceRequest> for ProduceService 
                     classic_partitions.push(p);
                     continue;
                 };
-                let slot = if p.index < 0 || p.index >= info.partitions {
-                    Slot::Error(
-                        ErrorCode::UnknownTopicOrPartition,
-                        format!("topic {:?} has no partition {}", info.name, p.index),
-                    )
-                } else {
-                    match p.records {
-                        None => Slot::Error(ErrorCode::InvalidRecord, "no records".into()),
-                        Some(frame) => {
-                            let mut batches = frame.batches.into_iter();
-                            let bytes: Bytes = match (batches.next(), batches.len()) {
-                                // One batch (Produce v3+): its bytes as they are, no second copy.
-                                (Some(only), 0) => convert::batch_bytes(only),
-                                (first, _) => {
-                                    let mut bytes = BytesMut::new();
-                                    for batch in first.into_iter().chain(batches) {
-                                        bytes.extend_from_slice(&convert::batch_bytes(batch));
-                                    }
-                                    bytes.freeze()
-                                }
-                            };
-                            let tp = TopicIdPartition::new(info.topic_id, p.index);
-                            let txn_seq = transactional_id
-                                .as_deref()
-                                .and_then(|tid| storage.txn_seq_for(tid, tp, &bytes));
-                            let mut produce = ProducePartition::new(
-                                tp,
-                                std::sync::Arc::new(info.config.clone()),
-                                bytes,
-                            );
-                            if let Some(seq) = txn_seq {
-                                produce = produce.with_txn_seq(seq);
+                let records = p.records.map(|frame| {
+                    let mut batches = frame.batches.into_iter();
+                    match (batches.next(), batches.len()) {
+                        // One batch (Produce v3+): its bytes as they are, no second copy.
+                        (Some(only), 0) => convert::batch_bytes(only),
+                        (first, _) => {
+                            let mut bytes = BytesMut::new();
+                            for batch in first.into_iter().chain(batches) {
+                                bytes.extend_from_slice(&convert::batch_bytes(batch));
                             }
-                            diskless.push(produce);
-                            Slot::Diskless(diskless.len() - 1)
+                            bytes.freeze()
                         }
                     }
+                });
+                let slot = match diskless_partition(
+                    &storage,
+                    transactional_id.as_deref(),
+                    info,
+                    p.index,
+                    records,
+                ) {
+                    Ok(produce) => {
+                        diskless.push(produce);
+                        Slot::Diskless(diskless.len() - 1)
+                    }
+                    Err((code, message)) => Slot::Error(code, message),
                 };
                 slots.push((p.index, slot));
             }
@@ -198,6 +187,135 @@ impl<S: Storage> Service<DisklessStorage<S>, ProduceRequest> for ProduceService 
             .throttle_time_ms(Some(0))
             .node_endpoints(None))
     }
+}
+
+/// One partition of a diskless topic as the writer takes it, or why it is refused before: an
+/// index the topic does not have, or no records. A transactional batch carries its transaction's
+/// number when the partition was added to the producer's transaction on this node.
+fn diskless_partition<S: Storage>(
+    storage: &DisklessStorage<S>,
+    transactional_id: Option<&str>,
+    info: &TopicInfo,
+    index: i32,
+    records: Option<Bytes>,
+) -> Result<ProducePartition, (ErrorCode, String)> {
+    if index < 0 || index >= info.partitions {
+        return Err((
+            ErrorCode::UnknownTopicOrPartition,
+            format!("topic {:?} has no partition {index}", info.name),
+        ));
+    }
+    let Some(bytes) = records else {
+        return Err((ErrorCode::InvalidRecord, "no records".into()));
+    };
+    let tp = TopicIdPartition::new(info.topic_id, index);
+    let txn_seq = transactional_id.and_then(|tid| storage.txn_seq_for(tid, tp, &bytes));
+    let mut produce = ProducePartition::new(tp, std::sync::Arc::new(info.config.clone()), bytes);
+    if let Some(seq) = txn_seq {
+        produce = produce.with_txn_seq(seq);
+    }
+    Ok(produce)
+}
+
+/// A Produce request whose topics are all diskless, served from its frame without Nisshi's codec
+/// (`diskless_core::produce_request`: the records stay slices of the frame; tansu-sans-io would
+/// copy every batch and check its CRC before the writer checks it again, ~35% more CPU per GB,
+/// BENCHMARKS.md "Nisshi: throughput"). Returns once the request's batches are in the writer
+/// (its effect ordered), with the task answering it after the commit; `None` leaves the request
+/// to Nisshi's codec and [`ProduceService`]: another version, a malformed frame, `acks` outside
+/// -1..=1, or a topic that is not diskless (classic, unknown, or the lookup failed).
+pub(crate) async fn produce_direct<S: Storage>(
+    storage: &DisklessStorage<S>,
+    frame: Bytes,
+) -> Option<diskless_core::connection::Answer> {
+    use diskless_core::produce_request::{
+        PartitionAnswer, ProduceRequest as Direct, encode_produce_response,
+    };
+    let request = Direct::parse(frame).ok()?;
+    if request.topics.is_empty() || !(-1..=1).contains(&request.acks) {
+        return None;
+    }
+    let mut infos = Vec::with_capacity(request.topics.len());
+    for t in &request.topics {
+        infos.push(storage.diskless_topic(&t.name).await.ok()??);
+    }
+    // Per topic, per partition: the writer's n-th answer, or the refusal made here.
+    type Slots = Vec<(i32, Result<usize, (ErrorCode, String)>)>;
+    let mut layout: Vec<(String, Slots)> = Vec::new();
+    let mut diskless: Vec<ProducePartition> = Vec::new();
+    for (t, info) in request.topics.iter().zip(&infos) {
+        let slots = t
+            .partitions
+            .iter()
+            .map(|p| {
+                let slot = diskless_partition(
+                    storage,
+                    request.transactional_id.as_deref(),
+                    info,
+                    p.index,
+                    p.records.clone(),
+                )
+                .map(|produce| {
+                    diskless.push(produce);
+                    diskless.len() - 1
+                });
+                (p.index, slot)
+            })
+            .collect();
+        layout.push((t.name.clone(), slots));
+    }
+    let pending = if diskless.is_empty() {
+        None
+    } else {
+        Some(storage.shared.writer.append(diskless).await)
+    };
+    storage
+        .shared
+        .direct_produces
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Some(tokio::spawn(async move {
+        let answers = match pending {
+            Some(pending) => pending.await,
+            None => Vec::new(),
+        };
+        let topics: Vec<(String, Vec<PartitionAnswer>)> = layout
+            .into_iter()
+            .map(|(name, slots)| {
+                let partitions = slots
+                    .into_iter()
+                    .map(|(index, slot)| match slot {
+                        Ok(i) => answers.get(i).map_or_else(
+                            || {
+                                PartitionAnswer::error(
+                                    index,
+                                    ErrorCode::UnknownServerError.into(),
+                                    "no answer for the partition",
+                                )
+                            },
+                            |a| PartitionAnswer::from_response(index, a),
+                        ),
+                        Err((code, message)) => PartitionAnswer::error(index, code.into(), message),
+                    })
+                    .collect();
+                (name, partitions)
+            })
+            .collect();
+        if request.acks == 0 {
+            // No answer; a failure closes the connection, as Kafka signals it for acks=0.
+            return match topics
+                .iter()
+                .flat_map(|(_, p)| p)
+                .find(|a| a.error_code != 0)
+            {
+                Some(a) => Err(format!(
+                    "acks=0 produce failed: error {} {:?}",
+                    a.error_code, a.error_message
+                )),
+                None => Ok(None),
+            };
+        }
+        Ok(Some(encode_produce_response(&request, &topics)))
+    }))
 }
 
 fn diskless_answer(index: i32, a: &PartitionResponse) -> PartitionProduceResponse {

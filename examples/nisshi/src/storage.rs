@@ -173,6 +173,8 @@ pub(crate) struct Shared {
     /// Fail point for tests: `txn_end` stops right after Nisshi's engine decided, as a process
     /// killed there would ([`DisklessStorage::stop_after_engine_decides`]).
     stop_after_engine_decides: std::sync::atomic::AtomicBool,
+    /// Produce requests served from their frame (`services::produce_direct`).
+    pub(crate) direct_produces: std::sync::atomic::AtomicU64,
     /// `transaction.timeout.ms` of each transactional id's last InitProducerId on this node.
     txn_timeouts: parking_lot::Mutex<std::collections::HashMap<String, i64>>,
 }
@@ -242,6 +244,7 @@ impl<S: Storage> DisklessStorage<S> {
                 last_txn_seq: parking_lot::Mutex::new(0),
                 stop_after_engine_decides: std::sync::atomic::AtomicBool::new(false),
                 txn_timeouts: parking_lot::Mutex::new(std::collections::HashMap::new()),
+                direct_produces: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -486,6 +489,14 @@ impl<S: Storage> DisklessStorage<S> {
             }
         }
         expired.len()
+    }
+
+    /// How many Produce requests this node read from their frame, without Nisshi's codec (their
+    /// topics all diskless; `services::produce_direct`).
+    pub fn direct_produce_requests(&self) -> u64 {
+        self.shared
+            .direct_produces
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Fail point for tests: from now on, `txn_end` stops right after Nisshi's engine decided

@@ -1,7 +1,8 @@
 //! The listener (`src/server.rs`) over a real TCP connection: consecutive Produce requests of one
 //! connection overlap (they share one WAL segment and one commit instead of one commit each),
 //! take effect and are answered in request order, and a later request of another kind sees
-//! their effects.
+//! their effects; Produce requests of diskless topics only skip Nisshi's codec, every version
+//! answered as tansu-sans-io decodes it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -151,6 +152,113 @@ async fn pipelined_produce_requests_share_a_commit_and_answer_in_order() {
         (p.error_code, p.offset),
         (0, Some(3)),
         "a later request sees the produced records"
+    );
+    drop(conn);
+    running.shutdown().await;
+}
+
+/// Produce requests of diskless topics only are read from their frame by the library
+/// (`diskless_core::produce_request`), the rest by Nisshi's codec: both answer every version as
+/// tansu-sans-io decodes it, per partition (an index the topic lacks is refused on its own), and
+/// a request mixing a classic and a diskless topic is answered for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_requests_of_every_version_and_mixed_ones_are_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = node_with_args(dir.path(), &[]).await;
+    let s = running.storage.clone();
+    s.create_topic(topic("d", 1, Some(true)), false)
+        .await
+        .unwrap();
+    s.create_topic(topic("c", 1, Some(false)), false)
+        .await
+        .unwrap();
+    let partition = |index: i32, values: &[&str]| {
+        PartitionProduceData::default()
+            .index(index)
+            .records(Some(deflated::Frame {
+                batches: vec![batch(values)],
+            }))
+    };
+    let mut conn = TcpStream::connect(running.local_addr).await.unwrap();
+    let mut next_offset = 0;
+    for (i, version) in [3i16, 5, 8, 9, 11].into_iter().enumerate() {
+        let body: Body = ProduceRequest::default()
+            .acks(-1)
+            .timeout_ms(30_000)
+            .topic_data(Some(vec![
+                TopicProduceData::default()
+                    .name("d".into())
+                    .partition_data(Some(vec![partition(0, &["x", "y"]), partition(5, &["z"])])),
+            ]))
+            .into();
+        let id = 100 + i32::try_from(i).unwrap();
+        conn.write_all(&request(0, version, id, body))
+            .await
+            .unwrap();
+        let frame = read_response(&mut conn, 0, version).await;
+        assert_eq!(correlation_id(&frame), id);
+        let Body::ProduceResponse(ProduceResponse { responses, .. }) = frame.body else {
+            panic!("not a produce response: {:?}", frame.body);
+        };
+        let partitions = responses.unwrap()[0].partition_responses.clone().unwrap();
+        assert_eq!(
+            (
+                partitions[0].index,
+                partitions[0].error_code,
+                partitions[0].base_offset
+            ),
+            (0, 0, next_offset),
+            "version {version}"
+        );
+        assert_eq!(
+            (partitions[1].index, partitions[1].error_code),
+            (5, 3),
+            "version {version}: UNKNOWN_TOPIC_OR_PARTITION"
+        );
+        next_offset += 2;
+    }
+    assert_eq!(
+        s.direct_produce_requests(),
+        5,
+        "diskless-only requests are read from their frame"
+    );
+
+    let mixed: Body = ProduceRequest::default()
+        .acks(-1)
+        .timeout_ms(30_000)
+        .topic_data(Some(vec![
+            TopicProduceData::default()
+                .name("c".into())
+                .partition_data(Some(vec![partition(0, &["classic"])])),
+            TopicProduceData::default()
+                .name("d".into())
+                .partition_data(Some(vec![partition(0, &["diskless"])])),
+        ]))
+        .into();
+    conn.write_all(&request(0, PRODUCE_VERSION, 7, mixed))
+        .await
+        .unwrap();
+    let frame = read_response(&mut conn, 0, PRODUCE_VERSION).await;
+    assert_eq!(correlation_id(&frame), 7);
+    let Body::ProduceResponse(ProduceResponse { responses, .. }) = frame.body else {
+        panic!("not a produce response: {:?}", frame.body);
+    };
+    let answers: Vec<(String, i16, i64)> = responses
+        .unwrap()
+        .into_iter()
+        .map(|t| {
+            let p = &t.partition_responses.unwrap()[0];
+            (t.name, p.error_code, p.base_offset)
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        [("c".to_string(), 0, 0), ("d".to_string(), 0, next_offset)]
+    );
+    assert_eq!(
+        s.direct_produce_requests(),
+        5,
+        "a request with a classic topic goes through Nisshi's codec"
     );
     drop(conn);
     running.shutdown().await;
