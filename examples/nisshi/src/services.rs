@@ -13,8 +13,9 @@
 use std::collections::BTreeMap;
 
 use bytes::{Bytes, BytesMut};
-use diskless_coordinator::{TopicIdPartition, TopicInfo};
-use diskless_core::{PartitionResponse, ProducePartition};
+use diskless_coordinator::ErrorCode as DisklessCode;
+use diskless_core::ProducePartition;
+use diskless_core::produce_request::PartitionAnswer;
 use rama::{Context, Service};
 use tansu_sans_io::{
     ApiKey, EndTxnRequest, EndTxnResponse, ErrorCode, ProduceRequest, ProduceResponse,
@@ -41,7 +42,7 @@ enum Slot {
     /// Nisshi's answer (topic name, partition index).
     Classic,
     /// Answered here.
-    Error(ErrorCode, String),
+    Error(DisklessCode, String),
 }
 
 impl<S: Storage> Service<DisklessStorage<S>, ProduceRequest> for ProduceService {
@@ -82,8 +83,7 @@ impl<S: Storage> Service<DisklessStorage<S>, ProduceRequest> for ProduceService 
                         }
                     }
                 });
-                let slot = match diskless_partition(
-                    &storage,
+                let slot = match storage.diskless_partition(
                     transactional_id.as_deref(),
                     info,
                     p.index,
@@ -168,13 +168,16 @@ impl<S: Storage> Service<DisklessStorage<S>, ProduceRequest> for ProduceService 
                 let partitions = slots
                     .into_iter()
                     .map(|(index, slot)| match slot {
-                        Slot::Diskless(i) => answers
-                            .get(i)
-                            .map_or_else(|| no_answer(index), |a| diskless_answer(index, a)),
+                        Slot::Diskless(i) => nisshi_answer(answers.get(i).map_or_else(
+                            || no_answer(index),
+                            |a| PartitionAnswer::from_response(index, a),
+                        )),
                         Slot::Classic => from_classic
                             .remove(&(name.clone(), index))
-                            .unwrap_or_else(|| no_answer(index)),
-                        Slot::Error(code, message) => error_answer(index, code, message),
+                            .unwrap_or_else(|| nisshi_answer(no_answer(index))),
+                        Slot::Error(code, message) => {
+                            nisshi_answer(PartitionAnswer::error(index, code.code(), message))
+                        }
                     })
                     .collect();
                 TopicProduceResponse::default()
@@ -189,34 +192,6 @@ impl<S: Storage> Service<DisklessStorage<S>, ProduceRequest> for ProduceService 
     }
 }
 
-/// One partition of a diskless topic as the writer takes it, or why it is refused before: an
-/// index the topic does not have, or no records. A transactional batch carries its transaction's
-/// number when the partition was added to the producer's transaction on this node.
-fn diskless_partition<S: Storage>(
-    storage: &DisklessStorage<S>,
-    transactional_id: Option<&str>,
-    info: &TopicInfo,
-    index: i32,
-    records: Option<Bytes>,
-) -> Result<ProducePartition, (ErrorCode, String)> {
-    if index < 0 || index >= info.partitions {
-        return Err((
-            ErrorCode::UnknownTopicOrPartition,
-            format!("topic {:?} has no partition {index}", info.name),
-        ));
-    }
-    let Some(bytes) = records else {
-        return Err((ErrorCode::InvalidRecord, "no records".into()));
-    };
-    let tp = TopicIdPartition::new(info.topic_id, index);
-    let txn_seq = transactional_id.and_then(|tid| storage.txn_seq_for(tid, tp, &bytes));
-    let mut produce = ProducePartition::new(tp, std::sync::Arc::new(info.config.clone()), bytes);
-    if let Some(seq) = txn_seq {
-        produce = produce.with_txn_seq(seq);
-    }
-    Ok(produce)
-}
-
 /// A Produce request whose topics are all diskless, served from its frame without Nisshi's codec
 /// (`diskless_core::produce_request`: the records stay slices of the frame; tansu-sans-io would
 /// copy every batch and check its CRC before the writer checks it again, ~35% more CPU per GB,
@@ -228,9 +203,7 @@ pub(crate) async fn produce_direct<S: Storage>(
     storage: &DisklessStorage<S>,
     frame: Bytes,
 ) -> Option<diskless_core::connection::Answer> {
-    use diskless_core::produce_request::{
-        PartitionAnswer, ProduceRequest as Direct, encode_produce_response,
-    };
+    use diskless_core::produce_request::{ProduceRequest as Direct, encode_produce_response};
     let request = Direct::parse(frame).ok()?;
     if request.topics.is_empty() || !(-1..=1).contains(&request.acks) {
         return None;
@@ -240,7 +213,7 @@ pub(crate) async fn produce_direct<S: Storage>(
         infos.push(storage.diskless_topic(&t.name).await.ok()??);
     }
     // Per topic, per partition: the writer's n-th answer, or the refusal made here.
-    type Slots = Vec<(i32, Result<usize, (ErrorCode, String)>)>;
+    type Slots = Vec<(i32, Result<usize, (DisklessCode, String)>)>;
     let mut layout: Vec<(String, Slots)> = Vec::new();
     let mut diskless: Vec<ProducePartition> = Vec::new();
     for (t, info) in request.topics.iter().zip(&infos) {
@@ -248,17 +221,17 @@ pub(crate) async fn produce_direct<S: Storage>(
             .partitions
             .iter()
             .map(|p| {
-                let slot = diskless_partition(
-                    storage,
-                    request.transactional_id.as_deref(),
-                    info,
-                    p.index,
-                    p.records.clone(),
-                )
-                .map(|produce| {
-                    diskless.push(produce);
-                    diskless.len() - 1
-                });
+                let slot = storage
+                    .diskless_partition(
+                        request.transactional_id.as_deref(),
+                        info,
+                        p.index,
+                        p.records.clone(),
+                    )
+                    .map(|produce| {
+                        diskless.push(produce);
+                        diskless.len() - 1
+                    });
                 (p.index, slot)
             })
             .collect();
@@ -285,16 +258,10 @@ pub(crate) async fn produce_direct<S: Storage>(
                     .into_iter()
                     .map(|(index, slot)| match slot {
                         Ok(i) => answers.get(i).map_or_else(
-                            || {
-                                PartitionAnswer::error(
-                                    index,
-                                    ErrorCode::UnknownServerError.into(),
-                                    "no answer for the partition",
-                                )
-                            },
+                            || no_answer(index),
                             |a| PartitionAnswer::from_response(index, a),
                         ),
-                        Err((code, message)) => PartitionAnswer::error(index, code.into(), message),
+                        Err((code, message)) => PartitionAnswer::error(index, code.code(), message),
                     })
                     .collect();
                 (name, partitions)
@@ -318,54 +285,36 @@ pub(crate) async fn produce_direct<S: Storage>(
     }))
 }
 
-fn diskless_answer(index: i32, a: &PartitionResponse) -> PartitionProduceResponse {
-    if !a.error.is_ok() {
-        return error_answer(
-            index,
-            convert::code(a.error),
-            a.error_message.clone().unwrap_or_default(),
-        )
-        .record_errors(Some(record_errors(a)));
-    }
+/// The answer for a partition the writer (or the checks before it) answered: the library's
+/// [`PartitionAnswer`], the one mapping of a diskless partition's outcome to Kafka's fields (the
+/// direct path encodes it as it is), in Nisshi's types.
+fn nisshi_answer(a: PartitionAnswer) -> PartitionProduceResponse {
     PartitionProduceResponse::default()
-        .index(index)
-        .error_code(ErrorCode::None.into())
+        .index(a.index)
+        .error_code(a.error_code)
         .base_offset(a.base_offset)
-        .log_append_time_ms(Some(a.log_append_time))
+        .log_append_time_ms(Some(a.log_append_time_ms))
         .log_start_offset(Some(a.log_start_offset))
-        .record_errors(Some(Vec::new()))
-        .error_message(None)
+        .record_errors(Some(
+            a.record_errors
+                .into_iter()
+                .map(|(batch_index, message)| {
+                    BatchIndexAndErrorMessage::default()
+                        .batch_index(batch_index)
+                        .batch_index_error_message(message)
+                })
+                .collect(),
+        ))
+        .error_message(a.error_message)
         .current_leader(None)
 }
 
-fn record_errors(a: &PartitionResponse) -> Vec<BatchIndexAndErrorMessage> {
-    a.record_errors
-        .iter()
-        .map(|e| {
-            BatchIndexAndErrorMessage::default()
-                .batch_index(e.batch_index)
-                .batch_index_error_message(Some(e.message.clone()))
-        })
-        .collect()
-}
-
-fn error_answer(index: i32, code: ErrorCode, message: String) -> PartitionProduceResponse {
-    PartitionProduceResponse::default()
-        .index(index)
-        .error_code(code.into())
-        .base_offset(-1)
-        .log_append_time_ms(Some(-1))
-        .log_start_offset(Some(-1))
-        .record_errors(Some(Vec::new()))
-        .error_message(Some(message))
-        .current_leader(None)
-}
-
-fn no_answer(index: i32) -> PartitionProduceResponse {
-    error_answer(
+/// A partition the writer gave no answer for.
+fn no_answer(index: i32) -> PartitionAnswer {
+    PartitionAnswer::error(
         index,
-        ErrorCode::UnknownServerError,
-        "no answer for the partition".into(),
+        DisklessCode::UnknownServerError.code(),
+        "no answer for the partition",
     )
 }
 

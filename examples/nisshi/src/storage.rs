@@ -609,19 +609,11 @@ impl<S: Storage> DisklessStorage<S> {
         records: bytes::Bytes,
     ) -> PartitionResponse {
         let tp = TopicIdPartition::new(topic.topic_id, partition);
-        if partition < 0 || partition >= topic.partitions {
-            return PartitionResponse::error(
-                tp,
-                diskless_coordinator::ErrorCode::UnknownTopicOrPartition,
-                format!("topic {:?} has no partition {partition}", topic.name),
-            );
-        }
-        let txn_seq = transaction_id.and_then(|tid| self.txn_seq_for(tid, tp, &records));
-        let config = Arc::new(topic.config.clone());
-        let mut produce = ProducePartition::new(tp, config, records);
-        if let Some(seq) = txn_seq {
-            produce = produce.with_txn_seq(seq);
-        }
+        let produce = match self.diskless_partition(transaction_id, topic, partition, Some(records))
+        {
+            Ok(produce) => produce,
+            Err((code, message)) => return PartitionResponse::error(tp, code, message),
+        };
         let pending = self.shared.writer.append(vec![produce]).await;
         let answer = pending.await.into_iter().next().unwrap_or_else(|| {
             PartitionResponse::error(
@@ -635,6 +627,38 @@ impl<S: Storage> DisklessStorage<S> {
             self.shared.topics.remove(&topic.name).await;
         }
         answer
+    }
+
+    /// One partition of a diskless topic as the writer takes it, or why it is refused before: an
+    /// index the topic does not have, or no records. A transactional batch carries its
+    /// transaction's number when the partition was added to the producer's transaction on this
+    /// node ([`DisklessStorage::txn_seq_for`]).
+    pub(crate) fn diskless_partition(
+        &self,
+        transactional_id: Option<&str>,
+        info: &TopicInfo,
+        index: i32,
+        records: Option<bytes::Bytes>,
+    ) -> Result<ProducePartition, (diskless_coordinator::ErrorCode, String)> {
+        if index < 0 || index >= info.partitions {
+            return Err((
+                diskless_coordinator::ErrorCode::UnknownTopicOrPartition,
+                format!("topic {:?} has no partition {index}", info.name),
+            ));
+        }
+        let Some(bytes) = records else {
+            return Err((
+                diskless_coordinator::ErrorCode::InvalidRecord,
+                "no records".into(),
+            ));
+        };
+        let tp = TopicIdPartition::new(info.topic_id, index);
+        let txn_seq = transactional_id.and_then(|tid| self.txn_seq_for(tid, tp, &bytes));
+        let mut produce = ProducePartition::new(tp, Arc::new(info.config.clone()), bytes);
+        if let Some(seq) = txn_seq {
+            produce = produce.with_txn_seq(seq);
+        }
+        Ok(produce)
     }
 
     /// The transaction number a transactional batch to `tp` carries: its transaction's, when
@@ -1529,13 +1553,10 @@ impl<S: Storage> Storage for DisklessStorage<S> {
         let txn = {
             let mut state = self.shared.txn_state.lock();
             match state.txns.get(transaction_id) {
-                Some(t) if t.producer_id == producer_id && !t.partitions.is_empty() => {
-                    state.txns.remove(transaction_id)
-                }
-                Some(t) if t.producer_id == producer_id => {
-                    state.txns.remove(transaction_id);
-                    None
-                }
+                Some(t) if t.producer_id == producer_id => state
+                    .txns
+                    .remove(transaction_id)
+                    .filter(|t| !t.partitions.is_empty()),
                 _ => None,
             }
         };
