@@ -663,3 +663,95 @@ async fn manual_replica_assignments_give_the_partition_count() {
     );
     running.shutdown().await;
 }
+
+/// Offsets sent with transactions (AddOffsetsToTxn + TxnOffsetCommit, as a consume-transform-
+/// produce loop sends them) for every partition of an input topic, over several transactions of one
+/// producer epoch: after each commit OffsetFetch answers every partition's offset. Run on the
+/// engine alone (`inner`, the classic path) and through the adapter (diskless output topic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_sent_with_transactions_are_all_committed() {
+    use tansu_sans_io::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    let (_dir, running) = node_with_c_and_d(1).await;
+    let s = &running.storage;
+    s.create_topic(topic("in", 4, Some(true)), false)
+        .await
+        .unwrap();
+    let inputs: Vec<Topition> = (0..4).map(|p| Topition::new("in", p)).collect();
+    for (tid, out, group) in [("tx-c", "c", "g-c"), ("tx-d", "d", "g-d")] {
+        let producer = begin_txn(s, tid, &[(out, 0)]).await;
+        for round in 1..=3i64 {
+            if round > 1 {
+                let topics = vec![
+                    tansu_sans_io::add_partitions_to_txn_request::AddPartitionsToTxnTopic::default(
+                    )
+                    .name(out.into())
+                    .partitions(Some(vec![0])),
+                ];
+                s.txn_add_partitions(tansu_storage::TxnAddPartitionsRequest::VersionZeroToThree {
+                    transaction_id: tid.into(),
+                    producer_id: producer.id,
+                    producer_epoch: producer.epoch,
+                    topics,
+                })
+                .await
+                .unwrap();
+            }
+            let out_tp = Topition::new(out, 0);
+            let b = common::batch_from(
+                diskless_core::RecordBatchBuilder::new()
+                    .transactional(true)
+                    .producer(producer.id, producer.epoch, round as i32 - 1),
+                &["x"],
+            );
+            s.produce(Some(tid), &out_tp, b).await.unwrap();
+            let added = s
+                .txn_add_offsets(tid, producer.id, producer.epoch, group)
+                .await
+                .unwrap();
+            assert_eq!(added, ErrorCode::None);
+            let partitions = (0..4)
+                .map(|p| {
+                    TxnOffsetCommitRequestPartition::default()
+                        .partition_index(p)
+                        .committed_offset(round * 10 + i64::from(p))
+                        .committed_leader_epoch(Some(-1))
+                        .committed_metadata(Some(String::new()))
+                })
+                .collect();
+            let answer = s
+                .txn_offset_commit(tansu_storage::TxnOffsetCommitRequest {
+                    transaction_id: tid.into(),
+                    group_id: group.into(),
+                    producer_id: producer.id,
+                    producer_epoch: producer.epoch,
+                    generation_id: Some(-1),
+                    member_id: Some(String::new()),
+                    group_instance_id: None,
+                    topics: vec![
+                        TxnOffsetCommitRequestTopic::default()
+                            .name("in".into())
+                            .partitions(Some(partitions)),
+                    ],
+                })
+                .await
+                .unwrap();
+            let codes: Vec<i16> = answer
+                .iter()
+                .flat_map(|t| t.partitions.iter().flatten().map(|p| p.error_code))
+                .collect();
+            assert_eq!(codes, [0, 0, 0, 0], "{tid} round {round}");
+            let ended = s
+                .txn_end(tid, producer.id, producer.epoch, true)
+                .await
+                .unwrap();
+            assert_eq!(ended, ErrorCode::None, "{tid} round {round}");
+            let fetched = s.offset_fetch(Some(group), &inputs, None).await.unwrap();
+            let want: Vec<i64> = (0..4).map(|p| round * 10 + p).collect();
+            let got: Vec<i64> = inputs.iter().map(|tp| fetched[tp]).collect();
+            assert_eq!(got, want, "{tid} round {round}");
+        }
+    }
+    running.shutdown().await;
+}
