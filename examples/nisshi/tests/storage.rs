@@ -683,20 +683,7 @@ async fn offsets_sent_with_transactions_are_all_committed() {
         let producer = begin_txn(s, tid, &[(out, 0)]).await;
         for round in 1..=3i64 {
             if round > 1 {
-                let topics = vec![
-                    tansu_sans_io::add_partitions_to_txn_request::AddPartitionsToTxnTopic::default(
-                    )
-                    .name(out.into())
-                    .partitions(Some(vec![0])),
-                ];
-                s.txn_add_partitions(tansu_storage::TxnAddPartitionsRequest::VersionZeroToThree {
-                    transaction_id: tid.into(),
-                    producer_id: producer.id,
-                    producer_epoch: producer.epoch,
-                    topics,
-                })
-                .await
-                .unwrap();
+                common::add_to_txn(s, tid, &producer, &[(out, 0)]).await;
             }
             let out_tp = Topition::new(out, 0);
             let b = common::batch_from(

@@ -85,6 +85,17 @@ pub async fn begin_txn<S: Storage>(
         .await
         .unwrap();
     assert_eq!(producer.error, tansu_sans_io::ErrorCode::None);
+    add_to_txn(s, tid, &producer, partitions).await;
+    producer
+}
+
+/// AddPartitionsToTxn of `partitions` (each `(topic, partition)`) to `producer`'s transaction.
+pub async fn add_to_txn<S: Storage>(
+    s: &S,
+    tid: &str,
+    producer: &tansu_storage::ProducerIdResponse,
+    partitions: &[(&str, i32)],
+) {
     let topics = partitions
         .iter()
         .map(|(t, p)| {
@@ -102,7 +113,6 @@ pub async fn begin_txn<S: Storage>(
         })
         .await;
     assert!(added.is_ok(), "{added:?}");
-    producer
 }
 
 /// One transactional batch of `producer` holding `values`.
