@@ -4,8 +4,11 @@
 //!
 //! It prints one line of `KEY=VALUE` pairs on stdout — `AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`,
 //! `AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION`, `AWS_ALLOW_HTTP`, `BUCKET` and `ROOT` (the
-//! directory holding `<bucket>/<key>`, where objects can be counted) — then serves until its stdin
-//! is closed, and removes its data directory on the way out.
+//! directory holding `<bucket>/<key>`, where objects can be counted; a new bucket is a new
+//! directory there) — then serves until its stdin is closed, and removes its data directory on the
+//! way out. Each line `stats` read on stdin is answered with one line on stdout: `STATS` and the
+//! requests received so far as `<bucket>/<KIND>=<count>` pairs (kinds as
+//! `S3TestServer::request_counts`: GET, LIST, PUT, POST, HEAD, DELETE, OTHER).
 //!
 //! Usage: `cargo run --release -p diskless-bench --bin s3-server` (options: `--threads N`, tokio
 //! worker threads, default 1; `--latency P50MS:P99MS` or `standard` (60:250) or `express` (5:20):
@@ -18,7 +21,7 @@
     reason = "a command-line tool: its endpoint goes to stdout, usage and errors to stderr"
 )]
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Write};
 
 use diskless_testkit::storage::{InjectedLatency, S3TestServer};
 
@@ -79,15 +82,35 @@ fn main() {
             server.root().display()
         );
         let _ = std::io::stdout().flush();
-        // Serve until stdin reaches end of file (the parent closed it or exited).
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        // Serve until stdin reaches end of file (the parent closed it or exited); answer each
+        // `stats` line with the request counts.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
         std::thread::spawn(move || {
-            let mut sink = [0u8; 256];
-            let mut stdin = std::io::stdin();
-            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-            let _ = tx.send(());
+            for line in std::io::stdin().lock().lines() {
+                match line {
+                    Ok(line) if line.trim() == "stats" => {
+                        if tx.blocking_send(()).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+            }
         });
-        let _ = rx.await;
+        while rx.recv().await.is_some() {
+            let counts = server.request_counts();
+            let pairs: Vec<String> = counts
+                .iter()
+                .flat_map(|(bucket, kinds)| {
+                    kinds
+                        .iter()
+                        .map(move |(kind, n)| format!("{bucket}/{kind}={n}"))
+                })
+                .collect();
+            println!("STATS {}", pairs.join(" "));
+            let _ = std::io::stdout().flush();
+        }
         server.shutdown().await;
     });
 }

@@ -15,4 +15,4 @@ mod s3_server;
 
 pub use faulty::{FaultConfig, FaultEvent, FaultKind, FaultyStorage, InjectedFault, Latency, Op};
 #[cfg(feature = "s3-server")]
-pub use s3_server::{InjectedLatency, S3TestServer};
+pub use s3_server::{InjectedLatency, RequestCounts, S3TestServer};

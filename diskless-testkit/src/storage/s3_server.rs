@@ -17,6 +17,9 @@
 //! 99th percentile ([`InjectedLatency`], e.g. [`InjectedLatency::S3_STANDARD`]), from a seeded
 //! generator.
 //!
+//! It counts the requests it answers, by bucket and kind ([`S3TestServer::request_counts`]), so a
+//! test or benchmark can tell how many PUTs and GETs a workload cost.
+//!
 //! ```
 //! # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
 //! use diskless_storage::{ObjectKey, ObjectStorage};
@@ -35,6 +38,7 @@ use diskless_storage::object_store::aws::{AmazonS3, AmazonS3Builder};
 use diskless_storage::{ObjectStoreStorage, StorageError};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -116,11 +120,34 @@ impl InjectedLatency {
 
 type Answer = Result<s3s::HttpResponse, s3s::HttpError>;
 
-/// The S3 service, each request held for an [`InjectedLatency`] delay first.
+/// Requests received, by bucket, then by kind (see [`S3TestServer::request_counts`]).
+pub type RequestCounts = BTreeMap<String, BTreeMap<&'static str, u64>>;
+
+/// The kind of a path-style S3 request: `GET` (an object: GetObject), `LIST` (`GET` of a bucket:
+/// ListObjects), `PUT` (PutObject, UploadPart, CopyObject, CreateBucket), `POST` (multipart
+/// create/complete, DeleteObjects), `HEAD`, `DELETE`, or `OTHER`; and the bucket it names (empty
+/// for the service root).
+fn request_kind(method: &hyper::Method, path: &str) -> (String, &'static str) {
+    let path = path.trim_start_matches('/');
+    let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
+    let kind = match *method {
+        hyper::Method::GET if key.is_empty() => "LIST",
+        hyper::Method::GET => "GET",
+        hyper::Method::PUT => "PUT",
+        hyper::Method::POST => "POST",
+        hyper::Method::HEAD => "HEAD",
+        hyper::Method::DELETE => "DELETE",
+        _ => "OTHER",
+    };
+    (bucket.to_string(), kind)
+}
+
+/// The S3 service, each request counted, then held for an [`InjectedLatency`] delay first.
 #[derive(Clone)]
 struct Delayed {
     inner: s3s::service::S3Service,
     latency: Option<(InjectedLatency, Arc<Mutex<fastrand::Rng>>)>,
+    counts: Arc<Mutex<RequestCounts>>,
 }
 
 impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Delayed {
@@ -129,6 +156,15 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Delayed 
     type Future = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
     fn call(&self, req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        let (bucket, kind) = request_kind(req.method(), req.uri().path());
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(bucket)
+            .or_default()
+            .entry(kind)
+            .or_default() += 1;
         let delay = self.latency.as_ref().map(|(latency, rng)| {
             let mut rng = rng
                 .lock()
@@ -156,6 +192,7 @@ pub struct S3TestServer {
     secret_key: String,
     region: String,
     root: tempfile::TempDir,
+    counts: Arc<Mutex<RequestCounts>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -184,6 +221,7 @@ impl S3TestServer {
         std::fs::create_dir(root.path().join(Self::BUCKET))?;
         let fs = s3s_fs::FileSystem::new(root.path())
             .map_err(|e| std::io::Error::other(format!("s3s-fs: {e:?}")))?;
+        let counts = Arc::new(Mutex::new(RequestCounts::new()));
         let service = {
             let mut builder = s3s::service::S3ServiceBuilder::new(fs);
             builder.set_auth(s3s::auth::SimpleAuth::from_single(
@@ -194,6 +232,7 @@ impl S3TestServer {
                 inner: builder.build(),
                 latency: latency
                     .map(|l| (l, Arc::new(Mutex::new(fastrand::Rng::with_seed(l.seed))))),
+                counts: Arc::clone(&counts),
             }
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -235,6 +274,7 @@ impl S3TestServer {
             secret_key: Self::SECRET_KEY.to_string(),
             region: Self::REGION.to_string(),
             root,
+            counts,
             shutdown: Some(tx),
             task: Some(task),
         })
@@ -273,6 +313,18 @@ impl S3TestServer {
     /// The directory holding the buckets (`<root>/<bucket>/<key>`).
     pub fn root(&self) -> &std::path::Path {
         self.root.path()
+    }
+
+    /// The requests received so far, by bucket (the first path segment; requests are
+    /// path-style), then by kind: `GET` (GetObject), `LIST` (a `GET` of a bucket), `PUT`
+    /// (PutObject, UploadPart, CopyObject, CreateBucket), `POST` (multipart create and complete,
+    /// DeleteObjects), `HEAD`, `DELETE`, `OTHER`. Counted as each request arrives, whatever its
+    /// answer.
+    pub fn request_counts(&self) -> RequestCounts {
+        self.counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// `s3://<bucket>/<prefix>` (or `s3://<bucket>` for an empty prefix), for
@@ -391,5 +443,46 @@ mod tests {
         // Two requests, each held 150 ms before it is served (a lower bound, whatever the load).
         assert!(started.elapsed() >= Duration::from_millis(300));
         server.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn requests_are_counted_by_bucket_and_kind() {
+        use diskless_storage::ObjectStorage as _;
+        let server = S3TestServer::start().await.unwrap();
+        assert!(server.request_counts().is_empty());
+        let storage = server.storage("counted").unwrap();
+        let key = diskless_storage::ObjectKey::parse("k").unwrap();
+        storage
+            .upload(&key, &[bytes::Bytes::from_static(b"abc")])
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            assert_eq!(storage.fetch(&key, 0..2).await.unwrap(), "ab");
+        }
+        storage.delete(&[key]).await.unwrap();
+        let counts = server.request_counts();
+        let bucket = &counts[S3TestServer::BUCKET];
+        assert_eq!(bucket.get("PUT"), Some(&1), "{counts:?}");
+        assert_eq!(bucket.get("GET"), Some(&3), "{counts:?}");
+        // One object deleted: a DELETE, or a POST of DeleteObjects.
+        assert_eq!(
+            bucket.get("DELETE").copied().unwrap_or(0) + bucket.get("POST").copied().unwrap_or(0),
+            1,
+            "{counts:?}"
+        );
+        assert_eq!(counts.len(), 1, "{counts:?}");
+        server.shutdown().await;
+    }
+
+    #[test]
+    fn request_kinds_follow_path_style_addressing() {
+        use hyper::Method;
+        assert_eq!(request_kind(&Method::GET, "/b/k/x"), ("b".into(), "GET"));
+        assert_eq!(request_kind(&Method::GET, "/b"), ("b".into(), "LIST"));
+        assert_eq!(request_kind(&Method::GET, "/b/"), ("b".into(), "LIST"));
+        assert_eq!(request_kind(&Method::PUT, "/b/k"), ("b".into(), "PUT"));
+        assert_eq!(request_kind(&Method::POST, "/b"), ("b".into(), "POST"));
+        assert_eq!(request_kind(&Method::GET, "/"), (String::new(), "LIST"));
+        assert_eq!(request_kind(&Method::PATCH, "/b/k"), ("b".into(), "OTHER"));
     }
 }
