@@ -8,7 +8,7 @@ use diskless_coordinator::{CoordinatorError, ErrorCode};
 use diskless_storage::{ObjectKey, StorageError};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::answer::{PartitionResponse, Slot, complete_all};
 use super::state::{Sealed, Shared};
@@ -55,7 +55,10 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
         mut waiters,
         upload,
         gauge: _in_flight,
+        sealed_at,
+        oldest,
     } = sealed;
+    let picked = Instant::now();
     let counters = &shared.counters;
     let uploaded = match upload.await {
         Ok(result) => result,
@@ -97,6 +100,22 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
     let outcome = if answer.is_ok() { m::OK } else { m::ERROR };
     metrics::histogram!(m::COMMIT_SECONDS, m::OUTCOME => outcome)
         .record(started.elapsed().as_secs_f64());
+    // Where the oldest request of this segment waited, in order: for the seal, for the
+    // segments sealed before it (commits are in seal order), for the rest of its own upload,
+    // and for the coordinator. `RUST_LOG=diskless_core::writer::commit=debug` prints it per
+    // segment (BENCHMARKS.md, issue #30: where the latency at low load comes from).
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    debug!(
+        key = %key,
+        bytes = size,
+        requests = waiters.len(),
+        seal_wait_ms = ms(sealed_at.saturating_duration_since(oldest)),
+        ordering_ms = ms(picked.saturating_duration_since(sealed_at)),
+        upload_rest_ms = ms(started.saturating_duration_since(picked)),
+        commit_ms = ms(started.elapsed()),
+        total_ms = ms(oldest.elapsed()),
+        "segment timing"
+    );
     match answer {
         Ok(results) => {
             counters.segments_committed.fetch_add(1, Ordering::Relaxed);

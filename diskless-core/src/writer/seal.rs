@@ -93,6 +93,8 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
         .fetch_add(1, Ordering::Relaxed);
     debug!(key = %key, size, batches = targets.len(), "segment closed");
 
+    let sealed_at = Instant::now();
+    let oldest = waiters.iter().map(|w| w.started).min().unwrap_or(sealed_at);
     let permits: Vec<Held> = waiters.iter_mut().filter_map(|w| w.permit.take()).collect();
     shared.uploading.fetch_add(1, Ordering::AcqRel);
     let upload = {
@@ -149,6 +151,8 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
         waiters: std::mem::take(&mut waiters),
         upload,
         gauge: GaugeGuard::new(m::WRITER_SEGMENTS_IN_FLIGHT, 1.0),
+        sealed_at,
+        oldest,
     };
     let pipeline = shared.pipeline.lock();
     match pipeline.as_ref() {

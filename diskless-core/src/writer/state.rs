@@ -115,6 +115,10 @@ pub(super) struct Sealed {
     pub(super) upload: JoinHandle<Result<(), StorageError>>,
     /// Keeps the segment counted in `WRITER_SEGMENTS_IN_FLIGHT` until it is answered.
     pub(super) gauge: GaugeGuard,
+    /// When it was sealed, and when its oldest request reached the writer: the per-segment
+    /// timing event of the committer (`commit_one`) splits a request's wait with them.
+    pub(super) sealed_at: Instant,
+    pub(super) oldest: Instant,
 }
 
 /// Answers every request of a segment that never reached the committer.
