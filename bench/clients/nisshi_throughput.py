@@ -200,18 +200,24 @@ class Server:
 class PgDatabase:
     """A fresh database with Nisshi's PostgreSQL schema (psql), dropped by `drop`."""
 
-    def __init__(self, schema_file):
-        if not schema_file:
+    def __init__(self, schema_file, require_schema=True):
+        if require_schema and not schema_file:
             raise RuntimeError("the PostgreSQL rows need --nisshi-pg-schema (see the docstring)")
         self.admin = os.environ.get("DISKLESS_POSTGRES_URL",
                                     "postgres://postgres@127.0.0.1:5432/test")
         self.name = f"nisshi_bench_{uuid.uuid4().hex}"
         plain = self.admin.split("?")[0].rsplit("/", 1)[0] + "/" + self.name
         self._psql(self.admin, "-c", f"CREATE DATABASE {self.name}")
-        self._psql(plain, "-f", schema_file)
+        if schema_file:
+            self._psql(plain, "-f", schema_file)
         # Nisshi's engine tries TLS first and checks the certificate against the host name; a
         # local server's certificate names "localhost", not 127.0.0.1.
         self.url = plain + "?sslmode=disable"
+
+    @classmethod
+    def empty(cls):
+        """A fresh database without a schema (the diskless coordinator creates its own)."""
+        return cls(None, require_schema=False)
 
     @staticmethod
     def _psql(url, *args):
