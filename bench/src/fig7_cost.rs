@@ -14,6 +14,7 @@ use diskless_coordinator::{
 use diskless_core::{FetchPartition, Fetcher, ProducePartition, WalWriter, WalWriterConfig};
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use diskless_testkit::coordinator::InMemoryCoordinator;
+use diskless_testkit::storage::{FaultConfig, FaultyStorage, Latency};
 
 use crate::report::{Row, Status};
 use crate::util::{bench_dir, create_topic, make_batch, make_batches, paused_runtime, runtime};
@@ -234,7 +235,9 @@ fn heavy_write_and_cold_fetch(quick: bool) -> Vec<Row> {
 }
 
 /// 1,000 appends/s of 1 KiB (segments closed by the default seal policy), then idle: counted on
-/// the paused clock.
+/// the paused clock. The store answers with S3 Standard's latency (log-normal, median 60 ms, p99
+/// 250 ms, as `InjectedLatency::S3_STANDARD`), as the prices are S3 Standard's: the default
+/// policy spaces its seals by the upload time, so the PUT rate depends on it.
 fn light_write_and_idle(quick: bool) -> Vec<Row> {
     let seconds: u64 = if quick { 2 } else { 30 };
     let idle: u64 = if quick { 10 } else { 600 };
@@ -242,8 +245,17 @@ fn light_write_and_idle(quick: bool) -> Vec<Row> {
         let clock = Arc::new(SystemClock);
         let coordinator: Arc<dyn BatchCoordinator> = Arc::new(InMemoryCoordinator::new(clock));
         let topic = create_topic(coordinator.as_ref(), "bench", PARTITIONS as i32).await;
-        let store = Arc::new(ObjectStoreStorage::in_memory());
-        let counters = store.counters().clone();
+        let plain = ObjectStoreStorage::in_memory();
+        let counters = plain.counters().clone();
+        let store = Arc::new(FaultyStorage::new(
+            plain,
+            FaultConfig::default()
+                .with_seed(7)
+                .with_latency(Some(Latency::log_normal(
+                    Duration::from_millis(60),
+                    Duration::from_millis(250),
+                ))),
+        ));
         let w = Arc::new(writer(store, coordinator, WalWriterConfig::default()));
         // Idle from the start.
         tokio::time::sleep(Duration::from_secs(idle)).await;

@@ -97,8 +97,9 @@ pub use validate::{
     default_decompression_limit, validate_batch, validate_produce_records, verify_stored_batch,
 };
 pub use writer::{
-    Backpressure, DEFAULT_EARLY_SEAL_BYTES, PartitionResponse, PendingProduce, ProducePartition,
-    ProduceRecordError, SealPolicy, WalWriter, WalWriterBuilder, WalWriterConfig, WriterStats,
+    Backpressure, DEFAULT_EARLY_SEAL_BYTES, DEFAULT_MIN_SEAL_INTERVAL, DEFAULT_UPLOAD_MULTIPLE_PCT,
+    PartitionResponse, PendingProduce, ProducePartition, ProduceRecordError, SealPolicy, WalWriter,
+    WalWriterBuilder, WalWriterConfig, WriterStats,
 };
 
 /// The README's embedding snippet, compiled with the crate's doc tests so that it stays true.

@@ -252,3 +252,43 @@ async fn idle_adaptive_writers_make_no_puts_and_bad_settings_are_refused() {
         })
     ));
 }
+
+/// `upload_multiple_pct`: on a store whose uploads take 100 ms, seals are at least 150 ms apart
+/// (at 150%) however short `min_interval` is; without it, `min_interval` and the pipeline's room
+/// alone space them.
+#[tokio::test(start_paused = true)]
+async fn seals_follow_the_upload_time_when_asked() {
+    let mut puts_by_pct = Vec::new();
+    for pct in [0, 150] {
+        let e =
+            env(SealPolicy::adaptive(Duration::from_millis(10), 4).with_upload_multiple_pct(pct))
+                .await;
+        let mut answers = Vec::new();
+        // One request every 5 ms for 3 s: 600 requests.
+        for _ in 0..600 {
+            answers.push(e.produce().await);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut worst = Duration::ZERO;
+        for a in answers {
+            let (error, latency) = a.await.unwrap();
+            assert_eq!(error, ErrorCode::None);
+            worst = worst.max(latency);
+        }
+        let puts = e.writer.stats().segments_uploaded;
+        if pct == 150 {
+            // Before the first upload ends there is no upload time yet: `min_interval` spaces
+            // the first seals, up to `max_in_flight` (4) of them. After that, at most one seal
+            // per 150 ms over the 3 s. A request waits at most one spacing plus its upload (and
+            // the commit).
+            assert!(puts <= 4 + 3_000 / 150 + 1, "{puts} PUTs");
+            assert!(worst < Duration::from_millis(300), "{worst:?}");
+        } else {
+            // Four uploads in flight of 100 ms each, one seal per 10 ms at most: ~40 per second.
+            assert!(puts >= 100, "{puts} PUTs");
+        }
+        puts_by_pct.push(puts);
+        e.writer.close().await;
+    }
+    assert!(puts_by_pct[1] * 4 < puts_by_pct[0], "{puts_by_pct:?}");
+}

@@ -232,6 +232,7 @@ fn start(parts: Parts) -> Result<WalWriter, ConfigError> {
         uncommitted,
         uploads: Arc::new(Semaphore::new(config.max_concurrent_uploads)),
         uploading: AtomicUsize::new(0),
+        upload_micros: AtomicU64::new(0),
         config,
         storage,
         coordinator,

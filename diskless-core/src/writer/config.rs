@@ -9,13 +9,17 @@ use crate::ConfigError;
 
 /// When the writer closes its buffer into a segment (besides a full buffer, which always does).
 ///
-/// The default ([`WalWriterConfig::default`]) is [`SealPolicy::Adaptive`] with a 100 ms minimum
-/// interval, 4 segments in flight and 2 MiB `early_bytes` ([`SealPolicy::default`]). Measured with
-/// real idempotent clients (BENCHMARKS.md, "Real clients"): about 3× the produce throughput of the
-/// fixed 250 ms interval and a third of its latency at low load, at the same PUTs per GiB at high
-/// load and at most 10 PUTs per second at low load (the interval makes at most 4); an idle writer
+/// The default ([`WalWriterConfig::default`]) is [`SealPolicy::Adaptive`] with seals at least
+/// 10 ms and 1.5 upload times apart (`min_interval`, `upload_multiple_pct`), 4 segments in flight
+/// and 2 MiB `early_bytes` ([`SealPolicy::default`]). Measured with real idempotent clients
+/// (BENCHMARKS.md, "Real clients"): about 3× the produce throughput of the fixed 250 ms interval
+/// and a third of its latency at low load, at the same PUTs per GiB at high load; an idle writer
 /// makes none. `early_bytes` took one producer's throughput from ~45 to ~146 MB/s (BENCHMARKS.md,
-/// "Nisshi: throughput").
+/// "Nisshi: throughput"). Spacing seals by the upload time keeps about 10 PUTs per second at low
+/// load on an S3-Standard-like store while a fast store gets a short round trip (BENCHMARKS.md,
+/// "Side by side with the peer": a librdkafka producer's per-connection limit of 5 requests in
+/// flight makes every request of a connection wait for the seal, so the seal spacing sets the
+/// round trip).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SealPolicy {
@@ -47,34 +51,76 @@ pub enum SealPolicy {
         /// A buffer holding this many bytes is sealed without waiting for `min_interval` (when the
         /// pipeline has room). At least 1; `usize::MAX` never seals early.
         early_bytes: usize,
+        /// The least time between two seals also follows the store: at least this percentage of
+        /// the recent upload time (a moving average of the writer's uploads, each weighted
+        /// 1/8), never more than `commit_interval` through this rule. 0: `min_interval` alone.
+        ///
+        /// Why: a seal wait about as long as an upload costs a request about one upload more,
+        /// and keeps about one segment uploading at a time; so on a slow store (S3 Standard,
+        /// ~60-100 ms per PUT) the writer makes about as many PUTs as the store answers in
+        /// sequence (~10 per second at 150%), and on a fast one (S3 Express, a local server)
+        /// `min_interval` bounds them, with a round trip a fast store allows (BENCHMARKS.md,
+        /// "Side by side with the peer").
+        upload_multiple_pct: u32,
     },
 }
+
+/// [`SealPolicy::Adaptive`]'s default `min_interval`: 10 ms (at most 100 PUTs per second per
+/// writer at low load on a store that answers in under ~7 ms; a slower store spaces seals by
+/// [`DEFAULT_UPLOAD_MULTIPLE_PCT`] of its upload time instead).
+pub const DEFAULT_MIN_SEAL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// [`SealPolicy::Adaptive`]'s default `upload_multiple_pct`: 150 (seals at least 1.5 upload
+/// times apart: ~10 PUTs per second at low load on S3 Standard).
+pub const DEFAULT_UPLOAD_MULTIPLE_PCT: u32 = 150;
 
 /// [`SealPolicy::Adaptive`]'s default `early_bytes`: 2 MiB (at most one PUT per 2 MiB sealed
 /// early; about 0.5 PUTs per 1,000 messages of 1 KiB).
 pub const DEFAULT_EARLY_SEAL_BYTES: usize = 2 << 20;
 
 impl Default for SealPolicy {
-    /// [`SealPolicy::Adaptive`], at most one seal per 100 ms (10 PUTs per second per writer at
-    /// low load) unless 2 MiB are buffered, up to 4 segments in flight (the default
-    /// `max_concurrent_uploads`).
+    /// [`SealPolicy::Adaptive`]: seals at least [`DEFAULT_MIN_SEAL_INTERVAL`] (10 ms) and
+    /// [`DEFAULT_UPLOAD_MULTIPLE_PCT`] of the recent upload time apart unless 2 MiB are buffered,
+    /// up to 4 segments in flight (the default `max_concurrent_uploads`).
     fn default() -> Self {
         SealPolicy::Adaptive {
-            min_interval: Duration::from_millis(100),
+            min_interval: DEFAULT_MIN_SEAL_INTERVAL,
             max_in_flight: 4,
             early_bytes: DEFAULT_EARLY_SEAL_BYTES,
+            upload_multiple_pct: DEFAULT_UPLOAD_MULTIPLE_PCT,
         }
     }
 }
 
 impl SealPolicy {
     /// Group commit with a PUT-rate bound of 1 / `min_interval` (or one per
-    /// [`DEFAULT_EARLY_SEAL_BYTES`]) and up to `max_in_flight` segments uploading.
+    /// [`DEFAULT_EARLY_SEAL_BYTES`]) and up to `max_in_flight` segments uploading; the interval
+    /// does not follow the upload time (`upload_multiple_pct` 0).
     pub fn adaptive(min_interval: Duration, max_in_flight: usize) -> Self {
         SealPolicy::Adaptive {
             min_interval,
             max_in_flight,
             early_bytes: DEFAULT_EARLY_SEAL_BYTES,
+            upload_multiple_pct: 0,
+        }
+    }
+
+    /// This policy with `upload_multiple_pct` (see [`SealPolicy::Adaptive`]; 0: `min_interval`
+    /// alone). [`SealPolicy::Interval`] is returned unchanged.
+    pub fn with_upload_multiple_pct(self, pct: u32) -> Self {
+        match self {
+            SealPolicy::Adaptive {
+                min_interval,
+                max_in_flight,
+                early_bytes,
+                ..
+            } => SealPolicy::Adaptive {
+                min_interval,
+                max_in_flight,
+                early_bytes,
+                upload_multiple_pct: pct,
+            },
+            other => other,
         }
     }
 
@@ -85,11 +131,13 @@ impl SealPolicy {
             SealPolicy::Adaptive {
                 min_interval,
                 max_in_flight,
+                upload_multiple_pct,
                 ..
             } => SealPolicy::Adaptive {
                 min_interval,
                 max_in_flight,
                 early_bytes: bytes,
+                upload_multiple_pct,
             },
             other => other,
         }
@@ -121,12 +169,7 @@ impl SealPolicy {
         min_interval_ms: Option<u64>,
     ) -> Result<SealPolicy, ConfigError> {
         let default = SealPolicy::default();
-        let SealPolicy::Adaptive {
-            min_interval: default_min,
-            max_in_flight,
-            ..
-        } = default
-        else {
+        let SealPolicy::Adaptive { max_in_flight, .. } = default else {
             return Err(ConfigError::invalid(
                 "seal_policy",
                 "the default policy is not adaptive",
@@ -143,7 +186,7 @@ impl SealPolicy {
                 "a minimum seal interval applies to the adaptive policy only",
             )),
             (None | Some("adaptive"), Some(ms)) => Ok(adaptive(Duration::from_millis(ms))),
-            (Some("adaptive"), None) => Ok(adaptive(default_min)),
+            (Some("adaptive"), None) => Ok(default),
             (Some(other), _) => Err(ConfigError::invalid(
                 "seal_policy",
                 format!("expected interval or adaptive, not {other:?}"),
@@ -176,10 +219,11 @@ pub enum Backpressure {
 ///     .with_seal_policy(SealPolicy::adaptive(Duration::from_millis(20), 2));
 /// assert!(config.validate().is_ok());
 /// assert!(config.with_buffer_max_bytes(0).validate().is_err());
-/// // The default seals adaptively, at most once per 100 ms; KIP-1163's fixed interval is one call away.
+/// // The default seals adaptively, at least 10 ms and 1.5 upload times apart; KIP-1163's fixed
+/// // interval is one call away.
 /// assert_eq!(
 ///     WalWriterConfig::default().seal_policy,
-///     SealPolicy::adaptive(Duration::from_millis(100), 4)
+///     SealPolicy::adaptive(Duration::from_millis(10), 4).with_upload_multiple_pct(150)
 /// );
 /// let kip = WalWriterConfig::default().with_seal_policy(SealPolicy::Interval);
 /// assert_eq!(kip.commit_interval, Duration::from_millis(250));
@@ -201,8 +245,8 @@ pub struct WalWriterConfig {
     /// buffer usually closes sooner; this stays the longest any batch waits.
     pub commit_interval: Duration,
     /// When to close the buffer besides a full buffer and `commit_interval`. Default
-    /// [`SealPolicy::default`] (adaptive, at most one seal per 100 ms); [`SealPolicy::Interval`]
-    /// is KIP-1163's fixed interval.
+    /// [`SealPolicy::default`] (adaptive, seals at least 10 ms and 1.5 upload times apart);
+    /// [`SealPolicy::Interval`] is KIP-1163's fixed interval.
     pub seal_policy: SealPolicy,
     /// How many segments may upload at once (at least 1). Default 4.
     pub max_concurrent_uploads: usize,
@@ -311,6 +355,7 @@ impl WalWriterConfig {
             min_interval,
             max_in_flight,
             early_bytes,
+            ..
         } = self.seal_policy
         {
             if early_bytes == 0 {

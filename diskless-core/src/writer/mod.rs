@@ -88,7 +88,10 @@ mod state;
 pub use crate::ConfigError;
 pub use answer::{PartitionResponse, PendingProduce, ProduceRecordError};
 pub use builder::WalWriterBuilder;
-pub use config::{Backpressure, DEFAULT_EARLY_SEAL_BYTES, SealPolicy, WalWriterConfig};
+pub use config::{
+    Backpressure, DEFAULT_EARLY_SEAL_BYTES, DEFAULT_MIN_SEAL_INTERVAL, DEFAULT_UPLOAD_MULTIPLE_PCT,
+    SealPolicy, WalWriterConfig,
+};
 
 use crate::validate::Validator;
 use answer::{Slot, Waiter, fill_errors, ready, refuse};

@@ -121,6 +121,9 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
             metrics::histogram!(m::UPLOAD_SECONDS, m::OUTCOME => outcome)
                 .record(started.elapsed().as_secs_f64());
             if result.is_ok() {
+                record_upload_time(&writer, started.elapsed());
+            }
+            if result.is_ok() {
                 // Fresh data is read soon, mostly by this broker: keep the segment in the cache.
                 // Blocks are keyed by object, so nobody finds them before the commit.
                 if let Some(cache) = cache {
@@ -220,23 +223,54 @@ impl Drop for InFlight {
     }
 }
 
-/// Whether an adaptive writer seals the (non-empty) buffer now: the pipeline has room, and
-/// `min_interval` has passed since the previous seal or the buffer holds `early_bytes`.
+/// Folds one successful upload's duration into the writer's moving average (new = old + (d -
+/// old) / 8; the first upload sets it).
+fn record_upload_time(shared: &Shared, took: Duration) {
+    let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
+    let _ = shared
+        .upload_micros
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
+            Some(if old == 0 {
+                took
+            } else {
+                old - old / 8 + took / 8
+            })
+        });
+}
+
+/// The least time between two seals of an adaptive writer now: `min_interval`, or
+/// `upload_multiple_pct` percent of the recent upload time when that is longer (this part never
+/// more than `commit_interval`).
+pub(super) fn seal_spacing(shared: &Shared, min_interval: Duration, pct: u32) -> Duration {
+    if pct == 0 {
+        return min_interval;
+    }
+    let recent = shared.upload_micros.load(Ordering::Acquire);
+    let linked = Duration::from_micros(recent.saturating_mul(u64::from(pct)) / 100)
+        .min(shared.config.commit_interval);
+    min_interval.max(linked)
+}
+
+/// Whether an adaptive writer seals the (non-empty) buffer now: the pipeline has room, and the
+/// seal spacing ([`seal_spacing`]) has passed since the previous seal or the buffer holds
+/// `early_bytes`.
 pub(super) fn adaptive_ready(shared: &Shared, buffer: &Buffer) -> bool {
     let SealPolicy::Adaptive {
         min_interval,
         max_in_flight,
         early_bytes,
+        upload_multiple_pct,
     } = shared.config.seal_policy
     else {
         return false;
     };
+    let spacing = seal_spacing(shared, min_interval, upload_multiple_pct);
     !buffer.entries.is_empty()
         && shared.uploading.load(Ordering::Acquire) < max_in_flight
         && (buffer.bytes >= early_bytes
             || buffer
                 .last_seal
-                .is_none_or(|t| t + min_interval <= Instant::now()))
+                .is_none_or(|t| t + spacing <= Instant::now()))
 }
 
 /// Closes the buffer `commit_interval` after its first batch, and, for an adaptive writer, when the
@@ -255,13 +289,15 @@ pub(super) async fn run_timer(shared: Arc<Shared>) {
                     min_interval,
                     max_in_flight,
                     early_bytes,
+                    upload_multiple_pct,
                 } = shared.config.seal_policy
                     && shared.uploading.load(Ordering::Acquire) < max_in_flight
                 {
                     if buffer.bytes >= early_bytes {
                         deadline = Instant::now();
                     } else if let Some(last) = buffer.last_seal {
-                        deadline = deadline.min(last + min_interval);
+                        let spacing = seal_spacing(&shared, min_interval, upload_multiple_pct);
+                        deadline = deadline.min(last + spacing);
                     }
                 }
                 deadline

@@ -64,6 +64,9 @@ pub(super) struct Shared {
     pub(super) uploads: Arc<Semaphore>,
     /// Segments sealed whose upload has not ended (uploading or waiting for a slot).
     pub(super) uploading: AtomicUsize,
+    /// A moving average of the successful uploads' durations in microseconds (each new one
+    /// weighted 1/8; 0 before the first): `SealPolicy::Adaptive`'s `upload_multiple_pct`.
+    pub(super) upload_micros: AtomicU64,
     /// Wakes the timer when a buffer gets its first batch, when an upload ends, or on close.
     pub(super) timer: Notify,
     pub(super) closed: AtomicBool,

@@ -45,8 +45,9 @@ Options:
                             commit interval after its first batch) or `adaptive` (group commit: as
                             soon as an upload slot is free, at most once per --seal-min-interval-ms)
                             (default: the library's, WalWriterConfig::default())
-  --seal-min-interval-ms MS adaptive sealing with this least time between two seals (at most
-                            1000/MS PUTs per second per broker); 0 = --seal-policy interval
+  --seal-min-interval-ms MS adaptive sealing with exactly this least time between two seals
+                            (at most 1000/MS PUTs per second per broker; the default also spaces
+                            seals by 1.5 upload times); 0 = --seal-policy interval
   --hedge-uploads-after-ms MS
                             start a second, identical upload of a segment whose first attempt
                             has not finished after MS (hedged PUT; default: never)
