@@ -162,16 +162,7 @@ class Server:
         self.puts = PutCounter(buckets)
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         try:
-            wait_port(port, timeout=60)
-            self.bootstrap = f"127.0.0.1:{port}"
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
-            if kind != "broker":
-                for fut in admin.create_topics([NewTopic("bench", PARTITIONS, 1)],
-                                               operation_timeout=30).values():
-                    fut.result(timeout=60)
-            topic = admin.list_topics(timeout=30).topics["bench"]
-            if topic.error is not None or len(topic.partitions) != PARTITIONS:
-                raise RuntimeError(f"topic bench: {topic.error}, {len(topic.partitions)} parts")
+            self.bootstrap = bench_topic_ready(port, create=kind != "broker")
         except BaseException:
             self.stop(keep_log=True)
             raise
@@ -195,6 +186,22 @@ class Server:
                 tail = f.read()[-3000:]
             print(f"broker log tail ({self.data}):\n{tail}", file=sys.stderr)
         shutil.rmtree(self.data, ignore_errors=True)
+
+
+def bench_topic_ready(port, create):
+    """Waits for a broker on `port`, creates the topic `bench` (8 partitions) when `create`,
+    checks it has its partitions; returns the bootstrap address."""
+    wait_port(port, timeout=60)
+    bootstrap = f"127.0.0.1:{port}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if create:
+        for fut in admin.create_topics([NewTopic("bench", PARTITIONS, 1)],
+                                       operation_timeout=30).values():
+            fut.result(timeout=60)
+    topic = admin.list_topics(timeout=30).topics["bench"]
+    if topic.error is not None or len(topic.partitions) != PARTITIONS:
+        raise RuntimeError(f"topic bench: {topic.error}, {len(topic.partitions)} parts")
+    return bootstrap
 
 
 class PgDatabase:

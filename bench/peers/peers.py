@@ -16,7 +16,7 @@ starts a fresh broker process on a fresh data directory:
   s3     ours: the example broker with default settings, `--storage s3://<bucket>/wal` (embedded
          SQLite coordinator); peer: `tansu broker --storage-engine s3://<bucket>/` (dynostore)
   files  ours: the example broker, defaults (local files + SQLite); peer: its SQLite engine
-         (`sqlite://<dir>/tansu.db`). No S3: run in the `none` profile only.
+         (`sqlite://tansu.db` in its data directory). No S3: run in the `none` profile only.
   pg     ours: the example broker, S3 storage, `--coordinator postgres://...` (a fresh database);
          peer: its PostgreSQL engine (a fresh database with its schema, `--peer-pg-schema FILE`:
          etc/initdb.d/010-schema.sql of tansu's repository at v0.6.0, which no crate ships)
@@ -55,11 +55,9 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "clients"))
 
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-
-from nisshi_throughput import PgDatabase, consume  # noqa: E402
+from nisshi_throughput import PgDatabase, bench_topic_ready, consume  # noqa: E402
 from produce_throughput import (BROKER, PARTITIONS, ROOT, S3_SERVER, VALUE, cpu_seconds,  # noqa: E402
-                                free_port, pct, produce, producer, wait_port)
+                                free_port, pct, produce, producer)
 
 PEER_VERSION = "0.6.0"
 PEER_ROOT = os.path.join(ROOT, "target", "peers")
@@ -164,7 +162,7 @@ class Broker:
             if config == "s3":
                 engine = f"s3://{self.bucket}/"
             elif config == "files":
-                engine = f"sqlite://{self.data}/tansu.db"
+                engine = "sqlite://tansu.db"  # relative to its working directory, the data dir
             else:
                 self.database = PgDatabase(opts.peer_pg_schema)
                 engine = self.database.url
@@ -174,16 +172,8 @@ class Broker:
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env,
                                      cwd=self.data)
         try:
-            wait_port(port, timeout=60)
-            self.bootstrap = f"127.0.0.1:{port}"
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
-            if side != "ours":
-                for fut in admin.create_topics([NewTopic("bench", PARTITIONS, 1)],
-                                               operation_timeout=30).values():
-                    fut.result(timeout=60)
-            topic = admin.list_topics(timeout=30).topics["bench"]
-            if topic.error is not None or len(topic.partitions) != PARTITIONS:
-                raise RuntimeError(f"topic bench: {topic.error}, {len(topic.partitions)} parts")
+            # Ours creates it at start (--create-topic); the peer through CreateTopics.
+            self.bootstrap = bench_topic_ready(port, create=side != "ours")
         except BaseException:
             self.stop(keep_log=True)
             raise

@@ -88,6 +88,25 @@ impl Env {
     }
 }
 
+impl Env {
+    /// `requests` requests, one every 5 ms; each must succeed. Returns the longest wait for an
+    /// answer.
+    async fn steady_load(&self, requests: usize) -> Duration {
+        let mut answers = Vec::new();
+        for _ in 0..requests {
+            answers.push(self.produce().await);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut worst = Duration::ZERO;
+        for a in answers {
+            let (error, latency) = a.await.unwrap();
+            assert_eq!(error, ErrorCode::None);
+            worst = worst.max(latency);
+        }
+        worst
+    }
+}
+
 /// At low load a request waits for the interval with `Interval`, and only for its upload with
 /// `Adaptive`.
 #[tokio::test(start_paused = true)]
@@ -121,18 +140,8 @@ async fn adaptive_fills_segments_while_the_pipeline_is_busy() {
             max_in_flight,
         ))
         .await;
-        let mut answers = Vec::new();
-        // One request every 5 ms for 2 s: 400 requests.
-        for _ in 0..400 {
-            answers.push(e.produce().await);
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let mut worst = Duration::ZERO;
-        for a in answers {
-            let (error, latency) = a.await.unwrap();
-            assert_eq!(error, ErrorCode::None);
-            worst = worst.max(latency);
-        }
+        // One request every 5 ms for 2 s.
+        let worst = e.steady_load(400).await;
         let puts = e.writer.stats().segments_uploaded;
         // By the PUT-rate bound: at most one seal per min_interval over the 2 s (+ the first).
         assert!(
@@ -263,18 +272,8 @@ async fn seals_follow_the_upload_time_when_asked() {
         let e =
             env(SealPolicy::adaptive(Duration::from_millis(10), 4).with_upload_multiple_pct(pct))
                 .await;
-        let mut answers = Vec::new();
-        // One request every 5 ms for 3 s: 600 requests.
-        for _ in 0..600 {
-            answers.push(e.produce().await);
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let mut worst = Duration::ZERO;
-        for a in answers {
-            let (error, latency) = a.await.unwrap();
-            assert_eq!(error, ErrorCode::None);
-            worst = worst.max(latency);
-        }
+        // One request every 5 ms for 3 s.
+        let worst = e.steady_load(600).await;
         let puts = e.writer.stats().segments_uploaded;
         if pct == 150 {
             // Before the first upload ends there is no upload time yet: `min_interval` spaces
