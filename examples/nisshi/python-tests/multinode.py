@@ -136,7 +136,12 @@ def phase_group():
             }
         )
         c.subscribe([topic])
-        deadline = time.time() + 60
+        # 120 s, not 60: tansu 0.6.0's group coordinator does not count JoinGroup/SyncGroup as
+        # liveness (G3 in client-suites/librdkafka.exclude), so two members joining through two
+        # nodes can evict each other and rejoin for a while before the group settles; one run in
+        # five here read only 226 of 300 in 60 s (2026-12-06). Every acknowledged record must
+        # still be read exactly once.
+        deadline = time.time() + 120
         while time.time() < deadline and len(results[0]) + len(results[1]) < N:
             msg = c.poll(0.5)
             if msg is None or msg.error() is not None:
