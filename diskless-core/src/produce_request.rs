@@ -233,8 +233,8 @@ impl Reader {
 
 impl ProduceRequest {
     /// Reads a Produce request from its frame (the 4-byte size first, as
-    /// [`crate::connection::RequestFrame::sized`] gives it). Bytes after the body are ignored, as
-    /// Kafka ignores them.
+    /// `connection::RequestFrame::sized` gives it, feature `connection`). Bytes after the body are
+    /// ignored, as Kafka ignores them.
     pub fn parse(frame: Bytes) -> Result<ProduceRequest, ProduceRequestError> {
         let mut r = Reader { buf: frame, at: 0 };
         let _size = r.i32()?;

@@ -146,8 +146,9 @@ impl SealPolicy {
     /// The policy a host's two options name (the example broker's `--seal-policy` and
     /// `--seal-min-interval-ms`, the Nisshi host's `--diskless-seal-*`), so every host reads them
     /// alike: neither is the default policy; `interval` is [`SealPolicy::Interval`]; a minimum
-    /// interval alone means `adaptive` with it (0: `interval`); `adaptive` alone keeps the default
-    /// adaptive minimum interval. An adaptive policy keeps the default `max_in_flight` (the
+    /// interval alone means `adaptive` with exactly it, not following the upload time (0:
+    /// `interval`); `adaptive` alone is the default policy. An adaptive policy keeps the default
+    /// `max_in_flight` (the
     /// default `max_concurrent_uploads`). Anything else is [`ConfigError::Invalid`] (field
     /// `seal_policy`).
     ///
