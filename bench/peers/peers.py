@@ -30,6 +30,10 @@ Workloads (`--workloads`):
   paced     `--paced-mbs` MB/s of 1 KiB messages for `--paced-s` seconds (latency without a
             client queue in it), s3 and pg rows only
 
+`--sides ours,nisshi,peer` adds nisshi-diskless (examples/nisshi, built with `cargo build --release
+--locked --bin nisshi-diskless` there, target dir ../../target) on the s3 rows: our library inside
+Nisshi, a diskless topic with its WAL in one bucket and Nisshi's engine in another (both counted).
+
 Columns: produce MB/s, per-message latency p50 / p99 (produce() to delivery report), consume
 MB/s, PUT-class requests (PUT + POST) per 1,000 messages while producing (paced: per second),
 GETs per 1,000 messages while consuming, broker CPU seconds (user + system, produce and consume),
@@ -55,7 +59,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "clients"))
 
-from nisshi_throughput import PgDatabase, bench_topic_ready, consume  # noqa: E402
+from nisshi_throughput import NISSHI, PgDatabase, bench_topic_ready, consume  # noqa: E402
 from produce_throughput import (BROKER, PARTITIONS, ROOT, S3_SERVER, VALUE, cpu_seconds,  # noqa: E402
                                 free_port, pct, produce, producer)
 
@@ -141,6 +145,7 @@ class Broker:
         self.data = tempfile.mkdtemp(prefix="peers-")
         self.database = None
         self.bucket = s3.bucket() if s3 and config in ("s3", "pg") else None
+        self.buckets = [self.bucket] if self.bucket else []
         self.log = open(os.path.join(self.data, "broker.log"), "w")
         port = free_port()
         env = dict(os.environ)
@@ -158,6 +163,16 @@ class Broker:
             if config == "pg":
                 self.database = PgDatabase.empty()
                 args += ["--coordinator", self.database.url]
+        elif side == "nisshi":
+            # Our library inside Nisshi (examples/nisshi): a diskless topic, WAL in this
+            # broker's bucket, Nisshi's own engine (metadata, groups) in a second bucket.
+            engine_bucket = s3.bucket()
+            self.buckets.append(engine_bucket)
+            args = [NISSHI, "--data-dir", self.data,
+                    "--kafka-listener-url", f"tcp://127.0.0.1:{port}",
+                    "--kafka-advertised-listener-url", f"tcp://127.0.0.1:{port}",
+                    "--diskless-storage", f"s3://{self.bucket}/objects",
+                    "--storage-engine", f"s3://{engine_bucket}", "--diskless-default"]
         else:
             if config == "s3":
                 engine = f"s3://{self.bucket}/"
@@ -172,7 +187,7 @@ class Broker:
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env,
                                      cwd=self.data)
         try:
-            # Ours creates it at start (--create-topic); the peer through CreateTopics.
+            # Ours creates it at start (--create-topic); the others through CreateTopics.
             self.bootstrap = bench_topic_ready(port, create=side != "ours")
         except BaseException:
             self.stop(keep_log=True)
@@ -204,6 +219,7 @@ class Broker:
 
 
 PUT_KINDS, GET_KINDS = ("PUT", "POST"), ("GET",)
+SIDES = ("ours", "nisshi", "peer")
 
 
 def run_row(side, config, workload, s3, opts):
@@ -214,7 +230,7 @@ def run_row(side, config, workload, s3, opts):
         return f"did not start: {e}"
 
     def requests(kinds):
-        return s3.count(broker.bucket, kinds) if s3 and broker.bucket else 0
+        return sum(s3.count(b, kinds) for b in broker.buckets) if s3 else 0
 
     try:
         p = producer(broker.bootstrap)
@@ -283,13 +299,16 @@ def summarize(results, opts):
     print("|---|---|---|---|---|---|---|---|---|---|")
     keys = sorted({k[:3] for k in results})
     for wl, prof, cfg in keys:
-        rows = {side: results.get((wl, prof, cfg, side), []) for side in ("ours", "peer")}
-        for side in ("ours", "peer", "ours/peer"):
+        rows = {side: results.get((wl, prof, cfg, side), []) for side in SIDES}
+        shown = [s for s in SIDES if rows[s]]
+        ratios = [f"{s}/peer" for s in shown if s != "peer" and rows["peer"]]
+        for side in shown + ratios:
             cells = []
             for metric in ("produce", "p50", "p99", "consume",
                            "puts_s" if wl == "paced" else "puts", "gets"):
-                if side == "ours/peer":
-                    vals = [o[metric] / q[metric] for o, q in zip(rows["ours"], rows["peer"])
+                if side.endswith("/peer"):
+                    mine = rows[side.split("/")[0]]
+                    vals = [o[metric] / q[metric] for o, q in zip(mine, rows["peer"])
                             if isinstance(o, dict) and isinstance(q, dict)
                             and metric in o and metric in q and q[metric]]
                     unit = "x"
@@ -319,14 +338,19 @@ def main():
     parser.add_argument("--paced-s", type=float, default=30.0)
     parser.add_argument("--stall-s", type=float, default=60.0)
     parser.add_argument("--peer-pg-schema", help="tansu's PostgreSQL schema, for the pg rows")
-    parser.add_argument("--sides", default="ours,peer")
+    parser.add_argument("--sides", default="ours,peer",
+                        help="ours (the example broker), nisshi (nisshi-diskless, s3 rows only) "
+                             "and peer (tansu)")
     parser.add_argument("--ours-args", default="",
                         help="extra options of the example broker (figures with them are not "
                              "default-settings figures)")
     parser.add_argument("--rust-log", default="warn", help="RUST_LOG of the brokers")
     parser.add_argument("--keep-logs", help="copy each broker's log into this directory")
     opts = parser.parse_args()
-    for binary in (BROKER, S3_SERVER):
+    if unknown := set(opts.sides.split(",")) - set(SIDES):
+        sys.exit(f"unknown sides {sorted(unknown)}; known: {', '.join(SIDES)}")
+    binaries = [BROKER, S3_SERVER] + ([NISSHI] if "nisshi" in opts.sides.split(",") else [])
+    for binary in binaries:
         if not os.path.exists(binary):
             sys.exit(f"{binary} is missing (see the usage in {__file__})")
     opts.peer_bin = find_peer(opts) if "peer" in opts.sides.split(",") else None
@@ -347,6 +371,8 @@ def main():
                         if (config == "files" and (profile != "none" or workload == "paced")):
                             continue
                         for side in opts.sides.split(","):
+                            if side == "nisshi" and config != "s3":
+                                continue  # nisshi-diskless rows: S3 only
                             r = run_row(side, config, workload,
                                         s3 if config != "files" else None, opts)
                             if isinstance(r, dict) and "read" in r:
