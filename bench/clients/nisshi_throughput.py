@@ -171,11 +171,7 @@ class Server:
         return cpu_seconds(self.proc.pid)
 
     def stop(self, keep_log=False):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        terminate(self.proc)
         self.puts.stop()
         self.s3.stop()
         self.log.close()
@@ -186,6 +182,15 @@ class Server:
                 tail = f.read()[-3000:]
             print(f"broker log tail ({self.data}):\n{tail}", file=sys.stderr)
         shutil.rmtree(self.data, ignore_errors=True)
+
+
+def terminate(proc):
+    """SIGTERM, then SIGKILL after 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def bench_topic_ready(port, create):

@@ -59,7 +59,8 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "clients"))
 
-from nisshi_throughput import NISSHI, PgDatabase, bench_topic_ready, consume  # noqa: E402
+from nisshi_throughput import (NISSHI, PgDatabase, bench_topic_ready, consume,  # noqa: E402
+                               terminate)
 from produce_throughput import (BROKER, PARTITIONS, ROOT, S3_SERVER, VALUE, cpu_seconds,  # noqa: E402
                                 free_port, pct, produce, producer)
 
@@ -200,11 +201,7 @@ class Broker:
         return peak_rss_mb(self.proc.pid)
 
     def stop(self, keep_log=False):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        terminate(self.proc)
         self.log.close()
         if self.database is not None:
             self.database.drop()
