@@ -14,7 +14,7 @@ use diskless_coordinator::{
 use diskless_core::{FetchPartition, Fetcher, ProducePartition, WalWriter, WalWriterConfig};
 use diskless_storage::{ObjectStorage, ObjectStoreStorage};
 use diskless_testkit::coordinator::InMemoryCoordinator;
-use diskless_testkit::storage::{FaultConfig, FaultyStorage, Latency};
+use diskless_testkit::storage::{FaultConfig, FaultyStorage, InjectedLatency, Latency};
 
 use crate::report::{Row, Status};
 use crate::util::{bench_dir, create_topic, make_batch, make_batches, paused_runtime, runtime};
@@ -236,7 +236,7 @@ fn heavy_write_and_cold_fetch(quick: bool) -> Vec<Row> {
 
 /// 1,000 appends/s of 1 KiB (segments closed by the default seal policy), then idle: counted on
 /// the paused clock. The store answers with S3 Standard's latency (log-normal, median 60 ms, p99
-/// 250 ms, as `InjectedLatency::S3_STANDARD`), as the prices are S3 Standard's: the default
+/// 250 ms: `InjectedLatency::S3_STANDARD`), as the prices are S3 Standard's: the default
 /// policy spaces its seals by the upload time, so the PUT rate depends on it.
 fn light_write_and_idle(quick: bool) -> Vec<Row> {
     let seconds: u64 = if quick { 2 } else { 30 };
@@ -252,8 +252,8 @@ fn light_write_and_idle(quick: bool) -> Vec<Row> {
             FaultConfig::default()
                 .with_seed(7)
                 .with_latency(Some(Latency::log_normal(
-                    Duration::from_millis(60),
-                    Duration::from_millis(250),
+                    InjectedLatency::S3_STANDARD.p50,
+                    InjectedLatency::S3_STANDARD.p99,
                 ))),
         ));
         let w = Arc::new(writer(store, coordinator, WalWriterConfig::default()));

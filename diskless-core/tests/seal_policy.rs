@@ -86,9 +86,7 @@ impl Env {
             (answer[0].error, started.elapsed())
         })
     }
-}
 
-impl Env {
     /// `requests` requests, one every 5 ms; each must succeed. Returns the longest wait for an
     /// answer.
     async fn steady_load(&self, requests: usize) -> Duration {

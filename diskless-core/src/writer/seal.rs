@@ -38,7 +38,8 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
         first_append_ms,
         ..
     } = std::mem::take(buffer);
-    buffer.last_seal = Some(Instant::now());
+    let sealed_at = Instant::now();
+    buffer.last_seal = Some(sealed_at);
     metrics::gauge!(m::WRITER_BUFFERED_BYTES).decrement(buffered as f64);
     let mut waiters = waiters;
     // The key's time is when the segment's oldest request reached the writer (never later than
@@ -93,7 +94,6 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
         .fetch_add(1, Ordering::Relaxed);
     debug!(key = %key, size, batches = targets.len(), "segment closed");
 
-    let sealed_at = Instant::now();
     let oldest = waiters.iter().map(|w| w.started).min().unwrap_or(sealed_at);
     let permits: Vec<Held> = waiters.iter_mut().filter_map(|w| w.permit.take()).collect();
     shared.uploading.fetch_add(1, Ordering::AcqRel);
@@ -117,13 +117,12 @@ pub(super) fn seal_locked(shared: &Arc<Shared>, buffer: &mut Buffer) {
                     .fetch_add(1, Ordering::Relaxed);
             })
             .await;
+            let took = started.elapsed();
             let outcome = if result.is_ok() { m::OK } else { m::ERROR };
             metrics::histogram!(m::UPLOAD_SECONDS, m::OUTCOME => outcome)
-                .record(started.elapsed().as_secs_f64());
+                .record(took.as_secs_f64());
             if result.is_ok() {
-                record_upload_time(&writer, started.elapsed());
-            }
-            if result.is_ok() {
+                record_upload_time(&writer, took);
                 // Fresh data is read soon, mostly by this broker: keep the segment in the cache.
                 // Blocks are keyed by object, so nobody finds them before the commit.
                 if let Some(cache) = cache {
