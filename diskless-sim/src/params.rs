@@ -148,6 +148,16 @@ impl Params {
         } else {
             SealPolicy::Interval
         };
+        // Half the adaptive writers also space seals by their upload time (the default's rule,
+        // `upload_multiple_pct`), drawn from a stream of its own so that every other draw of a
+        // seed stays as it was.
+        let seal_policy = seal_policy.with_upload_multiple_pct(
+            if rng_for(seed, "seal-upload-multiple", 0).bool() {
+                150
+            } else {
+                0
+            },
+        );
         // The draws keep their order (a seed replays the same run): arguments of a chain are
         // evaluated in order, as the fields of the struct literal these were.
         let writer = WalWriterConfig::default()
