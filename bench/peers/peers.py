@@ -30,6 +30,11 @@ Workloads (`--workloads`):
   paced     `--paced-mbs` MB/s of 1 KiB messages for `--paced-s` seconds (latency without a
             client queue in it), s3 and pg rows only
 
+`--sides ours3` adds the example broker in its default layout: 3 logical brokers in one process
+(`--base-port`, one WAL writer each), leading the partitions in turn, so the client keeps a
+connection, and 5 requests in flight, to each (PUTs per second are also given per broker). The
+plain `ours` row is one listener, like the peer.
+
 `--sides ours,nisshi,peer` adds nisshi-diskless (examples/nisshi, built with `cargo build --release
 --locked --bin nisshi-diskless` there, target dir ../../target) on the s3 rows: our library inside
 Nisshi, a diskless topic with its WAL in one bucket and Nisshi's engine in another (both counted).
@@ -155,8 +160,16 @@ class Broker:
         env["RUST_LOG"] = opts.rust_log
         self.keep = opts.keep_logs
         self.name = f"{side}-{config}"
-        if side == "ours":
-            args = [BROKER, "--data-dir", self.data, "--listeners", f"127.0.0.1:{port}",
+        self.brokers = 1
+        if side in ("ours", "ours3"):
+            if side == "ours":
+                layout = ["--listeners", f"127.0.0.1:{port}"]
+            else:
+                # The example broker's default layout: --brokers 3 from --base-port.
+                self.brokers = 3
+                port = free_ports(self.brokers)
+                layout = ["--base-port", str(port)]
+            args = [BROKER, "--data-dir", self.data, *layout,
                     "--create-topic", f"bench:{PARTITIONS}"]
             if self.bucket:
                 args += ["--storage", f"s3://{self.bucket}/wal"]
@@ -189,7 +202,7 @@ class Broker:
                                      cwd=self.data)
         try:
             # Ours creates it at start (--create-topic); the others through CreateTopics.
-            self.bootstrap = bench_topic_ready(port, create=side != "ours")
+            self.bootstrap = bench_topic_ready(port, create=side not in ("ours", "ours3"))
         except BaseException:
             self.stop(keep_log=True)
             raise
@@ -216,7 +229,28 @@ class Broker:
 
 
 PUT_KINDS, GET_KINDS = ("PUT", "POST"), ("GET",)
-SIDES = ("ours", "nisshi", "peer")
+SIDES = ("ours", "ours3", "nisshi", "peer")
+
+
+def free_ports(n):
+    """The first of n consecutive ports that are free now."""
+    import random
+    import socket
+    for _ in range(200):
+        base = random.randint(20000, 60000 - n)
+        socks = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports")
 
 
 def run_row(side, config, workload, s3, opts):
@@ -246,7 +280,7 @@ def run_row(side, config, workload, s3, opts):
             return f"only {len(lat)} of {messages} delivered"
         out = dict(produce=messages * len(VALUE) / 1e6 / elapsed, p50=pct(lat, 0.5),
                    p99=pct(lat, 0.99), puts=puts / messages * 1000,
-                   puts_s=puts / elapsed, cpu_p=cpu_p)
+                   puts_s=puts / elapsed, brokers=broker.brokers, cpu_p=cpu_p)
         if workload == "saturate":
             gets0, cpu0 = requests(GET_KINDS), broker.cpu()
             # + 1: producer() sends one warm-up message first.
@@ -265,7 +299,8 @@ def fmt_row(r, workload):
     if isinstance(r, str):
         return r
     if workload == "paced":
-        return (f"{r['produce']:.1f} | {r['p50']:.0f} / {r['p99']:.0f} | {r['puts_s']:.1f} "
+        per = (f" ({r['puts_s'] / r['brokers']:.1f} per broker)" if r["brokers"] > 1 else "")
+        return (f"{r['produce']:.1f} | {r['p50']:.0f} / {r['p99']:.0f} | {r['puts_s']:.1f}{per} "
                 f"| {r['cpu_p']:.1f} | {r['rss']:.0f}")
     read = "" if r["read"] >= r.get("expected", r["read"]) else f" (read {r['read']})"
     return (f"{r['produce']:.1f} | {r['p50']:.0f} / {r['p99']:.0f} | {r['consume']:.1f}{read} "
@@ -336,8 +371,9 @@ def main():
     parser.add_argument("--stall-s", type=float, default=60.0)
     parser.add_argument("--peer-pg-schema", help="tansu's PostgreSQL schema, for the pg rows")
     parser.add_argument("--sides", default="ours,peer",
-                        help="ours (the example broker), nisshi (nisshi-diskless, s3 rows only) "
-                             "and peer (tansu)")
+                        help="ours (the example broker, one listener), ours3 (the example broker's "
+                             "default layout: 3 logical brokers), nisshi (nisshi-diskless, s3 "
+                             "rows only) and peer (tansu)")
     parser.add_argument("--ours-args", default="",
                         help="extra options of the example broker (figures with them are not "
                              "default-settings figures)")

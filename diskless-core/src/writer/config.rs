@@ -10,7 +10,7 @@ use crate::ConfigError;
 /// When the writer closes its buffer into a segment (besides a full buffer, which always does).
 ///
 /// The default ([`WalWriterConfig::default`]) is [`SealPolicy::Adaptive`] with seals at least
-/// 10 ms and 1.5 upload times apart (`min_interval`, `upload_multiple_pct`), 4 segments in flight
+/// 5 ms and 1.5 upload times apart (`min_interval`, `upload_multiple_pct`), 4 segments in flight
 /// and 2 MiB `early_bytes` ([`SealPolicy::default`]). Measured with real idempotent clients
 /// (BENCHMARKS.md, "Real clients"): about 3× the produce throughput of the fixed 250 ms interval
 /// and a third of its latency at low load, at the same PUTs per GiB at high load; an idle writer
@@ -65,10 +65,12 @@ pub enum SealPolicy {
     },
 }
 
-/// [`SealPolicy::Adaptive`]'s default `min_interval`: 10 ms (at most 100 PUTs per second per
-/// writer at low load on a store that answers in under ~7 ms; a slower store spaces seals by
-/// [`DEFAULT_UPLOAD_MULTIPLE_PCT`] of its upload time instead).
-pub const DEFAULT_MIN_SEAL_INTERVAL: Duration = Duration::from_millis(10);
+/// [`SealPolicy::Adaptive`]'s default `min_interval`: 5 ms (at most 200 PUTs per second per
+/// writer at low load on a store that answers in under ~3 ms; a slower store spaces seals by
+/// [`DEFAULT_UPLOAD_MULTIPLE_PCT`] of its upload time instead). Why 5 and not 10: beside the peer
+/// at 5 MB/s on a fast store, every request of a librdkafka connection waits for the seal, and
+/// 10 ms left the p99 ~10% above the peer's (BENCHMARKS.md, "Side by side with the peer").
+pub const DEFAULT_MIN_SEAL_INTERVAL: Duration = Duration::from_millis(5);
 
 /// [`SealPolicy::Adaptive`]'s default `upload_multiple_pct`: 150 (seals at least 1.5 upload
 /// times apart: ~10 PUTs per second at low load on S3 Standard).
@@ -79,7 +81,7 @@ pub const DEFAULT_UPLOAD_MULTIPLE_PCT: u32 = 150;
 pub const DEFAULT_EARLY_SEAL_BYTES: usize = 2 << 20;
 
 impl Default for SealPolicy {
-    /// [`SealPolicy::Adaptive`]: seals at least [`DEFAULT_MIN_SEAL_INTERVAL`] (10 ms) and
+    /// [`SealPolicy::Adaptive`]: seals at least [`DEFAULT_MIN_SEAL_INTERVAL`] (5 ms) and
     /// [`DEFAULT_UPLOAD_MULTIPLE_PCT`] of the recent upload time apart unless 2 MiB are buffered,
     /// up to 4 segments in flight (the default `max_concurrent_uploads`).
     fn default() -> Self {
@@ -220,11 +222,11 @@ pub enum Backpressure {
 ///     .with_seal_policy(SealPolicy::adaptive(Duration::from_millis(20), 2));
 /// assert!(config.validate().is_ok());
 /// assert!(config.with_buffer_max_bytes(0).validate().is_err());
-/// // The default seals adaptively, at least 10 ms and 1.5 upload times apart; KIP-1163's fixed
+/// // The default seals adaptively, at least 5 ms and 1.5 upload times apart; KIP-1163's fixed
 /// // interval is one call away.
 /// assert_eq!(
 ///     WalWriterConfig::default().seal_policy,
-///     SealPolicy::adaptive(Duration::from_millis(10), 4).with_upload_multiple_pct(150)
+///     SealPolicy::adaptive(Duration::from_millis(5), 4).with_upload_multiple_pct(150)
 /// );
 /// let kip = WalWriterConfig::default().with_seal_policy(SealPolicy::Interval);
 /// assert_eq!(kip.commit_interval, Duration::from_millis(250));
@@ -246,7 +248,7 @@ pub struct WalWriterConfig {
     /// buffer usually closes sooner; this stays the longest any batch waits.
     pub commit_interval: Duration,
     /// When to close the buffer besides a full buffer and `commit_interval`. Default
-    /// [`SealPolicy::default`] (adaptive, seals at least 10 ms and 1.5 upload times apart);
+    /// [`SealPolicy::default`] (adaptive, seals at least 5 ms and 1.5 upload times apart);
     /// [`SealPolicy::Interval`] is KIP-1163's fixed interval.
     pub seal_policy: SealPolicy,
     /// How many segments may upload at once (at least 1). Default 4.

@@ -82,7 +82,7 @@ pub struct Config {
     pub linger_ms: Option<u64>,
     /// When a WAL segment is sealed besides a full buffer: `interval` (after the linger) or
     /// `adaptive` (as soon as an upload slot is free, at most once per
-    /// --diskless-seal-min-interval-ms). Default: the library's (adaptive, seals at least 10 ms
+    /// --diskless-seal-min-interval-ms). Default: the library's (adaptive, seals at least 5 ms
     /// and 1.5 upload times apart).
     #[arg(long = "diskless-seal-policy")]
     pub seal_policy: Option<String>,
