@@ -60,6 +60,9 @@ pub enum ErrorCode {
     KafkaStorageError = 56,
     /// The producer id is not known to the partition (59).
     UnknownProducerId = 59,
+    /// The request's version cannot carry the codec: a ZStandard batch in Produce v3 to v6, or
+    /// Fetch v4 to v9 of a topic whose `compression.type` is `zstd` (76).
+    UnsupportedCompressionType = 76,
     /// A record failed validation (87).
     InvalidRecord = 87,
     /// A newer producer with the same transactional id has fenced this one (90).
@@ -122,6 +125,7 @@ impl ErrorCode {
             TransactionCoordinatorFenced,
             KafkaStorageError,
             UnknownProducerId,
+            UnsupportedCompressionType,
             InvalidRecord,
             ProducerFenced,
             TransactionAbortable,
@@ -158,6 +162,7 @@ impl std::fmt::Display for ErrorCode {
             ErrorCode::TransactionCoordinatorFenced => "TRANSACTION_COORDINATOR_FENCED",
             ErrorCode::KafkaStorageError => "KAFKA_STORAGE_ERROR",
             ErrorCode::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
+            ErrorCode::UnsupportedCompressionType => "UNSUPPORTED_COMPRESSION_TYPE",
             ErrorCode::InvalidRecord => "INVALID_RECORD",
             ErrorCode::ProducerFenced => "PRODUCER_FENCED",
             ErrorCode::TransactionAbortable => "TRANSACTION_ABORTABLE",

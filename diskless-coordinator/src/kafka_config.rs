@@ -3,7 +3,8 @@
 //! names, parsing and bounds as Kafka's `LogConfig`. One table here, so that hosts do not each
 //! carry their own copy.
 
-use crate::{CoordinatorError, TimestampType, TopicConfig};
+use crate::validate::{gzip_level_error, lz4_level_error, zstd_level_error};
+use crate::{CoordinatorError, TimestampType, TopicCompression, TopicConfig};
 
 /// The Kafka topic configs a [`TopicConfig`] holds (the ones that take effect on a diskless
 /// topic's data path), in Kafka's spelling.
@@ -19,6 +20,10 @@ pub const TOPIC_CONFIG_NAMES: &[&str] = &[
     "segment.ms",
     "index.interval.bytes",
     "segment.index.bytes",
+    "compression.type",
+    "compression.gzip.level",
+    "compression.lz4.level",
+    "compression.zstd.level",
 ];
 
 impl TopicConfig {
@@ -99,6 +104,34 @@ impl TopicConfig {
             "segment.ms" => self.segment_ms = at_least_long(1)?,
             "index.interval.bytes" => self.index_interval_bytes = at_least_int(0)?,
             "segment.index.bytes" => self.segment_index_bytes = at_least_int(4)?,
+            "compression.type" => {
+                self.compression_type = TopicCompression::from_name(value).ok_or_else(|| {
+                    invalid(
+                        "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer",
+                    )
+                })?
+            }
+            "compression.gzip.level" => {
+                let level = int()?;
+                if let Some(why) = gzip_level_error(level) {
+                    return Err(invalid(why));
+                }
+                self.compression_gzip_level = level
+            }
+            "compression.lz4.level" => {
+                let level = int()?;
+                if let Some(why) = lz4_level_error(level) {
+                    return Err(invalid(why));
+                }
+                self.compression_lz4_level = level
+            }
+            "compression.zstd.level" => {
+                let level = int()?;
+                if let Some(why) = zstd_level_error(level) {
+                    return Err(invalid(why));
+                }
+                self.compression_zstd_level = level
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -140,6 +173,10 @@ impl TopicConfig {
             "segment.ms" => self.segment_ms.to_string(),
             "index.interval.bytes" => self.index_interval_bytes.to_string(),
             "segment.index.bytes" => self.segment_index_bytes.to_string(),
+            "compression.type" => self.compression_type.name().to_string(),
+            "compression.gzip.level" => self.compression_gzip_level.to_string(),
+            "compression.lz4.level" => self.compression_lz4_level.to_string(),
+            "compression.zstd.level" => self.compression_zstd_level.to_string(),
             _ => return None,
         })
     }
@@ -164,6 +201,10 @@ mod tests {
             ("segment.ms", "80000"),
             ("index.interval.bytes", "100"),
             ("segment.index.bytes", "4096"),
+            ("compression.type", "zstd"),
+            ("compression.gzip.level", "9"),
+            ("compression.lz4.level", "17"),
+            ("compression.zstd.level", "-5"),
         ];
         assert_eq!(values.len(), TOPIC_CONFIG_NAMES.len());
         for (name, value) in values {
@@ -192,6 +233,14 @@ mod tests {
             ("segment.index.bytes", "3"),
             ("index.interval.bytes", "x"),
             ("message.timestamp.type", "createtime"),
+            ("compression.type", "ZSTD"),
+            ("compression.type", "brotli"),
+            ("compression.gzip.level", "0"),
+            ("compression.gzip.level", "10"),
+            ("compression.lz4.level", "0"),
+            ("compression.lz4.level", "18"),
+            ("compression.zstd.level", "23"),
+            ("compression.zstd.level", "-131073"),
         ] {
             let err = config.set_kafka_config(name, value);
             assert!(

@@ -54,14 +54,15 @@ pub use open::{
 };
 pub use types::{
     AbortedTxn, BatchCoordinate, CommitBatch, CommitBatchResult, CommitFileRequest,
-    CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, DescribedProducer,
-    EARLIEST_TIMESTAMP, EndTxnMarker, FindBatchesRequest, FindBatchesResponse, IsolationLevel,
-    LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse, MAX_PRODUCER_ID_BLOCK,
-    MAX_TIMESTAMP, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo,
-    ObjectKind, ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport,
-    ProducerIdBlock, ProducerState, RegisterSegmentOutcome, RegisterSegmentRequest,
-    RetentionReport, SEGMENT_TRAILER_LEN, SegmentLayoutSizes, SegmentPlan, SegmentPlanRequest,
-    ShardId, TXN_MARKER_SIZE, TieredSegment, TieringCandidate, TimestampType, TopicConfig,
+    CreateTopicRequest, DEFAULT_GZIP_LEVEL, DEFAULT_LZ4_LEVEL, DEFAULT_ZSTD_LEVEL,
+    DeleteRecordsRequest, DeleteRecordsResponse, DescribedProducer, EARLIEST_TIMESTAMP,
+    EndTxnMarker, FindBatchesRequest, FindBatchesResponse, IsolationLevel, LATEST_TIMESTAMP,
+    ListOffsetsRequest, ListOffsetsResponse, MAX_PRODUCER_ID_BLOCK, MAX_TIMESTAMP,
+    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo, ObjectKind,
+    ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport, ProducerIdBlock,
+    ProducerState, RegisterSegmentOutcome, RegisterSegmentRequest, RetentionReport,
+    SEGMENT_TRAILER_LEN, SegmentLayoutSizes, SegmentPlan, SegmentPlanRequest, ShardId,
+    TXN_MARKER_SIZE, TieredSegment, TieringCandidate, TimestampType, TopicCompression, TopicConfig,
     TopicIdPartition, TopicInfo, TxnMarker, TxnMarkerResult,
 };
 pub use validate::{

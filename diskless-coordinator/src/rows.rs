@@ -4,8 +4,8 @@
 
 use crate::{
     BatchCoordinate, CoordinatorError, CreateTopicRequest, EndTxnMarker, ObjectInfo, ObjectKind,
-    ObjectToDelete, SegmentLayoutSizes, ShardId, TieredSegment, TimestampType, TopicConfig,
-    TopicInfo,
+    ObjectToDelete, SegmentLayoutSizes, ShardId, TieredSegment, TimestampType, TopicCompression,
+    TopicConfig, TopicInfo,
 };
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
@@ -313,26 +313,34 @@ pub(crate) fn object_info_from_row(
     })
 }
 
-/// The columns of a topic's tiered-storage settings (for a backend that stores them), in the
-/// order [`tiering_from_row`] reads them and [`bind_topic_tiering`] binds them.
+/// The columns of a topic's settings added after the first schema (for a backend that stores
+/// them): the tiered-storage settings (SQLite migration 7) and the compression settings
+/// (migration 8), in the order [`tiering_from_row`] reads them and [`bind_topic_tiering`] binds
+/// them.
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-pub(crate) const TOPIC_TIERING_COLUMNS: &str =
-    "segment_bytes, segment_ms, index_interval_bytes, segment_index_bytes";
+pub(crate) const TOPIC_TIERING_COLUMNS: &str = "segment_bytes, segment_ms, index_interval_bytes, \
+     segment_index_bytes, compression_type, compression_gzip_level, compression_lz4_level, \
+     compression_zstd_level";
+
+/// How many columns [`TOPIC_TIERING_COLUMNS`] lists.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) const TOPIC_TIERING_COLUMN_COUNT: usize = 8;
 
 /// The `SET` list of [`TOPIC_TIERING_COLUMNS`] with parameters `{mark}{first}` onwards, bound by
 /// [`bind_topic_tiering`].
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn topic_tiering_set(mark: char, first: usize) -> String {
     TOPIC_TIERING_COLUMNS
-        .split(", ")
+        .split(',')
+        .map(str::trim)
         .zip(first..)
         .map(|(column, n)| format!("{column} = {mark}{n}"))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// Binds the next four parameters to `config`'s tiered-storage settings, in the order of
-/// [`TOPIC_TIERING_COLUMNS`].
+/// Binds the next [`TOPIC_TIERING_COLUMN_COUNT`] parameters to `config`'s settings of
+/// [`TOPIC_TIERING_COLUMNS`], in that order.
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn bind_topic_tiering<'q, DB>(
     q: Query<'q, DB, <DB as Database>::Arguments>,
@@ -342,11 +350,16 @@ where
     DB: Database,
     for<'e> i64: Encode<'e, DB> + Type<DB>,
     for<'e> i32: Encode<'e, DB> + Type<DB>,
+    for<'e> &'static str: Encode<'e, DB> + Type<DB>,
 {
     q.bind(config.segment_bytes)
         .bind(config.segment_ms)
         .bind(config.index_interval_bytes)
         .bind(config.segment_index_bytes)
+        .bind(config.compression_type.name())
+        .bind(config.compression_gzip_level)
+        .bind(config.compression_lz4_level)
+        .bind(config.compression_zstd_level)
 }
 
 /// Sets `config`'s tiered-storage settings from the columns of [`TOPIC_TIERING_COLUMNS`] starting
@@ -361,7 +374,17 @@ pub(crate) fn tiering_from_row(
     config.segment_ms = row.i64_at(at + 1)?;
     config.index_interval_bytes = row.i32_at(at + 2)?;
     config.segment_index_bytes = row.i32_at(at + 3)?;
+    config.compression_type = compression_type(&row.string_at(at + 4)?)?;
+    config.compression_gzip_level = row.i32_at(at + 5)?;
+    config.compression_lz4_level = row.i32_at(at + 6)?;
+    config.compression_zstd_level = row.i32_at(at + 7)?;
     Ok(())
+}
+
+/// A stored `compression_type` (Kafka's name), or corruption.
+pub(crate) fn compression_type(name: &str) -> Result<TopicCompression, CoordinatorError> {
+    TopicCompression::from_name(name)
+        .ok_or_else(|| corrupt(format!("unknown stored compression type {name:?}")))
 }
 
 /// The stored `kind` of an object: 0 a WAL object, 1 a tiered segment.

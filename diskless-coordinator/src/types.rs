@@ -211,7 +211,85 @@ pub struct TopicConfig {
     /// batch count). At least 4 (Kafka's bound); below 24 a segment holds one batch. Default
     /// 10 MiB.
     pub segment_index_bytes: i32,
+    /// `compression.type`: the codec a batch is stored with. [`TopicCompression::Producer`] (the
+    /// default) keeps the producer's; any other value re-encodes a batch whose codec differs, as
+    /// Kafka's `LogValidator` does.
+    pub compression_type: TopicCompression,
+    /// `compression.gzip.level` (KIP-390): 1..=9, or -1 for the codec's default (6). Default -1.
+    pub compression_gzip_level: i32,
+    /// `compression.lz4.level` (KIP-390): 1..=17. Default 9.
+    pub compression_lz4_level: i32,
+    /// `compression.zstd.level` (KIP-390): -131072..=22. Default 3.
+    pub compression_zstd_level: i32,
 }
+
+/// A topic's `compression.type` (Kafka's `BrokerCompressionType`), by its Kafka name.
+///
+/// ```
+/// use diskless_coordinator::TopicCompression;
+/// assert_eq!(TopicCompression::from_name("zstd"), Some(TopicCompression::Zstd));
+/// assert_eq!(TopicCompression::default().name(), "producer");
+/// assert_eq!(TopicCompression::from_name("brotli"), None);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TopicCompression {
+    /// `producer`: a batch keeps the codec its producer chose.
+    #[default]
+    Producer,
+    /// `uncompressed`: batches are stored without compression.
+    Uncompressed,
+    /// `gzip`.
+    Gzip,
+    /// `snappy`.
+    Snappy,
+    /// `lz4`.
+    Lz4,
+    /// `zstd`.
+    Zstd,
+}
+
+impl TopicCompression {
+    /// Every value, in Kafka's order of `BrokerCompressionType.names()`.
+    pub const ALL: [TopicCompression; 6] = [
+        TopicCompression::Uncompressed,
+        TopicCompression::Zstd,
+        TopicCompression::Lz4,
+        TopicCompression::Snappy,
+        TopicCompression::Gzip,
+        TopicCompression::Producer,
+    ];
+
+    /// Kafka's name of the value (`compression.type`'s text).
+    pub fn name(self) -> &'static str {
+        match self {
+            TopicCompression::Producer => "producer",
+            TopicCompression::Uncompressed => "uncompressed",
+            TopicCompression::Gzip => "gzip",
+            TopicCompression::Snappy => "snappy",
+            TopicCompression::Lz4 => "lz4",
+            TopicCompression::Zstd => "zstd",
+        }
+    }
+
+    /// The value Kafka's name denotes (exact, lower case, as Kafka's `ConfigDef.ValidString`).
+    pub fn from_name(name: &str) -> Option<TopicCompression> {
+        TopicCompression::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
+impl std::fmt::Display for TopicCompression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `compression.gzip.level`'s default: -1, the codec's own default (Java's
+/// `Deflater.DEFAULT_COMPRESSION`, level 6).
+pub const DEFAULT_GZIP_LEVEL: i32 = -1;
+/// `compression.lz4.level`'s default: 9.
+pub const DEFAULT_LZ4_LEVEL: i32 = 9;
+/// `compression.zstd.level`'s default: 3.
+pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
 
 impl Default for TopicConfig {
     fn default() -> Self {
@@ -227,6 +305,10 @@ impl Default for TopicConfig {
             segment_ms: 7 * 24 * 60 * 60 * 1000,
             index_interval_bytes: 4096,
             segment_index_bytes: 10 * 1024 * 1024,
+            compression_type: TopicCompression::Producer,
+            compression_gzip_level: DEFAULT_GZIP_LEVEL,
+            compression_lz4_level: DEFAULT_LZ4_LEVEL,
+            compression_zstd_level: DEFAULT_ZSTD_LEVEL,
         }
     }
 }
@@ -243,6 +325,10 @@ crate::config::with_setters!(TopicConfig {
     with_segment_ms => segment_ms: [i64],
     with_index_interval_bytes => index_interval_bytes: [i32],
     with_segment_index_bytes => segment_index_bytes: [i32],
+    with_compression_type => compression_type: [TopicCompression],
+    with_compression_gzip_level => compression_gzip_level: [i32],
+    with_compression_lz4_level => compression_lz4_level: [i32],
+    with_compression_zstd_level => compression_zstd_level: [i32],
 });
 
 /// The most producer ids one [`crate::BatchCoordinator::allocate_producer_ids`] call hands out.

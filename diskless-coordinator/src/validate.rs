@@ -69,7 +69,8 @@ impl TopicConfig {
     /// Checks every value against Kafka's range: retention.ms and retention.bytes at least `-1`,
     /// max.message.bytes and the timestamp bounds at least 0, producer.id.expiration.ms at least 1,
     /// segment.bytes at least 14, segment.ms at least 1, index.interval.bytes at least 0,
-    /// segment.index.bytes at least 4.
+    /// segment.index.bytes at least 4, compression.gzip.level 1..=9 or -1, compression.lz4.level
+    /// 1..=17, compression.zstd.level -131072..=22 (Kafka's `CompressionType` level validators).
     /// Errors are [`CoordinatorError::InvalidRequest`]; values are never adjusted.
     pub fn validate(&self) -> Result<(), CoordinatorError> {
         let bad = |m: &str| Err(CoordinatorError::InvalidRequest(m.to_string()));
@@ -97,7 +98,44 @@ impl TopicConfig {
         if self.segment_index_bytes < 4 {
             return bad("segment.index.bytes must be >= 4");
         }
+        if let Some(why) = gzip_level_error(self.compression_gzip_level) {
+            return bad(&format!("compression.gzip.level: {why}"));
+        }
+        if let Some(why) = lz4_level_error(self.compression_lz4_level) {
+            return bad(&format!("compression.lz4.level: {why}"));
+        }
+        if let Some(why) = zstd_level_error(self.compression_zstd_level) {
+            return bad(&format!("compression.zstd.level: {why}"));
+        }
         Ok(())
+    }
+}
+
+/// Kafka's `CompressionType.GZIP.levelValidator()`: 1..=9 or -1.
+pub(crate) fn gzip_level_error(level: i32) -> Option<&'static str> {
+    (level > 9 || (level < 1 && level != -1))
+        .then_some("Value must be between 1 and 9 or equal to -1")
+}
+
+/// Kafka's `CompressionType.LZ4.levelValidator()`: 1..=17.
+pub(crate) fn lz4_level_error(level: i32) -> Option<&'static str> {
+    if level < 1 {
+        Some("Value must be at least 1")
+    } else if level > 17 {
+        Some("Value must be no more than 17")
+    } else {
+        None
+    }
+}
+
+/// Kafka's `CompressionType.ZSTD.levelValidator()`: -131072..=22.
+pub(crate) fn zstd_level_error(level: i32) -> Option<&'static str> {
+    if level < -131072 {
+        Some("Value must be at least -131072")
+    } else if level > 22 {
+        Some("Value must be no more than 22")
+    } else {
+        None
     }
 }
 

@@ -762,8 +762,8 @@ async fn postgres_migrations() {
         applied += r.await.unwrap().unwrap();
     }
     assert_eq!(
-        applied, 13,
-        "exactly one concurrent migrator applied each of the 13 migrations"
+        applied, 14,
+        "exactly one concurrent migrator applied each of the 14 migrations"
     );
     assert_eq!(migrate(&options).await.unwrap(), 0);
 
@@ -795,6 +795,7 @@ async fn postgres_migrations() {
             (11, "transactions".to_string()),
             (12, "open_txn_index".to_string()),
             (13, "tiered_segments".to_string()),
+            (14, "topic_compression".to_string()),
         ]
     );
     sqlx::query("UPDATE schema_migrations SET checksum = 'edited'")

@@ -85,6 +85,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(11, "0011", "transactions", transactional: true),
     migration!(12, "0012", "open_txn_index", transactional: false),
     migration!(13, "0013", "tiered_segments", transactional: true),
+    migration!(14, "0014", "topic_compression", transactional: true),
 ];
 
 /// The last migration that creates functions: later ones leave them to `functions.sql`.

@@ -4,7 +4,7 @@ use super::PostgresCoordinator;
 use super::attempt::{Attempt, sql_error};
 use super::lifecycle::delete_segments_below;
 use super::lifecycle::{delete_batches_below, release_objects};
-use crate::rows::{SqlRow, parse_topic_id, topic_key, ts_type, ts_type_code};
+use crate::rows::{SqlRow, compression_type, parse_topic_id, topic_key, ts_type, ts_type_code};
 use crate::{
     CoordinatorError, CreateTopicRequest, ProducerIdBlock, TopicConfig, TopicInfo,
     check_new_partition_count, next_producer_id_block, validate_producer_id_count,
@@ -16,14 +16,16 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 /// The configuration columns of a PostgreSQL topic row, in the order [`config_from_row`] reads
-/// them (migration 13 added the last four, the tiered-storage settings).
+/// them (migration 13 added the four tiered-storage settings, migration 14 the four compression
+/// settings).
 pub(super) const CONFIG_COLUMNS: &str = "timestamp_type, retention_ms, retention_bytes, \
      max_message_bytes, message_timestamp_before_max_ms, message_timestamp_after_max_ms, \
      producer_id_expiration_ms, segment_bytes, segment_ms, index_interval_bytes, \
-     segment_index_bytes";
+     segment_index_bytes, compression_type, compression_gzip_level, compression_lz4_level, \
+     compression_zstd_level";
 
 /// How many columns [`CONFIG_COLUMNS`] lists.
-const CONFIG_COLUMN_COUNT: usize = 11;
+const CONFIG_COLUMN_COUNT: usize = 15;
 
 /// The columns of a topic row after its id: name, partition count, then [`CONFIG_COLUMNS`].
 pub(super) fn topic_columns() -> String {
@@ -46,6 +48,10 @@ fn bind_config<'q>(
         .bind(c.segment_ms)
         .bind(c.index_interval_bytes)
         .bind(c.segment_index_bytes)
+        .bind(c.compression_type.name())
+        .bind(c.compression_gzip_level)
+        .bind(c.compression_lz4_level)
+        .bind(c.compression_zstd_level)
 }
 
 /// A topic configuration from the [`CONFIG_COLUMNS`] of `row` starting at column `at`.
@@ -65,6 +71,10 @@ pub(super) fn config_from_row(
         segment_ms: row.i64_at(at + 8)?,
         index_interval_bytes: row.i32_at(at + 9)?,
         segment_index_bytes: row.i32_at(at + 10)?,
+        compression_type: compression_type(&row.string_at(at + 11)?)?,
+        compression_gzip_level: row.i32_at(at + 12)?,
+        compression_lz4_level: row.i32_at(at + 13)?,
+        compression_zstd_level: row.i32_at(at + 14)?,
     })
 }
 

@@ -26,7 +26,7 @@ pub(super) struct Counters {
 }
 
 /// The embedded migrations: (version, description, SQL).
-const MIGRATIONS: [(i64, &str, &str); 7] = [
+const MIGRATIONS: [(i64, &str, &str); 8] = [
     (
         1,
         "initial",
@@ -61,6 +61,11 @@ const MIGRATIONS: [(i64, &str, &str); 7] = [
         7,
         "tiered segments",
         include_str!("../../migrations/sqlite/0007_tiered_segments.sql"),
+    ),
+    (
+        8,
+        "topic compression",
+        include_str!("../../migrations/sqlite/0008_topic_compression.sql"),
     ),
 ];
 

@@ -18,8 +18,8 @@ use super::reads::{
 };
 use super::sql::{at_commit, encode_owners, not_applied};
 use crate::rows::{
-    SqlRow, TOPIC_COLUMNS, TOPIC_TIERING_COLUMNS, batch_columns, batch_from_row, object_kind_code,
-    segment_columns, segment_from_row, topic_key,
+    SqlRow, TOPIC_COLUMNS, TOPIC_TIERING_COLUMN_COUNT, TOPIC_TIERING_COLUMNS, batch_columns,
+    batch_from_row, object_kind_code, segment_columns, segment_from_row, topic_key,
 };
 use crate::{
     AbortedTxn, BatchCoordinate, CoordinatorError, ErrorCode, ObjectKind, RegisterSegmentOutcome,
@@ -147,15 +147,17 @@ impl SqliteCoordinator {
             .bind(now_ms)
             .bind(i64::from(limit));
         let rows = self.read_rows(query).await?;
+        // After the topic id, the ten of TOPIC_COLUMNS and the later settings.
+        let at = 10 + TOPIC_TIERING_COLUMN_COUNT;
         rows.iter()
             .map(|r| {
                 let topic = topic_with_tiering_from_row(r)?;
                 Ok(TieringCandidate {
-                    partition: TopicIdPartition::new(topic.topic_id, r.i32_at(14)?),
+                    partition: TopicIdPartition::new(topic.topic_id, r.i32_at(at)?),
                     config: topic.config,
-                    wal_bytes: r.i64_at(15)?,
-                    oldest_wal_commit_ms: r.i64_at(16)?,
-                    tiered_next_offset: r.i64_at(17)?,
+                    wal_bytes: r.i64_at(at + 1)?,
+                    oldest_wal_commit_ms: r.i64_at(at + 2)?,
+                    tiered_next_offset: r.i64_at(at + 3)?,
                 })
             })
             .collect()

@@ -4,8 +4,8 @@ use super::SqliteCoordinator;
 use super::lifecycle::release_objects_sql;
 use super::sql::{at_commit, not_applied};
 use crate::rows::{
-    TOPIC_COLUMNS, TOPIC_TIERING_COLUMNS, bind_topic, bind_topic_config, bind_topic_tiering,
-    corrupt, topic_config_set, topic_key, topic_tiering_set,
+    TOPIC_COLUMNS, TOPIC_TIERING_COLUMN_COUNT, TOPIC_TIERING_COLUMNS, bind_topic,
+    bind_topic_config, bind_topic_tiering, corrupt, topic_config_set, topic_key, topic_tiering_set,
 };
 use crate::{
     CoordinatorError, CreateTopicRequest, ProducerIdBlock, TopicConfig, check_new_partition_count,
@@ -45,9 +45,14 @@ impl SqliteCoordinator {
         if topic_exists(&mut tx, "name", &request.name).await? {
             return Err(CoordinatorError::TopicAlreadyExists(request.name));
         }
+        // The id, the ten of TOPIC_COLUMNS, then the later settings.
+        let values = (1..=10 + TOPIC_TIERING_COLUMN_COUNT)
+            .map(|n| format!("?{n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let insert = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO topics (topic_id, {TOPIC_COLUMNS}, {TOPIC_TIERING_COLUMNS}) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+             VALUES ({values})"
         )));
         bind_topic_tiering(bind_topic(insert, &request), &request.config)
             .execute(&mut *tx)

@@ -29,7 +29,7 @@ use diskless_coordinator::{
     FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse,
     MAX_PRODUCER_ID_BLOCK, MAX_TIMESTAMP, ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
     NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo, ProducerIdBlock, ProducerState, RetentionReport,
-    SystemClock, TimestampType, TopicConfig, TopicIdPartition,
+    SystemClock, TimestampType, TopicCompression, TopicConfig, TopicIdPartition,
 };
 use diskless_coordinator::{Capabilities, Capability};
 use futures::future::BoxFuture;
@@ -86,6 +86,7 @@ const CASE_CAPABILITIES: &[(&str, &[Capability])] = &[
     ("create_partitions_grows_a_topic", &[Capability::Admin]),
     ("create_partitions_only_grows", &[Capability::Admin]),
     ("alter_topic_config_applies_to_later_calls", &[Capability::Admin, Capability::Lifecycle]),
+    ("compression_topic_config_is_kept", &[Capability::Admin]),
     ("list_producers_of_a_partition", &[Capability::Admin]),
     ("txn_plain_batch_during_txn_rejected", &[Capability::Transactions]),
     ("txn_next_epoch_before_marker_rejected", &[Capability::Transactions]),
@@ -243,6 +244,7 @@ macro_rules! __coordinator_conformance_cases {
             create_partitions_grows_a_topic,
             create_partitions_only_grows,
             alter_topic_config_applies_to_later_calls,
+            compression_topic_config_is_kept,
             list_producers_of_a_partition,
             txn_first_batch_needs_verification [txn],
             txn_continues_without_verification_same_epoch [txn],
@@ -2686,6 +2688,58 @@ pub async fn create_partitions_only_grows(h: Harness) {
         "{unknown:?}"
     );
     assert_eq!(c.list_topics().await.unwrap().len(), 1);
+}
+
+/// A topic's `compression.type` and its three levels (issue #29) are kept on create, listed, and
+/// replaced by `alter_topic_config`, every value of Kafka's set and the ends of each level's range;
+/// a level out of Kafka's range is refused, changing nothing.
+pub async fn compression_topic_config_is_kept(h: Harness) {
+    let c = &h.coordinator;
+    let config = TopicConfig::default()
+        .with_compression_type(TopicCompression::Zstd)
+        .with_compression_gzip_level(9)
+        .with_compression_lz4_level(1)
+        .with_compression_zstd_level(-131072);
+    let t = topic_with(&h, "compressed", 1, config.clone()).await;
+    assert_eq!(c.list_topics().await.unwrap()[0].config, config);
+    for (value, gzip, lz4, zstd) in [
+        (TopicCompression::Producer, -1, 17, 22),
+        (TopicCompression::Uncompressed, 1, 9, 3),
+        (TopicCompression::Gzip, 5, 2, 0),
+        (TopicCompression::Snappy, -1, 9, -1),
+        (TopicCompression::Lz4, 9, 17, 3),
+        (TopicCompression::Zstd, -1, 9, 22),
+    ] {
+        let altered = config
+            .clone()
+            .with_compression_type(value)
+            .with_compression_gzip_level(gzip)
+            .with_compression_lz4_level(lz4)
+            .with_compression_zstd_level(zstd);
+        c.alter_topic_config(t, altered.clone()).await.unwrap();
+        assert_eq!(c.list_topics().await.unwrap()[0].config, altered, "{value}");
+    }
+    let last = c.list_topics().await.unwrap()[0].config.clone();
+    for bad in [
+        TopicConfig::default().with_compression_gzip_level(0),
+        TopicConfig::default().with_compression_gzip_level(10),
+        TopicConfig::default().with_compression_lz4_level(0),
+        TopicConfig::default().with_compression_lz4_level(18),
+        TopicConfig::default().with_compression_zstd_level(23),
+        TopicConfig::default().with_compression_zstd_level(-131073),
+    ] {
+        invalid(c.alter_topic_config(t, bad.clone()).await);
+        invalid(
+            c.create_topic(CreateTopicRequest {
+                topic_id: fresh_id(),
+                name: "x".into(),
+                partitions: 1,
+                config: bad,
+            })
+            .await,
+        );
+    }
+    assert_eq!(c.list_topics().await.unwrap()[0].config, last);
 }
 
 /// A config change applies to later calls: `list_topics` shows it, later commits use the new

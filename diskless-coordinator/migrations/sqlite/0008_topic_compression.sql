@@ -1,0 +1,7 @@
+-- Topic compression (issue #29): Kafka's compression.type and its KIP-390 levels, with Kafka's
+-- names and defaults. compression_type holds Kafka's name ('producer', 'uncompressed', 'gzip',
+-- 'snappy', 'lz4', 'zstd').
+ALTER TABLE topics ADD COLUMN compression_type       TEXT    NOT NULL DEFAULT 'producer';
+ALTER TABLE topics ADD COLUMN compression_gzip_level INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE topics ADD COLUMN compression_lz4_level  INTEGER NOT NULL DEFAULT 9;
+ALTER TABLE topics ADD COLUMN compression_zstd_level INTEGER NOT NULL DEFAULT 3;
