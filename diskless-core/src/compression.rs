@@ -88,14 +88,55 @@ pub fn decompress(
     }
 }
 
-/// Compress `input` with `codec` the way Kafka's Java producer frames it.
+/// Compress `input` with `codec` the way Kafka's Java producer frames it, at the codec's default
+/// level.
 pub fn compress(codec: Compression, input: &[u8]) -> Result<Vec<u8>, CompressionError> {
+    compress_with_level(codec, None, input)
+}
+
+/// [`compress`] at a level as a topic's KIP-390 configs give it (`None`: the codec's default):
+/// gzip 1..=9 or -1 (zlib's default, 6, as Java's `Deflater.DEFAULT_COMPRESSION`), zstd
+/// -131072..=22 (default 3). Snappy has no level. LZ4's level is not applied: `lz4_flex` has one
+/// compressor, the fast one, where Kafka's default level 9 is LZ4-HC; the frame holds the same
+/// bytes and every LZ4 reader decodes it, it is only larger than Kafka's. A level out of range
+/// is [`CompressionError::Invalid`].
+///
+/// ```
+/// use diskless_core::{compression, Compression};
+///
+/// let text = b"diskless diskless diskless diskless diskless diskless".repeat(20);
+/// let fast = compression::compress_with_level(Compression::Gzip, Some(1), &text).unwrap();
+/// let best = compression::compress_with_level(Compression::Zstd, Some(19), &text).unwrap();
+/// let mut out = Vec::new();
+/// compression::decompress(Compression::Gzip, &fast, 1 << 20, &mut out).unwrap();
+/// assert_eq!(out, text);
+/// compression::decompress(Compression::Zstd, &best, 1 << 20, &mut out).unwrap();
+/// assert_eq!(out, text);
+/// assert!(compression::compress_with_level(Compression::Gzip, Some(10), &text).is_err());
+/// ```
+pub fn compress_with_level(
+    codec: Compression,
+    level: Option<i32>,
+    input: &[u8],
+) -> Result<Vec<u8>, CompressionError> {
+    #[cfg(not(feature = "compression"))]
+    let _ = level;
     match codec {
         Compression::None => Ok(input.to_vec()),
         #[cfg(feature = "compression")]
         Compression::Gzip => {
             use std::io::Write;
-            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            let level = match level {
+                None | Some(-1) => flate2::Compression::default(),
+                Some(l @ 1..=9) => flate2::Compression::new(l.unsigned_abs()),
+                Some(l) => {
+                    return Err(invalid(
+                        codec,
+                        format!("gzip level {l} is not in 1..=9 or -1"),
+                    ));
+                }
+            };
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), level);
             enc.write_all(input).map_err(|e| invalid(codec, e))?;
             enc.finish().map_err(|e| invalid(codec, e))
         }
@@ -123,7 +164,16 @@ pub fn compress(codec: Compression, input: &[u8]) -> Result<Vec<u8>, Compression
             enc.finish().map_err(|e| invalid(codec, e))
         }
         #[cfg(feature = "compression")]
-        Compression::Zstd => zstd::bulk::compress(input, 3).map_err(|e| invalid(codec, e)),
+        Compression::Zstd => {
+            let level = level.unwrap_or(3);
+            if !(-131072..=22).contains(&level) {
+                return Err(invalid(
+                    codec,
+                    format!("zstd level {level} is not in -131072..=22"),
+                ));
+            }
+            zstd::bulk::compress(input, level).map_err(|e| invalid(codec, e))
+        }
         #[cfg(not(feature = "compression"))]
         other => Err(CompressionError::Unsupported(other)),
     }

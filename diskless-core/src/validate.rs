@@ -11,7 +11,14 @@
 //!    `INVALID_RECORD` (exactly one batch per partition). Bytes after the batch too few to hold a
 //!    second one (fewer than 12, fewer than 17, or fewer than the `batchLength` they announce) are
 //!    ignored, as Kafka's `UnifiedLog.trimInvalidBytes` drops them: only the batch is stored;
-//! 2. then [`Validator::validate`] on that batch.
+//! 2. then [`Validator::validate`] on that batch;
+//! 3. then, on a topic whose `compression.type` is not `producer`, a batch of another codec is
+//!    re-encoded with the topic's codec and level, as Kafka's `LogValidator` rebuilds it (the same
+//!    records; the size checked against `max.message.bytes` again): [`stored_codec`].
+//!
+//! The two rules that depend on the request's version are separate calls for the host:
+//! [`check_produce_codec`] (ZStandard needs Produce v7) and [`fetch_codec_error`] (a `zstd` topic
+//! needs Fetch v10).
 //!
 //! [`validate_batch`] (or [`Validator::validate`]) checks one batch, in the order of Kafka's
 //! `UnifiedLog.analyzeAndValidateRecords`, `LogValidator` and `ProducerAppendInfo`:
@@ -49,15 +56,16 @@
 use bytes::Bytes;
 use diskless_coordinator::{
     CommitBatch, ErrorCode, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP,
-    TimestampType, TopicConfig, TopicIdPartition,
+    TimestampType, TopicCompression, TopicConfig, TopicIdPartition,
 };
 
 use crate::ConfigError;
+use crate::batch::ATTRIBUTES_OFFSET;
 use crate::batch::{
     BASE_OFFSET_OFFSET, BATCH_LENGTH_OFFSET, BatchError, Compression, HEADER_LEN, LOG_OVERHEAD,
-    MAGIC_OFFSET, MAGIC_V2, RecordBatch, read_i32, read_i64,
+    MAGIC_OFFSET, MAGIC_V2, RecordBatch, read_i32, read_i64, update_crc,
 };
-use crate::compression::{CompressionError, decompress};
+use crate::compression::{CompressionError, compress_with_level, decompress};
 use crate::records::{RecordErrorKind, RecordIter};
 
 /// What exactly failed in a batch.
@@ -135,6 +143,15 @@ pub enum ValidationErrorKind {
     NoRecordBatch,
     /// A partition's records hold more than one batch (Produce v3+ allows exactly one).
     MoreThanOneBatch,
+    /// A ZStandard batch in a Produce request older than v7 (Kafka's
+    /// `ProduceRequest.validateRecords`).
+    ZstdBeforeProduceV7 {
+        /// The request's version.
+        version: i16,
+    },
+    /// The batch could not be re-encoded with the topic's `compression.type` (a codec this
+    /// build lacks, or a level out of range; Kafka fails such an append with an internal error).
+    Recompression(CompressionError),
 }
 
 impl ValidationErrorKind {
@@ -161,6 +178,8 @@ impl ValidationErrorKind {
             | NonSequentialOffset { .. }
             | NoRecordBatch
             | MoreThanOneBatch => ErrorCode::InvalidRecord,
+            Recompression(_) => ErrorCode::UnknownServerError,
+            ZstdBeforeProduceV7 { .. } => ErrorCode::UnsupportedCompressionType,
         }
     }
 }
@@ -363,8 +382,10 @@ pub fn validate_batch(
 
 /// Validate one partition's `records` of a Produce request (v3+, the only versions that carry v2
 /// batches): exactly one complete batch (see the [module documentation](self) for the codes), then
-/// [`validate_batch`] on it. Returns the batch (a slice of `records`, without any trailing partial
-/// batch, which Kafka drops too) and what the commit needs.
+/// [`validate_batch`] on it. Returns the batch to store (a slice of `records`, without any
+/// trailing partial batch, which Kafka drops too; or, on a topic whose `compression.type` is not
+/// `producer` and not the batch's codec, the batch re-encoded with the topic's codec: see
+/// [`stored_codec`]) and what the commit needs.
 ///
 /// ```
 /// use bytes::BytesMut;
@@ -507,7 +528,89 @@ impl Validator {
         }
         let batch = RecordBatch::parse(records)?;
         let validated = self.validate(&batch, config, now_ms)?;
-        Ok((batch, validated))
+        match stored_codec(config) {
+            Some(target) if target != validated.compression => {
+                self.recompress(&batch, validated, target, config)
+            }
+            _ => Ok((batch, validated)),
+        }
+    }
+
+    /// Kafka's `LogValidator.buildRecordsAndAssignOffsets` for a batch whose codec is not the
+    /// topic's `compression.type`: the same records (offset deltas, timestamps, keys, values,
+    /// headers) and producer fields in a batch of the topic's codec at the topic's level, its CRC
+    /// computed anew; then, as Kafka's `UnifiedLog.append` after a re-compression, the new size
+    /// against `max.message.bytes`.
+    ///
+    /// The records section is kept byte for byte: validation already required each offset delta
+    /// to be its index, and the timestamp deltas stay relative to the header's `baseTimestamp`,
+    /// so every record reads back as sent (Kafka's builder takes the first record's timestamp as
+    /// the base, which changes the deltas, not the records' timestamps).
+    fn recompress(
+        &mut self,
+        batch: &RecordBatch,
+        mut validated: ValidatedBatch,
+        target: Compression,
+        config: &TopicConfig,
+    ) -> Result<(RecordBatch, ValidatedBatch), ValidationError> {
+        let raw = &batch.as_bytes()[HEADER_LEN..];
+        let plain: &[u8] = if validated.compression == Compression::None {
+            raw
+        } else {
+            // Validation decompressed it within the limit, so this cannot fail unless the bytes
+            // changed; an error is still an error, not a panic.
+            let limit = self
+                .options
+                .max_decompressed_bytes
+                .unwrap_or_else(|| default_decompression_limit(config.max_message_bytes));
+            decompress(validated.compression, raw, limit, &mut self.scratch).map_err(|e| {
+                let msg = format!("records do not decompress again for re-encoding: {e}");
+                ValidationError::new(ValidationErrorKind::Decompression(e), msg)
+            })?;
+            &self.scratch
+        };
+        let level = match target {
+            Compression::Gzip => Some(config.compression_gzip_level),
+            Compression::Lz4 => Some(config.compression_lz4_level),
+            Compression::Zstd => Some(config.compression_zstd_level),
+            _ => None,
+        };
+        // lz4_flex has a single level (see compress_with_level): the topic's is not passed on.
+        let level = if target == Compression::Lz4 {
+            None
+        } else {
+            level
+        };
+        let body = compress_with_level(target, level, plain).map_err(|e| {
+            let msg = format!("the batch could not be re-encoded as {target:?}: {e}");
+            ValidationError::new(ValidationErrorKind::Recompression(e), msg)
+        })?;
+        let mut out = Vec::with_capacity(HEADER_LEN + body.len());
+        out.extend_from_slice(&batch.as_bytes()[..HEADER_LEN]);
+        out.extend_from_slice(&body);
+        drop(body);
+        if self.scratch.capacity() > SCRATCH_KEEP {
+            self.scratch = Vec::new();
+        }
+        check_size(out.len(), i64::from(config.max_message_bytes))?;
+        let batch_length = i32::try_from(out.len() - LOG_OVERHEAD).map_err(|_| {
+            ValidationError::new(
+                ValidationErrorKind::TooLarge {
+                    size: out.len(),
+                    max: config.max_message_bytes,
+                },
+                format!("the re-encoded batch of {} bytes is too large", out.len()),
+            )
+        })?;
+        out[BATCH_LENGTH_OFFSET..BATCH_LENGTH_OFFSET + 4]
+            .copy_from_slice(&batch_length.to_be_bytes());
+        let attributes = batch.attributes().with_compression(target);
+        out[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.0.to_be_bytes());
+        update_crc(&mut out);
+        let stored = RecordBatch::parse(Bytes::from(out))?;
+        validated.compression = target;
+        validated.byte_size = u32::try_from(stored.len()).unwrap_or(u32::MAX);
+        Ok((stored, validated))
     }
 
     /// See [`verify_stored_batch`].
@@ -753,6 +856,77 @@ impl Validator {
             uncompressed_records_size: records.len(),
         })
     }
+}
+
+/// Kafka's rule of Produce v3 to v6 (`ProduceRequest.validateRecords`): a ZStandard batch needs
+/// Produce v7, else `UNSUPPORTED_COMPRESSION_TYPE`. `records` is one partition's `records` field;
+/// a host calls this before [`validate_produce_records`] (which does not know the request's
+/// version). Bytes that do not start with a v2 batch header pass: validation judges them.
+///
+/// ```
+/// use diskless_core::{Compression, RecordBatchBuilder};
+/// use diskless_core::validate::check_produce_codec;
+/// use diskless_coordinator::ErrorCode;
+///
+/// let zstd = RecordBatchBuilder::new().compression(Compression::Zstd)
+///     .record(0, None, Some(b"v")).build().unwrap();
+/// assert!(check_produce_codec(7, zstd.as_bytes()).is_ok());
+/// let err = check_produce_codec(6, zstd.as_bytes()).unwrap_err();
+/// assert_eq!(err.error_code(), ErrorCode::UnsupportedCompressionType);
+/// ```
+pub fn check_produce_codec(version: i16, records: &[u8]) -> Result<(), ValidationError> {
+    if version >= 7 || records.len() < ATTRIBUTES_OFFSET + 2 {
+        return Ok(());
+    }
+    if records[MAGIC_OFFSET] as i8 != MAGIC_V2 {
+        return Ok(());
+    }
+    let attributes = crate::batch::Attributes(i16::from_be_bytes([
+        records[ATTRIBUTES_OFFSET],
+        records[ATTRIBUTES_OFFSET + 1],
+    ]));
+    if attributes.compression() == Some(Compression::Zstd) {
+        return Err(ValidationError::new(
+            ValidationErrorKind::ZstdBeforeProduceV7 { version },
+            format!(
+                "Produce requests with version {version} are not allowed to use ZStandard compression"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Kafka's rule of Fetch v4 to v9 (`KafkaApis.maybeConvertFetchedData`): a partition of a topic
+/// whose `compression.type` is `zstd` is answered `UNSUPPORTED_COMPRESSION_TYPE`, without records,
+/// since such a client cannot read ZStandard (a `producer` topic's ZStandard batches are served, as
+/// Kafka serves them).
+///
+/// ```
+/// use diskless_core::validate::fetch_codec_error;
+/// use diskless_coordinator::{ErrorCode, TopicCompression, TopicConfig};
+///
+/// let zstd = TopicConfig::default().with_compression_type(TopicCompression::Zstd);
+/// assert_eq!(fetch_codec_error(&zstd, 9), Some(ErrorCode::UnsupportedCompressionType));
+/// assert_eq!(fetch_codec_error(&zstd, 10), None);
+/// assert_eq!(fetch_codec_error(&TopicConfig::default(), 4), None);
+/// ```
+pub fn fetch_codec_error(config: &TopicConfig, fetch_version: i16) -> Option<ErrorCode> {
+    (config.compression_type == TopicCompression::Zstd && fetch_version < 10)
+        .then_some(ErrorCode::UnsupportedCompressionType)
+}
+
+/// The codec batches are stored with on a topic with `config`: `None` for
+/// `compression.type=producer` (each as its producer sent it), else the topic's codec (Kafka's
+/// `BrokerCompressionType`).
+pub fn stored_codec(config: &TopicConfig) -> Option<Compression> {
+    Some(match config.compression_type {
+        TopicCompression::Producer => return None,
+        TopicCompression::Uncompressed => Compression::None,
+        TopicCompression::Gzip => Compression::Gzip,
+        TopicCompression::Snappy => Compression::Snappy,
+        TopicCompression::Lz4 => Compression::Lz4,
+        TopicCompression::Zstd => Compression::Zstd,
+    })
 }
 
 /// Kafka's `analyzeAndValidateRecords` rule for a v2 batch from a client: `baseOffset` must be 0.
