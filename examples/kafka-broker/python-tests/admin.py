@@ -5,13 +5,16 @@
   - CreateTopics with a manual replica assignment (the partition count comes from it), with topic
     configs Kafka knows (applied ones and ones kept without effect), validate_only (nothing created);
   - refusals as Kafka answers them: an invalid topic name (INVALID_TOPIC_EXCEPTION), an unknown
-    config, cleanup.policy=compact and compression.type=gzip (INVALID_CONFIG), an assignment naming
-    an unknown broker (INVALID_REPLICA_ASSIGNMENT);
+    config, cleanup.policy=compact (INVALID_CONFIG), an assignment naming an unknown broker
+    (INVALID_REPLICA_ASSIGNMENT);
   - DescribeConfigs of a topic (every config, values, sources, synonyms) and of a broker;
   - IncrementalAlterConfigs: max.message.bytes lowered, then a produce of a larger message fails with
     MSG_SIZE_TOO_LARGE while a small one succeeds; retention.ms and a kept config change and are
     described; AlterConfigs (legacy) replaces the set configs; message.timestamp.type=LogAppendTime
     applies to the next produce, retention.ms lowered to the next retention pass;
+  - topic compression.type (issue 29): a topic created with compression.type=gzip and
+    compression.gzip.level=1, then altered to zstd; producers with each codec (and none) write to
+    it, and a consumer reads every record back as sent (values, keys, headers, timestamps);
   - Metadata for an invalid topic name answers INVALID_TOPIC_EXCEPTION, for an unknown topic
     UNKNOWN_TOPIC_OR_PARTITION, and creates nothing.
 --mode auto (a broker with --auto-create-topics --num-partitions 2):
@@ -221,8 +224,6 @@ def create_and_refuse(admin, bootstrap):
                   config={"no.such.config": "1"}), "INVALID_CONFIG"),
         (NewTopic(unique("adm-compact"), num_partitions=1, replication_factor=-1,
                   config={"cleanup.policy": "compact"}), "INVALID_CONFIG"),
-        (NewTopic(unique("adm-gzip"), num_partitions=1, replication_factor=-1,
-                  config={"compression.type": "gzip"}), "INVALID_CONFIG"),
         (NewTopic(unique("adm-badvalue"), num_partitions=1, replication_factor=-1,
                   config={"retention.ms": "-7"}), "INVALID_CONFIG"),
         (NewTopic(unique("adm-badassign"), num_partitions=1, replica_assignment=[[1, 99]]),
@@ -311,8 +312,6 @@ def alter(admin, bootstrap, topic):
             (ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.APPEND),
              "INVALID_CONFIG"),
             (ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET),
-             "INVALID_CONFIG"),
-            (ConfigEntry("compression.type", "zstd", incremental_operation=AlterConfigOpType.SET),
              "INVALID_CONFIG")]:
         res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
         future = admin.incremental_alter_configs([res], request_timeout=TIMEOUT_S)[res]
@@ -409,6 +408,68 @@ def runtime_effect(admin, bootstrap):
         check(time.time() < deadline, f"{topic}: retention.ms=1000 deleted nothing (log start {start})")
         time.sleep(0.3)
     log(f"{topic}: retention.ms=1000 applied by the next retention pass (log start {start})")
+
+
+def topic_compression(admin, bootstrap):
+    """compression.type applies: records produced with any codec read back as sent, before and
+    after the topic's codec changes (the stored codec itself is checked by the broker's Rust test
+    tests/topic_compression.rs, which sees the batches)."""
+    topic = unique("adm-codec")
+    configs = {"compression.type": "gzip", "compression.gzip.level": "1"}
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1, config=configs)],
+                        request_timeout=TIMEOUT_S)[topic].result(TIMEOUT_S)
+    wait_topic(admin, topic, 1)
+    described = describe_topic(admin, topic)
+    for name, value in configs.items():
+        check(described[name].value == value
+              and described[name].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+              f"{topic}: {name} described as {described[name]}")
+    sent = []
+    # A minute ago: well within the default retention.ms of the passes the broker runs.
+    base_ts = int(time.time() * 1000) - 60_000
+
+    def send_all(round_):
+        for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+            producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20,
+                                 "compression.type": codec, "enable.idempotence": True})
+            errors = []
+            for i in range(20):
+                key = None if i % 3 == 0 else f"{codec}-k{i}".encode()
+                value = f"{round_} {codec} value {i} ".encode() * (1 + i % 5)
+                headers = [("h", f"{i}".encode())] if i % 2 else None
+                ts = base_ts + len(sent)
+                producer.produce(topic, key=key, value=value, headers=headers, timestamp=ts,
+                                 partition=0,
+                                 on_delivery=lambda err, msg: errors.append(err) if err else None)
+                sent.append((key, value, [("h", f"{i}".encode())] if i % 2 else None, ts))
+            check(producer.flush(TIMEOUT_S) == 0 and not errors, f"{codec} producer: {errors}")
+
+    send_all("gzip topic")
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("compression.type", "zstd", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("compression.zstd.level", "12", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res], request_timeout=TIMEOUT_S)[res].result(TIMEOUT_S)
+    described = describe_topic(admin, topic)
+    check(described["compression.type"].value == "zstd"
+          and described["compression.zstd.level"].value == "12",
+          f"{topic}: after IncrementalAlterConfigs {described['compression.type']}")
+    send_all("zstd topic")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("adm-codec"),
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.time() + TIMEOUT_S
+    while len(got) < len(sent) and time.time() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append((m.offset(), m.key(), m.value(), m.headers(), m.timestamp()[1]))
+    consumer.close()
+    check([o for o, *_ in got] == list(range(len(sent))), f"{topic}: offsets {[o for o, *_ in got]}")
+    for (offset, key, value, headers, ts), want in zip(got, sent):
+        check((key, value, headers, ts) == want,
+              f"{topic}: offset {offset} read {(key, value, headers, ts)}, sent {want}")
+    log(f"{topic}: {len(sent)} records of 5 codecs read back as sent under compression.type "
+        "gzip (level 1), then zstd (level 12)")
 
 
 def auto_create(admin, bootstrap):
@@ -561,6 +622,7 @@ def main():
             topic = create_and_refuse(admin, args.bootstrap)
             alter(admin, args.bootstrap, topic)
             runtime_effect(admin, args.bootstrap)
+            topic_compression(admin, args.bootstrap)
             partitions(admin, args.bootstrap)
             group_configs(admin)
         elif args.mode == "keep":

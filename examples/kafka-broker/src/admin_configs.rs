@@ -9,11 +9,12 @@
 //!   `message.timestamp.after.max.ms`, and the tiered segments' `segment.bytes`, `segment.ms`,
 //!   `index.interval.bytes`, `segment.index.bytes` (issue 15: a partition's WAL batches are
 //!   consolidated into a Kafka log segment once they reach `segment.bytes` or the oldest is
-//!   `segment.ms` old);
+//!   `segment.ms` old), and `compression.type` with `compression.gzip.level`,
+//!   `compression.lz4.level`, `compression.zstd.level` (issue 29: the writer re-encodes a batch
+//!   whose codec is not the topic's, as Kafka's `LogValidator` does);
 //! - **refused** with `INVALID_CONFIG`: `cleanup.policy` with `compact` (KIP-1150: diskless topics
-//!   are not compacted), `compression.type` other than `producer` (a diskless topic stores batches as
-//!   the producer sent them; the broker does not recompress), `remote.storage.enable=true` (no tiered
-//!   storage), `diskless.enable=false` (every topic of this broker is diskless);
+//!   are not compacted), `remote.storage.enable=true` (no tiered storage), `diskless.enable=false`
+//!   (every topic of this broker is diskless);
 //! - **accepted and kept** in the broker's store (`broker.db`), without effect: every other config
 //!   Kafka knows (`segment.jitter.ms`, flush, compaction, replication and tiered-storage settings).
 //!
@@ -35,7 +36,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use diskless_coordinator::{TimestampType, TopicConfig};
+use diskless_coordinator::{TimestampType, TopicCompression, TopicConfig};
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
@@ -158,13 +159,13 @@ const TOPIC_CONFIGS: &[Def] = &[
     def!("cleanup.policy", List, "delete", Check::ListOf(&["compact", "delete"]),
          Some(("log.cleanup.policy", "delete")), Kept),
     def!("compression.gzip.level", Int, "-1", Check::Level(1, 9),
-         Some(("compression.gzip.level", "-1")), Kept),
+         Some(("compression.gzip.level", "-1")), Applied),
     def!("compression.lz4.level", Int, "9", Check::Between(1, 17),
-         Some(("compression.lz4.level", "9")), Kept),
+         Some(("compression.lz4.level", "9")), Applied),
     def!("compression.type", String, "producer", Check::OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
-         Some(("compression.type", "producer")), Kept),
+         Some(("compression.type", "producer")), Applied),
     def!("compression.zstd.level", Int, "3", Check::Between(-131_072, 22),
-         Some(("compression.zstd.level", "3")), Kept),
+         Some(("compression.zstd.level", "3")), Applied),
     def!("delete.retention.ms", Long, "86400000", Check::AtLeast(0),
          Some(("log.cleaner.delete.retention.ms", "86400000")), Kept),
     def!("diskless.enable", Boolean, "true", Check::None, None, Kept),
@@ -529,11 +530,6 @@ fn diskless_refusal(name: &str, value: &str) -> Option<ApiError> {
             "cleanup.policy={value} is not supported: diskless topics (KIP-1150) are not compacted; \
              use cleanup.policy=delete"
         ),
-        "compression.type" if value != "producer" => format!(
-            "compression.type={value} is not supported: a diskless topic stores each batch as the \
-             producer sent it (this broker does not recompress); set the codec on the producer and \
-             leave compression.type=producer"
-        ),
         "remote.storage.enable" if value == "true" => "Tiered Storage functionality is disabled in \
              the broker. Topic cannot be configured with remote log storage (a diskless topic keeps \
              its data in object storage already)."
@@ -595,6 +591,13 @@ pub(crate) fn resolve(
     if overrides.get("message.timestamp.type").map(String::as_str) == Some("LogAppendTime") {
         config.timestamp_type = TimestampType::LogAppendTime;
     }
+    if let Some(value) = overrides.get("compression.type") {
+        // Checked against Kafka's names by canonical_set.
+        config.compression_type = TopicCompression::from_name(value).unwrap_or_default();
+    }
+    config.compression_gzip_level = int("compression.gzip.level");
+    config.compression_lz4_level = int("compression.lz4.level");
+    config.compression_zstd_level = int("compression.zstd.level");
     Ok((overrides, config))
 }
 
@@ -614,6 +617,10 @@ fn applied_value(config: &TopicConfig, name: &str) -> Option<String> {
             TimestampType::CreateTime => "CreateTime".to_string(),
             TimestampType::LogAppendTime => "LogAppendTime".to_string(),
         },
+        "compression.type" => config.compression_type.name().to_string(),
+        "compression.gzip.level" => config.compression_gzip_level.to_string(),
+        "compression.lz4.level" => config.compression_lz4_level.to_string(),
+        "compression.zstd.level" => config.compression_zstd_level.to_string(),
         _ => return None,
     })
 }
@@ -685,9 +692,6 @@ pub(crate) fn topic_entries(
                 (Effect::Applied, _) => "Kafka's topic config; applied to this diskless topic.",
                 (_, "cleanup.policy") => {
                     "Kafka's topic config; only delete (KIP-1150: no compaction)."
-                }
-                (_, "compression.type") => {
-                    "Kafka's topic config; only producer (batches are stored as sent)."
                 }
                 (_, "diskless.enable") => "KIP-1150: the topic is diskless (always true here).",
                 _ => "Kafka's topic config; accepted and kept, no effect on a diskless topic.",
@@ -1547,6 +1551,41 @@ mod tests {
     }
 
     #[test]
+    fn compression_configs_are_applied_and_described_back() {
+        let (overrides, config) = resolve(
+            &TopicConfig::default(),
+            &TopicDefaults::default(),
+            &configs(&[
+                ("compression.type", "zstd"),
+                ("compression.zstd.level", "7"),
+                ("compression.gzip.level", "9"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.compression_type, TopicCompression::Zstd);
+        assert_eq!(
+            (
+                config.compression_zstd_level,
+                config.compression_gzip_level,
+                config.compression_lz4_level
+            ),
+            (7, 9, 9)
+        );
+        assert_eq!(overrides["compression.type"], "zstd");
+        // Described back from the coordinator's TopicConfig, also by a process that did not set it.
+        let described = current_overrides(&config, &Overrides::new(), &TopicDefaults::default());
+        assert_eq!(described["compression.type"], "zstd");
+        assert_eq!(described["compression.zstd.level"], "7");
+        assert!(
+            !described.contains_key("compression.lz4.level"),
+            "{described:?}"
+        );
+        let (_, default) =
+            resolve(&TopicConfig::default(), &TopicDefaults::default(), &[]).unwrap();
+        assert_eq!(default.compression_type, TopicCompression::Producer);
+    }
+
+    #[test]
     fn bad_and_unsupported_configs_are_refused_with_invalid_config() {
         for (name, value, says) in [
             (
@@ -1565,7 +1604,6 @@ mod tests {
             ("cleanup.policy", "compact", "not compacted"),
             ("cleanup.policy", "delete,compact", "not compacted"),
             ("cleanup.policy", "shrink", "String must be one of"),
-            ("compression.type", "gzip", "as the producer sent it"),
             ("compression.type", "brotli", "String must be one of"),
             ("compression.gzip.level", "0", "between 1 and 9"),
             ("remote.storage.enable", "true", "Tiered Storage"),

@@ -24,6 +24,7 @@ use bytes::Bytes;
 use diskless_coordinator::{
     CoordinatorError, DeleteRecordsRequest as CoordDeleteRecords, IsolationLevel, TopicIdPartition,
 };
+use diskless_core::validate::fetch_codec_error;
 use diskless_core::{FetchPartition, ListOffsetsPartition, list_offsets_min_version};
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
@@ -59,6 +60,10 @@ enum Slot {
     Fetch(usize),
     /// Answered without reading (unknown topic, topic id or partition).
     Error(i16),
+    /// Not read, answered with this error among the read partitions: Kafka reads it, then
+    /// replaces the data (a Fetch older than v10 of a `compression.type=zstd` topic,
+    /// `KafkaApis.maybeConvertFetchedData`).
+    Refused(i16),
 }
 
 /// Kafka's `NOT_LEADER_OR_FOLLOWER`.
@@ -191,14 +196,19 @@ pub(crate) async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest
         let slot = match names.get(&key.topic) {
             Some(Err(code)) => Slot::Error(*code),
             Some(Ok(Some(t))) if t.has_partition(key.partition) => {
-                wanted.push(FetchPartition {
-                    partition: TopicIdPartition::new(t.id, key.partition),
-                    fetch_offset: asked.fetch_offset,
-                    partition_max_bytes: u32::try_from(asked.max_bytes).unwrap_or(0),
-                    leader_epoch: 0,
-                    isolation: isolation(request.isolation_level),
-                });
-                Slot::Fetch(wanted.len() - 1)
+                match fetch_codec_error(&t.config, version) {
+                    Some(code) => Slot::Refused(code.code()),
+                    None => {
+                        wanted.push(FetchPartition {
+                            partition: TopicIdPartition::new(t.id, key.partition),
+                            fetch_offset: asked.fetch_offset,
+                            partition_max_bytes: u32::try_from(asked.max_bytes).unwrap_or(0),
+                            leader_epoch: 0,
+                            isolation: isolation(request.isolation_level),
+                        });
+                        Slot::Fetch(wanted.len() - 1)
+                    }
+                }
             }
             Some(Ok(None)) if matches!(key.topic, TopicKey::Id(_)) => Slot::Error(UNKNOWN_TOPIC_ID),
             _ => Slot::Error(codes::UNKNOWN_TOPIC_OR_PARTITION),
@@ -236,9 +246,9 @@ pub(crate) async fn fetch(broker: &Arc<Broker>, ctx: &Ctx, request: FetchRequest
         p.last_stable_offset = -1;
         p.log_start_offset = -1;
         p.records = Some(Bytes::new());
-        let was_read = matches!(slot, Slot::Fetch(_));
+        let was_read = matches!(slot, Slot::Fetch(_) | Slot::Refused(_));
         match slot {
-            Slot::Error(code) => p.error_code = code,
+            Slot::Error(code) | Slot::Refused(code) => p.error_code = code,
             Slot::Fetch(i) => match (whole_error, parts.get_mut(i).and_then(Option::take)) {
                 (Some(code), _) => p.error_code = code,
                 (None, None) => p.error_code = codes::UNKNOWN_SERVER_ERROR,

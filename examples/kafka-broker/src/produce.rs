@@ -16,6 +16,7 @@
 use std::sync::Arc;
 
 use diskless_coordinator::{ErrorCode, TopicIdPartition};
+use diskless_core::validate::check_produce_codec;
 use diskless_core::{PartitionResponse, ProducePartition};
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
@@ -79,6 +80,12 @@ pub(crate) async fn produce(
         };
         let mut slots = Vec::with_capacity(topic.partition_data.len());
         for p in topic.partition_data {
+            // Kafka's ProduceRequest.validateRecords: ZStandard needs Produce v7.
+            let codec_error = p
+                .records
+                .as_ref()
+                .and_then(|r| check_produce_codec(ctx.version, r).err())
+                .map(|e| (e.error_code().code(), e.to_string()));
             let slot = match (&found, p.records) {
                 _ if !valid_acks => Slot::Error(
                     INVALID_REQUIRED_ACKS,
@@ -101,6 +108,10 @@ pub(crate) async fn produce(
                     ErrorCode::InvalidRecord.code(),
                     "no records in the request".into(),
                 ),
+                (Ok(Some(_)), Some(_)) if codec_error.is_some() => {
+                    let (code, message) = codec_error.unwrap_or_default();
+                    Slot::Error(code, message)
+                }
                 (Ok(Some(t)), Some(records)) => {
                     let partition = TopicIdPartition::new(t.id, p.index);
                     let verified = match (txn_producer(&records), &tid) {

@@ -20,7 +20,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use common::{Broker, available, free_ports, kcat_missing, python_clients_missing, run_python};
+use common::{
+    Broker, Conn, available, free_ports, kcat_missing, python_clients_missing, run_python,
+};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -29,7 +31,7 @@ use kafka_protocol::messages::{
     ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse,
     ListOffsetsRequest, ListOffsetsResponse, ProduceRequest, ProduceResponse, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -49,36 +51,6 @@ const UNSUPPORTED_VERSION: i16 = 35;
 /// How long the broker may take to consolidate before the test gives up (a deadline on waiting,
 /// not a timed assertion: it only bounds a hang).
 const WAIT: Duration = Duration::from_secs(120);
-
-/// One client connection speaking the Kafka protocol.
-struct Conn {
-    stream: TcpStream,
-    correlation: i32,
-}
-
-impl Conn {
-    fn open(port: u16) -> Conn {
-        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
-        Conn {
-            stream,
-            correlation: 0,
-        }
-    }
-
-    fn call<Req, Resp>(&mut self, api: ApiKey, version: i16, request: &Req) -> Resp
-    where
-        Req: Encodable + HeaderVersion,
-        Resp: Decodable + HeaderVersion,
-    {
-        self.correlation += 1;
-        let frame = common::frame(api, version, self.correlation, "tiering-test", request);
-        self.stream.write_all(&frame).unwrap();
-        common::response(&mut self.stream, version, self.correlation)
-    }
-}
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
@@ -309,7 +281,7 @@ fn a_topic_is_read_across_the_tier_boundary_before_and_after_a_restart() {
     let mut flags = TIERING_FLAGS.to_vec();
     flags.extend(["--metrics-addr", &metrics]);
     let broker = Broker::start(&data, &[port], 1, &flags);
-    let mut conn = Conn::open(port);
+    let mut conn = Conn::open(port, "tiering-test");
     // Every record becomes due 500 ms after its commit; every batch but the first indexed.
     create_topic(
         &mut conn,
@@ -364,7 +336,7 @@ fn a_topic_is_read_across_the_tier_boundary_before_and_after_a_restart() {
     flags.extend(["--local-cache-dir", cache_arg]);
     for run in 2..=3 {
         let broker = Broker::start(&data, &[port], run, &flags);
-        let mut conn = Conn::open(port);
+        let mut conn = Conn::open(port, "tiering-test");
         assert!(wait_tiered(&mut conn, &broker, tiered) >= tiered);
         fetch_all(&mut conn, &broker, end);
         timestamp_lookup(&mut conn, tiered);

@@ -236,3 +236,44 @@ pub(crate) fn response<
     assert_eq!(header.correlation_id, id, "answers come in request order");
     R::decode(&mut buf, version).unwrap()
 }
+
+/// One client connection speaking the Kafka protocol: requests one at a time, each answer
+/// checked against its correlation id.
+pub(crate) struct Conn {
+    stream: TcpStream,
+    correlation: i32,
+    client_id: &'static str,
+}
+
+impl Conn {
+    /// Connects to the loopback `port` (reads time out after 60 s: a hang fails the test).
+    pub(crate) fn open(port: u16, client_id: &'static str) -> Conn {
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        Conn {
+            stream,
+            correlation: 0,
+            client_id,
+        }
+    }
+
+    /// Sends `request` as `api` version `version` and reads its answer.
+    pub(crate) fn call<Req, Resp>(
+        &mut self,
+        api: kafka_protocol::messages::ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> Resp
+    where
+        Req: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::HeaderVersion,
+        Resp: kafka_protocol::protocol::Decodable + kafka_protocol::protocol::HeaderVersion,
+    {
+        use std::io::Write as _;
+        self.correlation += 1;
+        let frame = frame(api, version, self.correlation, self.client_id, request);
+        self.stream.write_all(&frame).unwrap();
+        response(&mut self.stream, version, self.correlation)
+    }
+}
