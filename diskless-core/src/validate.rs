@@ -474,10 +474,7 @@ impl Validator {
         config: &TopicConfig,
         now_ms: i64,
     ) -> Result<ValidatedBatch, ValidationError> {
-        let limit = self
-            .options
-            .max_decompressed_bytes
-            .unwrap_or_else(|| default_decompression_limit(config.max_message_bytes));
+        let limit = self.limit(config);
         self.run(batch, Mode::Client { config, now_ms }, limit)
     }
 
@@ -527,12 +524,32 @@ impl Validator {
             return Err(BatchError::TooShort { size }.into());
         }
         let batch = RecordBatch::parse(records)?;
-        let validated = self.validate(&batch, config, now_ms)?;
-        match stored_codec(config) {
-            Some(target) if target != validated.compression => {
-                self.recompress(&batch, validated, target, config)
-            }
-            _ => Ok((batch, validated)),
+        // `run_inner`, not `validate`: the decompressed records stay in the scratch buffer for a
+        // re-encoding, which then need not decompress them again.
+        let limit = self.limit(config);
+        let result = self
+            .run_inner(&batch, &Mode::Client { config, now_ms }, limit)
+            .and_then(|validated| match stored_codec(config) {
+                Some(target) if target != validated.compression => {
+                    self.recompress(&batch, validated, target, config)
+                }
+                _ => Ok((batch, validated)),
+            });
+        self.release_scratch();
+        result
+    }
+
+    /// The decompression bound for a topic with `config`.
+    fn limit(&self, config: &TopicConfig) -> usize {
+        self.options
+            .max_decompressed_bytes
+            .unwrap_or_else(|| default_decompression_limit(config.max_message_bytes))
+    }
+
+    /// Frees a scratch buffer grown beyond [`SCRATCH_KEEP`].
+    fn release_scratch(&mut self) {
+        if self.scratch.capacity() > SCRATCH_KEEP {
+            self.scratch = Vec::new();
         }
     }
 
@@ -557,16 +574,15 @@ impl Validator {
         let plain: &[u8] = if validated.compression == Compression::None {
             raw
         } else {
-            // Validation decompressed it within the limit, so this cannot fail unless the bytes
-            // changed; an error is still an error, not a panic.
-            let limit = self
-                .options
-                .max_decompressed_bytes
-                .unwrap_or_else(|| default_decompression_limit(config.max_message_bytes));
-            decompress(validated.compression, raw, limit, &mut self.scratch).map_err(|e| {
-                let msg = format!("records do not decompress again for re-encoding: {e}");
-                ValidationError::new(ValidationErrorKind::Decompression(e), msg)
-            })?;
+            // Validation left the decompressed records in the scratch buffer; decompress again
+            // only if it did not (within the limit validation already passed).
+            if self.scratch.len() != validated.uncompressed_records_size {
+                let limit = self.limit(config);
+                decompress(validated.compression, raw, limit, &mut self.scratch).map_err(|e| {
+                    let msg = format!("records do not decompress again for re-encoding: {e}");
+                    ValidationError::new(ValidationErrorKind::Decompression(e), msg)
+                })?;
+            }
             &self.scratch
         };
         let level = match target {
@@ -589,9 +605,6 @@ impl Validator {
         out.extend_from_slice(&batch.as_bytes()[..HEADER_LEN]);
         out.extend_from_slice(&body);
         drop(body);
-        if self.scratch.capacity() > SCRATCH_KEEP {
-            self.scratch = Vec::new();
-        }
         check_size(out.len(), i64::from(config.max_message_bytes))?;
         let batch_length = i32::try_from(out.len() - LOG_OVERHEAD).map_err(|_| {
             ValidationError::new(
@@ -631,9 +644,7 @@ impl Validator {
         limit: usize,
     ) -> Result<ValidatedBatch, ValidationError> {
         let result = self.run_inner(batch, &mode, limit);
-        if self.scratch.capacity() > SCRATCH_KEEP {
-            self.scratch = Vec::new();
-        }
+        self.release_scratch();
         result
     }
 
