@@ -22,6 +22,7 @@ mod fig12_bounded_state;
 mod fig13_tier_reads;
 mod fig14_concurrent_builds;
 mod fig14_consolidation_cost;
+mod fig15_recompression;
 mod fig1_produce;
 mod fig2_sqlite;
 mod fig3_postgres;
@@ -42,7 +43,7 @@ use std::time::Instant;
 type Figure = fn(bool) -> Vec<report::Row>;
 
 fn usage() -> ! {
-    eprintln!("usage: diskless-bench [--quick] [--only N[,N...]]   (N in 1..=14)");
+    eprintln!("usage: diskless-bench [--quick] [--only N[,N...]]   (N in 1..=15)");
     std::process::exit(2);
 }
 
@@ -67,7 +68,7 @@ fn main() {
                 let figures: Result<Vec<u8>, _> =
                     list.split(',').map(|s| s.trim().parse()).collect();
                 match figures {
-                    Ok(f) if f.iter().all(|n| (1..=14).contains(n)) => only = Some(f),
+                    Ok(f) if f.iter().all(|n| (1..=15).contains(n)) => only = Some(f),
                     _ => usage(),
                 }
             }
@@ -75,7 +76,7 @@ fn main() {
         }
     }
     let wanted = |n: u8| only.as_ref().is_none_or(|o| o.contains(&n));
-    let figures: [(u8, Figure); 14] = [
+    let figures: [(u8, Figure); 15] = [
         (1, fig1_produce::run),
         (2, fig2_sqlite::run),
         (3, fig3_postgres::run),
@@ -90,6 +91,7 @@ fn main() {
         (12, fig12_bounded_state::run),
         (13, fig13_tier_reads::run),
         (14, fig14_consolidation_cost::run),
+        (15, fig15_recompression::run),
     ];
     println!(
         "diskless-bench {} mode, {} build",

@@ -37,7 +37,7 @@ impl Status {
 /// One line of the table.
 #[derive(Clone, Debug)]
 pub(crate) struct Row {
-    /// The figure number (1..=14).
+    /// The figure number (1..=15).
     pub figure: u8,
     /// What is measured.
     pub what: String,
