@@ -32,7 +32,6 @@ import logging
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,8 @@ import uuid
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench", "clients"))
+from produce_throughput import free_port, wait_port  # noqa: E402  (the bench scripts' helpers)
 TOPIC = "chaos"
 PARTITIONS = 4
 FAULTS = ("kill9", "pause", "s3-cut", "s3-hole", "s3-slow", "s3-503")
@@ -50,25 +51,6 @@ FAULTS = ("kill9", "pause", "s3-cut", "s3-hole", "s3-slow", "s3-503")
 
 def log(t0, msg):
     print(f"[{time.time() - t0:7.2f} s] {msg}", flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port, timeout=60.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port} after {timeout} s")
 
 
 class Proxy:
@@ -194,7 +176,7 @@ class Broker:
         self.log_file.flush()
         self.proc = subprocess.Popen(self.args, stdout=self.log_file, stderr=subprocess.STDOUT,
                                      env=self.env)
-        wait_port(self.port)
+        wait_port(self.port, timeout=60.0)
 
     def kill(self):
         self.proc.send_signal(signal.SIGKILL)

@@ -2728,18 +2728,24 @@ pub async fn compression_topic_config_is_kept(h: Harness) {
         TopicConfig::default().with_compression_zstd_level(23),
         TopicConfig::default().with_compression_zstd_level(-131073),
     ] {
-        invalid(c.alter_topic_config(t, bad.clone()).await);
-        invalid(
-            c.create_topic(CreateTopicRequest {
-                topic_id: fresh_id(),
-                name: "x".into(),
-                partitions: 1,
-                config: bad,
-            })
-            .await,
-        );
+        refused_on_alter_and_create(&h, t, bad).await;
     }
     assert_eq!(c.list_topics().await.unwrap()[0].config, last);
+}
+
+/// `bad` is refused (`InvalidRequest`) by `alter_topic_config` of topic `t` and by `create_topic`.
+async fn refused_on_alter_and_create(h: &Harness, t: Uuid, bad: TopicConfig) {
+    let c = &h.coordinator;
+    invalid(c.alter_topic_config(t, bad.clone()).await);
+    invalid(
+        c.create_topic(CreateTopicRequest {
+            topic_id: fresh_id(),
+            name: "x".into(),
+            partitions: 1,
+            config: bad,
+        })
+        .await,
+    );
 }
 
 /// A config change applies to later calls: `list_topics` shows it, later commits use the new

@@ -24,12 +24,11 @@ use common::{
     Broker, Conn, available, free_ports, kcat_missing, python_clients_missing, run_python,
 };
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse,
-    ListOffsetsRequest, ListOffsetsResponse, ProduceRequest, ProduceResponse, TopicName,
+    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, FetchResponse, ListOffsetsRequest,
+    ListOffsetsResponse, ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
@@ -178,24 +177,8 @@ fn fetch_all(conn: &mut Conn, broker: &Broker, end: i64) {
     let mut next = 0i64;
     let deadline = Instant::now() + WAIT;
     while next < end {
-        let mut p = FetchPartition::default();
-        p.partition = 0;
-        p.fetch_offset = next;
         // Small: several requests, one of them across the boundary.
-        p.partition_max_bytes = 2048;
-        p.current_leader_epoch = -1;
-        p.last_fetched_epoch = -1;
-        p.log_start_offset = -1;
-        let mut t = FetchTopic::default();
-        t.topic = name(TOPIC);
-        t.partitions = vec![p];
-        let mut request = FetchRequest::default();
-        request.replica_id = BrokerId(-1);
-        request.max_wait_ms = 0;
-        request.min_bytes = 0;
-        request.max_bytes = 1 << 20;
-        request.session_epoch = -1;
-        request.topics = vec![t];
+        let request = common::fetch_request(TOPIC, next, 2048);
         let response: FetchResponse = conn.call(ApiKey::Fetch, 12, &request);
         let part = &response.responses[0].partitions[0];
         assert_eq!(

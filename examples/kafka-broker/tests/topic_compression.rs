@@ -14,13 +14,12 @@ use bytes::{Bytes, BytesMut};
 use common::{Broker, Conn, free_ports};
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse,
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, FetchResponse,
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, ProduceRequest,
     ProduceResponse, TopicName,
 };
@@ -176,23 +175,7 @@ fn fetch_all(conn: &mut Conn, topic: &str) -> Vec<(i16, Vec<Record>)> {
 
 /// Fetch `version` of partition 0 from offset 0: (error, its batches as in [`fetch_all`]).
 fn fetch_v(conn: &mut Conn, version: i16, topic: &str) -> (i16, Vec<(i16, Vec<Record>)>) {
-    let mut p = FetchPartition::default();
-    p.partition = 0;
-    p.fetch_offset = 0;
-    p.partition_max_bytes = 1 << 20;
-    p.current_leader_epoch = -1;
-    p.last_fetched_epoch = -1;
-    p.log_start_offset = -1;
-    let mut t = FetchTopic::default();
-    t.topic = name(topic);
-    t.partitions = vec![p];
-    let mut request = FetchRequest::default();
-    request.replica_id = BrokerId(-1);
-    request.max_wait_ms = 0;
-    request.min_bytes = 0;
-    request.max_bytes = 1 << 20;
-    request.session_epoch = -1;
-    request.topics = vec![t];
+    let request = common::fetch_request(topic, 0, 1 << 20);
     let response: FetchResponse = conn.call(ApiKey::Fetch, version, &request);
     let part = &response.responses[0].partitions[0];
     if part.error_code != 0 {

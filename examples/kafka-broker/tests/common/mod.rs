@@ -277,3 +277,33 @@ impl Conn {
         response(&mut self.stream, version, self.correlation)
     }
 }
+
+/// A sessionless Fetch of partition 0 of `topic` from `offset` (no wait, up to
+/// `partition_max_bytes` of the partition and 1 MiB in all), by topic name (versions up to 12).
+pub(crate) fn fetch_request(
+    topic: &str,
+    offset: i64,
+    partition_max_bytes: i32,
+) -> kafka_protocol::messages::FetchRequest {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    let mut p = FetchPartition::default();
+    p.partition = 0;
+    p.fetch_offset = offset;
+    p.partition_max_bytes = partition_max_bytes;
+    p.current_leader_epoch = -1;
+    p.last_fetched_epoch = -1;
+    p.log_start_offset = -1;
+    let mut t = FetchTopic::default();
+    t.topic = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(
+        topic.to_string(),
+    ));
+    t.partitions = vec![p];
+    let mut request = kafka_protocol::messages::FetchRequest::default();
+    request.replica_id = kafka_protocol::messages::BrokerId(-1);
+    request.max_wait_ms = 0;
+    request.min_bytes = 0;
+    request.max_bytes = 1 << 20;
+    request.session_epoch = -1;
+    request.topics = vec![t];
+    request
+}
