@@ -43,7 +43,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench", "clients"))
-from produce_throughput import free_port, wait_port  # noqa: E402  (the bench scripts' helpers)
+from produce_throughput import S3Server, free_port, wait_port  # noqa: E402  (the bench scripts' helpers)
 TOPIC = "chaos"
 PARTITIONS = 4
 FAULTS = ("kill9", "pause", "s3-cut", "s3-hole", "s3-slow", "s3-503")
@@ -130,26 +130,6 @@ class Proxy:
                         pass
             self.conns.clear()
         self.loop.call_soon_threadsafe(apply)
-
-
-class S3:
-    def __init__(self, binary, log_file):
-        self.proc = subprocess.Popen([binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=log_file, text=True)
-        line = self.proc.stdout.readline()
-        fields = dict(kv.split("=", 1) for kv in line.split())
-        if "AWS_ENDPOINT" not in fields:
-            raise RuntimeError(f"s3-server printed {line!r}")
-        self.port = int(fields["AWS_ENDPOINT"].rsplit(":", 1)[1])
-        self.bucket = fields["BUCKET"]
-        self.env = {k: v for k, v in fields.items() if k.startswith("AWS_")}
-
-    def stop(self):
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 class Broker:
@@ -304,7 +284,7 @@ def campaign(seed, opts):
     work = tempfile.mkdtemp(prefix=f"chaos-{seed}-")
     logs = open(os.path.join(work, "processes.log"), "w")
     target = os.path.join(ROOT, "target", opts.profile)
-    s3 = S3(os.path.join(target, "s3-server"), logs)
+    s3 = S3Server(logs, binary=os.path.join(target, "s3-server"))
     proxy = Proxy(s3.port)
     broker = Broker(os.path.join(target, "kafka-broker"), os.path.join(work, "data"), s3, proxy,
                     logs)

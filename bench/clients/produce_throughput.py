@@ -79,9 +79,9 @@ def count_objects(directory):
 class S3Server:
     """A fresh `s3-server` process; stops (and removes its data) when its stdin is closed."""
 
-    def __init__(self, log, latency=None):
+    def __init__(self, log, latency=None, binary=S3_SERVER):
         """`latency`: the s3-server's `--latency` (`P50MS:P99MS`, `standard`, `express`)."""
-        args = [S3_SERVER] + (["--latency", latency] if latency else [])
+        args = [binary] + (["--latency", latency] if latency else [])
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=log, text=True)
         line = self.proc.stdout.readline()
@@ -89,6 +89,8 @@ class S3Server:
         if "AWS_ENDPOINT" not in fields:
             raise RuntimeError(f"s3-server said {line!r}")
         self.env = {k: v for k, v in fields.items() if k.startswith("AWS_")}
+        self.port = int(fields["AWS_ENDPOINT"].rsplit(":", 1)[1])
+        self.bucket = fields["BUCKET"]
         self.objects = os.path.join(fields["ROOT"], fields["BUCKET"])
         self.url = f"s3://{fields['BUCKET']}/objects?aws_virtual_hosted_style_request=false"
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use diskless_coordinator::{TopicCompression, TopicConfig};
 use diskless_core::compression::{compress_with_level, decompress};
-use diskless_core::validate::stored_codec;
+use diskless_core::validate::{codec_level, stored_codec};
 use diskless_core::{Compression, HEADER_LEN, RecordBatchBuilder, Validator};
 
 use crate::report::{Row, rate};
@@ -137,12 +137,7 @@ pub(crate) fn run(quick: bool) -> Vec<Row> {
             {
                 panic!("{sent:?}: {e}");
             }
-            let level = match target {
-                Compression::Zstd => Some(config.compression_zstd_level),
-                Compression::Gzip => Some(config.compression_gzip_level),
-                _ => None,
-            };
-            match compress_with_level(target, level, &plain[i % DISTINCT]) {
+            match compress_with_level(target, codec_level(&config, target), &plain[i % DISTINCT]) {
                 Ok(out) => {
                     black_box(out);
                 }

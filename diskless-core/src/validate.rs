@@ -63,7 +63,7 @@ use crate::ConfigError;
 use crate::batch::ATTRIBUTES_OFFSET;
 use crate::batch::{
     BASE_OFFSET_OFFSET, BATCH_LENGTH_OFFSET, BatchError, Compression, HEADER_LEN, LOG_OVERHEAD,
-    MAGIC_OFFSET, MAGIC_V2, RecordBatch, read_i32, read_i64, update_crc,
+    MAGIC_OFFSET, MAGIC_V2, RecordBatch, read_i16, read_i32, read_i64, update_crc,
 };
 use crate::compression::{CompressionError, compress_with_level, decompress};
 use crate::records::{RecordErrorKind, RecordIter};
@@ -585,22 +585,11 @@ impl Validator {
             }
             &self.scratch
         };
-        let level = match target {
-            Compression::Gzip => Some(config.compression_gzip_level),
-            Compression::Lz4 => Some(config.compression_lz4_level),
-            Compression::Zstd => Some(config.compression_zstd_level),
-            _ => None,
-        };
-        // lz4_flex has a single level (see compress_with_level): the topic's is not passed on.
-        let level = if target == Compression::Lz4 {
-            None
-        } else {
-            level
-        };
-        let body = compress_with_level(target, level, plain).map_err(|e| {
-            let msg = format!("the batch could not be re-encoded as {target:?}: {e}");
-            ValidationError::new(ValidationErrorKind::Recompression(e), msg)
-        })?;
+        let body =
+            compress_with_level(target, codec_level(config, target), plain).map_err(|e| {
+                let msg = format!("the batch could not be re-encoded as {target:?}: {e}");
+                ValidationError::new(ValidationErrorKind::Recompression(e), msg)
+            })?;
         let mut out = Vec::with_capacity(HEADER_LEN + body.len());
         out.extend_from_slice(&batch.as_bytes()[..HEADER_LEN]);
         out.extend_from_slice(&body);
@@ -892,10 +881,7 @@ pub fn check_produce_codec(version: i16, records: &[u8]) -> Result<(), Validatio
     if records[MAGIC_OFFSET] as i8 != MAGIC_V2 {
         return Ok(());
     }
-    let attributes = crate::batch::Attributes(i16::from_be_bytes([
-        records[ATTRIBUTES_OFFSET],
-        records[ATTRIBUTES_OFFSET + 1],
-    ]));
+    let attributes = crate::batch::Attributes(read_i16(records, ATTRIBUTES_OFFSET));
     if attributes.compression() == Some(Compression::Zstd) {
         return Err(ValidationError::new(
             ValidationErrorKind::ZstdBeforeProduceV7 { version },
@@ -924,6 +910,18 @@ pub fn check_produce_codec(version: i16, records: &[u8]) -> Result<(), Validatio
 pub fn fetch_codec_error(config: &TopicConfig, fetch_version: i16) -> Option<ErrorCode> {
     (config.compression_type == TopicCompression::Zstd && fetch_version < 10)
         .then_some(ErrorCode::UnsupportedCompressionType)
+}
+
+/// The level `codec` compresses at on a topic with `config`: `compression.gzip.level` and
+/// `compression.zstd.level`; `None` (the codec's own) for the others: Snappy has no level, and
+/// `lz4_flex` has one compressor, so `compression.lz4.level` does not apply (see
+/// [`compress_with_level`]).
+pub fn codec_level(config: &TopicConfig, codec: Compression) -> Option<i32> {
+    match codec {
+        Compression::Gzip => Some(config.compression_gzip_level),
+        Compression::Zstd => Some(config.compression_zstd_level),
+        _ => None,
+    }
 }
 
 /// The codec batches are stored with on a topic with `config`: `None` for

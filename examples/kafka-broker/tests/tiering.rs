@@ -21,14 +21,14 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use common::{
-    Broker, Conn, available, free_ports, kcat_missing, python_clients_missing, run_python,
+    Broker, Conn, available, create_topic, free_ports, kcat_missing, python_clients_missing,
+    run_python,
 };
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, FetchResponse, ListOffsetsRequest,
-    ListOffsetsResponse, ProduceRequest, ProduceResponse, TopicName,
+    ApiKey, BrokerId, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, ProduceRequest,
+    ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
@@ -92,27 +92,6 @@ fn batch(first: i64) -> Bytes {
     )
     .unwrap();
     buf.freeze()
-}
-
-fn create_topic(conn: &mut Conn, configs: &[(&str, &str)]) {
-    let mut topic = CreatableTopic::default();
-    topic.name = name(TOPIC);
-    topic.num_partitions = 1;
-    topic.replication_factor = -1;
-    topic.configs = configs
-        .iter()
-        .map(|(n, v)| {
-            let mut c = CreatableTopicConfig::default();
-            c.name = StrBytes::from_string(n.to_string());
-            c.value = Some(StrBytes::from_string(v.to_string()));
-            c
-        })
-        .collect();
-    let mut request = CreateTopicsRequest::default();
-    request.topics = vec![topic];
-    request.timeout_ms = 30_000;
-    let response: CreateTopicsResponse = conn.call(ApiKey::CreateTopics, 7, &request);
-    assert_eq!(response.topics[0].error_code, 0, "{response:?}");
 }
 
 /// Produces the records `first ..` in `batches` batches, one request each.
@@ -268,6 +247,7 @@ fn a_topic_is_read_across_the_tier_boundary_before_and_after_a_restart() {
     // Every record becomes due 500 ms after its commit; every batch but the first indexed.
     create_topic(
         &mut conn,
+        TOPIC,
         &[
             ("segment.ms", "500"),
             ("index.interval.bytes", "0"),

@@ -11,17 +11,15 @@
 mod common;
 
 use bytes::{Bytes, BytesMut};
-use common::{Broker, Conn, free_ports};
+use common::{Broker, Conn, create_topic, free_ports};
 use kafka_protocol::indexmap::IndexMap;
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, FetchResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, ProduceRequest,
-    ProduceResponse, TopicName,
+    ApiKey, FetchResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
@@ -97,27 +95,6 @@ fn batch(first: i64, codec: Compression) -> Bytes {
     )
     .unwrap();
     buf.freeze()
-}
-
-fn create_topic(conn: &mut Conn, topic: &str, configs: &[(&str, &str)]) {
-    let mut t = CreatableTopic::default();
-    t.name = name(topic);
-    t.num_partitions = 1;
-    t.replication_factor = -1;
-    t.configs = configs
-        .iter()
-        .map(|(n, v)| {
-            let mut c = CreatableTopicConfig::default();
-            c.name = str_bytes(n);
-            c.value = Some(str_bytes(v));
-            c
-        })
-        .collect();
-    let mut request = CreateTopicsRequest::default();
-    request.topics = vec![t];
-    request.timeout_ms = 30_000;
-    let response: CreateTopicsResponse = conn.call(ApiKey::CreateTopics, 7, &request);
-    assert_eq!(response.topics[0].error_code, 0, "{response:?}");
 }
 
 fn alter_compression(conn: &mut Conn, topic: &str, value: &str) {

@@ -307,3 +307,30 @@ pub(crate) fn fetch_request(
     request.topics = vec![t];
     request
 }
+
+/// CreateTopics (v7) of `topic` with one partition and `configs`; it must succeed.
+pub(crate) fn create_topic(conn: &mut Conn, topic: &str, configs: &[(&str, &str)]) {
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let text = |s: &str| StrBytes::from_string(s.to_string());
+    let mut t = CreatableTopic::default();
+    t.name = TopicName(text(topic));
+    t.num_partitions = 1;
+    t.replication_factor = -1;
+    t.configs = configs
+        .iter()
+        .map(|(n, v)| {
+            let mut c = CreatableTopicConfig::default();
+            c.name = text(n);
+            c.value = Some(text(v));
+            c
+        })
+        .collect();
+    let mut request = CreateTopicsRequest::default();
+    request.topics = vec![t];
+    request.timeout_ms = 30_000;
+    let response: CreateTopicsResponse =
+        conn.call(kafka_protocol::messages::ApiKey::CreateTopics, 7, &request);
+    assert_eq!(response.topics[0].error_code, 0, "{response:?}");
+}
