@@ -144,20 +144,27 @@ impl SqliteCoordinator {
             Synchronous::Normal => SqliteSynchronous::Normal,
             Synchronous::Off => SqliteSynchronous::Off,
         };
-        let writer = base
+        let writer_options = base
             .clone()
             .create_if_missing(options.create_if_missing)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(synchronous)
-            .connect()
-            .await
-            .map_err(unavailable)?;
+            .synchronous(synchronous);
+        let writer = writer_options.connect().await.map_err(unavailable)?;
+        // A read connection that still counts a transaction when released (SQLite ended it by
+        // itself after an I/O error and sqlx's ROLLBACK failed) is closed, not kept (see
+        // `Writer::begin`).
         let readers = SqlitePoolOptions::new()
+            .after_release(|conn, _| {
+                Box::pin(async move {
+                    conn.ping().await?;
+                    Ok(!conn.is_in_transaction())
+                })
+            })
             .max_connections(options.read_connections)
             .min_connections(0)
             .acquire_timeout(options.busy_timeout.max(Duration::from_secs(1)))
             .connect_lazy_with(base.read_only(true));
-        Self::migrated(writer, Some(readers), &options, clock).await
+        Self::migrated(writer, Some(writer_options), Some(readers), &options, clock).await
     }
 
     /// A private in-memory database (for tests): nothing survives the coordinator, and reads share
@@ -180,12 +187,13 @@ impl SqliteCoordinator {
             .connect()
             .await
             .map_err(unavailable)?;
-        Self::migrated(writer, None, &options, clock).await
+        Self::migrated(writer, None, None, &options, clock).await
     }
 
     /// Applies the pending migrations on `writer` and makes the coordinator.
     async fn migrated(
         mut writer: SqliteConnection,
+        writer_options: Option<SqliteConnectOptions>,
         readers: Option<sqlx::sqlite::SqlitePool>,
         options: &SqliteOptions,
         clock: Arc<dyn Clock>,
@@ -198,6 +206,7 @@ impl SqliteCoordinator {
             clock,
             max_commit_age: options.max_commit_age,
             writer: Mutex::new(Some(writer)),
+            writer_options,
             readers,
             closed: AtomicBool::new(false),
             counters: Counters::default(),
@@ -223,7 +232,10 @@ impl SqliteCoordinator {
         if self.closed.load(Ordering::SeqCst) {
             return Err(CoordinatorError::Closed);
         }
-        Ok(Writer(self.writer.lock().await))
+        Ok(Writer {
+            conn: self.writer.lock().await,
+            reopen: self.writer_options.as_ref(),
+        })
     }
 
     /// The rows of one query, on a read connection.
@@ -260,13 +272,54 @@ impl SqliteCoordinator {
 }
 
 /// The single write connection, held (the writer mutex) until dropped.
-pub(super) struct Writer<'a>(MutexGuard<'a, Option<SqliteConnection>>);
+pub(super) struct Writer<'a> {
+    conn: MutexGuard<'a, Option<SqliteConnection>>,
+    /// How to open the write connection again (`None`: an in-memory database, which a new
+    /// connection would not see).
+    reopen: Option<&'a SqliteConnectOptions>,
+}
 
 impl Writer<'_> {
     /// Starts the write transaction of a call (`BEGIN IMMEDIATE`: SQLite's write lock is taken
     /// now, so the call's reads see what it will write on). Dropping it rolls back.
+    ///
+    /// A write connection that still counts a transaction of an earlier call is replaced by a new
+    /// one first. That happens when SQLite rolled a transaction back by itself: a COMMIT or a
+    /// statement failing with `SQLITE_FULL` (disk full) or `SQLITE_IOERR` may end the
+    /// transaction, after which sqlx's ROLLBACK (on dropping the `Transaction`) fails with "no
+    /// transaction is active" and sqlx keeps counting one. Every later `BEGIN IMMEDIATE` would
+    /// fail ("begin_with at non-zero transaction depth") and the coordinator would take no write
+    /// again, however much disk is freed. Found by the fault campaign (chaos/, `disk-full`); the
+    /// test is `sqlite::tests::a_transaction_sqlite_ended_does_not_block_later_writes`.
     pub(super) async fn begin(&mut self) -> Result<Transaction<'_, Sqlite>, CoordinatorError> {
-        self.0
+        let conn = self.conn.as_mut().ok_or(CoordinatorError::Closed)?;
+        // A transaction dropped by the previous call queued its ROLLBACK, which the connection
+        // runs in order: a ping (also in order) lets it run, so that only a ROLLBACK that failed
+        // leaves the count up.
+        if conn.is_in_transaction() {
+            conn.ping().await.map_err(not_applied)?;
+        }
+        let stuck = conn.is_in_transaction();
+        if stuck {
+            let options = self.reopen.ok_or_else(|| {
+                CoordinatorError::Storage(
+                    "the in-memory database's write connection is stuck in a transaction SQLite \
+                     ended by itself; it cannot be reopened"
+                        .into(),
+                )
+            })?;
+            tracing::warn!(
+                "the SQLite write connection still counted a transaction SQLite had ended \
+                 (a disk-full or I/O error?); opening a new write connection"
+            );
+            let fresh = options.connect().await.map_err(unavailable)?;
+            if let Some(old) = self.conn.replace(fresh)
+                && let Err(e) = old.close_hard().await
+            {
+                tracing::debug!(error = %e, "closing the stuck write connection");
+            }
+        }
+        self.conn
             .as_mut()
             .ok_or(CoordinatorError::Closed)?
             .begin_with("BEGIN IMMEDIATE")

@@ -52,7 +52,7 @@ use crate::Clock;
 #[cfg(doc)]
 use crate::{BatchCoordinator, CoordinatorError};
 use conn::Counters;
-use sqlx::sqlite::{SqliteConnection, SqlitePool};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -179,6 +179,9 @@ pub struct SqliteCoordinator {
     max_commit_age: Duration,
     /// The single write connection; `None` once closed.
     writer: Mutex<Option<SqliteConnection>>,
+    /// How the write connection was opened, to open it again when it is stuck (`None` for an
+    /// in-memory database).
+    writer_options: Option<SqliteConnectOptions>,
     /// Read-only connections; `None` for an in-memory database (reads share the writer).
     readers: Option<SqlitePool>,
     closed: AtomicBool,

@@ -353,3 +353,55 @@ async fn timestamp_lookup_after_deleting_a_larger_timestamp() {
     live.retain(|(base, _)| base + 1 >= lso);
     check(&c, p, &live, lso).await;
 }
+
+/// SQLite may end a transaction by itself (a COMMIT or statement failing with `SQLITE_FULL` on a
+/// full disk, or `SQLITE_IOERR`); sqlx's ROLLBACK of the dropped `Transaction` then fails and sqlx
+/// keeps counting a transaction on the write connection. Before the fix every later write failed
+/// ("begin_with at non-zero transaction depth") until the process restarted: the fault campaign's
+/// `disk-full` left a broker that could commit nothing after the disk was freed. Here SQLite's own
+/// rollback is a `ROLLBACK` statement run inside the transaction, which sqlx does not see.
+#[tokio::test]
+async fn a_transaction_sqlite_ended_does_not_block_later_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = SqliteCoordinator::open(
+        &dir.path().join("coordinator.db"),
+        Default::default(),
+        ManualClock::new(1_000),
+    )
+    .await
+    .unwrap();
+    {
+        let mut writer = c.write().await.unwrap();
+        let mut tx = writer.begin().await.unwrap();
+        sqlx::query("ROLLBACK").execute(&mut *tx).await.unwrap();
+        drop(tx); // sqlx's own ROLLBACK now fails: "no transaction is active"
+    }
+    {
+        // The write connection is stuck as the campaign found it.
+        let mut guard = c.writer.lock().await;
+        let conn = guard.as_mut().unwrap();
+        sqlx::Connection::ping(&mut *conn).await.unwrap();
+        assert!(sqlx::Connection::is_in_transaction(&*conn));
+    }
+    let topic = Uuid::from_u128(9);
+    c.create_topic(CreateTopicRequest {
+        topic_id: topic,
+        name: "after".into(),
+        partitions: 1,
+        config: TopicConfig::default(),
+    })
+    .await
+    .expect("a write after SQLite ended a transaction by itself");
+    let p = TopicIdPartition::new(topic, 0);
+    let r = c
+        .commit_file(CommitFileRequest {
+            object_key: "wal/after".into(),
+            uploader_broker_id: 1,
+            object_size: 11,
+            owners: vec![0],
+            batches: vec![batch(p, 0, 5)],
+        })
+        .await
+        .unwrap();
+    assert_eq!((r[0].error, r[0].base_offset), (ErrorCode::None, 0));
+}

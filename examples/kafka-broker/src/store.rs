@@ -105,9 +105,18 @@ impl Store {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(std::time::Duration::from_secs(5));
-        // One connection: writes are serialized, and reads see every committed write.
+        // One connection: writes are serialized, and reads see every committed write. A connection
+        // that still counts a transaction when released (SQLite ended it by itself after a disk-full
+        // or I/O error, and sqlx's ROLLBACK then failed) is closed, not kept: every later BEGIN on
+        // it would fail (found by chaos/'s disk-full fault).
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
+            .after_release(|conn, _| {
+                Box::pin(async move {
+                    sqlx::Connection::ping(&mut *conn).await?;
+                    Ok(!sqlx::Connection::is_in_transaction(&*conn))
+                })
+            })
             .connect_with(options)
             .await
             .map_err(sql)?;
