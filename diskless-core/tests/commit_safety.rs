@@ -314,12 +314,15 @@ async fn a_fenced_object_is_never_committed_whatever_the_collector_settings() {
     e.writer.close().await;
 }
 
-/// The writer abandons a commit after `commit_timeout`: the request is answered REQUEST_TIMED_OUT,
-/// the object stays (its commit might still apply) for the collector, which fences and deletes it.
-/// The idempotent producer's retry is appended once.
+/// The writer abandons a commit after `commit_timeout`, and the coordinator cannot be asked what it
+/// did (`fence_orphans` fails too): the request is answered REQUEST_TIMED_OUT, the object stays
+/// (its commit might still apply) for the collector, which fences and deletes it. The idempotent
+/// producer's retry is appended once. (With a coordinator that answers, the outcome is settled
+/// first: `unknown_commit_outcome_*` in produce_fetch.rs.)
 #[tokio::test(start_paused = true)]
 async fn the_writer_gives_up_after_its_commit_timeout() {
     let e = env(Duration::from_secs(5)).await;
+    e.faulty.set_fences_failing(true);
     e.faulty.stall_commits();
     let started = tokio::time::Instant::now();
     let answer = e
@@ -330,6 +333,7 @@ async fn the_writer_gives_up_after_its_commit_timeout() {
     assert_eq!(answer[0].error, ErrorCode::RequestTimedOut, "{answer:?}");
     assert!(started.elapsed() >= Duration::from_secs(5));
     assert_eq!(e.writer.stats().commit_timeouts, 1);
+    assert_eq!(e.writer.stats().unknown_resolved, 0);
     let keys = e.objects().await;
     assert_eq!(
         keys.len(),

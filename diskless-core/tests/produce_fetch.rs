@@ -592,36 +592,107 @@ async fn upload_faults_lose_nothing_and_idempotent_retries_never_duplicate() {
     );
 }
 
+/// A commit that applied but whose answer was lost is settled before the request is answered
+/// (`writer/resolve.rs`): the idempotent batch gets its offsets, not `REQUEST_TIMED_OUT`, and a
+/// retry still gets the same ones. (Answering `REQUEST_TIMED_OUT` let librdkafka append a record
+/// twice after an epoch bump: chaos/, `pg-cut`.) A batch without a producer id cannot be found
+/// in a producer's state and keeps `REQUEST_TIMED_OUT`.
 #[tokio::test(start_paused = true)]
-async fn unknown_commit_outcome_is_an_error_and_the_idempotent_retry_gets_the_original_offsets() {
+async fn unknown_commit_outcome_that_applied_answers_the_offsets() {
     let storage = Arc::new(ObjectStoreStorage::in_memory());
     let inner = Arc::new(InMemoryCoordinator::new(clock()));
     let coordinator = CommitFaults::wrap(inner.clone());
-    coordinator.lose_next_commits(1);
     let tc = TopicConfig::default();
-    let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
-    let p = TopicIdPartition::new(t, 0);
-    let writer = WalWriter::builder(storage.clone(), coordinator)
+    let t = topic(coordinator.as_ref(), "t", 2, tc.clone()).await;
+    let (p, q) = (TopicIdPartition::new(t, 0), TopicIdPartition::new(t, 1));
+    let writer = WalWriter::builder(storage.clone(), coordinator.clone())
         .with_config(small_config())
         .with_clock(clock())
         .build()
         .unwrap();
-    let b = idempotent_batch(7, 0, 0, &["once"]);
-    let first = writer.produce(vec![produce(p, &tc, &b)]).await;
-    assert_eq!(first[0].error, ErrorCode::RequestTimedOut);
-    // The object stays (it may be committed: here it is).
+    let warmup = idempotent_batch(7, 0, 0, &["a", "b"]);
+    assert_eq!(
+        writer.produce(vec![produce(p, &tc, &warmup)]).await[0].error,
+        ErrorCode::None
+    );
+    coordinator.lose_next_commits(1);
+    let b = idempotent_batch(7, 0, 2, &["once"]);
+    let plain = batch(&["plain"]);
+    let first = writer
+        .produce(vec![produce(p, &tc, &b), produce(q, &tc, &plain)])
+        .await;
+    assert_eq!((first[0].error, first[0].base_offset), (ErrorCode::None, 2));
+    assert_eq!(first[1].error, ErrorCode::RequestTimedOut);
+    assert_eq!(writer.stats().unknown_resolved, 1);
+    // The object stays: it is committed.
     assert_eq!(storage.counters().snapshot().delete_requests, 0);
     let retry = writer.produce(vec![produce(p, &tc, &b)]).await;
-    assert_eq!(retry[0].error, ErrorCode::None);
-    assert_eq!(retry[0].base_offset, 0);
+    assert_eq!((retry[0].error, retry[0].base_offset), (ErrorCode::None, 2));
     let fetched = Fetcher::builder(storage, inner)
         .build()
         .unwrap()
         .fetch(&[fetch_req(p, 0)], 1 << 20)
         .await
         .unwrap();
-    assert_eq!(fetched[0].high_watermark, 1, "the retry must not duplicate");
+    assert_eq!(fetched[0].high_watermark, 3, "the retry must not duplicate");
     writer.close().await;
+}
+
+/// A commit abandoned at `commit_timeout` (stalled on its way to the coordinator, and still on the
+/// wire) is settled by fencing its key: it did not apply, its request is answered
+/// `KAFKA_STORAGE_ERROR` (not persisted), the object is deleted, and when the stalled call
+/// arrives it is refused. The batch has no producer id, so nothing but the fence keeps the late
+/// commit from appending it a second time beside the retry.
+#[tokio::test(start_paused = true)]
+async fn unknown_commit_outcome_that_did_not_apply_is_fenced_and_not_persisted() {
+    let storage = Arc::new(ObjectStoreStorage::in_memory());
+    let inner = Arc::new(InMemoryCoordinator::new(clock()));
+    let coordinator = CommitFaults::wrap(inner.clone());
+    let tc = TopicConfig::default();
+    let t = topic(coordinator.as_ref(), "t", 1, tc.clone()).await;
+    let p = TopicIdPartition::new(t, 0);
+    let writer = WalWriter::builder(storage.clone(), coordinator.clone())
+        .with_config(small_config().with_commit_timeout(Duration::from_secs(2)))
+        .with_clock(clock())
+        .build()
+        .unwrap();
+    // The commit stays on the wire after the writer gives up on it.
+    coordinator.set_detached(true);
+    coordinator.stall_commits();
+    let b = batch(&["x"]);
+    let first = writer.produce(vec![produce(p, &tc, &b)]).await;
+    assert_eq!(first[0].error, ErrorCode::KafkaStorageError);
+    assert_eq!(writer.stats().unknown_resolved, 1);
+    assert_eq!(coordinator.stalled_commits(), 1);
+
+    // The stalled call now reaches the coordinator, which refuses the fenced key.
+    coordinator.set_detached(false);
+    coordinator.release_commits();
+    for _ in 0..100 {
+        if coordinator.stalled_commits() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let retry = writer.produce(vec![produce(p, &tc, &b)]).await;
+    assert_eq!((retry[0].error, retry[0].base_offset), (ErrorCode::None, 0));
+    let fetched = Fetcher::builder(storage.clone(), inner)
+        .build()
+        .unwrap()
+        .fetch(&[fetch_req(p, 0)], 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(
+        fetched[0].high_watermark, 1,
+        "the late commit must not apply"
+    );
+    writer.close().await;
+    assert!(
+        storage.counters().snapshot().delete_requests >= 1,
+        "the fenced object is deleted"
+    );
 }
 
 /// While storage stalls, the bytes buffered plus in flight stay within the bound: later appends

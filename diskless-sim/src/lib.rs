@@ -90,8 +90,9 @@
 //!    (a full orphan cycle of the slower collector twice over) without progress is a violation.
 //! 4. [`BOUNDS`]: writers stay within `max_pending_bytes` and `max_uncommitted_bytes`, caches
 //!    within their capacity; every produce request is answered within `commit_interval` + every
-//!    storage stall of the run + (requests ahead of it + 1) × (upload bound + `commit_timeout`) +
-//!    1 s (commits are serial; each is given up after `commit_timeout`); every producer's
+//!    storage stall of the run + (requests ahead of it + 1) × (upload bound + 2 ×
+//!    `commit_timeout`) + 1 s (commits are serial; each is given up after `commit_timeout`, and
+//!    an unknown outcome is settled within `commit_timeout` more); every producer's
 //!    delivery ends; `close()` returns within that bound, for crashed and live brokers. Once
 //!    nothing is produced and every transaction ended, the WAL tier drains: no offset of a live
 //!    partition is left in it (ListOffsets `-4` reaches the high watermark; every batch is due

@@ -413,9 +413,10 @@ impl Params {
     /// The longest a writer may take to answer a request that found `ahead` requests unanswered
     /// in it: its buffer's interval, every storage stall of the run, and for each request ahead
     /// and itself one upload and one commit (commits are serial; each is given up after
-    /// `commit_timeout`), plus a second of slack.
+    /// `commit_timeout`, and a commit given up or answered "outcome unknown" is settled in at most
+    /// `commit_timeout` more: `diskless-core/src/writer/resolve.rs`), plus a second of slack.
     pub(crate) fn answer_bound(&self, ahead: usize) -> Duration {
-        let per = self.upload_bound + self.writer.commit_timeout;
+        let per = self.upload_bound + self.writer.commit_timeout * 2;
         self.writer.commit_interval
             + self.stall_budget
             + per * u32::try_from(ahead + 1).unwrap_or(u32::MAX)

@@ -346,9 +346,10 @@ pub(crate) struct GatedCoordinator {
     pub(crate) link: Option<LinkStall>,
 }
 
-/// Commits of one broker stalled on their way to the coordinator (a slow or stuck link of that
+/// Calls of one broker stalled on their way to the coordinator (a slow or stuck link of that
 /// broker alone): a commit started while stalled waits in a task of its own (so a writer that gives
-/// up does not stop it) and lands once released, while other brokers' commits go on.
+/// up does not stop it) and lands once released; the broker's other calls wait in their caller
+/// (one that gives up drops them); other brokers' calls go on.
 #[derive(Debug, Clone)]
 pub(crate) struct LinkStall {
     pub(crate) stall: Arc<Stall>,
@@ -360,11 +361,20 @@ pub(crate) struct LinkStall {
 impl CoordinatorLayer for GatedCoordinator {
     fn around<'a, T: Send + 'a>(
         &'a self,
-        _op: CoordinatorOp,
+        op: CoordinatorOp,
         call: BoxFuture<'a, Result<T, CoordinatorError>>,
     ) -> BoxFuture<'a, Result<T, CoordinatorError>> {
         Box::pin(async move {
             self.gate.coordinator()?;
+            // A stalled link holds every call of the host, not only its commits: the writer's
+            // questions about a commit whose answer it lost (`fence_orphans`, `producer_state`)
+            // wait too, and may time out, leaving the outcome unknown. A commit waits in a task of
+            // its own instead (`commit_file` below), so that it outlives a caller that gives up.
+            if op != CoordinatorOp::CommitFile
+                && let Some(link) = self.link.as_ref().filter(|l| l.stall.is_on())
+            {
+                link.stall.pass().await;
+            }
             call.await
         })
     }

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::answer::{PartitionResponse, Slot, complete_all};
+use super::resolve::{BatchIdentity, Resolved, resolve};
 use super::state::{Sealed, Shared};
 
 /// Takes closed segments in order: waits for each upload, commits, answers. `done` counts the
@@ -84,6 +85,18 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
     counters.bytes_uploaded.fetch_add(size, Ordering::Relaxed);
 
     let timeout = shared.config.commit_timeout;
+    // What identifies each batch in its producer's state, should the answer be lost.
+    let identities: Vec<BatchIdentity> = commit
+        .batches
+        .iter()
+        .map(|b| BatchIdentity {
+            partition: b.partition,
+            producer_id: b.producer_id,
+            producer_epoch: b.producer_epoch,
+            base_sequence: b.base_sequence,
+            last_sequence: b.last_sequence,
+        })
+        .collect();
     let started = Instant::now();
     let answer = match tokio::time::timeout(timeout, shared.coordinator.commit_file(commit)).await {
         Ok(answer) => answer,
@@ -100,6 +113,39 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
     let outcome = if answer.is_ok() { m::OK } else { m::ERROR };
     metrics::histogram!(m::COMMIT_SECONDS, m::OUTCOME => outcome)
         .record(started.elapsed().as_secs_f64());
+    // A commit that may have applied is settled before anything is answered (resolve.rs: why an
+    // idempotent producer needs it).
+    let mut fenced = false;
+    let answer = match answer {
+        Err(e) if !e.certainly_not_applied() => {
+            let already = matches!(e, CoordinatorError::ObjectAlreadyCommitted(_));
+            match resolve(
+                shared.coordinator.as_ref(),
+                key.as_str(),
+                &identities,
+                already,
+                timeout,
+            )
+            .await
+            {
+                Resolved::Applied(results) => {
+                    counters.unknown_resolved.fetch_add(1, Ordering::Relaxed);
+                    warn!(key = %key, error = %e, "segment commit answer lost; it applied");
+                    Ok(results)
+                }
+                Resolved::NotApplied => {
+                    counters.unknown_resolved.fetch_add(1, Ordering::Relaxed);
+                    fenced = true;
+                    Err(CoordinatorError::ObjectFenced(format!(
+                        "{key}: the commit's answer was lost ({e}); it did not apply, and the key \
+                         is fenced"
+                    )))
+                }
+                Resolved::Unknown => Err(e),
+            }
+        }
+        other => other,
+    };
     // Where the oldest request of this segment waited, in order: for the seal, for the
     // segments sealed before it (commits are in seal order), for the rest of its own upload,
     // and for the coordinator. `RUST_LOG=diskless_core::writer::commit=debug` prints it per
@@ -187,6 +233,8 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
             // for the orphan collector, which asks the coordinator first.
             let certainly_not_applied = e.certainly_not_applied();
             let code = match &e {
+                // Settled: not applied, so not persisted (librdkafka may send it again safely).
+                _ if fenced => ErrorCode::KafkaStorageError,
                 CoordinatorError::OutcomeUnknown(_)
                 | CoordinatorError::ObjectAlreadyCommitted(_) => ErrorCode::RequestTimedOut,
                 other => other.error_code(),

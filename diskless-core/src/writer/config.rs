@@ -282,15 +282,19 @@ pub struct WalWriterConfig {
     /// default) never hedges; about the store's p95 upload latency is a good value. `Some(ZERO)`
     /// starts the second attempt as soon as the first is found not finished (every PUT doubled).
     pub hedge_uploads_after: Option<Duration>,
-    /// How long the writer waits for the coordinator's answer to a segment's commit. After it, every
-    /// request of the segment is answered `REQUEST_TIMED_OUT` (retriable), the call is abandoned
-    /// (its outcome is unknown: it may still apply) and the object is left to the orphan
+    /// How long the writer waits for the coordinator's answer to a segment's commit. After it, the
+    /// call is abandoned (its outcome is unknown: it may still apply) and the writer settles the
+    /// outcome before answering (`writer/resolve.rs`, ARCHITECTURE.md "Produce path"): it fences
+    /// the key, which either shows the commit applied (each idempotent batch then gets its
+    /// offsets) or makes sure it never will (`KAFKA_STORAGE_ERROR`, the object deleted). Settling
+    /// gets the same time again; if the coordinator cannot be asked in it, every request of the
+    /// segment is answered `REQUEST_TIMED_OUT` (retriable) and the object is left to the orphan
     /// collector. It must stay well below the coordinators' `max_commit_age` (default 10 minutes,
     /// [`diskless_coordinator::DEFAULT_MAX_COMMIT_AGE`]), past which a late commit is refused
-    /// anyway. Later segments commit without waiting for an abandoned call, so a timed-out request's
-    /// batches may land after later ones (as after any Kafka `REQUEST_TIMED_OUT`; an idempotent
-    /// producer's sequence checks keep its order). Greater than zero. Default 30 s (Kafka's
-    /// `request.timeout.ms`).
+    /// anyway. Later segments commit without waiting for an abandoned call, so a timed-out
+    /// request's batches may land after later ones (as after any Kafka `REQUEST_TIMED_OUT`; an
+    /// idempotent producer's sequence checks keep its order). Greater than zero. Default 30 s
+    /// (Kafka's `request.timeout.ms`).
     pub commit_timeout: Duration,
 }
 

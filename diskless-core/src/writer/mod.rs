@@ -82,6 +82,7 @@ mod budget;
 mod builder;
 mod commit;
 mod config;
+mod resolve;
 mod seal;
 mod state;
 
@@ -153,6 +154,9 @@ pub struct WriterStats {
     pub commit_failures: u64,
     /// Of those, commits abandoned after [`WalWriterConfig::commit_timeout`].
     pub commit_timeouts: u64,
+    /// Commits whose outcome was unknown (answer lost, abandoned) and was then settled, applied
+    /// or not, before their requests were answered (`writer/resolve.rs`).
+    pub unknown_resolved: u64,
     /// Bytes uploaded (segment sizes).
     pub bytes_uploaded: u64,
     /// Batches appended by the coordinator (duplicates excluded).
@@ -443,6 +447,7 @@ impl WalWriter {
             segments_committed: c.segments_committed.load(Ordering::Relaxed),
             commit_failures: c.commit_failures.load(Ordering::Relaxed),
             commit_timeouts: c.commit_timeouts.load(Ordering::Relaxed),
+            unknown_resolved: c.unknown_resolved.load(Ordering::Relaxed),
             bytes_uploaded: c.bytes_uploaded.load(Ordering::Relaxed),
             batches_committed: c.batches_committed.load(Ordering::Relaxed),
             pending_bytes: self.shared.budget.used(),

@@ -30,6 +30,7 @@ pub(super) struct Counters {
     pub(super) segments_committed: AtomicU64,
     pub(super) commit_failures: AtomicU64,
     pub(super) commit_timeouts: AtomicU64,
+    pub(super) unknown_resolved: AtomicU64,
     pub(super) bytes_uploaded: AtomicU64,
     pub(super) batches_committed: AtomicU64,
 }

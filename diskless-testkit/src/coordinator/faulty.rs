@@ -69,13 +69,19 @@ pub struct CommitFaults {
     commits: AtomicU64,
     injected: AtomicU64,
     stall: tokio::sync::watch::Sender<bool>,
-    stalled: AtomicU64,
+    stalled: Arc<AtomicU64>,
+    detached: AtomicBool,
+    /// The inner coordinator, for detached commits (set by `wrap`).
+    inner: std::sync::OnceLock<Arc<dyn BatchCoordinator>>,
+    fences_failing: AtomicBool,
 }
 
 impl CommitFaults {
     /// `inner` behind a layer injecting nothing until told to.
     pub fn wrap(inner: Arc<dyn BatchCoordinator>) -> Arc<FaultyCoordinator> {
-        Arc::new(Layered::new(inner, CommitFaults::default()))
+        let faults = CommitFaults::default();
+        let _ = faults.inner.set(inner.clone());
+        Arc::new(Layered::new(inner, faults))
     }
 }
 
@@ -90,7 +96,10 @@ impl Default for CommitFaults {
             commits: AtomicU64::new(0),
             injected: AtomicU64::new(0),
             stall: tokio::sync::watch::Sender::new(false),
-            stalled: AtomicU64::new(0),
+            stalled: Arc::new(AtomicU64::new(0)),
+            detached: AtomicBool::new(false),
+            inner: std::sync::OnceLock::new(),
+            fences_failing: AtomicBool::new(false),
         }
     }
 }
@@ -132,6 +141,21 @@ impl CommitFaults {
         self.losing.store(on, Ordering::SeqCst);
     }
 
+    /// While on, each commit runs in a task of its own: a caller that gives up (drops the call, as
+    /// the writer does at its `commit_timeout`) does not stop it, and a stalled commit reaches the
+    /// inner coordinator on release — a commit still on the wire after its caller stopped
+    /// waiting. Detached commits only stall (no latency, failures or lost answers are injected
+    /// into them). Needs a Tokio runtime and a layer made by [`CommitFaults::wrap`].
+    pub fn set_detached(&self, on: bool) {
+        self.detached.store(on, Ordering::SeqCst);
+    }
+
+    /// While on, `fence_orphans` fails with [`CoordinatorError::Unavailable`] (the coordinator
+    /// cannot be asked what a lost commit did).
+    pub fn set_fences_failing(&self, on: bool) {
+        self.fences_failing.store(on, Ordering::SeqCst);
+    }
+
     /// Delays every commit by `latency` (`None`: no delay).
     pub fn set_commit_latency(&self, latency: Option<Duration>) {
         *self.latency.lock() = latency;
@@ -163,6 +187,25 @@ impl CoordinatorLayer for CommitFaults {
         request: CommitFileRequest,
     ) -> Result<Vec<CommitBatchResult>, CoordinatorError> {
         self.commits.fetch_add(1, Ordering::SeqCst);
+        if self.detached.load(Ordering::SeqCst)
+            && let Some(inner) = self.inner.get().cloned()
+        {
+            // On the wire: the commit goes on (stalled, then to the inner coordinator) whether
+            // or not the caller still waits for it.
+            let mut stall = self.stall.subscribe();
+            let stalled = self.stalled.clone();
+            let task = tokio::spawn(async move {
+                if *stall.borrow_and_update() {
+                    stalled.fetch_add(1, Ordering::SeqCst);
+                    let _ = stall.wait_for(|stalled| !*stalled).await;
+                    stalled.fetch_sub(1, Ordering::SeqCst);
+                }
+                inner.commit_file(request).await
+            });
+            return task
+                .await
+                .map_err(|e| CoordinatorError::OutcomeUnknown(Box::new(e)))?;
+        }
         let latency = *self.latency.lock();
         if let Some(latency) = latency {
             tokio::time::sleep(latency).await;
@@ -188,5 +231,18 @@ impl CoordinatorLayer for CommitFaults {
             )));
         }
         result
+    }
+
+    async fn fence_orphans(
+        &self,
+        inner: &dyn BatchCoordinator,
+        object_keys: &[String],
+    ) -> Result<Vec<String>, CoordinatorError> {
+        if self.fences_failing.load(Ordering::SeqCst) {
+            return Err(CoordinatorError::Unavailable(
+                "injected: fence_orphans refused".into(),
+            ));
+        }
+        inner.fence_orphans(object_keys).await
     }
 }
