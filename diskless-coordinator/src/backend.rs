@@ -43,15 +43,47 @@ macro_rules! sql_dispatch {
             }
             $(
                 async fn $rname(&self, $($rarg: $rty),*) -> $rret {
-                    self.$rbackend($($rarg),*).await
+                    $crate::backend::sql_call!($rkind self, self.$rbackend($($rarg),*))
                 }
             )*
             $($(
                 async fn $name(&self, $($arg: $ty2),*) -> $ret {
-                    self.$backend($($arg),*).await
+                    $crate::backend::sql_call!($kind self, self.$backend($($arg),*))
                 }
             )*)*
         }
     };
 }
 pub(crate) use sql_dispatch;
+
+/// One operation's call: a write once (its attempts are the backend's business: `retrying`); a
+/// read again, up to `read_retries` times, while the backend says it failed only because its
+/// connection broke under it (`retry_read`: a read changes nothing, so asking again on another
+/// connection is safe; each broken connection leaves the pool, so a few retries get past every
+/// pooled connection a server restart broke).
+macro_rules! sql_call {
+    (write $this:tt, $call:expr) => {
+        $call.await
+    };
+    (read $this:tt, $call:expr) => {{
+        let mut left = $crate::backend::RetryRead::read_retries($this);
+        loop {
+            match $call.await {
+                Err(e) if left > 0 && $crate::backend::RetryRead::retry_read($this, &e) => {
+                    left -= 1;
+                    tracing::debug!(error = %e, "a read's connection broke; reading again");
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+pub(crate) use sql_call;
+
+/// Whether a SQL backend asks a failed read once more (see [`sql_call`]).
+pub(crate) trait RetryRead {
+    /// Whether `e`, a read's failure, says only that its connection broke.
+    fn retry_read(&self, e: &crate::CoordinatorError) -> bool;
+    /// How many times a read is asked again at most.
+    fn read_retries(&self) -> u32;
+}

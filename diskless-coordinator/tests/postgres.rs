@@ -593,6 +593,134 @@ async fn blocked_backend(inspector: &mut PgConnection, application_name: &str) -
     }
 }
 
+/// A TCP proxy in front of the server that the test can freeze (bytes are held, not forwarded)
+/// and whose connections it can cut all at once (as a restarted server, a failover or a network
+/// device does).
+struct CutProxy {
+    addr: std::net::SocketAddr,
+    conns: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
+    frozen: tokio::sync::watch::Sender<bool>,
+}
+
+impl CutProxy {
+    async fn start(upstream: std::net::SocketAddr) -> CutProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let conns: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let frozen = tokio::sync::watch::Sender::new(false);
+        let (held, gate) = (conns.clone(), frozen.subscribe());
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let Ok(outbound) = tokio::net::TcpStream::connect(upstream).await else {
+                    continue;
+                };
+                let (ri, wi) = inbound.into_split();
+                let (ro, wo) = outbound.into_split();
+                let (g1, g2) = (gate.clone(), gate.clone());
+                held.lock().unwrap().push(tokio::spawn(async move {
+                    tokio::join!(Self::pipe(ri, wo, g1), Self::pipe(ro, wi, g2));
+                }));
+            }
+        });
+        CutProxy {
+            addr,
+            conns,
+            frozen,
+        }
+    }
+
+    async fn pipe(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        mut gate: tokio::sync::watch::Receiver<bool>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n @ 1..) = from.read(&mut buf).await {
+            if gate.wait_for(|frozen| !*frozen).await.is_err()
+                || to.write_all(&buf[..n]).await.is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Holds every byte from now on (calls in flight wait).
+    fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
+    /// Closes every connection through the proxy and lets new ones through; returns how many.
+    fn cut(&self) -> usize {
+        let conns: Vec<_> = self.conns.lock().unwrap().drain(..).collect();
+        for c in &conns {
+            c.abort();
+        }
+        self.frozen.send_replace(false);
+        conns.len()
+    }
+}
+
+/// `url` with its host and port replaced by `addr`.
+fn via(url: &str, addr: std::net::SocketAddr) -> String {
+    let start = url
+        .find('@')
+        .map_or_else(|| url.find("://").unwrap() + 3, |at| at + 1);
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    format!("{}{addr}{}", &url[..start], &url[end..])
+}
+
+/// A server restart, a failover or a cut network breaks every pooled connection, and the pool
+/// pings only those idle for `ping_idle_after`: a read on a broken one is asked again on another
+/// (up to the read pool's size) instead of failing its caller. Found by the fault campaign
+/// (chaos/, `pg-cut`): ListOffsets answered `KAFKA_STORAGE_ERROR` right after a cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_reads_survive_broken_pooled_connections() {
+    let Some(schema) = test_schema() else { return };
+    let server = {
+        let host = schema.url.find('@').map_or(0, |at| at + 1);
+        let authority = &schema.url[host..];
+        let authority = &authority[..authority.find('/').unwrap_or(authority.len())];
+        tokio::net::lookup_host(authority)
+            .await
+            .unwrap()
+            .next()
+            .unwrap()
+    };
+    let proxy = CutProxy::start(server).await;
+    let clock = ManualClock::new(START_MS);
+    let c = connect(
+        schema.options().with_url(via(&schema.url, proxy.addr)),
+        clock,
+    )
+    .await;
+    let topic = create_topic(&c, 1).await;
+    let p = TopicIdPartition::new(topic, 0);
+    let r = c
+        .commit_file(request("wal/a", vec![idempotent(p, 7, 0, 0, 1)]))
+        .await
+        .unwrap();
+    assert_eq!(r[0].error, ErrorCode::None);
+    // Pooled read connections, all used just now (the pool pings none of them); reads in flight
+    // when their connections are cut.
+    let warm = futures::future::join_all((0..4).map(|_| c.list_topics())).await;
+    assert!(warm.iter().all(Result::is_ok));
+    proxy.freeze();
+    let (c1, c2) = (c.clone(), c.clone());
+    let listing = tokio::spawn(async move { c1.list_topics().await });
+    let finding = tokio::spawn(async move { find_from(c2.as_ref(), p, 0).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(proxy.cut() >= 2, "the write and read pools' connections");
+    assert_eq!(listing.await.unwrap().unwrap().len(), 1);
+    assert_eq!(finding.await.unwrap().high_watermark, 1);
+    for _ in 0..3 {
+        assert_eq!(c.list_topics().await.unwrap().len(), 1);
+        let found = find_from(c.as_ref(), p, 0).await;
+        assert_eq!(found.high_watermark, 1);
+    }
+    c.close().await;
+}
+
 /// A commit whose connection is cut while it runs reports an unknown outcome; an idempotent retry
 /// then appends the batch exactly once (a second retry is recognised as a duplicate).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

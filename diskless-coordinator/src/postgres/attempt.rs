@@ -64,6 +64,35 @@ impl PostgresCoordinator {
     }
 }
 
+/// A read on a connection that broke under it (the server restarted or failed over, a proxy or
+/// the network cut it: the pool only pings connections idle for `ping_idle_after`) is asked once
+/// more, on another connection, instead of failing its caller (`backend::sql_call`). Found by
+/// the fault campaign (chaos/, `pg-cut`): ListOffsets answered `KAFKA_STORAGE_ERROR` after a cut.
+impl crate::backend::RetryRead for PostgresCoordinator {
+    /// One more than the read pool holds: past every connection a restart broke.
+    fn read_retries(&self) -> u32 {
+        self.options.read_max_connections.saturating_add(1)
+    }
+
+    fn retry_read(&self, e: &CoordinatorError) -> bool {
+        let CoordinatorError::Unavailable(source) = e else {
+            return false;
+        };
+        match source.downcast_ref::<sqlx::Error>() {
+            Some(
+                sqlx::Error::Io(_)
+                | sqlx::Error::Tls(_)
+                | sqlx::Error::Protocol(_)
+                | sqlx::Error::WorkerCrashed,
+            ) => true,
+            Some(sqlx::Error::Database(d)) => d.code().is_some_and(|c| {
+                c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03")
+            }),
+            _ => false,
+        }
+    }
+}
+
 /// Why one attempt of a write failed.
 pub(super) enum Attempt {
     /// A database or connection error; `sent` when a statement that commits had been sent.

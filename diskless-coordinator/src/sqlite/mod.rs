@@ -202,6 +202,17 @@ pub struct SqliteStats {
     pub retention_batches_read: u64,
 }
 
+/// A failed SQLite read is not asked again: its connection is a file, which does not break the
+/// way a network connection does.
+impl crate::backend::RetryRead for SqliteCoordinator {
+    fn retry_read(&self, _: &crate::CoordinatorError) -> bool {
+        false
+    }
+    fn read_retries(&self) -> u32 {
+        0
+    }
+}
+
 impl std::fmt::Debug for SqliteCoordinator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteCoordinator")
