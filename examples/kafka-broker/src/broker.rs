@@ -14,7 +14,7 @@ use diskless_coordinator::sharded::ShardedCoordinator;
 use diskless_coordinator::{
     BatchCoordinator, Clock, OpenOptions, OpenedCoordinator, SystemClock, open_coordinator,
 };
-use diskless_core::lifecycle::TieringConfig;
+use diskless_core::lifecycle::{CleanerConfig, OrphanConfig, TieringConfig};
 use diskless_core::{
     DisklessNode, Fetcher, NodeConfig, NodeLifecycleConfig, WalWriter, WalWriterConfig,
 };
@@ -169,6 +169,17 @@ impl Broker {
         if let Some(builds) = config.tiering_builds {
             tiering_config = tiering_config.with_max_concurrent_builds(builds);
         }
+        let mut orphans = OrphanConfig::default();
+        if let Some(age) = config.orphan_min_age {
+            orphans = orphans.with_max_commit_age(age);
+        }
+        if let Some(delay) = config.orphan_recheck {
+            orphans = orphans.with_recheck_delay(delay);
+        }
+        let mut cleaner = CleanerConfig::default();
+        if let Some(grace) = config.cleaner_grace {
+            cleaner = cleaner.with_grace(grace);
+        }
         let node_config = NodeConfig::default()
             .with_broker_ids(config.listeners.iter().map(|l| l.node_id).collect())
             .with_writer(
@@ -185,7 +196,9 @@ impl Broker {
                 NodeLifecycleConfig::default()
                     .with_retention_interval(Some(config.retention_check))
                     .with_cleaner_interval(Some(config.retention_check))
+                    .with_cleaner(cleaner)
                     .with_orphans_interval(orphan_check)
+                    .with_orphans(orphans)
                     .with_tiering_interval(tiering)
                     .with_tiering(tiering_config),
             );

@@ -58,6 +58,13 @@ Options:
   --orphan-check-ms MS      how often objects uploaded but never committed are looked for and
                             (at the next check, if still unknown) deleted; 0 = never (default
                             60000; never with a memory:// coordinator)
+  --orphan-min-age-ms MS    objects younger than MS are not looked at by orphan collection
+                            (default 900000; below the commit deadline, 600000, a merely slow
+                            commit may be fenced: its produce fails and is retried, nothing lost)
+  --orphan-recheck-ms MS    how long an unknown object stays a suspect before it is fenced and
+                            deleted (default 300000)
+  --cleaner-grace-ms MS     how long an object with nothing live stays in storage before it is
+                            deleted, for readers still on it (default 60000)
   --segment-ms MS           Kafka's log.roll.ms for diskless topics: a partition whose oldest
                             batch was committed MS ago is consolidated into a tiered segment
                             (topics' segment.ms default; default 600000 = 10 min)
@@ -140,6 +147,12 @@ pub struct Config {
     pub(crate) retention_check: Duration,
     /// Orphan collection interval (`None`: off).
     pub(crate) orphan_check: Option<Duration>,
+    /// `OrphanConfig::max_commit_age` (`None`: the library's).
+    pub(crate) orphan_min_age: Option<Duration>,
+    /// `OrphanConfig::recheck_delay` (`None`: the library's).
+    pub(crate) orphan_recheck: Option<Duration>,
+    /// `CleanerConfig::grace` (`None`: the library's).
+    pub(crate) cleaner_grace: Option<Duration>,
     /// Coordinator shards (1: one coordinator, no router).
     pub(crate) shards: u32,
     /// Topics to create at start: (name, partitions).
@@ -222,6 +235,9 @@ impl Config {
         let mut cluster_id = "diskless-example".to_string();
         let mut retention_check_ms: u64 = 30_000;
         let mut orphan_check_ms: u64 = 60_000;
+        let mut orphan_min_age = None;
+        let mut orphan_recheck = None;
+        let mut cleaner_grace = None;
         let mut shards: u32 = 1;
         let mut segment_ms: i64 = DEFAULT_SEGMENT_MS;
         let mut segment_bytes: i32 = DEFAULT_SEGMENT_BYTES;
@@ -309,6 +325,18 @@ impl Config {
                 }
                 "--orphan-check-ms" => {
                     orphan_check_ms = number(&name, &value(&name, inline, &mut args)?)?
+                }
+                "--orphan-min-age-ms" => {
+                    let ms: u64 = number(&name, &value(&name, inline, &mut args)?)?;
+                    orphan_min_age = Some(Duration::from_millis(ms));
+                }
+                "--orphan-recheck-ms" => {
+                    let ms: u64 = number(&name, &value(&name, inline, &mut args)?)?;
+                    orphan_recheck = Some(Duration::from_millis(ms));
+                }
+                "--cleaner-grace-ms" => {
+                    let ms: u64 = number(&name, &value(&name, inline, &mut args)?)?;
+                    cleaner_grace = Some(Duration::from_millis(ms));
                 }
                 "--auto-create-topics" => {
                     auto_create_topics = match inline.as_deref() {
@@ -489,6 +517,9 @@ impl Config {
             cluster_id,
             retention_check: Duration::from_millis(retention_check_ms),
             orphan_check: (orphan_check_ms > 0).then(|| Duration::from_millis(orphan_check_ms)),
+            orphan_min_age,
+            orphan_recheck,
+            cleaner_grace,
             shards,
             create_topics,
             metrics_addr,
@@ -531,6 +562,10 @@ mod tests {
         assert!(c.coordinator_url.is_none() && c.storage_url.is_none());
         assert_eq!(c.shards, 1);
         assert_eq!(c.orphan_check, Some(Duration::from_secs(60)));
+        assert_eq!(
+            (c.orphan_min_age, c.orphan_recheck, c.cleaner_grace),
+            (None, None, None)
+        );
         assert!(!c.auto_create_topics);
         assert_eq!(c.num_partitions, 1);
         assert_eq!(c.segment_ms, 600_000);
@@ -647,6 +682,11 @@ mod tests {
             "--shards=4",
             "--orphan-check-ms",
             "0",
+            "--orphan-min-age-ms",
+            "2000",
+            "--orphan-recheck-ms=1000",
+            "--cleaner-grace-ms",
+            "500",
         ])
         .unwrap();
         assert_eq!(c.listeners.len(), 2);
@@ -660,6 +700,9 @@ mod tests {
         assert_eq!(c.coordinator_url.as_deref(), Some("memory://"));
         assert_eq!(c.shards, 4);
         assert_eq!(c.orphan_check, None);
+        assert_eq!(c.orphan_min_age, Some(Duration::from_secs(2)));
+        assert_eq!(c.orphan_recheck, Some(Duration::from_secs(1)));
+        assert_eq!(c.cleaner_grace, Some(Duration::from_millis(500)));
     }
 
     #[test]

@@ -1,0 +1,288 @@
+"""The campaign's real processes and the fault injector between them (chaos/README.md).
+
+- `Proxy`: a fault-injecting TCP proxy of its own (asyncio, in a thread) between the broker and
+  S3, and between the broker and PostgreSQL: pass, cut every connection, black-hole, slow down,
+  or (HTTP only) answer 503 without the server.
+- `Postgres`: a private PostgreSQL server (`initdb` in the run's directory, its own port) that a
+  fault can stop with `-m immediate` (a crash: no checkpoint, recovery from its WAL at the next
+  start) and start again, without touching the machine's own server.
+- `Broker`: the example broker with its defaults but storage, coordinator and lifecycle timings,
+  restarted on one data directory after each `kill -9`.
+"""
+
+import asyncio
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+
+from produce_throughput import free_port, wait_port  # the bench scripts' helpers (sys.path)
+
+
+class Proxy:
+    """A TCP proxy in a thread of its own, with faults switched from the campaign's thread."""
+
+    def __init__(self, target_port, http=False):
+        self.target = target_port
+        self.http = http
+        self.port = free_port()
+        self.mode = "pass"  # pass | hole | slow | 503
+        self.delay = 0.0
+        self.conns = set()
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        self.ready.wait(10)
+
+    def _run(self):
+        asyncio.set_event_loop(self.loop)
+        self.server = self.loop.run_until_complete(
+            asyncio.start_server(self._client, "127.0.0.1", self.port))
+        self.ready.set()
+        self.loop.run_forever()
+
+    async def _pipe(self, reader, writer):
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                while self.mode == "hole":
+                    await asyncio.sleep(0.05)
+                if self.mode == "slow":
+                    await asyncio.sleep(self.delay)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _client(self, reader, writer):
+        if self.mode == "503" and self.http:
+            await reader.read(65536)
+            body = b"<Error><Code>SlowDown</Code><Message>chaos</Message></Error>"
+            writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
+                         + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                         + body)
+            await writer.drain()
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        except OSError:
+            writer.close()
+            return
+        pair = (writer, up_writer)
+        self.conns.add(pair)
+        try:
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        finally:
+            self.conns.discard(pair)
+
+    def set(self, mode, delay=0.0):
+        def apply():
+            self.mode, self.delay = mode, delay
+        self.loop.call_soon_threadsafe(apply)
+
+    def cut(self):
+        def apply():
+            for a, b in list(self.conns):
+                for w in (a, b):
+                    try:
+                        w.transport.abort()
+                    except Exception:  # noqa: BLE001 - already gone
+                        pass
+            self.conns.clear()
+        self.loop.call_soon_threadsafe(apply)
+
+
+def pg_bin(name):
+    """A PostgreSQL server program (Debian keeps them out of PATH), or None."""
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+class Postgres:
+    """A private PostgreSQL server in `work`/pg on a free port, trust auth, user postgres."""
+
+    def __init__(self, work, log_file):
+        self.dir = os.path.join(work, "pg")
+        os.makedirs(self.dir)
+        self.data = os.path.join(self.dir, "data")
+        self.log_path = os.path.join(self.dir, "server.log")
+        self.port = free_port()
+        self.as_user = []
+        if os.geteuid() == 0:  # initdb refuses root: run the server as the postgres user
+            os.chmod(work, 0o755)  # mkdtemp's 0700 would keep that user out
+            shutil.chown(self.dir, "postgres")
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        subprocess.run(self.as_user + [pg_bin("initdb"), "-D", self.data, "-A", "trust",
+                                       "-U", "postgres"],
+                       check=True, stdout=log_file, stderr=subprocess.STDOUT)
+        self.restarts = 0
+        self.start()
+
+    @staticmethod
+    def available():
+        return pg_bin("initdb") is not None and pg_bin("pg_ctl") is not None
+
+    def url(self, port=None):
+        return f"postgres://postgres@127.0.0.1:{port or self.port}/postgres"
+
+    def _ctl(self, *args):
+        subprocess.run(self.as_user + [pg_bin("pg_ctl"), "-D", self.data, *args], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+    def start(self):
+        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        self._ctl("-o", opts, "-l", self.log_path, "-w", "-t", "60", "start")
+
+    def crash(self):
+        """`pg_ctl stop -m immediate`: every backend killed, no checkpoint (recovery at start)."""
+        self._ctl("-m", "immediate", "-w", "stop")
+
+    def restart(self):
+        self.restarts += 1
+        self.start()
+
+    def query(self, sql):
+        out = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                              "-At", "-c", sql], check=True, capture_output=True, text=True)
+        return [line for line in out.stdout.splitlines() if line]
+
+    def stop(self):
+        try:
+            self._ctl("-m", "fast", "-w", "stop")
+        except subprocess.CalledProcessError:
+            pass
+
+
+FAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))), None)
+
+
+class Broker:
+    """The example broker (default settings but storage, coordinator and lifecycle timings)
+    restarted on one data directory."""
+
+    def __init__(self, binary, data, s3, s3_proxy, topics, log_file, coordinator=None,
+                 lifecycle=(), clock_file=None):
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.data = data
+        self.lifecycle_items = {}  # worker -> items removed, summed over the broker's runs
+        self.args = [binary, "--data-dir", data, "--listeners", f"127.0.0.1:{self.port}",
+                     "--metrics-addr", f"127.0.0.1:{self.metrics_port}",
+                     "--storage", f"s3://{s3.bucket}/wal?aws_virtual_hosted_style_request=false",
+                     *lifecycle]
+        if coordinator:
+            self.args += ["--coordinator", coordinator]
+        for name, partitions in topics:
+            self.args += ["--create-topic", f"{name}:{partitions}"]
+        self.env = dict(os.environ)
+        self.env.update(s3.env)
+        self.env.update({"AWS_ENDPOINT": f"http://127.0.0.1:{s3_proxy.port}",
+                         "AWS_ALLOW_HTTP": "true", "RUST_LOG": "warn",
+                         "AWS_REGION": s3.env.get("AWS_DEFAULT_REGION", "us-east-1")})
+        if clock_file:
+            # libfaketime: the wall clock (SystemTime) is offset by what `clock_file` says,
+            # re-read every second; the monotonic clock (Instant, tokio's timers) is real.
+            self.env.update({"LD_PRELOAD": FAKETIME, "FAKETIME_TIMESTAMP_FILE": clock_file,
+                             "FAKETIME_CACHE_DURATION": "1", "DONT_FAKE_MONOTONIC": "1"})
+        self.log_file = log_file
+        self.proc = None
+        self.starts = 0
+        self.start()
+
+    def start(self):
+        self.starts += 1
+        self.log_file.write(f"--- broker start {self.starts}\n")
+        self.log_file.flush()
+        self.proc = subprocess.Popen(self.args, stdout=self.log_file, stderr=subprocess.STDOUT,
+                                     env=self.env)
+        wait_port(self.port, timeout=90.0)
+
+    def scrape(self):
+        """Adds this run's `diskless_lifecycle_items_total` to `lifecycle_items` (counters start
+        from zero at each start, so this is called once before each kill and at the end)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                        timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return
+        for line in text.splitlines():
+            m = re.match(r'diskless_lifecycle_items_total\{.*worker="(\w+)".*\} (\d+)', line)
+            if m:
+                self.lifecycle_items[m[1]] = self.lifecycle_items.get(m[1], 0) + int(m[2])
+
+    def kill(self):
+        self.scrape()
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def pause(self, seconds):
+        self.proc.send_signal(signal.SIGSTOP)
+        time.sleep(seconds)
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.scrape()
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+class SmallDisk:
+    """The broker's data directory on a tmpfs of its own, so that a fault can fill it (ENOSPC for
+    SQLite's files) and free it again. Needs the right to mount (root); else `ok` is False."""
+
+    def __init__(self, path, size="256m"):
+        self.path = path
+        os.makedirs(path, exist_ok=True)
+        self.ok = os.geteuid() == 0 and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+        self.ballast = os.path.join(path, "chaos-ballast")
+
+    def fill(self):
+        """Takes every free byte: the next write of the broker's files fails with ENOSPC."""
+        st = os.statvfs(self.path)
+        with open(self.ballast, "wb") as f:
+            try:
+                os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize)
+            except OSError:
+                pass
+            chunk = b"\0" * 65536
+            try:
+                while True:  # whatever allocation rounding left
+                    f.write(chunk)
+                    f.flush()
+            except OSError:
+                pass
+
+    def free(self):
+        try:
+            os.unlink(self.ballast)
+        except FileNotFoundError:
+            pass
+
+    def release(self, keep_copy=None):
+        """Unmounts, first copying the data to `keep_copy` when given (a failed run's evidence)."""
+        if not self.ok:
+            return
+        self.free()
+        if keep_copy:
+            shutil.copytree(self.path, keep_copy, dirs_exist_ok=True)
+        subprocess.run(["umount", "-l", self.path], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
