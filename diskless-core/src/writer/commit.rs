@@ -121,7 +121,7 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
             let already = matches!(e, CoordinatorError::ObjectAlreadyCommitted(_));
             match resolve(
                 shared.coordinator.as_ref(),
-                key.as_str(),
+                &key,
                 &identities,
                 already,
                 timeout,

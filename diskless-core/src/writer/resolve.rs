@@ -39,6 +39,7 @@ use diskless_coordinator::{
     BatchCoordinator, Capability, CommitBatchResult, CoordinatorError, ErrorCode, NO_PRODUCER_ID,
     TopicIdPartition,
 };
+use diskless_storage::ObjectKey;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -66,14 +67,18 @@ pub(super) enum Resolved {
 /// retrying failed calls until `budget` has passed.
 pub(super) async fn resolve(
     coordinator: &dyn BatchCoordinator,
-    key: &str,
+    key: &ObjectKey,
     batches: &[BatchIdentity],
     already_committed: bool,
     budget: Duration,
 ) -> Resolved {
-    if !coordinator.capabilities().contains(Capability::Lifecycle) {
+    // `fence_orphans` neither fences nor returns a key without a UUID v7 time, so for such a key
+    // "not returned" would not mean "known": only keys a `KeySource` made as its contract says
+    // are settled.
+    if !coordinator.capabilities().contains(Capability::Lifecycle) || key.created_at().is_none() {
         return Resolved::Unknown;
     }
+    let key = key.as_str();
     let deadline = Instant::now() + budget;
     if !already_committed {
         let keys = [key.to_string()];
