@@ -179,6 +179,16 @@ impl CommitFaults {
     }
 }
 
+/// Returns at once unless commits are stalled; then once they are released, counted in `stalled`
+/// meanwhile. (The sender lives as long as the layer, so a stalled wait only ends on release.)
+async fn pass_stall(mut stall: tokio::sync::watch::Receiver<bool>, stalled: &AtomicU64) {
+    if *stall.borrow_and_update() {
+        stalled.fetch_add(1, Ordering::SeqCst);
+        let _ = stall.wait_for(|stalled| !*stalled).await;
+        stalled.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 #[async_trait]
 impl CoordinatorLayer for CommitFaults {
     async fn commit_file(
@@ -192,14 +202,9 @@ impl CoordinatorLayer for CommitFaults {
         {
             // On the wire: the commit goes on (stalled, then to the inner coordinator) whether
             // or not the caller still waits for it.
-            let mut stall = self.stall.subscribe();
-            let stalled = self.stalled.clone();
+            let (stall, stalled) = (self.stall.subscribe(), self.stalled.clone());
             let task = tokio::spawn(async move {
-                if *stall.borrow_and_update() {
-                    stalled.fetch_add(1, Ordering::SeqCst);
-                    let _ = stall.wait_for(|stalled| !*stalled).await;
-                    stalled.fetch_sub(1, Ordering::SeqCst);
-                }
+                pass_stall(stall, &stalled).await;
                 inner.commit_file(request).await
             });
             return task
@@ -210,13 +215,7 @@ impl CoordinatorLayer for CommitFaults {
         if let Some(latency) = latency {
             tokio::time::sleep(latency).await;
         }
-        let mut stall = self.stall.subscribe();
-        if *stall.borrow_and_update() {
-            self.stalled.fetch_add(1, Ordering::SeqCst);
-            // The sender lives as long as `self`, so this only ends on release.
-            let _ = stall.wait_for(|stalled| !*stalled).await;
-            self.stalled.fetch_sub(1, Ordering::SeqCst);
-        }
+        pass_stall(self.stall.subscribe(), &self.stalled).await;
         if self.failing.load(Ordering::SeqCst) || Self::take(&self.fail_next) {
             self.injected.fetch_add(1, Ordering::SeqCst);
             return Err(CoordinatorError::Unavailable(Box::new(
