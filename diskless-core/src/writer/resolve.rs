@@ -22,9 +22,11 @@
 //!    now).
 //! 2. For each idempotent batch of an applied commit, [`BatchCoordinator::producer_state`]: the
 //!    producer's last batches in the partition hold it (same epoch and sequences) with the offsets
-//!    it was given, which are the answer. A batch not found there was not appended by this commit
-//!    (rejected, a duplicate, or on a shard that did not apply) and is answered
-//!    `KAFKA_STORAGE_ERROR`: its retry is judged by the coordinator as any other. A batch without
+//!    it was given, which are the answer. A batch not found there, where the window shows it
+//!    cannot have been pushed out (`surely_absent`), was not appended by this commit (rejected, a
+//!    duplicate, or on a shard that did not apply) and is answered `KAFKA_STORAGE_ERROR`: its
+//!    retry is judged by the coordinator as any other; otherwise it keeps `REQUEST_TIMED_OUT`. A
+//!    batch without
 //!    a producer id cannot be identified this way and keeps `REQUEST_TIMED_OUT` (possibly
 //!    persisted: a retry of a non-idempotent producer may duplicate, as with Kafka).
 //!
@@ -37,7 +39,7 @@ use std::time::Duration;
 
 use diskless_coordinator::{
     BatchCoordinator, Capability, CommitBatchResult, CoordinatorError, ErrorCode, NO_PRODUCER_ID,
-    TopicIdPartition,
+    PRODUCER_BATCH_WINDOW, ProducerState, TopicIdPartition,
 };
 use diskless_storage::ObjectKey;
 use tokio::time::Instant;
@@ -114,8 +116,9 @@ pub(super) async fn resolve(
             Some(s) if s.producer_epoch != b.producer_epoch => {
                 CommitBatchResult::error(ErrorCode::RequestTimedOut)
             }
-            // The window holds the producer's last PRODUCER_BATCH_WINDOW batches, and a Kafka
-            // producer has at most that many in flight per partition: an appended batch is in it.
+            // The window holds the producer's last PRODUCER_BATCH_WINDOW batches: an appended
+            // batch is in it unless later ones pushed it out, which `surely_absent` rules out
+            // before answering "not persisted".
             Some(s) => {
                 match s.batches.iter().find(|p| {
                     p.base_sequence == b.base_sequence && p.last_sequence == b.last_sequence
@@ -127,13 +130,27 @@ pub(super) async fn resolve(
                         log_start_offset: -1,
                         duplicate: false,
                     },
-                    None => CommitBatchResult::error(ErrorCode::KafkaStorageError),
+                    None if surely_absent(&s, b) => {
+                        CommitBatchResult::error(ErrorCode::KafkaStorageError)
+                    }
+                    None => CommitBatchResult::error(ErrorCode::RequestTimedOut),
                 }
             }
         });
     }
     debug!(key, "the commit's answer was lost; it applied");
     Resolved::Applied(results)
+}
+
+/// Whether `b`, not in its producer's window `s` (same epoch), was certainly not appended: the
+/// window never dropped a batch of this epoch (it is not full), or `b` lies within or after it
+/// (sequences not wrapping), where it would be if it had been appended.
+fn surely_absent(s: &ProducerState, b: &BatchIdentity) -> bool {
+    let (Some(first), Some(last)) = (s.batches.first(), s.batches.last()) else {
+        return true;
+    };
+    s.batches.len() < PRODUCER_BATCH_WINDOW
+        || (first.base_sequence <= last.last_sequence && b.base_sequence >= first.base_sequence)
 }
 
 /// `call` until it succeeds or `deadline` passes (`None`), backing off from 10 ms to 1 s.
@@ -161,5 +178,58 @@ where
                 return None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use diskless_coordinator::ProducerBatch;
+    use uuid::Uuid;
+
+    fn state(seqs: &[(i32, i32)]) -> ProducerState {
+        let mut s = ProducerState::new(1, 0, 0);
+        s.batches = seqs
+            .iter()
+            .map(|&(base_sequence, last_sequence)| ProducerBatch {
+                base_sequence,
+                last_sequence,
+                base_offset: 0,
+                last_offset: 0,
+                log_append_time: -1,
+            })
+            .collect();
+        s
+    }
+
+    fn batch(base_sequence: i32) -> BatchIdentity {
+        BatchIdentity {
+            partition: TopicIdPartition::new(Uuid::nil(), 0),
+            producer_id: 1,
+            producer_epoch: 0,
+            base_sequence,
+            last_sequence: base_sequence,
+        }
+    }
+
+    /// "Not persisted" only where an appended batch would still be in the window.
+    #[test]
+    fn absence_is_claimed_only_where_the_window_would_show_the_batch() {
+        assert!(surely_absent(&state(&[]), &batch(3)));
+        assert!(surely_absent(&state(&[(0, 0), (1, 1)]), &batch(0)));
+        let full = state(&[(10, 10), (11, 11), (12, 12), (13, 13), (14, 14)]);
+        assert!(surely_absent(&full, &batch(12)));
+        assert!(surely_absent(&full, &batch(15)));
+        // Older than a full window: it may have been appended and pushed out.
+        assert!(!surely_absent(&full, &batch(9)));
+        // A window whose sequences wrap: nothing is claimed.
+        let wrapped = state(&[
+            (i32::MAX - 2, i32::MAX - 2),
+            (i32::MAX - 1, i32::MAX - 1),
+            (i32::MAX, i32::MAX),
+            (0, 0),
+            (1, 1),
+        ]);
+        assert!(!surely_absent(&wrapped, &batch(5)));
     }
 }
