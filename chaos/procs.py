@@ -247,7 +247,7 @@ class SmallDisk:
     """The broker's data directory on a tmpfs of its own, so that a fault can fill it (ENOSPC for
     SQLite's files) and free it again. Needs the right to mount (root); else `ok` is False."""
 
-    def __init__(self, path, size="256m"):
+    def __init__(self, path, size="1g"):
         self.path = path
         os.makedirs(path, exist_ok=True)
         self.ok = os.geteuid() == 0 and subprocess.run(
@@ -258,16 +258,21 @@ class SmallDisk:
     def fill(self):
         """Takes every free byte: the next write of the broker's files fails with ENOSPC."""
         st = os.statvfs(self.path)
-        with open(self.ballast, "wb") as f:
+        try:
+            # Unbuffered: closing must not flush a chunk the full disk refuses (an ENOSPC
+            # raised by the `with` block's close).
+            f = open(self.ballast, "wb", buffering=0)
+        except OSError:  # already full: the fault is in effect as it is
+            return
+        with f:
             try:
                 os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize)
             except OSError:
                 pass
             chunk = b"\0" * 65536
             try:
-                while True:  # whatever allocation rounding left
-                    f.write(chunk)
-                    f.flush()
+                while f.write(chunk):  # whatever allocation rounding left
+                    pass
             except OSError:
                 pass
 
