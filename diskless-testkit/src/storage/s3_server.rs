@@ -7,10 +7,15 @@
 //! Create-only uploads: `object_store` sends `PUT` with `If-None-Match: *` for
 //! `PutMode::Create` (its default `S3ConditionalPut::ETagMatch` mode); s3s-fs 0.14.1 honours the
 //! header and answers `412 Precondition Failed` when the object exists, which `object_store`
-//! reports as `AlreadyExists`. s3s-fs checks then writes, so two *concurrent* creates of the same
-//! key may both succeed (last writer wins); real S3 evaluates the condition atomically (since
-//! August 2024: one of two concurrent conditional PUTs gets 412, or 409 `ConditionalRequestConflict`
-//! while the other is in flight). Tests here never race two uploads of one key.
+//! reports as `AlreadyExists`; likewise `If-Match: <etag>` (`PutMode::Update`, the compare-and-swap
+//! that Nisshi's `s3://` engine keeps its state with). s3s-fs checks, then writes: alone, two
+//! *concurrent* conditional PUTs of one key could both pass the check (last writer wins), where
+//! real S3 evaluates the condition atomically (one of them gets 412, or 409
+//! `ConditionalRequestConflict` while the other is in flight). So this server runs a conditional
+//! PUT of a key alone: it holds that key's lock exclusively from the check to the last byte
+//! written, while every other PUT, POST and DELETE of the key holds it shared ([`KeyLocks`]).
+//! Without it, several Nisshi nodes on one bucket handed out one producer id twice (the fault
+//! campaign, chaos/README.md).
 //!
 //! Benchmarks can make it as slow as a real object store: [`S3TestServer::start_with_latency`]
 //! holds every request for a delay drawn from a log-normal distribution with a given median and
@@ -142,12 +147,74 @@ fn request_kind(method: &hyper::Method, path: &str) -> (String, &'static str) {
     (bucket.to_string(), kind)
 }
 
-/// The S3 service, each request counted, then held for an [`InjectedLatency`] delay first.
+/// One lock per object key that a write is in flight on: a conditional PUT (`If-Match`,
+/// `If-None-Match`) holds its key's exclusively, any other write (PUT, POST, DELETE) shared, so
+/// that s3s-fs's check-then-write of a condition is atomic, as S3's is. Entries live while a
+/// request holds them.
+#[derive(Clone, Default)]
+struct KeyLocks {
+    locks: Arc<Mutex<std::collections::HashMap<String, Arc<tokio::sync::RwLock<()>>>>>,
+}
+
+/// A held key lock (see [`KeyLocks`]); its map entry goes with the last holder.
+struct KeyGuard {
+    locks: KeyLocks,
+    key: String,
+    lock: Arc<tokio::sync::RwLock<()>>,
+    shared: Option<tokio::sync::OwnedRwLockReadGuard<()>>,
+    exclusive: Option<tokio::sync::OwnedRwLockWriteGuard<()>>,
+}
+
+impl KeyLocks {
+    async fn acquire(&self, key: String, exclusive: bool) -> KeyGuard {
+        let lock = Arc::clone(
+            self.locks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(key.clone())
+                .or_default(),
+        );
+        let (shared, exclusive) = if exclusive {
+            (None, Some(Arc::clone(&lock).write_owned().await))
+        } else {
+            (Some(Arc::clone(&lock).read_owned().await), None)
+        };
+        KeyGuard {
+            locks: self.clone(),
+            key,
+            lock,
+            shared,
+            exclusive,
+        }
+    }
+}
+
+impl Drop for KeyGuard {
+    fn drop(&mut self) {
+        // The guards hold references to the lock too: released first.
+        self.shared = None;
+        self.exclusive = None;
+        let mut locks = self
+            .locks
+            .locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Clones are made under the map's mutex: two references (the map's and this one) mean no
+        // other request holds or waits for this key.
+        if Arc::strong_count(&self.lock) == 2 {
+            locks.remove(&self.key);
+        }
+    }
+}
+
+/// The S3 service, each request counted, then held for an [`InjectedLatency`] delay first; a
+/// write runs under its key's lock ([`KeyLocks`]).
 #[derive(Clone)]
 struct Delayed {
     inner: s3s::service::S3Service,
     latency: Option<(InjectedLatency, Arc<Mutex<fastrand::Rng>>)>,
     counts: Arc<Mutex<RequestCounts>>,
+    keys: KeyLocks,
 }
 
 impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Delayed {
@@ -171,12 +238,30 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Delayed 
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             latency.sample(&mut rng)
         });
-        let answer = hyper::service::Service::call(&self.inner, req);
+        // A write to an object (a path-style key below the bucket): its key's lock, exclusive
+        // for a conditional PUT.
+        let path = req.uri().path().trim_start_matches('/');
+        let write = matches!(
+            *req.method(),
+            hyper::Method::PUT | hyper::Method::POST | hyper::Method::DELETE
+        ) && path.split_once('/').is_some_and(|(_, key)| !key.is_empty());
+        let lock = write.then(|| {
+            let conditional = *req.method() == hyper::Method::PUT
+                && (req.headers().contains_key(hyper::header::IF_MATCH)
+                    || req.headers().contains_key(hyper::header::IF_NONE_MATCH));
+            (path.to_string(), conditional)
+        });
+        let inner = self.inner.clone();
+        let keys = self.keys.clone();
         Box::pin(async move {
             if let Some(delay) = delay {
                 tokio::time::sleep(delay).await;
             }
-            answer.await
+            let _held = match lock {
+                Some((key, exclusive)) => Some(keys.acquire(key, exclusive).await),
+                None => None,
+            };
+            hyper::service::Service::call(&inner, req).await
         })
     }
 }
@@ -233,6 +318,7 @@ impl S3TestServer {
                 latency: latency
                     .map(|l| (l, Arc::new(Mutex::new(fastrand::Rng::with_seed(l.seed))))),
                 counts: Arc::clone(&counts),
+                keys: KeyLocks::default(),
             }
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -471,6 +557,70 @@ mod tests {
             "{counts:?}"
         );
         assert_eq!(counts.len(), 1, "{counts:?}");
+        server.shutdown().await;
+    }
+
+    /// Nisshi's `s3://` engine keeps its state with compare-and-swap PUTs (`If-Match`): of
+    /// several concurrent swaps from one version exactly one may win, as on S3; and a create
+    /// (`If-None-Match: *`) of an existing key fails however many race.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_conditional_puts_of_one_key_have_one_winner() {
+        use diskless_storage::object_store::{
+            ObjectStore as _, ObjectStoreExt as _, PutMode, PutOptions, PutPayload, UpdateVersion,
+        };
+        let server = S3TestServer::start().await.unwrap();
+        let store = Arc::new(server.amazon_s3().unwrap());
+        let path = diskless_storage::object_store::path::Path::from("state/meta.json");
+        for round in 0..5 {
+            let put = store
+                .put(&path, PutPayload::from(format!("base {round}")))
+                .await
+                .unwrap();
+            let version = UpdateVersion {
+                e_tag: put.e_tag,
+                version: put.version,
+            };
+            let swaps = (0..12).map(|i| {
+                let (store, path, version) = (Arc::clone(&store), path.clone(), version.clone());
+                tokio::spawn(async move {
+                    let body = PutPayload::from(vec![u8::try_from(i).unwrap(); 256 << 10]);
+                    let opts = PutOptions::from(PutMode::Update(version));
+                    store.put_opts(&path, body, opts).await
+                })
+            });
+            let results = futures::future::join_all(swaps).await;
+            let won = results.iter().filter(|r| matches!(r, Ok(Ok(_)))).count();
+            let lost = results
+                .iter()
+                .filter(|r| {
+                    matches!(
+                        r,
+                        Ok(Err(
+                            diskless_storage::object_store::Error::Precondition { .. }
+                        ))
+                    )
+                })
+                .count();
+            assert_eq!((won, lost), (1, 11), "round {round}: {results:?}");
+        }
+        let creates = (0..8).map(|_| {
+            let (store, path) = (Arc::clone(&store), path.clone());
+            tokio::spawn(async move {
+                let opts = PutOptions::from(PutMode::Create);
+                store.put_opts(&path, PutPayload::from("new"), opts).await
+            })
+        });
+        for created in futures::future::join_all(creates).await {
+            assert!(
+                matches!(
+                    created,
+                    Ok(Err(
+                        diskless_storage::object_store::Error::AlreadyExists { .. }
+                    ))
+                ),
+                "{created:?}"
+            );
+        }
         server.shutdown().await;
     }
 
