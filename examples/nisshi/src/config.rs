@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use diskless_core::NodeLifecycleConfig;
 use url::Url;
 
 /// Nisshi (tansu 0.6.0) serving classic and diskless topics side by side.
@@ -96,14 +97,102 @@ pub struct Config {
     /// `127.0.0.1:9464`; `curl http://127.0.0.1:9464/metrics`). Default: no endpoint.
     #[arg(long = "metrics-addr", env = "METRICS_ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// How often the diskless lifecycle workers look for objects uploaded but never committed
+    /// (orphan collection) and delete objects with nothing live (the cleaner), in ms. Default: the
+    /// library's (`NodeLifecycleConfig`: every minute).
+    #[arg(long = "diskless-lifecycle-check-ms", value_parser = clap::value_parser!(u64).range(1..))]
+    pub lifecycle_check_ms: Option<u64>,
+    /// Orphan collection leaves objects younger than this alone, in ms (the library's
+    /// `OrphanConfig::max_commit_age`, 15 minutes by default). Below the commit deadline it may
+    /// fence an upload whose commit is merely slow: that produce request fails and is retried.
+    #[arg(long = "diskless-orphan-min-age-ms")]
+    pub orphan_min_age_ms: Option<u64>,
+    /// How long an unknown object stays a suspect before orphan collection fences and deletes
+    /// it, in ms (`OrphanConfig::recheck_delay`, 5 minutes by default).
+    #[arg(long = "diskless-orphan-recheck-ms")]
+    pub orphan_recheck_ms: Option<u64>,
+    /// How long an object with nothing live stays in storage before the cleaner deletes it, in
+    /// ms (`CleanerConfig::grace`).
+    #[arg(long = "diskless-cleaner-grace-ms")]
+    pub cleaner_grace_ms: Option<u64>,
     /// Nisshi's maintenance tick (its engine's housekeeping; pending transaction markers).
     #[arg(long = "maintenance-interval-ms", default_value_t = 10_000)]
     pub maintenance_interval_ms: u64,
 }
 
 impl Config {
+    /// The diskless lifecycle workers: the library's defaults, with the options given.
+    pub fn lifecycle(&self) -> NodeLifecycleConfig {
+        let ms = Duration::from_millis;
+        let mut lifecycle = NodeLifecycleConfig::default();
+        if let Some(check) = self.lifecycle_check_ms {
+            lifecycle = lifecycle
+                .with_orphans_interval(Some(ms(check)))
+                .with_cleaner_interval(Some(ms(check)));
+        }
+        let mut orphans = lifecycle.orphans.clone();
+        if let Some(age) = self.orphan_min_age_ms {
+            orphans = orphans.with_max_commit_age(ms(age));
+        }
+        if let Some(delay) = self.orphan_recheck_ms {
+            orphans = orphans.with_recheck_delay(ms(delay));
+        }
+        let mut cleaner = lifecycle.cleaner.clone();
+        if let Some(grace) = self.cleaner_grace_ms {
+            cleaner = cleaner.with_grace(ms(grace));
+        }
+        lifecycle.with_orphans(orphans).with_cleaner(cleaner)
+    }
+
     /// The maintenance tick.
     pub fn maintenance_interval(&self) -> Duration {
         Duration::from_millis(self.maintenance_interval_ms.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn lifecycle_options_reach_the_node_and_default_to_the_librarys() {
+        let defaults = NodeLifecycleConfig::default();
+        let config = Config::try_parse_from(["nisshi-diskless"]).unwrap();
+        let lifecycle = config.lifecycle();
+        assert_eq!(lifecycle.orphans_interval, defaults.orphans_interval);
+        assert_eq!(lifecycle.cleaner_interval, defaults.cleaner_interval);
+        assert_eq!(
+            lifecycle.orphans.max_commit_age,
+            defaults.orphans.max_commit_age
+        );
+        assert_eq!(lifecycle.cleaner.grace, defaults.cleaner.grace);
+
+        let config = Config::try_parse_from([
+            "nisshi-diskless",
+            "--diskless-lifecycle-check-ms",
+            "1000",
+            "--diskless-orphan-min-age-ms",
+            "3000",
+            "--diskless-orphan-recheck-ms",
+            "1500",
+            "--diskless-cleaner-grace-ms",
+            "2000",
+        ])
+        .unwrap();
+        let lifecycle = config.lifecycle();
+        let ms = Duration::from_millis;
+        assert_eq!(lifecycle.orphans_interval, Some(ms(1000)));
+        assert_eq!(lifecycle.cleaner_interval, Some(ms(1000)));
+        assert_eq!(lifecycle.orphans.max_commit_age, ms(3000));
+        assert_eq!(lifecycle.orphans.recheck_delay, ms(1500));
+        assert_eq!(lifecycle.cleaner.grace, ms(2000));
+        // Retention and the others keep the library's timings.
+        assert_eq!(lifecycle.retention_interval, defaults.retention_interval);
+        assert!(
+            Config::try_parse_from(["nisshi-diskless", "--diskless-lifecycle-check-ms", "0"])
+                .is_err()
+        );
     }
 }

@@ -175,7 +175,8 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
         .with_config(
             NodeConfig::default()
                 .with_broker_ids(vec![config.node_id])
-                .with_writer(writer),
+                .with_writer(writer)
+                .with_lifecycle(config.lifecycle()),
         )
         .build()
         .map_err(|e| format!("diskless node: {e}"))?;
