@@ -142,3 +142,39 @@ def check_leaks(stored, known, live):
     violations += [f"missing: live object {key} not in storage"
                    for key in sorted(set(live) - set(stored))]
     return violations
+
+
+def check_live(label, seen, final, gap_free=False, txns=None):
+    """A reader that ran during the faults. `seen`: [(time, topic, p, offset, value)] in the order
+    it was handed the records; `final`: the read at the end under the same isolation level.
+    - offsets strictly increasing per partition (and, with `gap_free`, from 0 without a gap: a
+      topic without transactions or deletions);
+    - each record seen is the final read's record at that offset (nothing seen that later went
+      away or changed: an uncommitted, aborted or rolled-back record under read_committed, a
+      record a restart lost under read_uncommitted);
+    - with `txns` (the transactional producers' records, with `commit_at`: the monotonic time the
+      commit was sent, None when it never was): no record seen before its transaction's commit
+      was sent (the last stable offset passed it early)."""
+    violations = []
+    at = {tp: dict(v["records"]) for tp, v in final.items()}
+    owner = {}
+    for txn in txns or []:
+        for _, _, value in txn["records"]:
+            owner[value] = txn
+    last = {}
+    for t, topic, p, off, value in seen:
+        prev = last.get((topic, p), -1)
+        if off <= prev:
+            violations.append(f"{label} {topic}/{p}: offset {off} after {prev} (not increasing)")
+        elif gap_free and off != prev + 1:
+            violations.append(f"{label} {topic}/{p}: offsets {prev + 1}..{off - 1} skipped")
+        last[(topic, p)] = off
+        there = at.get((topic, p), {}).get(off)
+        if there != value:
+            violations.append(f"{label} saw {value} at {topic}/{p}@{off}; the final read has "
+                              f"{there if there is not None else 'nothing'} there")
+        txn = owner.get(value)
+        if txn is not None and (txn["commit_at"] is None or t < txn["commit_at"]):
+            violations.append(f"{label} saw {value} of transaction {txn['id']} before its "
+                              f"commit was sent")
+    return violations

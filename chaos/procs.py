@@ -8,6 +8,8 @@
   start) and start again, without touching the machine's own server.
 - `Broker`: the example broker with its defaults but storage, coordinator and lifecycle timings,
   restarted on one data directory after each `kill -9`.
+- `NisshiCluster`: several `nisshi-diskless` nodes (examples/nisshi) sharing diskless topics
+  through one PostgreSQL coordinator and one S3 bucket, each restarted on its own data directory.
 """
 
 import asyncio
@@ -190,6 +192,7 @@ class Broker:
         self.env.update({"AWS_ENDPOINT": f"http://127.0.0.1:{s3_proxy.port}",
                          "AWS_ALLOW_HTTP": "true", "RUST_LOG": "warn",
                          "AWS_REGION": s3.env.get("AWS_DEFAULT_REGION", "us-east-1")})
+        self.clock_file = clock_file
         if clock_file:
             # libfaketime: the wall clock (SystemTime) is offset by what `clock_file` says,
             # re-read every second; the monotonic clock (Instant, tokio's timers) is real.
@@ -198,11 +201,18 @@ class Broker:
         self.log_file = log_file
         self.proc = None
         self.starts = 0
+        self.bootstrap = f"127.0.0.1:{self.port}"
         self.start()
+
+    def pick(self, rng):
+        """The process a kill, pause or clock step hits: the one broker."""
+        return self
 
     def start(self):
         self.starts += 1
-        self.log_file.write(f"--- broker start {self.starts}\n")
+        name = os.path.basename(self.args[0]) + (f" {self.node_id}" if hasattr(self, "node_id")
+                                                 else "")
+        self.log_file.write(f"--- {name} start {self.starts}\n")
         self.log_file.flush()
         self.proc = subprocess.Popen(self.args, stdout=self.log_file, stderr=subprocess.STDOUT,
                                      env=self.env)
@@ -291,3 +301,84 @@ class SmallDisk:
             shutil.copytree(self.path, keep_copy, dirs_exist_ok=True)
         subprocess.run(["umount", "-l", self.path], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
+
+
+class NisshiNode:
+    """One `nisshi-diskless` process (examples/nisshi), restarted on its data directory: Nisshi's
+    own engine in a bucket of the S3 server (reached directly), the WAL through the S3 proxy
+    (`aws_endpoint` in the storage URL), the coordinator through the PostgreSQL proxy."""
+
+    def __init__(self, binary, node_id, data, s3, s3_proxy, coordinator, log_file, lifecycle=(),
+                 clock_file=None):
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.node_id = node_id
+        self.data = data
+        os.makedirs(data, exist_ok=True)
+        self.lifecycle_items = {}
+        storage = (f"s3://{s3.bucket}/wal?aws_virtual_hosted_style_request=false"
+                   f"&aws_allow_http=true&aws_endpoint=http://127.0.0.1:{s3_proxy.port}")
+        listener = f"tcp://127.0.0.1:{self.port}"
+        self.args = [binary, "--kafka-node-id", str(node_id), "--kafka-listener-url", listener,
+                     "--kafka-advertised-listener-url", listener, "--data-dir", data,
+                     "--storage-engine", f"s3://{NISSHI_ENGINE_BUCKET}",
+                     "--diskless-storage", storage, "--diskless-coordinator", coordinator,
+                     "--diskless-default", "--metrics-addr", f"127.0.0.1:{self.metrics_port}",
+                     *lifecycle]
+        self.env = dict(os.environ)
+        self.env.update(s3.env)
+        self.env.update({"AWS_ALLOW_HTTP": "true", "RUST_LOG": "warn",
+                         "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+                         "AWS_REGION": s3.env.get("AWS_DEFAULT_REGION", "us-east-1")})
+        self.clock_file = clock_file
+        if clock_file:
+            self.env.update({"LD_PRELOAD": FAKETIME, "FAKETIME_TIMESTAMP_FILE": clock_file,
+                             "FAKETIME_CACHE_DURATION": "1", "DONT_FAKE_MONOTONIC": "1"})
+        self.log_file = log_file
+        self.proc = None
+        self.starts = 0
+        self.start()
+
+    start = Broker.start
+    scrape = Broker.scrape
+    kill = Broker.kill
+    pause = Broker.pause
+    stop = Broker.stop
+
+
+NISSHI_ENGINE_BUCKET = "nisshi-engine"
+
+
+class NisshiCluster:
+    """`count` nisshi-diskless nodes sharing diskless topics (one coordinator, one WAL bucket,
+    one Nisshi engine bucket); each fault that hits a process hits one node drawn from the seed.
+    Each node has its own clock file, so a clock step makes the nodes' clocks disagree."""
+
+    def __init__(self, binary, count, work, s3, s3_proxy, coordinator, log_file, lifecycle=(),
+                 clock_files=None):
+        os.makedirs(os.path.join(os.path.dirname(s3.objects), NISSHI_ENGINE_BUCKET),
+                    exist_ok=True)
+        self.nodes = [NisshiNode(binary, i + 1, os.path.join(work, f"node-{i + 1}"), s3, s3_proxy,
+                                 coordinator, log_file, lifecycle,
+                                 clock_files[i] if clock_files else None)
+                      for i in range(count)]
+        self.bootstrap = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def pick(self, rng):
+        return rng.choice(self.nodes)
+
+    @property
+    def starts(self):
+        return sum(n.starts for n in self.nodes)
+
+    @property
+    def lifecycle_items(self):
+        total = {}
+        for n in self.nodes:
+            for k, v in n.lifecycle_items.items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    def stop(self):
+        for n in self.nodes:
+            n.stop()

@@ -6,7 +6,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checker import check_group, check_leaks, check_plain, check_txns  # noqa: E402
+from checker import check_group, check_leaks, check_live, check_plain, check_txns  # noqa: E402
 
 
 def history(records, high=None, topic="t", p=0):
@@ -82,8 +82,28 @@ def leaks():
     })
 
 
+def live():
+    final = history([(0, "a"), (1, "b"), (3, "c")], high=5)
+    txn = [{"id": "x1", "records": [("t", 0, "c")], "commit_at": 5.0}]
+    clean = ("r", [(1.0, "t", 0, 0, "a"), (2.0, "t", 0, 1, "b"), (6.0, "t", 0, 3, "c")], final,
+             False, txn)
+    plain = history([(0, "a"), (1, "b"), (2, "c")])
+    assert check_live("r", [(1.0, "t", 0, 0, "a"), (1.0, "t", 0, 1, "b")], plain, True) == []
+    return expect("live", check_live, clean, {
+        "not increasing": ("r", [(1.0, "t", 0, 1, "b"), (2.0, "t", 0, 0, "a")], final, False,
+                           txn),
+        "skipped": ("r", [(1.0, "t", 0, 0, "a"), (2.0, "t", 0, 2, "c")], plain, True, None),
+        "final read has": ("r", [(1.0, "t", 0, 0, "a"), (2.0, "t", 0, 2, "x")], final, False,
+                           txn),
+        "before its commit": ("r", [(4.0, "t", 0, 3, "c")], final, False, txn),
+    }) + expect("live, never committed", check_live, ("r", [], final, False, txn), {
+        "before its commit": ("r", [(9.0, "t", 0, 3, "c")], final, False,
+                              [{**txn[0], "commit_at": None}]),
+    })
+
+
 def main():
-    n = plain() + txns() + group() + leaks()
+    n = plain() + txns() + group() + leaks() + live()
     print(f"checker: {n} kinds of violation caught, clean histories pass")
 
 

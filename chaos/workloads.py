@@ -8,6 +8,9 @@
 - `GroupConsumer`: a consumer group member that consumes the plain topic and commits offsets
   synchronously, recording each commit the broker accepted; an observer reads the group's
   committed offsets every second from another client.
+- `LiveReader`: a consumer (confluent-kafka or kafka-python) reading some topics from offset 0
+  while the faults run, under one isolation level, recording each record it was handed and when
+  (checked against the final reads: chaos/checker.py `check_live`).
 - `read_all`: every record of some topics from offset 0 to the end (partition EOF), under one
   isolation level.
 """
@@ -30,6 +33,7 @@ class IdempotentProducers:
         self.acked = {}  # value -> (partition, offset)
         self.failed = {}  # value -> error name
         self.sent = 0
+        self.fatal = None  # the first fatal error librdkafka reported
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._run, args=(bootstrap, i, rate), daemon=True)
@@ -47,8 +51,13 @@ class IdempotentProducers:
             else:
                 self.acked[value] = (msg.partition(), msg.offset())
 
+    def _error(self, err):
+        if err.fatal() and self.fatal is None:
+            self.fatal = f"{err.name()} {err.str()}"
+
     def _run(self, bootstrap, index, rate):
         p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                      "error_cb": self._error,
                       "linger.ms": 20, "message.timeout.ms": 120000,
                       "client.id": f"chaos-producer-{index}",
                       **({"debug": os.environ["CHAOS_RDKAFKA_DEBUG"]}
@@ -66,6 +75,12 @@ class IdempotentProducers:
             except BufferError:
                 p.poll(0.1)
                 continue
+            except KafkaException as e:
+                # A fatal error (the idempotent producer gave up: an epoch or sequence the
+                # broker refused where Kafka would not): a violation, its reason from error_cb.
+                with self.lock:
+                    self.failed[f"p{index}-fatal"] = f"{e.args[0].name()}: {self.fatal}"
+                break
             p.poll(0)
             time.sleep(1.0 / rate)
         left = p.flush(180)
@@ -81,7 +96,7 @@ class IdempotentProducers:
     def problems(self):
         """Producer-side violations: a record acknowledged twice, or left undelivered."""
         return [f"producer: {k}: {v}" for k, v in self.failed.items()
-                if k.endswith("-flush") or v == "acknowledged twice"]
+                if k.endswith(("-flush", "-fatal")) or v == "acknowledged twice"]
 
 
 class KafkaPythonProducer:
@@ -223,7 +238,8 @@ class TxProducers:
         p = self._producer(tid)
         k = 0
         while not self.stop.is_set():
-            txn = {"id": f"t{index}-{k}", "records": [], "acked": {}, "outcome": None}
+            txn = {"id": f"t{index}-{k}", "records": [], "acked": {}, "outcome": None,
+                   "commit_at": None}
             k += 1
             with self.lock:
                 self.txns.append(txn)
@@ -239,6 +255,9 @@ class TxProducers:
                 p.poll(0)
                 if rng.random() < 0.7:
                     commit_sent = True
+                    # No record of the transaction may reach a read_committed reader before
+                    # this moment (the commit request has not been sent yet).
+                    txn["commit_at"] = time.monotonic()
                     outcome = self._commit(p)
                 else:
                     p.abort_transaction(30)
@@ -338,6 +357,70 @@ class GroupConsumer:
             return None
         finally:
             c.close()
+
+
+class LiveReader:
+    """A consumer of `topics` ({name: partitions}) from offset 0 while the campaign runs, with
+    `lib` "confluent" (librdkafka) or "kafka-python", under `isolation`. Records every record it
+    is handed: `seen` = [(monotonic time, topic, partition, offset, value)]. Assigned, not in a
+    group: nothing may make it move backwards (no retention or deletion runs here)."""
+
+    def __init__(self, lib, bootstrap, topics, isolation, client_log):
+        self.lib, self.bootstrap, self.topics = lib, bootstrap, topics
+        self.isolation, self.client_log = isolation, client_log
+        self.label = f"{lib} {isolation} reader"
+        self.seen = []
+        self.errors = {}
+        self.stop = threading.Event()
+        target = self._confluent if lib == "confluent" else self._kafka_python
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()
+
+    def _error(self, name):
+        self.errors[name] = self.errors.get(name, 0) + 1
+
+    def _confluent(self):
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-live-{uuid.uuid4().hex[:6]}",
+                      "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                      "isolation.level": self.isolation, "client.id": "chaos-live-reader"},
+                     logger=self.client_log)
+        c.assign([TopicPartition(t, p, 0) for t, n in self.topics.items() for p in range(n)])
+        while not self.stop.is_set():
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error() is not None:
+                self._error(m.error().name())
+                continue
+            self.seen.append((time.monotonic(), m.topic(), m.partition(), m.offset(),
+                              m.value().decode()))
+        c.close()
+
+    def _kafka_python(self):
+        from kafka import KafkaConsumer
+        from kafka import TopicPartition as KTopicPartition
+        c = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
+                          enable_auto_commit=False, auto_offset_reset="earliest",
+                          isolation_level=self.isolation, client_id="chaos-live-kafka-python")
+        tps = [KTopicPartition(t, p) for t, n in self.topics.items() for p in range(n)]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        while not self.stop.is_set():
+            try:
+                batches = c.poll(timeout_ms=200)
+            except Exception as e:  # noqa: BLE001 - the client's errors while the broker is down
+                self._error(type(e).__name__)
+                time.sleep(0.2)
+                continue
+            now = time.monotonic()
+            for tp, records in batches.items():
+                for r in records:
+                    self.seen.append((now, tp.topic, tp.partition, r.offset, r.value.decode()))
+        c.close()
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join(60)
 
 
 def watermark(consumer, topic, p):
