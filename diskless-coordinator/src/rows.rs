@@ -3,10 +3,11 @@
 //! decodes a column) is behind [`SqlRow`]; the column lists and their decoding are written once.
 
 use crate::{
-    BatchCoordinate, CoordinatorError, CreateTopicRequest, EndTxnMarker, ObjectInfo, ObjectKind,
-    ObjectToDelete, SegmentLayoutSizes, ShardId, TieredSegment, TimestampType, TopicCompression,
-    TopicConfig, TopicInfo,
+    BatchCoordinate, CoordinatorError, EndTxnMarker, ObjectInfo, ObjectKind, ObjectToDelete,
+    SegmentLayoutSizes, ShardId, TieredSegment, TimestampType, TopicCompression, TopicConfig,
 };
+#[cfg(feature = "sqlite")]
+use crate::{CreateTopicRequest, TopicInfo};
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
 use uuid::Uuid;
@@ -104,12 +105,14 @@ pub(crate) fn parse_topic_id(s: &str) -> Result<Uuid, CoordinatorError> {
     Uuid::parse_str(s).map_err(|_| corrupt(format!("bad topic id {s:?}")))
 }
 
+#[cfg(feature = "sqlite")] // only the SQLite backend uses it
 /// The columns of a topic's configuration, in the order [`topic_from_row`] reads them after the
 /// topic id, and in which a topic row is inserted after it.
 pub(crate) const TOPIC_COLUMNS: &str = "name, partition_count, timestamp_type, retention_ms, \
      retention_bytes, max_message_bytes, message_timestamp_before_max_ms, \
      message_timestamp_after_max_ms, producer_id_expiration_ms";
 
+#[cfg(feature = "sqlite")] // only the SQLite backend uses it
 /// Binds the next ten parameters to `request`'s topic row: its id (text, as [`topic_key`]) then
 /// [`TOPIC_COLUMNS`].
 pub(crate) fn bind_topic<'q, DB>(
@@ -136,6 +139,7 @@ where
         .bind(c.producer_id_expiration_ms)
 }
 
+#[cfg(feature = "sqlite")] // only the SQLite backend uses it
 /// The `SET` list of an `UPDATE topics` replacing a topic's configuration: parameters 2 to 8 (1
 /// is left for the topic id), written `{mark}2` ... (`?` for SQLite, `$` for PostgreSQL), bound by
 /// [`bind_topic_config`].
@@ -156,6 +160,7 @@ pub(crate) fn topic_config_set(mark: char) -> String {
     .join(", ")
 }
 
+#[cfg(feature = "sqlite")] // only the SQLite backend uses it
 /// Binds the next seven parameters to `config`, in the order of [`topic_config_set`].
 pub(crate) fn bind_topic_config<'q, DB>(
     q: Query<'q, DB, <DB as Database>::Arguments>,
@@ -176,6 +181,7 @@ where
         .bind(config.producer_id_expiration_ms)
 }
 
+#[cfg(feature = "sqlite")] // only the SQLite backend uses it
 /// A topic: the topic id (text) then [`TOPIC_COLUMNS`].
 pub(crate) fn topic_from_row(row: &impl SqlRow) -> Result<TopicInfo, CoordinatorError> {
     Ok(TopicInfo {

@@ -1,15 +1,17 @@
 //! The decisions both SQL coordinators take the same way outside SQL, written once: which batches a
-//! fetch takes (KIP-74), how a ListOffsets or DeleteRecords partition is answered from its bounds,
+//! fetch takes (KIP-74; SQLite's — PostgreSQL's, which also takes tiered segments, is
+//! `postgres/reads.rs`'s), how a ListOffsets or DeleteRecords partition is answered from its bounds,
 //! and how far retention trims a partition (Kafka 3.x order). The backends only read rows. Also
 //! what the sharded router shares with them ([`in_request_order`]).
 
 // Without a SQL backend only the router's part is used.
 #![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
+#[cfg(feature = "sqlite")]
+use crate::{AbortedTxn, FindBatchesResponse};
 use crate::{
-    AbortedTxn, BatchCoordinate, CoordinatorError, EARLIEST_TIMESTAMP, ErrorCode,
-    FindBatchesResponse, LATEST_TIMESTAMP, ListOffsetsResponse, MAX_TIMESTAMP, NO_TIMESTAMP,
-    TieredSegment,
+    BatchCoordinate, CoordinatorError, EARLIEST_TIMESTAMP, ErrorCode, LATEST_TIMESTAMP,
+    ListOffsetsResponse, MAX_TIMESTAMP, NO_TIMESTAMP, TieredSegment,
 };
 use std::collections::HashSet;
 
@@ -31,6 +33,7 @@ pub(crate) struct FetchLimits {
 }
 
 impl FetchLimits {
+    #[cfg(feature = "sqlite")] // only the SQLite backend uses it
     /// The limits of a call with `fetch_max_bytes`.
     pub(crate) fn new(fetch_max_bytes: u32) -> Self {
         FetchLimits {
@@ -39,6 +42,7 @@ impl FetchLimits {
         }
     }
 
+    #[cfg(feature = "sqlite")] // only the SQLite backend uses it
     /// Starts the answer of the next partition, whose own limit is `max_bytes`.
     pub(crate) fn partition(&mut self, max_bytes: u32) -> PartitionFetch<'_> {
         PartitionFetch {
@@ -78,6 +82,7 @@ impl PartitionFetch<'_> {
         true
     }
 
+    #[cfg(feature = "sqlite")] // only the SQLite backend uses it
     /// Takes the partition's next batch if the limits allow (see [`PartitionFetch::fits`]).
     /// `false` (the batch is dropped) when it does not fit: the partition's answer is complete.
     pub(crate) fn take(&mut self, batch: BatchCoordinate) -> bool {
@@ -100,6 +105,7 @@ impl PartitionFetch<'_> {
         true
     }
 
+    #[cfg(feature = "sqlite")] // only the SQLite backend uses it
     /// The offset after the last item taken, where the next page starts.
     pub(crate) fn next_offset(&self) -> Result<Option<i64>, CoordinatorError> {
         self.batches
@@ -113,6 +119,7 @@ impl PartitionFetch<'_> {
             .transpose()
     }
 
+    #[cfg(feature = "sqlite")] // only the SQLite backend uses it
     /// The partition's answer, with its bounds and, for `read_committed`, the aborted
     /// transactions of its range.
     pub(crate) fn into_response(
