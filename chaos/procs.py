@@ -169,6 +169,20 @@ class Postgres:
 FAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))), None)
 
 
+def broker_env(s3, clock_file, extra):
+    """A broker process's environment: the S3 server's credentials, `extra`, and with
+    `clock_file` libfaketime: the wall clock (SystemTime) offset by what the file says, re-read
+    every second; the monotonic clock (Instant, tokio's timers) real."""
+    env = dict(os.environ)
+    env.update(s3.env)
+    env.update({"AWS_ALLOW_HTTP": "true", "RUST_LOG": "warn",
+                "AWS_REGION": s3.env.get("AWS_DEFAULT_REGION", "us-east-1"), **extra})
+    if clock_file:
+        env.update({"LD_PRELOAD": FAKETIME, "FAKETIME_TIMESTAMP_FILE": clock_file,
+                    "FAKETIME_CACHE_DURATION": "1", "DONT_FAKE_MONOTONIC": "1"})
+    return env
+
+
 class Broker:
     """The example broker (default settings but storage, coordinator and lifecycle timings)
     restarted on one data directory."""
@@ -187,17 +201,9 @@ class Broker:
             self.args += ["--coordinator", coordinator]
         for name, partitions in topics:
             self.args += ["--create-topic", f"{name}:{partitions}"]
-        self.env = dict(os.environ)
-        self.env.update(s3.env)
-        self.env.update({"AWS_ENDPOINT": f"http://127.0.0.1:{s3_proxy.port}",
-                         "AWS_ALLOW_HTTP": "true", "RUST_LOG": "warn",
-                         "AWS_REGION": s3.env.get("AWS_DEFAULT_REGION", "us-east-1")})
+        self.env = broker_env(s3, clock_file,
+                              {"AWS_ENDPOINT": f"http://127.0.0.1:{s3_proxy.port}"})
         self.clock_file = clock_file
-        if clock_file:
-            # libfaketime: the wall clock (SystemTime) is offset by what `clock_file` says,
-            # re-read every second; the monotonic clock (Instant, tokio's timers) is real.
-            self.env.update({"LD_PRELOAD": FAKETIME, "FAKETIME_TIMESTAMP_FILE": clock_file,
-                             "FAKETIME_CACHE_DURATION": "1", "DONT_FAKE_MONOTONIC": "1"})
         self.log_file = log_file
         self.proc = None
         self.starts = 0
@@ -325,15 +331,8 @@ class NisshiNode:
                      "--diskless-storage", storage, "--diskless-coordinator", coordinator,
                      "--diskless-default", "--metrics-addr", f"127.0.0.1:{self.metrics_port}",
                      *lifecycle]
-        self.env = dict(os.environ)
-        self.env.update(s3.env)
-        self.env.update({"AWS_ALLOW_HTTP": "true", "RUST_LOG": "warn",
-                         "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
-                         "AWS_REGION": s3.env.get("AWS_DEFAULT_REGION", "us-east-1")})
+        self.env = broker_env(s3, clock_file, {"AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false"})
         self.clock_file = clock_file
-        if clock_file:
-            self.env.update({"LD_PRELOAD": FAKETIME, "FAKETIME_TIMESTAMP_FILE": clock_file,
-                             "FAKETIME_CACHE_DURATION": "1", "DONT_FAKE_MONOTONIC": "1"})
         self.log_file = log_file
         self.proc = None
         self.starts = 0
