@@ -317,6 +317,7 @@ def campaign(seed, setup, opts):
         violations += check_txns(tx.txns, uncommitted, committed)
         violations += check_group(group.commits, group.observed, final)
         for r in readers:
+            violations += r.problems()
             plain_reader = r.isolation == "read_uncommitted"
             violations += check_live(r.label, r.seen, plain if plain_reader else committed,
                                      gap_free=plain_reader, txns=None if plain_reader else tx.txns)

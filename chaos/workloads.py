@@ -95,8 +95,12 @@ class IdempotentProducers:
 
     def problems(self):
         """Producer-side violations: a record acknowledged twice, or left undelivered."""
-        return [f"producer: {k}: {v}" for k, v in self.failed.items()
-                if k.endswith(("-flush", "-fatal")) or v == "acknowledged twice"]
+        found = [f"producer: {k}: {v}" for k, v in self.failed.items()
+                 if k.endswith(("-flush", "-fatal")) or v == "acknowledged twice"]
+        if self.fatal and not any(k.endswith("-fatal") for k in self.failed):
+            # A fatal error while flushing at the end: its messages failed with _FATAL.
+            found.append(f"producer: fatal error: {self.fatal}")
+        return found
 
 
 class KafkaPythonProducer:
@@ -371,10 +375,20 @@ class LiveReader:
         self.label = f"{lib} {isolation} reader"
         self.seen = []
         self.errors = {}
+        self.crashed = None  # why the reader's thread ended early, if it did
         self.stop = threading.Event()
         target = self._confluent if lib == "confluent" else self._kafka_python
-        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread = threading.Thread(target=self._guarded, args=(target,), daemon=True)
         self.thread.start()
+
+    def _guarded(self, target):
+        try:
+            target()
+        except Exception as e:  # noqa: BLE001 - a reader that died sees nothing: a violation
+            self.crashed = repr(e)
+
+    def problems(self):
+        return [f"{self.label}: ended early: {self.crashed}"] if self.crashed else []
 
     def _error(self, name):
         self.errors[name] = self.errors.get(name, 0) + 1

@@ -370,6 +370,7 @@ mod tests {
     }
 
     /// KIP-74: the first batch of a partition always; then the partition and call limits.
+    #[cfg(feature = "sqlite")]
     #[test]
     fn fetch_limits() {
         let batch = |last_offset, byte_size| BatchCoordinate {
