@@ -183,42 +183,16 @@ def broker_env(s3, clock_file, extra):
     return env
 
 
-class Broker:
-    """The example broker (default settings but storage, coordinator and lifecycle timings)
-    restarted on one data directory."""
+class BrokerProcess:
+    """A broker process restarted on its data directory: what a fault does to it (kill, pause,
+    stop) and the lifecycle counters it serves. Subclasses set `name`, `args`, `env`, `port`,
+    `metrics_port`, `clock_file` and `log_file`, then call `start`."""
 
-    def __init__(self, binary, data, s3, s3_proxy, topics, log_file, coordinator=None,
-                 lifecycle=(), clock_file=None):
-        self.port = free_port()
-        self.metrics_port = free_port()
-        self.data = data
-        self.lifecycle_items = {}  # worker -> items removed, summed over the broker's runs
-        self.args = [binary, "--data-dir", data, "--listeners", f"127.0.0.1:{self.port}",
-                     "--metrics-addr", f"127.0.0.1:{self.metrics_port}",
-                     "--storage", f"s3://{s3.bucket}/wal?aws_virtual_hosted_style_request=false",
-                     *lifecycle]
-        if coordinator:
-            self.args += ["--coordinator", coordinator]
-        for name, partitions in topics:
-            self.args += ["--create-topic", f"{name}:{partitions}"]
-        self.env = broker_env(s3, clock_file,
-                              {"AWS_ENDPOINT": f"http://127.0.0.1:{s3_proxy.port}"})
-        self.clock_file = clock_file
-        self.log_file = log_file
-        self.proc = None
-        self.starts = 0
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        self.start()
-
-    def pick(self, rng):
-        """The process a kill, pause or clock step hits: the one broker."""
-        return self
+    name = "broker"
 
     def start(self):
         self.starts += 1
-        name = os.path.basename(self.args[0]) + (f" {self.node_id}" if hasattr(self, "node_id")
-                                                 else "")
-        self.log_file.write(f"--- {name} start {self.starts}\n")
+        self.log_file.write(f"--- {self.name} start {self.starts}\n")
         self.log_file.flush()
         self.proc = subprocess.Popen(self.args, stdout=self.log_file, stderr=subprocess.STDOUT,
                                      env=self.env)
@@ -257,6 +231,40 @@ class Broker:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+class Broker(BrokerProcess):
+    """The example broker (default settings but storage, coordinator and lifecycle timings)
+    restarted on one data directory."""
+
+    name = "kafka-broker"
+
+    def __init__(self, binary, data, s3, s3_proxy, topics, log_file, coordinator=None,
+                 lifecycle=(), clock_file=None):
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.data = data
+        self.lifecycle_items = {}  # worker -> items removed, summed over the broker's runs
+        self.args = [binary, "--data-dir", data, "--listeners", f"127.0.0.1:{self.port}",
+                     "--metrics-addr", f"127.0.0.1:{self.metrics_port}",
+                     "--storage", f"s3://{s3.bucket}/wal?aws_virtual_hosted_style_request=false",
+                     *lifecycle]
+        if coordinator:
+            self.args += ["--coordinator", coordinator]
+        for name, partitions in topics:
+            self.args += ["--create-topic", f"{name}:{partitions}"]
+        self.env = broker_env(s3, clock_file,
+                              {"AWS_ENDPOINT": f"http://127.0.0.1:{s3_proxy.port}"})
+        self.clock_file = clock_file
+        self.log_file = log_file
+        self.proc = None
+        self.starts = 0
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.start()
+
+    def pick(self, rng):
+        """The process a kill, pause or clock step hits: the one broker."""
+        return self
 
 
 class SmallDisk:
@@ -309,7 +317,7 @@ class SmallDisk:
                        stderr=subprocess.DEVNULL)
 
 
-class NisshiNode:
+class NisshiNode(BrokerProcess):
     """One `nisshi-diskless` process (examples/nisshi), restarted on its data directory: Nisshi's
     own engine in a bucket of the S3 server (reached directly), the WAL through the S3 proxy
     (`aws_endpoint` in the storage URL), the coordinator through the PostgreSQL proxy."""
@@ -319,6 +327,7 @@ class NisshiNode:
         self.port = free_port()
         self.metrics_port = free_port()
         self.node_id = node_id
+        self.name = f"nisshi-diskless {node_id}"
         self.data = data
         os.makedirs(data, exist_ok=True)
         self.lifecycle_items = {}
@@ -337,12 +346,6 @@ class NisshiNode:
         self.proc = None
         self.starts = 0
         self.start()
-
-    start = Broker.start
-    scrape = Broker.scrape
-    kill = Broker.kill
-    pause = Broker.pause
-    stop = Broker.stop
 
 
 NISSHI_ENGINE_BUCKET = "nisshi-engine"

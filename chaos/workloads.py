@@ -394,8 +394,8 @@ class LiveReader:
         self.errors[name] = self.errors.get(name, 0) + 1
 
     def _confluent(self):
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-live-{uuid.uuid4().hex[:6]}",
-                      "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        c = Consumer({"bootstrap.servers": self.bootstrap,
+                      "group.id": f"chaos-live-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False, "auto.offset.reset": "earliest",
                       "isolation.level": self.isolation, "client.id": "chaos-live-reader"},
                      logger=self.client_log)
         c.assign([TopicPartition(t, p, 0) for t, n in self.topics.items() for p in range(n)])

@@ -212,7 +212,7 @@ impl Drop for KeyGuard {
 }
 
 /// The S3 service, each request counted, then held for an [`InjectedLatency`] delay first; a
-/// write runs under its key's lock ([`KeyLocks`]).
+/// request on an object runs under its key's lock ([`KeyLocks`]).
 #[derive(Clone)]
 struct Delayed {
     inner: s3s::service::S3Service,
