@@ -796,6 +796,11 @@ pub struct ProducerState {
     pub current_txn_first_offset: Option<i64>,
     /// When that transaction started in the partition (coordinator clock, ms), else `-1`.
     pub current_txn_start_ms: i64,
+    /// The number ([`CommitBatch::txn_seq`]) of the verified batch that opened that transaction,
+    /// else `None` (also for a transaction opened before the coordinator kept the number). While
+    /// it is set, a verified batch of another transaction is refused and a marker of another
+    /// transaction does not end this one (docs/transactions.md §2.3).
+    pub current_txn_seq: Option<i64>,
     /// The transaction coordinator epoch of the producer's last marker, else `-1`.
     pub coordinator_epoch: i32,
     /// The largest [`TxnMarker::txn_seq`] of a marker written for the producer in the partition,
@@ -817,6 +822,7 @@ impl ProducerState {
             last_append_ms,
             current_txn_first_offset: None,
             current_txn_start_ms: -1,
+            current_txn_seq: None,
             coordinator_epoch: -1,
             last_ended_txn: -1,
             last_marker_offset: -1,

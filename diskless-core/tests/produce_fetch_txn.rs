@@ -381,3 +381,42 @@ async fn commit_abort_and_isolation_sqlite() {
 async fn list_offsets_isolation_sqlite() {
     list_offsets_isolation(true).await;
 }
+
+/// A batch verified for the producer's next transaction while its previous one is still open in
+/// the partition (that transaction's marker not written yet) is answered NOT_ENOUGH_REPLICAS, as
+/// Kafka's `ReplicaManager` answers a verification that says CONCURRENT_TRANSACTIONS, so clients
+/// retry it; once the marker is written, the retry opens the next transaction.
+#[tokio::test(start_paused = true)]
+async fn next_transaction_before_the_marker_is_retriable() {
+    let e = env(false).await;
+    let config = TopicConfig::default();
+    let p = TopicIdPartition::new(topic(&e, config.clone()).await, 0);
+    assert_eq!(
+        produce(&e, p, &config, &txn_batch(7, 0, &["a"]), Some(1)).await,
+        (ErrorCode::None, 0)
+    );
+    let mut part = ProducePartition::new(
+        p,
+        Arc::new(config.clone()),
+        txn_batch(7, 1, &["b"]).as_bytes().clone(),
+    )
+    .with_txn_seq(2);
+    let r = e.writer.produce(vec![part.clone()]).await.remove(0);
+    assert_eq!(r.error, ErrorCode::NotEnoughReplicas, "{r:?}");
+    assert_eq!(
+        r.error_message.as_deref(),
+        Some(
+            "Unable to verify the partition has been added to the transaction. \
+             Underlying error: CONCURRENT_TRANSACTIONS"
+        )
+    );
+    assert!(r.error.is_retriable());
+    assert_eq!(end_txn(&e, p, 7, false, 1).await, 1);
+    part = part.with_txn_seq(2);
+    let r = e.writer.produce(vec![part]).await.remove(0);
+    assert_eq!((r.error, r.base_offset), (ErrorCode::None, 2));
+    let f = fetch(&e, p, 0, IsolationLevel::ReadCommitted, 1 << 20).await;
+    assert_eq!(f.aborted_transactions, Some(vec![aborted(7, 0, 1)]));
+    assert_eq!(f.last_stable_offset, 2, "the next transaction is open");
+    e.writer.close().await;
+}

@@ -420,13 +420,15 @@ BEGIN
     -- Then the transaction rules (migration 11), on a batch the producer rules append, with the
     -- group's transaction state: tx_open (a transaction of the producer is open in the
     -- partition), tx_first (its stored first offset) or tx_i (the batch of this request that
-    -- opened it), tx_start (when it opened), le (the last ended transaction, which only markers
-    -- change). A plain batch while a transaction is open: 48 (INVALID_TXN_STATE); a
-    -- transactional one continues an open transaction of the same epoch, is 48 with another
-    -- epoch, and with none open opens one when verified (txn_seq) for a transaction newer than
-    -- le, else 48.
+    -- opened it), tx_start (when it opened), tx_seq (its number, migration 15; NULL if it opened
+    -- before the number was kept), le (the last ended transaction, which only markers change). A
+    -- plain batch while a transaction is open: 48 (INVALID_TXN_STATE); a transactional one
+    -- continues an open transaction of the same epoch unless it is verified for another one
+    -- (51, CONCURRENT_TRANSACTIONS, for a newer; 48 for an older), is 48 with another epoch, and
+    -- with none open opens one when verified (txn_seq) for a transaction newer than le, else 48.
     f (slot, prod, tid, st_bo, st_lo, st_la, r, n, idx, i, has, ep, w_bs, w_ls, w_ref,
-       verdict, dup_ref, dup_bo, dup_la, appended, tx_open, tx_first, tx_i, tx_start, le) AS (
+       verdict, dup_ref, dup_bo, dup_la, appended, tx_open, tx_first, tx_i, tx_start, le,
+       tx_seq) AS (
         SELECT grp.slot, grp.prod, s.tid, s.base_offsets, s.last_offsets, s.log_append_times,
                0, cardinality(grp.idx), grp.idx, NULL::integer,
                s.producer_epoch IS NOT NULL, s.producer_epoch, s.base_sequences,
@@ -434,12 +436,12 @@ BEGIN
                ('{-1,-2,-3,-4,-5}'::integer[])[1:coalesce(cardinality(s.base_sequences), 0)],
                NULL::smallint, NULL::integer, NULL::bigint, NULL::bigint, false,
                s.txn_first_offset IS NOT NULL, s.txn_first_offset, NULL::integer,
-               coalesce(s.txn_start_ms, -1), coalesce(s.last_ended_txn, -1)
+               coalesce(s.txn_start_ms, -1), coalesce(s.last_ended_txn, -1), s.txn_seq
         FROM grp
         LEFT JOIN LATERAL (
             SELECT ps.ctid AS tid, ps.producer_epoch, ps.base_sequences, ps.last_sequences,
                    ps.base_offsets, ps.last_offsets, ps.log_append_times, ps.txn_first_offset,
-                   ps.txn_start_ms, ps.last_ended_txn
+                   ps.txn_start_ms, ps.last_ended_txn, ps.txn_seq
             FROM producer_state ps
             WHERE ps.partition_id = s_pid[grp.slot] AND ps.producer_id = grp.prod
             OFFSET 0
@@ -465,14 +467,18 @@ BEGIN
                f.tx_first,
                CASE WHEN x.opens THEN x.i ELSE f.tx_i END,
                CASE WHEN x.opens THEN p_now ELSE f.tx_start END,
-               f.le
+               f.le,
+               CASE WHEN x.opens THEN x.q ELSE f.tx_seq END
         FROM f
         CROSS JOIN LATERAL (
             -- The transaction rules on the producer rules' verdict pv (see above).
-            SELECT y.i, y.e, y.s, y.l, y.same, y.dup_ref,
+            SELECT y.i, y.e, y.s, y.l, y.same, y.dup_ref, y.q,
                    CASE WHEN y.pv <> 0 THEN y.pv
                         WHEN NOT y.t THEN CASE WHEN f.tx_open THEN 48 ELSE 0 END
-                        WHEN f.tx_open THEN CASE WHEN y.e = f.ep THEN 0 ELSE 48 END
+                        WHEN f.tx_open THEN CASE WHEN y.e <> f.ep THEN 48
+                                                 WHEN y.q > f.tx_seq THEN 51
+                                                 WHEN y.q < f.tx_seq THEN 48
+                                                 ELSE 0 END
                         WHEN y.q > f.le THEN 0
                         ELSE 48
                    END::smallint AS verdict,
@@ -599,7 +605,7 @@ BEGIN
         -- projection per producer, no sub-select.
         SELECT f.slot, f.prod, f.tid, f.ep, f.w_bs, f.w_ls,
                -- The open transaction's first offset (stored, or the batch that opened it).
-               coalesce(f.tx_first, arr.base[f.tx_i]) AS txf, f.tx_start AS txs,
+               coalesce(f.tx_first, arr.base[f.tx_i]) AS txf, f.tx_start AS txs, f.tx_seq AS txq,
                array_remove(ARRAY[
                    CASE WHEN f.w_ref[1] < 0 THEN f.st_bo[-f.w_ref[1]] ELSE arr.base[f.w_ref[1]] END,
                    CASE WHEN f.w_ref[2] < 0 THEN f.st_bo[-f.w_ref[2]] ELSE arr.base[f.w_ref[2]] END,
@@ -633,7 +639,8 @@ BEGIN
         UPDATE producer_state ps
         SET producer_epoch = fin.ep, base_sequences = fin.w_bs, last_sequences = fin.w_ls,
             base_offsets = fin.bo, last_offsets = fin.lo, log_append_times = fin.la,
-            last_append_ms = p_now, txn_first_offset = fin.txf, txn_start_ms = fin.txs
+            last_append_ms = p_now, txn_first_offset = fin.txf, txn_start_ms = fin.txs,
+            txn_seq = fin.txq
         FROM fin
         WHERE fin.tid IS NOT NULL AND ps.ctid = fin.tid
           AND ps.partition_id = s_pid[fin.slot] AND ps.producer_id = fin.prod
@@ -642,9 +649,9 @@ BEGIN
         INSERT INTO producer_state (partition_id, producer_id, producer_epoch, base_sequences,
                                     last_sequences, base_offsets, last_offsets,
                                     log_append_times, last_append_ms, txn_first_offset,
-                                    txn_start_ms)
+                                    txn_start_ms, txn_seq)
         SELECT s_pid[fin.slot], fin.prod, fin.ep, fin.w_bs, fin.w_ls, fin.bo, fin.lo, fin.la,
-               p_now, fin.txf, fin.txs
+               p_now, fin.txf, fin.txs, fin.txq
         FROM fin
         WHERE fin.tid IS NULL
     )
@@ -756,8 +763,11 @@ $fn$;
 --
 -- Per marker, as the reference model: 3 (UNKNOWN_TOPIC_OR_PARTITION) for an unknown partition; a
 -- marker with a txn_seq not above the producer's last ended transaction is a duplicate answered
--- with its last marker's offset; then an older producer epoch is 47 (INVALID_PRODUCER_EPOCH) and
--- an older coordinator epoch 52 (TRANSACTION_COORDINATOR_FENCED); else the marker takes the high
+-- with its last marker's offset, and so is one of a transaction older than the one open in the
+-- partition (that one has nothing here; migration 15's txn_seq); then an older producer epoch is 47
+-- (INVALID_PRODUCER_EPOCH), an older coordinator epoch 52 (TRANSACTION_COORDINATOR_FENCED), and a
+-- marker of a transaction newer than the open one 51 (CONCURRENT_TRANSACTIONS: it does not end
+-- the open one, whose own marker may still come, with another outcome); else the marker takes the high
 -- watermark, the producer's state is created or updated (a new epoch clears its batch window) and
 -- its open transaction ends; an ABORT of an open transaction is recorded in aborted_txns. Markers
 -- of one call for the same partition see each other's effects. No deadline or fence (no object).
@@ -800,6 +810,7 @@ DECLARE
     v_st_ended bigint;
     v_st_last  bigint;
     v_st_first bigint;
+    v_st_seq   bigint;
 BEGIN
     IF v_n = 0 THEN
         RETURN;
@@ -844,14 +855,16 @@ BEGIN
         v_ce := p_coordinator_epochs[i];
         v_seq := p_txn_seqs[i];
         SELECT ps.producer_epoch, ps.coordinator_epoch, ps.last_ended_txn, ps.last_marker_offset,
-               ps.txn_first_offset
-        INTO v_st_epoch, v_st_ce, v_st_ended, v_st_last, v_st_first
+               ps.txn_first_offset, ps.txn_seq
+        INTO v_st_epoch, v_st_ce, v_st_ended, v_st_last, v_st_first, v_st_seq
         FROM producer_state ps
         WHERE ps.partition_id = v_pid AND ps.producer_id = v_prod;
         v_found := FOUND;
         IF v_found THEN
-            IF v_seq IS NOT NULL AND v_seq <= v_st_ended THEN
-                -- The transaction already ended here: the earlier marker's offset.
+            IF v_seq IS NOT NULL AND (v_seq <= v_st_ended
+                                      OR (v_st_first IS NOT NULL AND v_seq < v_st_seq)) THEN
+                -- The transaction already ended here, or is older than the open one and so has
+                -- nothing here: the earlier marker's offset.
                 r_error_code := 0;
                 r_offset := v_st_last;
                 r_duplicate := true;
@@ -867,6 +880,13 @@ BEGIN
             END IF;
             IF v_ce < v_st_ce THEN
                 r_error_code := 52; -- TRANSACTION_COORDINATOR_FENCED
+                r_offset := -1;
+                r_duplicate := false;
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+            IF v_st_first IS NOT NULL AND v_seq > v_st_seq THEN
+                r_error_code := 51; -- CONCURRENT_TRANSACTIONS
                 r_offset := -1;
                 r_duplicate := false;
                 RETURN NEXT;
@@ -922,7 +942,8 @@ BEGIN
                 last_ended_txn = greatest(ps.last_ended_txn, coalesce(v_seq, -1)),
                 last_marker_offset = v_off,
                 txn_first_offset = NULL,
-                txn_start_ms = -1
+                txn_start_ms = -1,
+                txn_seq = NULL
             WHERE ps.partition_id = v_pid AND ps.producer_id = v_prod;
         ELSE
             INSERT INTO producer_state (partition_id, producer_id, producer_epoch, base_sequences,

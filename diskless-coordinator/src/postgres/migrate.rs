@@ -86,6 +86,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(12, "0012", "open_txn_index", transactional: false),
     migration!(13, "0013", "tiered_segments", transactional: true),
     migration!(14, "0014", "topic_compression", transactional: true),
+    migration!(15, "0015", "open_txn_seq", transactional: true),
 ];
 
 /// The last migration that creates functions: later ones leave them to `functions.sql`.

@@ -831,7 +831,8 @@ impl PostgresCoordinator {
         let row = sqlx::query(
             "SELECT s.producer_epoch, s.base_sequences, s.last_sequences, s.base_offsets, \
              s.last_offsets, s.log_append_times, s.last_append_ms, s.txn_first_offset, \
-             s.txn_start_ms, s.coordinator_epoch, s.last_ended_txn, s.last_marker_offset \
+             s.txn_start_ms, s.coordinator_epoch, s.last_ended_txn, s.last_marker_offset, \
+             s.txn_seq \
              FROM producer_state s JOIN partitions pa ON pa.partition_id = s.partition_id \
              WHERE pa.topic_id = $1::uuid AND pa.partition = $2 AND s.producer_id = $3",
         )
@@ -855,7 +856,7 @@ impl PostgresCoordinator {
             "SELECT s.producer_epoch, s.base_sequences, s.last_sequences, s.base_offsets, \
              s.last_offsets, s.log_append_times, s.last_append_ms, s.txn_first_offset, \
              s.txn_start_ms, s.coordinator_epoch, s.last_ended_txn, s.last_marker_offset, \
-             s.producer_id \
+             s.txn_seq, s.producer_id \
              FROM partitions pa LEFT JOIN producer_state s ON s.partition_id = pa.partition_id \
              WHERE pa.topic_id = $1::uuid AND pa.partition = $2 ORDER BY s.producer_id",
         )
@@ -869,7 +870,7 @@ impl PostgresCoordinator {
         }
         let mut producers = Vec::with_capacity(rows.len());
         for r in &rows {
-            if let Some(producer_id) = col::<_, Option<i64>>(r, 12)? {
+            if let Some(producer_id) = col::<_, Option<i64>>(r, 13)? {
                 producers.push(producer_from_row(r, producer_id)?);
             }
         }
@@ -879,7 +880,7 @@ impl PostgresCoordinator {
 
 /// A producer's state from the columns (epoch, base sequences, last sequences, base offsets, last
 /// offsets, log append times, last append time, then its transaction: first offset, start time,
-/// coordinator epoch, last ended transaction, last marker offset).
+/// coordinator epoch, last ended transaction, last marker offset, number).
 fn producer_from_row(r: &PgRow, producer_id: i64) -> Result<ProducerState, CoordinatorError> {
     let base_sequences: Vec<i32> = col(r, 1)?;
     let last_sequences: Vec<i32> = col(r, 2)?;
@@ -914,6 +915,7 @@ fn producer_from_row(r: &PgRow, producer_id: i64) -> Result<ProducerState, Coord
         coordinator_epoch: r.i32_at(9)?,
         last_ended_txn: r.i64_at(10)?,
         last_marker_offset: r.i64_at(11)?,
+        current_txn_seq: r.opt_i64_at(12)?,
         ..ProducerState::new(producer_id, r.i16_at(0)?, r.i64_at(6)?)
     })
 }

@@ -26,7 +26,7 @@ pub(super) struct Counters {
 }
 
 /// The embedded migrations: (version, description, SQL).
-const MIGRATIONS: [(i64, &str, &str); 8] = [
+const MIGRATIONS: [(i64, &str, &str); 9] = [
     (
         1,
         "initial",
@@ -66,6 +66,11 @@ const MIGRATIONS: [(i64, &str, &str); 8] = [
         8,
         "topic compression",
         include_str!("../../migrations/sqlite/0008_topic_compression.sql"),
+    ),
+    (
+        9,
+        "open transaction number",
+        include_str!("../../migrations/sqlite/0009_open_txn_seq.sql"),
     ),
 ];
 

@@ -10,7 +10,7 @@ use sqlx::sqlite::{SqliteConnection, SqliteRow};
 
 /// The columns of a `producer_state` row that [`state_from_row`] decodes, in its order.
 pub(super) const STATE_COLUMNS: &str = "producer_epoch, batch_window, last_append_ms, \
-     txn_first_offset, txn_start_ms, coordinator_epoch, last_ended_txn, last_marker_offset";
+     txn_first_offset, txn_start_ms, coordinator_epoch, last_ended_txn, last_marker_offset, txn_seq";
 
 /// The state of producer `producer_id` from the [`STATE_COLUMNS`] of `row` starting at `at`.
 pub(super) fn state_from_row(
@@ -29,6 +29,7 @@ pub(super) fn state_from_row(
         coordinator_epoch: row.i32_at(at + 5)?,
         last_ended_txn: row.i64_at(at + 6)?,
         last_marker_offset: row.i64_at(at + 7)?,
+        current_txn_seq: row.opt_i64_at(at + 8)?,
     })
 }
 
@@ -44,12 +45,13 @@ pub(super) async fn upsert_states(
          producer_epoch = excluded.producer_epoch, batch_window = excluded.batch_window, \
          last_append_ms = excluded.last_append_ms, txn_first_offset = excluded.txn_first_offset, \
          txn_start_ms = excluded.txn_start_ms, coordinator_epoch = excluded.coordinator_epoch, \
-         last_ended_txn = excluded.last_ended_txn, last_marker_offset = excluded.last_marker_offset"
+         last_ended_txn = excluded.last_ended_txn, last_marker_offset = excluded.last_marker_offset, \
+         txn_seq = excluded.txn_seq"
     );
     execute_rows(
         conn,
         &sql,
-        10,
+        11,
         states,
         |q, ((partition_id, producer_id), s)| {
             q.bind(*partition_id)
@@ -62,6 +64,7 @@ pub(super) async fn upsert_states(
                 .bind(s.coordinator_epoch)
                 .bind(s.last_ended_txn)
                 .bind(s.last_marker_offset)
+                .bind(s.current_txn_seq)
         },
     )
     .await
@@ -170,13 +173,7 @@ pub(super) fn check_txn(
     if let Some(s) = state
         && open
     {
-        // Same epoch: the open transaction goes on. A higher one: the producer's next transaction
-        // (TV2 bumps the epoch per transaction) before this one's marker arrived.
-        return if batch.producer_epoch == s.producer_epoch {
-            Ok(false)
-        } else {
-            Err(ErrorCode::InvalidTxnState)
-        };
+        return continue_open_txn(s, batch).map(|()| false);
     }
     // Opening one needs the host's verification, for a transaction newer than every one a marker
     // already ended here (a stale verified batch cannot reopen it).
@@ -184,6 +181,23 @@ pub(super) fn check_txn(
     match batch.txn_seq {
         Some(seq) if seq > last_ended => Ok(true),
         _ => Err(ErrorCode::InvalidTxnState),
+    }
+}
+
+/// A transactional batch of a producer whose transaction is open in the partition (state `s`):
+/// with the same epoch and no other transaction's number it continues that transaction. A
+/// verified batch of a newer transaction is `CONCURRENT_TRANSACTIONS` (the open one's marker has
+/// not been written here yet: retriable), of an older one `INVALID_TXN_STATE`; another epoch is the
+/// producer's next transaction (TV2 bumps the epoch per transaction) before this one's marker
+/// arrived, `INVALID_TXN_STATE`.
+fn continue_open_txn(s: &ProducerState, batch: &CommitBatch) -> Result<(), ErrorCode> {
+    if batch.producer_epoch != s.producer_epoch {
+        return Err(ErrorCode::InvalidTxnState);
+    }
+    match (batch.txn_seq, s.current_txn_seq) {
+        (Some(seq), Some(open)) if seq > open => Err(ErrorCode::ConcurrentTransactions),
+        (Some(seq), Some(open)) if seq < open => Err(ErrorCode::InvalidTxnState),
+        _ => Ok(()),
     }
 }
 
@@ -205,6 +219,7 @@ pub(super) fn record(
     if opens_txn {
         s.current_txn_first_offset = Some(appended.base_offset);
         s.current_txn_start_ms = now;
+        s.current_txn_seq = batch.txn_seq;
     }
     if s.producer_epoch != batch.producer_epoch {
         s.producer_epoch = batch.producer_epoch;

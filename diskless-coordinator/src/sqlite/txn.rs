@@ -132,6 +132,19 @@ fn decide(
                 });
                 continue;
             }
+            // A marker of a transaction older than the one open here: that one has nothing in
+            // the partition (it could not have opened while it was open), so nothing is written.
+            if let (Some(seq), Some(open)) = (marker.txn_seq, s.current_txn_seq)
+                && s.current_txn_first_offset.is_some()
+                && seq < open
+            {
+                decided.results.push(TxnMarkerResult {
+                    error: ErrorCode::None,
+                    offset: s.last_marker_offset,
+                    duplicate: true,
+                });
+                continue;
+            }
             if marker.producer_epoch < s.producer_epoch {
                 decided
                     .results
@@ -142,6 +155,17 @@ fn decide(
                 decided.results.push(TxnMarkerResult::error(
                     ErrorCode::TransactionCoordinatorFenced,
                 ));
+                continue;
+            }
+            // A marker of a newer transaction while this one is open: it does not end this one
+            // (whose own marker may still come, with another outcome); retriable once it has.
+            if let (Some(seq), Some(open)) = (marker.txn_seq, s.current_txn_seq)
+                && s.current_txn_first_offset.is_some()
+                && seq > open
+            {
+                decided
+                    .results
+                    .push(TxnMarkerResult::error(ErrorCode::ConcurrentTransactions));
                 continue;
             }
         }
@@ -180,6 +204,7 @@ fn decide(
             producer.last_ended_txn = producer.last_ended_txn.max(seq);
         }
         producer.current_txn_start_ms = -1;
+        producer.current_txn_seq = None;
         if let Some(first) = producer.current_txn_first_offset.take()
             && !marker.commit
         {

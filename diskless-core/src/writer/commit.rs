@@ -181,12 +181,22 @@ async fn commit_one(shared: &Arc<Shared>, sealed: Sealed) {
                 else {
                     continue;
                 };
-                let rejected = |partition| {
-                    PartitionResponse::error(
+                let rejected = |partition| match result.error {
+                    // A batch verified for the producer's next transaction while the previous
+                    // one is still open in the partition: Kafka's `ReplicaManager` answers a
+                    // produce whose verification says CONCURRENT_TRANSACTIONS with
+                    // NOT_ENOUGH_REPLICAS, which every client retries.
+                    ErrorCode::ConcurrentTransactions => PartitionResponse::error(
                         partition,
-                        result.error,
-                        format!("batch rejected by the coordinator: {}", result.error),
-                    )
+                        ErrorCode::NotEnoughReplicas,
+                        "Unable to verify the partition has been added to the transaction. \
+                         Underlying error: CONCURRENT_TRANSACTIONS",
+                    ),
+                    code => PartitionResponse::error(
+                        partition,
+                        code,
+                        format!("batch rejected by the coordinator: {code}"),
+                    ),
                 };
                 match slot {
                     // The partition's first batch gives the answer's offsets.

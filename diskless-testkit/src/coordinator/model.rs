@@ -58,16 +58,20 @@
 //! - **Order of the checks of a data batch**: producer fields, then duplicate, epoch and sequence
 //!   as for any idempotent batch, then the transaction rules: a transactional batch without a
 //!   producer id is `INVALID_RECORD`; while the producer has a transaction open in the partition a
-//!   transactional batch of the same epoch continues it, one of a higher epoch (the next
+//!   transactional batch of the same epoch continues it unless it was verified for another
+//!   transaction (`CONCURRENT_TRANSACTIONS` for a newer one, whose predecessor's marker has not
+//!   been written here yet; `INVALID_TXN_STATE` for an older one); one of a higher epoch (the next
 //!   transaction of TV2 before this one's marker arrived) and a plain batch are
 //!   `INVALID_TXN_STATE`; with none open a transactional batch opens one only if it is verified
 //!   (`txn_seq`) for a transaction newer than every one already ended in the partition, else
 //!   `INVALID_TXN_STATE` (Kafka's verification guard, made durable).
 //! - **Markers** (`write_txn_markers`) take one offset each at the high watermark, 78 bytes, no
 //!   object, the coordinator's now as timestamps; a marker with a `txn_seq` not above the
-//!   producer's last ended one is a duplicate answered with the earlier marker's offset; then an
-//!   older producer epoch is `INVALID_PRODUCER_EPOCH` and an older coordinator epoch
-//!   `TRANSACTION_COORDINATOR_FENCED`. A written marker sets the producer's epoch (a new epoch
+//!   producer's last ended one is a duplicate answered with the earlier marker's offset, and so is
+//!   one older than the transaction open in the partition (nothing of it is there); then an older
+//!   producer epoch is `INVALID_PRODUCER_EPOCH`, an older coordinator epoch
+//!   `TRANSACTION_COORDINATOR_FENCED`, and a marker of a transaction newer than the open one
+//!   `CONCURRENT_TRANSACTIONS` (a marker ends only the transaction it names). A written marker sets the producer's epoch (a new epoch
 //!   clears its batch window, as a new epoch of data does), coordinator epoch, last append time,
 //!   and ends its open transaction if any; an ABORT records `(producer, first offset, marker
 //!   offset)` with the last stable offset right after the abort (the first offset of another
@@ -368,12 +372,17 @@ fn check_txn(state: Option<&ProducerState>, batch: &CommitBatch) -> Result<bool,
     if let Some(s) = state
         && s.current_txn_first_offset.is_some()
     {
-        // Same epoch: the open transaction goes on. A higher one: the producer's next
-        // transaction (TV2 bumps the epoch per transaction) before this one's marker arrived.
-        return if batch.producer_epoch == s.producer_epoch {
-            Ok(false)
-        } else {
-            Err(ErrorCode::InvalidTxnState)
+        // Same epoch: the open transaction goes on, unless the batch was verified for another
+        // one (a newer: its marker has not been written here yet, retriable; an older: stale).
+        // A higher epoch: the producer's next transaction (TV2 bumps the epoch per transaction)
+        // before this one's marker arrived.
+        if batch.producer_epoch != s.producer_epoch {
+            return Err(ErrorCode::InvalidTxnState);
+        }
+        return match (batch.txn_seq, s.current_txn_seq) {
+            (Some(seq), Some(open)) if seq > open => Err(ErrorCode::ConcurrentTransactions),
+            (Some(seq), Some(open)) if seq < open => Err(ErrorCode::InvalidTxnState),
+            _ => Ok(false),
         };
     }
     let last_ended = state.map_or(-1, |s| s.last_ended_txn);
@@ -681,6 +690,7 @@ impl BatchCoordinator for InMemoryCoordinator {
                 if opens_txn {
                     producer.current_txn_first_offset = Some(base_offset);
                     producer.current_txn_start_ms = now;
+                    producer.current_txn_seq = batch.txn_seq;
                 }
                 if producer.producer_epoch != batch.producer_epoch {
                     // A new epoch starts a new window.
@@ -1215,6 +1225,20 @@ impl BatchCoordinator for InMemoryCoordinator {
                     });
                     continue;
                 }
+                // A transaction older than the one open here has nothing in the partition.
+                let open = s
+                    .current_txn_seq
+                    .filter(|_| s.current_txn_first_offset.is_some());
+                if let (Some(seq), Some(open)) = (marker.txn_seq, open)
+                    && seq < open
+                {
+                    results.push(TxnMarkerResult {
+                        error: ErrorCode::None,
+                        offset: s.last_marker_offset,
+                        duplicate: true,
+                    });
+                    continue;
+                }
                 if marker.producer_epoch < s.producer_epoch {
                     results.push(TxnMarkerResult::error(ErrorCode::InvalidProducerEpoch));
                     continue;
@@ -1223,6 +1247,14 @@ impl BatchCoordinator for InMemoryCoordinator {
                     results.push(TxnMarkerResult::error(
                         ErrorCode::TransactionCoordinatorFenced,
                     ));
+                    continue;
+                }
+                // A newer transaction's marker does not end the open one, whose own marker may
+                // still come with another outcome.
+                if let (Some(seq), Some(open)) = (marker.txn_seq, open)
+                    && seq > open
+                {
+                    results.push(TxnMarkerResult::error(ErrorCode::ConcurrentTransactions));
                     continue;
                 }
             }
@@ -1256,6 +1288,7 @@ impl BatchCoordinator for InMemoryCoordinator {
                 producer.last_ended_txn = producer.last_ended_txn.max(seq);
             }
             producer.current_txn_start_ms = -1;
+            producer.current_txn_seq = None;
             if let Some(first) = producer.current_txn_first_offset.take()
                 && !marker.commit
             {

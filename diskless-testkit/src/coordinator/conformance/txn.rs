@@ -257,6 +257,54 @@ pub async fn txn_next_epoch_before_marker_rejected(h: Harness) {
     );
 }
 
+/// While a transaction is open in the partition, a batch verified for another transaction of the
+/// producer (same epoch: transaction version 1 keeps it across transactions) does not join it: a
+/// newer one is `CONCURRENT_TRANSACTIONS` (the open transaction's marker has not been written here
+/// yet; retriable), an older one `INVALID_TXN_STATE`. Issue #31: a host that lost the first
+/// transaction's marker let the next one's batches join it, and the next COMMIT marker made the
+/// aborted records visible to `read_committed`.
+pub async fn txn_batch_of_another_transaction_rejected_while_one_is_open(h: Harness) {
+    let p = partition(&h).await;
+    ok_at(&commit_one(&h, txn(p, 7, 0, 0, 2, Some(5))).await, 0);
+    assert_eq!(
+        producer(&h, p, 7).await.expect("state").current_txn_seq,
+        Some(5),
+        "the open transaction's number is kept"
+    );
+    rejected(
+        &commit_one(&h, txn(p, 7, 0, 2, 1, Some(6))).await,
+        ErrorCode::ConcurrentTransactions,
+    );
+    rejected(
+        &commit_one(&h, txn(p, 7, 0, 2, 1, Some(4))).await,
+        ErrorCode::InvalidTxnState,
+    );
+    // Within one request too: the batch that opens the transaction sets its number.
+    let p2 = partition(&h).await;
+    let rs = commit(
+        &h,
+        vec![txn(p2, 7, 0, 0, 1, Some(5)), txn(p2, 7, 0, 1, 1, Some(6))],
+    )
+    .await;
+    ok_at(&rs[0], 0);
+    rejected(&rs[1], ErrorCode::ConcurrentTransactions);
+    // The open transaction goes on, verified or not.
+    ok_at(&commit_one(&h, txn(p, 7, 0, 2, 1, Some(5))).await, 2);
+    ok_at(&commit_one(&h, txn(p, 7, 0, 3, 1, None)).await, 3);
+    assert_eq!(lso(&h, p).await, 0);
+    // Once its marker is written, the refused batch, retried, opens the next transaction.
+    marker_at(&end(&h, marker(p, 7, 0, false, Some(5))).await, 4);
+    assert_eq!(
+        producer(&h, p, 7).await.expect("state").current_txn_seq,
+        None
+    );
+    ok_at(&commit_one(&h, txn(p, 7, 0, 4, 1, Some(6))).await, 5);
+    assert_eq!(
+        producer(&h, p, 7).await.expect("state").current_txn_seq,
+        Some(6)
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Markers
 
@@ -419,6 +467,56 @@ pub async fn txn_marker_is_idempotent_per_txn_seq(h: Harness) {
             offset: 5,
             duplicate: true
         }
+    );
+}
+
+/// A marker ends only the transaction it names: one of a transaction newer than the open one is
+/// `CONCURRENT_TRANSACTIONS` and writes nothing (the open one's own marker may still come, with
+/// another outcome); one of an older transaction, which has nothing in the partition while this
+/// one is open, is answered as a duplicate and writes nothing. Then the open transaction's own
+/// ABORT ends it, and `read_committed` never sees its records (issue #31's seed 21, where a later
+/// COMMIT ended an aborted transaction whose ABORT marker was lost).
+pub async fn txn_marker_ends_only_the_transaction_it_names(h: Harness) {
+    let p = partition(&h).await;
+    ok_at(&commit_one(&h, txn(p, 7, 0, 0, 2, Some(5))).await, 0);
+    ok_at(&commit_one(&h, plain(p, 1, 100, START_MS)).await, 2);
+    let newer = end(&h, marker(p, 7, 0, true, Some(6))).await;
+    assert_eq!(
+        newer,
+        TxnMarkerResult::error(ErrorCode::ConcurrentTransactions)
+    );
+    let older = end(&h, marker(p, 7, 0, true, Some(4))).await;
+    assert_eq!(
+        older,
+        TxnMarkerResult {
+            error: ErrorCode::None,
+            offset: -1,
+            duplicate: true
+        }
+    );
+    let (_, _, hwm) = all_batches(&h, p).await;
+    assert_eq!(hwm, 3, "neither marker was written");
+    let state = producer(&h, p, 7).await.expect("state");
+    assert_eq!(
+        (state.current_txn_first_offset, state.current_txn_seq),
+        (Some(0), Some(5)),
+        "the transaction is still open"
+    );
+    assert_eq!(lso(&h, p).await, 0);
+    // Its own ABORT ends it; then the newer transaction's COMMIT is a marker without data.
+    marker_at(&end(&h, marker(p, 7, 0, false, Some(5))).await, 3);
+    marker_at(&end(&h, marker(p, 7, 0, true, Some(6))).await, 4);
+    let (batches, last_stable, aborted_txns) = committed(&h, p, 0).await;
+    assert_eq!(batches, vec![0, 2, 3, 4]);
+    assert_eq!(last_stable, 5);
+    assert_eq!(aborted_txns, vec![aborted(7, 0, 3)]);
+    // An operator's abort (no number) ends whatever is open.
+    ok_at(&commit_one(&h, txn(p, 7, 0, 2, 1, Some(9))).await, 5);
+    marker_at(&end(&h, marker(p, 7, 0, false, None)).await, 6);
+    let state = producer(&h, p, 7).await.expect("state");
+    assert_eq!(
+        (state.current_txn_first_offset, state.current_txn_seq),
+        (None, None)
     );
 }
 
