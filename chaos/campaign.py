@@ -52,6 +52,7 @@ Usage: cargo build -p diskless-kafka-broker --bin kafka-broker -p diskless-bench
 """
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -214,66 +215,86 @@ def campaign(seed, setup, opts):
     rng = random.Random(seed)
     t0 = time.time()
     work = tempfile.mkdtemp(prefix=f"chaos-{seed}-")
-    logs = open(os.path.join(work, "processes.log"), "w")
-    target = os.path.join(ROOT, "target", opts.profile)
-    s3 = S3Server(logs, binary=os.path.join(target, "s3-server"))
-    s3_proxy = Proxy(s3.port, http=True)
-    pg = pg_proxy = None
-    faults = S3_FAULTS
-    coordinator_url = None
-    if setup in ("postgres", "nisshi"):
-        pg = Postgres(work, logs)
-        pg_proxy = Proxy(pg.port)
-        coordinator_url = pg.url(pg_proxy.port)
-        faults = S3_FAULTS + PG_FAULTS
-    if FAKETIME:
-        faults = faults + CLOCK_FAULTS
-    topics = [(TOPIC, PARTITIONS)] + [(t, TX_PARTITIONS) for t in TX_TOPICS]
-    disk = NoDisk()
-    if setup == "nisshi":
-        # The Nisshi nodes keep nothing of the diskless path on local disk (coordinator in
-        # PostgreSQL, WAL and Nisshi's engine in S3): no disk-full fault.
-        binary = os.environ.get("NISSHI_BIN") or os.path.join(target, "nisshi-diskless")
-        clocks = ([clock_file_in(work, f"clock-offset-{i + 1}") for i in range(NISSHI_NODES)]
-                  if FAKETIME else None)
-        broker = NisshiCluster(binary, NISSHI_NODES, work, s3, s3_proxy, coordinator_url, logs,
-                               lifecycle=NISSHI_LIFECYCLE, clock_files=clocks)
-        create_topics(broker.bootstrap, topics)
-    else:
-        disk = SmallDisk(os.path.join(work, "data"))
-        if disk.ok:
-            faults = faults + DISK_FAULTS
-        else:
-            log(t0, "skipped: disk-full faults (cannot mount a tmpfs for the data directory)")
-        broker = Broker(os.path.join(target, "kafka-broker"), os.path.join(work, "data"), s3,
-                        s3_proxy, topics, logs, coordinator=coordinator_url, lifecycle=LIFECYCLE,
-                        clock_file=clock_file_in(work, "clock-offset") if FAKETIME else None)
-    bootstrap = broker.bootstrap
-    log(t0, f"seed {seed}: {setup}: brokers on {bootstrap}, S3 through proxy "
-        f"{s3_proxy.port} -> {s3.port}; work dir {work}")
-    # The clients' own logs (connection refused while the broker is down, ...) go to a file.
-    client_log = logging.getLogger(f"chaos-clients-{seed}")
-    client_log.propagate = False
-    client_log.setLevel(logging.DEBUG)  # librdkafka logs at debug level only with its `debug`
-    client_log.addHandler(logging.FileHandler(os.path.join(work, "clients.log")))
-    events = []
-    producers = IdempotentProducers(bootstrap, TOPIC, PARTITIONS, opts.producers, opts.rate,
-                                    client_log)
-    kp = KafkaPythonProducer(bootstrap, TOPIC, PARTITIONS, opts.rate / 2)
-    tx = TxProducers(bootstrap, TX_TOPICS, TX_PARTITIONS, opts.tx_producers, seed, client_log,
-                     events)
-    group = GroupConsumer(bootstrap, TOPIC, PARTITIONS, client_log)
-    tx_topics = {t: TX_PARTITIONS for t in TX_TOPICS}
-    readers = [LiveReader("confluent", bootstrap, tx_topics, "read_committed", client_log),
-               LiveReader("kafka-python", bootstrap, tx_topics, "read_committed", client_log),
-               LiveReader("kafka-python", bootstrap, {TOPIC: PARTITIONS}, "read_uncommitted",
-                          client_log)]
-    injected = {f: 0 for f in faults}
-    end = t0 + opts.duration
-    order = []  # kinds in a shuffled cycle: every kind once in each cycle
     violations = []
     summary = {"seed": seed, "setup": setup}
-    try:
+    # Each process, server, proxy, mount and client started is registered for teardown right
+    # after its start: whatever raises, during setup or the run, stops everything started so far
+    # (in reverse order). The work dir stays but for a run without violations (below).
+    with contextlib.ExitStack() as stack:
+        logs = stack.enter_context(open(os.path.join(work, "processes.log"), "w"))
+        target = os.path.join(ROOT, "target", opts.profile)
+        s3 = S3Server(logs, binary=os.path.join(target, "s3-server"))
+        stack.callback(s3.stop)
+        s3_proxy = Proxy(s3.port, http=True)
+        stack.callback(s3_proxy.close)
+        pg = pg_proxy = None
+        faults = S3_FAULTS
+        coordinator_url = None
+        if setup in ("postgres", "nisshi"):
+            pg = Postgres(work, logs)
+            stack.callback(pg.stop)
+            pg_proxy = Proxy(pg.port)
+            stack.callback(pg_proxy.close)
+            coordinator_url = pg.url(pg_proxy.port)
+            faults = S3_FAULTS + PG_FAULTS
+        if FAKETIME:
+            faults = faults + CLOCK_FAULTS
+        topics = [(TOPIC, PARTITIONS)] + [(t, TX_PARTITIONS) for t in TX_TOPICS]
+        disk = NoDisk()
+        if setup == "nisshi":
+            # The Nisshi nodes keep nothing of the diskless path on local disk (coordinator in
+            # PostgreSQL, WAL and Nisshi's engine in S3): no disk-full fault.
+            binary = os.environ.get("NISSHI_BIN") or os.path.join(target, "nisshi-diskless")
+            clocks = ([clock_file_in(work, f"clock-offset-{i + 1}")
+                       for i in range(NISSHI_NODES)] if FAKETIME else None)
+            broker = NisshiCluster(binary, NISSHI_NODES, work, s3, s3_proxy, coordinator_url,
+                                   logs, lifecycle=NISSHI_LIFECYCLE, clock_files=clocks)
+            stack.callback(broker.stop)
+            create_topics(broker.bootstrap, topics)
+        else:
+            disk = SmallDisk(os.path.join(work, "data"))
+            # Unmounted after the broker stopped; a failed run's data copied first (evidence).
+            stack.callback(lambda: disk.release(
+                keep_copy=os.path.join(work, "data-copy") if violations else None))
+            if disk.ok:
+                faults = faults + DISK_FAULTS
+            else:
+                log(t0, "skipped: disk-full faults (cannot mount a tmpfs for the data directory)")
+            broker = Broker(os.path.join(target, "kafka-broker"), os.path.join(work, "data"),
+                            s3, s3_proxy, topics, logs, coordinator=coordinator_url,
+                            lifecycle=LIFECYCLE,
+                            clock_file=clock_file_in(work, "clock-offset") if FAKETIME else None)
+            stack.callback(broker.stop)
+        bootstrap = broker.bootstrap
+        log(t0, f"seed {seed}: {setup}: brokers on {bootstrap}, S3 through proxy "
+            f"{s3_proxy.port} -> {s3.port}; work dir {work}")
+        # The clients' own logs (connection refused while the broker is down, ...) go to a file.
+        client_log = logging.getLogger(f"chaos-clients-{seed}")
+        client_log.propagate = False
+        client_log.setLevel(logging.DEBUG)  # librdkafka logs at debug level only with its `debug`
+        client_log.addHandler(logging.FileHandler(os.path.join(work, "clients.log")))
+        events = []
+        producers = IdempotentProducers(bootstrap, TOPIC, PARTITIONS, opts.producers, opts.rate,
+                                        client_log)
+        stack.callback(producers.stop.set)
+        kp = KafkaPythonProducer(bootstrap, TOPIC, PARTITIONS, opts.rate / 2)
+        stack.callback(kp.stop.set)
+        tx = TxProducers(bootstrap, TX_TOPICS, TX_PARTITIONS, opts.tx_producers, seed, client_log,
+                         events)
+        stack.callback(tx.stop.set)
+        group = GroupConsumer(bootstrap, TOPIC, PARTITIONS, client_log)
+        stack.callback(group.stop.set)
+        tx_topics = {t: TX_PARTITIONS for t in TX_TOPICS}
+        readers = []
+        for lib, topics_of, isolation in (("confluent", tx_topics, "read_committed"),
+                                          ("kafka-python", tx_topics, "read_committed"),
+                                          ("kafka-python", {TOPIC: PARTITIONS},
+                                           "read_uncommitted")):
+            readers.append(LiveReader(lib, bootstrap, topics_of, isolation, client_log))
+            stack.callback(readers[-1].stop.set)
+        injected = {f: 0 for f in faults}
+        end = t0 + opts.duration
+        order = []  # kinds in a shuffled cycle: every kind once in each cycle
         while time.time() < end:
             time.sleep(rng.uniform(1.0, 4.0))
             if not order:
@@ -347,15 +368,6 @@ def campaign(seed, setup, opts):
             "live_seen": {r.label: len(r.seen) for r in readers},
             "lifecycle_items": broker.lifecycle_items,
             "read": sum(len(v["records"]) for v in plain.values())})
-    finally:
-        for c in (producers, kp, tx, group, *readers):
-            c.stop.set()
-        broker.stop()
-        s3.stop()
-        if pg:
-            pg.stop()
-        disk.release(keep_copy=os.path.join(work, "data-copy") if violations else None)
-        logs.close()
     summary["duration_s"] = round(time.time() - t0, 1)
     summary["violations"] = len(violations)
     print("SUMMARY " + json.dumps(summary), flush=True)

@@ -67,6 +67,12 @@ class Proxy:
             writer.close()
 
     async def _client(self, reader, writer):
+        try:
+            await self._serve(reader, writer)
+        except asyncio.CancelledError:  # `close`: the connection ends with the proxy
+            writer.close()
+
+    async def _serve(self, reader, writer):
         if self.mode == "503" and self.http:
             await reader.read(65536)
             body = b"<Error><Code>SlowDown</Code><Message>chaos</Message></Error>"
@@ -104,6 +110,30 @@ class Proxy:
             self.conns.clear()
         self.loop.call_soon_threadsafe(apply)
 
+    def close(self):
+        """Stops the proxy (the campaign's teardown): its listening socket and every connection
+        through it closed, its loop and thread ended."""
+        if not self.ready.is_set() or not self.thread.is_alive():
+            return  # its server never started, or it is closed already
+
+        async def shutdown():
+            self.mode = "pass"
+            self.server.close()
+            # Every connection's task (each ends its connections when cancelled).
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.sleep(0)  # the transports' closing callbacks
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout=10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=10)
+            if not self.thread.is_alive():
+                self.loop.close()
+
 
 def pg_bin(name):
     """A PostgreSQL server program (Debian keeps them out of PATH), or None."""
@@ -129,7 +159,11 @@ class Postgres:
                                        "-U", "postgres"],
                        check=True, stdout=log_file, stderr=subprocess.STDOUT)
         self.restarts = 0
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()  # a server that came up late or half-way: the caller has no object
+            raise
 
     @staticmethod
     def available():
@@ -198,6 +232,15 @@ class BrokerProcess:
                                      env=self.env)
         wait_port(self.port, timeout=90.0)
 
+    def first_start(self):
+        """The constructor's start: a process that does not come up (no listener in time) is
+        stopped before the error propagates, as the caller has no object to stop."""
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+
     def scrape(self):
         """Adds this run's `diskless_lifecycle_items_total` to `lifecycle_items` (counters start
         from zero at each start, so this is called once before each kill and at the end)."""
@@ -223,7 +266,7 @@ class BrokerProcess:
         self.proc.send_signal(signal.SIGCONT)
 
     def stop(self):
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
             self.scrape()
             self.proc.terminate()
@@ -260,7 +303,7 @@ class Broker(BrokerProcess):
         self.proc = None
         self.starts = 0
         self.bootstrap = f"127.0.0.1:{self.port}"
-        self.start()
+        self.first_start()
 
     def pick(self, rng):
         """The process a kill, pause or clock step hits: the one broker."""
@@ -345,7 +388,7 @@ class NisshiNode(BrokerProcess):
         self.log_file = log_file
         self.proc = None
         self.starts = 0
-        self.start()
+        self.first_start()
 
 
 NISSHI_ENGINE_BUCKET = "nisshi-engine"
@@ -360,10 +403,15 @@ class NisshiCluster:
                  clock_files=None):
         os.makedirs(os.path.join(os.path.dirname(s3.objects), NISSHI_ENGINE_BUCKET),
                     exist_ok=True)
-        self.nodes = [NisshiNode(binary, i + 1, os.path.join(work, f"node-{i + 1}"), s3, s3_proxy,
-                                 coordinator, log_file, lifecycle,
-                                 clock_files[i] if clock_files else None)
-                      for i in range(count)]
+        self.nodes = []
+        try:
+            for i in range(count):
+                self.nodes.append(NisshiNode(binary, i + 1, os.path.join(work, f"node-{i + 1}"),
+                                             s3, s3_proxy, coordinator, log_file, lifecycle,
+                                             clock_files[i] if clock_files else None))
+        except BaseException:
+            self.stop()  # the nodes already up: the caller has no cluster to stop
+            raise
         self.bootstrap = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
     def pick(self, rng):
