@@ -580,6 +580,32 @@ impl Oracle {
         }
     }
 
+    /// A marker of a transaction released early (see `TxnParams::release_early_one_in`) answered
+    /// as a repeat: `offset` is then the producer's last marker in `p`, which may be a later
+    /// transaction's (this one has nothing open there), or `-1`. It must be one of the producer's
+    /// markers; it is not recorded as this transaction's.
+    pub(crate) fn marker_repeated(
+        &self,
+        p: TopicIdPartition,
+        offset: i64,
+        producer_id: i64,
+    ) -> Result<(), Fail> {
+        let Some(part) = self.parts.get(&p) else {
+            return Ok(());
+        };
+        match part.markers.get(&offset) {
+            Some(m) if m.producer_id != producer_id => Err((
+                OFFSETS,
+                format!(
+                    "partition {p}: a repeated marker of producer {producer_id} answered {offset}, \
+                     producer {}'s marker",
+                    m.producer_id
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The coordinator answered that `marker` is at `offset` of `p`.
     pub(crate) fn marker_written(
         &mut self,

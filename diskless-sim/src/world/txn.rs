@@ -37,6 +37,11 @@ pub(crate) struct TxnParams {
     pub(crate) commit_share: f64,
     /// One transaction in this many is abandoned by its producer (which restarts later).
     pub(crate) abandon_one_in: u32,
+    /// One decided transaction in this many is released early (0: never): the transaction
+    /// coordinator lets the producer begin its next transaction before this one's markers are
+    /// written, and writes them after a delay, as a host that lost the pending ending and found
+    /// it again (issue #31).
+    pub(crate) release_early_one_in: u32,
 }
 
 impl TxnParams {
@@ -48,6 +53,7 @@ impl TxnParams {
             timeout: Duration::from_millis(r.u64(3_000..=15_000)),
             commit_share: 0.5 + r.f64() * 0.4,
             abandon_one_in: r.u32(8..=30),
+            release_early_one_in: if r.bool() { r.u32(2..=8) } else { 0 },
         }
     }
 }
@@ -221,6 +227,15 @@ impl World {
         let seq = t.seq;
         let partitions: Vec<TopicIdPartition> = t.partitions.iter().copied().collect();
         tc.pending += 1;
+        let mut rng = self.rng("release-early", (pid as u64) << 32 | seq as u64);
+        let delay = (self.txn.release_early_one_in > 0
+            && rng.u32(0..self.txn.release_early_one_in) == 0)
+            .then(|| Duration::from_millis(rng.u64(200..=5_000)));
+        if delay.is_some() {
+            // The producer may begin its next transaction (and be fenced, re-initialised) before
+            // any of this one's markers is written.
+            p.txn = None;
+        }
         if let Err(f) = self.oracle.lock().decide((pid, seq), commit) {
             self.fail(f);
         }
@@ -237,17 +252,29 @@ impl World {
                 s.txns_aborted += 1;
             }
         });
+        if let Some(delay) = delay {
+            ev!(
+                self,
+                "txn coordinator: transaction {pid}/{seq} released early; markers in {delay:?}"
+            );
+            self.stat(|s| s.txns_released_early += 1);
+        }
         let world = self.clone();
         tokio::spawn(async move {
+            if let Some(delay) = delay {
+                sleep(delay).await;
+            }
             world
-                .write_markers(pid, seq, epoch, commit, partitions)
+                .write_markers(pid, seq, epoch, commit, partitions, delay.is_some())
                 .await
         });
     }
 
     /// Writes the markers of one transaction until every partition has its own (or its topic is
     /// gone); refused, lost and stalled calls are retried (markers with a `txn_seq` are
-    /// idempotent), a stalled one is given up after a while and may land later.
+    /// idempotent), a stalled one is given up after a while and may land later. A marker refused
+    /// `CONCURRENT_TRANSACTIONS` (an earlier transaction of the producer, released early, is still
+    /// open in the partition) is retried until that one's marker is written.
     async fn write_markers(
         self: Arc<Self>,
         pid: i64,
@@ -255,6 +282,7 @@ impl World {
         epoch: i16,
         commit: bool,
         partitions: Vec<TopicIdPartition>,
+        released_early: bool,
     ) {
         let mut rng = self.rng("markers", (pid as u64) << 32 | seq as u64);
         let mut left = partitions;
@@ -278,7 +306,9 @@ impl World {
             let call = self.faulty.write_txn_markers(&markers);
             match tokio::time::timeout(Duration::from_secs(5), call).await {
                 Ok(Ok(results)) if results.len() == markers.len() => {
-                    // Every marker is written or its topic is gone; anything else is fatal.
+                    // Every marker is written, waits for an earlier transaction's, or its topic
+                    // is gone; anything else is fatal.
+                    let mut retry = Vec::new();
                     for (m, r) in markers.iter().zip(results) {
                         match r.error {
                             ErrorCode::None => {
@@ -287,10 +317,17 @@ impl World {
                                     producer_epoch: epoch,
                                     commit,
                                 };
-                                let written =
+                                // A repeat names this transaction's own marker, unless it was
+                                // released early: a later one may have ended in the partition.
+                                let written = if r.duplicate && released_early {
                                     self.oracle
                                         .lock()
-                                        .marker_written(m.partition, r.offset, info);
+                                        .marker_repeated(m.partition, r.offset, pid)
+                                } else {
+                                    self.oracle
+                                        .lock()
+                                        .marker_written(m.partition, r.offset, info)
+                                };
                                 if let Err(f) = written {
                                     self.fail(f);
                                     return;
@@ -306,6 +343,14 @@ impl World {
                             }
                             ErrorCode::UnknownTopicOrPartition
                                 if !self.topic_live(m.partition.topic_id) => {}
+                            ErrorCode::ConcurrentTransactions => {
+                                ev!(
+                                    self,
+                                    "marker of {pid}/{seq} at {} waits for an earlier transaction",
+                                    m.partition
+                                );
+                                retry.push(m.partition);
+                            }
                             code => {
                                 self.fail((
                                     ATOMIC,
@@ -317,7 +362,7 @@ impl World {
                             }
                         }
                     }
-                    left = Vec::new();
+                    left = retry;
                 }
                 Ok(Ok(results)) => {
                     self.fail((
