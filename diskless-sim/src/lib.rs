@@ -257,6 +257,9 @@ pub struct Faults {
     /// The lifecycle host restarting (the orphan collectors lose their state) and the tiering
     /// host crashing (its pass dropped mid-way, its state lost).
     pub lifecycle_restarts: bool,
+    /// The transaction coordinator losing a decided transaction's ending for a while: the
+    /// producer begins its next transaction before the markers are written (issue #31).
+    pub lost_txn_endings: bool,
 }
 
 impl Default for Faults {
@@ -274,13 +277,14 @@ impl Default for Faults {
             clock_skew: true,
             cache_storms: true,
             lifecycle_restarts: true,
+            lost_txn_endings: true,
         }
     }
 }
 
 impl Faults {
     /// The names of the fault kinds, as [`Faults::set`] takes them.
-    pub const NAMES: [&'static str; 12] = [
+    pub const NAMES: [&'static str; 13] = [
         "storage-errors",
         "ambiguous-uploads",
         "slow-storage",
@@ -293,6 +297,7 @@ impl Faults {
         "clock-skew",
         "cache-storms",
         "lifecycle-restarts",
+        "lost-txn-endings",
     ];
 
     fn flag(&mut self, name: &str) -> Option<&mut bool> {
@@ -309,6 +314,7 @@ impl Faults {
             "clock-skew" => &mut self.clock_skew,
             "cache-storms" => &mut self.cache_storms,
             "lifecycle-restarts" => &mut self.lifecycle_restarts,
+            "lost-txn-endings" => &mut self.lost_txn_endings,
             _ => return None,
         })
     }

@@ -228,7 +228,8 @@ impl World {
         let partitions: Vec<TopicIdPartition> = t.partitions.iter().copied().collect();
         tc.pending += 1;
         let mut rng = self.rng("release-early", (pid as u64) << 32 | seq as u64);
-        let delay = (self.txn.release_early_one_in > 0
+        let delay = (self.config.faults.lost_txn_endings
+            && self.txn.release_early_one_in > 0
             && rng.u32(0..self.txn.release_early_one_in) == 0)
             .then(|| Duration::from_millis(rng.u64(200..=5_000)));
         if delay.is_some() {
@@ -319,7 +320,16 @@ impl World {
                                 };
                                 // A repeat names this transaction's own marker, unless it was
                                 // released early: a later one may have ended in the partition.
-                                let written = if r.duplicate && released_early {
+                                // Otherwise no later transaction can have begun, so a repeat
+                                // naming no marker says the transaction cannot end there.
+                                let written = if r.duplicate && !released_early && r.offset < 0 {
+                                    Err((
+                                        ATOMIC,
+                                        format!(
+                                            "marker {m:?} of transaction {pid}/{seq} answered as a repeat of no marker"
+                                        ),
+                                    ))
+                                } else if r.duplicate && released_early {
                                     self.oracle
                                         .lock()
                                         .marker_repeated(m.partition, r.offset, pid)
