@@ -871,22 +871,12 @@ BEGIN
                 RETURN NEXT;
                 CONTINUE;
             END IF;
-            IF v_epoch < v_st_epoch THEN
-                r_error_code := 47; -- INVALID_PRODUCER_EPOCH
-                r_offset := -1;
-                r_duplicate := false;
-                RETURN NEXT;
-                CONTINUE;
-            END IF;
-            IF v_ce < v_st_ce THEN
-                r_error_code := 52; -- TRANSACTION_COORDINATOR_FENCED
-                r_offset := -1;
-                r_duplicate := false;
-                RETURN NEXT;
-                CONTINUE;
-            END IF;
-            IF v_st_first IS NOT NULL AND v_seq > v_st_seq THEN
-                r_error_code := 51; -- CONCURRENT_TRANSACTIONS
+            r_error_code := CASE
+                WHEN v_epoch < v_st_epoch THEN 47 -- INVALID_PRODUCER_EPOCH
+                WHEN v_ce < v_st_ce THEN 52 -- TRANSACTION_COORDINATOR_FENCED
+                WHEN v_st_first IS NOT NULL AND v_seq > v_st_seq THEN 51 -- CONCURRENT_TRANSACTIONS
+            END;
+            IF r_error_code IS NOT NULL THEN
                 r_offset := -1;
                 r_duplicate := false;
                 RETURN NEXT;

@@ -132,12 +132,17 @@ fn decide(
                 });
                 continue;
             }
+            // How the marker's transaction compares with the one open here, both numbered.
+            let versus_open = marker
+                .txn_seq
+                .zip(
+                    s.current_txn_seq
+                        .filter(|_| s.current_txn_first_offset.is_some()),
+                )
+                .map(|(seq, open)| seq.cmp(&open));
             // A marker of a transaction older than the one open here: that one has nothing in
             // the partition (it could not have opened while it was open), so nothing is written.
-            if let (Some(seq), Some(open)) = (marker.txn_seq, s.current_txn_seq)
-                && s.current_txn_first_offset.is_some()
-                && seq < open
-            {
+            if versus_open == Some(std::cmp::Ordering::Less) {
                 decided.results.push(TxnMarkerResult {
                     error: ErrorCode::None,
                     offset: s.last_marker_offset,
@@ -159,10 +164,7 @@ fn decide(
             }
             // A marker of a newer transaction while this one is open: it does not end this one
             // (whose own marker may still come, with another outcome); retriable once it has.
-            if let (Some(seq), Some(open)) = (marker.txn_seq, s.current_txn_seq)
-                && s.current_txn_first_offset.is_some()
-                && seq > open
-            {
+            if versus_open == Some(std::cmp::Ordering::Greater) {
                 decided
                     .results
                     .push(TxnMarkerResult::error(ErrorCode::ConcurrentTransactions));

@@ -71,8 +71,9 @@
 //!   one older than the transaction open in the partition (nothing of it is there); then an older
 //!   producer epoch is `INVALID_PRODUCER_EPOCH`, an older coordinator epoch
 //!   `TRANSACTION_COORDINATOR_FENCED`, and a marker of a transaction newer than the open one
-//!   `CONCURRENT_TRANSACTIONS` (a marker ends only the transaction it names). A written marker sets the producer's epoch (a new epoch
-//!   clears its batch window, as a new epoch of data does), coordinator epoch, last append time,
+//!   `CONCURRENT_TRANSACTIONS` (a marker ends only the transaction it names). A written marker
+//!   sets the producer's epoch (a new epoch clears its batch window, as a new epoch of data does),
+//!   coordinator epoch, last append time,
 //!   and ends its open transaction if any; an ABORT records `(producer, first offset, marker
 //!   offset)` with the last stable offset right after the abort (the first offset of another
 //!   producer's open transaction, else the marker's offset + 1).
@@ -1225,13 +1226,16 @@ impl BatchCoordinator for InMemoryCoordinator {
                     });
                     continue;
                 }
+                // How the marker's transaction compares with the one open here, both numbered.
+                let versus_open = marker
+                    .txn_seq
+                    .zip(
+                        s.current_txn_seq
+                            .filter(|_| s.current_txn_first_offset.is_some()),
+                    )
+                    .map(|(seq, open)| seq.cmp(&open));
                 // A transaction older than the one open here has nothing in the partition.
-                let open = s
-                    .current_txn_seq
-                    .filter(|_| s.current_txn_first_offset.is_some());
-                if let (Some(seq), Some(open)) = (marker.txn_seq, open)
-                    && seq < open
-                {
+                if versus_open == Some(std::cmp::Ordering::Less) {
                     results.push(TxnMarkerResult {
                         error: ErrorCode::None,
                         offset: s.last_marker_offset,
@@ -1251,9 +1255,7 @@ impl BatchCoordinator for InMemoryCoordinator {
                 }
                 // A newer transaction's marker does not end the open one, whose own marker may
                 // still come with another outcome.
-                if let (Some(seq), Some(open)) = (marker.txn_seq, open)
-                    && seq > open
-                {
+                if versus_open == Some(std::cmp::Ordering::Greater) {
                     results.push(TxnMarkerResult::error(ErrorCode::ConcurrentTransactions));
                     continue;
                 }
