@@ -24,6 +24,7 @@ mod ops;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod rows;
 mod rules;
+pub mod txn_record;
 mod types;
 mod validate;
 
@@ -51,6 +52,10 @@ pub use layer::{
 pub use open::{
     MemoryFactory, OpenError, OpenOptions, OpenedCoordinator, SHARD_MAP_FILE, SQLITE_FILE,
     open_coordinator,
+};
+pub use txn_record::{
+    MAX_TRANSACTIONAL_ID_LEN, TxnAnswer, TxnRecord, TxnStatus, TxnTransition, apply_txn_transition,
+    expire_txn,
 };
 pub use types::{
     AbortedTxn, BatchCoordinate, CommitBatch, CommitBatchResult, CommitFileRequest,

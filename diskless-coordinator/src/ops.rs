@@ -188,6 +188,31 @@ macro_rules! coordinator_ops {
                 /// `txn_seq` are idempotent.
                 [WriteTxnMarkers write write_txn_markers]
                 fn write_txn_markers(markers: &[$crate::TxnMarker]) -> Result<Vec<$crate::TxnMarkerResult>, $crate::CoordinatorError>;
+                /// Applies one change to a transactional id's transaction record, the shared transaction
+                /// state of a host whose brokers do not share their own ([`crate::txn_record`]): decided by
+                /// [`apply_txn_transition`] on the record read and locked in the same transaction of this
+                /// coordinator, so no two changes of one transactional id interleave. A refused transition
+                /// changes nothing and answers Kafka's error with the record as it stands. A
+                /// `ShardedCoordinator` keeps every record on its first shard.
+                ///
+                /// # Cancel safety
+                ///
+                /// As [`BatchCoordinator::commit_file`]: a dropped call may still apply. Every transition
+                /// is safe to ask again: a repeat of an applied one answers `NONE` unchanged, or (an
+                /// `AddPartitions` that opened a transaction) joins the transaction it opened.
+                [TxnTransition write write_txn_transition]
+                fn txn_transition(transition: $crate::TxnTransition) -> Result<$crate::TxnAnswer, $crate::CoordinatorError>;
+                /// Decides the timeouts of the `Ongoing` transactions at the coordinator clock's now
+                /// ([`expire_txn`]: `PrepareAbort`, the producer's epoch fenced), then lists the prepared
+                /// transactions (decided, their markers perhaps not all written), ordered by transactional
+                /// id, at most `limit` (expiring at most `limit` too): what a host's brokers finish, any of
+                /// them, by writing [`TxnRecord::markers`] and then [`TxnTransition::Complete`].
+                [TxnEndings write write_txn_endings]
+                fn txn_endings(limit: u32) -> Result<Vec<$crate::TxnRecord>, $crate::CoordinatorError>;
+                /// The transaction record of `transactional_id`, if there is one (reading what every
+                /// transition before the call applied).
+                [DescribeTxn read read_describe_txn]
+                fn describe_txn(transactional_id: &str) -> Result<Option<$crate::TxnRecord>, $crate::CoordinatorError>;
             }
             optional tiering {
                 /// The partitions due for consolidation into tiered segments (KIP-1163), in ascending
@@ -306,6 +331,15 @@ mod tests {
     impl Dummy for i64 {
         fn dummy() -> Self {
             1
+        }
+    }
+    impl Dummy for TxnTransition {
+        fn dummy() -> Self {
+            TxnTransition::Init {
+                transactional_id: "t".into(),
+                producer: None,
+                timeout_ms: 1,
+            }
         }
     }
     impl Dummy for uuid::Uuid {
@@ -443,10 +477,10 @@ mod tests {
             CoordinatorOp::ListTieredSegments.capability(),
             Capability::Tiering
         );
-        assert_eq!(CoordinatorOp::ALL.len(), 24);
+        assert_eq!(CoordinatorOp::ALL.len(), 27);
         let mut names: Vec<&str> = CoordinatorOp::ALL.iter().map(|op| op.name()).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 24, "one name per operation");
+        assert_eq!(names.len(), 27, "one name per operation");
     }
 }

@@ -450,3 +450,74 @@ pub(crate) fn segment_from_row(
         registered_at: row.i64_at(at + 14)?,
     })
 }
+
+/// The columns of a `txn_records` row (migrations: SQLite 10, PostgreSQL 16), in the order
+/// [`txn_record_from_row`] reads and [`bind_txn_record`] binds them.
+pub(crate) const TXN_RECORD_COLUMNS: &str = "transactional_id, producer_id, producer_epoch, \
+     timeout_ms, status, txn_seq, partitions, started_ms, updated_ms, timed_out";
+
+/// A [`crate::TxnRecord`] from a row of [`TXN_RECORD_COLUMNS`].
+pub(crate) fn txn_record_from_row<R>(row: &R) -> Result<crate::TxnRecord, CoordinatorError>
+where
+    R: Row + SqlRow,
+    usize: ColumnIndex<R>,
+    for<'r> Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let status = row.i16_at(4)?;
+    let blob: Vec<u8> = col(row, 6)?;
+    Ok(crate::TxnRecord {
+        transactional_id: row.string_at(0)?,
+        producer_id: row.i64_at(1)?,
+        producer_epoch: row.i16_at(2)?,
+        timeout_ms: row.i64_at(3)?,
+        status: crate::TxnStatus::from_code(status)
+            .ok_or_else(|| corrupt(format!("transaction status {status}")))?,
+        txn_seq: row.i64_at(5)?,
+        partitions: crate::txn_record::decode_partitions(&blob)
+            .ok_or_else(|| corrupt("a transaction record's partitions"))?,
+        started_ms: row.i64_at(7)?,
+        updated_ms: row.i64_at(8)?,
+        timed_out: row.i16_at(9)? != 0,
+    })
+}
+
+/// Binds the ten parameters of a `txn_records` row, [`TXN_RECORD_COLUMNS`] in order.
+pub(crate) fn bind_txn_record<'q, DB>(
+    q: Query<'q, DB, <DB as Database>::Arguments>,
+    r: &crate::TxnRecord,
+) -> Query<'q, DB, <DB as Database>::Arguments>
+where
+    DB: Database,
+    for<'e> String: Encode<'e, DB> + Type<DB>,
+    for<'e> Vec<u8>: Encode<'e, DB> + Type<DB>,
+    for<'e> i64: Encode<'e, DB> + Type<DB>,
+    for<'e> i16: Encode<'e, DB> + Type<DB>,
+{
+    q.bind(r.transactional_id.clone())
+        .bind(r.producer_id)
+        .bind(r.producer_epoch)
+        .bind(r.timeout_ms)
+        .bind(r.status.code())
+        .bind(r.txn_seq)
+        .bind(crate::txn_record::encode_partitions(&r.partitions))
+        .bind(r.started_ms)
+        .bind(r.updated_ms)
+        .bind(i16::from(r.timed_out))
+}
+
+/// The `INSERT` of a whole `txn_records` row, replacing the one of its transactional id;
+/// parameters written `{mark}1` to `{mark}10` (`?` for SQLite, `$` for PostgreSQL).
+pub(crate) fn upsert_txn_record(mark: char) -> String {
+    let params: Vec<String> = (1..=10).map(|i| format!("{mark}{i}")).collect();
+    let set = TXN_RECORD_COLUMNS
+        .split(',')
+        .skip(1)
+        .map(|c| format!("{0} = excluded.{0}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "INSERT INTO txn_records ({TXN_RECORD_COLUMNS}) VALUES ({}) \
+         ON CONFLICT (transactional_id) DO UPDATE SET {set}",
+        params.join(", ")
+    )
+}

@@ -890,8 +890,8 @@ async fn postgres_migrations() {
         applied += r.await.unwrap().unwrap();
     }
     assert_eq!(
-        applied, 15,
-        "exactly one concurrent migrator applied each of the 15 migrations"
+        applied, 16,
+        "exactly one concurrent migrator applied each of the 16 migrations"
     );
     assert_eq!(migrate(&options).await.unwrap(), 0);
 
@@ -925,6 +925,7 @@ async fn postgres_migrations() {
             (13, "tiered_segments".to_string()),
             (14, "topic_compression".to_string()),
             (15, "open_txn_seq".to_string()),
+            (16, "txn_records".to_string()),
         ]
     );
     sqlx::query("UPDATE schema_migrations SET checksum = 'edited'")

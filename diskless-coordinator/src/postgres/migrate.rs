@@ -87,6 +87,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(13, "0013", "tiered_segments", transactional: true),
     migration!(14, "0014", "topic_compression", transactional: true),
     migration!(15, "0015", "open_txn_seq", transactional: true),
+    migration!(16, "0016", "txn_records", transactional: true),
 ];
 
 /// The last migration that creates functions: later ones leave them to `functions.sql`.

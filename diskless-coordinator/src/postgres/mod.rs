@@ -48,6 +48,7 @@ mod sql;
 mod tiering;
 mod topics;
 mod txn;
+mod txn_record;
 
 pub use conn::migrate;
 pub use options::{DEFAULT_SCHEMA, PostgresOptions};

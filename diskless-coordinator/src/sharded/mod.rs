@@ -83,8 +83,8 @@ use crate::{
     FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectKind,
     ObjectToDelete, ProducerExpiryReport, ProducerIdBlock, ProducerState, RegisterSegmentOutcome,
     RegisterSegmentRequest, RetentionReport, SegmentPlan, SegmentPlanRequest, ShardId,
-    TieredSegment, TieringCandidate, TopicConfig, TopicIdPartition, TopicInfo, TxnMarker,
-    TxnMarkerResult,
+    TieredSegment, TieringCandidate, TopicConfig, TopicIdPartition, TopicInfo, TxnAnswer,
+    TxnMarker, TxnMarkerResult, TxnRecord, TxnTransition,
 };
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -1302,6 +1302,28 @@ impl BatchCoordinator for ShardedCoordinator {
             }
             None => Ok(None),
         }
+    }
+
+    /// On shard 0 alone, as producer ids: every router over the same shards shares one record
+    /// per transactional id (its markers go to the partitions' shards, `write_txn_markers`).
+    async fn txn_transition(
+        &self,
+        transition: TxnTransition,
+    ) -> Result<TxnAnswer, CoordinatorError> {
+        self.shards[0].txn_transition(transition).await
+    }
+
+    /// On shard 0 alone (`txn_transition`).
+    async fn txn_endings(&self, limit: u32) -> Result<Vec<TxnRecord>, CoordinatorError> {
+        self.shards[0].txn_endings(limit).await
+    }
+
+    /// On shard 0 alone (`txn_transition`).
+    async fn describe_txn(
+        &self,
+        transactional_id: &str,
+    ) -> Result<Option<TxnRecord>, CoordinatorError> {
+        self.shards[0].describe_txn(transactional_id).await
     }
 
     /// From shard 0 alone: one counter for every router over the same shards.

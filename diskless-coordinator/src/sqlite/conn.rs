@@ -26,7 +26,7 @@ pub(super) struct Counters {
 }
 
 /// The embedded migrations: (version, description, SQL).
-const MIGRATIONS: [(i64, &str, &str); 9] = [
+const MIGRATIONS: [(i64, &str, &str); 10] = [
     (
         1,
         "initial",
@@ -71,6 +71,11 @@ const MIGRATIONS: [(i64, &str, &str); 9] = [
         9,
         "open transaction number",
         include_str!("../../migrations/sqlite/0009_open_txn_seq.sql"),
+    ),
+    (
+        10,
+        "transaction records",
+        include_str!("../../migrations/sqlite/0010_txn_records.sql"),
     ),
 ];
 

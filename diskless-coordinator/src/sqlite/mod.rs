@@ -44,6 +44,7 @@ mod tests;
 mod tiering;
 mod topics;
 mod txn;
+mod txn_record;
 
 pub use conn::migrator;
 pub use options::{SqliteOptions, Synchronous};

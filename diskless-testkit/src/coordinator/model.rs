@@ -148,9 +148,9 @@ use diskless_coordinator::{
     ProducerBatch, ProducerExpiryReport, ProducerIdBlock, ProducerState, RegisterSegmentOutcome,
     RegisterSegmentRequest, RetentionReport, SegmentPlan, SegmentPlanRequest, ShardId,
     TieredSegment, TieringCandidate, TimestampType, TopicConfig, TopicIdPartition, TopicInfo,
-    TxnMarker, TxnMarkerResult, check_commit_deadline, check_new_partition_count,
-    fence_expiry_before, next_producer_id_block, object_key_time_ms, producer_expired,
-    producer_field_error,
+    TxnAnswer, TxnMarker, TxnMarkerResult, TxnRecord, TxnTransition, apply_txn_transition,
+    check_commit_deadline, check_new_partition_count, expire_txn, fence_expiry_before,
+    next_producer_id_block, object_key_time_ms, producer_expired, producer_field_error,
 };
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashSet};
@@ -202,6 +202,8 @@ struct State {
     fences: BTreeMap<String, i64>,
     /// The first producer id no block has taken.
     next_producer_id: i64,
+    /// The transaction records, by transactional id (`txn_transition`).
+    txn_records: BTreeMap<String, TxnRecord>,
 }
 
 #[derive(Debug)]
@@ -1202,6 +1204,48 @@ impl BatchCoordinator for InMemoryCoordinator {
             .log(partition)
             .ok_or_else(|| CoordinatorError::UnknownTopic(partition.to_string()))?;
         Ok(log.producers.values().cloned().collect())
+    }
+
+    /// Decided by `apply_txn_transition` (the rules are written once, in `diskless_coordinator`),
+    /// under the one state mutex, with the clock read there.
+    async fn txn_transition(
+        &self,
+        transition: TxnTransition,
+    ) -> Result<TxnAnswer, CoordinatorError> {
+        let mut state = self.state.lock();
+        let now = self.clock.now_ms();
+        let id = transition.transactional_id().to_string();
+        let (answer, changed) = apply_txn_transition(state.txn_records.get(&id), &transition, now)?;
+        if let Some(record) = changed {
+            state.txn_records.insert(id, record);
+        }
+        Ok(answer)
+    }
+
+    async fn txn_endings(&self, limit: u32) -> Result<Vec<TxnRecord>, CoordinatorError> {
+        let mut state = self.state.lock();
+        let now = self.clock.now_ms();
+        let mut expired = 0u32;
+        let mut endings = Vec::new();
+        for record in state.txn_records.values_mut() {
+            if expired < limit
+                && let Some(aborted) = expire_txn(record, now)
+            {
+                *record = aborted;
+                expired += 1;
+            }
+            if record.status.is_prepared() && endings.len() < limit as usize {
+                endings.push(record.clone());
+            }
+        }
+        Ok(endings)
+    }
+
+    async fn describe_txn(
+        &self,
+        transactional_id: &str,
+    ) -> Result<Option<TxnRecord>, CoordinatorError> {
+        Ok(self.state.lock().txn_records.get(transactional_id).cloned())
     }
 
     async fn write_txn_markers(

@@ -9,8 +9,8 @@
 
 use super::*;
 use diskless_coordinator::{
-    AbortedTxn, EndTxnMarker, FindBatchesResponse, IsolationLevel, TXN_MARKER_SIZE, TxnMarker,
-    TxnMarkerResult,
+    AbortedTxn, EndTxnMarker, FindBatchesResponse, IsolationLevel, TXN_MARKER_SIZE, TxnAnswer,
+    TxnMarker, TxnMarkerResult, TxnRecord, TxnStatus, TxnTransition,
 };
 
 /// A transactional batch: idempotent fields as [`idem`], verified for transaction `txn_seq`
@@ -944,5 +944,370 @@ pub async fn delete_topic_with_open_txn(h: Harness) {
             .await
             .expect("list_producers")
             .is_empty()
+    );
+}
+
+// ---- Transaction records (`txn_transition`, `txn_endings`, `describe_txn`; issue #31) ----
+
+/// Applies `t`, failing the case on a call error.
+async fn transition(h: &Harness, t: TxnTransition) -> TxnAnswer {
+    h.coordinator
+        .txn_transition(t)
+        .await
+        .expect("txn_transition")
+}
+
+fn t_init(tid: &str, producer: Option<(i64, i16)>, timeout_ms: i64) -> TxnTransition {
+    TxnTransition::Init {
+        transactional_id: tid.into(),
+        producer,
+        timeout_ms,
+    }
+}
+
+fn t_add(tid: &str, pid: i64, epoch: i16, partitions: &[TopicIdPartition]) -> TxnTransition {
+    TxnTransition::AddPartitions {
+        transactional_id: tid.into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        partitions: partitions.to_vec(),
+    }
+}
+
+fn t_end(tid: &str, pid: i64, epoch: i16, commit: bool) -> TxnTransition {
+    TxnTransition::End {
+        transactional_id: tid.into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        commit,
+    }
+}
+
+fn t_complete(record: &TxnRecord) -> TxnTransition {
+    TxnTransition::Complete {
+        transactional_id: record.transactional_id.clone(),
+        producer_id: record.producer_id,
+        txn_seq: record.txn_seq,
+    }
+}
+
+/// The answer's record, which a transition that found or made one always returns.
+fn record_of(answer: &TxnAnswer) -> TxnRecord {
+    answer
+        .record
+        .clone()
+        .expect("the answer carries the record")
+}
+
+/// A transaction record follows one transaction through Kafka's states: InitProducerId records
+/// the producer (`Empty`); AddPartitionsToTxn opens the transaction with a number and its
+/// partitions, which verify that producer's batches and no other's; EndTxn decides it before any
+/// marker (a retry of the same outcome is `NONE`, the other outcome `INVALID_TXN_STATE`, and the
+/// next transaction waits, `CONCURRENT_TRANSACTIONS`); `txn_endings` lists it until its markers
+/// are written and `Complete` recorded; the next transaction takes a higher number. The markers
+/// of the record end the transaction in the partitions, once.
+pub async fn txn_record_follows_a_transaction_through_its_states(h: Harness) {
+    let p = partition(&h).await;
+    let other = tp(topic(&h, 2).await, 1);
+    assert_eq!(h.coordinator.describe_txn("tx").await.unwrap(), None);
+    let refused = transition(&h, t_add("tx", 7, 0, &[p])).await;
+    assert_eq!(
+        (refused.error, refused.record),
+        (ErrorCode::InvalidProducerIdMapping, None),
+        "no InitProducerId yet"
+    );
+    let init = transition(&h, t_init("tx", Some((7, 0)), 60_000)).await;
+    assert_eq!(init.error, ErrorCode::None);
+    let r = record_of(&init);
+    assert_eq!(
+        (r.producer_id, r.producer_epoch, r.timeout_ms, r.status),
+        (7, 0, 60_000, TxnStatus::Empty)
+    );
+    let no_txn = transition(&h, t_end("tx", 7, 0, true)).await;
+    assert_eq!(no_txn.error, ErrorCode::InvalidTxnState, "nothing to end");
+    let opened = transition(&h, t_add("tx", 7, 0, &[other, p])).await;
+    assert_eq!(opened.error, ErrorCode::None);
+    let first = record_of(&opened);
+    assert_eq!(first.status, TxnStatus::Ongoing);
+    let mut both = vec![other, p];
+    both.sort();
+    assert_eq!(first.partitions, both);
+    let again = transition(&h, t_add("tx", 7, 0, &[p])).await;
+    assert_eq!(
+        (again.error, record_of(&again)),
+        (ErrorCode::None, first.clone()),
+        "a repeat changes nothing"
+    );
+    assert_eq!(
+        h.coordinator.describe_txn("tx").await.unwrap(),
+        Some(first.clone())
+    );
+    let seq = first.txn_seq;
+    assert_eq!(first.txn_seq_for(7, 0, p), Some(seq));
+    assert_eq!(first.txn_seq_for(7, 1, p), None, "another epoch");
+    assert_eq!(first.txn_seq_for(8, 0, p), None, "another producer");
+    let fenced = transition(&h, t_add("tx", 7, 1, &[p])).await;
+    assert_eq!(fenced.error, ErrorCode::ProducerFenced);
+    let mapping = transition(&h, t_add("tx", 8, 0, &[p])).await;
+    assert_eq!(mapping.error, ErrorCode::InvalidProducerIdMapping);
+    // The verified batch, then the decision, then the markers.
+    ok_at(&commit_one(&h, txn(p, 7, 0, 0, 2, Some(seq))).await, 0);
+    assert!(
+        h.coordinator.txn_endings(100).await.unwrap().is_empty(),
+        "nothing decided"
+    );
+    let decided = transition(&h, t_end("tx", 7, 0, true)).await;
+    assert_eq!(decided.error, ErrorCode::None);
+    let prepared = record_of(&decided);
+    assert_eq!(prepared.status, TxnStatus::PrepareCommit);
+    assert_eq!(
+        prepared.txn_seq_for(7, 0, p),
+        None,
+        "decided: no batch joins it"
+    );
+    for (t, code) in [
+        (t_end("tx", 7, 0, true), ErrorCode::None),
+        (t_end("tx", 7, 0, false), ErrorCode::InvalidTxnState),
+        (t_add("tx", 7, 0, &[p]), ErrorCode::ConcurrentTransactions),
+        (
+            t_init("tx", Some((7, 1)), 60_000),
+            ErrorCode::ConcurrentTransactions,
+        ),
+    ] {
+        let answer = transition(&h, t.clone()).await;
+        assert_eq!(
+            (answer.error, record_of(&answer)),
+            (code, prepared.clone()),
+            "{t:?}"
+        );
+    }
+    assert_eq!(
+        h.coordinator.txn_endings(100).await.unwrap(),
+        vec![prepared.clone()]
+    );
+    let markers = prepared.markers();
+    assert_eq!(markers.len(), 2);
+    assert!(
+        markers
+            .iter()
+            .all(|m| m.commit && m.txn_seq == Some(seq) && m.producer_id == 7)
+    );
+    let results = write_markers(&h, &markers).await;
+    assert!(
+        results
+            .iter()
+            .all(|r| r.error == ErrorCode::None && !r.duplicate)
+    );
+    let p_marker = markers.iter().position(|m| m.partition == p).unwrap();
+    assert_eq!(results[p_marker].offset, 2);
+    assert!(
+        write_markers(&h, &markers)
+            .await
+            .iter()
+            .all(|r| r.duplicate),
+        "written again by another broker: duplicates"
+    );
+    let done = transition(&h, t_complete(&prepared)).await;
+    assert_eq!(done.error, ErrorCode::None);
+    assert_eq!(record_of(&done).status, TxnStatus::CompleteCommit);
+    let repeat = transition(&h, t_complete(&prepared)).await;
+    assert_eq!(
+        (repeat.error, record_of(&repeat)),
+        (ErrorCode::None, record_of(&done))
+    );
+    assert!(h.coordinator.txn_endings(100).await.unwrap().is_empty());
+    let late = transition(&h, t_end("tx", 7, 0, true)).await;
+    assert_eq!(late.error, ErrorCode::None, "a late retry of the EndTxn");
+    let (batches, last_stable, _) = committed(&h, p, 0).await;
+    assert_eq!((batches, last_stable), (vec![0, 2], 3));
+    // The next transaction: a higher number, its own partitions.
+    let next = record_of(&transition(&h, t_add("tx", 7, 0, &[p])).await);
+    assert_eq!(
+        (next.status, next.partitions.clone()),
+        (TxnStatus::Ongoing, vec![p])
+    );
+    assert!(next.txn_seq > seq, "{} after {seq}", next.txn_seq);
+    // Records are per transactional id.
+    assert_eq!(h.coordinator.describe_txn("tx2").await.unwrap(), None);
+}
+
+/// InitProducerId fences the open transaction: it is decided aborted at once
+/// (`CONCURRENT_TRANSACTIONS` until its markers are written and recorded); then the new epoch is
+/// recorded and an older one is `PRODUCER_FENCED`. Requests that contradict themselves are
+/// `InvalidRequest`.
+pub async fn txn_record_init_fences_the_open_transaction(h: Harness) {
+    let p = partition(&h).await;
+    transition(&h, t_init("tx", Some((3, 4)), 60_000)).await;
+    let open = record_of(&transition(&h, t_add("tx", 3, 4, &[p])).await);
+    ok_at(
+        &commit_one(&h, txn(p, 3, 4, 0, 1, Some(open.txn_seq))).await,
+        0,
+    );
+    let fence = transition(&h, t_init("tx", None, 60_000)).await;
+    assert_eq!(fence.error, ErrorCode::ConcurrentTransactions);
+    let aborting = record_of(&fence);
+    assert_eq!(
+        (aborting.status, aborting.timed_out, aborting.txn_seq),
+        (TxnStatus::PrepareAbort, false, open.txn_seq)
+    );
+    let late_commit = transition(&h, t_end("tx", 3, 4, true)).await;
+    assert_eq!(
+        late_commit.error,
+        ErrorCode::InvalidTxnState,
+        "the fence decided it"
+    );
+    let still = transition(&h, t_init("tx", Some((3, 5)), 60_000)).await;
+    assert_eq!(still.error, ErrorCode::ConcurrentTransactions);
+    assert_eq!(
+        h.coordinator.txn_endings(10).await.unwrap(),
+        vec![aborting.clone()]
+    );
+    let results = write_markers(&h, &aborting.markers()).await;
+    assert_eq!(results.len(), 1);
+    marker_at(&results[0], 1);
+    transition(&h, t_complete(&aborting)).await;
+    let (batches, last_stable, aborted_txns) = committed(&h, p, 0).await;
+    assert_eq!(
+        (batches, last_stable),
+        (vec![0, 1], 2),
+        "the aborted batch and the ABORT"
+    );
+    assert_eq!(aborted_txns, vec![aborted(3, 0, 1)]);
+    let check = transition(&h, t_init("tx", None, 60_000)).await;
+    assert_eq!(
+        check.error,
+        ErrorCode::None,
+        "nothing open: the check passes"
+    );
+    assert_eq!(record_of(&check).status, TxnStatus::CompleteAbort);
+    let bumped = transition(&h, t_init("tx", Some((3, 5)), 30_000)).await;
+    assert_eq!(bumped.error, ErrorCode::None);
+    let r = record_of(&bumped);
+    assert_eq!(
+        (r.producer_epoch, r.timeout_ms, r.status, r.txn_seq),
+        (5, 30_000, TxnStatus::Empty, open.txn_seq)
+    );
+    let stale = transition(&h, t_init("tx", Some((3, 4)), 30_000)).await;
+    assert_eq!(
+        (stale.error, record_of(&stale)),
+        (ErrorCode::ProducerFenced, r.clone())
+    );
+    let old_epoch = transition(&h, t_add("tx", 3, 4, &[p])).await;
+    assert_eq!(old_epoch.error, ErrorCode::ProducerFenced);
+    // A new producer id for the transactional id (the epoch space ran out) is taken too.
+    let other_id = transition(&h, t_init("tx", Some((9, 0)), 30_000)).await;
+    assert_eq!(other_id.error, ErrorCode::None);
+    for bad in [
+        t_init("", None, 1),
+        t_init("tx", None, 0),
+        t_init("tx", None, i64::from(i32::MAX) + 1),
+        t_init("tx", Some((-1, 0)), 1),
+        t_add("tx", 9, -1, &[p]),
+        t_add("tx", 9, 0, &[tp(p.topic_id, -1)]),
+        t_end("tx", -2, 0, true),
+    ] {
+        let r = h.coordinator.txn_transition(bad.clone()).await;
+        assert!(
+            matches!(r, Err(CoordinatorError::InvalidRequest(_))),
+            "{bad:?}: {r:?}"
+        );
+    }
+    assert_eq!(
+        record_of(&other_id),
+        h.coordinator.describe_txn("tx").await.unwrap().unwrap()
+    );
+}
+
+/// A transaction open longer than its timeout is aborted by `txn_endings` (at the coordinator's
+/// clock), its producer's epoch fenced until the next InitProducerId, as Kafka's transaction
+/// coordinator aborts it and bumps the epoch; one within its timeout is left alone.
+pub async fn txn_record_timeout_aborts_and_fences(h: Harness) {
+    let p = partition(&h).await;
+    transition(&h, t_init("slow", Some((1, 0)), 50)).await;
+    transition(&h, t_init("quick", Some((2, 0)), 600_000)).await;
+    let open = record_of(&transition(&h, t_add("slow", 1, 0, &[p])).await);
+    transition(&h, t_add("quick", 2, 0, &[])).await;
+    // Past the timeout on the harness's clock and on a server's.
+    h.clock.advance(200);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let endings = h.coordinator.txn_endings(10).await.unwrap();
+    assert_eq!(endings.len(), 1, "{endings:?}");
+    let aborting = &endings[0];
+    assert_eq!(
+        (
+            aborting.transactional_id.as_str(),
+            aborting.status,
+            aborting.timed_out,
+            aborting.txn_seq
+        ),
+        ("slow", TxnStatus::PrepareAbort, true, open.txn_seq)
+    );
+    assert!(aborting.markers().iter().all(|m| !m.commit));
+    assert_eq!(
+        h.coordinator
+            .describe_txn("quick")
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        TxnStatus::Ongoing
+    );
+    for t in [t_end("slow", 1, 0, true), t_add("slow", 1, 0, &[p])] {
+        assert_eq!(transition(&h, t).await.error, ErrorCode::ProducerFenced);
+    }
+    transition(&h, t_complete(aborting)).await;
+    let after = transition(&h, t_end("slow", 1, 0, false)).await;
+    assert_eq!(
+        after.error,
+        ErrorCode::ProducerFenced,
+        "fenced after it completed too"
+    );
+    let init = transition(&h, t_init("slow", Some((1, 1)), 50)).await;
+    assert_eq!(init.error, ErrorCode::None);
+    assert!(
+        !record_of(&init).timed_out,
+        "the next InitProducerId lifts the fence"
+    );
+    assert_eq!(
+        transition(&h, t_add("slow", 1, 1, &[p])).await.error,
+        ErrorCode::None
+    );
+}
+
+/// Concurrent transitions of one transactional id never lose one another: partitions added at
+/// once all end up in the one transaction they open, and of InitProducerIds racing with
+/// increasing epochs the highest epoch stays (each older one applied before it, or refused).
+pub async fn txn_records_change_one_at_a_time(h: Harness) {
+    let topic_id = topic(&h, 16).await;
+    let c = &h.coordinator;
+    let inits = futures::future::join_all((0..8i16).map(|epoch| async move {
+        c.txn_transition(t_init("race", Some((11, epoch)), 60_000))
+            .await
+            .expect("txn_transition")
+    }))
+    .await;
+    assert!(
+        inits
+            .iter()
+            .all(|a| matches!(a.error, ErrorCode::None | ErrorCode::ProducerFenced)),
+        "{inits:?}"
+    );
+    let r = c.describe_txn("race").await.unwrap().unwrap();
+    assert_eq!(r.producer_epoch, 7);
+    let adds = futures::future::join_all((0..16).map(|i| async move {
+        c.txn_transition(t_add("race", 11, 7, &[tp(topic_id, i)]))
+            .await
+            .expect("txn_transition")
+    }))
+    .await;
+    assert!(adds.iter().all(|a| a.error == ErrorCode::None), "{adds:?}");
+    let r = c.describe_txn("race").await.unwrap().unwrap();
+    assert_eq!(
+        r.partitions,
+        (0..16).map(|i| tp(topic_id, i)).collect::<Vec<_>>()
+    );
+    assert!(
+        adds.iter().all(|a| record_of(a).txn_seq == r.txn_seq),
+        "one transaction"
     );
 }
