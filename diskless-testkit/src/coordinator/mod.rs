@@ -97,7 +97,7 @@ mod tests {
         let mut runner = TestRunner::deterministic();
         let strategy = ops::ops_strategy(40);
         let mut total = ops::OpStats::default();
-        for _ in 0..256 {
+        for _ in 0..384 {
             let ops = strategy.new_tree(&mut runner).unwrap().current();
             let s = rt.block_on(ops::check_against_model(harness(), &ops));
             total.appended += s.appended;
@@ -122,6 +122,8 @@ mod tests {
             total.segments_already_registered += s.segments_already_registered;
             total.segments_deleted += s.segments_deleted;
             total.tiering_candidates += s.tiering_candidates;
+            total.txn_records_changed += s.txn_records_changed;
+            total.txn_records_finished += s.txn_records_finished;
         }
         let s = &total;
         for (name, n) in [
@@ -147,6 +149,8 @@ mod tests {
             ("segments_already_registered", s.segments_already_registered),
             ("segments_deleted", s.segments_deleted),
             ("tiering_candidates", s.tiering_candidates),
+            ("txn_records_changed", s.txn_records_changed),
+            ("txn_records_finished", s.txn_records_finished),
         ] {
             assert!(n >= 5, "generators rarely reach {name}: {total:?}");
         }

@@ -25,7 +25,7 @@ use diskless_coordinator::{
     LATEST_TIMESTAMP, ListOffsetsRequest, MAX_TIMESTAMP, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
     NO_SEQUENCE, NO_TIMESTAMP, ProducerIdBlock, RegisterSegmentOutcome, RegisterSegmentRequest,
     SegmentLayoutSizes, SegmentPlan, SegmentPlanRequest, TimestampType, TopicConfig,
-    TopicIdPartition, TxnMarker,
+    TopicIdPartition, TxnMarker, TxnTransition,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -37,6 +37,56 @@ pub const TOPIC_SLOTS: usize = 3;
 pub const PARTITIONS: i32 = 3;
 /// Producer ids ops use (0..PRODUCERS).
 pub const PRODUCERS: i64 = 2;
+
+/// The producer ids of the transaction records' ops (`Op::TxnRecord`): `TXN_RECORD_PRODUCER +
+/// tid`, apart from the idempotent producers' `0..PRODUCERS`.
+pub const TXN_RECORD_PRODUCER: i64 = 100;
+
+/// What the driver does for one `Op::TxnRecord`, step by step.
+enum TxnPlan {
+    Apply(TxnTransition),
+    Finish,
+    Endings,
+}
+
+/// One step of a transaction record (`Op::TxnRecord`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnRecordStep {
+    /// InitProducerId: the fence alone (`bump: None`), or recording the record's epoch plus
+    /// `bump` (negative: an older epoch); `short`: a 1 s timeout, else 60 s.
+    Init {
+        /// The epoch to record, relative to the record's (`None`: the fence alone).
+        bump: Option<i16>,
+        /// A 1 s transaction timeout.
+        short: bool,
+    },
+    /// AddPartitionsToTxn of the partitions in `mask` (bit `3 × slot + partition`) under the
+    /// record's epoch plus `epoch_delta`.
+    Add {
+        /// Which partitions.
+        mask: u16,
+        /// Epoch relative to the record's.
+        epoch_delta: i16,
+    },
+    /// EndTxn under the record's epoch plus `epoch_delta`.
+    End {
+        /// Commit or abort.
+        commit: bool,
+        /// Epoch relative to the record's.
+        epoch_delta: i16,
+    },
+    /// Writes the record's markers (every partition it names) on both, then `Complete`.
+    Finish,
+    /// `Add` of `mask`, then `End`, then `Finish`, under the record's epoch.
+    Cycle {
+        /// Which partitions.
+        mask: u16,
+        /// Commit or abort.
+        commit: bool,
+    },
+    /// `txn_endings` (timeouts at the clock's now).
+    Endings,
+}
 
 /// How an idempotent batch picks its epoch, relative to the producer's current one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -259,6 +309,14 @@ pub enum Op {
         /// producer.id.expiration.ms.
         producer_id_expiration_ms: i64,
     },
+    /// A step of the transaction record of transactional id `tid` (0 or 1; producer id
+    /// `TXN_RECORD_PRODUCER + tid`), resolved against the model's record.
+    TxnRecord {
+        /// Which transactional id.
+        tid: u8,
+        /// What is asked.
+        step: TxnRecordStep,
+    },
     /// Take a block of `count` producer ids (0 is invalid).
     AllocateProducerIds {
         /// Block size.
@@ -361,6 +419,22 @@ fn producer_strategy() -> impl Strategy<Value = Option<ProducerSpec>> {
             })
         }),
     ]
+}
+
+fn txn_record_strategy() -> impl Strategy<Value = Op> {
+    let delta = prop_oneof![8 => Just(0i16), 1 => Just(-1), 1 => Just(1)];
+    let step = prop_oneof![
+        1 => (prop_oneof![3 => Just(Some(1i16)), 1 => Just(None), 1 => Just(Some(-1)), 1 => Just(Some(0))], any::<bool>())
+            .prop_map(|(bump, short)| TxnRecordStep::Init { bump, short }),
+        3 => (1u16..512, delta.clone())
+            .prop_map(|(mask, epoch_delta)| TxnRecordStep::Add { mask, epoch_delta }),
+        3 => (any::<bool>(), delta)
+            .prop_map(|(commit, epoch_delta)| TxnRecordStep::End { commit, epoch_delta }),
+        2 => Just(TxnRecordStep::Finish),
+        2 => (1u16..512, any::<bool>()).prop_map(|(mask, commit)| TxnRecordStep::Cycle { mask, commit }),
+        1 => Just(TxnRecordStep::Endings),
+    ];
+    (0u8..2, step).prop_map(|(tid, step)| Op::TxnRecord { tid, step })
 }
 
 fn markers_strategy() -> impl Strategy<Value = Op> {
@@ -529,6 +603,7 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
                 read_committed
             }),
         3 => markers_strategy(),
+        3 => txn_record_strategy(),
         2 => (
             0..TOPIC_SLOTS,
             0..PARTITIONS,
@@ -709,6 +784,10 @@ pub struct OpStats {
     pub segments_deleted: u64,
     /// Partitions listed by `tiering_candidates`.
     pub tiering_candidates: u64,
+    /// Transaction record transitions applied (answered `NONE` with a change).
+    pub txn_records_changed: u64,
+    /// Decided transactions whose markers were written and which were recorded complete.
+    pub txn_records_finished: u64,
 }
 
 /// Producer sequence bookkeeping while resolving one file.
@@ -1228,6 +1307,106 @@ impl Driver<'_> {
                     None => self.stats.failed_calls += 1,
                 }
             }
+            Op::TxnRecord {
+                tid,
+                step: txn_step,
+            } => {
+                let id = format!("tx{tid}");
+                let pid = TXN_RECORD_PRODUCER + i64::from(*tid);
+                let current = model.describe_txn(&id).await.ok().flatten();
+                let epoch = current.as_ref().map_or(0, |r| r.producer_epoch);
+                let at = |delta: i16| epoch.saturating_add(delta).max(0);
+                let init = |producer: Option<(i64, i16)>, short: bool| {
+                    TxnPlan::Apply(TxnTransition::Init {
+                        transactional_id: id.clone(),
+                        producer,
+                        timeout_ms: if short { 1_000 } else { 60_000 },
+                    })
+                };
+                let add = |mask: u16, delta: i16| {
+                    TxnPlan::Apply(TxnTransition::AddPartitions {
+                        transactional_id: id.clone(),
+                        producer_id: pid,
+                        producer_epoch: at(delta),
+                        partitions: (0..TOPIC_SLOTS * PARTITIONS as usize)
+                            .filter(|bit| mask & (1 << bit) != 0)
+                            .map(|bit| {
+                                TopicIdPartition::new(
+                                    slot_topic_id(bit / PARTITIONS as usize),
+                                    (bit % PARTITIONS as usize) as i32,
+                                )
+                            })
+                            .collect(),
+                    })
+                };
+                let end = |commit: bool, delta: i16| {
+                    TxnPlan::Apply(TxnTransition::End {
+                        transactional_id: id.clone(),
+                        producer_id: pid,
+                        producer_epoch: at(delta),
+                        commit,
+                    })
+                };
+                let mut plan = Vec::new();
+                // `tx0` is initialised before its first other step (so that sequences reach its
+                // later states); `tx1` is not (requests without a record are refused).
+                if current.is_none() && *tid == 0 && !matches!(txn_step, TxnRecordStep::Init { .. })
+                {
+                    plan.push(init(Some((pid, 0)), false));
+                }
+                match *txn_step {
+                    TxnRecordStep::Init { bump, short } => plan.push(init(
+                        bump.map(|b| (pid, if current.is_some() { at(b) } else { 0 })),
+                        short,
+                    )),
+                    TxnRecordStep::Add { mask, epoch_delta } => plan.push(add(mask, epoch_delta)),
+                    TxnRecordStep::End {
+                        commit,
+                        epoch_delta,
+                    } => plan.push(end(commit, epoch_delta)),
+                    TxnRecordStep::Cycle { mask, commit } => {
+                        plan.extend([add(mask, 0), end(commit, 0), TxnPlan::Finish]);
+                    }
+                    TxnRecordStep::Finish => plan.push(TxnPlan::Finish),
+                    TxnRecordStep::Endings => plan.push(TxnPlan::Endings),
+                }
+                for p in plan {
+                    let before = model.describe_txn(&id).await.ok().flatten();
+                    let transition = match p {
+                        TxnPlan::Apply(t) => Some(t),
+                        TxnPlan::Finish => {
+                            let markers = before.as_ref().map(|r| r.markers()).unwrap_or_default();
+                            if !markers.is_empty() {
+                                let r = real.write_txn_markers(&markers).await;
+                                let m = model.write_txn_markers(&markers).await;
+                                assert_same(step, op, "write_txn_markers", r, m);
+                            }
+                            before.as_ref().map(|r| TxnTransition::Complete {
+                                transactional_id: id.clone(),
+                                producer_id: r.producer_id,
+                                txn_seq: r.txn_seq,
+                            })
+                        }
+                        TxnPlan::Endings => {
+                            let r = real.txn_endings(10).await;
+                            let m = model.txn_endings(10).await;
+                            assert_same(step, op, "txn_endings", r, m);
+                            None
+                        }
+                    };
+                    let Some(t) = transition else { continue };
+                    let finishing = matches!(t, TxnTransition::Complete { .. })
+                        && before.as_ref().is_some_and(|r| r.status.is_prepared());
+                    let r = real.txn_transition(t.clone()).await;
+                    let m = model.txn_transition(t).await;
+                    let changed =
+                        matches!(&m, Ok(a) if a.error == ErrorCode::None && a.record != before);
+                    if assert_same(step, op, "txn_transition", r, m).is_some() && changed {
+                        self.stats.txn_records_changed += 1;
+                        self.stats.txn_records_finished += u64::from(finishing);
+                    }
+                }
+            }
             Op::AllocateProducerIds { count } => {
                 // Blocks are compared by size and disjointness, not by number: the contract leaves
                 // where a block starts to the implementation.
@@ -1399,6 +1578,16 @@ impl Driver<'_> {
     /// Compares everything observable.
     async fn compare_state(&self, step: usize, op: &Op) {
         let (real, model) = (self.real, &self.model);
+        for tid in 0..2 {
+            let id = format!("tx{tid}");
+            assert_same(
+                step,
+                op,
+                "describe_txn",
+                real.describe_txn(&id).await,
+                model.describe_txn(&id).await,
+            );
+        }
         assert_same(
             step,
             op,
