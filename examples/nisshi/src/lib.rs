@@ -23,7 +23,6 @@ pub mod services;
 pub mod storage;
 mod topics;
 pub mod txn_admin;
-mod txn_state;
 
 pub use storage::{BuildError, DISKLESS_ENABLE, DisklessSettings, DisklessStorage};
 pub use topics::REFRESH_INTERVAL;

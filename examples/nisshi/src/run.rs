@@ -21,8 +21,6 @@ use url::Url;
 use crate::config::Config;
 use crate::storage::{DisklessSettings, DisklessStorage};
 
-/// The adapter's transaction state in the data directory ([`DisklessSettings::txn_state_file`]).
-pub const TXN_STATE_FILE: &str = "diskless-txns.json";
 
 /// A running node.
 #[derive(Debug)]
@@ -190,7 +188,6 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
             .with_engine_delete_records(engine_url.scheme().starts_with("postgres"))
             // tansu 0.6.0: its SQL engines delete every topic of the cluster for one.
             .with_engine_delete_topic(engine_url.scheme() == "s3")
-            .with_txn_state_file(Some(data_dir.join(TXN_STATE_FILE)))
             .with_auto_create_partitions(
                 config.auto_create_topics.then_some(config.num_partitions),
             ),

@@ -56,6 +56,8 @@ impl<S: Storage> Service<DisklessStorage<S>, ProduceRequest> for ProduceService 
     ) -> Result<ProduceResponse, Error> {
         let storage = ctx.state().clone();
         let transactional_id = req.transactional_id.clone();
+        let mut txn: Option<std::result::Result<Option<diskless_coordinator::TxnRecord>, String>> =
+            None;
         let mut layout: Vec<(String, Vec<(i32, Slot)>)> = Vec::new();
         let mut diskless: Vec<ProducePartition> = Vec::new();
         let mut classic: Vec<TopicProduceData> = Vec::new();
@@ -83,8 +85,15 @@ impl<S: Storage> Service<DisklessStorage<S>, ProduceRequest> for ProduceService 
                         }
                     }
                 });
+                // The transaction record, read once per request (for its first diskless partition).
+                if txn.is_none() {
+                    txn = Some(match transactional_id.as_deref() {
+                        Some(tid) => storage.txn_record(tid).await,
+                        None => Ok(None),
+                    });
+                }
                 let slot = match storage.diskless_partition(
-                    transactional_id.as_deref(),
+                    txn.as_ref().unwrap_or(&Ok(None)),
                     info,
                     p.index,
                     records,
@@ -212,6 +221,11 @@ pub(crate) async fn produce_direct<S: Storage>(
     for t in &request.topics {
         infos.push(storage.diskless_topic(&t.name).await.ok()??);
     }
+    // The transaction record its transactional batches are verified against.
+    let txn = match request.transactional_id.as_deref() {
+        Some(tid) => storage.txn_record(tid).await,
+        None => Ok(None),
+    };
     // Per topic, per partition: the writer's n-th answer, or the refusal made here.
     type Slots = Vec<(i32, Result<usize, (DisklessCode, String)>)>;
     let mut layout: Vec<(String, Slots)> = Vec::new();
@@ -223,7 +237,7 @@ pub(crate) async fn produce_direct<S: Storage>(
             .map(|p| {
                 let slot = storage
                     .diskless_partition(
-                        request.transactional_id.as_deref(),
+                        &txn,
                         info,
                         p.index,
                         p.records.clone(),

@@ -10,31 +10,43 @@
 //! | which topics are diskless | the batch coordinator (a live topic there is diskless) | the data path must not depend on `S` to route a partition; `S` also keeps `diskless.enable=true` in the topic's configs for DescribeConfigs |
 //! | a diskless partition's batches, offsets, log start, high watermark, LSO, producer sequences | the batch coordinator | KIP-1164 |
 //! | the applied copy of a diskless topic's configs ([`TopicConfig`]) | the batch coordinator, rebuilt from `S`'s configs on every alter | the writer and the lifecycle workers read it there |
-//! | producer ids and epochs, transaction state, group offsets, SCRAM, brokers | `S` | Nisshi's transaction and group handling own them; the coordinator only checks sequences and markers |
+//! | producer ids and epochs, group offsets, SCRAM, brokers | `S` | Nisshi's InitProducerId and group handling own them |
+//! | a transactional id's transaction: its producer, state, number, diskless partitions, timeout | the batch coordinator's transaction record | shared by every node, so a transaction's coordinator may move between nodes (the module documentation below) |
 //!
-//! Transactions: Nisshi's `txn_end` decides (its engine records the outcome); the markers of the
-//! transaction's diskless partitions are then written through the batch coordinator
-//! (`write_txn_markers`), and any that could not be written are retried on every `maintain` and
-//! [`DisklessStorage::retry_markers`] until they are (numbered by the transaction, so a retry
-//! of a marker already written is answered as a duplicate). A read_committed consumer of a diskless
-//! partition does not read past the open transaction until its marker is written (the LSO), so
-//! the outcome is the same in both kinds of partition. The open transactions' diskless partitions
-//! and the markers still to write are saved to a file ([`DisklessSettings::txn_state_file`],
-//! [`crate::txn_state`]) so that a restarted node writes them. An EndTxn is saved there (with
-//! its markers) *before* Nisshi's engine is asked to decide, and is driven to its end (the
-//! engine's `txn_end` again, then the markers) before anything else touches that transactional
-//! id — InitProducerId, AddPartitionsToTxn, a retried EndTxn — and on every `maintain`
-//! ([`DisklessStorage::finish_endings`]). So a node killed after the engine decided still writes
-//! the decided markers, and a client that starts over with InitProducerId cannot fence a
-//! transaction whose commit the engine already recorded into an abort on the diskless side.
-//! This rests on tansu 0.6.0's `txn_end` deciding whatever it is asked (it checks no state and
-//! answers `NONE`; asked again, it finds nothing left and answers `NONE`): the saved outcome is
-//! the engine's decision. `tests/storage.rs`
-//! (`an_end_txn_decided_before_a_crash_is_finished_after_it`) kills the adapter at that point.
+//! Transactions: the transaction state Kafka keeps in `__transaction_state` is kept in the batch
+//! coordinator, which every node shares: one record per transactional id
+//! ([`diskless_coordinator::txn_record`]). Nisshi's engine keeps its own too (tansu 0.6.0 per
+//! engine, deciding whatever it is asked), so every transition goes through the record first and
+//! reaches the engine only if the record took it:
+//! - InitProducerId fences the open transaction in the record (`PrepareAbort`), finishes it, asks
+//!   the engine for the new epoch and records it;
+//! - AddPartitionsToTxn and AddOffsetsToTxn open the next transaction in the record (its number
+//!   taken there) or add to it, then ask the engine; a diskless batch is verified against the
+//!   record (`TxnRecord::txn_seq_for`, read on the node that takes the Produce, whichever node
+//!   the client's transaction coordinator is);
+//! - EndTxn records the outcome (`PrepareCommit`/`PrepareAbort`) *before* the engine is asked to
+//!   decide, then the engine decides, the diskless markers are written and the record completed
+//!   ([`DisklessStorage::drive_ending`]). A node killed anywhere in between leaves a prepared
+//!   record, which the client's retry on any node, the next InitProducerId, or any node's
+//!   `maintain` ([`DisklessStorage::finish_endings`]) drives to its end: the engine asked again
+//!   (tansu 0.6.0's `txn_end` decides what it is asked and answers `NONE` again), the markers
+//!   written again (they carry the transaction's number, so the coordinator answers a repeat as a
+//!   duplicate);
+//! - a transaction open longer than its timeout is aborted by the record
+//!   (`BatchCoordinator::txn_endings`, at the coordinator's clock), its epoch fenced until the
+//!   next InitProducerId, and finished like an EndTxn.
+//!
+//! So no node acts on a transaction it alone remembers: an EndTxn on any node writes the markers
+//! of every diskless partition the transaction added on any node, and a timeout cannot abort a
+//! transaction the client committed (the record decided it first). One gap is the engine's: its
+//! `txn_end` names no transaction, so a node that finishes an abandoned ending calls it only
+//! after reading the record prepared again, right before the call (a client whose next
+//! transaction began in that instant would see it decided by the engine). `tests/storage.rs`
+//! (`an_end_txn_decided_before_a_crash_is_finished_after_it`) kills the adapter between the
+//! engine's decision and the markers; `tests/multinode.rs` ends a transaction on another node.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -42,7 +54,7 @@ use async_trait::async_trait;
 use diskless_coordinator::{
     BatchCoordinator, Clock, CreateTopicRequest, DeleteRecordsRequest, EARLIEST_TIMESTAMP,
     IsolationLevel as DisklessIsolation, LATEST_TIMESTAMP, TopicConfig, TopicIdPartition,
-    TopicInfo, TxnMarker,
+    TopicInfo, TxnAnswer, TxnMarker, TxnRecord, TxnStatus, TxnTransition,
 };
 use diskless_core::{
     DisklessNode, FetchPartition, Fetcher, ListOffsetsPartition, ListedOffset, PartitionResponse,
@@ -76,8 +88,8 @@ use url::Url;
 use uuid::Uuid;
 
 use crate::convert;
+use diskless_coordinator::ErrorCode as DisklessCode;
 use crate::topics::DisklessTopics;
-use crate::txn_state::{EndingTxn, MAX_TIMEOUT_MS, OpenTxn, TxnState};
 
 /// KIP-1150's topic config: `true` makes a topic diskless. Fixed at creation.
 pub const DISKLESS_ENABLE: &str = "diskless.enable";
@@ -88,6 +100,13 @@ const TOPIC_RESOURCE: i8 = 2;
 /// Kafka's broker default `transaction.max.timeout.ms` (15 minutes): the longest transaction
 /// timeout an InitProducerId may ask for.
 pub const TRANSACTION_MAX_TIMEOUT_MS: i32 = 900_000;
+
+/// How many decided transactions one `maintain` finishes at most.
+const ENDINGS_PER_PASS: u32 = 100;
+
+/// How long a decided transaction is left to the node that decided it before another node's
+/// `maintain` finishes it (ms): that node is writing its markers, or died.
+pub const ENDING_GRACE_MS: i64 = 2_000;
 
 /// Kafka's `IncrementalAlterConfigs` operation `DELETE`.
 const OP_DELETE: i8 = 1;
@@ -119,10 +138,6 @@ pub struct DisklessSettings {
     /// without touching either side, and a topic the coordinator refused is left in Nisshi's
     /// engine rather than undone through that delete. Default `false`.
     pub engine_delete_topic: bool,
-    /// Where the open transactions' diskless partitions and the markers still to write are kept
-    /// across restarts ([`crate::txn_state`]). Default `None`: in memory only (a restart between
-    /// a transaction's end and its diskless markers leaves those partitions' LSO behind).
-    pub txn_state_file: Option<PathBuf>,
     /// Kafka's `auto.create.topics.enable` (tansu 0.6.0 has no automatic creation): `Some(n)`
     /// creates a topic a Metadata request names and allows to create, with `n` partitions
     /// ([`crate::metadata`]). Default `None`: off, as in Nisshi.
@@ -137,7 +152,6 @@ impl Default for DisklessSettings {
             topic_defaults: TopicConfig::default(),
             engine_delete_records: false,
             engine_delete_topic: false,
-            txn_state_file: None,
             auto_create_partitions: None,
         }
     }
@@ -149,14 +163,12 @@ diskless_common::with_setters!(DisklessSettings {
     with_topic_defaults => topic_defaults: [TopicConfig],
     with_engine_delete_records => engine_delete_records: [bool],
     with_engine_delete_topic => engine_delete_topic: [bool],
-    with_txn_state_file => txn_state_file: [Option<PathBuf>],
     with_auto_create_partitions => auto_create_partitions: [Option<i32>],
 });
 
 /// The parts every clone of a [`DisklessStorage`] shares.
 pub(crate) struct Shared {
-    /// The diskless node's clock: every time this adapter reads (transaction numbers, the
-    /// maintenance tick).
+    /// The diskless node's clock (the maintenance tick).
     clock: Arc<dyn Clock>,
     pub(crate) node: parking_lot::Mutex<Option<DisklessNode>>,
     pub(crate) writer: Arc<WalWriter>,
@@ -164,19 +176,11 @@ pub(crate) struct Shared {
     pub(crate) coordinator: Arc<dyn BatchCoordinator>,
     pub(crate) topics: DisklessTopics,
     pub(crate) settings: DisklessSettings,
-    /// Open transactions' diskless partitions and the markers still to write, saved to
-    /// `settings.txn_state_file` after every change ([`crate::txn_state`]).
-    txn_state: parking_lot::Mutex<TxnState>,
-    /// Held while the state is saved: the last save writes the latest state.
-    txn_state_saving: parking_lot::Mutex<()>,
-    last_txn_seq: parking_lot::Mutex<i64>,
     /// Fail point for tests: `txn_end` stops right after Nisshi's engine decided, as a process
     /// killed there would ([`DisklessStorage::stop_after_engine_decides`]).
     stop_after_engine_decides: std::sync::atomic::AtomicBool,
     /// Produce requests served from their frame (`services::produce_direct`).
     pub(crate) direct_produces: std::sync::atomic::AtomicU64,
-    /// `transaction.timeout.ms` of each transactional id's last InitProducerId on this node.
-    txn_timeouts: parking_lot::Mutex<std::collections::HashMap<String, i64>>,
 }
 
 /// Nisshi's [`Storage`] with diskless topics: calls about a diskless partition's data go to the
@@ -205,9 +209,6 @@ pub enum BuildError {
     /// The node has no writer for the configured broker id.
     #[error("the diskless node has no writer for broker id {0}")]
     NoWriter(i32),
-    /// The saved transaction state cannot be read.
-    #[error("transaction state: {0}")]
-    TxnState(String),
 }
 
 impl<S: Storage> DisklessStorage<S> {
@@ -225,10 +226,6 @@ impl<S: Storage> DisklessStorage<S> {
         let fetcher = node.fetcher().clone();
         let coordinator = node.coordinator().clone();
         let clock = node.clock().clone();
-        let txn_state = match &settings.txn_state_file {
-            Some(path) => TxnState::load(path).map_err(BuildError::TxnState)?,
-            None => TxnState::default(),
-        };
         Ok(DisklessStorage {
             inner,
             shared: Arc::new(Shared {
@@ -239,11 +236,7 @@ impl<S: Storage> DisklessStorage<S> {
                 settings,
                 clock,
                 node: parking_lot::Mutex::new(Some(node)),
-                txn_state: parking_lot::Mutex::new(txn_state),
-                txn_state_saving: parking_lot::Mutex::new(()),
-                last_txn_seq: parking_lot::Mutex::new(0),
                 stop_after_engine_decides: std::sync::atomic::AtomicBool::new(false),
-                txn_timeouts: parking_lot::Mutex::new(std::collections::HashMap::new()),
                 direct_produces: std::sync::atomic::AtomicU64::new(0),
             }),
         })
@@ -304,191 +297,171 @@ impl<S: Storage> DisklessStorage<S> {
             .map_err(|e| convert::api_error(&e))
     }
 
-    /// Writes the transaction markers that could not be written when their transaction ended.
-    /// Returns how many are still pending.
-    pub async fn retry_markers(&self) -> usize {
-        let markers = std::mem::take(&mut self.shared.txn_state.lock().pending);
-        if markers.is_empty() {
-            return 0;
-        }
-        let failed = self.write_markers(markers).await;
-        let left = failed.len();
-        self.shared.txn_state.lock().pending.extend(failed);
-        if let Err(e) = self.save_txn_state() {
-            // The markers written are duplicates if written again after a restart.
-            warn!(error = ?e, "transaction state not saved");
+    /// Applies `transition` to the transaction record (the batch coordinator's), a failure
+    /// answered with its Kafka error code.
+    async fn txn_transition(&self, transition: TxnTransition) -> Result<TxnAnswer> {
+        self.shared
+            .coordinator
+            .txn_transition(transition)
+            .await
+            .map_err(|e| {
+                warn!(error = %e, "transaction record not changed");
+                convert::api_error(&e)
+            })
+    }
+
+    /// The transaction record of `transactional_id`, if any: what a transactional batch is
+    /// verified against on this node, whichever node the client's transaction coordinator is.
+    pub(crate) async fn txn_record(
+        &self,
+        transactional_id: &str,
+    ) -> std::result::Result<Option<TxnRecord>, String> {
+        self.shared
+            .coordinator
+            .describe_txn(transactional_id)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Finishes the decided transactions whose markers are not all written (the record's prepared
+    /// ones: an EndTxn or a fence interrupted by a crash or a failure, and the transactions
+    /// `txn_endings` just aborted for their timeout), on behalf of whichever node decided them.
+    /// One decided less than [`ENDING_GRACE_MS`] before `now_ms` is left to the node finishing
+    /// it (unless its timeout aborted it). Returns how many are left unfinished.
+    pub async fn finish_endings(&self, now_ms: i64) -> usize {
+        let endings = match self.shared.coordinator.txn_endings(ENDINGS_PER_PASS).await {
+            Ok(endings) => endings,
+            Err(e) => {
+                warn!(error = %e, "transaction endings not read");
+                return 0;
+            }
+        };
+        let mut left = 0;
+        for record in endings {
+            if !record.timed_out && now_ms.saturating_sub(record.updated_ms) < ENDING_GRACE_MS {
+                left += 1;
+                continue;
+            }
+            if record.timed_out && record.status == TxnStatus::PrepareAbort {
+                warn!(
+                    transactional_id = record.transactional_id,
+                    producer_id = record.producer_id,
+                    "transaction timed out; aborting it"
+                );
+            }
+            match self.drive_ending(&record, true).await {
+                Ok(ErrorCode::None) => {}
+                Ok(code) => {
+                    warn!(transactional_id = record.transactional_id, ?code, "a decided transaction not finished");
+                    left += 1;
+                }
+                Err(e) => {
+                    warn!(transactional_id = record.transactional_id, error = ?e, "a decided transaction not finished");
+                    left += 1;
+                }
+            }
         }
         left
     }
 
-    /// Drives the saved EndTxn of `transaction_id` (every one when `None`) to its end: Nisshi's
-    /// engine decides again (the module documentation says why that repeats its first decision),
-    /// then the markers are written. Returns whether none is left undecided.
-    pub async fn finish_endings(&self, transaction_id: Option<&str>) -> bool {
-        let endings: Vec<(String, EndingTxn)> = {
-            let state = self.shared.txn_state.lock();
-            state
-                .ending
-                .iter()
-                .filter(|(tid, _)| transaction_id.is_none_or(|only| only == tid.as_str()))
-                .map(|(tid, e)| (tid.clone(), e.clone()))
-                .collect()
+    /// Finishes the decided transaction of `record`: Nisshi's engine decides it (again: see the
+    /// module documentation), its diskless markers are written, the record completed. With
+    /// `recheck`, the record is read again first and the engine asked only if it still shows
+    /// this transaction prepared (a node finishing another node's ending). Returns `NONE` once
+    /// the engine decided; markers that could not be written leave the record prepared, for
+    /// [`DisklessStorage::finish_endings`] to finish.
+    pub(crate) async fn drive_ending(&self, record: &TxnRecord, recheck: bool) -> Result<ErrorCode> {
+        let Some(commit) = record.status.outcome() else {
+            return Ok(ErrorCode::InvalidTxnState);
         };
-        let mut done = true;
-        for (tid, ending) in endings {
-            match self.drive_ending(&tid, &ending).await {
-                Ok(ErrorCode::None) => {
-                    if self.shared.txn_state.lock().ending.contains_key(&tid) {
-                        done = false;
-                    }
-                }
-                Ok(code) => {
-                    warn!(
-                        transactional_id = tid,
-                        ?code,
-                        "Nisshi's engine refused a saved EndTxn; kept"
-                    );
-                    done = false;
-                }
-                Err(e) => {
-                    warn!(transactional_id = tid, error = ?e, "a saved EndTxn not decided yet");
-                    done = false;
-                }
+        if !record.status.is_prepared() {
+            return Ok(ErrorCode::None);
+        }
+        if recheck {
+            let fresh = self
+                .txn_record(&record.transactional_id)
+                .await
+                .map_err(Error::Message)?;
+            let same = fresh.is_some_and(|f| {
+                f.status == record.status
+                    && f.txn_seq == record.txn_seq
+                    && f.producer_id == record.producer_id
+            });
+            if !same {
+                return Ok(ErrorCode::None);
             }
         }
-        done
-    }
-
-    /// Asks Nisshi's engine to decide the saved `ending` (unless it already has), then writes its
-    /// markers; the saved end is dropped once every marker is written. Two callers driving the
-    /// same end at once (a client's retry and `maintain`) both write the markers, which the
-    /// coordinator answers as duplicates the second time (they carry the transaction's number),
-    /// and neither returns `NONE` before the markers are written or known decided.
-    async fn drive_ending(&self, transaction_id: &str, ending: &EndingTxn) -> Result<ErrorCode> {
-        let same = |e: &EndingTxn| {
-            e.producer_id == ending.producer_id
-                && e.producer_epoch == ending.producer_epoch
-                && e.commit == ending.commit
-        };
-        if !ending.decided {
-            let code = self
-                .inner
-                .txn_end(
-                    transaction_id,
-                    ending.producer_id,
-                    ending.producer_epoch,
-                    ending.commit,
-                )
-                .await?;
-            if self
-                .shared
-                .stop_after_engine_decides
-                .load(std::sync::atomic::Ordering::SeqCst)
-            {
-                return Err(Error::Message(
-                    "fail point: stopped after the engine decided".into(),
-                ));
-            }
-            if code != ErrorCode::None {
-                return Ok(code);
-            }
-            if let Some(e) = self.shared.txn_state.lock().ending.get_mut(transaction_id)
-                && same(e)
-            {
-                e.decided = true;
-            }
-        }
-        let failed = self.write_markers(ending.markers.clone()).await;
-        let left = failed.len();
+        let code = self
+            .inner
+            .txn_end(
+                &record.transactional_id,
+                record.producer_id,
+                record.producer_epoch,
+                commit,
+            )
+            .await?;
+        if self
+            .shared
+            .stop_after_engine_decides
+            .load(std::sync::atomic::Ordering::SeqCst)
         {
-            let mut state = self.shared.txn_state.lock();
-            if let Some(e) = state.ending.get_mut(transaction_id)
-                && same(e)
-            {
-                if failed.is_empty() {
-                    state.ending.remove(transaction_id);
-                } else {
-                    e.markers = failed;
-                }
+            return Err(Error::Message(
+                "fail point: stopped after the engine decided".into(),
+            ));
+        }
+        if code != ErrorCode::None {
+            // tansu 0.6.0's engine never refuses; another engine's refusal leaves the record
+            // prepared (the diskless side waits, its LSO held) and is reported.
+            warn!(
+                transactional_id = record.transactional_id,
+                ?code,
+                "Nisshi's engine refused a decided transaction's end"
+            );
+            return Ok(code);
+        }
+        let failed = self.write_markers(record.markers()).await;
+        if failed.is_empty() {
+            let complete = TxnTransition::Complete {
+                transactional_id: record.transactional_id.clone(),
+                producer_id: record.producer_id,
+                txn_seq: record.txn_seq,
+            };
+            if let Err(e) = self.txn_transition(complete).await {
+                warn!(error = ?e, "transaction not recorded complete yet; finished again later");
             }
-        }
-        if let Err(e) = self.save_txn_state() {
-            warn!(error = ?e, "transaction state not saved");
-        }
-        if left > 0 {
+        } else {
             // Decided; the markers are retried by `maintain` and by the next request of this
             // transactional id (which waits for them, Kafka's CONCURRENT_TRANSACTIONS).
             warn!(
-                transactional_id = transaction_id,
-                left, "transaction markers not written yet"
+                transactional_id = record.transactional_id,
+                left = failed.len(),
+                "transaction markers not written yet"
             );
         }
         Ok(ErrorCode::None)
     }
 
-    /// Whether `producer_id`/`producer_epoch` of `transaction_id` lost its transaction to the
-    /// transaction timeout (and has not been initialised again since).
-    fn timed_out(&self, transaction_id: &str, producer_id: i64, producer_epoch: i16) -> bool {
-        self.shared.txn_state.lock().timed_out.get(transaction_id)
-            == Some(&(producer_id, producer_epoch))
-    }
-
-    /// Aborts every open transaction with a diskless partition that has been open longer than its
-    /// `transaction.timeout.ms` at `now_ms`, as Kafka's transaction coordinator does (tansu 0.6.0
-    /// has no timeout: a producer that died mid-transaction would hold its diskless partitions'
-    /// LSO, and every read_committed consumer of them, forever). The abort is saved and driven
-    /// like a client's EndTxn (Nisshi's engine aborts the classic side, then the diskless markers);
-    /// the producer's epoch is fenced until its next InitProducerId (`PRODUCER_FENCED`, as after
-    /// Kafka's epoch bump). Returns how many were aborted.
-    pub async fn abort_timed_out(&self, now_ms: i64) -> usize {
-        let expired: Vec<(String, EndingTxn)> = {
-            let mut state = self.shared.txn_state.lock();
-            let ids: Vec<String> = state
-                .txns
-                .iter()
-                .filter(|(tid, t)| {
-                    !state.ending.contains_key(tid.as_str())
-                        && t.started_ms.saturating_add(t.timeout_ms) < now_ms
-                })
-                .map(|(tid, _)| tid.clone())
-                .collect();
-            let mut expired = Vec::new();
-            for tid in ids {
-                let Some(txn) = state.txns.remove(&tid) else {
-                    continue;
-                };
-                let ending = EndingTxn {
-                    producer_id: txn.producer_id,
-                    producer_epoch: txn.producer_epoch,
-                    commit: false,
-                    markers: markers_of(&txn, txn.producer_id, txn.producer_epoch, false),
-                    decided: false,
-                };
-                state
-                    .timed_out
-                    .insert(tid.clone(), (txn.producer_id, txn.producer_epoch));
-                state.ending.insert(tid.clone(), ending.clone());
-                expired.push((tid, ending));
-            }
-            expired
-        };
-        if expired.is_empty() {
-            return 0;
-        }
-        if let Err(e) = self.save_txn_state() {
-            warn!(error = ?e, "transaction state not saved before timeout aborts");
-        }
-        for (tid, ending) in &expired {
-            warn!(
-                transactional_id = tid,
-                producer_id = ending.producer_id,
-                "transaction timed out; aborting it"
-            );
-            if let Err(e) = self.drive_ending(tid, ending).await {
-                warn!(transactional_id = tid, error = ?e, "timeout abort not decided yet; retried");
+    /// Applies `transition`; while the record shows a decided transaction not finished
+    /// (`CONCURRENT_TRANSACTIONS` with a prepared record), finishes it and asks once more.
+    async fn transition_after_endings(&self, transition: TxnTransition) -> Result<TxnAnswer> {
+        let mut answer = self.txn_transition(transition.clone()).await?;
+        for _ in 0..2 {
+            let prepared = answer
+                .record
+                .as_ref()
+                .filter(|r| r.status.is_prepared())
+                .cloned();
+            match prepared {
+                Some(record) if answer.error == DisklessCode::ConcurrentTransactions => {
+                    if self.drive_ending(&record, false).await? != ErrorCode::None {
+                        break;
+                    }
+                    answer = self.txn_transition(transition.clone()).await?;
+                }
+                _ => break,
             }
         }
-        expired.len()
+        Ok(answer)
     }
 
     /// How many Produce requests this node read from their frame, without Nisshi's codec (their
@@ -506,37 +479,6 @@ impl<S: Storage> DisklessStorage<S> {
         self.shared
             .stop_after_engine_decides
             .store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    /// Saves the transaction state to `settings.txn_state_file`, if set.
-    fn save_txn_state(&self) -> Result<()> {
-        let Some(path) = &self.shared.settings.txn_state_file else {
-            return Ok(());
-        };
-        let _saving = self.shared.txn_state_saving.lock();
-        let state = self.shared.txn_state.lock().clone();
-        state
-            .save(path)
-            .map_err(|e| Error::Message(format!("saving {}: {e}", path.display())))
-    }
-
-    /// Ends `txn` on its diskless partitions: its markers are saved as pending, then written.
-    async fn end_diskless(
-        &self,
-        txn: &OpenTxn,
-        producer_id: i64,
-        producer_epoch: i16,
-        commit: bool,
-    ) {
-        if txn.partitions.is_empty() {
-            return;
-        }
-        let markers = markers_of(txn, producer_id, producer_epoch, commit);
-        self.shared.txn_state.lock().pending.extend(markers);
-        if let Err(e) = self.save_txn_state() {
-            warn!(error = ?e, "transaction markers not saved before writing them");
-        }
-        self.retry_markers().await;
     }
 
     /// Writes `markers`, returning those that failed (to retry).
@@ -609,8 +551,11 @@ impl<S: Storage> DisklessStorage<S> {
         records: bytes::Bytes,
     ) -> PartitionResponse {
         let tp = TopicIdPartition::new(topic.topic_id, partition);
-        let produce = match self.diskless_partition(transaction_id, topic, partition, Some(records))
-        {
+        let txn = match transaction_id {
+            Some(tid) => self.txn_record(tid).await,
+            None => Ok(None),
+        };
+        let produce = match self.diskless_partition(&txn, topic, partition, Some(records)) {
             Ok(produce) => produce,
             Err((code, message)) => return PartitionResponse::error(tp, code, message),
         };
@@ -631,11 +576,15 @@ impl<S: Storage> DisklessStorage<S> {
 
     /// One partition of a diskless topic as the writer takes it, or why it is refused before: an
     /// index the topic does not have, or no records. A transactional batch carries its
-    /// transaction's number when the partition was added to the producer's transaction on this
-    /// node ([`DisklessStorage::txn_seq_for`]).
+    /// transaction's number when the transaction record (`txn`, read for the request's
+    /// transactional id) shows the partition added to the producer's open transaction, as
+    /// Kafka's partition leader verifies it (KIP-890); otherwise none, and the coordinator
+    /// refuses it (`INVALID_TXN_STATE`). A record that could not be read (`Err`) refuses a
+    /// transactional batch with the retriable `NOT_ENOUGH_REPLICAS`, as Kafka's `ReplicaManager`
+    /// answers a verification that failed.
     pub(crate) fn diskless_partition(
         &self,
-        transactional_id: Option<&str>,
+        txn: &std::result::Result<Option<TxnRecord>, String>,
         info: &TopicInfo,
         index: i32,
         records: Option<bytes::Bytes>,
@@ -653,44 +602,28 @@ impl<S: Storage> DisklessStorage<S> {
             ));
         };
         let tp = TopicIdPartition::new(info.topic_id, index);
-        let txn_seq = transactional_id.and_then(|tid| self.txn_seq_for(tid, tp, &bytes));
+        let batch = diskless_core::RecordBatch::parse(bytes.clone())
+            .ok()
+            .filter(|b| b.attributes().is_transactional() && !b.attributes().is_control());
+        let txn_seq = match (batch, txn) {
+            (None, _) | (Some(_), Ok(None)) => None,
+            (Some(b), Ok(Some(record))) => {
+                record.txn_seq_for(b.producer_id(), b.producer_epoch(), tp)
+            }
+            (Some(_), Err(why)) => {
+                return Err((
+                    diskless_coordinator::ErrorCode::NotEnoughReplicas,
+                    format!(
+                        "Unable to verify the partition has been added to the transaction: {why}"
+                    ),
+                ));
+            }
+        };
         let mut produce = ProducePartition::new(tp, Arc::new(info.config.clone()), bytes);
         if let Some(seq) = txn_seq {
             produce = produce.with_txn_seq(seq);
         }
         Ok(produce)
-    }
-
-    /// The transaction number a transactional batch to `tp` carries: its transaction's, when
-    /// `tp` was added to the ongoing transaction of `transaction_id` with the batch's producer id
-    /// and epoch (the host's verification, as Kafka's `AddPartitionsToTxnManager`). `None` for a
-    /// batch that is not transactional or not verified; the coordinator refuses an unverified
-    /// transactional batch with `INVALID_TXN_STATE`, as Kafka does.
-    pub(crate) fn txn_seq_for(
-        &self,
-        transaction_id: &str,
-        tp: TopicIdPartition,
-        records: &bytes::Bytes,
-    ) -> Option<i64> {
-        let batch = diskless_core::RecordBatch::parse(records.clone()).ok()?;
-        if !batch.attributes().is_transactional() || batch.attributes().is_control() {
-            return None;
-        }
-        let state = self.shared.txn_state.lock();
-        let txn = state.txns.get(transaction_id)?;
-        (txn.producer_id == batch.producer_id()
-            && txn.producer_epoch == batch.producer_epoch()
-            && txn.partitions.contains(&tp))
-        .then_some(txn.txn_seq)
-    }
-
-    /// A transaction number above every one this process handed out and, being taken from the
-    /// wall clock (microseconds), above those of earlier runs.
-    fn next_txn_seq(&self) -> i64 {
-        let now = self.shared.clock.now_ms().saturating_mul(1000);
-        let mut last = self.shared.last_txn_seq.lock();
-        *last = (*last + 1).max(now);
-        *last
     }
 
     /// Now, by the diskless node's clock (what the maintenance tick gives [`Storage::maintain`]).
@@ -789,52 +722,47 @@ impl<S: Storage> DisklessStorage<S> {
             .map_err(|e| Error::Api(convert::code(e.error_code())))
     }
 
-    /// The diskless partitions of a transaction-add request, recorded under their transaction.
-    async fn note_added_partitions(
+    /// The diskless partitions of a transaction-add request.
+    async fn diskless_partitions_of(
+        &self,
+        topics: &[AddPartitionsToTxnTopic],
+    ) -> Result<Vec<TopicIdPartition>> {
+        let mut partitions = Vec::new();
+        for topic in topics {
+            if let Some(info) = self.diskless_topic(&topic.name).await? {
+                partitions.extend(
+                    topic
+                        .partitions
+                        .as_deref()
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|p| TopicIdPartition::new(info.topic_id, *p)),
+                );
+            }
+        }
+        Ok(partitions)
+    }
+
+    /// AddPartitionsToTxn's (and AddOffsetsToTxn's, with no partitions) step in the transaction
+    /// record: `NONE` when the engine may be asked next, else Kafka's error. A decided
+    /// transaction not finished yet is finished first (the client's EndTxn was answered before
+    /// its markers were all written).
+    async fn record_added(
         &self,
         transaction_id: &str,
         producer_id: i64,
         producer_epoch: i16,
-        topics: &[AddPartitionsToTxnTopic],
-    ) -> Result<()> {
-        for topic in topics {
-            if let Some(info) = self.diskless_topic(&topic.name).await? {
-                let fresh = self.next_txn_seq();
-                let now_ms = self.shared.clock.now_ms();
-                let timeout_ms = self
-                    .shared
-                    .txn_timeouts
-                    .lock()
-                    .get(transaction_id)
-                    .copied()
-                    .unwrap_or(MAX_TIMEOUT_MS);
-                let mut state = self.shared.txn_state.lock();
-                let txn = state
-                    .txns
-                    .entry(transaction_id.to_string())
-                    .or_insert_with(|| OpenTxn {
-                        txn_seq: fresh,
-                        started_ms: now_ms,
-                        timeout_ms,
-                        ..OpenTxn::default()
-                    });
-                if txn.producer_id != producer_id || txn.producer_epoch != producer_epoch {
-                    // Another producer id or epoch: the old one was fenced; a new transaction.
-                    txn.partitions.clear();
-                    txn.txn_seq = fresh;
-                    txn.started_ms = now_ms;
-                    txn.timeout_ms = timeout_ms;
-                }
-                txn.producer_id = producer_id;
-                txn.producer_epoch = producer_epoch;
-                for p in topic.partitions.as_deref().unwrap_or_default() {
-                    txn.partitions
-                        .insert(TopicIdPartition::new(info.topic_id, *p));
-                }
-            }
-        }
-        // On disk before the partitions are answered as added.
-        self.save_txn_state()
+        partitions: Vec<TopicIdPartition>,
+    ) -> Result<ErrorCode> {
+        let answer = self
+            .transition_after_endings(TxnTransition::AddPartitions {
+                transactional_id: transaction_id.to_string(),
+                producer_id,
+                producer_epoch,
+                partitions,
+            })
+            .await?;
+        Ok(convert::code(answer.error))
     }
 
     /// Rebuilds a diskless topic's applied config from Nisshi's stored configs and gives it to the
@@ -1429,39 +1357,50 @@ impl<S: Storage> Storage for DisklessStorage<S> {
                 epoch: -1,
             });
         }
-        // A transaction of this id whose end was asked is finished first (Kafka answers
-        // CONCURRENT_TRANSACTIONS while one completes): fencing must not turn it into an abort.
-        if let Some(tid) = transaction_id
-            && !self.finish_endings(Some(tid)).await
-        {
-            return Ok(ProducerIdResponse {
-                error: ErrorCode::ConcurrentTransactions,
-                id: -1,
-                epoch: -1,
-            });
+        let Some(tid) = transaction_id else {
+            return self
+                .inner
+                .init_producer(None, transaction_timeout_ms, Some(-1), Some(-1))
+                .await;
+        };
+        let refused = |error: ErrorCode| ProducerIdResponse {
+            error,
+            id: -1,
+            epoch: -1,
+        };
+        let timeout_ms = i64::from(transaction_timeout_ms);
+        // The open transaction is fenced (decided aborted) and finished, and one whose end was
+        // decided is finished, before the engine bumps the epoch (Kafka answers
+        // CONCURRENT_TRANSACTIONS while one completes): fencing never turns a decided commit into
+        // an abort.
+        let fence = self
+            .transition_after_endings(TxnTransition::Init {
+                transactional_id: tid.to_string(),
+                producer: None,
+                timeout_ms,
+            })
+            .await?;
+        if fence.error != DisklessCode::None {
+            return Ok(refused(convert::code(fence.error)));
         }
         let answer = self
             .inner
             .init_producer(transaction_id, transaction_timeout_ms, Some(-1), Some(-1))
             .await?;
-        if let Some(tid) = transaction_id
-            && answer.error == ErrorCode::None
-        {
-            self.shared
-                .txn_timeouts
-                .lock()
-                .insert(tid.to_string(), i64::from(transaction_timeout_ms));
-            if self.shared.txn_state.lock().timed_out.remove(tid).is_some()
-                && let Err(e) = self.save_txn_state()
-            {
-                warn!(error = ?e, "transaction state not saved");
-            }
-            // Nisshi aborts the transaction an InitProducerId fences; the diskless side too.
-            let fenced = self.shared.txn_state.lock().txns.remove(tid);
-            if let Some(txn) = fenced {
-                self.end_diskless(&txn, answer.id, answer.epoch, false)
-                    .await;
-            }
+        if answer.error != ErrorCode::None {
+            return Ok(answer);
+        }
+        // Recorded with its timeout; a transaction an old producer opened meanwhile is fenced
+        // and finished the same way.
+        let recorded = self
+            .transition_after_endings(TxnTransition::Init {
+                transactional_id: tid.to_string(),
+                producer: Some((answer.id, answer.epoch)),
+                timeout_ms,
+            })
+            .await?;
+        if recorded.error != DisklessCode::None {
+            return Ok(refused(convert::code(recorded.error)));
         }
         Ok(answer)
     }
@@ -1473,8 +1412,12 @@ impl<S: Storage> Storage for DisklessStorage<S> {
         producer_epoch: i16,
         group_id: &str,
     ) -> Result<ErrorCode> {
-        if self.timed_out(transaction_id, producer_id, producer_epoch) {
-            return Ok(ErrorCode::ProducerFenced);
+        // The group's offsets partition, in Kafka: the transaction opens (or goes on) here too.
+        let code = self
+            .record_added(transaction_id, producer_id, producer_epoch, Vec::new())
+            .await?;
+        if code != ErrorCode::None {
+            return Ok(code);
         }
         self.inner
             .txn_add_offsets(transaction_id, producer_id, producer_epoch, group_id)
@@ -1492,15 +1435,15 @@ impl<S: Storage> Storage for DisklessStorage<S> {
                 producer_epoch,
                 topics,
             } => {
-                if self.timed_out(transaction_id, *producer_id, *producer_epoch) {
-                    return Err(Error::Api(ErrorCode::ProducerFenced));
+                // In the record before the engine: the previous transaction's end goes first
+                // (Kafka: CONCURRENT_TRANSACTIONS), a fenced producer goes no further.
+                let partitions = self.diskless_partitions_of(topics).await?;
+                let code = self
+                    .record_added(transaction_id, *producer_id, *producer_epoch, partitions)
+                    .await?;
+                if code != ErrorCode::None {
+                    return Err(Error::Api(code));
                 }
-                // The previous transaction's end goes first (Kafka: CONCURRENT_TRANSACTIONS).
-                if !self.finish_endings(Some(transaction_id)).await {
-                    return Err(Error::Api(ErrorCode::ConcurrentTransactions));
-                }
-                self.note_added_partitions(transaction_id, *producer_id, *producer_epoch, topics)
-                    .await?
             }
             TxnAddPartitionsRequest::VersionFourPlus { .. } => {
                 // Versions 4+ are broker-to-broker (KIP-890); Nisshi 0.6.0's engines panic on
@@ -1525,94 +1468,32 @@ impl<S: Storage> Storage for DisklessStorage<S> {
         producer_epoch: i16,
         committed: bool,
     ) -> Result<ErrorCode> {
-        if self.timed_out(transaction_id, producer_id, producer_epoch) {
-            // Aborted for its timeout: Kafka has bumped the epoch, this producer is fenced.
-            return Ok(ErrorCode::ProducerFenced);
+        // Decided in the record before the engine is asked (module documentation); a retry of
+        // the same outcome finds it decided and drives it on.
+        let answer = self
+            .txn_transition(TxnTransition::End {
+                transactional_id: transaction_id.to_string(),
+                producer_id,
+                producer_epoch,
+                commit: committed,
+            })
+            .await?;
+        if answer.error != DisklessCode::None {
+            return Ok(convert::code(answer.error));
         }
-        let saved = self
-            .shared
-            .txn_state
-            .lock()
-            .ending
-            .get(transaction_id)
-            .cloned();
-        if let Some(ending) = saved {
-            if ending.producer_id == producer_id && ending.producer_epoch == producer_epoch {
-                // A retry of the EndTxn saved: the same outcome is driven on; the other one is
-                // Kafka's INVALID_TXN_STATE (a transaction preparing one end cannot take the other).
-                if ending.commit != committed {
-                    return Ok(ErrorCode::InvalidTxnState);
-                }
-                return self.drive_ending(transaction_id, &ending).await;
-            }
-            // An earlier producer's end is still undecided: it goes first.
-            if !self.finish_endings(Some(transaction_id)).await {
-                return Ok(ErrorCode::ConcurrentTransactions);
-            }
+        match answer.record {
+            Some(record) => self.drive_ending(&record, false).await,
+            None => Ok(ErrorCode::InvalidTxnState),
         }
-        let txn = {
-            let mut state = self.shared.txn_state.lock();
-            match state.txns.get(transaction_id) {
-                Some(t) if t.producer_id == producer_id => state
-                    .txns
-                    .remove(transaction_id)
-                    .filter(|t| !t.partitions.is_empty()),
-                _ => None,
-            }
-        };
-        let Some(txn) = txn else {
-            // No diskless partition in the transaction: Nisshi's engine alone.
-            return self
-                .inner
-                .txn_end(transaction_id, producer_id, producer_epoch, committed)
-                .await;
-        };
-        let ending = EndingTxn {
-            producer_id,
-            producer_epoch,
-            commit: committed,
-            markers: markers_of(&txn, producer_id, producer_epoch, committed),
-            decided: false,
-        };
-        // On disk before the engine decides (module documentation).
-        self.shared
-            .txn_state
-            .lock()
-            .ending
-            .insert(transaction_id.to_string(), ending.clone());
-        if let Err(e) = self.save_txn_state() {
-            // Nothing decided: the transaction stays open, the client's retry tries again.
-            let mut state = self.shared.txn_state.lock();
-            state.ending.remove(transaction_id);
-            state.txns.insert(transaction_id.to_string(), txn);
-            return Err(e);
-        }
-        let code = self.drive_ending(transaction_id, &ending).await?;
-        if code != ErrorCode::None {
-            // The engine refused this end (tansu 0.6.0's never does): the transaction stays open.
-            {
-                let mut state = self.shared.txn_state.lock();
-                if state.ending.get(transaction_id) == Some(&ending) {
-                    state.ending.remove(transaction_id);
-                    state.txns.insert(transaction_id.to_string(), txn);
-                }
-            }
-            self.save_txn_state()?;
-        }
-        Ok(code)
     }
 
     async fn maintain(&self, now: SystemTime) -> Result<()> {
         let now_ms = now
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        self.abort_timed_out(now_ms).await;
-        if !self.finish_endings(None).await {
-            warn!("transaction ends still to be decided by Nisshi's engine");
-        }
-        let left = self.retry_markers().await;
+        let left = self.finish_endings(now_ms).await;
         if left > 0 {
-            warn!(left, "transaction markers still pending");
+            debug!(left, "decided transactions not finished yet");
         }
         self.inner.maintain(now).await
     }
@@ -1632,26 +1513,6 @@ impl<S: Storage> Storage for DisklessStorage<S> {
     async fn ping(&self) -> Result<()> {
         self.inner.ping().await
     }
-}
-
-/// The markers ending `txn` in each of its diskless partitions.
-fn markers_of(
-    txn: &OpenTxn,
-    producer_id: i64,
-    producer_epoch: i16,
-    commit: bool,
-) -> Vec<TxnMarker> {
-    txn.partitions
-        .iter()
-        .map(|p| TxnMarker {
-            partition: *p,
-            producer_id,
-            producer_epoch,
-            coordinator_epoch: 0,
-            commit,
-            txn_seq: Some(txn.txn_seq),
-        })
-        .collect()
 }
 
 /// Why Nisshi's engine cannot take `resource`'s operations: tansu 0.6.0 panics on APPEND and

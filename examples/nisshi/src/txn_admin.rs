@@ -5,9 +5,9 @@
 //! to the partition's leader). On a diskless partition both go to the batch coordinator
 //! (`list_producers`, `write_txn_markers` with no transaction number: an operator's marker).
 //!
-//! Why a host needs them here: a transaction whose node is gone for good (its client failed over to
-//! another node, README.md "What is left") holds its diskless partitions' LSO until someone ends
-//! it, and only the node that saw its AddPartitionsToTxn knows it. Any node can end it with these.
+//! Why a host needs them here: an operator ends a transaction that no client will end (a
+//! producer gone whose timeout is long) with Kafka's own tooling, on any node; the batch
+//! coordinator's transaction record finishes every transaction a client or a timeout decided.
 //! Classic partitions are Nisshi's, whose engine keeps no producer state a host can read or mark:
 //! they are answered with an error.
 
