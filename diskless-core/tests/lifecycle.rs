@@ -1608,3 +1608,35 @@ async fn a_fetch_racing_with_a_deletion_gets_a_retriable_error_not_bytes() {
     assert_eq!(answer[0].error, ErrorCode::KafkaStorageError);
     assert_eq!(answer[0].records_len(), 0);
 }
+
+/// Chaos seed 30: an orphan suspected just before the collector's clock stepped back was too
+/// young for the cycles after the step, so they forgot it, and once old enough again it counted
+/// as settled below the floor a cycle before the step had raised above it: left in storage
+/// until the next full sweep (24 hours by default). A clock that goes back now starts the cycle
+/// over as a full sweep.
+#[tokio::test]
+async fn an_orphan_suspected_before_the_clock_steps_back_is_still_collected() {
+    let env = Env::new();
+    env.clock.set(real_now_ms());
+    let t = env.topic(1, 1, -1, -1).await;
+    let p = TopicIdPartition::new(t, 0);
+    let committed = env.produce(&[(p, 10)]).await;
+    let orphan = key_at(env.clock.now_ms());
+    upload(&*env.storage, &orphan, &[(p, 10)], 0).await;
+    let c = collector(&env, env.coordinator.clone());
+    env.clock.advance(M + 1_000);
+    let r = c.run_pass().await.unwrap();
+    assert_eq!((r.known, r.new_suspects, r.cycle_complete), (1, 1, true));
+    // 30 s back: the orphan is too young again (by its key time).
+    env.clock.advance(-30_000);
+    let r = c.run_pass().await.unwrap();
+    assert_eq!(r.too_young, 2, "{r:?}");
+    // Old enough again, then every recheck delay: collected.
+    env.clock.advance(40_000);
+    for _ in 0..4 {
+        c.run_pass().await.unwrap();
+        env.clock.advance(RECHECK);
+    }
+    assert!(!env.exists(&orphan).await, "the orphan is still in storage");
+    assert!(env.exists(&committed).await);
+}

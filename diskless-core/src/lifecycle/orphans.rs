@@ -179,7 +179,9 @@ pub struct OrphanPassReport {
 /// later cycles only ask about candidates at or above it (and about suspects). Objects below the
 /// floor are counted as `settled`. This relies on the store dating an object (`last_modified`) by
 /// its upload, on a clock within `max_commit_age` of the collector's: an object uploaded after a
-/// cycle passed its place in the listing is then dated above that cycle's cutoff. Every
+/// cycle passed its place in the listing is then dated above that cycle's cutoff, and on this
+/// collector's clock not going back (a pass that finds it went back starts over with a full
+/// sweep: `pass`, chaos seed 30). Every
 /// `full_sweep_interval` (and after a restart; until a full sweep ends clean) a cycle starts
 /// without a floor and asks about everything, which also finds what that reasoning misses: an
 /// object a listing showed more than `max_commit_age` late, a store whose clock is that far off,
@@ -237,6 +239,8 @@ struct State {
     last_full_sweep: Option<i64>,
     /// The store listed a key out of order once: every pass lists to the end.
     unordered: bool,
+    /// The clock's now at the last pass: a clock that went back starts a full sweep.
+    last_now: Option<i64>,
 }
 
 /// A suspect: found unknown at `since` (phase 1), last listed in cycle `seen`.
@@ -353,6 +357,27 @@ impl OrphanCollector {
         let mut guard = self.state.lock().await;
         let state = &mut *guard;
         let now = self.clock.now_ms();
+        if let Some(last) = state.last_now.filter(|last| now < *last) {
+            // The clock went back (a step, or a failover to a host whose clock is behind): the
+            // floor, raised by cutoffs of the later clock, may lie above objects no cycle asked
+            // about, and a suspect too young again by this clock is not listed as one, so a cycle
+            // forgets it (chaos seed 30: such an orphan then counted as settled until the next
+            // full sweep). The cycle starts over as a full sweep; suspects keep their place,
+            // dated no later than now.
+            tracing::info!(
+                back_ms = last - now,
+                prefix = self.config.prefix,
+                "the clock went back: the orphan collector starts a full sweep"
+            );
+            state.floor = None;
+            state.last_full_sweep = None;
+            state.cycle = None;
+            state.cursor = None;
+            for suspect in state.suspects.values_mut() {
+                suspect.since = suspect.since.min(now);
+            }
+        }
+        state.last_now = Some(now);
         let cutoff = now.saturating_sub(millis(self.config.max_commit_age));
         let mut ctx = PassCtx {
             now,
