@@ -21,7 +21,6 @@ use url::Url;
 use crate::config::Config;
 use crate::storage::{DisklessSettings, DisklessStorage};
 
-
 /// A running node.
 #[derive(Debug)]
 pub struct Running {

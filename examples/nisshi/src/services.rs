@@ -236,12 +236,7 @@ pub(crate) async fn produce_direct<S: Storage>(
             .iter()
             .map(|p| {
                 let slot = storage
-                    .diskless_partition(
-                        &txn,
-                        info,
-                        p.index,
-                        p.records.clone(),
-                    )
+                    .diskless_partition(&txn, info, p.index, p.records.clone())
                     .map(|produce| {
                         diskless.push(produce);
                         diskless.len() - 1

@@ -88,8 +88,8 @@ use url::Url;
 use uuid::Uuid;
 
 use crate::convert;
-use diskless_coordinator::ErrorCode as DisklessCode;
 use crate::topics::DisklessTopics;
+use diskless_coordinator::ErrorCode as DisklessCode;
 
 /// KIP-1150's topic config: `true` makes a topic diskless. Fixed at creation.
 pub const DISKLESS_ENABLE: &str = "diskless.enable";
@@ -352,7 +352,11 @@ impl<S: Storage> DisklessStorage<S> {
             match self.drive_ending(&record, true).await {
                 Ok(ErrorCode::None) => {}
                 Ok(code) => {
-                    warn!(transactional_id = record.transactional_id, ?code, "a decided transaction not finished");
+                    warn!(
+                        transactional_id = record.transactional_id,
+                        ?code,
+                        "a decided transaction not finished"
+                    );
                     left += 1;
                 }
                 Err(e) => {
@@ -370,7 +374,11 @@ impl<S: Storage> DisklessStorage<S> {
     /// this transaction prepared (a node finishing another node's ending). Returns `NONE` once
     /// the engine decided; markers that could not be written leave the record prepared, for
     /// [`DisklessStorage::finish_endings`] to finish.
-    pub(crate) async fn drive_ending(&self, record: &TxnRecord, recheck: bool) -> Result<ErrorCode> {
+    pub(crate) async fn drive_ending(
+        &self,
+        record: &TxnRecord,
+        recheck: bool,
+    ) -> Result<ErrorCode> {
         let Some(commit) = record.status.outcome() else {
             return Ok(ErrorCode::InvalidTxnState);
         };
@@ -488,12 +496,24 @@ impl<S: Storage> DisklessStorage<S> {
                 .into_iter()
                 .zip(results)
                 .filter(|(marker, result)| {
-                    let retry = !result.error.is_ok()
-                        && result.error != diskless_coordinator::ErrorCode::UnknownTopicOrPartition;
-                    if retry {
-                        warn!(partition = %marker.partition, error = ?result.error, "transaction marker not written; will retry");
+                    use diskless_coordinator::ErrorCode as E;
+                    match result.error {
+                        E::None => false,
+                        // The partition is gone (its topic deleted): nothing to end there.
+                        E::UnknownTopicOrPartition => false,
+                        // Refusals that a retry cannot change (a newer producer epoch or
+                        // coordinator epoch there, e.g. an operator's marker through
+                        // WriteTxnMarkers): retried, they would keep the transaction decided
+                        // and not finished forever, and its transactional id waiting.
+                        E::InvalidProducerEpoch | E::TransactionCoordinatorFenced => {
+                            warn!(partition = %marker.partition, error = ?result.error, "transaction marker refused for good; not retried");
+                            false
+                        }
+                        error => {
+                            warn!(partition = %marker.partition, ?error, "transaction marker not written; will retry");
+                            true
+                        }
                     }
-                    retry
                 })
                 .map(|(marker, _)| marker)
                 .collect(),

@@ -758,7 +758,10 @@ async fn a_transaction_ended_on_another_node_commits_its_diskless_partitions() {
     let dir_b = tempfile::tempdir().unwrap();
     let coordinator = format!(
         "sqlite://{}",
-        dir_a.path().join(diskless_coordinator::SQLITE_FILE).display()
+        dir_a
+            .path()
+            .join(diskless_coordinator::SQLITE_FILE)
+            .display()
     );
     let objects = format!("file://{}", dir_a.path().join("objects").display());
     let b = common::node_with_args(
