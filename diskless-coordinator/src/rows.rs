@@ -454,7 +454,7 @@ pub(crate) fn segment_from_row(
 /// The columns of a `txn_records` row (migrations: SQLite 10, PostgreSQL 16), in the order
 /// [`txn_record_from_row`] reads and [`bind_txn_record`] binds them.
 pub(crate) const TXN_RECORD_COLUMNS: &str = "transactional_id, producer_id, producer_epoch, \
-     timeout_ms, status, txn_seq, partitions, started_ms, updated_ms, timed_out";
+     timeout_ms, status, txn_seq, partitions, started_ms, updated_ms, fenced";
 
 /// A [`crate::TxnRecord`] from a row of [`TXN_RECORD_COLUMNS`].
 pub(crate) fn txn_record_from_row<R>(row: &R) -> Result<crate::TxnRecord, CoordinatorError>
@@ -477,7 +477,7 @@ where
             .ok_or_else(|| corrupt("a transaction record's partitions"))?,
         started_ms: row.i64_at(7)?,
         updated_ms: row.i64_at(8)?,
-        timed_out: row.i16_at(9)? != 0,
+        fenced: row.i16_at(9)? != 0,
     })
 }
 
@@ -502,7 +502,7 @@ where
         .bind(crate::txn_record::encode_partitions(&r.partitions))
         .bind(r.started_ms)
         .bind(r.updated_ms)
-        .bind(i16::from(r.timed_out))
+        .bind(i16::from(r.fenced))
 }
 
 /// The `INSERT` of a whole `txn_records` row, replacing the one of its transactional id;

@@ -114,9 +114,11 @@ pub struct TxnRecord {
     pub started_ms: i64,
     /// When the record last changed (coordinator clock, ms).
     pub updated_ms: i64,
-    /// Whether its last transaction was aborted for its timeout: the producer id and epoch are
-    /// then fenced (`PRODUCER_FENCED`) until the next InitProducerId, as after Kafka's epoch bump.
-    pub timed_out: bool,
+    /// Whether the recorded producer id and epoch are fenced (`PRODUCER_FENCED`) until the next
+    /// InitProducerId records a producer, as after Kafka's epoch bump: set when a transaction is
+    /// aborted for its timeout, and by an InitProducerId's fence (`Init` without a producer),
+    /// so that the old producer opens nothing while the host obtains the new epoch.
+    pub fenced: bool,
 }
 
 impl TxnRecord {
@@ -151,7 +153,7 @@ impl TxnRecord {
         partition: TopicIdPartition,
     ) -> Option<i64> {
         (self.status == TxnStatus::Ongoing
-            && !self.timed_out
+            && !self.fenced
             && self.producer_id == producer_id
             && self.producer_epoch == producer_epoch
             && self.partitions.binary_search(&partition).is_ok())
@@ -241,8 +243,9 @@ pub struct TxnAnswer {
     pub record: Option<TxnRecord>,
 }
 
-/// The longest transactional id accepted, in bytes (a Kafka string's limit).
-pub const MAX_TRANSACTIONAL_ID_LEN: usize = i16::MAX as usize;
+/// The longest transactional id accepted, in bytes: below what every store indexes (PostgreSQL's
+/// btree keys stop near 2.7 KB); Kafka's own limit is its string's, 32,767.
+pub const MAX_TRANSACTIONAL_ID_LEN: usize = 2048;
 
 /// Decides `transition` on the record `current` at coordinator time `now_ms`. Returns the answer
 /// and, when the record changes, the record to store. A request that contradicts itself (an
@@ -250,14 +253,15 @@ pub const MAX_TRANSACTIONAL_ID_LEN: usize = i16::MAX as usize;
 /// outside `1..=i32::MAX`) is [`CoordinatorError::InvalidRequest`].
 ///
 /// The rules, Kafka's `TransactionCoordinator` where it has one:
-/// - **Init**: an `Ongoing` transaction is fenced: decided `PrepareAbort`, answered
-///   `CONCURRENT_TRANSACTIONS` (the host finishes it and asks again); a prepared one is
-///   `CONCURRENT_TRANSACTIONS` unchanged. Then without a producer the answer is `NONE`
-///   unchanged; with one, an epoch below the record's for the same producer id is
+/// - **Init**: an `Ongoing` transaction is fenced: decided `PrepareAbort` and the producer
+///   fenced, answered `CONCURRENT_TRANSACTIONS` (the host finishes it and asks again); a
+///   prepared one is `CONCURRENT_TRANSACTIONS` unchanged. Then without a producer the recorded
+///   producer is fenced (so that it opens no transaction while the host obtains the new epoch)
+///   and the answer is `NONE`; with one, an epoch below the record's for the same producer id is
 ///   `PRODUCER_FENCED`, else the producer, epoch and timeout are recorded, status `Empty`, the
 ///   timeout fence lifted; the transaction number is kept.
 /// - **AddPartitions**: no record, or another producer id, is `INVALID_PRODUCER_ID_MAPPING`;
-///   another epoch, or the epoch a timeout fenced, `PRODUCER_FENCED`; a prepared transaction
+///   another epoch, or a fenced one (a timeout or an Init fenced it), `PRODUCER_FENCED`; a prepared transaction
 ///   `CONCURRENT_TRANSACTIONS`; an `Ongoing` one takes the partitions; otherwise the next
 ///   transaction opens (`Ongoing`, started now) with them, numbered `max(txn_seq + 1, now_ms ×
 ///   1000)` — above every earlier number, and above numbers a host took from its clock before it
@@ -302,6 +306,7 @@ pub fn apply_txn_transition(
                 if r.status == TxnStatus::Ongoing {
                     let mut fenced = r.clone();
                     fenced.status = TxnStatus::PrepareAbort;
+                    fenced.fenced = true;
                     fenced.updated_ms = now_ms;
                     return apply(fenced, ErrorCode::ConcurrentTransactions);
                 }
@@ -310,7 +315,16 @@ pub fn apply_txn_transition(
                 }
             }
             let Some((producer_id, producer_epoch)) = *producer else {
-                return refuse(ErrorCode::None);
+                // The fence alone: the old producer opens nothing more.
+                return match current {
+                    Some(r) if !r.fenced => {
+                        let mut fenced = r.clone();
+                        fenced.fenced = true;
+                        fenced.updated_ms = now_ms;
+                        apply(fenced, ErrorCode::None)
+                    }
+                    _ => refuse(ErrorCode::None),
+                };
             };
             if let Some(r) = current
                 && r.producer_id == producer_id
@@ -328,7 +342,7 @@ pub fn apply_txn_transition(
                 partitions: current.map_or_else(Vec::new, |r| r.partitions.clone()),
                 started_ms: current.map_or(-1, |r| r.started_ms),
                 updated_ms: now_ms,
-                timed_out: false,
+                fenced: false,
             };
             apply(record, ErrorCode::None)
         }
@@ -428,18 +442,18 @@ fn check_producer(
     if r.producer_id != producer_id {
         return Err(ErrorCode::InvalidProducerIdMapping);
     }
-    if r.producer_epoch != producer_epoch || r.timed_out {
+    if r.producer_epoch != producer_epoch || r.fenced {
         return Err(ErrorCode::ProducerFenced);
     }
     Ok(r)
 }
 
 /// The request checks of [`apply_txn_transition`].
-fn validate(transition: &TxnTransition) -> Result<(), CoordinatorError> {
+pub(crate) fn validate(transition: &TxnTransition) -> Result<(), CoordinatorError> {
     let invalid = |why: &str| Err(CoordinatorError::InvalidRequest(why.into()));
     let tid = transition.transactional_id();
-    if tid.is_empty() || tid.len() > MAX_TRANSACTIONAL_ID_LEN {
-        return invalid("a transactional id is 1 to 32767 bytes");
+    if tid.is_empty() || tid.len() > MAX_TRANSACTIONAL_ID_LEN || tid.contains('\0') {
+        return invalid("a transactional id is 1 to 2048 bytes, without NUL");
     }
     let producer_ok = |id: i64, epoch: i16| id >= 0 && epoch >= 0;
     match transition {
@@ -488,14 +502,14 @@ fn validate(transition: &TxnTransition) -> Result<(), CoordinatorError> {
 
 /// Decides the timeout of `record` at `now_ms`: an `Ongoing` transaction open longer than its
 /// timeout (`started_ms + timeout_ms < now_ms`) is decided `PrepareAbort` and its producer's
-/// epoch fenced ([`TxnRecord::timed_out`]), as Kafka's transaction coordinator aborts it and
+/// epoch fenced ([`TxnRecord::fenced`]), as Kafka's transaction coordinator aborts it and
 /// bumps the epoch. Returns the record to store, if it changes.
 pub fn expire_txn(record: &TxnRecord, now_ms: i64) -> Option<TxnRecord> {
     (record.status == TxnStatus::Ongoing
         && record.started_ms.saturating_add(record.timeout_ms) < now_ms)
         .then(|| TxnRecord {
             status: TxnStatus::PrepareAbort,
-            timed_out: true,
+            fenced: true,
             updated_ms: now_ms,
             ..record.clone()
         })
@@ -503,6 +517,7 @@ pub fn expire_txn(record: &TxnRecord, now_ms: i64) -> Option<TxnRecord> {
 
 /// The stored form of [`TxnRecord::partitions`]: 20 bytes each, the topic id's 16 then the index
 /// (big-endian).
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn encode_partitions(partitions: &[TopicIdPartition]) -> Vec<u8> {
     let mut out = Vec::with_capacity(partitions.len() * 20);
     for p in partitions {
@@ -513,6 +528,7 @@ pub(crate) fn encode_partitions(partitions: &[TopicIdPartition]) -> Vec<u8> {
 }
 
 /// [`TxnRecord::partitions`] from their stored form; `None` if it is not one.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn decode_partitions(bytes: &[u8]) -> Option<Vec<TopicIdPartition>> {
     if !bytes.len().is_multiple_of(20) {
         return None;
@@ -642,7 +658,7 @@ mod tests {
             ErrorCode::ConcurrentTransactions
         );
         assert_eq!(r.as_ref().unwrap().status, TxnStatus::PrepareAbort);
-        assert_eq!(step(&mut r, &end(0, true), 20), ErrorCode::InvalidTxnState);
+        assert_eq!(step(&mut r, &end(0, true), 20), ErrorCode::ProducerFenced);
         let rec = r.clone().unwrap();
         let done = TxnTransition::Complete {
             transactional_id: "t".into(),
@@ -656,6 +672,11 @@ mod tests {
             step(&mut r, &init(Some((5, 1))), 30),
             ErrorCode::ProducerFenced
         );
+        // The fence alone (an InitProducerId before its new epoch is known) fences the producer.
+        assert_eq!(step(&mut r, &init(None), 40), ErrorCode::None);
+        assert!(r.as_ref().unwrap().fenced);
+        assert_eq!(step(&mut r, &add(2, &[1]), 40), ErrorCode::ProducerFenced);
+        assert_eq!(step(&mut r, &init(Some((5, 2))), 40), ErrorCode::None);
         step(&mut r, &add(2, &[1]), 100);
         let open = r.clone().unwrap();
         assert_eq!(
@@ -665,7 +686,7 @@ mod tests {
         );
         let expired = expire_txn(&open, 1101).unwrap();
         assert_eq!(expired.status, TxnStatus::PrepareAbort);
-        assert!(expired.timed_out);
+        assert!(expired.fenced);
         r = Some(expired);
         assert_eq!(step(&mut r, &end(2, true), 1200), ErrorCode::ProducerFenced);
         assert_eq!(step(&mut r, &add(2, &[1]), 1200), ErrorCode::ProducerFenced);

@@ -15,7 +15,7 @@ CREATE TABLE txn_records (
     partitions       bytea    NOT NULL,
     started_ms       bigint   NOT NULL,
     updated_ms       bigint   NOT NULL,
-    timed_out        smallint NOT NULL -- 1 when its last transaction timed out
+    fenced        smallint NOT NULL -- 1 when its last transaction timed out
 );
 
 -- The records `txn_endings` visits: open or decided and not complete.

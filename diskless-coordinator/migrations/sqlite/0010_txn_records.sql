@@ -14,7 +14,7 @@ CREATE TABLE txn_records (
     partitions       BLOB    NOT NULL,
     started_ms       INTEGER NOT NULL,
     updated_ms       INTEGER NOT NULL,
-    timed_out        INTEGER NOT NULL
+    fenced        INTEGER NOT NULL
 ) WITHOUT ROWID;
 
 -- The records `txn_endings` visits: open or decided and not complete.

@@ -60,6 +60,8 @@ impl PostgresCoordinator {
         &self,
         transition: TxnTransition,
     ) -> Result<TxnAnswer, CoordinatorError> {
+        // Before the id reaches the server (it refuses a NUL in text).
+        crate::txn_record::validate(&transition)?;
         self.retrying(|now| self.try_txn_transition(&transition, now))
             .await
     }
@@ -142,6 +144,9 @@ impl PostgresCoordinator {
         transactional_id: &str,
     ) -> Result<Option<TxnRecord>, CoordinatorError> {
         self.check_open()?;
+        if transactional_id.contains('\0') {
+            return Ok(None); // no record can have it (`txn_transition` refuses it)
+        }
         let sql =
             format!("SELECT {TXN_RECORD_COLUMNS} FROM txn_records WHERE transactional_id = $1");
         let row = sqlx::query(AssertSqlSafe(sql))

@@ -73,6 +73,17 @@ pub async fn start(config: &Config, listener: Option<TcpListener>) -> Result<Run
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
     let data_dir = std::path::absolute(&config.data_dir).map_err(|e| e.to_string())?;
+    // Earlier versions kept transactions' diskless partitions and pending markers in this file;
+    // they are the batch coordinator's transaction records now, and the file is not read.
+    let old_state = data_dir.join("diskless-txns.json");
+    if old_state.exists() {
+        return Err(format!(
+            "{} was written by an earlier nisshi-diskless, which kept transaction state there: \
+             end its transactions with that version (or abort them with kafka-transactions.sh), \
+             then delete the file",
+            old_state.display()
+        ));
+    }
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
 
     let listener = match listener {

@@ -306,7 +306,15 @@ impl<S: Storage> DisklessStorage<S> {
             .await
             .map_err(|e| {
                 warn!(error = %e, "transaction record not changed");
-                convert::api_error(&e)
+                // Kafka answers a failed transaction-log write with COORDINATOR_NOT_AVAILABLE,
+                // which clients retry; KAFKA_STORAGE_ERROR or REQUEST_TIMED_OUT on EndTxn would
+                // make librdkafka abort a transaction whose commit may have been recorded.
+                match e {
+                    diskless_coordinator::CoordinatorError::InvalidRequest(_) => {
+                        Error::Api(ErrorCode::InvalidRequest)
+                    }
+                    _ => Error::Api(ErrorCode::CoordinatorNotAvailable),
+                }
             })
     }
 
@@ -338,15 +346,15 @@ impl<S: Storage> DisklessStorage<S> {
         };
         let mut left = 0;
         for record in endings {
-            if !record.timed_out && now_ms.saturating_sub(record.updated_ms) < ENDING_GRACE_MS {
+            if !record.fenced && now_ms.saturating_sub(record.updated_ms) < ENDING_GRACE_MS {
                 left += 1;
                 continue;
             }
-            if record.timed_out && record.status == TxnStatus::PrepareAbort {
+            if record.fenced && record.status == TxnStatus::PrepareAbort {
                 warn!(
                     transactional_id = record.transactional_id,
                     producer_id = record.producer_id,
-                    "transaction timed out; aborting it"
+                    "transaction aborted (timed out or fenced); finishing it"
                 );
             }
             match self.drive_ending(&record, true).await {
@@ -399,7 +407,7 @@ impl<S: Storage> DisklessStorage<S> {
                 return Ok(ErrorCode::None);
             }
         }
-        let code = self
+        let code = match self
             .inner
             .txn_end(
                 &record.transactional_id,
@@ -407,7 +415,29 @@ impl<S: Storage> DisklessStorage<S> {
                 record.producer_epoch,
                 commit,
             )
-            .await?;
+            .await
+        {
+            Ok(code) => code,
+            Err(Error::Api(code)) => code,
+            Err(e) => return Err(e),
+        };
+        // The engine keeps nothing of this producer epoch (tansu 0.6.0's S3 engine answers
+        // PRODUCER_FENCED for an epoch it has moved past): nothing is left to end on its side,
+        // and the record's decision stands for the diskless side.
+        let code = match code {
+            ErrorCode::ProducerFenced
+            | ErrorCode::InvalidProducerEpoch
+            | ErrorCode::InvalidProducerIdMapping
+            | ErrorCode::TransactionalIdNotFound => {
+                warn!(
+                    transactional_id = record.transactional_id,
+                    ?code,
+                    "Nisshi's engine has nothing of this transaction; its markers are written"
+                );
+                ErrorCode::None
+            }
+            code => code,
+        };
         if self
             .shared
             .stop_after_engine_decides

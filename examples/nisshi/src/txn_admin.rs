@@ -190,7 +190,11 @@ impl<S: Storage> Service<DisklessStorage<S>, WriteTxnMarkersRequest> for WriteTx
                                 partition: tp,
                                 producer_id: m.producer_id,
                                 producer_epoch: m.producer_epoch,
-                                coordinator_epoch: m.coordinator_epoch,
+                                // One transaction coordinator here, the batch coordinator's
+                                // transaction records, whose markers carry epoch 0: a higher
+                                // epoch kept in the partition would refuse their markers for
+                                // good (TRANSACTION_COORDINATOR_FENCED).
+                                coordinator_epoch: 0,
                                 commit: m.transaction_result,
                                 // An operator's marker (Admin.abortTransaction): never deduplicated.
                                 txn_seq: None,

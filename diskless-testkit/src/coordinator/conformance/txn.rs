@@ -1147,14 +1147,14 @@ pub async fn txn_record_init_fences_the_open_transaction(h: Harness) {
     assert_eq!(fence.error, ErrorCode::ConcurrentTransactions);
     let aborting = record_of(&fence);
     assert_eq!(
-        (aborting.status, aborting.timed_out, aborting.txn_seq),
-        (TxnStatus::PrepareAbort, false, open.txn_seq)
+        (aborting.status, aborting.fenced, aborting.txn_seq),
+        (TxnStatus::PrepareAbort, true, open.txn_seq)
     );
     let late_commit = transition(&h, t_end("tx", 3, 4, true)).await;
     assert_eq!(
         late_commit.error,
-        ErrorCode::InvalidTxnState,
-        "the fence decided it"
+        ErrorCode::ProducerFenced,
+        "the fence decided it, and fenced the producer"
     );
     let still = transition(&h, t_init("tx", Some((3, 5)), 60_000)).await;
     assert_eq!(still.error, ErrorCode::ConcurrentTransactions);
@@ -1216,6 +1216,21 @@ pub async fn txn_record_init_fences_the_open_transaction(h: Harness) {
         record_of(&other_id),
         h.coordinator.describe_txn("tx").await.unwrap().unwrap()
     );
+    // The fence alone, with nothing open (an InitProducerId before the host has the new epoch):
+    // the recorded producer opens nothing until a producer is recorded again.
+    let fence_only = transition(&h, t_init("tx", None, 30_000)).await;
+    assert_eq!(fence_only.error, ErrorCode::None);
+    assert!(record_of(&fence_only).fenced);
+    let zombie = transition(&h, t_add("tx", 9, 0, &[p])).await;
+    assert_eq!(zombie.error, ErrorCode::ProducerFenced);
+    transition(&h, t_init("tx", Some((9, 1)), 30_000)).await;
+    let next = transition(&h, t_add("tx", 9, 1, &[p])).await;
+    assert_eq!(
+        (next.error, record_of(&next).status),
+        (ErrorCode::None, TxnStatus::Ongoing)
+    );
+    let with_nul = h.coordinator.txn_transition(t_init("t\0x", None, 1)).await;
+    assert!(matches!(with_nul, Err(CoordinatorError::InvalidRequest(_))));
 }
 
 /// A transaction open longer than its timeout is aborted by `txn_endings` (at the coordinator's
@@ -1237,7 +1252,7 @@ pub async fn txn_record_timeout_aborts_and_fences(h: Harness) {
         (
             aborting.transactional_id.as_str(),
             aborting.status,
-            aborting.timed_out,
+            aborting.fenced,
             aborting.txn_seq
         ),
         ("slow", TxnStatus::PrepareAbort, true, open.txn_seq)
@@ -1265,7 +1280,7 @@ pub async fn txn_record_timeout_aborts_and_fences(h: Harness) {
     let init = transition(&h, t_init("slow", Some((1, 1)), 50)).await;
     assert_eq!(init.error, ErrorCode::None);
     assert!(
-        !record_of(&init).timed_out,
+        !record_of(&init).fenced,
         "the next InitProducerId lifts the fence"
     );
     assert_eq!(
