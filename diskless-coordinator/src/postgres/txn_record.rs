@@ -106,10 +106,14 @@ impl PostgresCoordinator {
         let mut tx = self.write.begin().await.map_err(Attempt::before)?;
         // Byte order, as the other coordinators (and Rust's `str`) order them.
         let sql = format!(
-            "SELECT {TXN_RECORD_COLUMNS} FROM txn_records WHERE status IN (1, 2, 3) \
+            "SELECT {TXN_RECORD_COLUMNS} FROM txn_records WHERE status IN (2, 3) \
+             OR (status = 1 AND started_ms + timeout_ms < $1) \
              ORDER BY transactional_id COLLATE \"C\""
         );
+        // Only what this call acts on: the prepared records and the Ongoing ones past their
+        // timeout (`expire_txn`'s rule), not every open transaction.
         let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(now)
             .fetch_all(&mut *tx)
             .await
             .map_err(Attempt::before)?;

@@ -63,10 +63,14 @@ impl SqliteCoordinator {
         let mut tx = writer.begin().await?;
         let now = self.clock.now_ms();
         let sql = format!(
-            "SELECT {TXN_RECORD_COLUMNS} FROM txn_records WHERE status IN (1, 2, 3) \
+            "SELECT {TXN_RECORD_COLUMNS} FROM txn_records WHERE status IN (2, 3) \
+             OR (status = 1 AND started_ms + timeout_ms < ?1) \
              ORDER BY transactional_id"
         );
+        // Only what this call acts on: the prepared records and the Ongoing ones past their
+        // timeout (`expire_txn`'s rule), not every open transaction.
         let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(now)
             .fetch_all(&mut *tx)
             .await
             .map_err(not_applied)?;
