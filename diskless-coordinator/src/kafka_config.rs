@@ -4,7 +4,7 @@
 //! carry their own copy.
 
 use crate::validate::{gzip_level_error, lz4_level_error, zstd_level_error};
-use crate::{CoordinatorError, TimestampType, TopicCompression, TopicConfig};
+use crate::{CleanupPolicy, CoordinatorError, TimestampType, TopicCompression, TopicConfig};
 
 /// The Kafka topic configs a [`TopicConfig`] holds (the ones that take effect on a diskless
 /// topic's data path), in Kafka's spelling.
@@ -24,6 +24,11 @@ pub const TOPIC_CONFIG_NAMES: &[&str] = &[
     "compression.gzip.level",
     "compression.lz4.level",
     "compression.zstd.level",
+    "cleanup.policy",
+    "delete.retention.ms",
+    "min.compaction.lag.ms",
+    "max.compaction.lag.ms",
+    "min.cleanable.dirty.ratio",
 ];
 
 impl TopicConfig {
@@ -36,14 +41,16 @@ impl TopicConfig {
     /// `self` unchanged.
     ///
     /// ```
-    /// use diskless_coordinator::{TimestampType, TopicConfig};
+    /// use diskless_coordinator::{CleanupPolicy, TimestampType, TopicConfig};
     /// let mut config = TopicConfig::default();
     /// assert!(config.set_kafka_config("retention.ms", "1000").unwrap());
     /// assert!(config.set_kafka_config("message.timestamp.type", "LogAppendTime").unwrap());
-    /// assert!(!config.set_kafka_config("cleanup.policy", "delete").unwrap());
+    /// assert!(config.set_kafka_config("cleanup.policy", "compact").unwrap());
+    /// assert!(!config.set_kafka_config("flush.ms", "1000").unwrap());
     /// assert!(config.set_kafka_config("segment.bytes", "13").is_err());
     /// assert_eq!(config.retention_ms, 1000);
     /// assert_eq!(config.timestamp_type, TimestampType::LogAppendTime);
+    /// assert_eq!(config.cleanup_policy, CleanupPolicy::Compact);
     /// assert_eq!(config.kafka_config_value("retention.ms").as_deref(), Some("1000"));
     /// ```
     pub fn set_kafka_config(&mut self, name: &str, value: &str) -> Result<bool, CoordinatorError> {
@@ -132,6 +139,24 @@ impl TopicConfig {
                 }
                 self.compression_zstd_level = level
             }
+            "cleanup.policy" => {
+                self.cleanup_policy = CleanupPolicy::from_name(value).ok_or_else(|| {
+                    invalid("Invalid value for configuration cleanup.policy: each item must be one of [compact, delete]")
+                })?
+            }
+            "delete.retention.ms" => self.delete_retention_ms = at_least_long(0)?,
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms = at_least_long(0)?,
+            "max.compaction.lag.ms" => self.max_compaction_lag_ms = at_least_long(1)?,
+            "min.cleanable.dirty.ratio" => {
+                let ratio = value
+                    .trim()
+                    .parse::<f64>()
+                    .map_err(|_| invalid("not a double"))?;
+                if !(0.0..=1.0).contains(&ratio) {
+                    return Err(invalid("Value must be between 0 and 1"));
+                }
+                self.min_cleanable_dirty_ratio = ratio
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -177,8 +202,36 @@ impl TopicConfig {
             "compression.gzip.level" => self.compression_gzip_level.to_string(),
             "compression.lz4.level" => self.compression_lz4_level.to_string(),
             "compression.zstd.level" => self.compression_zstd_level.to_string(),
+            "cleanup.policy" => self.cleanup_policy.name().to_string(),
+            "delete.retention.ms" => self.delete_retention_ms.to_string(),
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms.to_string(),
+            "max.compaction.lag.ms" => self.max_compaction_lag_ms.to_string(),
+            // Java's Double.toString for the values a ratio takes: "0.5", "0.01", "1.0".
+            "min.cleanable.dirty.ratio" => java_double(self.min_cleanable_dirty_ratio),
             _ => return None,
         })
+    }
+}
+
+/// `value` as Java's `Double.toString` writes a number in 0..=1: the shortest decimal that reads
+/// back as the same double, with at least one digit after the point, and Java's computerized
+/// scientific notation below 10^-3 (`1.0E-4`).
+fn java_double(value: f64) -> String {
+    if value != 0.0 && value.abs() < 1e-3 {
+        let text = format!("{value:e}");
+        let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
+        let mantissa = if mantissa.contains('.') {
+            mantissa.to_string()
+        } else {
+            format!("{mantissa}.0")
+        };
+        return format!("{mantissa}E{exponent}");
+    }
+    let text = format!("{value}");
+    if text.contains('.') {
+        text
+    } else {
+        format!("{text}.0")
     }
 }
 
@@ -205,6 +258,11 @@ mod tests {
             ("compression.gzip.level", "9"),
             ("compression.lz4.level", "17"),
             ("compression.zstd.level", "-5"),
+            ("cleanup.policy", "compact,delete"),
+            ("delete.retention.ms", "0"),
+            ("min.compaction.lag.ms", "1000"),
+            ("max.compaction.lag.ms", "90000"),
+            ("min.cleanable.dirty.ratio", "0.01"),
         ];
         assert_eq!(values.len(), TOPIC_CONFIG_NAMES.len());
         for (name, value) in values {
@@ -241,6 +299,16 @@ mod tests {
             ("compression.lz4.level", "18"),
             ("compression.zstd.level", "23"),
             ("compression.zstd.level", "-131073"),
+            ("cleanup.policy", ""),
+            ("cleanup.policy", "compact,shred"),
+            ("cleanup.policy", "Compact"),
+            ("delete.retention.ms", "-1"),
+            ("min.compaction.lag.ms", "-1"),
+            ("max.compaction.lag.ms", "0"),
+            ("min.cleanable.dirty.ratio", "1.5"),
+            ("min.cleanable.dirty.ratio", "-0.1"),
+            ("min.cleanable.dirty.ratio", "NaN"),
+            ("min.cleanable.dirty.ratio", "half"),
         ] {
             let err = config.set_kafka_config(name, value);
             assert!(
@@ -252,6 +320,62 @@ mod tests {
     }
 
     #[test]
+    fn cleanup_policy_lists_and_ratios_read_back_as_kafka_writes_them() {
+        let mut config = TopicConfig::default();
+        for (list, described) in [
+            ("delete", "delete"),
+            ("compact", "compact"),
+            ("delete,compact", "compact,delete"),
+            (" compact , compact ", "compact"),
+        ] {
+            assert_eq!(
+                config.set_kafka_config("cleanup.policy", list).ok(),
+                Some(true)
+            );
+            assert_eq!(
+                config.kafka_config_value("cleanup.policy").as_deref(),
+                Some(described)
+            );
+        }
+        for (ratio, described) in [
+            ("0.5", "0.5"),
+            ("1", "1.0"),
+            ("0", "0.0"),
+            ("0.0001", "1.0E-4"),
+            ("0.25", "0.25"),
+        ] {
+            assert_eq!(
+                config
+                    .set_kafka_config("min.cleanable.dirty.ratio", ratio)
+                    .ok(),
+                Some(true)
+            );
+            assert_eq!(
+                config
+                    .kafka_config_value("min.cleanable.dirty.ratio")
+                    .as_deref(),
+                Some(described),
+                "{ratio}"
+            );
+        }
+    }
+
+    #[test]
+    fn min_compaction_lag_above_max_is_refused() {
+        let err = TopicConfig::from_kafka_configs(
+            TopicConfig::default(),
+            [
+                ("min.compaction.lag.ms", Some("2000")),
+                ("max.compaction.lag.ms", Some("1000")),
+            ],
+        );
+        assert!(
+            matches!(&err, Err(CoordinatorError::InvalidRequest(m)) if m.contains("min.compaction.lag.ms")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
     fn negative_retention_bytes_means_no_limit_and_unknown_names_are_skipped() {
         let mut config = TopicConfig::default();
         assert_eq!(
@@ -259,11 +383,8 @@ mod tests {
             Some(true)
         );
         assert_eq!(config.retention_bytes, -1);
-        assert_eq!(
-            config.set_kafka_config("cleanup.policy", "compact").ok(),
-            Some(false)
-        );
-        assert_eq!(config.kafka_config_value("cleanup.policy"), None);
+        assert_eq!(config.set_kafka_config("flush.ms", "5").ok(), Some(false));
+        assert_eq!(config.kafka_config_value("flush.ms"), None);
         let kept = TopicConfig::from_kafka_configs(
             TopicConfig::default().with_retention_ms(5),
             [("retention.ms", None), ("diskless.enable", Some("true"))],

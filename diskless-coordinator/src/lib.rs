@@ -58,7 +58,7 @@ pub use txn_record::{
     expire_txn,
 };
 pub use types::{
-    AbortedTxn, BatchCoordinate, CommitBatch, CommitBatchResult, CommitFileRequest,
+    AbortedTxn, BatchCoordinate, CleanupPolicy, CommitBatch, CommitBatchResult, CommitFileRequest,
     CreateTopicRequest, DEFAULT_GZIP_LEVEL, DEFAULT_LZ4_LEVEL, DEFAULT_ZSTD_LEVEL,
     DeleteRecordsRequest, DeleteRecordsResponse, DescribedProducer, EARLIEST_TIMESTAMP,
     EndTxnMarker, FindBatchesRequest, FindBatchesResponse, IsolationLevel, LATEST_TIMESTAMP,

@@ -3,8 +3,9 @@
 //! decodes a column) is behind [`SqlRow`]; the column lists and their decoding are written once.
 
 use crate::{
-    BatchCoordinate, CoordinatorError, EndTxnMarker, ObjectInfo, ObjectKind, ObjectToDelete,
-    SegmentLayoutSizes, ShardId, TieredSegment, TimestampType, TopicCompression, TopicConfig,
+    BatchCoordinate, CleanupPolicy, CoordinatorError, EndTxnMarker, ObjectInfo, ObjectKind,
+    ObjectToDelete, SegmentLayoutSizes, ShardId, TieredSegment, TimestampType, TopicCompression,
+    TopicConfig,
 };
 #[cfg(feature = "sqlite")]
 use crate::{CreateTopicRequest, TopicInfo};
@@ -40,6 +41,8 @@ pub(crate) trait SqlRow {
     fn opt_i64_at(&self, i: usize) -> Result<Option<i64>, CoordinatorError>;
     /// Column `i` as text.
     fn string_at(&self, i: usize) -> Result<String, CoordinatorError>;
+    /// Column `i` as an `f64`.
+    fn f64_at(&self, i: usize) -> Result<f64, CoordinatorError>;
 }
 
 impl<R> SqlRow for R
@@ -50,6 +53,7 @@ where
     for<'r> i32: Decode<'r, R::Database> + Type<R::Database>,
     for<'r> i16: Decode<'r, R::Database> + Type<R::Database>,
     for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> f64: Decode<'r, R::Database> + Type<R::Database>,
 {
     fn i64_at(&self, i: usize) -> Result<i64, CoordinatorError> {
         col(self, i)
@@ -64,6 +68,9 @@ where
         col(self, i)
     }
     fn string_at(&self, i: usize) -> Result<String, CoordinatorError> {
+        col(self, i)
+    }
+    fn f64_at(&self, i: usize) -> Result<f64, CoordinatorError> {
         col(self, i)
     }
 }
@@ -320,17 +327,18 @@ pub(crate) fn object_info_from_row(
 }
 
 /// The columns of a topic's settings added after the first schema (for a backend that stores
-/// them): the tiered-storage settings (SQLite migration 7) and the compression settings
-/// (migration 8), in the order [`tiering_from_row`] reads them and [`bind_topic_tiering`] binds
-/// them.
+/// them): the tiered-storage settings (SQLite migration 7), the compression settings
+/// (migration 8) and the compaction settings (migration 11), in the order [`tiering_from_row`]
+/// reads them and [`bind_topic_tiering`] binds them.
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) const TOPIC_TIERING_COLUMNS: &str = "segment_bytes, segment_ms, index_interval_bytes, \
      segment_index_bytes, compression_type, compression_gzip_level, compression_lz4_level, \
-     compression_zstd_level";
+     compression_zstd_level, cleanup_policy, delete_retention_ms, min_compaction_lag_ms, \
+     max_compaction_lag_ms, min_cleanable_dirty_ratio";
 
 /// How many columns [`TOPIC_TIERING_COLUMNS`] lists.
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-pub(crate) const TOPIC_TIERING_COLUMN_COUNT: usize = 8;
+pub(crate) const TOPIC_TIERING_COLUMN_COUNT: usize = 13;
 
 /// The `SET` list of [`TOPIC_TIERING_COLUMNS`] with parameters `{mark}{first}` onwards, bound by
 /// [`bind_topic_tiering`].
@@ -357,6 +365,7 @@ where
     for<'e> i64: Encode<'e, DB> + Type<DB>,
     for<'e> i32: Encode<'e, DB> + Type<DB>,
     for<'e> &'static str: Encode<'e, DB> + Type<DB>,
+    for<'e> f64: Encode<'e, DB> + Type<DB>,
 {
     q.bind(config.segment_bytes)
         .bind(config.segment_ms)
@@ -366,6 +375,11 @@ where
         .bind(config.compression_gzip_level)
         .bind(config.compression_lz4_level)
         .bind(config.compression_zstd_level)
+        .bind(config.cleanup_policy.name())
+        .bind(config.delete_retention_ms)
+        .bind(config.min_compaction_lag_ms)
+        .bind(config.max_compaction_lag_ms)
+        .bind(config.min_cleanable_dirty_ratio)
 }
 
 /// Sets `config`'s tiered-storage settings from the columns of [`TOPIC_TIERING_COLUMNS`] starting
@@ -384,7 +398,18 @@ pub(crate) fn tiering_from_row(
     config.compression_gzip_level = row.i32_at(at + 5)?;
     config.compression_lz4_level = row.i32_at(at + 6)?;
     config.compression_zstd_level = row.i32_at(at + 7)?;
+    config.cleanup_policy = cleanup_policy(&row.string_at(at + 8)?)?;
+    config.delete_retention_ms = row.i64_at(at + 9)?;
+    config.min_compaction_lag_ms = row.i64_at(at + 10)?;
+    config.max_compaction_lag_ms = row.i64_at(at + 11)?;
+    config.min_cleanable_dirty_ratio = row.f64_at(at + 12)?;
     Ok(())
+}
+
+/// A stored `cleanup_policy` (Kafka's list text), or corruption.
+pub(crate) fn cleanup_policy(name: &str) -> Result<CleanupPolicy, CoordinatorError> {
+    CleanupPolicy::from_name(name)
+        .ok_or_else(|| corrupt(format!("unknown stored cleanup policy {name:?}")))
 }
 
 /// A stored `compression_type` (Kafka's name), or corruption.

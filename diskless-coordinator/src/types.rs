@@ -173,7 +173,7 @@ impl TxnMarkerResult {
 ///
 /// Unlike the coordinators' settings this struct is exhaustive on purpose: it is part of
 /// [`CreateTopicRequest`] and [`TopicInfo`], which third-party coordinators construct.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TopicConfig {
     /// `message.timestamp.type`.
     pub timestamp_type: TimestampType,
@@ -221,6 +221,104 @@ pub struct TopicConfig {
     pub compression_lz4_level: i32,
     /// `compression.zstd.level` (KIP-390): -131072..=22. Default 3.
     pub compression_zstd_level: i32,
+    /// `cleanup.policy`: whether retention deletes old data, compaction keeps the latest record
+    /// of each key, or both. Default [`CleanupPolicy::Delete`].
+    pub cleanup_policy: CleanupPolicy,
+    /// `delete.retention.ms`: how long a tombstone (a record with a null value) and a
+    /// transaction marker of a compacted topic stay readable after the first compaction that
+    /// saw them (KIP-534's delete horizon). At least 0. Default one day.
+    pub delete_retention_ms: i64,
+    /// `min.compaction.lag.ms`: a record of a compacted topic is not compacted away before it is
+    /// this old. At least 0. Default 0.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a record of a compacted topic becomes eligible for compaction at
+    /// most this long after it was written, whatever the dirty ratio (it also caps `segment.ms`
+    /// for such a topic, as Kafka's `LogConfig.maxSegmentMs`). At least 1. Default
+    /// `i64::MAX`.
+    pub max_compaction_lag_ms: i64,
+    /// `min.cleanable.dirty.ratio`: the share of a compacted partition's bytes not yet compacted
+    /// at which it is compacted. 0.0..=1.0 (never NaN: [`TopicConfig::validate`] refuses it,
+    /// which is what makes `Eq` hold). Default 0.5.
+    pub min_cleanable_dirty_ratio: f64,
+}
+
+// `min_cleanable_dirty_ratio` is a finite number in 0..=1 wherever a `TopicConfig` is checked or
+// stored, so equality is reflexive.
+impl Eq for TopicConfig {}
+
+/// A topic's `cleanup.policy` (Kafka's list of `delete` and `compact`).
+///
+/// ```
+/// use diskless_coordinator::CleanupPolicy;
+/// assert_eq!(CleanupPolicy::from_name("compact"), Some(CleanupPolicy::Compact));
+/// assert_eq!(CleanupPolicy::from_name("delete, compact"), Some(CleanupPolicy::CompactDelete));
+/// assert_eq!(CleanupPolicy::CompactDelete.name(), "compact,delete");
+/// assert!(CleanupPolicy::CompactDelete.compacts() && CleanupPolicy::CompactDelete.deletes());
+/// assert_eq!(CleanupPolicy::from_name("shred"), None);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CleanupPolicy {
+    /// `delete`: retention (`retention.ms`, `retention.bytes`) deletes the oldest data.
+    #[default]
+    Delete,
+    /// `compact`: compaction keeps each key's latest record; retention deletes nothing.
+    Compact,
+    /// `compact,delete`: both.
+    CompactDelete,
+}
+
+impl CleanupPolicy {
+    /// Every value.
+    pub const ALL: [CleanupPolicy; 3] = [
+        CleanupPolicy::Delete,
+        CleanupPolicy::Compact,
+        CleanupPolicy::CompactDelete,
+    ];
+
+    /// The value as Kafka's list text (`compact,delete` for both).
+    pub fn name(self) -> &'static str {
+        match self {
+            CleanupPolicy::Delete => "delete",
+            CleanupPolicy::Compact => "compact",
+            CleanupPolicy::CompactDelete => "compact,delete",
+        }
+    }
+
+    /// The policy a `cleanup.policy` list denotes: comma-separated `compact` and `delete`
+    /// (whitespace around an item ignored, an item may repeat, as Kafka's `ValidList`), or
+    /// `None` for an empty list or any other item.
+    pub fn from_name(list: &str) -> Option<CleanupPolicy> {
+        let (mut compact, mut delete) = (false, false);
+        for item in list.split(',').map(str::trim) {
+            match item {
+                "compact" => compact = true,
+                "delete" => delete = true,
+                _ => return None,
+            }
+        }
+        match (compact, delete) {
+            (true, true) => Some(CleanupPolicy::CompactDelete),
+            (true, false) => Some(CleanupPolicy::Compact),
+            (false, true) => Some(CleanupPolicy::Delete),
+            (false, false) => None,
+        }
+    }
+
+    /// Whether compaction runs.
+    pub fn compacts(self) -> bool {
+        self != CleanupPolicy::Delete
+    }
+
+    /// Whether retention deletes.
+    pub fn deletes(self) -> bool {
+        self != CleanupPolicy::Compact
+    }
+}
+
+impl std::fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// A topic's `compression.type` (Kafka's `BrokerCompressionType`), by its Kafka name.
@@ -309,6 +407,11 @@ impl Default for TopicConfig {
             compression_gzip_level: DEFAULT_GZIP_LEVEL,
             compression_lz4_level: DEFAULT_LZ4_LEVEL,
             compression_zstd_level: DEFAULT_ZSTD_LEVEL,
+            cleanup_policy: CleanupPolicy::Delete,
+            delete_retention_ms: 24 * 60 * 60 * 1000,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            min_cleanable_dirty_ratio: 0.5,
         }
     }
 }
@@ -329,6 +432,11 @@ crate::config::with_setters!(TopicConfig {
     with_compression_gzip_level => compression_gzip_level: [i32],
     with_compression_lz4_level => compression_lz4_level: [i32],
     with_compression_zstd_level => compression_zstd_level: [i32],
+    with_cleanup_policy => cleanup_policy: [CleanupPolicy],
+    with_delete_retention_ms => delete_retention_ms: [i64],
+    with_min_compaction_lag_ms => min_compaction_lag_ms: [i64],
+    with_max_compaction_lag_ms => max_compaction_lag_ms: [i64],
+    with_min_cleanable_dirty_ratio => min_cleanable_dirty_ratio: [f64],
 });
 
 /// The most producer ids one [`crate::BatchCoordinator::allocate_producer_ids`] call hands out.

@@ -70,7 +70,10 @@ impl TopicConfig {
     /// max.message.bytes and the timestamp bounds at least 0, producer.id.expiration.ms at least 1,
     /// segment.bytes at least 14, segment.ms at least 1, index.interval.bytes at least 0,
     /// segment.index.bytes at least 4, compression.gzip.level 1..=9 or -1, compression.lz4.level
-    /// 1..=17, compression.zstd.level -131072..=22 (Kafka's `CompressionType` level validators).
+    /// 1..=17, compression.zstd.level -131072..=22 (Kafka's `CompressionType` level validators),
+    /// delete.retention.ms and min.compaction.lag.ms at least 0, max.compaction.lag.ms at least 1
+    /// and not below min.compaction.lag.ms (Kafka's `LogConfig.validateValues`),
+    /// min.cleanable.dirty.ratio in 0..=1.
     /// Errors are [`CoordinatorError::InvalidRequest`]; values are never adjusted.
     pub fn validate(&self) -> Result<(), CoordinatorError> {
         let bad = |m: &str| Err(CoordinatorError::InvalidRequest(m.to_string()));
@@ -106,6 +109,21 @@ impl TopicConfig {
         }
         if let Some(why) = zstd_level_error(self.compression_zstd_level) {
             return bad(&format!("compression.zstd.level: {why}"));
+        }
+        if self.delete_retention_ms < 0 || self.min_compaction_lag_ms < 0 {
+            return bad("delete.retention.ms and min.compaction.lag.ms must be >= 0");
+        }
+        if self.max_compaction_lag_ms < 1 {
+            return bad("max.compaction.lag.ms must be >= 1");
+        }
+        if !(0.0..=1.0).contains(&self.min_cleanable_dirty_ratio) {
+            return bad("min.cleanable.dirty.ratio must be between 0 and 1");
+        }
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms {
+            return bad(&format!(
+                "conflict topic config setting min.compaction.lag.ms ({}) > max.compaction.lag.ms ({})",
+                self.min_compaction_lag_ms, self.max_compaction_lag_ms
+            ));
         }
         Ok(())
     }

@@ -890,8 +890,8 @@ async fn postgres_migrations() {
         applied += r.await.unwrap().unwrap();
     }
     assert_eq!(
-        applied, 16,
-        "exactly one concurrent migrator applied each of the 16 migrations"
+        applied, 17,
+        "exactly one concurrent migrator applied each of the 17 migrations"
     );
     assert_eq!(migrate(&options).await.unwrap(), 0);
 
@@ -926,6 +926,7 @@ async fn postgres_migrations() {
             (14, "topic_compression".to_string()),
             (15, "open_txn_seq".to_string()),
             (16, "txn_records".to_string()),
+            (17, "topic_compaction".to_string()),
         ]
     );
     sqlx::query("UPDATE schema_migrations SET checksum = 'edited'")

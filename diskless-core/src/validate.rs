@@ -39,7 +39,9 @@
 //!    CreateTime ones; a diskless batch is stored as sent); with CreateTime, each timestamp other than
 //!    -1 must lie within `[now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]`
 //!    (`INVALID_TIMESTAMP`); each record's `offsetDelta` must equal its index (`INVALID_RECORD`:
-//!    Kafka would rewrite the inner offsets, a diskless batch is stored as sent);
+//!    Kafka would rewrite the inner offsets, a diskless batch is stored as sent); on a topic whose
+//!    `cleanup.policy` compacts, a record without a key → `INVALID_RECORD` (Kafka's
+//!    `LogValidator.validateKey`; such a record's timestamp is not checked);
 //! 7. `producerId >= 0` with `producerEpoch < -1` → `INVALID_PRODUCER_EPOCH` (47): Kafka's
 //!    `ProducerAppendInfo.checkProducerEpoch`, which compares the epoch with the last one seen, `-1`
 //!    for a producer new to the partition (so `-1` passes here; the coordinator judges it against the
@@ -128,6 +130,9 @@ pub enum ValidationErrorKind {
     },
     /// The producer set the LogAppendTime attribute bit.
     LogAppendTimeFromProducer,
+    /// A record without a key sent to a topic whose `cleanup.policy` compacts (Kafka's
+    /// `LogValidator.validateKey`).
+    KeylessRecordInCompactedTopic,
     /// `producerId >= 0` with `producerEpoch < -1`.
     InvalidProducerEpoch {
         /// The batch's `producerEpoch`.
@@ -176,6 +181,7 @@ impl ValidationErrorKind {
             | Decompression(_)
             | Record(_)
             | NonSequentialOffset { .. }
+            | KeylessRecordInCompactedTopic
             | NoRecordBatch
             | MoreThanOneBatch => ErrorCode::InvalidRecord,
             Recompression(_) => ErrorCode::UnknownServerError,
@@ -757,6 +763,10 @@ impl Validator {
             }
             _ => (false, 0, 0, 0),
         };
+        // Kafka's `LogValidator.validateKey`: on a compacted topic (`compact` or
+        // `compact,delete`) every record needs a key.
+        let compacted =
+            matches!(mode, Mode::Client { config, .. } if config.cleanup_policy.compacts());
         let base_ts = batch.base_timestamp();
         let mut max_ts = NO_TIMESTAMP;
         let mut first_ts_error: Option<ValidationError> = None;
@@ -795,7 +805,19 @@ impl Validator {
             if ts > max_ts {
                 max_ts = ts;
             }
-            if check_ts && ts != NO_TIMESTAMP && first_ts_error.is_none() {
+            // Kafka's `validateRecord`: a record's key error is its error (its timestamp is then
+            // not checked).
+            let keyless = compacted && rec.key.is_none();
+            if keyless && first_record_error.is_none() {
+                first_record_error = Some(
+                    ValidationError::new(
+                        K::KeylessRecordInCompactedTopic,
+                        format!("Compacted topic cannot accept message without key (record {i})"),
+                    )
+                    .at(i),
+                );
+            }
+            if check_ts && !keyless && ts != NO_TIMESTAMP && first_ts_error.is_none() {
                 let diff = i128::from(now_ms) - i128::from(ts);
                 if diff > i128::from(before) || -diff > i128::from(after) {
                     first_ts_error = Some(

@@ -872,3 +872,72 @@ fn legacy(magic: u8, len: usize) -> Vec<u8> {
     v[MAGIC_OFFSET] = magic;
     v
 }
+
+/// Kafka's `LogValidatorTest.testCompactedTopicWithoutKey` and its ordering: on a topic whose
+/// `cleanup.policy` compacts (`compact` or `compact,delete`) a record without a key fails its
+/// batch with `INVALID_RECORD`, naming the first such record, in every codec; a tombstone (null
+/// value) with a key passes; `delete` topics take keyless records. A keyless record's timestamp is
+/// not checked (its key error is its error), and another record's timestamp error still wins, as
+/// in Kafka's `processRecordErrors`.
+#[test]
+fn keyless_records_are_refused_on_compacted_topics() {
+    use diskless_coordinator::CleanupPolicy;
+    let config = |policy| {
+        TopicConfig::default()
+            .with_cleanup_policy(policy)
+            .with_message_timestamp_before_max_ms(1_000)
+    };
+    for codec in Compression::ALL {
+        let mixed = RecordBatchBuilder::new()
+            .compression(codec)
+            .record(NOW, Some(b"k"), Some(b"v"))
+            .record(NOW, Some(b"k"), None)
+            .record(NOW, None, Some(b"no key"))
+            .record(NOW, None, Some(b"no key either"))
+            .build()
+            .unwrap();
+        validate_batch(&mixed, &config(CleanupPolicy::Delete), NOW).unwrap();
+        for policy in [CleanupPolicy::Compact, CleanupPolicy::CompactDelete] {
+            let e = validate_batch(&mixed, &config(policy), NOW).unwrap_err();
+            assert_eq!(
+                e.error_code(),
+                ErrorCode::InvalidRecord,
+                "{codec:?} {policy}"
+            );
+            assert_eq!(e.kind, K::KeylessRecordInCompactedTopic);
+            assert_eq!(e.record_index, Some(2));
+            assert!(
+                e.message
+                    .contains("Compacted topic cannot accept message without key")
+            );
+        }
+        let keyed = RecordBatchBuilder::new()
+            .compression(codec)
+            .record(NOW, Some(b"a"), Some(b"1"))
+            .record(NOW, Some(b""), None)
+            .build()
+            .unwrap();
+        validate_batch(&keyed, &config(CleanupPolicy::Compact), NOW).unwrap();
+
+        // The keyless record's own stale timestamp is not judged: INVALID_RECORD.
+        let keyless_and_stale = RecordBatchBuilder::new()
+            .compression(codec)
+            .record(NOW - 5_000, None, Some(b"v"))
+            .build()
+            .unwrap();
+        let e =
+            validate_batch(&keyless_and_stale, &config(CleanupPolicy::Compact), NOW).unwrap_err();
+        assert_eq!(e.kind, K::KeylessRecordInCompactedTopic);
+        // Another record's timestamp error wins over the key error.
+        let keyless_then_stale = RecordBatchBuilder::new()
+            .compression(codec)
+            .record(NOW, None, Some(b"v"))
+            .record(NOW - 5_000, Some(b"k"), Some(b"v"))
+            .build()
+            .unwrap();
+        let e =
+            validate_batch(&keyless_then_stale, &config(CleanupPolicy::Compact), NOW).unwrap_err();
+        assert_eq!(e.error_code(), ErrorCode::InvalidTimestamp);
+        assert_eq!(e.record_index, Some(1));
+    }
+}

@@ -205,7 +205,10 @@ async fn lock_partition(
     partition_id: i64,
 ) -> Result<Option<LockedPartition>, Attempt> {
     let row = sqlx::query(
-        "SELECT pa.byte_size, t.retention_ms, t.retention_bytes, t.producer_id_expiration_ms \
+        "SELECT pa.byte_size, \
+         CASE WHEN t.cleanup_policy = 'compact' THEN -1 ELSE t.retention_ms END, \
+         CASE WHEN t.cleanup_policy = 'compact' THEN -1 ELSE t.retention_bytes END, \
+         t.producer_id_expiration_ms \
          FROM partitions pa JOIN topics t ON t.topic_id = pa.topic_id \
          WHERE pa.partition_id = $1 FOR UPDATE OF pa",
     )
@@ -314,6 +317,7 @@ impl Pass {
             // of the segments' primary key), else its first batch.
             Pass::Retention => format!(
                 "pa.byte_size > 0 AND (t.retention_bytes >= 0 OR t.retention_ms >= 0) \
+                 AND t.cleanup_policy <> 'compact' \
                  AND EXISTS (SELECT 1 FROM ( \
                  (SELECT 0 AS k, s.log_size AS size, s.retention_ts AS ts \
                   FROM tiered_segments s WHERE pa.tiered_bytes > 0 \

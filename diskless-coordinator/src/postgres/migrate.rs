@@ -88,6 +88,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!(14, "0014", "topic_compression", transactional: true),
     migration!(15, "0015", "open_txn_seq", transactional: true),
     migration!(16, "0016", "txn_records", transactional: true),
+    migration!(17, "0017", "topic_compaction", transactional: true),
 ];
 
 /// The last migration that creates functions: later ones leave them to `functions.sql`.

@@ -4,7 +4,9 @@ use super::PostgresCoordinator;
 use super::attempt::{Attempt, sql_error};
 use super::lifecycle::delete_segments_below;
 use super::lifecycle::{delete_batches_below, release_objects};
-use crate::rows::{SqlRow, compression_type, parse_topic_id, topic_key, ts_type, ts_type_code};
+use crate::rows::{
+    SqlRow, cleanup_policy, compression_type, parse_topic_id, topic_key, ts_type, ts_type_code,
+};
 use crate::{
     CoordinatorError, CreateTopicRequest, ProducerIdBlock, TopicConfig, TopicInfo,
     check_new_partition_count, next_producer_id_block, validate_producer_id_count,
@@ -17,15 +19,16 @@ use uuid::Uuid;
 
 /// The configuration columns of a PostgreSQL topic row, in the order [`config_from_row`] reads
 /// them (migration 13 added the four tiered-storage settings, migration 14 the four compression
-/// settings).
+/// settings, migration 17 the five compaction settings).
 pub(super) const CONFIG_COLUMNS: &str = "timestamp_type, retention_ms, retention_bytes, \
      max_message_bytes, message_timestamp_before_max_ms, message_timestamp_after_max_ms, \
      producer_id_expiration_ms, segment_bytes, segment_ms, index_interval_bytes, \
      segment_index_bytes, compression_type, compression_gzip_level, compression_lz4_level, \
-     compression_zstd_level";
+     compression_zstd_level, cleanup_policy, delete_retention_ms, min_compaction_lag_ms, \
+     max_compaction_lag_ms, min_cleanable_dirty_ratio";
 
 /// How many columns [`CONFIG_COLUMNS`] lists.
-const CONFIG_COLUMN_COUNT: usize = 15;
+const CONFIG_COLUMN_COUNT: usize = 20;
 
 /// The columns of a topic row after its id: name, partition count, then [`CONFIG_COLUMNS`].
 pub(super) fn topic_columns() -> String {
@@ -52,6 +55,11 @@ fn bind_config<'q>(
         .bind(c.compression_gzip_level)
         .bind(c.compression_lz4_level)
         .bind(c.compression_zstd_level)
+        .bind(c.cleanup_policy.name())
+        .bind(c.delete_retention_ms)
+        .bind(c.min_compaction_lag_ms)
+        .bind(c.max_compaction_lag_ms)
+        .bind(c.min_cleanable_dirty_ratio)
 }
 
 /// A topic configuration from the [`CONFIG_COLUMNS`] of `row` starting at column `at`.
@@ -75,6 +83,11 @@ pub(super) fn config_from_row(
         compression_gzip_level: row.i32_at(at + 12)?,
         compression_lz4_level: row.i32_at(at + 13)?,
         compression_zstd_level: row.i32_at(at + 14)?,
+        cleanup_policy: cleanup_policy(&row.string_at(at + 15)?)?,
+        delete_retention_ms: row.i64_at(at + 16)?,
+        min_compaction_lag_ms: row.i64_at(at + 17)?,
+        max_compaction_lag_ms: row.i64_at(at + 18)?,
+        min_cleanable_dirty_ratio: row.f64_at(at + 19)?,
     })
 }
 

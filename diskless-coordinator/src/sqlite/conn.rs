@@ -26,7 +26,7 @@ pub(super) struct Counters {
 }
 
 /// The embedded migrations: (version, description, SQL).
-const MIGRATIONS: [(i64, &str, &str); 10] = [
+const MIGRATIONS: [(i64, &str, &str); 11] = [
     (
         1,
         "initial",
@@ -76,6 +76,11 @@ const MIGRATIONS: [(i64, &str, &str); 10] = [
         10,
         "transaction records",
         include_str!("../../migrations/sqlite/0010_txn_records.sql"),
+    ),
+    (
+        11,
+        "topic compaction",
+        include_str!("../../migrations/sqlite/0011_topic_compaction.sql"),
     ),
 ];
 

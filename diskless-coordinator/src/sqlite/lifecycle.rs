@@ -41,7 +41,7 @@ pub(super) const OBJECTS_TO_DELETE_KIND: &str = "SELECT object_key, marked_for_d
      AND marked_for_deletion_at < ?1 ORDER BY marked_for_deletion_at, object_key LIMIT ?2";
 
 /// Retention: the next page of up to `?4` partitions, after (`?1`, `?2`) in (topic id, partition)
-/// order, whose FIRST item (its first tiered segment, else its first batch) retention deletes at
+/// order, of topics whose cleanup.policy deletes, whose FIRST item (its first tiered segment, else its first batch) retention deletes at
 /// time `?3`: older than retention.ms (aged as in [`RETENTION_SEGMENTS`] and
 /// [`RETENTION_BATCHES`]), or removable by retention.bytes (what is left without it is still at
 /// least retention.bytes). That is exactly "retention deletes something here" (Kafka 3.x order:
@@ -54,6 +54,7 @@ pub(super) const RETENTION_CANDIDATES: &str = "SELECT p.partition_id, p.topic_id
      p.byte_size, t.retention_ms, t.retention_bytes \
      FROM partitions p JOIN topics t ON t.topic_id = p.topic_id \
      WHERE (p.topic_id, p.partition) > (?1, ?2) AND p.byte_size > 0 \
+     AND t.cleanup_policy <> 'compact' \
      AND ((t.retention_ms >= 0 AND ?3 - COALESCE((SELECT s.retention_ts FROM tiered_segments s \
            WHERE s.partition_id = p.partition_id ORDER BY s.end_offset LIMIT 1), \
            (SELECT CASE WHEN b.effective_max_timestamp >= 0 \

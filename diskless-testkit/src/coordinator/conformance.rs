@@ -24,12 +24,12 @@
 use crate::fixture::Fixture;
 use crate::keys::v7_key;
 use diskless_coordinator::{
-    BatchCoordinate, BatchCoordinator, Clock, CommitBatch, CommitBatchResult, CommitFileRequest,
-    CoordinatorError, CreateTopicRequest, DeleteRecordsRequest, EARLIEST_TIMESTAMP, ErrorCode,
-    FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse,
-    MAX_PRODUCER_ID_BLOCK, MAX_TIMESTAMP, ManualClock, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
-    NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo, ProducerIdBlock, ProducerState, RetentionReport,
-    SystemClock, TimestampType, TopicCompression, TopicConfig, TopicIdPartition,
+    BatchCoordinate, BatchCoordinator, CleanupPolicy, Clock, CommitBatch, CommitBatchResult,
+    CommitFileRequest, CoordinatorError, CreateTopicRequest, DeleteRecordsRequest,
+    EARLIEST_TIMESTAMP, ErrorCode, FindBatchesRequest, LATEST_TIMESTAMP, ListOffsetsRequest,
+    ListOffsetsResponse, MAX_PRODUCER_ID_BLOCK, MAX_TIMESTAMP, ManualClock, NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo, ProducerIdBlock, ProducerState,
+    RetentionReport, SystemClock, TimestampType, TopicCompression, TopicConfig, TopicIdPartition,
 };
 use diskless_coordinator::{Capabilities, Capability};
 use futures::future::BoxFuture;
@@ -87,6 +87,8 @@ const CASE_CAPABILITIES: &[(&str, &[Capability])] = &[
     ("create_partitions_only_grows", &[Capability::Admin]),
     ("alter_topic_config_applies_to_later_calls", &[Capability::Admin, Capability::Lifecycle]),
     ("compression_topic_config_is_kept", &[Capability::Admin]),
+    ("compaction_topic_config_is_kept", &[Capability::Admin]),
+    ("retention_deletes_nothing_from_a_compact_only_topic", &[Capability::Admin, Capability::Lifecycle]),
     ("list_producers_of_a_partition", &[Capability::Admin]),
     ("txn_plain_batch_during_txn_rejected", &[Capability::Transactions]),
     ("txn_next_epoch_before_marker_rejected", &[Capability::Transactions]),
@@ -251,6 +253,8 @@ macro_rules! __coordinator_conformance_cases {
             create_partitions_only_grows,
             alter_topic_config_applies_to_later_calls,
             compression_topic_config_is_kept,
+            compaction_topic_config_is_kept,
+            retention_deletes_nothing_from_a_compact_only_topic,
             list_producers_of_a_partition,
             txn_first_batch_needs_verification [txn],
             txn_continues_without_verification_same_epoch [txn],
@@ -2743,6 +2747,101 @@ pub async fn compression_topic_config_is_kept(h: Harness) {
         refused_on_alter_and_create(&h, t, bad).await;
     }
     assert_eq!(c.list_topics().await.unwrap()[0].config, last);
+}
+
+/// A topic's compaction settings (issue #29: `cleanup.policy`, `delete.retention.ms`,
+/// `min`/`max.compaction.lag.ms`, `min.cleanable.dirty.ratio`) are kept on create, listed, and
+/// replaced by `alter_topic_config`, with the ends of each range; a value out of Kafka's range, or
+/// a minimum lag above the maximum, is refused, changing nothing.
+pub async fn compaction_topic_config_is_kept(h: Harness) {
+    let c = &h.coordinator;
+    let config = TopicConfig::default()
+        .with_cleanup_policy(CleanupPolicy::Compact)
+        .with_delete_retention_ms(0)
+        .with_min_compaction_lag_ms(1000)
+        .with_max_compaction_lag_ms(i64::MAX)
+        .with_min_cleanable_dirty_ratio(0.01);
+    let t = topic_with(&h, "compacted", 1, config.clone()).await;
+    assert_eq!(c.list_topics().await.unwrap()[0].config, config);
+    for (policy, delete_retention, min_lag, max_lag, ratio) in [
+        (CleanupPolicy::CompactDelete, i64::MAX, 0, 1, 0.0),
+        (CleanupPolicy::Delete, 86_400_000, 5, 5, 1.0),
+        (CleanupPolicy::Compact, 1, 0, 60_000, 0.123_456_789),
+    ] {
+        let altered = config
+            .clone()
+            .with_cleanup_policy(policy)
+            .with_delete_retention_ms(delete_retention)
+            .with_min_compaction_lag_ms(min_lag)
+            .with_max_compaction_lag_ms(max_lag)
+            .with_min_cleanable_dirty_ratio(ratio);
+        c.alter_topic_config(t, altered.clone()).await.unwrap();
+        assert_eq!(
+            c.list_topics().await.unwrap()[0].config,
+            altered,
+            "{policy}"
+        );
+    }
+    let last = c.list_topics().await.unwrap()[0].config.clone();
+    for bad in [
+        TopicConfig::default().with_delete_retention_ms(-1),
+        TopicConfig::default().with_min_compaction_lag_ms(-1),
+        TopicConfig::default().with_max_compaction_lag_ms(0),
+        TopicConfig::default()
+            .with_min_compaction_lag_ms(10)
+            .with_max_compaction_lag_ms(9),
+        TopicConfig::default().with_min_cleanable_dirty_ratio(1.01),
+        TopicConfig::default().with_min_cleanable_dirty_ratio(-0.01),
+        TopicConfig::default().with_min_cleanable_dirty_ratio(f64::NAN),
+    ] {
+        refused_on_alter_and_create(&h, t, bad).await;
+    }
+    assert_eq!(c.list_topics().await.unwrap()[0].config, last);
+}
+
+/// Retention deletes nothing from a topic whose `cleanup.policy` is `compact` alone, whatever
+/// its retention.ms and retention.bytes (Kafka's `UnifiedLog.deleteOldSegments`), and deletes as
+/// usual under `compact,delete`; a topic altered back to `delete` is retained again.
+pub async fn retention_deletes_nothing_from_a_compact_only_topic(h: Harness) {
+    let c = &h.coordinator;
+    let compact = TopicConfig::default()
+        .with_retention_ms(1000)
+        .with_retention_bytes(0)
+        .with_cleanup_policy(CleanupPolicy::Compact);
+    let only = topic_with(&h, "compact-only", 1, compact.clone()).await;
+    let both = topic_with(
+        &h,
+        "compact-delete",
+        1,
+        compact
+            .clone()
+            .with_cleanup_policy(CleanupPolicy::CompactDelete),
+    )
+    .await;
+    let old = START_MS - 5000;
+    commit(
+        &h,
+        vec![
+            plain(tp(only, 0), 1, 10, old),
+            plain(tp(only, 0), 1, 10, old),
+            plain(tp(both, 0), 1, 10, old),
+            plain(tp(both, 0), 1, 10, old),
+        ],
+    )
+    .await;
+    let report = retention_pass(&h).await;
+    assert_eq!(
+        report.batches_deleted, 2,
+        "only compact,delete's two batches"
+    );
+    assert_eq!(all_batches(&h, tp(only, 0)).await.0.len(), 2);
+    assert!(all_batches(&h, tp(both, 0)).await.0.is_empty());
+    assert_eq!(retention_pass(&h).await.batches_deleted, 0);
+    c.alter_topic_config(only, compact.with_cleanup_policy(CleanupPolicy::Delete))
+        .await
+        .unwrap();
+    assert_eq!(retention_pass(&h).await.batches_deleted, 2);
+    assert!(all_batches(&h, tp(only, 0)).await.0.is_empty());
 }
 
 /// `bad` is refused (`InvalidRequest`) by `alter_topic_config` of topic `t` and by `create_topic`.

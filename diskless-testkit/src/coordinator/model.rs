@@ -492,6 +492,10 @@ fn retention_count(
     now: i64,
 ) -> (usize, usize) {
     let (mut s, mut n) = (0, 0);
+    if !config.cleanup_policy.deletes() {
+        // cleanup.policy=compact: retention deletes nothing (Kafka's `UnifiedLog.deleteOldSegments`).
+        return (s, n);
+    }
     let segments = log.tiered.len();
     if config.retention_ms >= 0 {
         while s < segments && now.saturating_sub(log.tiered[s].retention_ts) > config.retention_ms {
