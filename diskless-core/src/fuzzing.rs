@@ -163,6 +163,43 @@ pub fn fuzz_txn_marker(data: &[u8]) {
     }
 }
 
+/// Target `compaction`: the input's batches (as a stored log holds them, one after another) are
+/// mapped, then compacted, under two rounds (before and after a delete horizon); an answer is
+/// never a panic, and a rebuilt batch frames, has a valid CRC, keeps its base and last offsets
+/// and producer fields, and holds no more records than the original.
+pub fn fuzz_compaction(data: &[u8]) {
+    use crate::compaction::{BatchVerdict, CompactionRound, OffsetMap, compact_batch};
+    let Ok(batches) = crate::batch::split_batches(bytes::Bytes::copy_from_slice(data)) else {
+        return;
+    };
+    let mut scratch = Vec::new();
+    let limit = 1 << 20;
+    let mut map = OffsetMap::new(64 << 10);
+    for (i, batch) in batches.iter().enumerate() {
+        // Every third batch is read as aborted transactional data.
+        let _ = map.add_batch(batch, i % 3 == 2, &mut scratch, limit);
+    }
+    for now_ms in [FUZZ_NOW_MS, i64::MAX] {
+        let round = CompactionRound {
+            now_ms,
+            delete_retention_ms: 86_400_000,
+            decompression_limit: limit,
+        };
+        for (i, batch) in batches.iter().enumerate() {
+            if let Ok(BatchVerdict::Rewritten(out)) =
+                compact_batch(batch, i % 3 == 2, &map, &round, &mut scratch)
+            {
+                assert!(out.crc_is_valid(), "a rebuilt batch has a bad CRC");
+                assert_eq!(out.base_offset(), batch.base_offset());
+                assert_eq!(out.last_offset(), batch.last_offset());
+                assert_eq!(out.producer_id(), batch.producer_id());
+                assert_eq!(out.base_sequence(), batch.base_sequence());
+                assert!(out.records_count() <= batch.records_count());
+            }
+        }
+    }
+}
+
 /// Target `produce_request`: read the input as a Produce request frame; an accepted one has every
 /// partition's records inside the input, and its answer (one per partition) encodes with the size
 /// it says.

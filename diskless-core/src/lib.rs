@@ -43,6 +43,7 @@
 pub mod batch;
 pub mod builder;
 mod commit_signal;
+pub mod compaction;
 pub mod compression;
 mod config_error;
 #[cfg(feature = "connection")]

@@ -295,6 +295,74 @@ fn write_seeds() {
     for (name, data) in produce_request_seeds() {
         std::fs::write(dir.join(name), data).unwrap();
     }
+
+    let dir = corpus_dir("compaction");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, data) in compaction_seeds() {
+        std::fs::write(dir.join(name), data).unwrap();
+    }
+}
+
+/// Stored logs for the `compaction` target: keyed updates, tombstones and keyless records in
+/// every codec, one batch with a delete horizon, and one cut short.
+fn compaction_seeds() -> Vec<(String, Vec<u8>)> {
+    let mut seeds = Vec::new();
+    for codec in Compression::ALL {
+        let mut log = Vec::new();
+        for (base, records) in [
+            (
+                0i64,
+                vec![(Some(&b"a"[..]), Some(&b"1"[..])), (Some(b"b"), Some(b"2"))],
+            ),
+            (2, vec![(Some(b"a"), None), (None, Some(b"x"))]),
+            (4, vec![(Some(b"b"), Some(b"3"))]),
+        ] {
+            let mut b = RecordBatchBuilder::new()
+                .base_offset(base)
+                .compression(codec)
+                .producer(1, 0, base as i32);
+            for (k, v) in records {
+                b = b.record(NOW, k, v);
+            }
+            log.extend_from_slice(b.build().unwrap().as_bytes());
+        }
+        seeds.push((format!("{codec:?}").to_lowercase(), log.clone()));
+        // A transaction's data (read as aborted: the third batch) after a LogAppendTime batch.
+        let mut txn = Vec::new();
+        for (base, transactional) in [(0i64, false), (1, false), (2, true)] {
+            let b = RecordBatchBuilder::new()
+                .base_offset(base)
+                .compression(codec)
+                .timestamp_type(diskless_coordinator::TimestampType::LogAppendTime)
+                .transactional(transactional)
+                .producer(2, 0, base as i32)
+                .record(NOW, Some(b"t"), Some(b"v"))
+                .build()
+                .unwrap();
+            txn.extend_from_slice(b.as_bytes());
+        }
+        seeds.push((format!("{codec:?}-txn").to_lowercase(), txn));
+        if codec == Compression::None {
+            let horizon = RecordBatchBuilder::new()
+                .base_offset(5)
+                .attributes(diskless_core::Attributes(0x40))
+                .base_timestamp(NOW)
+                .record(NOW - 5, Some(b"c"), None)
+                .build()
+                .unwrap();
+            let mut with_horizon = log.clone();
+            with_horizon.extend_from_slice(horizon.as_bytes());
+            seeds.push(("horizon".into(), with_horizon));
+            seeds.push(("cut".into(), log[..log.len() - 3].to_vec()));
+        }
+    }
+    seeds
+}
+
+#[test]
+fn replay_compaction_corpus() {
+    regen_if_asked();
+    replay("compaction", diskless_core::fuzzing::fuzz_compaction);
 }
 
 /// Produce request frames as kafka-protocol encodes them (versions 3, 5, 8, 9, 11, 12; a
