@@ -65,10 +65,10 @@ pub use types::{
     ListOffsetsRequest, ListOffsetsResponse, MAX_PRODUCER_ID_BLOCK, MAX_TIMESTAMP,
     NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, ObjectInfo, ObjectKind,
     ObjectToDelete, PRODUCER_BATCH_WINDOW, ProducerBatch, ProducerExpiryReport, ProducerIdBlock,
-    ProducerState, RegisterSegmentOutcome, RegisterSegmentRequest, RetentionReport,
-    SEGMENT_TRAILER_LEN, SegmentLayoutSizes, SegmentPlan, SegmentPlanRequest, ShardId,
-    TXN_MARKER_SIZE, TieredSegment, TieringCandidate, TimestampType, TopicCompression, TopicConfig,
-    TopicIdPartition, TopicInfo, TxnMarker, TxnMarkerResult,
+    ProducerState, RegisterSegmentOutcome, RegisterSegmentRequest, ReplaceSegmentsRequest,
+    ReplacedSegment, RetentionReport, SEGMENT_TRAILER_LEN, SegmentLayoutSizes, SegmentPlan,
+    SegmentPlanRequest, ShardId, TXN_MARKER_SIZE, TieredSegment, TieringCandidate, TimestampType,
+    TopicCompression, TopicConfig, TopicIdPartition, TopicInfo, TxnMarker, TxnMarkerResult,
 };
 pub use validate::{
     check_new_partition_count, is_valid_topic_name, last_sequence, next_producer_id_block,

@@ -252,6 +252,30 @@ macro_rules! coordinator_ops {
                 /// on the key) or fence the key.
                 [RegisterSegment write write_register_segment]
                 fn register_segment(request: $crate::RegisterSegmentRequest) -> Result<$crate::RegisterSegmentOutcome, $crate::CoordinatorError>;
+                /// Compaction's swap (issue #29): in one transaction, the run of segments
+                /// `request.replaced` names is replaced by `request.segment` (or by nothing): their rows go,
+                /// their objects are released (marked for deletion, the cleaner deletes them after the
+                /// grace period), and the new segment is registered as compacted
+                /// ([`TieredSegment::compacted`]). The partition's bounds and `tiered_next_offset` stay;
+                /// its size changes by what compaction removed.
+                ///
+                /// In order, with the state locked: a request that contradicts itself
+                /// ([`ReplaceSegmentsRequest::validate`]) is [`CoordinatorError::InvalidRequest`]; the new
+                /// key's commit deadline and fence are checked as for [`BatchCoordinator::register_segment`]
+                /// ([`CoordinatorError::DeadlineExceeded`], [`CoordinatorError::ObjectFenced`]); a new key
+                /// already registered as this very segment is [`RegisterSegmentOutcome::AlreadyRegistered`],
+                /// any other known key [`CoordinatorError::ObjectAlreadyCommitted`]; then
+                /// [`RegisterSegmentOutcome::UnknownPartition`]; then the replaced segments must be exactly
+                /// the partition's registered segments from the first one's base offset on (same keys and
+                /// offsets, none between them), else [`RegisterSegmentOutcome::Stale`]. Nothing is applied
+                /// unless the answer is `Registered`, whose count is the replaced objects marked.
+                ///
+                /// # Cancel safety
+                ///
+                /// As [`BatchCoordinator::register_segment`]: retry it (idempotent on the new key) or fence
+                /// the key.
+                [ReplaceSegments write write_replace_segments]
+                fn replace_segments(request: $crate::ReplaceSegmentsRequest) -> Result<$crate::RegisterSegmentOutcome, $crate::CoordinatorError>;
                 /// The registered tiered segments of `partition` whose end offset is at least `from_offset`,
                 /// in offset order, at most `limit`. An unknown partition is
                 /// [`CoordinatorError::UnknownTopic`].
@@ -401,6 +425,16 @@ mod tests {
         }
     }
 
+    impl Dummy for ReplaceSegmentsRequest {
+        fn dummy() -> Self {
+            ReplaceSegmentsRequest {
+                partition: Dummy::dummy(),
+                replaced: Vec::new(),
+                segment: None,
+            }
+        }
+    }
+
     /// Calls every optional operation on `c` and checks that it answers `Unsupported` naming
     /// itself; returns how many were called.
     macro_rules! call_optional_ops {
@@ -477,10 +511,10 @@ mod tests {
             CoordinatorOp::ListTieredSegments.capability(),
             Capability::Tiering
         );
-        assert_eq!(CoordinatorOp::ALL.len(), 27);
+        assert_eq!(CoordinatorOp::ALL.len(), 28);
         let mut names: Vec<&str> = CoordinatorOp::ALL.iter().map(|op| op.name()).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 27, "one name per operation");
+        assert_eq!(names.len(), 28, "one name per operation");
     }
 }

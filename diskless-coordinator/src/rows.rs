@@ -437,18 +437,18 @@ pub(crate) fn object_kind(code: i16) -> Result<ObjectKind, CoordinatorError> {
     }
 }
 
-/// The 15 columns [`segment_from_row`] decodes: segment columns from `s`, object columns from `o`.
+/// The 16 columns [`segment_from_row`] decodes: segment columns from `s`, object columns from `o`.
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn segment_columns(s: &str, o: &str) -> String {
     format!(
         "{o}.object_key, {o}.object_size, {s}.log_size, {s}.offset_index_size, \
          {s}.time_index_size, {s}.txn_index_size, {s}.snapshot_size, {s}.epochs_size, \
          {s}.base_offset, {s}.end_offset, {s}.max_timestamp, {s}.max_timestamp_offset, \
-         {s}.retention_ts, {s}.batch_count, {s}.registered_at"
+         {s}.retention_ts, {s}.batch_count, {s}.registered_at, {s}.compacted"
     )
 }
 
-/// Decodes the 15 columns of [`segment_columns`] starting at `at`.
+/// Decodes the 16 columns of [`segment_columns`] starting at `at`.
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn segment_from_row(
     row: &impl SqlRow,
@@ -473,6 +473,7 @@ pub(crate) fn segment_from_row(
         retention_ts: row.i64_at(at + 12)?,
         batch_count: u32_at(at + 13, "segment batch count")?,
         registered_at: row.i64_at(at + 14)?,
+        compacted: row.i64_at(at + 15)? != 0,
     })
 }
 

@@ -1031,6 +1031,10 @@ pub struct TieredSegment {
     pub batch_count: u32,
     /// When it was registered (coordinator clock, ms).
     pub registered_at: i64,
+    /// Whether compaction wrote it ([`crate::BatchCoordinator::replace_segments`]): the
+    /// partition's compacted segments are the clean part of its log, the others its dirty part
+    /// (Kafka's cleaner checkpoint).
+    pub compacted: bool,
 }
 
 /// A partition due for consolidation, as [`crate::BatchCoordinator::tiering_candidates`] lists it.
@@ -1129,6 +1133,44 @@ pub struct RegisterSegmentRequest {
     /// The shard registering it, its owner list (a `ShardedCoordinator` sets it to the
     /// partition's shard).
     pub owner: ShardId,
+}
+
+/// A registered segment as a [`ReplaceSegmentsRequest`] names it (from
+/// [`crate::BatchCoordinator::list_tiered_segments`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplacedSegment {
+    /// Its object key.
+    pub object_key: String,
+    /// Its base offset.
+    pub base_offset: i64,
+    /// Its end offset.
+    pub end_offset: i64,
+}
+
+impl From<&TieredSegment> for ReplacedSegment {
+    fn from(s: &TieredSegment) -> Self {
+        ReplacedSegment {
+            object_key: s.object_key.clone(),
+            base_offset: s.base_offset,
+            end_offset: s.end_offset,
+        }
+    }
+}
+
+/// A compaction's swap ([`crate::BatchCoordinator::replace_segments`]): a run of a partition's
+/// registered segments, replaced by one uploaded segment holding what compaction kept of them,
+/// or by none when it kept nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplaceSegmentsRequest {
+    /// The partition.
+    pub partition: TopicIdPartition,
+    /// The segments replaced: consecutive registered segments of the partition, in offset
+    /// order, at least one.
+    pub replaced: Vec<ReplacedSegment>,
+    /// The new segment, or `None` when compaction kept nothing of them. Its `partition` is the
+    /// request's; `base_offset` and `end_offset` are its own first and last batch's, within the
+    /// replaced range; its retention time is the replaced segments' latest.
+    pub segment: Option<RegisterSegmentRequest>,
 }
 
 /// What [`crate::BatchCoordinator::register_segment`] did.

@@ -4,7 +4,8 @@
 
 use crate::{
     CommitBatch, CommitFileRequest, CoordinatorError, CreateTopicRequest, ErrorCode,
-    MAX_PRODUCER_ID_BLOCK, ProducerIdBlock, RegisterSegmentRequest, TopicConfig,
+    MAX_PRODUCER_ID_BLOCK, ProducerIdBlock, RegisterSegmentRequest, ReplaceSegmentsRequest,
+    TopicConfig,
 };
 
 /// The last sequence of a batch of `record_count` records starting at `base_sequence`, with Kafka's
@@ -182,6 +183,44 @@ impl RegisterSegmentRequest {
         }
         if self.object_size < self.layout.object_size() {
             return bad("a segment object is smaller than its sections and trailer");
+        }
+        Ok(())
+    }
+}
+
+impl ReplaceSegmentsRequest {
+    /// Checks that the request does not contradict itself: at least one replaced segment, each
+    /// with a key and `0 <= base <= end`, in strictly increasing offset order; a new segment valid
+    /// as a registration ([`RegisterSegmentRequest::validate`]), of the same partition, inside the
+    /// replaced range, under a key that is not one of the replaced. Errors are
+    /// [`CoordinatorError::InvalidRequest`]; whether the replaced segments are still registered
+    /// is the coordinator's check.
+    pub fn validate(&self) -> Result<(), CoordinatorError> {
+        let bad = |m: &str| Err(CoordinatorError::InvalidRequest(m.to_string()));
+        let (Some(first), Some(last)) = (self.replaced.first(), self.replaced.last()) else {
+            return bad("a replacement names at least one segment");
+        };
+        let mut previous_end = -1;
+        for s in &self.replaced {
+            if s.object_key.is_empty() || s.base_offset < 0 || s.end_offset < s.base_offset {
+                return bad("a replaced segment needs a key and 0 <= base_offset <= end_offset");
+            }
+            if s.base_offset <= previous_end {
+                return bad("replaced segments must be in increasing offset order");
+            }
+            previous_end = s.end_offset;
+        }
+        if let Some(new) = &self.segment {
+            new.validate()?;
+            if new.partition != self.partition {
+                return bad("the new segment belongs to another partition");
+            }
+            if new.base_offset < first.base_offset || new.end_offset > last.end_offset {
+                return bad("the new segment lies outside the replaced range");
+            }
+            if self.replaced.iter().any(|s| s.object_key == new.object_key) {
+                return bad("the new segment reuses a replaced segment's key");
+            }
         }
         Ok(())
     }

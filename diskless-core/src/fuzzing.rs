@@ -398,6 +398,7 @@ impl FuzzSegmentRow {
             retention_ts: self.max_timestamp,
             batch_count: 1,
             registered_at: FUZZ_NOW_MS,
+            compacted: false,
         }
     }
 }

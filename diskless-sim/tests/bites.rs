@@ -273,6 +273,7 @@ impl CoordinatorLayer for Mutant {
                     retention_ts: request.max_timestamp,
                     batch_count: request.batch_count,
                     registered_at: 0,
+                    compacted: false,
                 };
                 let mut ghosts = self.ghosts.lock();
                 let list = ghosts.entry(p).or_default();

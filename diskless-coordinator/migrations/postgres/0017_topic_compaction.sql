@@ -6,3 +6,6 @@ ALTER TABLE topics ADD COLUMN delete_retention_ms bigint NOT NULL DEFAULT 864000
 ALTER TABLE topics ADD COLUMN min_compaction_lag_ms bigint NOT NULL DEFAULT 0;
 ALTER TABLE topics ADD COLUMN max_compaction_lag_ms bigint NOT NULL DEFAULT 9223372036854775807;
 ALTER TABLE topics ADD COLUMN min_cleanable_dirty_ratio double precision NOT NULL DEFAULT 0.5;
+-- A segment written by compaction (replace_segments): the partition's compacted segments are the
+-- clean part of its log.
+ALTER TABLE tiered_segments ADD COLUMN compacted boolean NOT NULL DEFAULT false;

@@ -1124,3 +1124,158 @@ BEGIN
     RETURN QUERY SELECT 0::smallint, v_released;
 END;
 $fn$;
+
+-- -------------------------------------------------------------------------------------------------
+-- Compaction's swap (issue #29; BatchCoordinator::replace_segments, migration 17's compacted
+-- column): the run of segments p_replaced_* names (consecutive, from the first one's base offset
+-- on, same keys and offsets) is replaced by one new segment (p_object_key) or by nothing
+-- (p_object_key NULL). The replaced objects lose their bytes and are marked; the partition's
+-- bounds and tiered_next_offset stay, its size changes by what compaction removed.
+-- r_outcome as register_segment's: 0 replaced (r_released: objects marked), 1 the new key is
+-- already this segment, 2 stale, 3 unknown partition, 4 the new key is taken.
+CREATE OR REPLACE FUNCTION replace_segments(
+    p_topic_id             uuid,
+    p_partition            integer,
+    p_now                  bigint,
+    p_replaced_keys        text[],
+    p_replaced_bases       bigint[],
+    p_replaced_ends        bigint[],
+    p_object_key           text,
+    p_uploader_broker_id   integer,
+    p_object_size          bigint,
+    p_owner                bigint,
+    p_base_offset          bigint,
+    p_end_offset           bigint,
+    p_batch_count          integer,
+    p_log_size             bigint,
+    p_offset_index_size    integer,
+    p_time_index_size      integer,
+    p_txn_index_size       integer,
+    p_snapshot_size        integer,
+    p_epochs_size          integer,
+    p_max_timestamp        bigint,
+    p_max_timestamp_offset bigint,
+    p_key_time_ms          bigint,
+    p_max_commit_age_ms    bigint
+)
+RETURNS TABLE (r_outcome smallint, r_released integer)
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    v_n          integer := coalesce(cardinality(p_replaced_keys), 0);
+    v_pid        bigint;
+    v_matched    integer;
+    v_old_bytes  bigint;
+    v_new_bytes  bigint := 0;
+    v_ret_ts     bigint;
+    v_prev       bigint;
+    v_object_id  bigint;
+    v_released   integer := 0;
+    v_kind       smallint;
+    v_seg_topic  uuid;
+    v_seg_part   integer;
+    v_seg_base   bigint;
+    v_seg_end    bigint;
+BEGIN
+    IF v_n = 0 OR cardinality(p_replaced_bases) <> v_n OR cardinality(p_replaced_ends) <> v_n THEN
+        RAISE EXCEPTION 'replace_segments: the replaced segments are malformed'
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_object_key IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended(p_object_key, 0));
+    END IF;
+    SELECT pa.partition_id INTO v_pid
+    FROM partitions pa WHERE pa.topic_id = p_topic_id AND pa.partition = p_partition
+    FOR UPDATE;
+    IF p_object_key IS NOT NULL THEN
+        -- Every lock but the replaced objects' is held: the commit point.
+        PERFORM check_commit_point(p_object_key, p_key_time_ms, p_max_commit_age_ms);
+        SELECT o.kind, o.segment_topic_id, o.segment_partition, o.segment_base_offset,
+               o.segment_end_offset
+        INTO v_kind, v_seg_topic, v_seg_part, v_seg_base, v_seg_end
+        FROM objects o WHERE o.object_key = p_object_key;
+        IF FOUND THEN
+            IF v_kind = 1 AND v_seg_topic = p_topic_id AND v_seg_part = p_partition
+               AND v_seg_base = p_base_offset AND v_seg_end = p_end_offset THEN
+                RETURN QUERY SELECT 1::smallint, 0;
+            ELSE
+                RETURN QUERY SELECT 4::smallint, 0;
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
+    IF v_pid IS NULL THEN
+        RETURN QUERY SELECT 3::smallint, 0;
+        RETURN;
+    END IF;
+
+    -- The replaced segments must be exactly the partition's segments from the first one on.
+    SELECT count(*) INTO v_matched
+    FROM (SELECT s.base_offset, s.end_offset, o.object_key,
+                 row_number() OVER (ORDER BY s.end_offset) AS i
+          FROM tiered_segments s JOIN objects o ON o.object_id = s.object_id
+          WHERE s.partition_id = v_pid AND s.end_offset >= p_replaced_bases[1]
+          ORDER BY s.end_offset LIMIT v_n) c
+    WHERE c.object_key = p_replaced_keys[c.i] AND c.base_offset = p_replaced_bases[c.i]
+      AND c.end_offset = p_replaced_ends[c.i];
+    IF v_matched <> v_n THEN
+        RETURN QUERY SELECT 2::smallint, 0;
+        RETURN;
+    END IF;
+    SELECT coalesce(sum(s.log_size), 0), max(s.retention_ts) INTO v_old_bytes, v_ret_ts
+    FROM tiered_segments s
+    WHERE s.partition_id = v_pid AND s.end_offset >= p_replaced_ends[1]
+      AND s.end_offset <= p_replaced_ends[v_n];
+
+    -- The replaced objects lose their bytes (a segment object is one segment's alone): lock
+    -- them in object_id order, count those marked now, then take the bytes off.
+    PERFORM o.object_id FROM objects o
+    WHERE o.object_id IN (SELECT s.object_id FROM tiered_segments s
+                          WHERE s.partition_id = v_pid AND s.end_offset >= p_replaced_ends[1]
+                            AND s.end_offset <= p_replaced_ends[v_n])
+    ORDER BY o.object_id FOR UPDATE;
+    SELECT count(*) INTO v_released
+    FROM tiered_segments s JOIN objects o ON o.object_id = s.object_id
+    WHERE s.partition_id = v_pid AND s.end_offset >= p_replaced_ends[1]
+      AND s.end_offset <= p_replaced_ends[v_n]
+      AND o.marked_for_deletion_at IS NULL AND o.live_bytes - s.log_size <= 0;
+    UPDATE objects o SET live_bytes = greatest(o.live_bytes - s.log_size, 0),
+           marked_for_deletion_at = CASE WHEN o.marked_for_deletion_at IS NULL
+               AND o.live_bytes - s.log_size <= 0 THEN p_now ELSE o.marked_for_deletion_at END
+    FROM tiered_segments s
+    WHERE o.object_id = s.object_id AND s.partition_id = v_pid
+      AND s.end_offset >= p_replaced_ends[1] AND s.end_offset <= p_replaced_ends[v_n];
+    DELETE FROM tiered_segments s
+    WHERE s.partition_id = v_pid AND s.end_offset >= p_replaced_ends[1]
+      AND s.end_offset <= p_replaced_ends[v_n];
+
+    IF p_object_key IS NOT NULL THEN
+        v_new_bytes := p_log_size;
+        -- The running max carries on from the segment before the replaced ones.
+        SELECT s.max_timestamp_so_far INTO v_prev FROM tiered_segments s
+        WHERE s.partition_id = v_pid AND s.end_offset < p_replaced_bases[1]
+        ORDER BY s.end_offset DESC LIMIT 1;
+        INSERT INTO objects (object_key, uploader_broker_id, object_size, live_bytes, owners,
+                             committed_at, marked_for_deletion_at, kind, segment_topic_id,
+                             segment_partition, segment_base_offset, segment_end_offset)
+        VALUES (p_object_key, p_uploader_broker_id, p_object_size, p_log_size, ARRAY[p_owner],
+                p_now, NULL, 1, p_topic_id, p_partition, p_base_offset, p_end_offset)
+        RETURNING object_id INTO v_object_id;
+        INSERT INTO tiered_segments (partition_id, end_offset, base_offset, object_id, log_size,
+                                     offset_index_size, time_index_size, txn_index_size,
+                                     snapshot_size, epochs_size, batch_count, max_timestamp,
+                                     max_timestamp_offset, max_timestamp_so_far, retention_ts,
+                                     registered_at, compacted)
+        VALUES (v_pid, p_end_offset, p_base_offset, v_object_id, p_log_size, p_offset_index_size,
+                p_time_index_size, p_txn_index_size, p_snapshot_size, p_epochs_size,
+                p_batch_count, p_max_timestamp, p_max_timestamp_offset,
+                greatest(coalesce(v_prev, p_max_timestamp), p_max_timestamp),
+                coalesce(v_ret_ts, -1), p_now, true);
+    END IF;
+    UPDATE partitions SET tiered_bytes = tiered_bytes + v_new_bytes - v_old_bytes,
+           byte_size = byte_size + v_new_bytes - v_old_bytes
+    WHERE partition_id = v_pid;
+
+    RETURN QUERY SELECT 0::smallint, v_released;
+END;
+$fn$;

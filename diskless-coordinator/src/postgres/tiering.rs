@@ -25,8 +25,8 @@ use crate::rows::topic_key;
 use crate::rows::{SqlRow, batch_columns, batch_from_row, corrupt, parse_topic_id, to_u32, to_u64};
 use crate::{
     AbortedTxn, BatchCoordinate, CoordinatorError, ErrorCode, RegisterSegmentOutcome,
-    RegisterSegmentRequest, SegmentLayoutSizes, SegmentPlan, SegmentPlanRequest, TieredSegment,
-    TieringCandidate, TopicIdPartition,
+    RegisterSegmentRequest, ReplaceSegmentsRequest, SegmentLayoutSizes, SegmentPlan,
+    SegmentPlanRequest, TieredSegment, TieringCandidate, TopicIdPartition,
 };
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgConnection;
@@ -43,7 +43,7 @@ const COMMIT_MS: &str = "(CASE WHEN b.object_id IS NULL THEN b.base_timestamp \
 const SEGMENT_COLUMNS: &str = "o.object_key, o.object_size, s.log_size, s.offset_index_size, \
      s.time_index_size, s.txn_index_size, s.snapshot_size, s.epochs_size, s.base_offset, \
      s.end_offset, s.max_timestamp, s.max_timestamp_offset, s.retention_ts, s.batch_count, \
-     s.registered_at";
+     s.registered_at, s.compacted::integer";
 
 /// A section size stored as `integer`.
 fn section(row: &impl SqlRow, i: usize) -> Result<u32, CoordinatorError> {
@@ -70,6 +70,7 @@ fn segment_from_row(row: &impl SqlRow, at: usize) -> Result<TieredSegment, Coord
         retention_ts: row.i64_at(at + 12)?,
         batch_count: to_u32(i64::from(row.i32_at(at + 13)?), "segment batch count")?,
         registered_at: row.i64_at(at + 14)?,
+        compacted: row.i32_at(at + 15)? != 0,
     })
 }
 
@@ -112,6 +113,11 @@ async fn partition_bounds(
     row.map(|r| Ok((r.i64_at(0)?, r.i64_at(1)?, r.i64_at(2)?, r.i64_at(3)?)))
         .transpose()
 }
+
+/// The columns of a `replace_segments` call (`functions.sql`, revision 3).
+const CALL_REPLACE_SEGMENTS: &str = "SELECT r_outcome, r_released FROM replace_segments($1::uuid, \
+     $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, \
+     $22, $23)";
 
 /// The columns of a `register_segment` call (migration 13).
 const CALL_REGISTER_SEGMENT: &str = "SELECT r_outcome, r_released FROM register_segment($1, $2, \
@@ -356,6 +362,98 @@ impl PostgresCoordinator {
             3 => Ok(RegisterSegmentOutcome::UnknownPartition),
             4 => Err(CoordinatorError::ObjectAlreadyCommitted(request.object_key.clone()).into()),
             other => Err(corrupt(format!("register_segment returned outcome {other}")).into()),
+        }
+    }
+
+    pub(super) async fn write_replace_segments(
+        &self,
+        request: ReplaceSegmentsRequest,
+    ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
+        request.validate()?;
+        self.retrying(|now| self.try_replace_segments(&request, now))
+            .await
+    }
+
+    /// One attempt of `replace_segments` at coordinator time `now`: one call of the server-side
+    /// function (one implicit transaction).
+    async fn try_replace_segments(
+        &self,
+        request: &ReplaceSegmentsRequest,
+        now: i64,
+    ) -> Result<RegisterSegmentOutcome, Attempt> {
+        let too_big = |what: &str| {
+            Attempt::Done(CoordinatorError::InvalidRequest(format!(
+                "a segment's {what} does not fit the coordinator's columns"
+            )))
+        };
+        let new = request.segment.as_ref();
+        let object_size = new
+            .map(|n| i64::try_from(n.object_size).map_err(|_| too_big("size")))
+            .transpose()?;
+        let log_size = new
+            .map(|n| i64::try_from(n.layout.log).map_err(|_| too_big(".log size")))
+            .transpose()?;
+        let batch_count = new
+            .map(|n| i32::try_from(n.batch_count).map_err(|_| too_big("batch count")))
+            .transpose()?;
+        let section = |f: fn(&SegmentLayoutSizes) -> u32| {
+            new.map(|n| i32::try_from(f(&n.layout)).map_err(|_| too_big("section size")))
+                .transpose()
+        };
+        let sections = [
+            section(|l| l.offset_index)?,
+            section(|l| l.time_index)?,
+            section(|l| l.txn_index)?,
+            section(|l| l.producer_snapshot)?,
+            section(|l| l.leader_epochs)?,
+        ];
+        let keys: Vec<&str> = request
+            .replaced
+            .iter()
+            .map(|r| r.object_key.as_str())
+            .collect();
+        let bases: Vec<i64> = request.replaced.iter().map(|r| r.base_offset).collect();
+        let ends: Vec<i64> = request.replaced.iter().map(|r| r.end_offset).collect();
+        let mut conn = self.write.acquire().await.map_err(Attempt::before)?;
+        let row = sqlx::query(CALL_REPLACE_SEGMENTS)
+            .bind(topic_key(request.partition.topic_id))
+            .bind(request.partition.partition)
+            .bind(now)
+            .bind(&keys)
+            .bind(&bases)
+            .bind(&ends)
+            .bind(new.map(|n| n.object_key.as_str()))
+            .bind(new.map(|n| n.uploader_broker_id))
+            .bind(object_size)
+            .bind(new.map(|n| i64::from(n.owner)))
+            .bind(new.map(|n| n.base_offset))
+            .bind(new.map(|n| n.end_offset))
+            .bind(batch_count)
+            .bind(log_size)
+            .bind(sections[0])
+            .bind(sections[1])
+            .bind(sections[2])
+            .bind(sections[3])
+            .bind(sections[4])
+            .bind(new.map(|n| n.max_timestamp))
+            .bind(new.map(|n| n.max_timestamp_offset))
+            .bind(new.and_then(|n| crate::object_key_time_ms(&n.object_key)))
+            .bind(crate::max_age_ms(self.options.max_commit_age))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| commit_point_error(e, new.map_or("", |n| n.object_key.as_str())))?;
+        let released = row.i32_at(1)?;
+        let key = || new.map_or(String::new(), |n| n.object_key.clone());
+        match row.i16_at(0)? {
+            0 => Ok(RegisterSegmentOutcome::Registered {
+                released_objects: u32::try_from(released)
+                    .map_err(|_| corrupt(format!("replace_segments released {released}")))?,
+            }),
+            1 => Ok(RegisterSegmentOutcome::AlreadyRegistered),
+            2 => Ok(RegisterSegmentOutcome::Stale),
+            3 => Ok(RegisterSegmentOutcome::UnknownPartition),
+            4 => Err(CoordinatorError::ObjectAlreadyCommitted(key()).into()),
+            other => Err(corrupt(format!("replace_segments returned outcome {other}")).into()),
         }
     }
 

@@ -82,9 +82,9 @@ use crate::{
     CreateTopicRequest, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode, FindBatchesRequest,
     FindBatchesResponse, ListOffsetsRequest, ListOffsetsResponse, ObjectInfo, ObjectKind,
     ObjectToDelete, ProducerExpiryReport, ProducerIdBlock, ProducerState, RegisterSegmentOutcome,
-    RegisterSegmentRequest, RetentionReport, SegmentPlan, SegmentPlanRequest, ShardId,
-    TieredSegment, TieringCandidate, TopicConfig, TopicIdPartition, TopicInfo, TxnAnswer,
-    TxnMarker, TxnMarkerResult, TxnRecord, TxnTransition,
+    RegisterSegmentRequest, ReplaceSegmentsRequest, RetentionReport, SegmentPlan,
+    SegmentPlanRequest, ShardId, TieredSegment, TieringCandidate, TopicConfig, TopicIdPartition,
+    TopicInfo, TxnAnswer, TxnMarker, TxnMarkerResult, TxnRecord, TxnTransition,
 };
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -1485,6 +1485,31 @@ impl BatchCoordinator for ShardedCoordinator {
             Some(s) => {
                 request.owner = s;
                 self.shards[s as usize].register_segment(request).await
+            }
+            None => Ok(RegisterSegmentOutcome::UnknownPartition),
+        }
+    }
+
+    async fn replace_segments(
+        &self,
+        mut request: ReplaceSegmentsRequest,
+    ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
+        // As `register_segment`: the checks that need no shard first.
+        request.validate()?;
+        if let Some(new) = &request.segment {
+            crate::check_commit_deadline(
+                &new.object_key,
+                self.clock.now_ms(),
+                self.config.max_commit_age,
+            )?;
+        }
+        self.refresh_for(std::iter::once(request.partition)).await;
+        match self.shard_of(request.partition) {
+            Some(s) => {
+                if let Some(new) = &mut request.segment {
+                    new.owner = s;
+                }
+                self.shards[s as usize].replace_segments(request).await
             }
             None => Ok(RegisterSegmentOutcome::UnknownPartition),
         }

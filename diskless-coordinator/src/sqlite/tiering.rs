@@ -22,9 +22,9 @@ use crate::rows::{
     batch_from_row, object_kind_code, segment_columns, segment_from_row, topic_key,
 };
 use crate::{
-    AbortedTxn, BatchCoordinate, CoordinatorError, ErrorCode, ObjectKind, RegisterSegmentOutcome,
-    RegisterSegmentRequest, SegmentPlan, SegmentPlanRequest, TieredSegment, TieringCandidate,
-    TopicIdPartition, check_commit_deadline,
+    AbortedTxn, BatchCoordinate, CoordinatorError, ErrorCode, NO_TIMESTAMP, ObjectKind,
+    RegisterSegmentOutcome, RegisterSegmentRequest, ReplaceSegmentsRequest, SegmentPlan,
+    SegmentPlanRequest, TieredSegment, TieringCandidate, TopicIdPartition, check_commit_deadline,
 };
 use sqlx::AssertSqlSafe;
 use sqlx::sqlite::SqliteConnection;
@@ -218,7 +218,7 @@ impl SqliteCoordinator {
         request: RegisterSegmentRequest,
     ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
         request.validate()?;
-        let object_size = as_i64(request.object_size, "object size")?;
+        as_i64(request.object_size, "object size")?;
         let log_size = as_i64(request.layout.log, "segment log size")?;
         let mut writer = self.write().await?;
         let mut tx = writer.begin().await?;
@@ -291,22 +291,6 @@ impl SqliteCoordinator {
             .i64_at(5)?
             .max(request.max_timestamp)
             .max(previous_so_far.unwrap_or(i64::MIN));
-        let object_id: i64 = sqlx::query_scalar(
-            "INSERT INTO objects (object_key, uploader_broker_id, object_size, live_bytes, owners, \
-             committed_at, marked_for_deletion_at, kind, segment) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, ?7, ?8) RETURNING object_id",
-        )
-        .bind(&request.object_key)
-        .bind(request.uploader_broker_id)
-        .bind(object_size)
-        .bind(log_size)
-        .bind(encode_owners(&[request.owner]))
-        .bind(now)
-        .bind(object_kind_code(ObjectKind::TieredSegment))
-        .bind(&identity)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(not_applied)?;
         // The covered batches' objects lose their bytes (markers have none); an object left with
         // none is marked, and counted.
         let release = release_objects_sql(
@@ -338,33 +322,18 @@ impl SqliteCoordinator {
                 .await
                 .map_err(not_applied)?;
         }
-        let layout = request.layout;
-        sqlx::query(
-            "INSERT INTO tiered_segments (partition_id, end_offset, base_offset, object_id, \
-             log_size, offset_index_size, time_index_size, txn_index_size, snapshot_size, \
-             epochs_size, batch_count, max_timestamp, max_timestamp_offset, \
-             max_timestamp_so_far, retention_ts, registered_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+        insert_segment(
+            &mut tx,
+            partition_id,
+            &request,
+            SegmentRowExtras {
+                now,
+                so_far,
+                retention_ts,
+                compacted: false,
+            },
         )
-        .bind(partition_id)
-        .bind(request.end_offset)
-        .bind(request.base_offset)
-        .bind(object_id)
-        .bind(log_size)
-        .bind(i64::from(layout.offset_index))
-        .bind(i64::from(layout.time_index))
-        .bind(i64::from(layout.txn_index))
-        .bind(i64::from(layout.producer_snapshot))
-        .bind(i64::from(layout.leader_epochs))
-        .bind(i64::from(request.batch_count))
-        .bind(request.max_timestamp)
-        .bind(request.max_timestamp_offset)
-        .bind(so_far)
-        .bind(retention_ts)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(not_applied)?;
+        .await?;
         // The partition's bytes stay (the same bytes, now in a segment).
         sqlx::query(
             "UPDATE partitions SET tiered_next_offset = ?2, tiered_bytes = tiered_bytes + ?3 \
@@ -373,6 +342,151 @@ impl SqliteCoordinator {
         .bind(partition_id)
         .bind(request.end_offset + 1)
         .bind(log_size)
+        .execute(&mut *tx)
+        .await
+        .map_err(not_applied)?;
+        tx.commit().await.map_err(at_commit)?;
+        Ok(RegisterSegmentOutcome::Registered {
+            released_objects: u32::try_from(released_objects).unwrap_or(u32::MAX),
+        })
+    }
+
+    pub(super) async fn write_replace_segments(
+        &self,
+        request: ReplaceSegmentsRequest,
+    ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
+        request.validate()?;
+        let mut writer = self.write().await?;
+        let mut tx = writer.begin().await?;
+        // The commit point, as in `write_register_segment`.
+        let now = self.clock.now_ms();
+        if let Some(new) = &request.segment {
+            check_commit_deadline(&new.object_key, now, self.max_commit_age)?;
+            let fenced = sqlx::query("SELECT 1 FROM fences WHERE object_key = ?1")
+                .bind(&new.object_key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(not_applied)?;
+            if fenced.is_some() {
+                return Err(CoordinatorError::ObjectFenced(new.object_key.clone()));
+            }
+            let identity = segment_identity(new.partition, new.base_offset, new.end_offset);
+            let known: Option<Option<String>> =
+                sqlx::query_scalar("SELECT segment FROM objects WHERE object_key = ?1")
+                    .bind(&new.object_key)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(not_applied)?;
+            if let Some(segment) = known {
+                return match segment {
+                    Some(s) if s == identity => Ok(RegisterSegmentOutcome::AlreadyRegistered),
+                    _ => Err(CoordinatorError::ObjectAlreadyCommitted(
+                        new.object_key.clone(),
+                    )),
+                };
+            }
+        }
+        let Some(Bounds {
+            id: partition_id, ..
+        }) = partition_bounds(&mut tx, request.partition).await?
+        else {
+            return Ok(RegisterSegmentOutcome::UnknownPartition);
+        };
+        // The replaced segments must be exactly the partition's segments from the first one on.
+        let (Some(first), Some(last)) = (request.replaced.first(), request.replaced.last()) else {
+            return Err(CoordinatorError::InvalidRequest(
+                "a replacement names at least one segment".into(),
+            ));
+        };
+        let rows = sqlx::query(AssertSqlSafe(segments_from()))
+            .bind(partition_id)
+            .bind(first.base_offset)
+            .bind(request.replaced.len() as i64)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(not_applied)?;
+        let current: Vec<TieredSegment> = rows
+            .iter()
+            .map(|r| segment_from_row(r, 0))
+            .collect::<Result<_, _>>()?;
+        let matches = current.len() == request.replaced.len()
+            && current.iter().zip(&request.replaced).all(|(c, r)| {
+                c.object_key == r.object_key
+                    && c.base_offset == r.base_offset
+                    && c.end_offset == r.end_offset
+            });
+        if !matches {
+            return Ok(RegisterSegmentOutcome::Stale);
+        }
+        let old_bytes: i64 = current
+            .iter()
+            .map(|c| as_i64(c.layout.log, "segment log size"))
+            .sum::<Result<_, _>>()?;
+        let retention_ts = current
+            .iter()
+            .map(|c| c.retention_ts)
+            .max()
+            .unwrap_or(NO_TIMESTAMP);
+        // The replaced objects lose their bytes; each is marked (a segment object is one
+        // segment's alone).
+        let release = release_objects_sql(
+            "SELECT object_id, log_size AS bytes FROM tiered_segments \
+             WHERE partition_id = ?1 AND end_offset >= ?2 AND end_offset <= ?3",
+            "?4",
+        );
+        let marked: Vec<Option<i64>> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "{release} RETURNING marked_for_deletion_at"
+        )))
+        .bind(partition_id)
+        .bind(first.end_offset)
+        .bind(last.end_offset)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(not_applied)?;
+        let released_objects = marked.iter().filter(|m| **m == Some(now)).count();
+        sqlx::query(
+            "DELETE FROM tiered_segments WHERE partition_id = ?1 AND end_offset >= ?2 \
+             AND end_offset <= ?3",
+        )
+        .bind(partition_id)
+        .bind(first.end_offset)
+        .bind(last.end_offset)
+        .execute(&mut *tx)
+        .await
+        .map_err(not_applied)?;
+        let mut new_bytes = 0;
+        if let Some(new) = &request.segment {
+            new_bytes = as_i64(new.layout.log, "segment log size")?;
+            let previous_so_far: Option<i64> = sqlx::query_scalar(
+                "SELECT max_timestamp_so_far FROM tiered_segments \
+                 WHERE partition_id = ?1 AND end_offset < ?2 ORDER BY end_offset DESC LIMIT 1",
+            )
+            .bind(partition_id)
+            .bind(first.base_offset)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(not_applied)?;
+            let so_far = new.max_timestamp.max(previous_so_far.unwrap_or(i64::MIN));
+            insert_segment(
+                &mut tx,
+                partition_id,
+                new,
+                SegmentRowExtras {
+                    now,
+                    so_far,
+                    retention_ts,
+                    compacted: true,
+                },
+            )
+            .await?;
+        }
+        sqlx::query(
+            "UPDATE partitions SET tiered_bytes = tiered_bytes + ?2, byte_size = byte_size + ?2 \
+             WHERE partition_id = ?1",
+        )
+        .bind(partition_id)
+        .bind(new_bytes - old_bytes)
         .execute(&mut *tx)
         .await
         .map_err(not_applied)?;
@@ -403,6 +517,77 @@ impl SqliteCoordinator {
         tx.commit().await.map_err(not_applied)?;
         rows.iter().map(|r| segment_from_row(r, 0)).collect()
     }
+}
+
+/// What a segment row holds besides its registration request.
+struct SegmentRowExtras {
+    now: i64,
+    so_far: i64,
+    retention_ts: i64,
+    compacted: bool,
+}
+
+/// Inserts the object and the segment row of `request` (the `.log` bytes live).
+async fn insert_segment(
+    conn: &mut SqliteConnection,
+    partition_id: i64,
+    request: &RegisterSegmentRequest,
+    extras: SegmentRowExtras,
+) -> Result<(), CoordinatorError> {
+    let SegmentRowExtras {
+        now,
+        so_far,
+        retention_ts,
+        compacted,
+    } = extras;
+    let object_size = as_i64(request.object_size, "object size")?;
+    let log_size = as_i64(request.layout.log, "segment log size")?;
+    let identity = segment_identity(request.partition, request.base_offset, request.end_offset);
+    let object_id: i64 = sqlx::query_scalar(
+        "INSERT INTO objects (object_key, uploader_broker_id, object_size, live_bytes, owners, \
+         committed_at, marked_for_deletion_at, kind, segment) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, ?7, ?8) RETURNING object_id",
+    )
+    .bind(&request.object_key)
+    .bind(request.uploader_broker_id)
+    .bind(object_size)
+    .bind(log_size)
+    .bind(encode_owners(&[request.owner]))
+    .bind(now)
+    .bind(object_kind_code(ObjectKind::TieredSegment))
+    .bind(&identity)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(not_applied)?;
+    let layout = request.layout;
+    sqlx::query(
+        "INSERT INTO tiered_segments (partition_id, end_offset, base_offset, object_id, \
+         log_size, offset_index_size, time_index_size, txn_index_size, snapshot_size, \
+         epochs_size, batch_count, max_timestamp, max_timestamp_offset, \
+         max_timestamp_so_far, retention_ts, registered_at, compacted) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+    )
+    .bind(partition_id)
+    .bind(request.end_offset)
+    .bind(request.base_offset)
+    .bind(object_id)
+    .bind(log_size)
+    .bind(i64::from(layout.offset_index))
+    .bind(i64::from(layout.time_index))
+    .bind(i64::from(layout.txn_index))
+    .bind(i64::from(layout.producer_snapshot))
+    .bind(i64::from(layout.leader_epochs))
+    .bind(i64::from(request.batch_count))
+    .bind(request.max_timestamp)
+    .bind(request.max_timestamp_offset)
+    .bind(so_far)
+    .bind(retention_ts)
+    .bind(now)
+    .bind(i64::from(compacted))
+    .execute(&mut *conn)
+    .await
+    .map_err(not_applied)?;
+    Ok(())
 }
 
 /// The batches of a segment plan (see [`SegmentPlan::batches`]): from the partition's first

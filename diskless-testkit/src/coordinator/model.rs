@@ -146,11 +146,12 @@ use diskless_coordinator::{
     FindBatchesResponse, IsolationLevel, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse,
     MAX_TIMESTAMP, NO_TIMESTAMP, ObjectInfo, ObjectKind, ObjectToDelete, PRODUCER_BATCH_WINDOW,
     ProducerBatch, ProducerExpiryReport, ProducerIdBlock, ProducerState, RegisterSegmentOutcome,
-    RegisterSegmentRequest, RetentionReport, SegmentPlan, SegmentPlanRequest, ShardId,
-    TieredSegment, TieringCandidate, TimestampType, TopicConfig, TopicIdPartition, TopicInfo,
-    TxnAnswer, TxnMarker, TxnMarkerResult, TxnRecord, TxnTransition, apply_txn_transition,
-    check_commit_deadline, check_new_partition_count, expire_txn, fence_expiry_before,
-    next_producer_id_block, object_key_time_ms, producer_expired, producer_field_error,
+    RegisterSegmentRequest, ReplaceSegmentsRequest, RetentionReport, SegmentPlan,
+    SegmentPlanRequest, ShardId, TieredSegment, TieringCandidate, TimestampType, TopicConfig,
+    TopicIdPartition, TopicInfo, TxnAnswer, TxnMarker, TxnMarkerResult, TxnRecord, TxnTransition,
+    apply_txn_transition, check_commit_deadline, check_new_partition_count, expire_txn,
+    fence_expiry_before, next_producer_id_block, object_key_time_ms, producer_expired,
+    producer_field_error,
 };
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashSet};
@@ -1528,6 +1529,7 @@ impl BatchCoordinator for InMemoryCoordinator {
             retention_ts,
             batch_count: request.batch_count,
             registered_at: now,
+            compacted: false,
         });
         let mut released_objects = 0;
         for batch in covered.iter().filter(|b| !b.is_control()) {
@@ -1562,6 +1564,119 @@ impl BatchCoordinator for InMemoryCoordinator {
                 segment: Some((request.partition, request.base_offset, request.end_offset)),
             },
         );
+        Ok(RegisterSegmentOutcome::Registered { released_objects })
+    }
+
+    async fn replace_segments(
+        &self,
+        request: ReplaceSegmentsRequest,
+    ) -> Result<RegisterSegmentOutcome, CoordinatorError> {
+        request.validate()?;
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        // The commit point, as for `register_segment`.
+        let now = self.clock.now_ms();
+        if let Some(new) = &request.segment {
+            check_commit_deadline(&new.object_key, now, self.max_commit_age)?;
+            if state.fences.contains_key(&new.object_key) {
+                return Err(CoordinatorError::ObjectFenced(new.object_key.clone()));
+            }
+            if let Some(known) = state.objects.get(&new.object_key) {
+                let this = (new.partition, new.base_offset, new.end_offset);
+                return match known.segment {
+                    Some(segment) if segment == this => {
+                        Ok(RegisterSegmentOutcome::AlreadyRegistered)
+                    }
+                    _ => Err(CoordinatorError::ObjectAlreadyCommitted(
+                        new.object_key.clone(),
+                    )),
+                };
+            }
+        }
+        let Some((_, log)) = state.log_mut(request.partition) else {
+            return Ok(RegisterSegmentOutcome::UnknownPartition);
+        };
+        // Exactly the partition's segments from the first replaced one on.
+        let Some(first) = request.replaced.first() else {
+            return Ok(RegisterSegmentOutcome::Stale);
+        };
+        let Some(at) = log
+            .tiered
+            .iter()
+            .position(|s| s.end_offset >= first.base_offset)
+        else {
+            return Ok(RegisterSegmentOutcome::Stale);
+        };
+        let n = request.replaced.len();
+        let current = &log.tiered[at..(at + n).min(log.tiered.len())];
+        if current.len() != n
+            || current.iter().zip(&request.replaced).any(|(c, r)| {
+                c.object_key != r.object_key
+                    || c.base_offset != r.base_offset
+                    || c.end_offset != r.end_offset
+            })
+        {
+            return Ok(RegisterSegmentOutcome::Stale);
+        }
+        let replaced: Vec<TieredSegment> = log.tiered.drain(at..at + n).collect();
+        let retention_ts = replaced
+            .iter()
+            .map(|s| s.retention_ts)
+            .max()
+            .unwrap_or(NO_TIMESTAMP);
+        if let Some(new) = &request.segment {
+            log.tiered.insert(
+                at,
+                TieredSegment {
+                    object_key: new.object_key.clone(),
+                    object_size: new.object_size,
+                    layout: new.layout,
+                    base_offset: new.base_offset,
+                    end_offset: new.end_offset,
+                    max_timestamp: new.max_timestamp,
+                    max_timestamp_offset: new.max_timestamp_offset,
+                    retention_ts,
+                    batch_count: new.batch_count,
+                    registered_at: now,
+                    compacted: true,
+                },
+            );
+        }
+        let mut released_objects = 0;
+        for segment in &replaced {
+            let was_live = state
+                .objects
+                .get(&segment.object_key)
+                .is_some_and(|o| o.marked_for_deletion_at.is_none());
+            State::release(
+                &mut state.objects,
+                &segment.object_key,
+                segment.layout.log,
+                now,
+            );
+            let marked = state
+                .objects
+                .get(&segment.object_key)
+                .is_some_and(|o| o.marked_for_deletion_at.is_some());
+            if was_live && marked {
+                released_objects += 1;
+            }
+        }
+        if let Some(new) = request.segment {
+            state.objects.insert(
+                new.object_key,
+                Object {
+                    uploader_broker_id: new.uploader_broker_id,
+                    object_size: new.object_size,
+                    live_bytes: new.layout.log,
+                    owners: vec![new.owner],
+                    committed_at: now,
+                    marked_for_deletion_at: None,
+                    kind: ObjectKind::TieredSegment,
+                    segment: Some((new.partition, new.base_offset, new.end_offset)),
+                },
+            );
+        }
         Ok(RegisterSegmentOutcome::Registered { released_objects })
     }
 

@@ -53,13 +53,14 @@ pub(in crate::postgres) const SQL: &str = include_str!("../functions.sql");
 
 /// The revision of [`SQL`]: raise it with every change of `functions.sql`, and set
 /// `REVISION_CHECKSUM` to the new text's checksum. Revision 1 is the functions as migrations 1
-/// to 13 left them; revision 2 keeps the open transaction's number (migration 15, issue #31).
-pub(in crate::postgres) const REVISION: i32 = 2;
+/// to 13 left them; revision 2 keeps the open transaction's number (migration 15, issue #31);
+/// revision 3 adds `replace_segments`, compaction's swap (migration 17, issue #29).
+pub(in crate::postgres) const REVISION: i32 = 3;
 
 /// The checksum ([`checksum`]) of [`SQL`] at [`REVISION`]: the unit test
 /// `functions_text_matches_its_revision` fails when the text changed and the revision did not.
 #[cfg(test)]
-const REVISION_CHECKSUM: &str = "8bd0cc460d599d5e";
+const REVISION_CHECKSUM: &str = "90b115ceea3fcc9c";
 
 /// Replaces the functions of `options.schema` by this build's ([`SQL`]), in one transaction, unless
 /// a newer build's are in place (see the module docs). `schema_newer`: the schema holds

@@ -10,8 +10,8 @@
 use super::*;
 use diskless_coordinator::{
     AbortedTxn, FindBatchesResponse, IsolationLevel, ObjectKind, RegisterSegmentOutcome,
-    RegisterSegmentRequest, SegmentLayoutSizes, SegmentPlan, SegmentPlanRequest, TXN_MARKER_SIZE,
-    TieredSegment, TxnMarker,
+    RegisterSegmentRequest, ReplaceSegmentsRequest, ReplacedSegment, SegmentLayoutSizes,
+    SegmentPlan, SegmentPlanRequest, TXN_MARKER_SIZE, TieredSegment, TxnMarker,
 };
 
 /// ListOffsets `-4` (EARLIEST_LOCAL).
@@ -426,6 +426,7 @@ pub async fn register_segment_moves_range_to_tier(h: Harness) {
             retention_ts: START_MS + 9,
             batch_count: 3,
             registered_at: now,
+            compacted: false,
         }]
     );
     let first = info_of(&h, &key1).await;
@@ -1315,4 +1316,278 @@ pub async fn tiered_segments_with_transactions(h: Harness) {
         vec![3, 4, 5]
     );
     assert_eq!(rest.previous.map(|s| s.object_key), Some(key));
+}
+
+/// Three registered segments of `p` (batches of 10 bytes: 2, 2 and 1 per segment, offsets 0..=4,
+/// committed at `START_MS`), in offset order.
+async fn three_segments(h: &Harness, p: TopicIdPartition) -> Vec<TieredSegment> {
+    commit(h, (0..5).map(|_| one(p, 10, START_MS)).collect()).await;
+    for n in [2, 2, 1] {
+        consolidate(h, p, n).await;
+    }
+    let segments = segments_of(h, p).await;
+    assert_eq!(
+        segments
+            .iter()
+            .map(|s| (s.base_offset, s.end_offset))
+            .collect::<Vec<_>>(),
+        vec![(0, 1), (2, 3), (4, 4)]
+    );
+    segments
+}
+
+/// A compacted segment replacing `replaced` under `key`: offsets `base..=end`, `batches`
+/// batches of 10 bytes.
+fn compacted_request(
+    p: TopicIdPartition,
+    replaced: &[TieredSegment],
+    key: &str,
+    (base, end, batches): (i64, i64, u32),
+) -> ReplaceSegmentsRequest {
+    let layout = SegmentLayoutSizes {
+        log: 10 * u64::from(batches),
+        offset_index: 8,
+        time_index: 12,
+        txn_index: 0,
+        producer_snapshot: 0,
+        leader_epochs: 0,
+    };
+    ReplaceSegmentsRequest {
+        partition: p,
+        replaced: replaced.iter().map(ReplacedSegment::from).collect(),
+        segment: Some(RegisterSegmentRequest {
+            partition: p,
+            object_key: key.to_string(),
+            object_size: layout.object_size(),
+            uploader_broker_id: 7,
+            layout,
+            base_offset: base,
+            end_offset: end,
+            batch_count: batches,
+            batch_bytes: layout.log,
+            max_timestamp: START_MS,
+            max_timestamp_offset: end,
+            owner: 0,
+        }),
+    }
+}
+
+async fn replace(h: &Harness, request: ReplaceSegmentsRequest) -> RegisterSegmentOutcome {
+    h.coordinator
+        .replace_segments(request)
+        .await
+        .expect("replace_segments")
+}
+
+/// Compaction's swap (issue #29): two consecutive segments are replaced by one compacted
+/// segment holding part of their range, in one step: the list shows the new segment (marked
+/// compacted, aged as the latest replaced) then the untouched third; the replaced objects are
+/// marked for deletion with no live bytes; a fetch from an offset compaction removed starts at
+/// the new segment; the bounds do not move; the partition's size drops by what compaction
+/// removed (retention.bytes sees it).
+pub async fn replace_segments_swaps_a_run_of_segments(h: Harness) {
+    let p = partition(&h).await;
+    let old = three_segments(&h, p).await;
+    let key = seg_key(&h);
+    // Offsets 0 and 2 went; 1 and 3 stay, in one batch each.
+    let request = compacted_request(p, &old[..2], &key, (1, 3, 2));
+    assert_eq!(
+        replace(&h, request).await,
+        RegisterSegmentOutcome::Registered {
+            released_objects: 2
+        }
+    );
+    let now = h.clock.now_ms();
+    let segments = segments_of(&h, p).await;
+    assert_eq!(
+        segments
+            .iter()
+            .map(|s| (
+                s.object_key.as_str(),
+                s.base_offset,
+                s.end_offset,
+                s.compacted
+            ))
+            .collect::<Vec<_>>(),
+        vec![
+            (key.as_str(), 1, 3, true),
+            (old[2].object_key.as_str(), 4, 4, false)
+        ]
+    );
+    assert_eq!(segments[0].retention_ts, old[1].retention_ts);
+    assert_eq!(segments[0].registered_at, now);
+    for gone in &old[..2] {
+        let info = info_of(&h, &gone.object_key).await;
+        assert_eq!(
+            (info.live_bytes, info.marked_for_deletion_at),
+            (0, Some(now))
+        );
+    }
+    let new = info_of(&h, &key).await;
+    assert_eq!((new.live_bytes, new.kind), (20, ObjectKind::TieredSegment));
+    assert_eq!(new.marked_for_deletion_at, None);
+    assert_eq!(fetch_offsets(&h, p, 0).await, (vec![1, 4], vec![]));
+    assert_eq!(fetch_offsets(&h, p, 2).await, (vec![1, 4], vec![]));
+    let (batches, log_start, hwm) = all_batches(&h, p).await;
+    assert_eq!((batches.len(), log_start, hwm), (0, 0, 5));
+    // 30 bytes are left (20 + 10): retention.bytes 10 deletes the compacted segment only.
+    let t = p.topic_id;
+    let config = h.coordinator.list_topics().await.unwrap()[0].config.clone();
+    h.coordinator
+        .alter_topic_config(t, config.with_retention_bytes(10))
+        .await
+        .unwrap();
+    assert_eq!(retention_pass(&h).await.segments_deleted, 1);
+    assert_eq!(
+        segments_of(&h, p)
+            .await
+            .iter()
+            .map(|s| s.base_offset)
+            .collect::<Vec<_>>(),
+        vec![4]
+    );
+}
+
+/// A replacement that keeps nothing removes the segments and registers none; a retry of an
+/// applied replacement is `AlreadyRegistered` (idempotent on the new key); the new key cannot
+/// be reused for anything else; the same swap under another key is `Stale`.
+pub async fn replace_segments_is_idempotent_and_may_keep_nothing(h: Harness) {
+    let p = partition(&h).await;
+    let old = three_segments(&h, p).await;
+    let key = seg_key(&h);
+    let request = compacted_request(p, &old[1..2], &key, (3, 3, 1));
+    assert!(matches!(
+        replace(&h, request.clone()).await,
+        RegisterSegmentOutcome::Registered { .. }
+    ));
+    assert_eq!(
+        replace(&h, request.clone()).await,
+        RegisterSegmentOutcome::AlreadyRegistered
+    );
+    assert_eq!(info_of(&h, &key).await.live_bytes, 10, "applied once");
+    let other = compacted_request(p, &old[2..], &key, (4, 4, 1));
+    let r = h.coordinator.replace_segments(other).await;
+    assert!(
+        matches!(r, Err(CoordinatorError::ObjectAlreadyCommitted(_))),
+        "{r:?}"
+    );
+    let again = compacted_request(p, &old[1..2], &seg_key(&h), (3, 3, 1));
+    assert_eq!(replace(&h, again).await, RegisterSegmentOutcome::Stale);
+
+    // Nothing kept of the first segment.
+    let nothing = ReplaceSegmentsRequest {
+        partition: p,
+        replaced: vec![ReplacedSegment::from(&old[0])],
+        segment: None,
+    };
+    assert_eq!(
+        replace(&h, nothing.clone()).await,
+        RegisterSegmentOutcome::Registered {
+            released_objects: 1
+        }
+    );
+    assert_eq!(
+        segments_of(&h, p)
+            .await
+            .iter()
+            .map(|s| (s.base_offset, s.end_offset))
+            .collect::<Vec<_>>(),
+        vec![(3, 3), (4, 4)]
+    );
+    assert_eq!(fetch_offsets(&h, p, 0).await, (vec![3, 4], vec![]));
+    assert_eq!(replace(&h, nothing).await, RegisterSegmentOutcome::Stale);
+    let (_, log_start, hwm) = all_batches(&h, p).await;
+    assert_eq!((log_start, hwm), (0, 5), "compaction moves no bound");
+}
+
+/// A replacement whose segments are not exactly the partition's run from the first one on is
+/// `Stale` (a key, an offset, a segment skipped, one more than there is); a fenced or expired new
+/// key is refused; a request that contradicts itself is invalid; an unknown partition is
+/// `UnknownPartition`. None applies.
+pub async fn replace_segments_checks(h: Harness) {
+    let p = partition(&h).await;
+    let old = three_segments(&h, p).await;
+    let skip_one = ReplaceSegmentsRequest {
+        replaced: vec![
+            ReplacedSegment::from(&old[0]),
+            ReplacedSegment::from(&old[2]),
+        ],
+        ..compacted_request(p, &old[..1], &seg_key(&h), (0, 1, 1))
+    };
+    let mut wrong_key = compacted_request(p, &old[..1], &seg_key(&h), (0, 1, 1));
+    wrong_key.replaced[0].object_key = old[1].object_key.clone();
+    let mut wrong_end = compacted_request(p, &old[..1], &seg_key(&h), (0, 0, 1));
+    wrong_end.replaced[0].end_offset = 0;
+    let mut too_many = compacted_request(p, &old, &seg_key(&h), (0, 4, 1));
+    too_many.replaced.push(ReplacedSegment {
+        object_key: seg_key(&h),
+        base_offset: 5,
+        end_offset: 6,
+    });
+    for stale in [skip_one, wrong_key, wrong_end, too_many] {
+        let key = stale.segment.as_ref().map(|s| s.object_key.clone());
+        assert_eq!(replace(&h, stale).await, RegisterSegmentOutcome::Stale);
+        if let Some(key) = key {
+            assert!(!is_known(&h, &key).await);
+        }
+    }
+
+    let fenced = seg_key(&h);
+    h.coordinator
+        .fence_orphans(std::slice::from_ref(&fenced))
+        .await
+        .unwrap();
+    let r = h
+        .coordinator
+        .replace_segments(compacted_request(p, &old[..1], &fenced, (0, 1, 1)))
+        .await;
+    assert!(matches!(r, Err(CoordinatorError::ObjectFenced(_))), "{r:?}");
+    let expired = v7_key(h.clock.now_ms() - max_age_ms() - 1).replacen("wal/", "tiered/", 1);
+    let r = h
+        .coordinator
+        .replace_segments(compacted_request(p, &old[..1], &expired, (0, 1, 1)))
+        .await;
+    assert!(
+        matches!(r, Err(CoordinatorError::DeadlineExceeded(_))),
+        "{r:?}"
+    );
+
+    let outside = compacted_request(p, &old[..1], &seg_key(&h), (0, 2, 1));
+    let none_named = ReplaceSegmentsRequest {
+        replaced: Vec::new(),
+        ..compacted_request(p, &old[..1], &seg_key(&h), (0, 1, 1))
+    };
+    let out_of_order = ReplaceSegmentsRequest {
+        replaced: vec![
+            ReplacedSegment::from(&old[1]),
+            ReplacedSegment::from(&old[0]),
+        ],
+        ..compacted_request(p, &old[..1], &seg_key(&h), (0, 1, 1))
+    };
+    let reused = compacted_request(p, &old[..1], &old[0].object_key, (0, 1, 1));
+    let other_partition = ReplaceSegmentsRequest {
+        partition: tp(p.topic_id, 7),
+        ..compacted_request(p, &old[..1], &seg_key(&h), (0, 1, 1))
+    };
+    for bad in [outside, none_named, out_of_order, reused, other_partition] {
+        let r = h.coordinator.replace_segments(bad).await;
+        assert!(
+            matches!(r, Err(CoordinatorError::InvalidRequest(_))),
+            "{r:?}"
+        );
+    }
+    let unknown = tp(fresh_id(), 0);
+    let mut request = compacted_request(unknown, &old[..1], &seg_key(&h), (0, 1, 1));
+    request.replaced = vec![ReplacedSegment::from(&old[0])];
+    assert_eq!(
+        replace(&h, request).await,
+        RegisterSegmentOutcome::UnknownPartition
+    );
+    assert_eq!(segments_of(&h, p).await, old, "nothing applied");
+    for s in &old {
+        assert_eq!(
+            info_of(&h, &s.object_key).await.marked_for_deletion_at,
+            None
+        );
+    }
 }
