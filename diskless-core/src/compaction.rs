@@ -153,43 +153,64 @@ impl OffsetMap {
         scratch: &mut Vec<u8>,
         limit: usize,
     ) -> Result<MapOutcome, CompactionError> {
-        if batch.attributes().is_control() || aborted {
-            self.latest_offset = self.latest_offset.max(batch.last_offset());
-            return Ok(MapOutcome::Mapped);
-        }
-        let base_offset = batch.base_offset();
-        let records = records_of(batch, scratch, limit)?;
+        let keys = if batch.attributes().is_control() || aborted {
+            Vec::new()
+        } else {
+            batch_keys(batch, scratch, limit)?
+        };
+        Ok(self.add_keys(&keys, batch.last_offset()))
+    }
+
+    /// Maps `keys` (from [`batch_keys`], of batches ending at `last_offset`), all or none
+    /// ([`MapOutcome::Full`] when the new ones do not fit); mapped, the map's latest offset moves
+    /// to `last_offset`.
+    pub fn add_keys(&mut self, keys: &[(Bytes, i64)], last_offset: i64) -> MapOutcome {
         let mut added = 0usize;
-        let mut keys: Vec<(&[u8], i64)> = Vec::new();
         let mut new_keys: HashSet<&[u8]> = HashSet::new();
-        for record in RecordIter::new(records, count_of(batch)) {
-            let record = record.map_err(|source| CompactionError::Record {
-                base_offset,
-                source,
-            })?;
-            if let Some(key) = record.key {
-                let offset = base_offset + i64::from(record.offset_delta);
-                if !self.offsets.contains_key(key) && new_keys.insert(key) {
-                    added += key.len() + MAP_ENTRY_OVERHEAD;
-                }
-                keys.push((key, offset));
+        for (key, _) in keys {
+            if !self.offsets.contains_key(key.as_ref()) && new_keys.insert(key.as_ref()) {
+                added += key.len() + MAP_ENTRY_OVERHEAD;
             }
         }
         if self.bytes + added > self.max_bytes {
-            return Ok(MapOutcome::Full);
+            return MapOutcome::Full;
         }
         for (key, offset) in keys {
-            match self.offsets.get_mut(key) {
-                Some(latest) => *latest = (*latest).max(offset),
+            match self.offsets.get_mut(key.as_ref()) {
+                Some(latest) => *latest = (*latest).max(*offset),
                 None => {
-                    self.offsets.insert(Bytes::copy_from_slice(key), offset);
+                    self.offsets.insert(key.clone(), *offset);
                 }
             }
         }
         self.bytes += added;
-        self.latest_offset = self.latest_offset.max(batch.last_offset());
-        Ok(MapOutcome::Mapped)
+        self.latest_offset = self.latest_offset.max(last_offset);
+        MapOutcome::Mapped
     }
+}
+
+/// The keys of `batch`'s records with their offsets, in order (records without a key left out).
+pub fn batch_keys(
+    batch: &RecordBatch,
+    scratch: &mut Vec<u8>,
+    limit: usize,
+) -> Result<Vec<(Bytes, i64)>, CompactionError> {
+    let base_offset = batch.base_offset();
+    let records = records_of(batch, scratch, limit)?;
+    let mut keys = Vec::new();
+    for record in RecordIter::new(records, count_of(batch)) {
+        let record = record.map_err(|source| CompactionError::Record {
+            base_offset,
+            source,
+        })?;
+        if let Some(key) = record.key {
+            keys.push((
+                Bytes::copy_from_slice(key),
+                base_offset + i64::from(record.offset_delta),
+            ));
+        }
+    }
+    Ok(keys)
 }
 
 /// What compaction does to one batch.

@@ -663,8 +663,10 @@ impl Fetcher {
                 Search::AtLeast(_) => starting,
                 Search::Max(_) => log_start_offset,
             };
-            let found = if batch.attributes.timestamp_type() == TimestampType::LogAppendTime {
-                // Every record has the batch's time.
+            let span = batch.last_offset - batch.base_offset + 1;
+            let log_append_time = batch.attributes.timestamp_type() == TimestampType::LogAppendTime;
+            let found = if log_append_time && i64::from(batch.records_count) == span {
+                // Every record has the batch's time, and every offset of the batch holds one.
                 Some((batch.base_offset.max(floor), batch.max_timestamp))
             } else {
                 let bytes = reader
@@ -685,17 +687,23 @@ impl Fetcher {
                         stored.compute_crc()
                     ));
                 }
+                // A compacted segment's batches keep their offsets with fewer records (issue #29).
                 let count = usize::try_from(stored.records_count())
                     .ok()
                     .filter(|&c| {
-                        i64::try_from(c).ok() == Some(batch.last_offset - batch.base_offset + 1)
+                        let c = i64::try_from(c).unwrap_or(i64::MAX);
+                        if segment.compacted {
+                            (1..=span).contains(&c)
+                        } else {
+                            c == span
+                        }
                     })
                     .ok_or_else(|| format!("{}: records count does not match its offsets", at()))?;
                 search_records(
                     &stored,
                     batch.base_offset,
                     count,
-                    None,
+                    log_append_time.then_some(batch.max_timestamp),
                     floor,
                     search,
                     self.config.max_decompressed_bytes,
@@ -826,8 +834,19 @@ fn search_records(
         &scratch
     };
     let base_timestamp = stored.base_timestamp();
+    let mut previous_delta = -1;
     for record in RecordIter::new(records, count) {
         let record = record.map_err(|e| format!("{}: {e}", at()))?;
+        // Offset deltas increase within the batch's range (a compacted batch skips some).
+        if record.offset_delta <= previous_delta || record.offset_delta > stored.last_offset_delta()
+        {
+            return Err(format!(
+                "{}: record offset delta {} out of order",
+                at(),
+                record.offset_delta
+            ));
+        }
+        previous_delta = record.offset_delta;
         let offset = base_offset
             .checked_add(i64::from(record.offset_delta))
             .ok_or_else(|| format!("{}: record offset overflows", at()))?;

@@ -10,13 +10,16 @@
 //! 2. one ranged read of the `.log` from there, sized by the byte budget (the next index entry
 //!    bounds how far the wanted batch can be), extended when the first batch to serve is not whole
 //!    in it (KIP-74: the first batch of a fetch is served whatever its size);
-//! 3. the batches are walked (framing, contiguity, inside the segment's range), those below the
+//! 3. the batches are walked (framing, contiguity — or, in a compacted segment, increasing
+//!    offsets —, inside the segment's range), those below the
 //!    fetch offset skipped, the others served while the limits allow, each as the stored batch with
 //!    `partitionLeaderEpoch` overwritten by the host's epoch — outside the CRC, so no CRC work: a
 //!    batch is byte-identical to what the WAL tier serves for the same offsets;
 //! 4. at the end of a segment the next one is read from position 0 (no index), and after the last
 //!    segment the WAL batches follow (read as for a partition without tiered segments) while the
-//!    limits allow.
+//!    limits allow. Offsets between two segments, or between the last one and the WAL tier, are
+//!    ones compaction removed (issue #29): a fetch there continues at the next batch, as Kafka's
+//!    does on a compacted topic.
 //!
 //! A segment that does not frame, whose index points at the wrong batch or whose batches leave its
 //! range fails the partition with `KAFKA_STORAGE_ERROR` after the batches already taken, as a WAL
@@ -36,7 +39,7 @@ use super::{FetchPartition, Fetcher, ReadStats};
 use crate::batch::{
     ATTRIBUTES_OFFSET, Attributes, BASE_OFFSET_OFFSET, BATCH_LENGTH_OFFSET, HEADER_LEN,
     LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, MAX_TIMESTAMP_OFFSET,
-    PARTITION_LEADER_EPOCH_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET, RECORDS_COUNT_OFFSET,
 };
 use crate::tiered::format::{
     AbortedTxnEntry, OffsetIndex, ProducerSnapshotEntry, Section, SegmentLayout, TimeIndex,
@@ -66,6 +69,8 @@ pub(crate) struct SegmentBatch {
     pub(crate) max_timestamp: i64,
     /// `attributes`.
     pub(crate) attributes: Attributes,
+    /// `recordsCount`: below `last_offset − base_offset + 1` in a compacted segment.
+    pub(crate) records_count: i32,
 }
 
 impl SegmentBatch {
@@ -268,6 +273,7 @@ impl<'a> SegmentReader<'a> {
                 h[ATTRIBUTES_OFFSET],
                 h[ATTRIBUTES_OFFSET + 1],
             ])),
+            records_count: be_i32(&h, RECORDS_COUNT_OFFSET),
         })
     }
 
@@ -320,20 +326,33 @@ impl<'a> SegmentReader<'a> {
         }
     }
 
-    /// Checks that the batch after `previous` starts right after it.
+    /// Checks that the batch after `previous` starts right after it or, in a segment compaction
+    /// wrote ([`TieredSegment::compacted`], issue #29: whole batches removed leave holes), after
+    /// it.
     pub(crate) fn check_contiguous(
         &self,
         previous: &SegmentBatch,
         batch: &SegmentBatch,
     ) -> Result<(), String> {
-        if previous.last_offset.checked_add(1) == Some(batch.base_offset) {
+        let next = previous.last_offset.checked_add(1);
+        let in_order = if self.segment.compacted {
+            next.is_some_and(|n| batch.base_offset >= n)
+        } else {
+            next == Some(batch.base_offset)
+        };
+        if in_order {
             Ok(())
         } else {
             Err(format!(
-                "{}: batch at position {} starts at {}, expected {}",
+                "{}: batch at position {} starts at {}, expected {}{}",
                 self.describe(),
                 batch.position,
                 batch.base_offset,
+                if self.segment.compacted {
+                    "at least "
+                } else {
+                    ""
+                },
                 previous.last_offset.saturating_add(1)
             ))
         }
@@ -465,13 +484,8 @@ impl Fetcher {
             if segment.end_offset < read.next_offset {
                 continue;
             }
-            if segment.base_offset > read.next_offset {
-                read.error = Some(format!(
-                    "tiered segment {} starts at {}, after offset {}",
-                    segment.object_key, segment.base_offset, read.next_offset
-                ));
-                return false;
-            }
+            // A segment may start after the offset: compaction removes whole ranges (issue #29),
+            // and a fetch inside one is answered from the next batch, as Kafka's.
             read.entered.push(segment.clone());
             match self
                 .walk_segment(request, segment, readable_end, limits, read)

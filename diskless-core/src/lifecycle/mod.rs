@@ -54,6 +54,7 @@
 //! [`LIFECYCLE_ITEMS`]: diskless_common::metrics::LIFECYCLE_ITEMS
 
 mod cleaner;
+mod compaction;
 mod fence;
 mod orphans;
 mod producers;
@@ -62,6 +63,7 @@ mod runner;
 mod tiering;
 
 pub use cleaner::{CleanPassReport, CleanerConfig, ObjectCleaner};
+pub use compaction::{CompactionConfig, CompactionError, CompactionReport, CompactionWorker};
 pub use fence::CommitDeadline;
 pub use orphans::{OrphanCollector, OrphanConfig, OrphanPassReport};
 pub use producers::{ProducerExpirer, ProducerExpiryConfig, ProducerExpiryPassReport};
@@ -93,6 +95,7 @@ pub(crate) enum Worker {
     Orphans,
     Producers,
     Tiering,
+    Compaction,
 }
 
 impl Worker {
@@ -104,6 +107,7 @@ impl Worker {
             Worker::Orphans => "orphans",
             Worker::Producers => "producers",
             Worker::Tiering => "tiering",
+            Worker::Compaction => "compaction",
         }
     }
 }

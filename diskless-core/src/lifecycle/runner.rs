@@ -1,8 +1,8 @@
 //! [`Lifecycle`]: the workers as tokio tasks on intervals.
 
 use super::{
-    LifecycleError, ObjectCleaner, OrphanCollector, ProducerExpirer, RetentionEnforcer,
-    TieringWorker, Worker,
+    CompactionWorker, LifecycleError, ObjectCleaner, OrphanCollector, ProducerExpirer,
+    RetentionEnforcer, TieringWorker, Worker,
 };
 use crate::ConfigError;
 use futures::future::BoxFuture;
@@ -47,6 +47,8 @@ pub struct LifecycleStats {
     pub producers: WorkerStats,
     /// The tiering worker's.
     pub tiering: WorkerStats,
+    /// The compaction worker's.
+    pub compaction: WorkerStats,
     /// Each orphan collector's, by its prefix, in the order they were added.
     orphans_by_prefix: Vec<(String, WorkerStats)>,
 }
@@ -133,6 +135,7 @@ pub struct Lifecycle {
     orphans: Vec<(Arc<OrphanCollector>, Duration)>,
     producers: Option<(Arc<ProducerExpirer>, Duration)>,
     tiering: Option<(Arc<TieringWorker>, Duration)>,
+    compaction: Option<(Arc<CompactionWorker>, Duration)>,
 }
 
 impl std::fmt::Debug for Lifecycle {
@@ -150,6 +153,7 @@ impl std::fmt::Debug for Lifecycle {
             )
             .field("producers", &self.producers.as_ref().map(|p| p.1))
             .field("tiering", &self.tiering.as_ref().map(|t| t.1))
+            .field("compaction", &self.compaction.as_ref().map(|c| c.1))
             .finish()
     }
 }
@@ -224,6 +228,12 @@ impl Lifecycle {
         self
     }
 
+    /// Runs `worker` every `interval` (Kafka's `log.cleaner.backoff.ms` is 15 s).
+    pub fn compaction(mut self, worker: CompactionWorker, interval: Duration) -> Self {
+        self.compaction = Some((Arc::new(worker), interval));
+        self
+    }
+
     /// The checks [`Lifecycle::spawn`] makes before it starts anything: no zero interval, one
     /// orphan collector per prefix.
     pub(crate) fn check(&self) -> Result<(), ConfigError> {
@@ -232,6 +242,7 @@ impl Lifecycle {
             ("cleaner", self.cleaner.as_ref().map(|w| w.1)),
             ("producer_expiry", self.producers.as_ref().map(|w| w.1)),
             ("tiering", self.tiering.as_ref().map(|w| w.1)),
+            ("compaction", self.compaction.as_ref().map(|w| w.1)),
         ]
         .into_iter()
         .chain(self.orphans.iter().map(|w| ("orphans", Some(w.1))));
@@ -332,6 +343,16 @@ impl Lifecycle {
                 }),
             );
         }
+        if let Some((worker, interval)) = self.compaction {
+            spawn(
+                Counters::Worker(Worker::Compaction),
+                interval,
+                Arc::new(move || {
+                    let w = worker.clone();
+                    Box::pin(async move { w.run_pass().await.map(|_| ()) })
+                }),
+            );
+        }
         Ok(LifecycleHandle {
             shutdown,
             tasks,
@@ -369,6 +390,7 @@ impl Counters {
             Counters::Worker(Worker::Orphans) => bump(&stats.orphans),
             Counters::Worker(Worker::Producers) => bump(&stats.producers),
             Counters::Worker(Worker::Tiering) => bump(&stats.tiering),
+            Counters::Worker(Worker::Compaction) => bump(&stats.compaction),
             Counters::Orphans(index) => {
                 bump(&stats.orphans);
                 if let Some((_, own)) = stats.orphans_by_prefix.get(index) {

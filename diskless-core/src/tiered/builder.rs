@@ -321,6 +321,11 @@ pub struct TieredSegmentBuilder {
     /// ABORT markers in the segment by offset: their producer and Kafka's last stable offset at
     /// the marker.
     abort_markers: BTreeMap<i64, (i64, i64)>,
+    /// Batches may leave holes between them (a compacted segment, issue #29).
+    gaps: bool,
+    /// The `.snapshot` to write whatever the batches fold to (a compacted segment keeps the
+    /// state its last replaced segment ended with).
+    final_snapshot: Option<Vec<ProducerSnapshotEntry>>,
 }
 
 impl TieredSegmentBuilder {
@@ -354,7 +359,19 @@ impl TieredSegmentBuilder {
             batch_count: 0,
             producers: BTreeMap::new(),
             abort_markers: BTreeMap::new(),
+            gaps: false,
+            final_snapshot: None,
         })
+    }
+
+    /// A builder for a compacted segment (issue #29): a batch may start after the previous one's
+    /// end + 1 (compaction removed the batches between), never at or before it; the `.snapshot`
+    /// is `snapshot` (the producer state the last replaced segment ended with: compaction
+    /// changes no producer's state, though it removes batches that set it).
+    pub fn compacted(mut self, snapshot: Vec<ProducerSnapshotEntry>) -> Self {
+        self.gaps = true;
+        self.final_snapshot = Some(snapshot);
+        self
     }
 
     /// Start from the previous tiered segment's producer snapshot (none: the first segment, or
@@ -422,7 +439,7 @@ impl TieredSegmentBuilder {
     ) -> Result<PushOutcome, TieredBuildError> {
         let base_offset = coordinate.base_offset;
         if let Some(expected) = self.expected_next
-            && expected != base_offset
+            && (expected > base_offset || (expected < base_offset && !self.gaps))
         {
             return Err(TieredBuildError::NotContiguous {
                 expected,
@@ -620,12 +637,19 @@ impl TieredSegmentBuilder {
             }
         }
 
-        // .snapshot: Kafka's fold over the previous segment's state.
-        let producer_state = expire_producers(
-            self.producers,
-            inputs.producer_id_expiration_ms,
-            max_timestamp,
-        );
+        // .snapshot: Kafka's fold over the previous segment's state, or a compacted segment's
+        // given state.
+        let producer_state = match self.final_snapshot {
+            Some(mut snapshot) => {
+                snapshot.sort_by_key(|e| e.producer_id);
+                snapshot
+            }
+            None => expire_producers(
+                self.producers,
+                inputs.producer_id_expiration_ms,
+                max_timestamp,
+            ),
+        };
 
         // Leader epochs: one epoch, 0, from the earliest offset tiered storage holds.
         let epoch_start = inputs
