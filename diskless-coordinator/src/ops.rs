@@ -220,6 +220,8 @@ macro_rules! coordinator_ops {
                 /// `limit`. A partition is listed when its first WAL batch is below the last stable offset
                 /// and was committed before `now_ms − min_age_ms`, and either its WAL batches hold at least
                 /// `segment.bytes` or that first batch was committed at least `segment.ms` before `now_ms`
+                /// (for a compacted topic `min(segment.ms, max.compaction.lag.ms)`:
+                /// [`TopicConfig::max_segment_ms`])
                 /// (coordinator clock). A coordinator that does not serve the `tiering` capability answers
                 /// [`CoordinatorError::Unsupported`] (as for every tiering method).
                 [TieringCandidates read read_tiering_candidates]

@@ -242,6 +242,27 @@ pub struct TopicConfig {
     pub min_cleanable_dirty_ratio: f64,
 }
 
+impl TopicConfig {
+    /// How old a partition's oldest WAL batch may get before the partition is due for tiering:
+    /// `segment.ms`, or for a compacted topic `min(segment.ms, max.compaction.lag.ms)` (Kafka's
+    /// `LogConfig.maxSegmentMs`: compaction works on tiered segments, so a record must be tiered
+    /// to be compacted within its maximum lag).
+    ///
+    /// ```
+    /// use diskless_coordinator::{CleanupPolicy, TopicConfig};
+    /// let c = TopicConfig::default().with_segment_ms(600_000).with_max_compaction_lag_ms(60_000);
+    /// assert_eq!(c.max_segment_ms(), 600_000);
+    /// assert_eq!(c.with_cleanup_policy(CleanupPolicy::Compact).max_segment_ms(), 60_000);
+    /// ```
+    pub fn max_segment_ms(&self) -> i64 {
+        if self.cleanup_policy.compacts() {
+            self.segment_ms.min(self.max_compaction_lag_ms)
+        } else {
+            self.segment_ms
+        }
+    }
+}
+
 // `min_cleanable_dirty_ratio` is a finite number in 0..=1 wherever a `TopicConfig` is checked or
 // stored, so equality is reflexive.
 impl Eq for TopicConfig {}

@@ -156,7 +156,8 @@ impl PostgresCoordinator {
              WHERE pa.byte_size > pa.tiered_bytes {cursor} \
              AND f.commit_ms < $2 AND f.last_offset < {LAST_STABLE_OFFSET} \
              AND (pa.byte_size - pa.tiered_bytes >= t.segment_bytes \
-                  OR $1::numeric - f.commit_ms >= t.segment_ms) \
+                  OR $1::numeric - f.commit_ms >= CASE WHEN t.cleanup_policy = 'delete' \
+                     THEN t.segment_ms ELSE LEAST(t.segment_ms, t.max_compaction_lag_ms) END) \
              ORDER BY pa.topic_id, pa.partition LIMIT $3"
         )))
         .bind(now_ms)

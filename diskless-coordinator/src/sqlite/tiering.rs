@@ -57,7 +57,9 @@ pub(super) fn tiering_candidates_sql() -> String {
                WHERE (p.topic_id, p.partition) > (?1, ?2) AND p.byte_size > p.tiered_bytes) c \
          JOIN topics t ON t.topic_id = c.topic_id \
          WHERE c.first_last < c.lso AND c.first_commit < ?3 \
-         AND (c.wal_bytes >= t.segment_bytes OR ?4 - c.first_commit >= t.segment_ms) \
+         AND (c.wal_bytes >= t.segment_bytes OR ?4 - c.first_commit >= \
+              CASE WHEN t.cleanup_policy = 'delete' THEN t.segment_ms \
+              ELSE MIN(t.segment_ms, t.max_compaction_lag_ms) END) \
          ORDER BY c.topic_id, c.partition LIMIT ?5"
     )
 }

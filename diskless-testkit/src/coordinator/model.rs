@@ -1390,7 +1390,7 @@ impl BatchCoordinator for InMemoryCoordinator {
                 }
                 let wal_bytes: i64 = log.batches.iter().map(|b| i64::from(b.byte_size)).sum();
                 let due = wal_bytes >= i64::from(topic.config.segment_bytes)
-                    || now_ms.saturating_sub(first_commit) >= topic.config.segment_ms;
+                    || now_ms.saturating_sub(first_commit) >= topic.config.max_segment_ms();
                 if !due {
                     continue;
                 }

@@ -1591,3 +1591,43 @@ pub async fn replace_segments_checks(h: Harness) {
         );
     }
 }
+
+/// A compacted topic is due for tiering by age at `min(segment.ms, max.compaction.lag.ms)`
+/// (Kafka's `LogConfig.maxSegmentMs`), a topic that only deletes at `segment.ms` whatever its
+/// `max.compaction.lag.ms`.
+pub async fn tiering_candidates_of_compacted_topics_by_max_lag(h: Harness) {
+    let lagged = TopicConfig::default()
+        .with_segment_ms(10_000)
+        .with_max_compaction_lag_ms(3_000);
+    let compacted = topic_config(
+        &h,
+        1,
+        lagged
+            .clone()
+            .with_cleanup_policy(CleanupPolicy::CompactDelete),
+    )
+    .await;
+    let deleting = topic_config(&h, 1, lagged).await;
+    commit(
+        &h,
+        vec![
+            one(tp(compacted, 0), 10, START_MS),
+            one(tp(deleting, 0), 10, START_MS),
+        ],
+    )
+    .await;
+    let due = async |now: i64| {
+        h.coordinator
+            .tiering_candidates(now, 0, None, 10)
+            .await
+            .expect("tiering_candidates")
+            .iter()
+            .map(|c| c.partition)
+            .collect::<Vec<_>>()
+    };
+    assert!(due(START_MS + 2_999).await.is_empty());
+    assert_eq!(due(START_MS + 3_000).await, vec![tp(compacted, 0)]);
+    let mut both = vec![tp(compacted, 0), tp(deleting, 0)];
+    both.sort();
+    assert_eq!(due(START_MS + 10_000).await, both);
+}
