@@ -54,9 +54,9 @@ use diskless_storage::{KeySource, MeteredStorage, ObjectRemoteStorage, ObjectSto
 use crate::commit_signal::NotifyOnMarkers;
 use crate::fetcher::{Fetcher, FetcherConfig};
 use crate::lifecycle::{
-    CleanerConfig, Lifecycle, LifecycleHandle, LifecycleStats, ObjectCleaner, OrphanCollector,
-    OrphanConfig, ProducerExpirer, ProducerExpiryConfig, RetentionConfig, RetentionEnforcer,
-    TieringConfig, TieringWorker,
+    CleanerConfig, CompactionConfig, CompactionWorker, Lifecycle, LifecycleHandle, LifecycleStats,
+    ObjectCleaner, OrphanCollector, OrphanConfig, ProducerExpirer, ProducerExpiryConfig,
+    RetentionConfig, RetentionEnforcer, TieringConfig, TieringWorker,
 };
 use crate::writer::{WalWriter, WalWriterConfig};
 use crate::{CommitSignal, ConfigError};
@@ -95,6 +95,12 @@ pub struct NodeLifecycleConfig {
     pub tiering_interval: Option<Duration>,
     /// The tiering worker's settings (its prefix is the second orphan collector's).
     pub tiering: TieringConfig,
+    /// Compaction of compacted topics' tiered segments every this long (runs only beside
+    /// tiering; its segments take the tiering prefix). Default 15 seconds (Kafka's
+    /// `log.cleaner.backoff.ms`).
+    pub compaction_interval: Option<Duration>,
+    /// The compaction worker's settings (its prefix is set to the tiering worker's).
+    pub compaction: CompactionConfig,
 }
 
 impl Default for NodeLifecycleConfig {
@@ -110,6 +116,8 @@ impl Default for NodeLifecycleConfig {
             orphans: OrphanConfig::default(),
             tiering_interval: Some(Duration::from_secs(30)),
             tiering: TieringConfig::default(),
+            compaction_interval: Some(Duration::from_secs(15)),
+            compaction: CompactionConfig::default(),
         }
     }
 }
@@ -123,6 +131,7 @@ impl NodeLifecycleConfig {
             producer_expiry_interval: None,
             orphans_interval: None,
             tiering_interval: None,
+            compaction_interval: None,
             ..NodeLifecycleConfig::default()
         }
     }
@@ -139,6 +148,8 @@ diskless_common::with_setters!(NodeLifecycleConfig {
     with_orphans => orphans: [OrphanConfig],
     with_tiering_interval => tiering_interval: [Option<Duration>],
     with_tiering => tiering: [TieringConfig],
+    with_compaction_interval => compaction_interval: [Option<Duration>],
+    with_compaction => compaction: [CompactionConfig],
 });
 
 /// Everything a [`DisklessNode`] is configured with, each shared setting once.
@@ -418,6 +429,17 @@ fn lifecycle(config: &NodeConfig, p: Parts<'_>) -> Result<Option<Lifecycle>, Con
         )?;
         workers = workers.tiering(worker, interval);
         any = true;
+        if let Some(interval) = l.compaction_interval {
+            let compactor = CompactionWorker::new(
+                p.coordinator.clone(),
+                Arc::new(ObjectRemoteStorage::new(p.storage.clone())),
+                p.clock.clone(),
+                p.keys.clone(),
+                broker_id,
+                l.compaction.clone().with_prefix(l.tiering.prefix.clone()),
+            )?;
+            workers = workers.compaction(compactor, interval);
+        }
         // Uploads of segments never registered: a collector of their own prefix.
         if let Some(interval) = l.orphans_interval {
             let collector = OrphanCollector::new(

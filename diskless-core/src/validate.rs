@@ -201,6 +201,11 @@ pub struct ValidationError {
     pub message: String,
     /// The index of the record that failed, for record-level failures.
     pub record_index: Option<usize>,
+    /// Every failing record of the batch, `(index, message)` in record order, for the
+    /// per-record errors Kafka's `LogValidator` collects (a key missing on a compacted topic, a
+    /// timestamp out of range): Kafka's `record_errors`, one entry per record. Empty otherwise
+    /// (the error then names at most `record_index`).
+    pub record_errors: Vec<(usize, String)>,
 }
 
 impl ValidationError {
@@ -209,6 +214,7 @@ impl ValidationError {
             kind,
             message,
             record_index: None,
+            record_errors: Vec::new(),
         }
     }
 
@@ -771,6 +777,8 @@ impl Validator {
         let mut max_ts = NO_TIMESTAMP;
         let mut first_ts_error: Option<ValidationError> = None;
         let mut first_record_error: Option<ValidationError> = None;
+        // Kafka's per-record errors (`ApiRecordError`s), every one of them.
+        let mut record_errors: Vec<(usize, String)> = Vec::new();
         for (i, rec) in RecordIter::new(records, count as usize).enumerate() {
             let rec = match rec {
                 Ok(r) => r,
@@ -808,29 +816,29 @@ impl Validator {
             // Kafka's `validateRecord`: a record's key error is its error (its timestamp is then
             // not checked).
             let keyless = compacted && rec.key.is_none();
-            if keyless && first_record_error.is_none() {
-                first_record_error = Some(
-                    ValidationError::new(
-                        K::KeylessRecordInCompactedTopic,
-                        format!("Compacted topic cannot accept message without key (record {i})"),
-                    )
-                    .at(i),
-                );
+            if keyless {
+                let message = "Compacted topic cannot accept message without key".to_string();
+                record_errors.push((i, message.clone()));
+                if first_record_error.is_none() {
+                    first_record_error =
+                        Some(ValidationError::new(K::KeylessRecordInCompactedTopic, message).at(i));
+                }
             }
-            if check_ts && !keyless && ts != NO_TIMESTAMP && first_ts_error.is_none() {
+            if check_ts && !keyless && ts != NO_TIMESTAMP {
                 let diff = i128::from(now_ms) - i128::from(ts);
                 if diff > i128::from(before) || -diff > i128::from(after) {
-                    first_ts_error = Some(
-                        ValidationError::new(
-                            K::TimestampOutOfRange { timestamp: ts },
-                            format!(
-                                "timestamp {ts} of record {i} is out of range: it should be within [{}, {}]",
-                                now_ms.saturating_sub(before),
-                                now_ms.saturating_add(after)
-                            ),
-                        )
-                        .at(i),
+                    let message = format!(
+                        "timestamp {ts} of record {i} is out of range: it should be within [{}, {}]",
+                        now_ms.saturating_sub(before),
+                        now_ms.saturating_add(after)
                     );
+                    record_errors.push((i, message.clone()));
+                    if first_ts_error.is_none() {
+                        first_ts_error = Some(
+                            ValidationError::new(K::TimestampOutOfRange { timestamp: ts }, message)
+                                .at(i),
+                        );
+                    }
                 }
             }
         }
@@ -842,7 +850,28 @@ impl Validator {
             )
             .at(0));
         }
-        if let Some(e) = first_ts_error.or(first_record_error) {
+        if let Some(mut e) = first_ts_error.or(first_record_error) {
+            if !record_errors.is_empty()
+                && matches!(
+                    e.kind,
+                    K::TimestampOutOfRange { .. } | K::KeylessRecordInCompactedTopic
+                )
+            {
+                // Kafka's `processRecordErrors`: every record's error, and a summary naming the
+                // first three.
+                let shown: Vec<String> = record_errors
+                    .iter()
+                    .take(3)
+                    .map(|(i, m)| format!("RecordError(batchIndex={i}, message='{m}')"))
+                    .collect();
+                e.message = format!(
+                    "One or more records have been rejected due to {} record errors in total, \
+                     and only showing the first three errors at most: [{}]",
+                    record_errors.len(),
+                    shown.join(", ")
+                );
+                e.record_errors = record_errors;
+            }
             return Err(e);
         }
         // Last, as Kafka's ProducerAppendInfo does after LogValidator: the epoch of an idempotent

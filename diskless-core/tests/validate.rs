@@ -906,6 +906,15 @@ fn keyless_records_are_refused_on_compacted_topics() {
             );
             assert_eq!(e.kind, K::KeylessRecordInCompactedTopic);
             assert_eq!(e.record_index, Some(2));
+            // Kafka's record_errors: every keyless record, in order.
+            assert_eq!(
+                e.record_errors.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+                vec![2, 3]
+            );
+            assert!(
+                e.message
+                    .starts_with("One or more records have been rejected due to 2")
+            );
             assert!(
                 e.message
                     .contains("Compacted topic cannot accept message without key")
@@ -939,5 +948,10 @@ fn keyless_records_are_refused_on_compacted_topics() {
             validate_batch(&keyless_then_stale, &config(CleanupPolicy::Compact), NOW).unwrap_err();
         assert_eq!(e.error_code(), ErrorCode::InvalidTimestamp);
         assert_eq!(e.record_index, Some(1));
+        assert_eq!(
+            e.record_errors.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            vec![0, 1],
+            "both records' errors, as Kafka lists them"
+        );
     }
 }

@@ -519,7 +519,17 @@ fn validate_partition(
         }
         Err(e) => {
             let mut response = PartitionResponse::error(partition, e.error_code(), e.to_string());
-            if let Some(index) = e.record_index {
+            if !e.record_errors.is_empty() {
+                // Kafka's `record_errors`: every failing record.
+                response.record_errors = e
+                    .record_errors
+                    .iter()
+                    .map(|(index, message)| ProduceRecordError {
+                        batch_index: i32::try_from(*index).unwrap_or(i32::MAX),
+                        message: message.clone(),
+                    })
+                    .collect();
+            } else if let Some(index) = e.record_index {
                 response.record_errors.push(ProduceRecordError {
                     // A batch holds at most i32::MAX records (its record count is an i32).
                     batch_index: i32::try_from(index).unwrap_or(i32::MAX),

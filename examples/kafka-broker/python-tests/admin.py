@@ -5,8 +5,7 @@
   - CreateTopics with a manual replica assignment (the partition count comes from it), with topic
     configs Kafka knows (applied ones and ones kept without effect), validate_only (nothing created);
   - refusals as Kafka answers them: an invalid topic name (INVALID_TOPIC_EXCEPTION), an unknown
-    config, cleanup.policy=compact (INVALID_CONFIG), an assignment naming an unknown broker
-    (INVALID_REPLICA_ASSIGNMENT);
+    config (INVALID_CONFIG), an assignment naming an unknown broker (INVALID_REPLICA_ASSIGNMENT);
   - DescribeConfigs of a topic (every config, values, sources, synonyms) and of a broker;
   - IncrementalAlterConfigs: max.message.bytes lowered, then a produce of a larger message fails with
     MSG_SIZE_TOO_LARGE while a small one succeeds; retention.ms and a kept config change and are
@@ -15,6 +14,9 @@
   - topic compression.type (issue 29): a topic created with compression.type=gzip and
     compression.gzip.level=1, then altered to zstd; producers with each codec (and none) write to
     it, and a consumer reads every record back as sent (values, keys, headers, timestamps);
+  - cleanup.policy=compact (issue 29): the topic is created and described with its compaction
+    configs; a record without a key is refused with INVALID_RECORD, as Kafka refuses it on a
+    compacted topic, while keyed records and tombstones are acknowledged and read back;
   - Metadata for an invalid topic name answers INVALID_TOPIC_EXCEPTION, for an unknown topic
     UNKNOWN_TOPIC_OR_PARTITION, and creates nothing.
 --mode auto (a broker with --auto-create-topics --num-partitions 2):
@@ -222,8 +224,11 @@ def create_and_refuse(admin, bootstrap):
         (NewTopic("x" * 250, num_partitions=1, replication_factor=-1), "TOPIC_EXCEPTION"),
         (NewTopic(unique("adm-unknown-cfg"), num_partitions=1, replication_factor=-1,
                   config={"no.such.config": "1"}), "INVALID_CONFIG"),
-        (NewTopic(unique("adm-compact"), num_partitions=1, replication_factor=-1,
-                  config={"cleanup.policy": "compact"}), "INVALID_CONFIG"),
+        (NewTopic(unique("adm-policy"), num_partitions=1, replication_factor=-1,
+                  config={"cleanup.policy": "shred"}), "INVALID_CONFIG"),
+        (NewTopic(unique("adm-lags"), num_partitions=1, replication_factor=-1,
+                  config={"cleanup.policy": "compact", "min.compaction.lag.ms": "10",
+                          "max.compaction.lag.ms": "5"}), "INVALID_CONFIG"),
         (NewTopic(unique("adm-badvalue"), num_partitions=1, replication_factor=-1,
                   config={"retention.ms": "-7"}), "INVALID_CONFIG"),
         (NewTopic(unique("adm-badassign"), num_partitions=1, replica_assignment=[[1, 99]]),
@@ -307,7 +312,7 @@ def alter(admin, bootstrap, topic):
 
     # Refused alterations.
     for entry, expected in [
-            (ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+            (ConfigEntry("cleanup.policy", "shred", incremental_operation=AlterConfigOpType.APPEND),
              "INVALID_CONFIG"),
             (ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.APPEND),
              "INVALID_CONFIG"),
@@ -472,6 +477,51 @@ def topic_compression(admin, bootstrap):
         "gzip (level 1), then zstd (level 12)")
 
 
+def compacted_topic(admin, bootstrap):
+    """cleanup.policy=compact applies (issue 29): described as set; a keyless record is refused
+    with INVALID_RECORD (Kafka's LogValidator on a compacted topic), keyed ones and a tombstone
+    are acknowledged and read back at their offsets. What compaction then removes is checked by
+    the library's tests (diskless-core/tests/compaction_worker.rs)."""
+    topic = unique("adm-compact")
+    configs = {"cleanup.policy": "compact", "delete.retention.ms": "1000",
+               "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "0"}
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1, config=configs)],
+                        request_timeout=TIMEOUT_S)[topic].result(TIMEOUT_S)
+    wait_topic(admin, topic, 1)
+    described = describe_topic(admin, topic)
+    for name, value in configs.items():
+        check(described[name].value == value
+              and described[name].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+              f"{topic}: {name} described as {described[name]}")
+    reports = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
+                         "batch.num.messages": 1, "message.send.max.retries": 0})
+    for key, value in [(b"k1", b"v1"), (None, b"no key"), (b"k2", b"v2"), (b"k1", None)]:
+        producer.produce(topic, key=key, value=value, partition=0,
+                         on_delivery=lambda err, msg: reports.append((msg.key(), err)))
+        producer.flush(TIMEOUT_S)
+    check(len(reports) == 4, f"{topic}: {len(reports)} delivery reports")
+    for key, err in reports:
+        if key is None:
+            check(err is not None and err.code() == KafkaError.INVALID_RECORD,
+                  f"{topic}: a record without a key: {err}")
+        else:
+            check(err is None, f"{topic}: keyed record {key}: {err}")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("adm-compact"),
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.time() + TIMEOUT_S
+    while len(got) < 3 and time.time() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append((m.offset(), m.key(), m.value()))
+    consumer.close()
+    check(got == [(0, b"k1", b"v1"), (1, b"k2", b"v2"), (2, b"k1", None)],
+          f"{topic}: read {got}")
+    log(f"{topic}: compacted topic created; a keyless record refused with INVALID_RECORD")
+
+
 def auto_create(admin, bootstrap):
     # A producer's Metadata creates the topic (LEADER_NOT_AVAILABLE first, then 2 partitions).
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
@@ -623,6 +673,7 @@ def main():
             alter(admin, args.bootstrap, topic)
             runtime_effect(admin, args.bootstrap)
             topic_compression(admin, args.bootstrap)
+            compacted_topic(admin, args.bootstrap)
             partitions(admin, args.bootstrap)
             group_configs(admin)
         elif args.mode == "keep":

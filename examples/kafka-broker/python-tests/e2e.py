@@ -327,12 +327,12 @@ def check_topic_configs(bootstrap):
     ])
     for f in futures.values():
         f.result(timeout=TIMEOUT_S)
-    # An unknown config is refused.
+    # An invalid config value is refused.
     bad = admin.create_topics([NewTopic(f"e2e-bad-{stamp}", num_partitions=1,
-                                        replication_factor=-1, config={"cleanup.policy": "compact"})])
+                                        replication_factor=-1, config={"cleanup.policy": "shred"})])
     try:
         bad[f"e2e-bad-{stamp}"].result(timeout=TIMEOUT_S)
-        raise Failure("a compacted diskless topic was created")
+        raise Failure("a topic with cleanup.policy=shred was created")
     except KafkaException as e:
         check(e.args[0].name() == "INVALID_CONFIG", f"unexpected error {e}")
 

@@ -12,8 +12,10 @@
 //!   `segment.ms` old), and `compression.type` with `compression.gzip.level`,
 //!   `compression.lz4.level`, `compression.zstd.level` (issue 29: the writer re-encodes a batch
 //!   whose codec is not the topic's, as Kafka's `LogValidator` does);
-//! - **refused** with `INVALID_CONFIG`: `cleanup.policy` with `compact` (KIP-1150: diskless topics
-//!   are not compacted), `remote.storage.enable=true` (no tiered storage), `diskless.enable=false`
+//! - **applied** too: `cleanup.policy` (`compact` and `compact,delete` compact the topic's tiered
+//!   segments, issue #29), `delete.retention.ms`, `min.compaction.lag.ms`,
+//!   `max.compaction.lag.ms`, `min.cleanable.dirty.ratio`;
+//! - **refused** with `INVALID_CONFIG`: `remote.storage.enable=true` (no tiered storage), `diskless.enable=false`
 //!   (every topic of this broker is diskless);
 //! - **accepted and kept** in the broker's store (`broker.db`), without effect: every other config
 //!   Kafka knows (`segment.jitter.ms`, flush, compaction, replication and tiered-storage settings).
@@ -36,7 +38,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use diskless_coordinator::{TimestampType, TopicCompression, TopicConfig};
+use diskless_coordinator::{CleanupPolicy, TimestampType, TopicCompression, TopicConfig};
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
@@ -157,7 +159,7 @@ macro_rules! def {
 #[rustfmt::skip]
 const TOPIC_CONFIGS: &[Def] = &[
     def!("cleanup.policy", List, "delete", Check::ListOf(&["compact", "delete"]),
-         Some(("log.cleanup.policy", "delete")), Kept),
+         Some(("log.cleanup.policy", "delete")), Applied),
     def!("compression.gzip.level", Int, "-1", Check::Level(1, 9),
          Some(("compression.gzip.level", "-1")), Applied),
     def!("compression.lz4.level", Int, "9", Check::Between(1, 17),
@@ -167,7 +169,7 @@ const TOPIC_CONFIGS: &[Def] = &[
     def!("compression.zstd.level", Int, "3", Check::Between(-131_072, 22),
          Some(("compression.zstd.level", "3")), Applied),
     def!("delete.retention.ms", Long, "86400000", Check::AtLeast(0),
-         Some(("log.cleaner.delete.retention.ms", "86400000")), Kept),
+         Some(("log.cleaner.delete.retention.ms", "86400000")), Applied),
     def!("diskless.enable", Boolean, "true", Check::None, None, Kept),
     def!("file.delete.delay.ms", Long, "60000", Check::AtLeast(0),
          Some(("log.segment.delete.delay.ms", "60000")), Kept),
@@ -183,7 +185,7 @@ const TOPIC_CONFIGS: &[Def] = &[
     def!("local.retention.ms", Long, "-2", Check::AtLeast(-2),
          Some(("log.local.retention.ms", "-2")), Kept),
     def!("max.compaction.lag.ms", Long, LONG_MAX, Check::AtLeast(1),
-         Some(("log.cleaner.max.compaction.lag.ms", LONG_MAX)), Kept),
+         Some(("log.cleaner.max.compaction.lag.ms", LONG_MAX)), Applied),
     def!("max.message.bytes", Int, "1048588", Check::AtLeast(0),
          Some(("message.max.bytes", "1048588")), Applied),
     def!("message.timestamp.after.max.ms", Long, "3600000", Check::AtLeast(0),
@@ -193,9 +195,9 @@ const TOPIC_CONFIGS: &[Def] = &[
     def!("message.timestamp.type", String, "CreateTime", Check::OneOf(&["CreateTime", "LogAppendTime"]),
          Some(("log.message.timestamp.type", "CreateTime")), Applied),
     def!("min.cleanable.dirty.ratio", Double, "0.5", Check::Ratio,
-         Some(("log.cleaner.min.cleanable.ratio", "0.5")), Kept),
+         Some(("log.cleaner.min.cleanable.ratio", "0.5")), Applied),
     def!("min.compaction.lag.ms", Long, "0", Check::AtLeast(0),
-         Some(("log.cleaner.min.compaction.lag.ms", "0")), Kept),
+         Some(("log.cleaner.min.compaction.lag.ms", "0")), Applied),
     def!("min.insync.replicas", Int, "1", Check::AtLeast(1),
          Some(("min.insync.replicas", "1")), Kept),
     def!("preallocate", Boolean, "false", Check::None, Some(("log.preallocate", "false")), Kept),
@@ -526,10 +528,6 @@ fn canonical_set(
 /// Refusals of values a diskless topic cannot honour.
 fn diskless_refusal(name: &str, value: &str) -> Option<ApiError> {
     let message = match name {
-        "cleanup.policy" if value.split(',').any(|p| p == "compact") => format!(
-            "cleanup.policy={value} is not supported: diskless topics (KIP-1150) are not compacted; \
-             use cleanup.policy=delete"
-        ),
         "remote.storage.enable" if value == "true" => "Tiered Storage functionality is disabled in \
              the broker. Topic cannot be configured with remote log storage (a diskless topic keeps \
              its data in object storage already)."
@@ -598,6 +596,19 @@ pub(crate) fn resolve(
     config.compression_gzip_level = int("compression.gzip.level");
     config.compression_lz4_level = int("compression.lz4.level");
     config.compression_zstd_level = int("compression.zstd.level");
+    // Compaction (issue #29): checked against Kafka's validators by canonical_set.
+    if let Some(value) = overrides.get("cleanup.policy") {
+        config.cleanup_policy = CleanupPolicy::from_name(value).unwrap_or_default();
+    }
+    config.delete_retention_ms = long("delete.retention.ms");
+    config.min_compaction_lag_ms = long("min.compaction.lag.ms");
+    config.max_compaction_lag_ms = long("max.compaction.lag.ms");
+    let ratio = match overrides.get("min.cleanable.dirty.ratio") {
+        Some(v) => v.clone(),
+        None => def("min.cleanable.dirty.ratio")
+            .map_or_else(|| "0.5".to_string(), |d| default_value(d, defaults)),
+    };
+    config.min_cleanable_dirty_ratio = ratio.parse().unwrap_or(0.5);
     Ok((overrides, config))
 }
 
@@ -621,6 +632,11 @@ fn applied_value(config: &TopicConfig, name: &str) -> Option<String> {
         "compression.gzip.level" => config.compression_gzip_level.to_string(),
         "compression.lz4.level" => config.compression_lz4_level.to_string(),
         "compression.zstd.level" => config.compression_zstd_level.to_string(),
+        "cleanup.policy"
+        | "delete.retention.ms"
+        | "min.compaction.lag.ms"
+        | "max.compaction.lag.ms"
+        | "min.cleanable.dirty.ratio" => config.kafka_config_value(name)?,
         _ => return None,
     })
 }
@@ -689,10 +705,11 @@ pub(crate) fn topic_entries(
                     "Kafka's topic config; applied to the tiered segments this diskless topic's \
                      batches are consolidated into."
                 }
-                (Effect::Applied, _) => "Kafka's topic config; applied to this diskless topic.",
-                (_, "cleanup.policy") => {
-                    "Kafka's topic config; only delete (KIP-1150: no compaction)."
+                (Effect::Applied, "cleanup.policy") => {
+                    "Kafka's topic config; delete and compact both apply: compaction rewrites this \
+                     diskless topic's tiered segments (issue #29)."
                 }
+                (Effect::Applied, _) => "Kafka's topic config; applied to this diskless topic.",
                 (_, "diskless.enable") => "KIP-1150: the topic is diskless (always true here).",
                 _ => "Kafka's topic config; accepted and kept, no effect on a diskless topic.",
             };
@@ -1601,8 +1618,6 @@ mod tests {
                 "Not a number of type INT",
             ),
             ("message.timestamp.type", "Now", "String must be one of"),
-            ("cleanup.policy", "compact", "not compacted"),
-            ("cleanup.policy", "delete,compact", "not compacted"),
             ("cleanup.policy", "shrink", "String must be one of"),
             ("compression.type", "brotli", "String must be one of"),
             ("compression.gzip.level", "0", "between 1 and 9"),
