@@ -228,29 +228,8 @@ impl SqliteCoordinator {
         // from here to COMMIT, so the clock read here is after any wait for them; nothing is
         // applied past the deadline or for a fenced key (returning drops the transaction).
         let now = self.clock.now_ms();
-        check_commit_deadline(&request.object_key, now, self.max_commit_age)?;
-        let fenced = sqlx::query("SELECT 1 FROM fences WHERE object_key = ?1")
-            .bind(&request.object_key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(not_applied)?;
-        if fenced.is_some() {
-            return Err(CoordinatorError::ObjectFenced(request.object_key));
-        }
-        // Idempotent on the key: a retry of this registration is answered as such, any other use
-        // of a known key is refused.
-        let identity = segment_identity(request.partition, request.base_offset, request.end_offset);
-        let known: Option<Option<String>> =
-            sqlx::query_scalar("SELECT segment FROM objects WHERE object_key = ?1")
-                .bind(&request.object_key)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(not_applied)?;
-        if let Some(segment) = known {
-            return match segment {
-                Some(s) if s == identity => Ok(RegisterSegmentOutcome::AlreadyRegistered),
-                _ => Err(CoordinatorError::ObjectAlreadyCommitted(request.object_key)),
-            };
+        if let Some(done) = self.segment_commit_point(&mut tx, &request, now).await? {
+            return Ok(done);
         }
         let Some(Bounds {
             id: partition_id,
@@ -353,6 +332,40 @@ impl SqliteCoordinator {
         })
     }
 
+    /// The commit point of a segment key, with the writer's transaction held: the deadline at
+    /// `now`, the fence, then idempotence on the key (a retry of this very segment is answered
+    /// `AlreadyRegistered`, any other use of a known key refused). `None`: go on.
+    async fn segment_commit_point(
+        &self,
+        conn: &mut SqliteConnection,
+        request: &RegisterSegmentRequest,
+        now: i64,
+    ) -> Result<Option<RegisterSegmentOutcome>, CoordinatorError> {
+        check_commit_deadline(&request.object_key, now, self.max_commit_age)?;
+        let fenced = sqlx::query("SELECT 1 FROM fences WHERE object_key = ?1")
+            .bind(&request.object_key)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(not_applied)?;
+        if fenced.is_some() {
+            return Err(CoordinatorError::ObjectFenced(request.object_key.clone()));
+        }
+        let identity = segment_identity(request.partition, request.base_offset, request.end_offset);
+        let known: Option<Option<String>> =
+            sqlx::query_scalar("SELECT segment FROM objects WHERE object_key = ?1")
+                .bind(&request.object_key)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(not_applied)?;
+        match known {
+            None => Ok(None),
+            Some(Some(s)) if s == identity => Ok(Some(RegisterSegmentOutcome::AlreadyRegistered)),
+            Some(_) => Err(CoordinatorError::ObjectAlreadyCommitted(
+                request.object_key.clone(),
+            )),
+        }
+    }
+
     pub(super) async fn write_replace_segments(
         &self,
         request: ReplaceSegmentsRequest,
@@ -362,31 +375,10 @@ impl SqliteCoordinator {
         let mut tx = writer.begin().await?;
         // The commit point, as in `write_register_segment`.
         let now = self.clock.now_ms();
-        if let Some(new) = &request.segment {
-            check_commit_deadline(&new.object_key, now, self.max_commit_age)?;
-            let fenced = sqlx::query("SELECT 1 FROM fences WHERE object_key = ?1")
-                .bind(&new.object_key)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(not_applied)?;
-            if fenced.is_some() {
-                return Err(CoordinatorError::ObjectFenced(new.object_key.clone()));
-            }
-            let identity = segment_identity(new.partition, new.base_offset, new.end_offset);
-            let known: Option<Option<String>> =
-                sqlx::query_scalar("SELECT segment FROM objects WHERE object_key = ?1")
-                    .bind(&new.object_key)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(not_applied)?;
-            if let Some(segment) = known {
-                return match segment {
-                    Some(s) if s == identity => Ok(RegisterSegmentOutcome::AlreadyRegistered),
-                    _ => Err(CoordinatorError::ObjectAlreadyCommitted(
-                        new.object_key.clone(),
-                    )),
-                };
-            }
+        if let Some(new) = &request.segment
+            && let Some(done) = self.segment_commit_point(&mut tx, new, now).await?
+        {
+            return Ok(done);
         }
         let Some(Bounds {
             id: partition_id, ..
