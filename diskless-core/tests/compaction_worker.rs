@@ -322,3 +322,95 @@ async fn only_compacted_topics_are_compacted() {
     assert_eq!(e.compactor().run_pass().await.unwrap().partitions, 0);
     assert_eq!(e.read_from(0).await.0.len(), 3);
 }
+
+impl Env {
+    /// A transactional batch of producer `pid` (its `seq`), keyed records, in transaction
+    /// `txn_seq`.
+    async fn produce_txn(&self, pid: i64, seq: i32, txn_seq: i64, records: &[(&str, &str)]) {
+        let mut b = RecordBatchBuilder::new()
+            .producer(pid, 0, seq)
+            .transactional(true);
+        for (k, v) in records {
+            b = b.record(self.clock.now_ms(), Some(k.as_bytes()), Some(v.as_bytes()));
+        }
+        let batch = b.build().unwrap();
+        let answers = self
+            .writer
+            .produce(vec![
+                ProducePartition::new(self.partition, self.config.clone(), batch.into_bytes())
+                    .with_txn_seq(txn_seq),
+            ])
+            .await;
+        assert_eq!(answers[0].error, ErrorCode::None, "{:?}", answers[0]);
+        self.clock.advance(10);
+    }
+
+    async fn end_txn(&self, pid: i64, commit: bool, txn_seq: i64) {
+        let marker = TxnMarker {
+            partition: self.partition,
+            producer_id: pid,
+            producer_epoch: 0,
+            coordinator_epoch: 4,
+            commit,
+            txn_seq: Some(txn_seq),
+        };
+        for r in self.coordinator.write_txn_markers(&[marker]).await.unwrap() {
+            assert_eq!(r.error, ErrorCode::None, "{r:?}");
+        }
+        self.clock.advance(10);
+    }
+}
+
+/// Transactions in a compacted partition, as Kafka's cleaner treats them: an aborted
+/// transaction's records are removed and never supersede an older value of their key (its keys
+/// stay out of the offset map); a committed transaction's records supersede as any record; the
+/// markers stay.
+#[tokio::test]
+async fn aborted_records_never_supersede_and_go() {
+    for sqlite in [false, true] {
+        let e = env(sqlite, compacted_topic()).await;
+        e.produce(&[
+            (Some("a"), Some("a1".into())),
+            (Some("b"), Some("b1".into())),
+        ])
+        .await;
+        e.produce_txn(7, 0, 1, &[("a", "aborted"), ("c", "aborted")])
+            .await;
+        e.end_txn(7, false, 1).await;
+        e.produce_txn(7, 2, 2, &[("b", "b2-committed")]).await;
+        e.end_txn(7, true, 2).await;
+        e.produce(&[(Some("d"), Some("d1".into()))]).await;
+        e.tier_all().await;
+        let report = e
+            .compactor()
+            .compact_partition(e.partition, &e.config)
+            .await
+            .unwrap();
+        assert!(report.due, "{report:?}");
+        let (read, _) = e.read_from(0).await;
+        // The markers (ABORT at 4, COMMIT at 6) stay; Kafka's control record keys.
+        let markers: Vec<(i64, Option<&[u8]>)> = read
+            .iter()
+            .filter(|(o, _, _)| [4, 6].contains(o))
+            .map(|(o, k, _)| (*o, k.as_deref()))
+            .collect();
+        assert_eq!(
+            markers,
+            vec![(4, Some(&[0, 0, 0, 0][..])), (6, Some(&[0, 0, 0, 1][..]))]
+        );
+        let values: Vec<(i64, Option<&[u8]>, Option<&[u8]>)> = read
+            .iter()
+            .filter(|(o, _, _)| ![4, 6].contains(o))
+            .map(|(o, k, v)| (*o, k.as_deref(), v.as_deref()))
+            .collect();
+        assert_eq!(
+            values,
+            vec![
+                (0, Some(&b"a"[..]), Some(&b"a1"[..])),
+                (5, Some(&b"b"[..]), Some(&b"b2-committed"[..])),
+                (7, Some(&b"d"[..]), Some(&b"d1"[..])),
+            ],
+            "sqlite {sqlite}"
+        );
+    }
+}
