@@ -361,6 +361,9 @@ impl Env {
     }
 }
 
+/// A record as read: offset, key, value.
+type Seen<'a> = (i64, Option<&'a [u8]>, Option<&'a [u8]>);
+
 /// Transactions in a compacted partition, as Kafka's cleaner treats them: an aborted
 /// transaction's records are removed and never supersede an older value of their key (its keys
 /// stay out of the offset map); a committed transaction's records supersede as any record; the
@@ -398,7 +401,7 @@ async fn aborted_records_never_supersede_and_go() {
             markers,
             vec![(4, Some(&[0, 0, 0, 0][..])), (6, Some(&[0, 0, 0, 1][..]))]
         );
-        let values: Vec<(i64, Option<&[u8]>, Option<&[u8]>)> = read
+        let values: Vec<Seen<'_>> = read
             .iter()
             .filter(|(o, _, _)| ![4, 6].contains(o))
             .map(|(o, k, v)| (*o, k.as_deref(), v.as_deref()))
