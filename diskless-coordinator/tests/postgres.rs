@@ -978,6 +978,10 @@ const FUNCTIONS: &[&str] = &[
     "register_segment(text,integer,bigint,bigint,bigint,uuid,integer,bigint,bigint,integer,bigint,\
      integer,integer,integer,integer,integer,bigint,bigint,bigint,bigint) -> TABLE(r_outcome \
      smallint, r_released integer)",
+    // Compaction's swap (functions revision 3, issue #29).
+    "replace_segments(uuid,integer,bigint,text[],bigint[],bigint[],text,integer,bigint,bigint,\
+     bigint,bigint,integer,bigint,integer,integer,integer,integer,integer,bigint,bigint,bigint,\
+     bigint) -> TABLE(r_outcome smallint, r_released integer)",
     "write_txn_markers(bigint,uuid[],integer[],bigint[],smallint[],integer[],boolean[],bigint[]) -> \
      TABLE(r_index integer, r_error_code smallint, r_offset bigint, r_duplicate boolean)",
 ];
