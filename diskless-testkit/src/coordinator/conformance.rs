@@ -125,7 +125,7 @@ const CASE_CAPABILITIES: &[(&str, &[Capability])] = &[
     ("register_segment_stale_after_delete_records", &[Capability::Admin, Capability::Lifecycle, Capability::Tiering]),
     ("register_segment_stale_after_other_segment", &[Capability::Lifecycle, Capability::Tiering]),
     ("register_segment_refused_when_fenced", &[Capability::Lifecycle, Capability::Tiering]),
-    ("replace_segments_swaps_a_run_of_segments", &[Capability::Lifecycle, Capability::Tiering]),
+    ("replace_segments_swaps_a_run_of_segments", &[Capability::Admin, Capability::Lifecycle, Capability::Tiering]),
     ("replace_segments_is_idempotent_and_may_keep_nothing", &[Capability::Lifecycle, Capability::Tiering]),
     ("replace_segments_checks", &[Capability::Lifecycle, Capability::Tiering]),
     ("tiering_candidates_of_compacted_topics_by_max_lag", &[Capability::Tiering]),
